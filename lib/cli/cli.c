@@ -1,0 +1,125 @@
+/*
+ * cli.c — the shared command-line contract of the titan-* tools: global
+ * options, config overrides, error lines and exit codes, stdout checks.
+ */
+#include "titan/cli.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+int titan_cli_init(struct titan_cli *cli, const char *prog, int *argc, char **argv,
+		   bool with_config)
+{
+	memset(cli, 0, sizeof(*cli));
+	cli->prog = prog;
+	cli->progress = isatty(STDERR_FILENO);
+	if (with_config && titan_config_extract_overrides(argc, argv, &cli->overrides) < 0)
+		return titan_cli_fail(cli, TITAN_E_NOMEM);
+	if (titan_log_get_level() >= TITAN_LOG_DEBUG) {
+		char line[2048];
+		size_t n = 0;
+
+		for (int i = 0; i < *argc && n < sizeof(line) - 1; i++)
+			n += (size_t)snprintf(line + n, sizeof(line) - n, "%s%s", i ? " " : "", argv[i]);
+		titan_log_debug("%s %s (%s): %s", prog, titan_version(), titan_git_revision(), line);
+	}
+	return 0;
+}
+
+void titan_cli_release(struct titan_cli *cli)
+{
+	if (cli)
+		titan_config_overrides_release(&cli->overrides);
+}
+
+int titan_cli_option(struct titan_cli *cli, int opt, const char *arg)
+{
+	int64_t v;
+
+	switch (opt) {
+	case TITAN_OPT_VERSION:
+		titan_cli_version(stdout, cli->prog);
+		return titan_cli_finish(cli, 0);
+	case TITAN_OPT_HELP_CONFIG:
+		titan_config_help(stdout);
+		return titan_cli_finish(cli, 0);
+	case 'v':
+		cli->verbosity = cli->verbosity < 0 ? 1 : cli->verbosity + 1;
+		titan_log_set_level(cli->verbosity >= 2 ? TITAN_LOG_TRACE : TITAN_LOG_DEBUG);
+		return TITAN_CLI_HANDLED;
+	case 'q':
+		cli->verbosity = -1;
+		titan_log_set_level(TITAN_LOG_ERROR);
+		return TITAN_CLI_HANDLED;
+	case 'c':
+		cli->config_path = arg;
+		return TITAN_CLI_HANDLED;
+	case TITAN_OPT_THREADS:
+		if (titan_parse_i64(arg, &v) < 0 || v < 0 || v > 4096)
+			return titan_cli_usage_error(cli, "--threads: expected a count from 0 to 4096, got '%s'", arg);
+		cli->threads = (int)v;
+		return TITAN_CLI_HANDLED;
+	case TITAN_OPT_PROGRESS:
+		cli->progress = true;
+		return TITAN_CLI_HANDLED;
+	case '?':
+		/* getopt_long printed "unrecognized option" already */
+		fprintf(stderr, "Try '%s --help' for more information.\n", cli->prog);
+		return 2;
+	case ':':
+		fprintf(stderr, "Try '%s --help' for more information.\n", cli->prog);
+		return 2;
+	}
+	return TITAN_CLI_UNKNOWN;
+}
+
+int titan_cli_usage_error(const struct titan_cli *cli, const char *fmt, ...)
+{
+	va_list ap;
+
+	fprintf(stderr, "%s: error: ", cli->prog);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "\nTry '%s --help' for more information.\n", cli->prog);
+	return 2;
+}
+
+int titan_cli_fail(const struct titan_cli *cli, int code)
+{
+	const char *m = titan_errmsg();
+
+	fprintf(stderr, "%s: error: %s\n", cli->prog, *m ? m : titan_strerr(code));
+	return titan_error_exit_status(code);
+}
+
+void titan_cli_version(FILE *fp, const char *prog)
+{
+	fprintf(fp, "%s (titan) %s\n", prog, titan_version());
+	fprintf(fp, "revision: %s\n", titan_git_revision());
+	fprintf(fp, "features: %s\n", titan_features());
+}
+
+int titan_cli_load_config(const struct titan_cli *cli, struct titan_config *cfg)
+{
+	int rc = titan_config_resolve(cfg, cli->config_path, &cli->overrides);
+
+	if (rc < 0)
+		return titan_cli_fail(cli, rc);
+	return 0;
+}
+
+int titan_cli_finish(const struct titan_cli *cli, int status)
+{
+	/* fflush + ferror catches buffered write errors; fclose the rest. */
+	if (fflush(stdout) != 0 || ferror(stdout) || fclose(stdout) != 0) {
+		if (errno != EPIPE)
+			fprintf(stderr, "%s: error: cannot write to standard output: %s\n",
+				cli->prog, strerror(errno));
+		return 1;
+	}
+	return status;
+}

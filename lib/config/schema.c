@@ -1,0 +1,524 @@
+/*
+ * lib/config/schema.c — the schema of the job configuration: one table of
+ * every key (section, name, type, default, range, choices, flags, doc) that
+ * drives parsing, defaults, printing and --help-config; key lookup,
+ * "did you mean" suggestions and the --help-config text.
+ *
+ * Sections, keys and defaults mirror torchtitan's JobConfig of the TOML era
+ * (torchtitan/config/job_config.py at 238fa9953), with torchtitan's renames
+ * (checkpoint.enable, lr_scheduler.min_lr_factor, validation.enable), the
+ * seed/determinism keys under training, and titan's own keys (model dims of
+ * a custom flavor, RoPE scaling, metrics.peak_flops, ...).
+ */
+#include "config_impl.h"
+
+#include <math.h>
+#include <stdalign.h>
+#include <string.h>
+
+/* Compile-time check that a schema entry's type matches its field. */
+#define CFG_CODE_BOOL 1
+#define CFG_CODE_INT 2
+#define CFG_CODE_FLOAT 3
+#define CFG_CODE_STRING 4
+#define CFG_CODE_ENUM 4
+#define CFG_CODE_STRLIST 6
+#define CFG_TYPECHECK(member, TYPE)                                               \
+	(0 * sizeof(char[_Generic(((struct titan_config *)0)->member,             \
+				  bool: 1, int64_t: 2, double: 3, char *: 4,      \
+				  struct titan_strlist: 6, default: 0) ==         \
+					 CFG_CODE_##TYPE                          \
+				 ? 1                                              \
+				 : -1]))
+
+struct cfg_entry {
+	struct titan_config_key k; /* first: a key pointer is an entry pointer */
+	const char *name;          /* "section.key" */
+};
+
+#define K(...) K_(__VA_ARGS__)
+#define K_(sec, key, TYPE, def, lo, hi, choices, flags, doc)                     \
+	{ { #sec, #key, TITAN_CFG_##TYPE,                                         \
+	    offsetof(struct titan_config, sec.key) + CFG_TYPECHECK(sec.key, TYPE), \
+	    def, lo, hi, choices, flags, doc },                                   \
+	  #sec "." #key }
+
+/* Ranges: NR = none; GE(x) = minimum x; IN(a, b) = [a, b]. */
+#define NR 1, 0
+#define GE(x) x, HUGE_VAL
+#define IN(a, b) a, b
+#define NUL TITAN_CFG_NULLABLE
+#define NZ TITAN_CFG_NONZERO
+
+static const char *const ch_model_name[] = { "llama3", NULL };
+static const char *const ch_flavor[] = { "debugmodel", "1B", "3B", "8B",
+					 "70B", "405B", "custom", NULL };
+static const char *const ch_tie[] = { "auto", "true", "false", NULL };
+static const char *const ch_optim[] = { "AdamW", "Adam", NULL };
+static const char *const ch_impl[] = { "fused", "foreach", "for-loop", NULL };
+static const char *const ch_decay[] = { "linear", "sqrt", "cosine", NULL };
+static const char *const ch_dtype[] = { "float32", "bfloat16", NULL };
+static const char *const ch_mp_param[] = { "bfloat16", "float32", NULL };
+static const char *const ch_mp_reduce[] = { "float32", NULL };
+static const char *const ch_reshard[] = { "default", "always", "never", NULL };
+static const char *const ch_schedule[] = { "GPipe", "1F1B", "Interleaved1F1B",
+					   "LoopedBFS", "InterleavedZeroBubble",
+					   "ZBVZeroBubble", NULL };
+static const char *const ch_rotate[] = { "allgather", "alltoall", NULL };
+static const char *const ch_ac[] = { "none", "selective", "full", NULL };
+static const char *const ch_export[] = { "float32", "bfloat16", "float16", NULL };
+static const char *const ch_async[] = { "disabled", "async", NULL };
+
+static const struct cfg_entry schema[] = {
+	/* job */
+	K(job, dump_folder, STRING, "./outputs", NR, NULL, 0,
+	  "folder for all outputs of the job (checkpoints, metrics, traces)"),
+	K(job, description, STRING, "default job", NR, NULL, 0,
+	  "free-text description of the job"),
+	K(job, print_config, BOOL, "false", NR, NULL, 0,
+	  "log the resolved configuration at start-up"),
+
+	/* model */
+	K(model, name, ENUM, "llama3", NR, ch_model_name, 0, "model family"),
+	K(model, flavor, ENUM, "debugmodel", NR, ch_flavor, 0,
+	  "model size; custom takes the dims below"),
+	K(model, tokenizer_path, STRING, "", NR, NULL, 0,
+	  "tokenizer file (tiktoken .model or HF tokenizer.json); '' = none"),
+	K(model, hf_assets_path, STRING, "", NR, NULL, 0,
+	  "folder of HF assets (tokenizer.json, config.json); '' = none"),
+	K(model, dim, INT, "-1", GE(-1), NULL, NZ,
+	  "model width; -1 = from the flavor"),
+	K(model, n_layers, INT, "-1", GE(-1), NULL, NZ,
+	  "number of transformer blocks; -1 = from the flavor"),
+	K(model, n_heads, INT, "-1", GE(-1), NULL, NZ,
+	  "attention heads; -1 = from the flavor"),
+	K(model, n_kv_heads, INT, "-1", GE(-1), NULL, NZ,
+	  "key/value heads (GQA); -1 = from the flavor"),
+	K(model, vocab_size, INT, "-1", GE(-1), NULL, NZ,
+	  "vocabulary size; -1 = from the flavor"),
+	K(model, multiple_of, INT, "-1", GE(-1), NULL, NZ,
+	  "FFN hidden size is rounded up to a multiple of this; -1 = from the flavor"),
+	K(model, ffn_dim_multiplier, FLOAT, "", GE(0), NULL, NUL | NZ,
+	  "FFN hidden size multiplier; null = from the flavor"),
+	K(model, norm_eps, FLOAT, "1e-5", GE(0), NULL, NZ, "RMSNorm epsilon"),
+	K(model, rope_theta, FLOAT, "500000", GE(0), NULL, NZ, "RoPE base"),
+	K(model, rope_scaling, BOOL, "true", NR, NULL, 0,
+	  "apply Llama 3.1 RoPE frequency scaling"),
+	K(model, rope_scaling_factor, FLOAT, "8", GE(0), NULL, NZ,
+	  "RoPE scaling: factor for low frequencies"),
+	K(model, rope_low_freq_factor, FLOAT, "1", GE(0), NULL, NZ,
+	  "RoPE scaling: low-frequency factor"),
+	K(model, rope_high_freq_factor, FLOAT, "4", GE(0), NULL, NZ,
+	  "RoPE scaling: high-frequency factor"),
+	K(model, rope_original_max_position, INT, "8192", GE(1), NULL, 0,
+	  "RoPE scaling: original maximum position"),
+	K(model, tie_word_embeddings, ENUM, "auto", NR, ch_tie, 0,
+	  "share the embedding and output weights; auto = per flavor"),
+	K(model, converters, STRLIST, "", NR, NULL, 0,
+	  "model converters to apply, e.g. float8"),
+
+	/* optimizer */
+	K(optimizer, name, ENUM, "AdamW", NR, ch_optim, 0, "optimizer"),
+	K(optimizer, lr, FLOAT, "8e-4", GE(0), NULL, NZ, "peak learning rate"),
+	K(optimizer, beta1, FLOAT, "0.9", IN(0, 1), NULL, 0,
+	  "first moment decay (must be < 1)"),
+	K(optimizer, beta2, FLOAT, "0.95", IN(0, 1), NULL, 0,
+	  "second moment decay (must be < 1)"),
+	K(optimizer, eps, FLOAT, "1e-8", GE(0), NULL, 0, "denominator epsilon"),
+	K(optimizer, weight_decay, FLOAT, "0.1", GE(0), NULL, 0,
+	  "decoupled weight decay"),
+	K(optimizer, weight_decay_exclude_norms_embeddings, BOOL, "false", NR, NULL, 0,
+	  "no weight decay on norm weights and embeddings"),
+	K(optimizer, implementation, ENUM, "fused", NR, ch_impl, 0,
+	  "optimizer kernel implementation"),
+	K(optimizer, early_step_in_backward, BOOL, "false", NR, NULL, 0,
+	  "step each parameter as soon as its gradient is ready"),
+
+	/* lr_scheduler */
+	K(lr_scheduler, warmup_steps, INT, "200", GE(0), NULL, 0,
+	  "linear warmup steps"),
+	K(lr_scheduler, total_steps, INT, "-1", GE(-1), NULL, NZ,
+	  "schedule length; -1 = training.steps"),
+	K(lr_scheduler, decay_ratio, FLOAT, "", IN(0, 1), NULL, NUL,
+	  "fraction of steps spent decaying (WSD); null = decay right after warmup"),
+	K(lr_scheduler, decay_type, ENUM, "linear", NR, ch_decay, 0, "decay shape"),
+	K(lr_scheduler, min_lr_factor, FLOAT, "0", IN(0, 1), NULL, 0,
+	  "final learning rate as a fraction of optimizer.lr"),
+
+	/* training */
+	K(training, dataset, STRING, "c4_test", NR, NULL, 0, "dataset name"),
+	K(training, dataset_path, STRING, "", NR, NULL, 0,
+	  "folder of titan-shard shards; '' = by dataset name"),
+	K(training, local_batch_size, INT, "8", GE(1), NULL, 0,
+	  "sequences per rank per microbatch"),
+	K(training, global_batch_size, INT, "-1", GE(-1), NULL, NZ,
+	  "sequences per step over all ranks; -1 = local_batch_size x DP degree"),
+	K(training, seq_len, INT, "2048", GE(1), NULL, 0, "sequence length in tokens"),
+	K(training, max_norm, FLOAT, "1.0", GE(0), NULL, NZ,
+	  "gradient clipping: maximum total L2 norm"),
+	K(training, steps, INT, "10000", GE(1), NULL, 0, "training steps"),
+	K(training, shuffle, BOOL, "false", NR, NULL, 0,
+	  "shuffle the order of the sequences"),
+	K(training, skip_nonfinite, BOOL, "false", NR, NULL, 0,
+	  "skip the optimizer step when the loss or gradient norm is not finite"),
+	K(training, enable_cpu_offload, BOOL, "false", NR, NULL, 0,
+	  "keep sharded parameters, gradients and optimizer state in host memory"),
+	K(training, dtype, ENUM, "float32", NR, ch_dtype, 0,
+	  "dtype of master weights, gradients and optimizer state"),
+	K(training, mixed_precision_param, ENUM, "bfloat16", NR, ch_mp_param, 0,
+	  "compute dtype of parameters under mixed precision"),
+	K(training, mixed_precision_reduce, ENUM, "float32", NR, ch_mp_reduce, 0,
+	  "dtype of gradient reductions under mixed precision"),
+	K(training, gc_freq, INT, "50", GE(1), NULL, 0,
+	  "housekeeping interval in steps"),
+	K(training, seed, INT, "0", GE(0), NULL, 0, "base random seed"),
+	K(training, deterministic, BOOL, "false", NR, NULL, 0,
+	  "use deterministic algorithms only (may be slower)"),
+
+	/* parallelism */
+	K(parallelism, data_parallel_replicate_degree, INT, "1", GE(1), NULL, 0,
+	  "DDP/HSDP replicas"),
+	K(parallelism, data_parallel_shard_degree, INT, "-1", GE(-1), NULL, NZ,
+	  "FSDP shards; -1 = the ranks left over"),
+	K(parallelism, fsdp_reshard_after_forward, ENUM, "default", NR, ch_reshard, 0,
+	  "free gathered parameters after forward"),
+	K(parallelism, tensor_parallel_degree, INT, "1", GE(1), NULL, 0,
+	  "tensor parallel degree"),
+	K(parallelism, disable_loss_parallel, BOOL, "false", NR, NULL, 0,
+	  "gather logits before the loss under TP"),
+	K(parallelism, enable_async_tensor_parallel, BOOL, "false", NR, NULL, 0,
+	  "overlap TP collectives with matmuls"),
+	K(parallelism, pipeline_parallel_degree, INT, "1", GE(1), NULL, 0,
+	  "pipeline parallel degree (ranks)"),
+	K(parallelism, pipeline_parallel_split_points, STRLIST, "", NR, NULL, 0,
+	  "module names that start a stage, e.g. layers.4,layers.8"),
+	K(parallelism, pipeline_parallel_schedule, ENUM, "1F1B", NR, ch_schedule, 0,
+	  "pipeline schedule"),
+	K(parallelism, pipeline_parallel_microbatch_size, INT, "1", GE(1), NULL, 0,
+	  "sequences per pipeline microbatch"),
+	K(parallelism, pipeline_parallel_layers_per_stage, INT, "", GE(1), NULL, NUL,
+	  "layers per pipeline stage; null = automatic"),
+	K(parallelism, context_parallel_degree, INT, "1", GE(1), NULL, 0,
+	  "context parallel degree"),
+	K(parallelism, context_parallel_rotate_method, ENUM, "allgather", NR,
+	  ch_rotate, 0, "collective that exchanges key/value shards under CP"),
+
+	/* activation_checkpoint */
+	K(activation_checkpoint, mode, ENUM, "selective", NR, ch_ac, 0,
+	  "activation checkpointing"),
+	K(activation_checkpoint, selective_ac_option, STRING, "2", NR, NULL, 0,
+	  "selective mode: N = every N-th block, op = per-op policy"),
+	K(activation_checkpoint, preserve_rng_state, BOOL, "false", NR, NULL, 0,
+	  "replay the RNG state when recomputing"),
+
+	/* checkpoint */
+	K(checkpoint, enable, BOOL, "false", NR, NULL, 0, "save and load checkpoints"),
+	K(checkpoint, folder, STRING, "checkpoint", NR, NULL, 0,
+	  "checkpoint folder under job.dump_folder"),
+	K(checkpoint, interval, INT, "500", GE(1), NULL, 0, "save every N steps"),
+	K(checkpoint, initial_load_path, STRING, "", NR, NULL, 0,
+	  "checkpoint to start from when the folder has none; '' = none"),
+	K(checkpoint, initial_load_model_only, BOOL, "true", NR, NULL, 0,
+	  "load only the model from initial_load_path"),
+	K(checkpoint, initial_load_in_hf, BOOL, "false", NR, NULL, 0,
+	  "initial_load_path is a HF safetensors folder"),
+	K(checkpoint, last_save_model_only, BOOL, "true", NR, NULL, 0,
+	  "the final save holds only the model"),
+	K(checkpoint, last_save_in_hf, BOOL, "false", NR, NULL, 0,
+	  "the final save is HF safetensors (needs last_save_model_only)"),
+	K(checkpoint, model_weights_only, BOOL, "false", NR, NULL, 0,
+	  "every save holds only the model"),
+	K(checkpoint, export_dtype, ENUM, "float32", NR, ch_export, 0,
+	  "dtype of a model-only final save"),
+	K(checkpoint, async_mode, ENUM, "disabled", NR, ch_async, 0,
+	  "write checkpoints in the background"),
+	K(checkpoint, keep_latest_k, INT, "10", GE(0), NULL, 0,
+	  "keep the newest K checkpoints; 0 = all (1 is not allowed)"),
+	K(checkpoint, load_step, INT, "-1", GE(-1), NULL, 0,
+	  "step to load; -1 = the latest"),
+	K(checkpoint, exclude_from_loading, STRLIST, "", NR, NULL, 0,
+	  "state not to load, e.g. optimizer,lr_scheduler,dataloader"),
+	K(checkpoint, enable_first_step_checkpoint, BOOL, "false", NR, NULL, 0,
+	  "also save after step 1"),
+	K(checkpoint, create_seed_checkpoint, BOOL, "false", NR, NULL, 0,
+	  "save the initial model as step 0 and exit"),
+	K(checkpoint, load_only, BOOL, "false", NR, NULL, 0, "load but never save"),
+
+	/* metrics */
+	K(metrics, log_freq, INT, "10", GE(1), NULL, 0, "log metrics every N steps"),
+	K(metrics, disable_color_printing, BOOL, "false", NR, NULL, 0,
+	  "no ANSI colours in the log"),
+	K(metrics, save_for_all_ranks, BOOL, "false", NR, NULL, 0,
+	  "every rank writes metrics, not just the logging rank"),
+	K(metrics, save_jsonl_file, STRING, "metrics.jsonl", NR, NULL, 0,
+	  "JSONL metrics file under job.dump_folder; '' = none"),
+	K(metrics, peak_flops, FLOAT, "", GE(0), NULL, NUL | NZ,
+	  "peak FLOP/s per device for MFU; null = device table"),
+	K(metrics, enable_tensorboard, BOOL, "false", NR, NULL, 0,
+	  "write TensorBoard event files"),
+
+	/* profiling */
+	K(profiling, enable_profiling, BOOL, "false", NR, NULL, 0,
+	  "write timing traces"),
+	K(profiling, save_traces_folder, STRING, "profile_traces", NR, NULL, 0,
+	  "trace folder under job.dump_folder"),
+	K(profiling, profile_freq, INT, "10", GE(1), NULL, 0,
+	  "profile every N steps"),
+	K(profiling, profiler_warmup, INT, "3", GE(0), NULL, 0,
+	  "warmup steps before each profiled window"),
+	K(profiling, profiler_active, INT, "1", GE(1), NULL, 0,
+	  "profiled steps per window"),
+	K(profiling, enable_memory_snapshot, BOOL, "false", NR, NULL, 0,
+	  "write memory event traces"),
+	K(profiling, save_memory_snapshot_folder, STRING, "memory_snapshot", NR, NULL, 0,
+	  "memory trace folder under job.dump_folder"),
+
+	/* comm */
+	K(comm, init_timeout_seconds, INT, "300", GE(1), NULL, 0,
+	  "collective timeout during start-up and the first step"),
+	K(comm, train_timeout_seconds, INT, "100", GE(1), NULL, 0,
+	  "collective timeout after the first step"),
+	K(comm, trace_buf_size, INT, "20000", GE(0), NULL, 0,
+	  "flight recorder entries; 0 = off"),
+	K(comm, save_traces_folder, STRING, "comm_traces", NR, NULL, 0,
+	  "flight recorder folder under job.dump_folder"),
+
+	/* validation */
+	K(validation, enable, BOOL, "false", NR, NULL, 0, "run validation"),
+	K(validation, dataset, STRING, "c4_validation", NR, NULL, 0,
+	  "validation dataset name"),
+	K(validation, dataset_path, STRING, "", NR, NULL, 0,
+	  "folder of validation shards; '' = by dataset name"),
+	K(validation, local_batch_size, INT, "8", GE(1), NULL, 0,
+	  "sequences per rank per validation step"),
+	K(validation, seq_len, INT, "2048", GE(1), NULL, 0,
+	  "validation sequence length"),
+	K(validation, freq, INT, "10", GE(1), NULL, 0, "validate every N steps"),
+	K(validation, steps, INT, "-1", GE(-1), NULL, NZ,
+	  "validation steps; -1 = the whole set"),
+};
+
+#define NKEYS (sizeof(schema) / sizeof(schema[0]))
+
+size_t titan_config_nkeys(void)
+{
+	return NKEYS;
+}
+
+const struct titan_config_key *titan_config_key_at(size_t i)
+{
+	return i < NKEYS ? &schema[i].k : NULL;
+}
+
+const char *cfg_full_name(const struct titan_config_key *k)
+{
+	return ((const struct cfg_entry *)k)->name;
+}
+
+size_t cfg_nsections(void)
+{
+	size_t n = 0;
+	for (size_t i = 0; i < NKEYS; i++)
+		if (i == 0 || strcmp(schema[i].k.section, schema[i - 1].k.section))
+			n++;
+	return n;
+}
+
+const char *cfg_section_at(size_t j)
+{
+	size_t n = 0;
+	for (size_t i = 0; i < NKEYS; i++)
+		if (i == 0 || strcmp(schema[i].k.section, schema[i - 1].k.section))
+			if (n++ == j)
+				return schema[i].k.section;
+	return NULL;
+}
+
+bool cfg_is_section(const char *name, size_t len)
+{
+	for (size_t i = 0; i < NKEYS; i++) {
+		const char *s = schema[i].k.section;
+		if (strlen(s) == len && !memcmp(s, name, len))
+			return true;
+	}
+	return false;
+}
+
+const struct titan_config_key *titan_config_find(const char *name)
+{
+	if (!name)
+		return NULL;
+	for (size_t i = 0; i < NKEYS; i++)
+		if (!strcmp(schema[i].name, name))
+			return &schema[i].k;
+	return NULL;
+}
+
+const char *cfg_suggest_section(const char *name)
+{
+	const char *best = NULL;
+	int bestd = 3; /* accept distance <= 2 */
+	for (size_t j = 0, n = cfg_nsections(); j < n; j++) {
+		const char *s = cfg_section_at(j);
+		int d = titan_edit_distance(name, s);
+		if (d < bestd) {
+			bestd = d;
+			best = s;
+		}
+	}
+	return best;
+}
+
+/*
+ * A misspelt key: a close "section.key" (distance 1 wins outright), else the
+ * same key name in exactly one other section ("training.lr" ->
+ * "optimizer.lr"), else the closest within distance 3.  A name without a
+ * dot is matched as a key name alone.
+ */
+const char *titan_config_suggest(const char *name, char *buf, size_t n)
+{
+	if (!name || !buf || !n)
+		return NULL;
+	const char *dot = strchr(name, '.');
+	const char *keyname = dot ? dot + 1 : name;
+	const char *best = NULL, *same = NULL;
+	int bestd = 4, nsame = 0;
+
+	for (size_t i = 0; i < NKEYS; i++) {
+		int d = dot ? titan_edit_distance(name, schema[i].name)
+			    : titan_edit_distance(name, schema[i].k.key);
+		if (d < bestd) {
+			bestd = d;
+			best = schema[i].name;
+		}
+		if (!strcmp(schema[i].k.key, keyname) &&
+		    (!dot || strncmp(schema[i].k.section, name, (size_t)(dot - name)) ||
+		     schema[i].k.section[dot - name] != '\0')) {
+			nsame++;
+			same = schema[i].name;
+		}
+	}
+	const char *pick = NULL;
+	if (best && bestd <= 1)
+		pick = best;
+	else if (nsame == 1)
+		pick = same;
+	else if (best && bestd < (int)strlen(keyname))
+		pick = best;
+	if (!pick)
+		return NULL;
+	size_t len = strlen(pick);
+	if (len >= n)
+		return NULL;
+	memcpy(buf, pick, len + 1);
+	return buf;
+}
+
+const char *cfg_type_name(enum titan_config_type t)
+{
+	switch (t) {
+	case TITAN_CFG_BOOL: return "bool";
+	case TITAN_CFG_INT: return "int";
+	case TITAN_CFG_FLOAT: return "float";
+	case TITAN_CFG_STRING: return "string";
+	case TITAN_CFG_ENUM: return "choice";
+	case TITAN_CFG_STRLIST: return "list";
+	}
+	return "?";
+}
+
+/* "a, b, c" of an enum's choices. */
+static void join_choices(const struct titan_config_key *k, char *buf, size_t n)
+{
+	size_t len = 0;
+	buf[0] = '\0';
+	for (const char *const *c = k->choices; c && *c; c++) {
+		int w = snprintf(buf + len, n - len, "%s%s", c == k->choices ? "" : ", ", *c);
+		if (w < 0 || (size_t)w >= n - len)
+			break;
+		len += (size_t)w;
+	}
+}
+
+const char *cfg_expected(const struct titan_config_key *k, char *buf, size_t n)
+{
+	char ch[256];
+	switch (k->type) {
+	case TITAN_CFG_BOOL: snprintf(buf, n, "a boolean (true/false)"); break;
+	case TITAN_CFG_INT: snprintf(buf, n, "an integer"); break;
+	case TITAN_CFG_FLOAT: snprintf(buf, n, "a number"); break;
+	case TITAN_CFG_STRING: snprintf(buf, n, "a string"); break;
+	case TITAN_CFG_ENUM:
+		join_choices(k, ch, sizeof ch);
+		snprintf(buf, n, "one of %s", ch);
+		break;
+	case TITAN_CFG_STRLIST:
+		snprintf(buf, n, "a list (a sequence or a comma-separated string)");
+		break;
+	}
+	return buf;
+}
+
+/* Number for help text: integers without a fraction. */
+static void fmt_bound(char *buf, size_t n, const struct titan_config_key *k, double v)
+{
+	if (k->type == TITAN_CFG_INT || (v == floor(v) && fabs(v) < 1e15))
+		snprintf(buf, n, "%.0f", v);
+	else
+		titan_format_double(buf, n, v);
+}
+
+/* "default 8, >= 1" / "default selective; one of none, selective, full". */
+static void help_detail(const struct titan_config_key *k, char *buf, size_t n)
+{
+	char def[128], extra[320] = "";
+	if (k->def[0])
+		snprintf(def, sizeof def, "%s", k->def);
+	else if (k->flags & TITAN_CFG_NULLABLE)
+		snprintf(def, sizeof def, "null");
+	else if (k->type == TITAN_CFG_STRLIST)
+		snprintf(def, sizeof def, "[]");
+	else
+		snprintf(def, sizeof def, "''");
+
+	if (k->type == TITAN_CFG_ENUM) {
+		char ch[256];
+		join_choices(k, ch, sizeof ch);
+		snprintf(extra, sizeof extra, "; one of %s", ch);
+	} else if ((k->type == TITAN_CFG_INT || k->type == TITAN_CFG_FLOAT) &&
+		   k->min <= k->max) {
+		char lo[48], hi[48];
+		fmt_bound(lo, sizeof lo, k, k->min);
+		fmt_bound(hi, sizeof hi, k, k->max);
+		bool nz = k->flags & TITAN_CFG_NONZERO;
+		if (isinf(k->max) && nz && k->min == 0)
+			snprintf(extra, sizeof extra, "; > 0");
+		else if (isinf(k->max) && nz)
+			snprintf(extra, sizeof extra, "; >= %s, not 0", lo);
+		else if (isinf(k->max))
+			snprintf(extra, sizeof extra, "; >= %s", lo);
+		else
+			snprintf(extra, sizeof extra, "; %s..%s", lo, hi);
+	}
+	snprintf(buf, n, "default %s%s%s", def, extra,
+		 k->flags & TITAN_CFG_NULLABLE ? "; or null" : "");
+}
+
+void titan_config_help(FILE *fp)
+{
+	size_t w = 0;
+	for (size_t i = 0; i < NKEYS; i++)
+		if (strlen(schema[i].name) > w)
+			w = strlen(schema[i].name);
+	fprintf(fp, "Configuration keys (YAML 'section: {key: value}' or --section.key=value):\n");
+	for (size_t i = 0; i < NKEYS; i++) {
+		const struct titan_config_key *k = &schema[i].k;
+		if (i == 0 || strcmp(k->section, schema[i - 1].k.section))
+			fprintf(fp, "\n%s:\n", k->section);
+		char detail[512];
+		help_detail(k, detail, sizeof detail);
+		fprintf(fp, "  %-*s  %-6s  %s\n", (int)w, schema[i].name,
+			cfg_type_name(k->type), detail);
+		fprintf(fp, "  %-*s  %s\n", (int)w, "", k->doc);
+	}
+}

@@ -1,0 +1,584 @@
+/*
+ * lib/config/value.c — typed values of the job configuration: defaults
+ * (titan_config_init), release and deep copy, setting one key from text
+ * with type, range, enum and UTF-8 checks (titan_config_set), formatting a
+ * value as text and comparing two configs.
+ */
+#include "config_impl.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+/* Longest piece of user text quoted back in a message. */
+#define SHOW 120
+
+int cfg_key_error(int code, const char *origin, const struct titan_config_key *k,
+		  const char *fmt, ...)
+{
+	char why[768];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(why, sizeof why, fmt, ap);
+	va_end(ap);
+	if (origin && *origin)
+		return titan_error(code, "%s: %s: %s", origin, cfg_full_name(k), why);
+	return titan_error(code, "%s: %s", cfg_full_name(k), why);
+}
+
+bool cfg_is_null_text(const char *s)
+{
+	return !*s || !strcmp(s, "~") || !strcmp(s, "null") || !strcmp(s, "Null") ||
+	       !strcmp(s, "NULL");
+}
+
+bool cfg_parse_bool(const char *s, bool *out)
+{
+	static const char *const yes[] = { "true", "yes", "on" };
+	static const char *const no[] = { "false", "no", "off" };
+	for (size_t i = 0; i < 3; i++) {
+		if (!strcasecmp(s, yes[i])) {
+			*out = true;
+			return true;
+		}
+		if (!strcasecmp(s, no[i])) {
+			*out = false;
+			return true;
+		}
+	}
+	return false;
+}
+
+bool cfg_utf8_valid(const char *str)
+{
+	const unsigned char *s = (const unsigned char *)str;
+	while (*s) {
+		unsigned c = *s;
+		size_t len;
+		uint32_t cp;
+		if (c < 0x80) {
+			s++;
+			continue;
+		} else if ((c & 0xE0) == 0xC0) {
+			len = 2;
+			cp = c & 0x1F;
+		} else if ((c & 0xF0) == 0xE0) {
+			len = 3;
+			cp = c & 0x0F;
+		} else if ((c & 0xF8) == 0xF0) {
+			len = 4;
+			cp = c & 0x07;
+		} else {
+			return false;
+		}
+		for (size_t i = 1; i < len; i++) {
+			if ((s[i] & 0xC0) != 0x80)
+				return false;
+			cp = (cp << 6) | (s[i] & 0x3F);
+		}
+		if ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) ||
+		    (len == 4 && cp < 0x10000) || cp > 0x10FFFF ||
+		    (cp >= 0xD800 && cp <= 0xDFFF))
+			return false;
+		s += len;
+	}
+	return true;
+}
+
+const char *cfg_format_float(char *buf, size_t n, double v)
+{
+	titan_format_double(buf, n, v);
+	if (!isfinite(v))
+		return buf;
+	/* Integral text gets ".0" so a reader sees a float. */
+	const char *p = buf + (buf[0] == '-');
+	if (*p && strspn(p, "0123456789") == strlen(p)) {
+		size_t len = strlen(buf);
+		if (len + 3 <= n)
+			memcpy(buf + len, ".0", 3);
+	}
+	return buf;
+}
+
+/* Bound of a range for a message: "1", "0.5". */
+static const char *fmt_bound(char *buf, size_t n, const struct titan_config_key *k,
+			     double v)
+{
+	if (k->type == TITAN_CFG_INT)
+		snprintf(buf, n, "%.0f", v);
+	else
+		titan_format_double(buf, n, v);
+	return buf;
+}
+
+static int check_range(const struct titan_config_key *k, double v, const char *text,
+		       const char *origin)
+{
+	char b[48];
+	if (k->min <= k->max) {
+		if (v < k->min)
+			return cfg_key_error(TITAN_E_INVALID, origin, k,
+					     "%.*s is out of range (minimum %s)", SHOW,
+					     text, fmt_bound(b, sizeof b, k, k->min));
+		if (v > k->max)
+			return cfg_key_error(TITAN_E_INVALID, origin, k,
+					     "%.*s is out of range (maximum %s)", SHOW,
+					     text, fmt_bound(b, sizeof b, k, k->max));
+	}
+	if ((k->flags & TITAN_CFG_NONZERO) && v == 0) {
+		if (k->min < 0)
+			return cfg_key_error(TITAN_E_INVALID, origin, k,
+					     "%.*s is not allowed (use %s or a value >= 1)",
+					     SHOW, text, fmt_bound(b, sizeof b, k, k->min));
+		return cfg_key_error(TITAN_E_INVALID, origin, k,
+				     "%.*s is not allowed (must be > 0)", SHOW, text);
+	}
+	return 0;
+}
+
+/* Strict decimal integer with an optional sign. */
+static int parse_int(const struct titan_config_key *k, const char *text,
+		     const char *origin, int64_t *out)
+{
+	const char *p = text + (*text == '+' || *text == '-');
+	if (!*p || strspn(p, "0123456789") != strlen(p))
+		return cfg_key_error(TITAN_E_INVALID, origin, k,
+				     "expected an integer, got '%.*s'", SHOW, text);
+	if (titan_parse_i64(text, out) < 0)
+		return cfg_key_error(TITAN_E_INVALID, origin, k,
+				     "%.*s is out of range for a 64-bit integer", SHOW, text);
+	return check_range(k, (double)*out, text, origin);
+}
+
+static int parse_float(const struct titan_config_key *k, const char *text,
+		       const char *origin, double *out)
+{
+	/* A number starts with a sign, a digit or a point (no "inf", "nan",
+	 * leading blanks); the core parser checks the rest. */
+	const char *p = text + (*text == '+' || *text == '-');
+	if (!(isdigit((unsigned char)*p) || (*p == '.' && isdigit((unsigned char)p[1]))) ||
+	    titan_parse_double(text, out) < 0)
+		return cfg_key_error(TITAN_E_INVALID, origin, k,
+				     "expected a number, got '%.*s'", SHOW, text);
+	if (!isfinite(*out))
+		return cfg_key_error(TITAN_E_INVALID, origin, k,
+				     "%.*s is out of range for a number", SHOW, text);
+	return check_range(k, *out, text, origin);
+}
+
+static void strlist_free(struct titan_strlist *l)
+{
+	for (size_t i = 0; i < l->n; i++)
+		free(l->items[i]);
+	free(l->items);
+	l->items = NULL;
+	l->n = 0;
+}
+
+static int strlist_dup(struct titan_strlist *dst, const char *const *items, size_t n)
+{
+	dst->n = 0;
+	dst->items = NULL;
+	if (!n)
+		return 0;
+	dst->items = calloc(n, sizeof *dst->items);
+	if (!dst->items)
+		return titan_error(TITAN_E_NOMEM, "out of memory");
+	for (size_t i = 0; i < n; i++) {
+		dst->items[i] = titan_strdup(items[i]);
+		if (!dst->items[i]) {
+			dst->n = i;
+			strlist_free(dst);
+			return TITAN_E_NOMEM;
+		}
+	}
+	dst->n = n;
+	return 0;
+}
+
+int cfg_set_list(struct titan_config *c, const struct titan_config_key *k,
+		 const char *const *items, size_t n, const char *origin)
+{
+	for (size_t i = 0; i < n; i++) {
+		if (!cfg_utf8_valid(items[i]))
+			return cfg_key_error(TITAN_E_INVALID, origin, k,
+					     "item %zu is not valid UTF-8", i + 1);
+		if (!items[i][0])
+			return cfg_key_error(TITAN_E_INVALID, origin, k,
+					     "item %zu is empty", i + 1);
+	}
+	struct titan_strlist nl;
+	int rc = strlist_dup(&nl, items, n);
+	if (rc < 0)
+		return rc;
+	struct titan_strlist *l = cfg_field(c, k);
+	strlist_free(l);
+	*l = nl;
+	return 0;
+}
+
+/* "a, b,c" -> items (blanks around items dropped); "" -> no items. */
+static int set_list_text(struct titan_config *c, const struct titan_config_key *k,
+			 const char *text, const char *origin)
+{
+	size_t cap = 1;
+	for (const char *p = text; *p; p++)
+		cap += *p == ',';
+	char *copy = titan_strdup(text);
+	char **items = calloc(cap, sizeof *items);
+	int rc = TITAN_E_NOMEM;
+	if (!copy || !items) {
+		if (copy)
+			titan_error(TITAN_E_NOMEM, "out of memory");
+		goto out;
+	}
+	size_t n = 0;
+	const char *blank = " \t\r\n";
+	if (copy[strspn(copy, blank)] != '\0') {
+		for (char *p = copy;;) {
+			char *end = strchr(p, ',');
+			if (end)
+				*end = '\0';
+			p += strspn(p, blank);
+			size_t len = strlen(p);
+			while (len && strchr(blank, p[len - 1]))
+				p[--len] = '\0';
+			if (!len) {
+				rc = cfg_key_error(TITAN_E_INVALID, origin, k,
+						   "empty item in list '%.*s'", SHOW, text);
+				goto out;
+			}
+			items[n++] = p;
+			if (!end)
+				break;
+			p = end + 1;
+		}
+	}
+	rc = cfg_set_list(c, k, (const char *const *)items, n, origin);
+out:
+	free(items);
+	free(copy);
+	return rc;
+}
+
+static int set_string(char **field, const char *text)
+{
+	char *s = titan_strdup(text);
+	if (!s)
+		return TITAN_E_NOMEM;
+	free(*field);
+	*field = s;
+	return 0;
+}
+
+int cfg_set_scalar(struct titan_config *c, const struct titan_config_key *k,
+		   const char *text, bool is_null, const char *origin)
+{
+	char exp[320];
+	void *f = cfg_field(c, k);
+
+	if (!is_null && (k->flags & TITAN_CFG_NULLABLE) &&
+	    (cfg_is_null_text(text) || !strcasecmp(text, "none")))
+		is_null = true;
+	if (is_null) {
+		if (!(k->flags & TITAN_CFG_NULLABLE))
+			return cfg_key_error(TITAN_E_INVALID, origin, k,
+					     "null is not allowed (expected %s)",
+					     cfg_expected(k, exp, sizeof exp));
+		if (k->type == TITAN_CFG_FLOAT)
+			*(double *)f = NAN;
+		else if (k->type == TITAN_CFG_INT)
+			*(int64_t *)f = TITAN_CFG_NONE_INT;
+		else
+			TITAN_ASSERT(!"nullable key of a type without a null");
+		return 0;
+	}
+
+	switch (k->type) {
+	case TITAN_CFG_BOOL: {
+		bool b;
+		if (!cfg_parse_bool(text, &b))
+			return cfg_key_error(TITAN_E_INVALID, origin, k,
+					     "expected a boolean (true/false), got '%.*s'",
+					     SHOW, text);
+		*(bool *)f = b;
+		return 0;
+	}
+	case TITAN_CFG_INT: {
+		int64_t v;
+		int rc = parse_int(k, text, origin, &v);
+		if (rc < 0)
+			return rc;
+		*(int64_t *)f = v;
+		return 0;
+	}
+	case TITAN_CFG_FLOAT: {
+		double v;
+		int rc = parse_float(k, text, origin, &v);
+		if (rc < 0)
+			return rc;
+		*(double *)f = v;
+		return 0;
+	}
+	case TITAN_CFG_STRING:
+		if (!cfg_utf8_valid(text))
+			return cfg_key_error(TITAN_E_INVALID, origin, k,
+					     "the value is not valid UTF-8");
+		return set_string(f, text);
+	case TITAN_CFG_ENUM:
+		/* Case-insensitive match, stored as the schema spells it. */
+		for (const char *const *ch = k->choices; *ch; ch++)
+			if (!strcasecmp(text, *ch))
+				return set_string(f, *ch);
+		{
+			char ch[300];
+			cfg_expected(k, ch, sizeof ch); /* "one of a, b" */
+			return cfg_key_error(TITAN_E_INVALID, origin, k,
+					     "'%.*s' is not %s", SHOW, text, ch);
+		}
+	case TITAN_CFG_STRLIST:
+		return set_list_text(c, k, text, origin);
+	}
+	return titan_error(TITAN_E_INTERNAL, "%s: bad schema type", cfg_full_name(k));
+}
+
+int titan_config_set(struct titan_config *c, const char *name, const char *value,
+		     const char *origin)
+{
+	const char *pre = origin && *origin ? origin : NULL;
+	const struct titan_config_key *k = titan_config_find(name);
+	char sug[CFG_NAME_MAX], tail[CFG_NAME_MAX + 32] = "";
+
+	if (!k) {
+		/* torchtitan's "--section.no_flag" sets a boolean to false. */
+		const char *dot = strchr(name, '.');
+		if (dot && !strncmp(dot + 1, "no_", 3) && !value) {
+			char alt[CFG_NAME_MAX];
+			int len = snprintf(alt, sizeof alt, "%.*s.%s", (int)(dot - name),
+					   name, dot + 4);
+			const struct titan_config_key *b = titan_config_find(alt);
+			if (len > 0 && (size_t)len < sizeof alt && b &&
+			    b->type == TITAN_CFG_BOOL) {
+				*(bool *)cfg_field(c, b) = false;
+				return 0;
+			}
+		}
+		if (!dot || !cfg_is_section(name, (size_t)(dot - name))) {
+			char sec[CFG_NAME_MAX];
+			snprintf(sec, sizeof sec, "%.*s",
+				 dot ? (int)(dot - name) : (int)strlen(name), name);
+			const char *s = cfg_suggest_section(sec);
+			if (s)
+				snprintf(tail, sizeof tail, " (did you mean '%s'?)", s);
+			return titan_error(TITAN_E_INVALID, "%s%s%.*s: unknown section '%s'%s",
+					   pre ? pre : "", pre ? ": " : "", SHOW, name,
+					   sec, tail);
+		}
+		if (titan_config_suggest(name, sug, sizeof sug))
+			snprintf(tail, sizeof tail, " (did you mean '%s'?)", sug);
+		return titan_error(TITAN_E_INVALID, "%s%s%.*s: unknown key%s",
+				   pre ? pre : "", pre ? ": " : "", SHOW, name, tail);
+	}
+	if (!value) {
+		if (k->type == TITAN_CFG_BOOL) {
+			*(bool *)cfg_field(c, k) = true;
+			return 0;
+		}
+		char exp[320];
+		return cfg_key_error(TITAN_E_INVALID, pre, k, "missing value (expected %s)",
+				     cfg_expected(k, exp, sizeof exp));
+	}
+	return cfg_set_scalar(c, k, value, false, pre);
+}
+
+/* ---- lifecycle */
+
+void titan_config_release(struct titan_config *c)
+{
+	if (!c)
+		return;
+	for (size_t i = 0, n = titan_config_nkeys(); i < n; i++) {
+		const struct titan_config_key *k = titan_config_key_at(i);
+		void *f = cfg_field(c, k);
+		if (k->type == TITAN_CFG_STRING || k->type == TITAN_CFG_ENUM)
+			free(*(char **)f);
+		else if (k->type == TITAN_CFG_STRLIST)
+			strlist_free(f);
+	}
+	memset(c, 0, sizeof *c);
+}
+
+int titan_config_init(struct titan_config *c)
+{
+	memset(c, 0, sizeof *c);
+	for (size_t i = 0, n = titan_config_nkeys(); i < n; i++) {
+		const struct titan_config_key *k = titan_config_key_at(i);
+		int rc;
+		if (k->type == TITAN_CFG_STRLIST)
+			rc = set_list_text(c, k, k->def, "default");
+		else
+			rc = cfg_set_scalar(c, k, k->def,
+					    !k->def[0] && (k->flags & TITAN_CFG_NULLABLE),
+					    "default");
+		if (rc < 0) {
+			titan_config_release(c);
+			return rc;
+		}
+	}
+	return 0;
+}
+
+int titan_config_copy(struct titan_config *dst, const struct titan_config *src)
+{
+	size_t n = titan_config_nkeys();
+	*dst = *src;
+	/* Detach every owned pointer first so a failure can release dst. */
+	for (size_t i = 0; i < n; i++) {
+		const struct titan_config_key *k = titan_config_key_at(i);
+		void *f = cfg_field(dst, k);
+		if (k->type == TITAN_CFG_STRING || k->type == TITAN_CFG_ENUM)
+			*(char **)f = NULL;
+		else if (k->type == TITAN_CFG_STRLIST)
+			*(struct titan_strlist *)f = (struct titan_strlist){ 0, NULL };
+	}
+	for (size_t i = 0; i < n; i++) {
+		const struct titan_config_key *k = titan_config_key_at(i);
+		const void *s = cfg_cfield(src, k);
+		void *f = cfg_field(dst, k);
+		int rc = 0;
+		if ((k->type == TITAN_CFG_STRING || k->type == TITAN_CFG_ENUM) &&
+		    *(char *const *)s) {
+			if (!(*(char **)f = titan_strdup(*(char *const *)s)))
+				rc = TITAN_E_NOMEM;
+		} else if (k->type == TITAN_CFG_STRLIST) {
+			const struct titan_strlist *l = s;
+			rc = strlist_dup(f, (const char *const *)l->items, l->n);
+		}
+		if (rc < 0) {
+			titan_config_release(dst);
+			return rc;
+		}
+	}
+	return 0;
+}
+
+/* ---- output helpers */
+
+/* Append `s` at buf[len] (truncating, NUL-terminated); the untruncated length. */
+static size_t append(char *buf, size_t n, size_t len, const char *s)
+{
+	size_t sl = strlen(s);
+	if (len + 1 < n) {
+		size_t m = len + sl < n ? sl : n - len - 1;
+		memcpy(buf + len, s, m);
+		buf[len + m] = '\0';
+	}
+	return len + sl;
+}
+
+size_t cfg_format(const struct titan_config *c, const struct titan_config_key *k,
+		  char *buf, size_t n)
+{
+	char tmp[64];
+	const void *f = cfg_cfield(c, k);
+	const char *s = "";
+	switch (k->type) {
+	case TITAN_CFG_BOOL:
+		s = *(const bool *)f ? "true" : "false";
+		break;
+	case TITAN_CFG_INT: {
+		int64_t v = *(const int64_t *)f;
+		if ((k->flags & TITAN_CFG_NULLABLE) && v == TITAN_CFG_NONE_INT)
+			s = "null";
+		else
+			s = (snprintf(tmp, sizeof tmp, "%" PRId64, v), tmp);
+		break;
+	}
+	case TITAN_CFG_FLOAT: {
+		double v = *(const double *)f;
+		s = isnan(v) && (k->flags & TITAN_CFG_NULLABLE)
+			    ? "null"
+			    : cfg_format_float(tmp, sizeof tmp, v);
+		break;
+	}
+	case TITAN_CFG_STRING:
+	case TITAN_CFG_ENUM:
+		s = *(char *const *)f ? *(char *const *)f : "";
+		break;
+	case TITAN_CFG_STRLIST: {
+		const struct titan_strlist *l = f;
+		size_t len = 0;
+		if (n)
+			buf[0] = '\0';
+		for (size_t i = 0; i < l->n; i++) {
+			if (i)
+				len = append(buf, n, len, ",");
+			len = append(buf, n, len, l->items[i]);
+		}
+		return len;
+	}
+	}
+	size_t len = strlen(s);
+	if (n) {
+		size_t m = len < n ? len : n - 1;
+		memcpy(buf, s, m);
+		buf[m] = '\0';
+	}
+	return len;
+}
+
+int titan_config_format_value(const struct titan_config *c, const char *name,
+			      char *buf, size_t n)
+{
+	const struct titan_config_key *k = titan_config_find(name);
+	if (!k)
+		return titan_error(TITAN_E_INVALID, "%.*s: unknown key", SHOW, name);
+	size_t len = cfg_format(c, k, buf, n);
+	if (len >= n)
+		return titan_error(TITAN_E_INVALID,
+				   "%s: the value (%zu bytes) does not fit in %zu bytes",
+				   name, len, n);
+	return 0;
+}
+
+static bool str_eq(const char *a, const char *b)
+{
+	return !strcmp(a ? a : "", b ? b : "");
+}
+
+const char *titan_config_diff(const struct titan_config *a, const struct titan_config *b)
+{
+	for (size_t i = 0, n = titan_config_nkeys(); i < n; i++) {
+		const struct titan_config_key *k = titan_config_key_at(i);
+		const void *fa = cfg_cfield(a, k), *fb = cfg_cfield(b, k);
+		bool eq = true;
+		switch (k->type) {
+		case TITAN_CFG_BOOL: eq = *(const bool *)fa == *(const bool *)fb; break;
+		case TITAN_CFG_INT: eq = *(const int64_t *)fa == *(const int64_t *)fb; break;
+		case TITAN_CFG_FLOAT: {
+			double x = *(const double *)fa, y = *(const double *)fb;
+			eq = (isnan(x) && isnan(y)) || x == y;
+			break;
+		}
+		case TITAN_CFG_STRING:
+		case TITAN_CFG_ENUM:
+			eq = str_eq(*(char *const *)fa, *(char *const *)fb);
+			break;
+		case TITAN_CFG_STRLIST: {
+			const struct titan_strlist *la = fa, *lb = fb;
+			eq = la->n == lb->n;
+			for (size_t j = 0; eq && j < la->n; j++)
+				eq = str_eq(la->items[j], lb->items[j]);
+			break;
+		}
+		}
+		if (!eq)
+			return cfg_full_name(k);
+	}
+	return NULL;
+}

@@ -1,0 +1,227 @@
+/*
+ * util.c — strict number parsing, byte and float formatting, edit distance,
+ * and atomic whole-file writes (temporary name, fsync, rename).
+ */
+#include "titan/core.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+int titan_parse_i64(const char *s, int64_t *out)
+{
+	char *end;
+	long long v;
+
+	if (!s || !*s || isspace((unsigned char)*s))
+		return TITAN_E_INVALID;
+	errno = 0;
+	v = strtoll(s, &end, 10);
+	if (errno || *end)
+		return TITAN_E_INVALID;
+	*out = v;
+	return 0;
+}
+
+int titan_parse_u64(const char *s, uint64_t *out)
+{
+	char *end;
+	unsigned long long v;
+
+	if (!s || !isdigit((unsigned char)*s))
+		return TITAN_E_INVALID;
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno || *end)
+		return TITAN_E_INVALID;
+	*out = v;
+	return 0;
+}
+
+int titan_parse_double(const char *s, double *out)
+{
+	char *end;
+	double v;
+
+	if (!s || !*s || isspace((unsigned char)*s))
+		return TITAN_E_INVALID;
+	errno = 0;
+	v = strtod(s, &end);
+	if (*end || (errno == ERANGE && isinf(v)))
+		return TITAN_E_INVALID;
+	*out = v;
+	return 0;
+}
+
+int titan_parse_size(const char *s, uint64_t *out)
+{
+	char *end;
+	unsigned long long v;
+	unsigned shift = 0;
+
+	if (!s || !isdigit((unsigned char)*s))
+		return TITAN_E_INVALID;
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno)
+		return TITAN_E_INVALID;
+	switch (*end) {
+	case '\0': break;
+	case 'k': case 'K': shift = 10; end++; break;
+	case 'm': case 'M': shift = 20; end++; break;
+	case 'g': case 'G': shift = 30; end++; break;
+	case 't': case 'T': shift = 40; end++; break;
+	default: return TITAN_E_INVALID;
+	}
+	if (*end == 'i' && shift)
+		end++;
+	if (*end == 'B' || (*end == 'b' && shift))
+		end++;
+	if (*end || (shift && v > (ULLONG_MAX >> shift)))
+		return TITAN_E_INVALID;
+	*out = (uint64_t)v << shift;
+	return 0;
+}
+
+const char *titan_format_bytes(char *buf, size_t n, double bytes)
+{
+	static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+	int u = 0;
+	double v = bytes;
+
+	while (fabs(v) >= 1024.0 && u < 5) {
+		v /= 1024.0;
+		u++;
+	}
+	if (u == 0)
+		snprintf(buf, n, "%.0f B", v);
+	else
+		snprintf(buf, n, "%.2f %s", v, units[u]);
+	return buf;
+}
+
+const char *titan_format_double(char *buf, size_t n, double v)
+{
+	if (isnan(v)) {
+		snprintf(buf, n, "nan");
+		return buf;
+	}
+	if (isinf(v)) {
+		snprintf(buf, n, v > 0 ? "inf" : "-inf");
+		return buf;
+	}
+	for (int prec = 15; prec <= 17; prec++) {
+		snprintf(buf, n, "%.*g", prec, v);
+		if (strtod(buf, NULL) == v)
+			break;
+	}
+	return buf;
+}
+
+int titan_edit_distance(const char *a, const char *b)
+{
+	size_t la = strlen(a), lb = strlen(b);
+	int *d, r;
+
+	if (la > 256 || lb > 256)
+		return (int)(la > lb ? la : lb);
+	d = malloc((la + 1) * (lb + 1) * sizeof(*d));
+	if (!d)
+		return (int)(la > lb ? la : lb);
+#define D(i, j) d[(i) * (lb + 1) + (j)]
+	for (size_t i = 0; i <= la; i++)
+		D(i, 0) = (int)i;
+	for (size_t j = 0; j <= lb; j++)
+		D(0, j) = (int)j;
+	for (size_t i = 1; i <= la; i++) {
+		for (size_t j = 1; j <= lb; j++) {
+			int cost = a[i - 1] != b[j - 1];
+			int v = D(i - 1, j) + 1;
+
+			if (D(i, j - 1) + 1 < v)
+				v = D(i, j - 1) + 1;
+			if (D(i - 1, j - 1) + cost < v)
+				v = D(i - 1, j - 1) + cost;
+			if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] &&
+			    D(i - 2, j - 2) + 1 < v)
+				v = D(i - 2, j - 2) + 1;
+			D(i, j) = v;
+		}
+	}
+	r = D(la, lb);
+#undef D
+	free(d);
+	return r;
+}
+
+char *titan_strdup(const char *s)
+{
+	char *p = strdup(s ? s : "");
+
+	if (!p)
+		titan_error(TITAN_E_NOMEM, "out of memory copying a string");
+	return p;
+}
+
+int titan_write_file_atomic(const char *path, const void *data, size_t n)
+{
+	size_t len = strlen(path);
+	char *tmp = malloc(len + 16);
+	const char *p = data;
+	int fd, rc = TITAN_E_IO;
+
+	if (!tmp)
+		return titan_error(TITAN_E_NOMEM, "out of memory");
+	snprintf(tmp, len + 16, "%s.tmp.XXXXXX", path);
+	fd = mkstemp(tmp);
+	if (fd < 0) {
+		titan_error(TITAN_E_IO, "cannot create '%s': %s", tmp, strerror(errno));
+		free(tmp);
+		return TITAN_E_IO;
+	}
+	while (n > 0) {
+		ssize_t w = write(fd, p, n);
+
+		if (w < 0) {
+			if (errno == EINTR)
+				continue;
+			titan_error(TITAN_E_IO, "cannot write '%s': %s", tmp, strerror(errno));
+			goto fail;
+		}
+		p += w;
+		n -= (size_t)w;
+	}
+	/* mkstemp makes 0600; give the file the mode open(2) would have given */
+	mode_t mask = umask(0);
+
+	umask(mask);
+	if (fchmod(fd, 0666 & ~mask) != 0 || fsync(fd) != 0) {
+		titan_error(TITAN_E_IO, "cannot sync '%s': %s", tmp, strerror(errno));
+		goto fail;
+	}
+	if (close(fd) != 0) {
+		fd = -1;
+		titan_error(TITAN_E_IO, "cannot close '%s': %s", tmp, strerror(errno));
+		goto fail;
+	}
+	fd = -1;
+	if (rename(tmp, path) != 0) {
+		titan_error(TITAN_E_IO, "cannot rename '%s' to '%s': %s", tmp, path,
+			    strerror(errno));
+		goto fail;
+	}
+	rc = 0;
+fail:
+	if (fd >= 0)
+		close(fd);
+	if (rc)
+		unlink(tmp);
+	free(tmp);
+	return rc;
+}

@@ -1,0 +1,48 @@
+/*
+ * nocuda.c — the CUDA layer's entry points for builds without nvcc
+ * (make CUDA=no or no toolkit found): each reports that CUDA is not built.
+ */
+#include "titan/cuda.h"
+
+#include "config.h"
+
+#if !TITAN_HAVE_CUDA
+#define NOT_BUILT() \
+	titan_error(TITAN_E_UNSUPPORTED, "titan was built without CUDA (rebuild with make CUDA=yes)")
+
+bool titan_cuda_built(void)
+{
+	return false;
+}
+
+int titan_cuda_device_count(int *n)
+{
+	*n = 0;
+	return NOT_BUILT();
+}
+
+int titan_cuda_device_info(int device, struct titan_cuda_device_info *out)
+{
+	(void)device;
+	(void)out;
+	return NOT_BUILT();
+}
+
+int titan_cuda_mem_backend(int device, struct titan_mem_backend *out)
+{
+	(void)device;
+	(void)out;
+	return NOT_BUILT();
+}
+
+int titan_cuda_memcpy(void *dst, const void *src, size_t bytes)
+{
+	(void)dst;
+	(void)src;
+	(void)bytes;
+	return NOT_BUILT();
+}
+#else
+/* ISO C forbids an empty translation unit. */
+typedef int titan_cuda_built_with_nvcc;
+#endif

@@ -1,0 +1,176 @@
+/*
+ * llama3.c — Llama 3 flavor table and parameter / FLOP arithmetic, as
+ * torchtitan's models/llama3/__init__.py (llama3_configs) and
+ * models/utils.py (get_dense_model_nparams_and_flops).
+ */
+#include "titan/model.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "titan/core.h"
+
+struct flavor {
+	const char *name;
+	int64_t dim, n_layers, n_heads, n_kv_heads, vocab_size, multiple_of;
+	double ffn_dim_multiplier;
+	bool tied;
+};
+
+/* torchtitan's llama3_configs (1B/3B from HEAD, tied embeddings). */
+static const struct flavor flavors[] = {
+	{"debugmodel", 256, 6, 16, 16, 2048, 256, NAN, false},
+	{"1B", 2048, 16, 32, 8, 128256, 1024, 1.5, true},
+	{"3B", 3072, 28, 24, 8, 128256, 1024, 1.0, true},
+	{"8B", 4096, 32, 32, 8, 128256, 1024, 1.3, false},
+	{"70B", 8192, 80, 64, 8, 128256, 4096, 1.3, false},
+	{"405B", 16384, 126, 128, 8, 128256, 4096, 1.2, false},
+};
+#define NFLAVORS ((int)(sizeof(flavors) / sizeof(flavors[0])))
+
+int titan_model_nflavors(void)
+{
+	return NFLAVORS;
+}
+
+const char *titan_model_flavor_name(int i)
+{
+	return i >= 0 && i < NFLAVORS ? flavors[i].name : NULL;
+}
+
+int64_t titan_ffn_hidden_dim(int64_t dim, int64_t multiple_of, double mult)
+{
+	int64_t hidden = (int64_t)(2.0 * (double)(4 * dim) / 3.0);
+
+	if (!isnan(mult))
+		hidden = (int64_t)(mult * (double)hidden);
+	return multiple_of * ((hidden + multiple_of - 1) / multiple_of);
+}
+
+static void set_defaults(struct titan_model_dims *d)
+{
+	memset(d, 0, sizeof(*d));
+	d->ffn_dim_multiplier = NAN;
+	d->norm_eps = 1e-5;
+	d->rope_theta = 500000.0;
+	d->rope_scaling = true;
+	d->rope_scaling_factor = 8.0;
+	d->rope_low_freq_factor = 1.0;
+	d->rope_high_freq_factor = 4.0;
+	d->rope_original_max_position = 8192;
+}
+
+static void finish(struct titan_model_dims *d)
+{
+	if (d->n_kv_heads <= 0)
+		d->n_kv_heads = d->n_heads;
+	d->head_dim = d->n_heads > 0 ? d->dim / d->n_heads : 0;
+	d->ffn_hidden = titan_ffn_hidden_dim(d->dim, d->multiple_of, d->ffn_dim_multiplier);
+}
+
+int titan_model_flavor(const char *name, struct titan_model_dims *out)
+{
+	for (int i = 0; i < NFLAVORS; i++) {
+		const struct flavor *f = &flavors[i];
+
+		if (strcmp(name, f->name) != 0)
+			continue;
+		set_defaults(out);
+		snprintf(out->flavor, sizeof(out->flavor), "%s", f->name);
+		out->dim = f->dim;
+		out->n_layers = f->n_layers;
+		out->n_heads = f->n_heads;
+		out->n_kv_heads = f->n_kv_heads;
+		out->vocab_size = f->vocab_size;
+		out->multiple_of = f->multiple_of;
+		out->ffn_dim_multiplier = f->ffn_dim_multiplier;
+		out->tied = f->tied;
+		finish(out);
+		return 0;
+	}
+	return titan_error(TITAN_E_INVALID, "model.flavor: unknown flavor '%s'", name);
+}
+
+int titan_model_dims_from_config(const struct titan_config *cfg, struct titan_model_dims *d)
+{
+	const char *fl = cfg->model.flavor;
+	bool custom = strcmp(fl, "custom") == 0;
+
+	if (custom) {
+		set_defaults(d);
+		snprintf(d->flavor, sizeof(d->flavor), "custom");
+		d->multiple_of = 256;
+		static const char *const need[] = {"dim", "n_layers", "n_heads", "vocab_size"};
+		const int64_t have[] = {cfg->model.dim, cfg->model.n_layers, cfg->model.n_heads,
+					cfg->model.vocab_size};
+		for (int i = 0; i < 4; i++)
+			if (have[i] <= 0)
+				return titan_error(TITAN_E_INVALID,
+						   "model.%s: must be set when model.flavor is 'custom'",
+						   need[i]);
+	} else if (titan_model_flavor(fl, d) < 0) {
+		return TITAN_E_INVALID;
+	}
+#define OVERRIDE(f) if (cfg->model.f > 0) d->f = cfg->model.f
+	OVERRIDE(dim);
+	OVERRIDE(n_layers);
+	OVERRIDE(n_heads);
+	OVERRIDE(n_kv_heads);
+	OVERRIDE(vocab_size);
+	OVERRIDE(multiple_of);
+#undef OVERRIDE
+	if (!isnan(cfg->model.ffn_dim_multiplier))
+		d->ffn_dim_multiplier = cfg->model.ffn_dim_multiplier;
+	d->norm_eps = cfg->model.norm_eps;
+	d->rope_theta = cfg->model.rope_theta;
+	d->rope_scaling = cfg->model.rope_scaling;
+	d->rope_scaling_factor = cfg->model.rope_scaling_factor;
+	d->rope_low_freq_factor = cfg->model.rope_low_freq_factor;
+	d->rope_high_freq_factor = cfg->model.rope_high_freq_factor;
+	d->rope_original_max_position = cfg->model.rope_original_max_position;
+	if (strcmp(cfg->model.tie_word_embeddings, "true") == 0)
+		d->tied = true;
+	else if (strcmp(cfg->model.tie_word_embeddings, "false") == 0)
+		d->tied = false;
+	if (custom && cfg->model.n_kv_heads <= 0)
+		d->n_kv_heads = d->n_heads;
+	finish(d);
+	if (d->dim % d->n_heads != 0)
+		return titan_error(TITAN_E_INVALID,
+				   "model.n_heads: %lld heads do not divide model.dim %lld",
+				   (long long)d->n_heads, (long long)d->dim);
+	if (d->n_heads % d->n_kv_heads != 0)
+		return titan_error(TITAN_E_INVALID,
+				   "model.n_kv_heads: %lld kv heads do not divide model.n_heads %lld",
+				   (long long)d->n_kv_heads, (long long)d->n_heads);
+	if (d->head_dim % 2 != 0)
+		return titan_error(TITAN_E_INVALID,
+				   "model.n_heads: head_dim %lld (dim / n_heads) must be even for RoPE",
+				   (long long)d->head_dim);
+	return 0;
+}
+
+void titan_model_count_params(const struct titan_model_dims *d, struct titan_model_params *p)
+{
+	int64_t kv = d->n_kv_heads * d->head_dim, q = d->n_heads * d->head_dim;
+
+	memset(p, 0, sizeof(*p));
+	p->embedding = d->vocab_size * d->dim;
+	p->output = d->tied ? 0 : d->vocab_size * d->dim;
+	p->attention = d->dim * q + 2 * d->dim * kv + q * d->dim;
+	p->feed_forward = 3 * d->dim * d->ffn_hidden;
+	p->per_layer = p->attention + p->feed_forward + 2 * d->dim;
+	p->norms = (2 * d->n_layers + 1) * d->dim;
+	p->total = p->embedding + p->output + d->n_layers * p->per_layer + d->dim;
+}
+
+double titan_model_flops_per_token(const struct titan_model_dims *d, int64_t seq_len)
+{
+	struct titan_model_params p;
+	double n;
+
+	titan_model_count_params(d, &p);
+	n = (double)p.total - (d->tied ? 0.0 : (double)p.embedding);
+	return 6.0 * n + 12.0 * (double)d->n_layers * (double)d->n_heads *
+			 (double)d->head_dim * (double)seq_len;
+}

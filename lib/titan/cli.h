@@ -1,0 +1,96 @@
+/*
+ * titan/cli.h — the command-line contract shared by every titan-* tool
+ * (samtools' global options, git's exit codes):
+ *
+ *   --help            usage on stdout, exit 0
+ *   --version         version, git revision and features built in, exit 0
+ *   -c, --config F    YAML job config (tools that take one)
+ *   --help-config     every config key with type, default and doc, exit 0
+ *   --section.key=V   config override (any tool that takes --config)
+ *   -v, --verbose     more log output (repeatable); -q, --quiet: errors only
+ *   --threads N       worker threads (default: all cores)
+ *   --progress        progress on stderr even when it is not a terminal
+ *
+ * Exit status: 0 ok, 1 runtime failure, 2 usage or bad input.  Errors are
+ * one line on stderr: "titan-NAME: error: <what>: <why>".  stdout carries
+ * data only and is checked on close, so a full disk or a closed pipe fails.
+ */
+#ifndef TITAN_CLI_H
+#define TITAN_CLI_H
+
+#include <getopt.h>
+#include <stdbool.h>
+#include <stdio.h>
+
+#include "titan/config.h"
+#include "titan/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum {
+	TITAN_OPT_VERSION = 0x1000,
+	TITAN_OPT_HELP_CONFIG,
+	TITAN_OPT_THREADS,
+	TITAN_OPT_PROGRESS,
+	TITAN_OPT_TOOL_BASE = 0x1100 /* tools number their long-only options from here */
+};
+
+/* Entries for a getopt_long table; end the table with {0}. */
+#define TITAN_CLI_GLOBAL_OPTIONS \
+	{"help", no_argument, NULL, 'h'}, \
+	{"version", no_argument, NULL, TITAN_OPT_VERSION}, \
+	{"verbose", no_argument, NULL, 'v'}, \
+	{"quiet", no_argument, NULL, 'q'}, \
+	{"threads", required_argument, NULL, TITAN_OPT_THREADS}, \
+	{"progress", no_argument, NULL, TITAN_OPT_PROGRESS}
+#define TITAN_CLI_CONFIG_OPTIONS \
+	{"config", required_argument, NULL, 'c'}, \
+	{"help-config", no_argument, NULL, TITAN_OPT_HELP_CONFIG}
+#define TITAN_CLI_GLOBAL_SHORT "hvq"
+#define TITAN_CLI_CONFIG_SHORT "c:"
+
+struct titan_cli {
+	const char *prog;         /* "titan-config" */
+	int verbosity;            /* 0 default, -1 quiet, 1.. verbose */
+	int threads;              /* 0 = all cores */
+	bool progress;            /* --progress given, or stderr is a terminal */
+	const char *config_path;  /* --config, or NULL */
+	struct titan_config_overrides overrides;
+};
+
+/* Set up logging from the environment and record the program name.  With
+ * `with_config`, removes `--section.key[=value]` overrides from argv (so
+ * call it before getopt_long).  Returns 0, or an exit status (1) after
+ * printing an error. */
+int titan_cli_init(struct titan_cli *cli, const char *prog, int *argc, char **argv,
+		   bool with_config);
+void titan_cli_release(struct titan_cli *cli);
+
+/* Handle a global option returned by getopt_long.  Returns
+ * TITAN_CLI_UNKNOWN when `opt` is not a global option (--help is the tool's:
+ * it has the usage text), TITAN_CLI_HANDLED when the tool goes on, or an exit
+ * status >= 0 when it must stop now (0 after --version / --help-config, 2
+ * after a bad value or getopt's '?'). */
+#define TITAN_CLI_UNKNOWN (-1)
+#define TITAN_CLI_HANDLED (-2)
+int titan_cli_option(struct titan_cli *cli, int opt, const char *arg);
+
+/* "titan-X: error: ..." on stderr; returns 2 (usage) with a pointer to --help. */
+int titan_cli_usage_error(const struct titan_cli *cli, const char *fmt, ...) TITAN_PRINTF(2, 3);
+/* "titan-X: error: <titan_errmsg()>" on stderr; returns the exit status for `code`. */
+int titan_cli_fail(const struct titan_cli *cli, int code);
+/* Prints the version block (what --version shows). */
+void titan_cli_version(FILE *fp, const char *prog);
+/* Resolve the config from --config and the overrides; on error prints it
+ * and returns the exit status, else 0. */
+int titan_cli_load_config(const struct titan_cli *cli, struct titan_config *cfg);
+/* Close stdout and report a write error (ENOSPC, EPIPE): returns `status`
+ * or 1.  Call last, with the status the tool would exit with. */
+int titan_cli_finish(const struct titan_cli *cli, int status);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

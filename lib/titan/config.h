@@ -1,0 +1,250 @@
+/*
+ * titan/config.h — the job configuration: YAML (libyaml) into a typed struct.
+ *
+ * One schema table (lib/config/schema.c) drives parsing, defaults, types,
+ * ranges, enumerations, the YAML printer and the --help-config text.  The
+ * sections and keys are torchtitan's (job_config.py of the TOML era, see
+ * shared/torchtitan-notes.md), plus titan's own keys where it does more
+ * (model dims of a custom flavor, metrics.peak_flops, ...).
+ *
+ * File format: a YAML mapping of sections, each a mapping of keys to scalars
+ * (or, for list keys, a sequence of scalars or a comma-separated string):
+ *
+ *   training:
+ *     steps: 10
+ *     seq_len: 2048
+ *
+ * Precedence: schema defaults < the YAML file < command-line overrides
+ * (`--section.key=value` or `--section.key value`, applied left to right;
+ * `--section.key` alone sets a boolean to true).
+ *
+ * Errors (TITAN_E_INVALID, message via titan_errmsg()) name the origin —
+ * "FILE:LINE:COL" for the file, "command line" for overrides — and the key:
+ *   cfg.yaml:12:3: training.stepz: unknown key (did you mean 'training.steps'?)
+ *   cfg.yaml:4:10: optimizer.lr: expected a number, got 'fast'
+ *   cfg.yaml:7:14: training.seq_len: 0 is out of range (minimum 1)
+ *   cfg.yaml:9:11: checkpoint.async_mode: 'sync' is not one of disabled, async
+ */
+#ifndef TITAN_CONFIG_H
+#define TITAN_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum titan_config_type {
+	TITAN_CFG_BOOL,
+	TITAN_CFG_INT,     /* int64_t */
+	TITAN_CFG_FLOAT,   /* double */
+	TITAN_CFG_STRING,  /* char * (owned; "" when empty) */
+	TITAN_CFG_ENUM,    /* char * holding one of `choices` */
+	TITAN_CFG_STRLIST, /* struct titan_strlist */
+};
+
+/* Flags of a schema entry. */
+#define TITAN_CFG_NULLABLE 0x1 /* YAML null / "none" allowed: FLOAT -> NAN, INT -> INT64_MIN */
+#define TITAN_CFG_NONZERO  0x2 /* INT: 0 is not allowed (e.g. -1 = infer, n >= 1) */
+
+struct titan_strlist {
+	size_t n;
+	char **items; /* owned */
+};
+
+/* One key of the schema. */
+struct titan_config_key {
+	const char *section;      /* "training" */
+	const char *key;          /* "steps" */
+	enum titan_config_type type;
+	size_t offset;            /* of the value in struct titan_config */
+	const char *def;          /* default, as text ("" for empty / none) */
+	double min, max;          /* inclusive range for INT/FLOAT (when min <= max) */
+	const char *const *choices; /* ENUM: NULL-terminated */
+	unsigned flags;
+	const char *doc;          /* one line for --help-config */
+};
+
+#define TITAN_CFG_NONE_INT INT64_MIN
+
+/* The resolved configuration.  Field names are the schema's keys. */
+struct titan_config {
+	struct {
+		char *dump_folder;       /* "./outputs" */
+		char *description;
+		bool print_config;
+	} job;
+	struct {
+		char *name;              /* "llama3" */
+		char *flavor;            /* debugmodel, 1B, 3B, 8B, 70B, 405B, custom */
+		char *tokenizer_path;
+		char *hf_assets_path;
+		/* custom flavor dims (used when flavor == "custom"; overrides
+		 * otherwise when not the sentinel -1 / NAN) */
+		int64_t dim, n_layers, n_heads, n_kv_heads, vocab_size, multiple_of;
+		double ffn_dim_multiplier;
+		double norm_eps;
+		double rope_theta;
+		bool rope_scaling;       /* Llama 3.1 frequency scaling */
+		double rope_scaling_factor, rope_low_freq_factor, rope_high_freq_factor;
+		int64_t rope_original_max_position;
+		char *tie_word_embeddings; /* auto|true|false (auto: per flavor) */
+		struct titan_strlist converters;
+	} model;
+	struct {
+		char *name;              /* AdamW, Adam */
+		double lr, beta1, beta2, eps, weight_decay;
+		bool weight_decay_exclude_norms_embeddings;
+		char *implementation;    /* fused, foreach, for-loop */
+		bool early_step_in_backward;
+	} optimizer;
+	struct {
+		int64_t warmup_steps;
+		int64_t total_steps;     /* -1: training.steps */
+		double decay_ratio;      /* NAN: decay right after warmup */
+		char *decay_type;        /* linear, sqrt, cosine */
+		double min_lr_factor;
+	} lr_scheduler;
+	struct {
+		char *dataset;
+		char *dataset_path;      /* folder of titan-shard shards */
+		int64_t local_batch_size, global_batch_size, seq_len;
+		double max_norm;
+		int64_t steps;
+		bool shuffle;
+		bool skip_nonfinite;
+		bool enable_cpu_offload;
+		char *dtype;             /* float32, bfloat16 */
+		char *mixed_precision_param, *mixed_precision_reduce;
+		int64_t gc_freq;
+		int64_t seed;
+		bool deterministic;
+	} training;
+	struct {
+		int64_t data_parallel_replicate_degree, data_parallel_shard_degree;
+		char *fsdp_reshard_after_forward; /* default, always, never */
+		int64_t tensor_parallel_degree;
+		bool disable_loss_parallel, enable_async_tensor_parallel;
+		int64_t pipeline_parallel_degree;
+		struct titan_strlist pipeline_parallel_split_points;
+		char *pipeline_parallel_schedule;
+		int64_t pipeline_parallel_microbatch_size;
+		int64_t pipeline_parallel_layers_per_stage; /* NONE_INT: auto */
+		int64_t context_parallel_degree;
+		char *context_parallel_rotate_method; /* allgather, alltoall */
+	} parallelism;
+	struct {
+		char *mode;              /* none, selective, full */
+		char *selective_ac_option; /* "<int N>" or "op" */
+		bool preserve_rng_state;
+	} activation_checkpoint;
+	struct {
+		bool enable;
+		char *folder;
+		int64_t interval;
+		char *initial_load_path;
+		bool initial_load_model_only, initial_load_in_hf;
+		bool last_save_model_only, last_save_in_hf;
+		bool model_weights_only;
+		char *export_dtype;      /* float32, bfloat16, float16 */
+		char *async_mode;        /* disabled, async */
+		int64_t keep_latest_k;
+		int64_t load_step;
+		struct titan_strlist exclude_from_loading;
+		bool enable_first_step_checkpoint, create_seed_checkpoint, load_only;
+	} checkpoint;
+	struct {
+		int64_t log_freq;
+		bool disable_color_printing;
+		bool save_for_all_ranks;
+		char *save_jsonl_file;   /* under dump_folder; "" disables */
+		double peak_flops;       /* NAN: device table / measured sgemm */
+		bool enable_tensorboard;
+	} metrics;
+	struct {
+		bool enable_profiling;
+		char *save_traces_folder;
+		int64_t profile_freq, profiler_warmup, profiler_active;
+		bool enable_memory_snapshot;
+		char *save_memory_snapshot_folder;
+	} profiling;
+	struct {
+		int64_t init_timeout_seconds, train_timeout_seconds, trace_buf_size;
+		char *save_traces_folder;
+	} comm;
+	struct {
+		bool enable;
+		char *dataset, *dataset_path;
+		int64_t local_batch_size, seq_len, freq, steps;
+	} validation;
+};
+
+/* ---- schema */
+size_t titan_config_nkeys(void);
+const struct titan_config_key *titan_config_key_at(size_t i);
+/* "section.key" -> entry, or NULL. */
+const struct titan_config_key *titan_config_find(const char *name);
+/* Closest "section.key" to a misspelt one (edit distance <= 3 or a unique
+ * key with the same name in another section), or NULL. */
+const char *titan_config_suggest(const char *name, char *buf, size_t n);
+
+/* ---- lifecycle */
+/* Fill every key with its schema default.  Returns TITAN_E_NOMEM on failure. */
+int titan_config_init(struct titan_config *c);
+void titan_config_release(struct titan_config *c); /* NULL-safe, idempotent */
+int titan_config_copy(struct titan_config *dst, const struct titan_config *src);
+
+/* ---- input */
+/* Apply a YAML file over the current values.  Unknown sections/keys, wrong
+ * types, out-of-range and bad enum values, duplicate keys and YAML syntax
+ * errors fail with "PATH:LINE:COL: section.key: why". */
+int titan_config_load_file(struct titan_config *c, const char *path);
+/* Same from memory; `name` is used in messages in place of a path. */
+int titan_config_load_string(struct titan_config *c, const char *yaml, size_t len,
+			     const char *name);
+/* Set one key from text ("section.key", "value"); `origin` prefixes errors
+ * ("command line", "cfg.yaml:3:5").  A NULL value sets a BOOL to true. */
+int titan_config_set(struct titan_config *c, const char *name, const char *value,
+		     const char *origin);
+/* Cross-key checks that no single key can make (e.g. a degree product,
+ * warmup vs steps): TITAN_E_INVALID naming the keys. */
+int titan_config_validate(const struct titan_config *c);
+
+/* Command-line overrides.  Removes every `--section.key[=value]` (and the
+ * value of `--section.key value`) from argv, compacting it, so getopt_long
+ * sees only the tool's own options; argv[0] stays.  Returns the number of
+ * overrides stored, or TITAN_E_NOMEM.  Tokens after "--" are left alone. */
+struct titan_config_overrides {
+	size_t n;
+	char **names;  /* "section.key" (owned) */
+	char **values; /* text or NULL for a bare flag (owned) */
+};
+int titan_config_extract_overrides(int *argc, char **argv,
+				   struct titan_config_overrides *ov);
+void titan_config_overrides_release(struct titan_config_overrides *ov);
+
+/* Defaults, then `path` (NULL: none), then overrides, then validate. */
+int titan_config_resolve(struct titan_config *c, const char *path,
+			 const struct titan_config_overrides *ov);
+
+/* ---- output */
+/* The whole config as YAML (every section and key, in schema order), which
+ * titan_config_load_file() reads back to equal values. */
+int titan_config_write_yaml(const struct titan_config *c, FILE *fp);
+/* One value as the text the YAML printer would use (no quotes). */
+int titan_config_format_value(const struct titan_config *c, const char *name,
+			      char *buf, size_t n);
+/* Keys whose values differ; returns the first differing "section.key" or
+ * NULL when equal (NaN equals NaN here). */
+const char *titan_config_diff(const struct titan_config *a, const struct titan_config *b);
+/* --help-config: every section and key with type, default, range or
+ * choices and the doc line. */
+void titan_config_help(FILE *fp);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,352 @@
+/*
+ * titan/core.h — the core of libtitan: errors, logging, tagged memory
+ * accounting, counter-based RNG, timers, CRC32C, a streaming JSON writer,
+ * number parsing and the shared command-line contract of the titan-* tools.
+ *
+ * Conventions (see STYLE.md):
+ *  - Library functions return 0 (or a pointer) on success and a negative
+ *    `enum titan_err` (or NULL) on failure, after recording a message with
+ *    titan_error().  The library never exits and never writes to stdout.
+ *  - Destructors (`_free`, `_release`, `_close`) accept NULL.
+ *  - Broken invariants are bugs: TITAN_ASSERT prints file:line and aborts.
+ */
+#ifndef TITAN_CORE_H
+#define TITAN_CORE_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define TITAN_PRINTF(f, a) __attribute__((format(printf, f, a)))
+#define TITAN_NORETURN __attribute__((noreturn))
+#else
+#define TITAN_PRINTF(f, a)
+#define TITAN_NORETURN
+#endif
+
+/* ------------------------------------------------------------------ errors */
+
+/* Error codes; library functions return them negated-free: the values are
+ * already negative so `if (rc < 0)` works everywhere. */
+enum titan_err {
+	TITAN_OK = 0,
+	TITAN_E_IO = -1,          /* open/read/write/rename failed (errno in msg) */
+	TITAN_E_NOMEM = -2,       /* allocation failed */
+	TITAN_E_INVALID = -3,     /* bad user input: config, arguments, data */
+	TITAN_E_FORMAT = -4,      /* a file is not what it claims (magic, size) */
+	TITAN_E_UNSUPPORTED = -5, /* feature not built in or not available */
+	TITAN_E_DEVICE = -6,      /* CUDA / cuBLAS / NCCL failure */
+	TITAN_E_COMM = -7,        /* MPI failure */
+	TITAN_E_INTERNAL = -8,    /* a bug that was caught without aborting */
+};
+
+/* The last error recorded on this thread. */
+struct titan_error_info {
+	int code;           /* enum titan_err, 0 when none */
+	char msg[1024];     /* user-facing message, no trailing newline */
+	const char *file;   /* library source location that raised it */
+	int line;
+	const char *func;
+};
+
+/* Record an error and return `code` (so `return titan_error(...)` works). */
+#define titan_error(code, ...) \
+	titan_error_set_((code), __FILE__, __LINE__, __func__, __VA_ARGS__)
+int titan_error_set_(int code, const char *file, int line, const char *func,
+		     const char *fmt, ...) TITAN_PRINTF(5, 6);
+/* Prepend context to the current message: "ctx: old message". Returns code. */
+int titan_error_prefix(const char *fmt, ...) TITAN_PRINTF(1, 2);
+const struct titan_error_info *titan_error_last(void);
+const char *titan_errmsg(void);          /* "" when no error */
+void titan_error_clear(void);
+const char *titan_strerr(int code);      /* "invalid input", ... */
+/* Exit status a tool should use for a code: 2 for TITAN_E_INVALID, else 1. */
+int titan_error_exit_status(int code);
+
+/* Invariant check; failure is a bug in titan, not a user error. */
+#define TITAN_ASSERT(x) \
+	((x) ? (void)0 : titan_assert_fail_(#x, __FILE__, __LINE__, __func__))
+void titan_assert_fail_(const char *expr, const char *file, int line,
+			const char *func) TITAN_NORETURN;
+
+/* MPI rank of this process for messages and logs; -1 (default) = unknown. */
+void titan_set_rank(int rank);
+int titan_get_rank(void);
+
+/* ----------------------------------------------------------------- logging */
+
+enum titan_log_level {
+	TITAN_LOG_ERROR = 0,
+	TITAN_LOG_WARN = 1,
+	TITAN_LOG_INFO = 2,
+	TITAN_LOG_DEBUG = 3,
+	TITAN_LOG_TRACE = 4,
+};
+
+/* Lines go to stderr (or the stream set below) as
+ *   [rank0]:[titan] 2026-11-21 23:01:02,123 - INFO - message
+ * ("[rank0]:" only once titan_set_rank() was called), the format torchtitan
+ * users know.  TITAN_LOG_LEVEL=error|warn|info|debug|trace in the environment
+ * sets the initial level; TITAN_LOG_TIME=0 drops the timestamp. */
+void titan_log_set_level(enum titan_log_level level);
+enum titan_log_level titan_log_get_level(void);
+int titan_log_parse_level(const char *s, enum titan_log_level *out);
+void titan_log_set_stream(FILE *fp); /* NULL = stderr */
+void titan_log(enum titan_log_level level, const char *fmt, ...) TITAN_PRINTF(2, 3);
+void titan_vlog(enum titan_log_level level, const char *fmt, va_list ap);
+#define titan_log_error(...) titan_log(TITAN_LOG_ERROR, __VA_ARGS__)
+#define titan_log_warn(...) titan_log(TITAN_LOG_WARN, __VA_ARGS__)
+#define titan_log_info(...) titan_log(TITAN_LOG_INFO, __VA_ARGS__)
+#define titan_log_debug(...) titan_log(TITAN_LOG_DEBUG, __VA_ARGS__)
+
+/* ------------------------------------------------- tagged memory accounting */
+
+/* What an allocation is for.  Estimates (titan-estimate) and measurements
+ * (titan-train, titan-memprof) are compared tag by tag. */
+enum titan_mem_tag {
+	TITAN_MEM_PARAMS = 0,
+	TITAN_MEM_GRADS,
+	TITAN_MEM_OPTIM,
+	TITAN_MEM_ACTIVATIONS,
+	TITAN_MEM_COMM,
+	TITAN_MEM_WORKSPACE,
+	TITAN_MEM_DATA,
+	TITAN_MEM_OTHER,
+	TITAN_MEM_NTAGS
+};
+const char *titan_mem_tag_name(enum titan_mem_tag tag); /* "params", ... */
+int titan_mem_tag_parse(const char *name, enum titan_mem_tag *out);
+
+/* Where the bytes come from.  The host backend is posix_memalign(64); the
+ * CUDA backend (lib/cuda) wraps cudaMalloc and later the caching allocator.
+ * `reserved` reports bytes held from the system (caching allocators hold
+ * more than is live); NULL means reserved == live. */
+struct titan_mem_backend {
+	const char *name;
+	void *(*alloc)(void *ctx, size_t bytes);
+	void (*free)(void *ctx, void *ptr, size_t bytes);
+	size_t (*reserved)(void *ctx);
+	void *ctx;
+	/* Zero a block for titan_mem_calloc; NULL = memset (host-addressable
+	 * memory only: a device backend must set it, e.g. to cudaMemset). */
+	void (*zero)(void *ctx, void *ptr, size_t bytes);
+};
+
+/* Bytes are counted exactly as requested (not rounded). */
+struct titan_mem_stats {
+	int64_t cur[TITAN_MEM_NTAGS];
+	int64_t peak[TITAN_MEM_NTAGS];  /* max of cur[tag] since reset */
+	int64_t total_cur;
+	int64_t total_peak;             /* max of the sum, not the sum of peaks */
+	int64_t peak_at_total[TITAN_MEM_NTAGS]; /* breakdown at total_peak */
+	int64_t n_alloc, n_free;        /* since creation */
+	int64_t reserved;               /* backend's reserved bytes, or total_cur */
+};
+
+struct titan_allocator;
+
+/* A new allocator over `backend` (copied); NULL backend = host memory.
+ * Thread-safe.  Returns NULL with an error recorded on failure. */
+struct titan_allocator *titan_allocator_new(const char *name,
+					    const struct titan_mem_backend *backend);
+/* Frees the allocator; live blocks are reported at DEBUG level and leaked. */
+void titan_allocator_free(struct titan_allocator *a);
+/* The process-wide host allocator (created on first use, never freed). */
+struct titan_allocator *titan_host_allocator(void);
+
+/* `bytes` may be 0 (returns a unique non-NULL pointer).  NULL + error
+ * (TITAN_E_NOMEM naming the tag and size) on failure. */
+void *titan_mem_alloc(struct titan_allocator *a, size_t bytes, enum titan_mem_tag tag);
+void *titan_mem_calloc(struct titan_allocator *a, size_t bytes, enum titan_mem_tag tag);
+/* Frees a block of this allocator; NULL is a no-op.  A pointer that this
+ * allocator did not hand out is a bug (TITAN_ASSERT). */
+void titan_mem_free(struct titan_allocator *a, void *ptr);
+/* Size and tag of a live block; -1 if unknown. */
+int64_t titan_mem_size(struct titan_allocator *a, const void *ptr,
+		       enum titan_mem_tag *tag);
+void titan_mem_get_stats(struct titan_allocator *a, struct titan_mem_stats *out);
+/* Peaks restart from the current values (torchtitan resets after each log). */
+void titan_mem_reset_peak(struct titan_allocator *a);
+
+/* Context stamped on trace events: training step and phase (a small id the
+ * caller defines, e.g. forward=1, backward=2; 0 = none). */
+void titan_mem_set_step(struct titan_allocator *a, uint32_t step, uint16_t phase);
+
+/* Memory event log.  While a trace is open every alloc/free appends one
+ * 32-byte little-endian record to `fp`:
+ *   u8 kind (1 alloc, 2 free), u8 tag, u16 phase, u32 step,
+ *   u64 time_ns since the trace opened, u64 bytes, u64 address
+ * after a 64-byte header:
+ *   char magic[8] "TTNMEM\0\1"(last byte: version 1), u32 version, i32 rank,
+ *   u64 start_unix_ns, char device[40] (allocator name, NUL padded).
+ * The caller owns `fp` (it must stay open until titan_mem_trace_stop). */
+#define TITAN_MEMTRACE_MAGIC "TTNMEM\0\1"
+#define TITAN_MEMTRACE_VERSION 1
+#define TITAN_MEMTRACE_HEADER_BYTES 64
+#define TITAN_MEMTRACE_RECORD_BYTES 32
+enum titan_memtrace_kind { TITAN_MEMTRACE_ALLOC = 1, TITAN_MEMTRACE_FREE = 2 };
+int titan_mem_trace_start(struct titan_allocator *a, FILE *fp);
+/* Flushes; returns TITAN_E_IO if any record could not be written. */
+int titan_mem_trace_stop(struct titan_allocator *a);
+
+/* Convenience: the host allocator. */
+static inline void *titan_malloc(size_t n, enum titan_mem_tag tag)
+{
+	return titan_mem_alloc(titan_host_allocator(), n, tag);
+}
+static inline void *titan_calloc(size_t n, enum titan_mem_tag tag)
+{
+	return titan_mem_calloc(titan_host_allocator(), n, tag);
+}
+static inline void titan_free(void *p)
+{
+	titan_mem_free(titan_host_allocator(), p);
+}
+
+/* --------------------------------------------------------------------- rng */
+
+/* Philox4x32-10 (Salmon et al., SC'11; the generator cuRAND calls
+ * "Philox_4x32_10"), counter-based: value i of stream s under seed k depends
+ * only on (k, s, i).  A tensor filled in pieces — by threads, by ranks owning
+ * shards, on the GPU — gets the same numbers as one filled whole, which is
+ * how every parallel layout starts from identical weights.
+ *
+ * Key = seed (64 bit).  Counter = (offset: 64 bit, stream: 64 bit).  One
+ * Philox call yields four 32-bit words. */
+struct titan_rng {
+	uint64_t seed;
+	uint64_t stream;
+	uint64_t offset; /* next counter to use (sequential API) */
+};
+
+void titan_rng_init(struct titan_rng *r, uint64_t seed, uint64_t stream);
+/* Derive an independent stream id, e.g. per rank or per parameter name. */
+uint64_t titan_rng_stream_id(const char *name, uint64_t index);
+/* One Philox4x32-10 block. */
+void titan_philox4x32(uint64_t seed, uint64_t stream, uint64_t counter, uint32_t out[4]);
+
+/* Sequential draws (advance r->offset by one counter per value). */
+uint32_t titan_rng_u32(struct titan_rng *r);
+uint64_t titan_rng_u64(struct titan_rng *r);
+double titan_rng_uniform(struct titan_rng *r); /* [0, 1), 53 bits */
+uint64_t titan_rng_below(struct titan_rng *r, uint64_t n); /* unbiased [0, n) */
+
+/* Position-addressed fills: out[j] is value number (first + j) of the stream,
+ * independent of how a tensor is split.  Each value consumes one counter.
+ *  - uniform: [lo, hi)
+ *  - normal: Box-Muller on the block's first two words (24-bit uniforms
+ *    are not enough for the tails: 32-bit words, computed in double)
+ *  - trunc_normal: PyTorch's trunc_normal_ method (inverse CDF: uniform in
+ *    [2·Φ(α)−1, 2·Φ(β)−1], erfinv, scale, clamp to [a, b]), a and b absolute. */
+void titan_rng_fill_uniform(const struct titan_rng *r, uint64_t first, float *out,
+			    size_t n, float lo, float hi);
+void titan_rng_fill_normal(const struct titan_rng *r, uint64_t first, float *out,
+			   size_t n, float mean, float std);
+void titan_rng_fill_trunc_normal(const struct titan_rng *r, uint64_t first, float *out,
+				 size_t n, float mean, float std, float a, float b);
+/* Inverse error function in double precision (|err| < 1e-15). */
+double titan_erfinv(double x);
+
+/* ------------------------------------------------------------------ timers */
+
+uint64_t titan_time_ns(void);      /* CLOCK_MONOTONIC */
+uint64_t titan_unix_time_ns(void); /* CLOCK_REALTIME */
+struct titan_timer {
+	uint64_t start_ns;  /* 0 when stopped */
+	uint64_t total_ns;  /* accumulated over start/stop pairs */
+	uint64_t count;
+};
+void titan_timer_start(struct titan_timer *t);
+uint64_t titan_timer_stop(struct titan_timer *t); /* returns this interval */
+static inline double titan_timer_seconds(const struct titan_timer *t)
+{
+	return (double)t->total_ns * 1e-9;
+}
+
+/* --------------------------------------------------------------- checksums */
+
+/* CRC32C (Castagnoli, as iSCSI/ext4/LevelDB): crc32c("123456789") =
+ * 0xE3069283.  Hardware SSE4.2 when the CPU has it, slicing-by-8 otherwise;
+ * both give the same value.  Chain calls by passing the previous result. */
+uint32_t titan_crc32c(uint32_t crc, const void *data, size_t n);
+uint32_t titan_crc32c_sw(uint32_t crc, const void *data, size_t n);
+
+/* --------------------------------------------------------------- json out */
+
+/* A small streaming JSON writer for JSONL (metrics, traces, --json output).
+ * Values are appended to a growing buffer; commas and nesting are tracked.
+ * Strings are escaped (control characters as \u00XX) and invalid UTF-8
+ * bytes become U+FFFD; non-finite numbers are written as null.  Misuse
+ * (a value where a key is required, unbalanced ends) is a bug: assert. */
+struct titan_json {
+	char *buf;
+	size_t len, cap;
+	int depth;
+	uint8_t stack[64];   /* per level: 'o' object / 'a' array */
+	bool first[64];      /* no value yet at this level */
+	bool want_value;     /* a key was just written */
+	bool oom;
+};
+void titan_json_init(struct titan_json *j);
+void titan_json_release(struct titan_json *j);
+void titan_json_reset(struct titan_json *j); /* empty, keep buffer */
+void titan_json_object_begin(struct titan_json *j);
+void titan_json_object_end(struct titan_json *j);
+void titan_json_array_begin(struct titan_json *j);
+void titan_json_array_end(struct titan_json *j);
+void titan_json_key(struct titan_json *j, const char *key);
+void titan_json_string(struct titan_json *j, const char *s);
+void titan_json_stringn(struct titan_json *j, const char *s, size_t n);
+void titan_json_int(struct titan_json *j, int64_t v);
+void titan_json_uint(struct titan_json *j, uint64_t v);
+void titan_json_double(struct titan_json *j, double v); /* shortest round-trip */
+void titan_json_bool(struct titan_json *j, bool v);
+void titan_json_null(struct titan_json *j);
+/* The text so far (NUL-terminated) or NULL after an allocation failure. */
+const char *titan_json_str(const struct titan_json *j);
+/* Writes the text and a newline; TITAN_E_IO / TITAN_E_NOMEM on failure. */
+int titan_json_write_line(struct titan_json *j, FILE *fp);
+
+/* -------------------------------------------------------- numbers, strings */
+
+/* Strict parsers: the whole string must be the number (no trailing junk,
+ * no empty string), in range; 0 on success, TITAN_E_INVALID otherwise
+ * (without recording an error: callers know the context). */
+int titan_parse_i64(const char *s, int64_t *out);
+int titan_parse_u64(const char *s, uint64_t *out);
+int titan_parse_double(const char *s, double *out);
+/* Size with optional binary suffix: 512, 4K, 16M, 2G, 1T (powers of 1024). */
+int titan_parse_size(const char *s, uint64_t *out);
+/* "1.50 GiB", "12.0 MiB", "512 B" into buf. */
+const char *titan_format_bytes(char *buf, size_t n, double bytes);
+/* Shortest "%.{15,16,17}g" text that parses back to exactly v. */
+const char *titan_format_double(char *buf, size_t n, double v);
+/* Damerau–Levenshtein (optimal string alignment) distance. */
+int titan_edit_distance(const char *a, const char *b);
+char *titan_strdup(const char *s); /* NULL + TITAN_E_NOMEM on failure */
+
+/* Write `n` bytes to `path` atomically: a temporary file in the same folder,
+ * fsync, rename.  On failure nothing exists under `path` that was not there. */
+int titan_write_file_atomic(const char *path, const void *data, size_t n);
+
+/* ------------------------------------------------------------ build facts */
+
+/* Version and the features compiled in, e.g. "0.1.0-12-gabcdef". */
+const char *titan_version(void);
+const char *titan_git_revision(void);
+/* Space-separated "cuda nccl mpi hdf5 hdf5-parallel openblas", each with a
+ * leading '+' (built in) or '-' (not built). */
+const char *titan_features(void);
+bool titan_has_feature(const char *name);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,238 @@
+/* test_core.c — errors, logging, number parsing and formatting, edit
+ * distance, atomic file writes, build facts. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <dirent.h>
+
+#include "titan/core.h"
+
+static void test_error_record(void **state)
+{
+	(void)state;
+	titan_error_clear();
+	assert_string_equal(titan_errmsg(), "");
+	int rc = titan_error(TITAN_E_INVALID, "bad value '%s' at %d", "x", 3);
+	assert_int_equal(rc, TITAN_E_INVALID);
+	const struct titan_error_info *e = titan_error_last();
+	assert_int_equal(e->code, TITAN_E_INVALID);
+	assert_string_equal(e->msg, "bad value 'x' at 3");
+	assert_non_null(strstr(e->file, "test_core.c"));
+	assert_string_equal(e->func, "test_error_record");
+	assert_true(e->line > 0);
+	assert_int_equal(titan_error_prefix("reading '%s'", "f.yaml"), TITAN_E_INVALID);
+	assert_string_equal(titan_errmsg(), "reading 'f.yaml': bad value 'x' at 3");
+	assert_int_equal(titan_error_exit_status(TITAN_E_INVALID), 2);
+	assert_int_equal(titan_error_exit_status(TITAN_E_IO), 1);
+	assert_string_equal(titan_strerr(TITAN_E_NOMEM), "out of memory");
+	titan_error_clear();
+	assert_int_equal(titan_error_last()->code, 0);
+}
+
+static void test_error_prefix_truncates(void **state)
+{
+	char big[2000];
+
+	(void)state;
+	memset(big, 'a', sizeof(big) - 1);
+	big[sizeof(big) - 1] = '\0';
+	titan_error(TITAN_E_IO, "%s", big);
+	titan_error_prefix("ctx");
+	assert_int_equal(strlen(titan_errmsg()), sizeof(titan_error_last()->msg) - 1);
+	assert_memory_equal(titan_errmsg(), "ctx: aaa", 8);
+}
+
+static void test_log_format(void **state)
+{
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *fp = open_memstream(&buf, &len);
+
+	(void)state;
+	titan_log_set_stream(fp);
+	titan_log_set_level(TITAN_LOG_INFO);
+	titan_log_info("hello %d", 42);
+	titan_log_debug("hidden");
+	titan_set_rank(3);
+	titan_log_warn("ranked");
+	titan_set_rank(-1);
+	titan_log_set_stream(NULL);
+	fclose(fp);
+	/* [titan] YYYY-MM-DD HH:MM:SS,mmm - INFO - hello 42 */
+	char *l1 = buf, *l2 = strchr(buf, '\n') + 1;
+	assert_memory_equal(l1, "[titan] ", 8);
+	assert_int_equal(l1[12], '-');
+	assert_int_equal(l1[27], ',');
+	assert_non_null(strstr(l1, " - INFO - hello 42\n"));
+	assert_null(strstr(buf, "hidden"));
+	assert_memory_equal(l2, "[rank3]:[titan] ", 16);
+	assert_non_null(strstr(l2, " - WARNING - ranked\n"));
+	free(buf);
+
+	enum titan_log_level l;
+	assert_int_equal(titan_log_parse_level("debug", &l), 0);
+	assert_int_equal(l, TITAN_LOG_DEBUG);
+	assert_int_equal(titan_log_parse_level("WARN", &l), 0);
+	assert_int_equal(l, TITAN_LOG_WARN);
+	assert_int_equal(titan_log_parse_level("loud", &l), TITAN_E_INVALID);
+}
+
+static void test_parse_numbers(void **state)
+{
+	int64_t i;
+	uint64_t u;
+	double d;
+
+	(void)state;
+	assert_int_equal(titan_parse_i64("-42", &i), 0);
+	assert_int_equal(i, -42);
+	assert_int_equal(titan_parse_i64("9223372036854775807", &i), 0);
+	assert_int_equal(i, INT64_MAX);
+	assert_int_equal(titan_parse_i64("9223372036854775808", &i), TITAN_E_INVALID);
+	assert_int_equal(titan_parse_i64("", &i), TITAN_E_INVALID);
+	assert_int_equal(titan_parse_i64(" 1", &i), TITAN_E_INVALID);
+	assert_int_equal(titan_parse_i64("1 ", &i), TITAN_E_INVALID);
+	assert_int_equal(titan_parse_i64("12abc", &i), TITAN_E_INVALID);
+	assert_int_equal(titan_parse_i64("2.5", &i), TITAN_E_INVALID);
+	assert_int_equal(titan_parse_u64("18446744073709551615", &u), 0);
+	assert_true(u == UINT64_MAX);
+	assert_int_equal(titan_parse_u64("-1", &u), TITAN_E_INVALID);
+	assert_int_equal(titan_parse_double("8e-4", &d), 0);
+	assert_true(d == 8e-4);
+	assert_int_equal(titan_parse_double("1e999", &d), TITAN_E_INVALID);
+	assert_int_equal(titan_parse_double("fast", &d), TITAN_E_INVALID);
+	assert_int_equal(titan_parse_double("", &d), TITAN_E_INVALID);
+	assert_int_equal(titan_parse_size("512", &u), 0);
+	assert_true(u == 512);
+	assert_int_equal(titan_parse_size("4K", &u), 0);
+	assert_true(u == 4096);
+	assert_int_equal(titan_parse_size("16MiB", &u), 0);
+	assert_true(u == 16u << 20);
+	assert_int_equal(titan_parse_size("2G", &u), 0);
+	assert_true(u == 2ull << 30);
+	assert_int_equal(titan_parse_size("3X", &u), TITAN_E_INVALID);
+	assert_int_equal(titan_parse_size("99999999999T", &u), TITAN_E_INVALID);
+}
+
+static void test_format(void **state)
+{
+	char b[64];
+
+	(void)state;
+	assert_string_equal(titan_format_bytes(b, sizeof(b), 512), "512 B");
+	assert_string_equal(titan_format_bytes(b, sizeof(b), 1536), "1.50 KiB");
+	assert_string_equal(titan_format_bytes(b, sizeof(b), 3.0 * (1 << 30)), "3.00 GiB");
+	assert_string_equal(titan_format_double(b, sizeof(b), 8e-4), "0.0008");
+	assert_string_equal(titan_format_double(b, sizeof(b), 0.1), "0.1");
+	assert_string_equal(titan_format_double(b, sizeof(b), 500000), "500000");
+	assert_string_equal(titan_format_double(b, sizeof(b), NAN), "nan");
+	/* exact round trip for awkward values */
+	const double vals[] = {1.0 / 3.0, 2.0 / 3.0, 1e-300, 5e-324, 1.7976931348623157e308,
+			       0.1 + 0.2, 3.0e-4, 1.5e-4};
+	for (size_t i = 0; i < sizeof(vals) / sizeof(vals[0]); i++) {
+		titan_format_double(b, sizeof(b), vals[i]);
+		assert_true(strtod(b, NULL) == vals[i]);
+	}
+}
+
+static void test_edit_distance(void **state)
+{
+	(void)state;
+	assert_int_equal(titan_edit_distance("", ""), 0);
+	assert_int_equal(titan_edit_distance("steps", "steps"), 0);
+	assert_int_equal(titan_edit_distance("stpes", "steps"), 1); /* transposition */
+	assert_int_equal(titan_edit_distance("step", "steps"), 1);
+	assert_int_equal(titan_edit_distance("kitten", "sitting"), 3);
+	assert_int_equal(titan_edit_distance("", "abc"), 3);
+}
+
+static void test_write_file_atomic(void **state)
+{
+	char dir[] = "/tmp/titan-test-XXXXXX", path[256];
+	char buf[64] = {0};
+	FILE *fp;
+	struct stat st;
+
+	(void)state;
+	assert_non_null(mkdtemp(dir));
+	snprintf(path, sizeof(path), "%s/out.txt", dir);
+	assert_int_equal(titan_write_file_atomic(path, "hello\n", 6), 0);
+	fp = fopen(path, "r");
+	assert_non_null(fp);
+	assert_int_equal(fread(buf, 1, sizeof(buf), fp), 6);
+	fclose(fp);
+	assert_string_equal(buf, "hello\n");
+	assert_int_equal(stat(path, &st), 0);
+	assert_true((st.st_mode & 0777) == (0666 & ~(mode_t)022) || (st.st_mode & 0644) == 0644);
+	/* overwrite keeps a complete file and leaves no temporary behind */
+	assert_int_equal(titan_write_file_atomic(path, "bye\n", 4), 0);
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	int n = 0;
+	while ((e = readdir(d)) != NULL)
+		n += e->d_name[0] != '.';
+	closedir(d);
+	assert_int_equal(n, 1);
+	/* a folder that does not exist: error naming the path, nothing created */
+	snprintf(path, sizeof(path), "%s/missing/out.txt", dir);
+	assert_int_equal(titan_write_file_atomic(path, "x", 1), TITAN_E_IO);
+	assert_non_null(strstr(titan_errmsg(), "missing/out.txt"));
+	snprintf(path, sizeof(path), "%s/out.txt", dir);
+	unlink(path);
+	rmdir(dir);
+}
+
+static void test_timer(void **state)
+{
+	struct titan_timer t = {0};
+
+	(void)state;
+	uint64_t a = titan_time_ns();
+	titan_timer_start(&t);
+	usleep(2000);
+	uint64_t d = titan_timer_stop(&t);
+	assert_true(d >= 2000000);
+	assert_true(t.total_ns == d && t.count == 1);
+	assert_true(titan_time_ns() > a);
+	assert_int_equal(titan_timer_stop(&t), 0); /* not running */
+	assert_true(titan_unix_time_ns() > 1700000000ull * 1000000000ull);
+}
+
+static void test_build_facts(void **state)
+{
+	(void)state;
+	assert_true(strlen(titan_version()) > 0);
+	assert_true(strlen(titan_git_revision()) > 0);
+	const char *f = titan_features();
+	assert_non_null(strstr(f, "cuda"));
+	assert_non_null(strstr(f, "openblas"));
+	assert_int_equal(titan_has_feature("hdf5"), strstr(f, "+hdf5 ") != NULL);
+	assert_false(titan_has_feature("no-such-feature"));
+	assert_false(titan_has_feature("hdf")); /* whole names only */
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_error_record),
+		cmocka_unit_test(test_error_prefix_truncates),
+		cmocka_unit_test(test_log_format),
+		cmocka_unit_test(test_parse_numbers),
+		cmocka_unit_test(test_format),
+		cmocka_unit_test(test_edit_distance),
+		cmocka_unit_test(test_write_file_atomic),
+		cmocka_unit_test(test_timer),
+		cmocka_unit_test(test_build_facts),
+	};
+	setenv("TITAN_LOG_TIME", "1", 1);
+	return cmocka_run_group_tests_name("core", tests, NULL, NULL);
+}

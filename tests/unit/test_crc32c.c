@@ -1,0 +1,124 @@
+/*
+ * test_crc32c.c — CRC32C known answers (the check value and RFC 3720 B.4),
+ * hardware == software on random buffers of many lengths and alignments,
+ * and chaining.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <string.h>
+
+#include "titan/core.h"
+
+static uint64_t xs_state = 0x9E3779B97F4A7C15ull;
+
+static uint64_t xorshift(void)
+{
+	uint64_t x = xs_state;
+	x ^= x << 13;
+	x ^= x >> 7;
+	x ^= x << 17;
+	return xs_state = x;
+}
+
+static void check_both(const void *p, size_t n, uint32_t want)
+{
+	assert_int_equal(titan_crc32c(0, p, n), want);
+	assert_int_equal(titan_crc32c_sw(0, p, n), want);
+}
+
+static void test_check_value(void **state)
+{
+	(void)state;
+	check_both("123456789", 9, 0xE3069283u);
+	check_both("a", 1, 0xC1D04330u);
+}
+
+static void test_rfc3720(void **state)
+{
+	unsigned char buf[32];
+	(void)state;
+
+	memset(buf, 0, sizeof buf);
+	check_both(buf, 32, 0x8A9136AAu);
+	memset(buf, 0xff, sizeof buf);
+	check_both(buf, 32, 0x62A8AB43u);
+	for (int i = 0; i < 32; i++)
+		buf[i] = (unsigned char)i;
+	check_both(buf, 32, 0x46DD794Eu);
+	for (int i = 0; i < 32; i++)
+		buf[i] = (unsigned char)(31 - i);
+	check_both(buf, 32, 0x113FDB5Cu);
+}
+
+static void test_empty(void **state)
+{
+	(void)state;
+	check_both("", 0, 0);
+	check_both(NULL, 0, 0);
+	/* An empty update leaves a running value unchanged. */
+	assert_int_equal(titan_crc32c(0xE3069283u, "", 0), 0xE3069283u);
+	assert_int_equal(titan_crc32c_sw(0xE3069283u, "", 0), 0xE3069283u);
+}
+
+static void test_hw_equals_sw(void **state)
+{
+	enum { MAX = 4096 + 64 };
+	static unsigned char buf[MAX + 16];
+	(void)state;
+
+	for (size_t i = 0; i < sizeof buf; i++)
+		buf[i] = (unsigned char)xorshift();
+	for (size_t off = 0; off < 16; off++) {
+		for (size_t n = 0; n <= 300; n++)
+			assert_int_equal(titan_crc32c(0, buf + off, n),
+					 titan_crc32c_sw(0, buf + off, n));
+		for (int k = 0; k < 20; k++) {
+			size_t n = (size_t)(xorshift() % MAX);
+			uint32_t seed = (uint32_t)xorshift();
+			assert_int_equal(titan_crc32c(seed, buf + off, n),
+					 titan_crc32c_sw(seed, buf + off, n));
+		}
+	}
+}
+
+static void test_chaining(void **state)
+{
+	enum { N = 1000 };
+	static unsigned char buf[N];
+	(void)state;
+
+	for (size_t i = 0; i < N; i++)
+		buf[i] = (unsigned char)xorshift();
+	uint32_t whole = titan_crc32c(0, buf, N);
+	assert_int_equal(titan_crc32c_sw(0, buf, N), whole);
+	for (size_t cut = 0; cut <= N; cut += 37) {
+		uint32_t a = titan_crc32c(0, buf, cut);
+		assert_int_equal(titan_crc32c(a, buf + cut, N - cut), whole);
+		uint32_t b = titan_crc32c_sw(0, buf, cut);
+		assert_int_equal(titan_crc32c_sw(b, buf + cut, N - cut), whole);
+		/* Mixing the two paths chains as well. */
+		assert_int_equal(titan_crc32c_sw(a, buf + cut, N - cut), whole);
+	}
+	/* Byte by byte. */
+	uint32_t c = 0;
+	for (size_t i = 0; i < N; i++)
+		c = titan_crc32c(c, buf + i, 1);
+	assert_int_equal(c, whole);
+	assert_int_equal(titan_crc32c(titan_crc32c(0, "1234", 4), "56789", 5), 0xE3069283u);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_check_value),
+		cmocka_unit_test(test_rfc3720),
+		cmocka_unit_test(test_empty),
+		cmocka_unit_test(test_hw_equals_sw),
+		cmocka_unit_test(test_chaining),
+	};
+	return cmocka_run_group_tests_name("crc32c", tests, NULL, NULL);
+}
