@@ -92,6 +92,8 @@ int titan_cli_fail(const struct titan_cli *cli, int code)
 {
 	const char *m = titan_errmsg();
 
+	if (titan_get_rank() >= 0)
+		fprintf(stderr, "[rank%d]: ", titan_get_rank());
 	fprintf(stderr, "%s: error: %s\n", cli->prog, *m ? m : titan_strerr(code));
 	return titan_error_exit_status(code);
 }

@@ -365,11 +365,19 @@ void *titan_mem_alloc(struct titan_allocator *a, size_t bytes, enum titan_mem_ta
 void *titan_mem_calloc(struct titan_allocator *a, size_t bytes, enum titan_mem_tag tag)
 {
 	void *p = titan_mem_alloc(a, bytes, tag);
-	if (p && bytes) {
-		if (a->be.zero)
-			a->be.zero(a->be.ctx, p, bytes);
-		else
-			memset(p, 0, bytes);
+	if (!p || !bytes)
+		return p;
+	if (!a->be.zero) {
+		memset(p, 0, bytes);
+		return p;
+	}
+	if (a->be.zero(a->be.ctx, p, bytes) < 0) {
+		char buf[32];
+		titan_error_prefix("cannot zero %s for %s on '%s'",
+				   titan_format_bytes(buf, sizeof buf, (double)bytes),
+				   tag_names[tag], a->name);
+		titan_mem_free(a, p);
+		return NULL;
 	}
 	return p;
 }

@@ -187,6 +187,12 @@ void titan_rng_fill_trunc_normal(const struct titan_rng *r, uint64_t first, floa
 {
 	/* torch.nn.init.trunc_normal_: uniform in [2l-1, 2u-1], erfinv, scale,
 	 * shift, clamp; computed in double, rounded once to float. */
+	if (!(std > 0)) { /* degenerate: every value is the clamped mean */
+		float m = mean < a ? a : mean > b ? b : mean;
+		for (size_t j = 0; j < n; j++)
+			out[j] = m;
+		return;
+	}
 	const double l = norm_cdf(((double)a - mean) / std);
 	const double u = norm_cdf(((double)b - mean) / std);
 	const double lo = 2.0 * l - 1.0, span = 2.0 * (u - l);

@@ -71,6 +71,15 @@ static void device_free(void *ctx, void *ptr, size_t bytes)
 	cudaFree(ptr);
 }
 
+static int device_zero(void *ctx, void *ptr, size_t bytes)
+{
+	struct device_ctx *c = (struct device_ctx *)ctx;
+
+	TITAN_CUDA_CHECK(cudaSetDevice(c->device));
+	TITAN_CUDA_CHECK(cudaMemset(ptr, 0, bytes));
+	return 0;
+}
+
 extern "C" int titan_cuda_mem_backend(int device, struct titan_mem_backend *out)
 {
 	static struct device_ctx ctxs[64];
@@ -87,6 +96,7 @@ extern "C" int titan_cuda_mem_backend(int device, struct titan_mem_backend *out)
 	out->alloc = device_alloc;
 	out->free = device_free;
 	out->reserved = NULL;
+	out->zero = device_zero;
 	out->ctx = &ctxs[device];
 	return 0;
 }

@@ -134,9 +134,10 @@ struct titan_mem_backend {
 	void (*free)(void *ctx, void *ptr, size_t bytes);
 	size_t (*reserved)(void *ctx);
 	void *ctx;
-	/* Zero a block for titan_mem_calloc; NULL = memset (host-addressable
-	 * memory only: a device backend must set it, e.g. to cudaMemset). */
-	void (*zero)(void *ctx, void *ptr, size_t bytes);
+	/* Zero a block for titan_mem_calloc: 0, or a negative titan_err after
+	 * recording an error.  NULL = memset (host-addressable memory only: a
+	 * device backend must set it, e.g. to a cudaMemset wrapper). */
+	int (*zero)(void *ctx, void *ptr, size_t bytes);
 };
 
 /* Bytes are counted exactly as requested (not rounded). */

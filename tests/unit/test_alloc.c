@@ -20,9 +20,15 @@
 
 #include "titan/core.h"
 
-/* Under AddressSanitizer, let impossible sizes fail with NULL as libc does. */
+/* Under Address/ThreadSanitizer, let impossible sizes fail with NULL as
+ * libc does (test_alloc_failure asks for SIZE_MAX / 2 bytes). */
 __attribute__((used)) const char *__asan_default_options(void);
 __attribute__((used)) const char *__asan_default_options(void)
+{
+	return "allocator_may_return_null=1";
+}
+__attribute__((used)) const char *__tsan_default_options(void);
+__attribute__((used)) const char *__tsan_default_options(void)
 {
 	return "allocator_may_return_null=1";
 }
@@ -122,6 +128,14 @@ static void test_scripted_peaks(void **state)
 	expect_tags(s.peak_at_total, 0, 0, 600, 600, 0, 50, 0, 0);
 	assert_int_equal(s.total_peak, 1250);
 
+	/* Reaching the same total again keeps the first breakdown. */
+	void *ph = titan_mem_alloc(a, 100, D);  /* total 1250 = peak */
+	titan_mem_get_stats(a, &s);
+	assert_int_equal(s.total_cur, 1250);
+	assert_int_equal(s.total_peak, 1250);
+	expect_tags(s.peak_at_total, 0, 0, 600, 600, 0, 50, 0, 0);
+	titan_mem_free(a, ph);
+
 	/* Stats after everything is freed. */
 	titan_mem_free(a, pe);
 	titan_mem_free(a, pf);
@@ -130,11 +144,11 @@ static void test_scripted_peaks(void **state)
 	titan_mem_free(a, NULL); /* no-op */
 	titan_mem_get_stats(a, &s);
 	expect_tags(s.cur, 0, 0, 0, 0, 0, 0, 0, 0);
-	expect_tags(s.peak, 0, 0, 600, 600, 100, 50, 0, 0);
+	expect_tags(s.peak, 0, 0, 600, 600, 100, 50, 100, 0);
 	assert_int_equal(s.total_cur, 0);
 	assert_int_equal(s.total_peak, 1250);
-	assert_int_equal(s.n_alloc, 8);
-	assert_int_equal(s.n_free, 8);
+	assert_int_equal(s.n_alloc, 9);
+	assert_int_equal(s.n_free, 9);
 	titan_allocator_free(a);
 	titan_allocator_free(NULL);
 }
@@ -227,11 +241,14 @@ static size_t count_reserved(void *ctx)
 	return (c->held + (1u << 20) - 1) & ~(size_t)((1u << 20) - 1);
 }
 
-static void count_zero(void *ctx, void *p, size_t n)
+static int count_zero(void *ctx, void *p, size_t n)
 {
 	struct counting *c = ctx;
 	c->n_zero++;
+	if (n == 12345) /* a device memset that fails */
+		return titan_error(TITAN_E_DEVICE, "memset failed");
 	memset(p, 0, n);
+	return 0;
 }
 
 static void test_custom_backend(void **state)
@@ -260,8 +277,20 @@ static void test_custom_backend(void **state)
 	assert_int_equal(s.total_cur, 8000);
 	assert_int_equal(s.reserved, 1 << 20);
 
+	/* A failing zero op: NULL, the block is given back, the error says why. */
+	titan_error_clear();
+	assert_null(titan_mem_calloc(a, 12345, O));
+	assert_int_equal(c.n_zero, 2);
+	assert_int_equal(titan_error_last()->code, TITAN_E_DEVICE);
+	assert_non_null(strstr(titan_errmsg(), "optim"));
+	assert_non_null(strstr(titan_errmsg(), "memset failed"));
+	assert_int_equal(c.n_alloc - c.n_free, 3);
+	titan_mem_get_stats(a, &s);
+	assert_int_equal(s.total_cur, 8000);
+	assert_int_equal(s.cur[O], 0);
+
 	titan_mem_free(a, p);
-	assert_int_equal(c.n_free, 1);
+	assert_int_equal(c.n_free, 2);
 	assert_int_equal(c.last_free, 3000);
 	titan_mem_free(a, z);
 	assert_int_equal(c.last_free, 1);
@@ -270,8 +299,8 @@ static void test_custom_backend(void **state)
 	assert_int_equal(c.held, 0);
 	titan_mem_get_stats(a, &s);
 	assert_int_equal(s.reserved, 0);
-	assert_int_equal(c.n_alloc, 3);
-	assert_int_equal(c.n_free, 3);
+	assert_int_equal(c.n_alloc, 4);
+	assert_int_equal(c.n_free, 4);
 	titan_allocator_free(a);
 }
 

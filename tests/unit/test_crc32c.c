@@ -1,6 +1,7 @@
 /*
  * test_crc32c.c — CRC32C known answers (the check value and RFC 3720 B.4),
- * hardware == software on random buffers of many lengths and alignments,
+ * hardware == software on random buffers of many lengths and alignments
+ * (including the 3-way interleaved block sizes of the hardware path),
  * and chaining.
  */
 #include <setjmp.h>
@@ -9,6 +10,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "titan/core.h"
@@ -85,9 +87,40 @@ static void test_hw_equals_sw(void **state)
 	}
 }
 
+/* The hardware path runs three interleaved chains over 3 x 256 and
+ * 3 x 8192 byte blocks; cover lengths on both sides of those sizes. */
+static void test_hw_long_buffers(void **state)
+{
+	enum { MAX = 200000 };
+	static const size_t edges[] = { 767, 768, 769, 775, 776, 1536, 1543,
+					24575, 24576, 24577, 24583, 24584, 49152,
+					49152 + 768, 49152 + 767, 73727, 73728 + 7 };
+	unsigned char *buf = malloc(MAX + 16);
+	(void)state;
+
+	assert_non_null(buf);
+	for (size_t i = 0; i < MAX + 16; i++)
+		buf[i] = (unsigned char)xorshift();
+	for (size_t e = 0; e < sizeof edges / sizeof edges[0]; e++)
+		for (size_t off = 0; off < 9; off++)
+			assert_int_equal(titan_crc32c(0, buf + off, edges[e]),
+					 titan_crc32c_sw(0, buf + off, edges[e]));
+	for (int k = 0; k < 10; k++) {
+		size_t off = (size_t)(xorshift() % 16);
+		size_t n = (size_t)(xorshift() % MAX);
+		uint32_t seed = (uint32_t)xorshift();
+		assert_int_equal(titan_crc32c(seed, buf + off, n),
+				 titan_crc32c_sw(seed, buf + off, n));
+	}
+	assert_int_equal(titan_crc32c(0, buf, MAX), titan_crc32c_sw(0, buf, MAX));
+	memset(buf, 0, MAX);
+	assert_int_equal(titan_crc32c(0, buf, MAX), titan_crc32c_sw(0, buf, MAX));
+	free(buf);
+}
+
 static void test_chaining(void **state)
 {
-	enum { N = 1000 };
+	enum { N = 60000 };
 	static unsigned char buf[N];
 	(void)state;
 
@@ -95,7 +128,7 @@ static void test_chaining(void **state)
 		buf[i] = (unsigned char)xorshift();
 	uint32_t whole = titan_crc32c(0, buf, N);
 	assert_int_equal(titan_crc32c_sw(0, buf, N), whole);
-	for (size_t cut = 0; cut <= N; cut += 37) {
+	for (size_t cut = 0; cut <= N; cut += 997) {
 		uint32_t a = titan_crc32c(0, buf, cut);
 		assert_int_equal(titan_crc32c(a, buf + cut, N - cut), whole);
 		uint32_t b = titan_crc32c_sw(0, buf, cut);
@@ -118,6 +151,7 @@ int main(void)
 		cmocka_unit_test(test_rfc3720),
 		cmocka_unit_test(test_empty),
 		cmocka_unit_test(test_hw_equals_sw),
+		cmocka_unit_test(test_hw_long_buffers),
 		cmocka_unit_test(test_chaining),
 	};
 	return cmocka_run_group_tests_name("crc32c", tests, NULL, NULL);

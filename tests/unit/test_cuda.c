@@ -69,6 +69,13 @@ static void test_device_allocator(void **state)
 	assert_int_equal(titan_cuda_memcpy(p, host, sizeof(host)), 0);
 	assert_int_equal(titan_cuda_memcpy(back, p, sizeof(back)), 0);
 	assert_memory_equal(host, back, sizeof(host));
+	/* calloc zeroes device memory through the backend, not a host memset */
+	void *z = titan_mem_calloc(a, sizeof(host), TITAN_MEM_GRADS);
+	assert_non_null(z);
+	assert_int_equal(titan_cuda_memcpy(back, z, sizeof(back)), 0);
+	for (int i = 0; i < 256; i++)
+		assert_true(back[i] == 0.0f);
+	titan_mem_free(a, z);
 	titan_mem_get_stats(a, &st);
 	assert_int_equal(st.cur[TITAN_MEM_PARAMS], sizeof(host));
 	titan_mem_free(a, p);

@@ -270,6 +270,12 @@ static void test_trunc_normal_fill(void **state)
 				 pow((phi(al) - phi(be)) / Z, 2));
 	assert_true(fabs(mean - tmean) < 0.003);
 	assert_true(fabs(std - sqrt(tvar)) < 0.003);
+
+	/* std 0 gives the mean, clamped into [a, b]. */
+	titan_rng_fill_trunc_normal(&r, 0, x, 4, 0.5f, 0.0f, -1.0f, 1.0f);
+	assert_true(x[0] == 0.5f && x[3] == 0.5f);
+	titan_rng_fill_trunc_normal(&r, 0, x, 4, 5.0f, 0.0f, -1.0f, 1.0f);
+	assert_true(x[0] == 1.0f && x[3] == 1.0f);
 	free(x);
 }
 
