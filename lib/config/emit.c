@@ -31,7 +31,6 @@ static bool needs_quote(const char *s)
 	if (*p == '.' && (!strcasecmp(p + 1, "inf") || !strcasecmp(p + 1, "nan")))
 		return true;
 	char *end;
-	errno = 0;
 	(void)strtod(s, &end);
 	if (end != s && *end == '\0')
 		return true;

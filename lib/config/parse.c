@@ -51,14 +51,26 @@ static bool has_nul(const yaml_node_t *node)
 	return strlen(scalar_text(node)) != node->data.scalar.length;
 }
 
-static int parser_error(const yaml_parser_t *p, const char *name)
+static int parser_error(const yaml_parser_t *p, const char *name, const char *text,
+			size_t len)
 {
 	if (p->error == YAML_MEMORY_ERROR)
 		return titan_error(TITAN_E_NOMEM, "%s: out of memory reading YAML", name);
-	if (p->error == YAML_READER_ERROR)
-		return titan_error(TITAN_E_INVALID, "%s: %s (byte %zu)", name,
-				   p->problem ? p->problem : "cannot read the input",
-				   p->problem_offset);
+	if (p->error == YAML_READER_ERROR) {
+		/* Reader errors (bad UTF-8, control characters) carry a byte
+		 * offset only: count lines and characters up to it. */
+		size_t line = 1, col = 1, off = p->problem_offset;
+		for (size_t i = 0; i < off && i < len; i++) {
+			if (text[i] == '\n') {
+				line++;
+				col = 1;
+			} else if (((unsigned char)text[i] & 0xC0) != 0x80) {
+				col++;
+			}
+		}
+		return titan_error(TITAN_E_INVALID, "%s:%zu:%zu: %s", name, line, col,
+				   p->problem ? p->problem : "cannot read the input");
+	}
 	char ctx[160] = "";
 	if (p->context)
 		snprintf(ctx, sizeof ctx, " (%s at line %zu, column %zu)", p->context,
@@ -66,6 +78,18 @@ static int parser_error(const yaml_parser_t *p, const char *name)
 	return titan_error(TITAN_E_INVALID, "%s:%zu:%zu: YAML syntax error: %s%s", name,
 			   p->problem_mark.line + 1, p->problem_mark.column + 1,
 			   p->problem ? p->problem : "unknown error", ctx);
+}
+
+/* The key node of a pair before `pr` in a mapping whose text is `key`. */
+static yaml_node_t *earlier_key(yaml_document_t *doc, yaml_node_pair_t *first,
+				yaml_node_pair_t *pr, const char *key)
+{
+	for (yaml_node_pair_t *q = first; q < pr; q++) {
+		yaml_node_t *qk = yaml_document_get_node(doc, q->key);
+		if (qk->type == YAML_SCALAR_NODE && !strcmp(scalar_text(qk), key))
+			return qk;
+	}
+	return NULL;
 }
 
 /* Apply one "key: value" pair of a section. */
@@ -134,15 +158,12 @@ static int apply_section(struct titan_config *c, yaml_document_t *doc, const cha
 		const char *key = scalar_text(kn);
 		snprintf(full, sizeof full, "%s.%s", sec, key);
 
-		/* Duplicates: compare with the keys before this one. */
-		for (yaml_node_pair_t *q = first; q < pr; q++) {
-			yaml_node_t *qk = yaml_document_get_node(doc, q->key);
-			if (qk->type == YAML_SCALAR_NODE && !strcmp(scalar_text(qk), key))
-				return titan_error(TITAN_E_INVALID,
-						   "%s: %.120s: duplicate key (first at line %zu, column %zu)",
-						   org, full, qk->start_mark.line + 1,
-						   qk->start_mark.column + 1);
-		}
+		yaml_node_t *dup = earlier_key(doc, first, pr, key);
+		if (dup)
+			return titan_error(TITAN_E_INVALID,
+					   "%s: %.120s: duplicate key (first at line %zu, column %zu)",
+					   org, full, dup->start_mark.line + 1,
+					   dup->start_mark.column + 1);
 		const struct titan_config_key *k = titan_config_find(full);
 		if (!k) {
 			tail[0] = '\0';
@@ -180,15 +201,19 @@ static int apply_document(struct titan_config *c, yaml_document_t *doc, const ch
 					   "%s: a section name must be a scalar, got %s", org,
 					   kind_of(kn));
 		const char *sec = scalar_text(kn);
-		for (yaml_node_pair_t *q = first; q < pr; q++) {
-			yaml_node_t *qk = yaml_document_get_node(doc, q->key);
-			if (qk->type == YAML_SCALAR_NODE && !strcmp(scalar_text(qk), sec))
-				return titan_error(TITAN_E_INVALID,
-						   "%s: %.120s: duplicate section (first at line %zu, column %zu)",
-						   org, sec, qk->start_mark.line + 1,
-						   qk->start_mark.column + 1);
-		}
+		yaml_node_t *dup = earlier_key(doc, first, pr, sec);
+		if (dup)
+			return titan_error(TITAN_E_INVALID,
+					   "%s: %.120s: duplicate section (first at line %zu, column %zu)",
+					   org, sec, dup->start_mark.line + 1,
+					   dup->start_mark.column + 1);
 		if (!cfg_is_section(sec, strlen(sec))) {
+			const struct titan_config_key *k = titan_config_find(sec);
+			if (k)
+				return titan_error(TITAN_E_INVALID,
+						   "%s: %s: write the key under its section "
+						   "('%s:' then '  %s:')",
+						   org, sec, k->section, k->key);
 			const char *s = cfg_suggest_section(sec);
 			tail[0] = '\0';
 			if (s)
@@ -218,7 +243,7 @@ int titan_config_load_string(struct titan_config *c, const char *yaml, size_t le
 	yaml_parser_set_input_string(&p, (const unsigned char *)(yaml ? yaml : ""),
 				     yaml ? len : 0);
 	if (!yaml_parser_load(&p, &doc)) {
-		rc = parser_error(&p, name);
+		rc = parser_error(&p, name, yaml, len);
 		yaml_parser_delete(&p);
 		return rc;
 	}
@@ -229,7 +254,7 @@ int titan_config_load_string(struct titan_config *c, const char *yaml, size_t le
 			/* A second document would be silently ignored: refuse it. */
 			yaml_document_t doc2;
 			if (!yaml_parser_load(&p, &doc2)) {
-				rc = parser_error(&p, name);
+				rc = parser_error(&p, name, yaml, len);
 			} else {
 				yaml_node_t *r2 = yaml_document_get_root_node(&doc2);
 				if (r2) {
@@ -301,8 +326,8 @@ out:
 
 int titan_config_load_file(struct titan_config *c, const char *path)
 {
-	char *buf;
-	size_t len;
+	char *buf = NULL;
+	size_t len = 0;
 	int rc = slurp(path, &buf, &len);
 	if (rc < 0)
 		return rc;

@@ -12,8 +12,8 @@
  */
 #include "config_impl.h"
 
+#include <limits.h>
 #include <math.h>
-#include <stdalign.h>
 #include <string.h>
 
 /* Compile-time check that a schema entry's type matches its field. */
@@ -254,8 +254,6 @@ static const struct cfg_entry schema[] = {
 	  "JSONL metrics file under job.dump_folder; '' = none"),
 	K(metrics, peak_flops, FLOAT, "", GE(0), NULL, NUL | NZ,
 	  "peak FLOP/s per device for MFU; null = device table"),
-	K(metrics, enable_tensorboard, BOOL, "false", NR, NULL, 0,
-	  "write TensorBoard event files"),
 
 	/* profiling */
 	K(profiling, enable_profiling, BOOL, "false", NR, NULL, 0,
@@ -357,11 +355,12 @@ const struct titan_config_key *titan_config_find(const char *name)
 const char *cfg_suggest_section(const char *name)
 {
 	const char *best = NULL;
-	int bestd = 3; /* accept distance <= 2 */
+	int bestd = INT_MAX;
 	for (size_t j = 0, n = cfg_nsections(); j < n; j++) {
 		const char *s = cfg_section_at(j);
 		int d = titan_edit_distance(name, s);
-		if (d < bestd) {
+		int limit = (int)strlen(s) / 4 > 2 ? (int)strlen(s) / 4 : 2;
+		if (d <= limit && d < bestd) {
 			bestd = d;
 			best = s;
 		}
@@ -373,7 +372,8 @@ const char *cfg_suggest_section(const char *name)
  * A misspelt key: a close "section.key" (distance 1 wins outright), else the
  * same key name in exactly one other section ("training.lr" ->
  * "optimizer.lr"), else the closest within distance 3.  A name without a
- * dot is matched as a key name alone.
+ * dot is matched as a key name alone (an exact name in several sections
+ * gives no suggestion).
  */
 const char *titan_config_suggest(const char *name, char *buf, size_t n)
 {
@@ -399,7 +399,9 @@ const char *titan_config_suggest(const char *name, char *buf, size_t n)
 		}
 	}
 	const char *pick = NULL;
-	if (best && bestd <= 1)
+	if (!dot && nsame) /* a bare key name: only when it is unambiguous */
+		pick = nsame == 1 ? same : NULL;
+	else if (best && bestd <= 1)
 		pick = best;
 	else if (nsame == 1)
 		pick = same;
@@ -472,14 +474,14 @@ static void fmt_bound(char *buf, size_t n, const struct titan_config_key *k, dou
 static void help_detail(const struct titan_config_key *k, char *buf, size_t n)
 {
 	char def[128], extra[320] = "";
-	if (k->def[0])
+	if (k->type == TITAN_CFG_STRING)
+		snprintf(def, sizeof def, "'%s'", k->def);
+	else if (k->def[0])
 		snprintf(def, sizeof def, "%s", k->def);
 	else if (k->flags & TITAN_CFG_NULLABLE)
 		snprintf(def, sizeof def, "null");
-	else if (k->type == TITAN_CFG_STRLIST)
-		snprintf(def, sizeof def, "[]");
 	else
-		snprintf(def, sizeof def, "''");
+		snprintf(def, sizeof def, "[]");
 
 	if (k->type == TITAN_CFG_ENUM) {
 		char ch[256];
@@ -506,19 +508,23 @@ static void help_detail(const struct titan_config_key *k, char *buf, size_t n)
 
 void titan_config_help(FILE *fp)
 {
-	size_t w = 0;
-	for (size_t i = 0; i < NKEYS; i++)
-		if (strlen(schema[i].name) > w)
-			w = strlen(schema[i].name);
-	fprintf(fp, "Configuration keys (YAML 'section: {key: value}' or --section.key=value):\n");
-	for (size_t i = 0; i < NKEYS; i++) {
-		const struct titan_config_key *k = &schema[i].k;
-		if (i == 0 || strcmp(k->section, schema[i - 1].k.section))
-			fprintf(fp, "\n%s:\n", k->section);
-		char detail[512];
-		help_detail(k, detail, sizeof detail);
-		fprintf(fp, "  %-*s  %-6s  %s\n", (int)w, schema[i].name,
-			cfg_type_name(k->type), detail);
-		fprintf(fp, "  %-*s  %s\n", (int)w, "", k->doc);
+	fprintf(fp, "Configuration keys, in YAML as 'section:' then '  key: value', "
+		    "on the command line as --section.key=VALUE:\n");
+	for (size_t i = 0; i < NKEYS;) {
+		/* One section: names aligned within it. */
+		size_t end = i, w = 0;
+		while (end < NKEYS && !strcmp(schema[end].k.section, schema[i].k.section)) {
+			if (strlen(schema[end].name) > w)
+				w = strlen(schema[end].name);
+			end++;
+		}
+		fprintf(fp, "\n%s:\n", schema[i].k.section);
+		for (; i < end; i++) {
+			const struct titan_config_key *k = &schema[i].k;
+			char detail[512];
+			help_detail(k, detail, sizeof detail);
+			fprintf(fp, "  %-*s  %-6s  %s\n      %s\n", (int)w, schema[i].name,
+				cfg_type_name(k->type), detail, k->doc);
+		}
 	}
 }

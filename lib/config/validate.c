@@ -17,24 +17,33 @@ static bool is_count(const char *s)
 	return s && *s && strspn(s, "0123456789") == strlen(s) && strlen(s) <= 18;
 }
 
+/* a * b for positive a, b; INT64_MAX when it would overflow. */
+static int64_t mul_sat(int64_t a, int64_t b)
+{
+	return a > INT64_MAX / b ? INT64_MAX : a * b;
+}
+
 #define FAIL(...) return titan_error(TITAN_E_INVALID, __VA_ARGS__)
 
 static int check_model(const struct titan_config *c)
 {
+	int64_t dim = c->model.dim, n_heads = c->model.n_heads, n_kv = c->model.n_kv_heads;
+
 	if (c->model.flavor && !strcmp(c->model.flavor, "custom")) {
 		static const char *const need[] = { "dim", "n_layers", "n_heads", "vocab_size" };
-		const int64_t val[] = { c->model.dim, c->model.n_layers, c->model.n_heads, c->model.vocab_size };
+		const int64_t val[] = { dim, c->model.n_layers, n_heads, c->model.vocab_size };
 		for (size_t i = 0; i < 4; i++)
 			if (val[i] == -1)
 				FAIL("model.%s: must be set when model.flavor is custom", need[i]);
 	}
-	if (c->model.dim != -1 && c->model.n_heads != -1 && c->model.dim % c->model.n_heads != 0)
-		FAIL("model.n_heads: %" PRId64 " does not divide model.dim %" PRId64,
-		     c->model.n_heads, c->model.dim);
-	if (c->model.n_heads != -1 && c->model.n_kv_heads != -1 && c->model.n_heads % c->model.n_kv_heads != 0)
+	if (dim != -1 && n_heads != -1 && dim % n_heads != 0)
+		FAIL("model.n_heads: %" PRId64 " does not divide model.dim %" PRId64, n_heads,
+		     dim);
+	if (n_heads != -1 && n_kv != -1 && n_heads % n_kv != 0)
 		FAIL("model.n_kv_heads: %" PRId64 " does not divide model.n_heads %" PRId64,
-		     c->model.n_kv_heads, c->model.n_heads);
-	if (c->model.rope_scaling && !(c->model.rope_high_freq_factor > c->model.rope_low_freq_factor))
+		     n_kv, n_heads);
+	if (c->model.rope_scaling &&
+	    !(c->model.rope_high_freq_factor > c->model.rope_low_freq_factor))
 		FAIL("model.rope_high_freq_factor: must be greater than "
 		     "model.rope_low_freq_factor when model.rope_scaling is true");
 	if (c->model.tie_word_embeddings && !strcmp(c->model.tie_word_embeddings, "true") &&
@@ -44,9 +53,8 @@ static int check_model(const struct titan_config *c)
 	return 0;
 }
 
-static int check_training(const struct titan_config *c)
+static int check_optimizer(const struct titan_config *c)
 {
-
 	if (c->optimizer.beta1 >= 1)
 		FAIL("optimizer.beta1: must be < 1");
 	if (c->optimizer.beta2 >= 1)
@@ -57,31 +65,38 @@ static int check_training(const struct titan_config *c)
 	double dr = c->lr_scheduler.decay_ratio;
 	if (!isnan(dr) && (dr < 0 || dr > 1))
 		FAIL("lr_scheduler.decay_ratio: must be in [0, 1] or null");
+	return 0;
+}
 
-	if (c->training.global_batch_size != -1) {
-		if (c->training.global_batch_size < 1 || c->training.global_batch_size % c->training.local_batch_size)
+static int check_batch(const struct titan_config *c)
+{
+	int64_t local = c->training.local_batch_size, global = c->training.global_batch_size;
+	int64_t shard = c->parallelism.data_parallel_shard_degree;
+	int64_t tp = c->parallelism.tensor_parallel_degree;
+	int64_t cp = c->parallelism.context_parallel_degree;
+	int64_t pp = c->parallelism.pipeline_parallel_degree;
+	int64_t mbs = c->parallelism.pipeline_parallel_microbatch_size;
+
+	if (global != -1) {
+		if (global < 1 || global % local)
 			FAIL("training.global_batch_size: %" PRId64
-			     " is not a multiple of training.local_batch_size %" PRId64
-			     " (or -1)",
-			     c->training.global_batch_size, c->training.local_batch_size);
-		if (c->parallelism.data_parallel_shard_degree > 0) {
-			int64_t dp = c->parallelism.data_parallel_replicate_degree *
-				     c->parallelism.data_parallel_shard_degree;
-			if (c->training.global_batch_size % (c->training.local_batch_size * dp))
+			     " is not a multiple of training.local_batch_size %" PRId64 " (or -1)",
+			     global, local);
+		if (shard > 0) {
+			int64_t dp = mul_sat(c->parallelism.data_parallel_replicate_degree, shard);
+			if (global % mul_sat(local, dp))
 				FAIL("training.global_batch_size: %" PRId64
 				     " is not a multiple of training.local_batch_size x "
 				     "the data parallel degree (%" PRId64 " x %" PRId64 ")",
-				     c->training.global_batch_size, c->training.local_batch_size, dp);
+				     global, local, dp);
 		}
 	}
-	if (c->parallelism.pipeline_parallel_degree > 1 &&
-	    c->training.local_batch_size % c->parallelism.pipeline_parallel_microbatch_size)
+	if (pp > 1 && local % mbs)
 		FAIL("parallelism.pipeline_parallel_microbatch_size: %" PRId64
 		     " does not divide training.local_batch_size %" PRId64,
-		     c->parallelism.pipeline_parallel_microbatch_size, c->training.local_batch_size);
+		     mbs, local);
 	/* Sequence parallelism shards the sequence by TP, CP by 2 x CP. */
-	int64_t div = c->parallelism.tensor_parallel_degree *
-		      (c->parallelism.context_parallel_degree > 1 ? 2 * c->parallelism.context_parallel_degree : 1);
+	int64_t div = mul_sat(tp, cp > 1 ? mul_sat(2, cp) : 1);
 	if (c->training.seq_len % div)
 		FAIL("training.seq_len: %" PRId64 " is not divisible by %" PRId64
 		     " (parallelism.tensor_parallel_degree x 2 x "
@@ -92,11 +107,9 @@ static int check_training(const struct titan_config *c)
 
 int titan_config_validate(const struct titan_config *c)
 {
-	int rc = check_model(c);
-	if (rc < 0)
-		return rc;
-	rc = check_training(c);
-	if (rc < 0)
+	int rc;
+	if ((rc = check_model(c)) < 0 || (rc = check_optimizer(c)) < 0 ||
+	    (rc = check_batch(c)) < 0)
 		return rc;
 
 	const char *ac = c->activation_checkpoint.selective_ac_option;
@@ -112,10 +125,11 @@ int titan_config_validate(const struct titan_config *c)
 		FAIL("checkpoint.last_save_in_hf: needs checkpoint.last_save_model_only "
 		     "(safetensors hold only the model)");
 
-	if (c->profiling.enable_profiling &&
-	    c->profiling.profile_freq < c->profiling.profiler_warmup + c->profiling.profiler_active)
+	int64_t warm = c->profiling.profiler_warmup, active = c->profiling.profiler_active;
+	int64_t need = warm > INT64_MAX - active ? INT64_MAX : warm + active;
+	if (c->profiling.enable_profiling && c->profiling.profile_freq < need)
 		FAIL("profiling.profile_freq: %" PRId64 " is less than "
 		     "profiling.profiler_warmup + profiling.profiler_active (%" PRId64 ")",
-		     c->profiling.profile_freq, c->profiling.profiler_warmup + c->profiling.profiler_active);
+		     c->profiling.profile_freq, need);
 	return 0;
 }

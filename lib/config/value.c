@@ -95,12 +95,13 @@ const char *cfg_format_float(char *buf, size_t n, double v)
 	titan_format_double(buf, n, v);
 	if (!isfinite(v))
 		return buf;
-	/* Integral text gets ".0" so a reader sees a float. */
-	const char *p = buf + (buf[0] == '-');
-	if (*p && strspn(p, "0123456789") == strlen(p)) {
-		size_t len = strlen(buf);
-		if (len + 3 <= n)
-			memcpy(buf + len, ".0", 3);
+	/* A mantissa without a point gets ".0", so every YAML reader (YAML 1.1
+	 * ones too) sees a float: "1.0", "500000.0", "1.0e-08". */
+	size_t len = strlen(buf), digits = strspn(buf + (buf[0] == '-'), "0123456789");
+	size_t at = digits + (buf[0] == '-');
+	if (digits && (buf[at] == '\0' || buf[at] == 'e') && len + 3 <= n) {
+		memmove(buf + at + 2, buf + at, len - at + 1);
+		memcpy(buf + at, ".0", 2);
 	}
 	return buf;
 }
@@ -290,12 +291,12 @@ int cfg_set_scalar(struct titan_config *c, const struct titan_config_key *k,
 			return cfg_key_error(TITAN_E_INVALID, origin, k,
 					     "null is not allowed (expected %s)",
 					     cfg_expected(k, exp, sizeof exp));
-		if (k->type == TITAN_CFG_FLOAT)
+		if (k->type == TITAN_CFG_FLOAT) {
 			*(double *)f = NAN;
-		else if (k->type == TITAN_CFG_INT)
+		} else {
+			TITAN_ASSERT(k->type == TITAN_CFG_INT); /* schema: NULLABLE on INT/FLOAT */
 			*(int64_t *)f = TITAN_CFG_NONE_INT;
-		else
-			TITAN_ASSERT(!"nullable key of a type without a null");
+		}
 		return 0;
 	}
 
@@ -368,10 +369,16 @@ int titan_config_set(struct titan_config *c, const char *name, const char *value
 				return 0;
 			}
 		}
-		if (!dot || !cfg_is_section(name, (size_t)(dot - name))) {
+		if (!dot) {
+			if (titan_config_suggest(name, sug, sizeof sug))
+				snprintf(tail, sizeof tail, " (did you mean '%s'?)", sug);
+			return titan_error(TITAN_E_INVALID,
+					   "%s%s%.*s: not a section.key name%s", pre ? pre : "",
+					   pre ? ": " : "", SHOW, name, tail);
+		}
+		if (!cfg_is_section(name, (size_t)(dot - name))) {
 			char sec[CFG_NAME_MAX];
-			snprintf(sec, sizeof sec, "%.*s",
-				 dot ? (int)(dot - name) : (int)strlen(name), name);
+			snprintf(sec, sizeof sec, "%.*s", (int)(dot - name), name);
 			const char *s = cfg_suggest_section(sec);
 			if (s)
 				snprintf(tail, sizeof tail, " (did you mean '%s'?)", s);

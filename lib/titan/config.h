@@ -48,7 +48,7 @@ enum titan_config_type {
 
 /* Flags of a schema entry. */
 #define TITAN_CFG_NULLABLE 0x1 /* YAML null / "none" allowed: FLOAT -> NAN, INT -> INT64_MIN */
-#define TITAN_CFG_NONZERO  0x2 /* INT: 0 is not allowed (e.g. -1 = infer, n >= 1) */
+#define TITAN_CFG_NONZERO  0x2 /* INT/FLOAT: 0 is not allowed (-1 = infer, n >= 1; x > 0) */
 
 struct titan_strlist {
 	size_t n;
@@ -162,7 +162,6 @@ struct titan_config {
 		bool save_for_all_ranks;
 		char *save_jsonl_file;   /* under dump_folder; "" disables */
 		double peak_flops;       /* NAN: device table / measured sgemm */
-		bool enable_tensorboard;
 	} metrics;
 	struct {
 		bool enable_profiling;
