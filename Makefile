@@ -84,6 +84,7 @@ $(BUILD)/config.args: FORCE
 	@echo "$(CONFIG_ARGS)" | cmp -s - $@ || echo "$(CONFIG_ARGS)" > $@
 
 $(BUILD)/config.mk: mk/configure $(BUILD)/config.args
+	@rm -f $@
 	@mk/configure $(BUILD) $(CONFIG_ARGS)
 
 config: $(BUILD)/config.args
@@ -101,12 +102,12 @@ ifneq ($(DEVELOPER),)
 WARN += -Werror
 endif
 SAN_FLAGS := $(if $(SANITIZE),-fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=all)
-DEP_CFLAGS := $(YAML_CFLAGS) $(JANSSON_CFLAGS) $(MPI_CFLAGS) $(HDF5_CFLAGS) $(BLAS_CFLAGS) \
+DEP_CFLAGS := $(YAML_CFLAGS) $(JANSSON_CFLAGS) $(PCRE2_CFLAGS) $(MPI_CFLAGS) $(HDF5_CFLAGS) $(BLAS_CFLAGS) \
 	$(if $(filter 1,$(HAVE_CUDA)),$(CUDA_CFLAGS))
 ALL_CFLAGS := -std=c17 -D_GNU_SOURCE $(WARN) -fopenmp -pthread -Ilib -I$(BUILD) \
 	$(DEP_CFLAGS) $(CFLAGS) $(SAN_FLAGS) $(CPPFLAGS)
 ALL_LDFLAGS := -fopenmp -pthread $(SAN_FLAGS) $(LDFLAGS)
-LIBS := $(YAML_LIBS) $(JANSSON_LIBS) $(HDF5_LIBS) $(MPI_LIBS) $(BLAS_LIBS) \
+LIBS := $(YAML_LIBS) $(JANSSON_LIBS) $(PCRE2_LIBS) $(HDF5_LIBS) $(MPI_LIBS) $(BLAS_LIBS) \
 	$(if $(filter 1,$(HAVE_CUDA)),$(CUDA_LIBS)) -lm
 ALL_NVCCFLAGS := -std=c++17 $(NVCC_GENCODE) -Ilib -I$(BUILD) $(CUDA_CFLAGS) $(NVCCFLAGS) \
 	-Xcompiler -Wall,-Wextra$(if $(DEVELOPER),$(comma)-Werror) -MMD -MP

@@ -134,6 +134,11 @@ void titan_tokenizer_free(struct titan_tokenizer *t);
 
 enum titan_tok_format titan_tokenizer_format(const struct titan_tokenizer *t);
 enum titan_tok_encoding titan_tokenizer_encoding(const struct titan_tokenizer *t);
+/* The kind of pre-tokenizer the tokenizer runs (TITAN_PRETOK_REGEX for a
+ * tokenizer.json Split pattern that is not a known one, and also when the
+ * pieces are not the known pattern's alone: no pre-tokenizer at all, or
+ * ByteLevel's add_prefix_space adding a space to each text segment). */
+enum titan_pretok_kind titan_tokenizer_pretok_kind(const struct titan_tokenizer *t);
 /* Number of ids (max id + 1, special tokens included). */
 uint32_t titan_tokenizer_vocab_size(const struct titan_tokenizer *t);
 /* BOS/EOS ids, or -1 when the tokenizer has none. */
@@ -165,6 +170,47 @@ int titan_tokenizer_encode(const struct titan_tokenizer *t, struct titan_tok_scr
 int titan_tokenizer_decode(const struct titan_tokenizer *t, const uint32_t *ids, size_t n,
 			   struct titan_bytes *out);
 
+/* ---------------------------------------------------- document input */
+
+/* Documents from corpus files, as segments small enough to encode in
+ * parallel: a long document is cut only where every supported
+ * pre-tokenizer is guaranteed to have a piece boundary (right after a
+ * '\n' that is followed by an ASCII letter), so encoding the segments one
+ * by one gives exactly the ids of the whole document. */
+enum titan_doc_format {
+	TITAN_DOC_JSONL, /* one JSON object per line; the document is a string field */
+	TITAN_DOC_TEXT,  /* each file is one document */
+	TITAN_DOC_LINES, /* each line is one document (its '\n' / "\r\n" is not part of it) */
+};
+int titan_doc_format_parse(const char *name, enum titan_doc_format *out);
+
+struct titan_doc_reader_opts {
+	enum titan_doc_format format;
+	const char *field;        /* JSONL field, "text" */
+	size_t segment_bytes;     /* target segment size, 0 = 1 MiB */
+	bool cut_documents;       /* allow cutting long documents (known pre-tokenizers only) */
+};
+
+struct titan_doc_reader;
+/* Open `path` ("-" = stdin).  NULL + TITAN_E_IO naming the file. */
+struct titan_doc_reader *titan_doc_reader_open(const char *path,
+					       const struct titan_doc_reader_opts *o);
+void titan_doc_reader_close(struct titan_doc_reader *r);
+
+struct titan_doc_segment {
+	const uint8_t *data;  /* valid until the next call */
+	size_t len;
+	bool doc_start;       /* first segment of a document */
+	bool doc_end;         /* last segment of a document */
+};
+/* 1 and a segment, 0 at end of input, or a negative error naming the file
+ * and line ("corpus.jsonl:17: field 'text' is missing"). */
+int titan_doc_reader_next(struct titan_doc_reader *r, struct titan_doc_segment *seg);
+/* Input bytes consumed so far. */
+uint64_t titan_doc_reader_bytes(const struct titan_doc_reader *r);
+/* Largest p in (0, n) with s[p-1] == '\n' and s[p] an ASCII letter, or 0. */
+size_t titan_doc_safe_cut(const uint8_t *s, size_t n);
+
 /* ---------------------------------------------------------- training */
 
 /* Byte-level BPE training (the standard algorithm with incremental pair
@@ -172,10 +218,14 @@ int titan_tokenizer_decode(const struct titan_tokenizer *t, const uint32_t *ids,
  * then repeatedly merge the most frequent adjacent pair until
  * vocab_size - nspecials ranks exist.  Ranks 0..255 are the 256 single
  * bytes in byte order; ties between equally frequent pairs go to the pair
- * whose concatenated bytes sort first (memcmp), so a run is deterministic.
+ * whose concatenated bytes sort first (memcmp; a proper prefix first), so
+ * a run is deterministic (independent of threads and input order).
+ * Training stops early, with a warning, when no pair occurs twice: the
+ * file then has fewer ranks and the specials follow them.
  * Writes the ranks as a tiktoken file ("base64(bytes) rank" per line, rank
- * order) that tiktoken loads as mergeable_ranks; the special tokens follow
- * the LLAMA3 convention above (nspecials of them after the ranks). */
+ * order, every byte string distinct) that tiktoken loads as
+ * mergeable_ranks; the special tokens follow the LLAMA3 convention above
+ * (nspecials of them after the ranks). */
 struct titan_bpe_train_opts {
 	uint32_t vocab_size;               /* ranks + nspecials; >= 256 + nspecials */
 	uint32_t nspecials;                /* 256 (Llama 3 convention) */
@@ -184,10 +234,16 @@ struct titan_bpe_train_opts {
 	bool progress;                     /* merges done, on stderr */
 };
 struct titan_bpe_trainer;
+/* NULL + TITAN_E_INVALID (vocab_size < 256 + nspecials, another pattern
+ * kind, threads < 0) or TITAN_E_NOMEM. */
 struct titan_bpe_trainer *titan_bpe_trainer_new(const struct titan_bpe_train_opts *o);
-/* Feed one document's text (any bytes; sanitised). */
+/* Feed one document's text (any bytes; sanitised), or a segment of one cut
+ * where titan_doc_reader cuts. */
 int titan_bpe_trainer_add(struct titan_bpe_trainer *tr, const uint8_t *text, size_t n);
-/* Run the merges and write the tiktoken file. */
+/* Run the merges and write the tiktoken file to `out` (flushed, not
+ * closed); call once.  0, or TITAN_E_INVALID when the input gave no
+ * pieces, TITAN_E_IO, TITAN_E_NOMEM.  The number of ranks is logged (INFO
+ * with `progress`, WARN when it falls short). */
 int titan_bpe_trainer_finish(struct titan_bpe_trainer *tr, FILE *out);
 void titan_bpe_trainer_free(struct titan_bpe_trainer *tr);
 

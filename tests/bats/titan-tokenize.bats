@@ -1,0 +1,227 @@
+#!/usr/bin/env bats
+# titan-tokenize: the tool contract, exact round trips in every input
+# format, order and segmentation invariance under threads, invalid UTF-8,
+# special tokens, BPE training, and bad input.  (Cross-checks against
+# tiktoken and HF tokenizers are in tokenize-peers.bats.)
+
+bats_require_minimum_version 1.5.0
+
+setup_file() {
+	# A small real vocabulary: BPE trained on Genesis (King James Bible,
+	# Debian's bible-kjv), Llama 3 conventions (256 specials after the ranks).
+	export TOKDIR=$BATS_FILE_TMPDIR
+	PATH=${TITAN_BIN:-$BATS_TEST_DIRNAME/../../bin}:$PATH
+	if command -v bible >/dev/null; then
+		bible -f gen1:1-gen50:26 > "$TOKDIR/genesis.txt"
+	else
+		yes 'In the beginning God created the heaven and the earth.' | head -n 4000 > "$TOKDIR/genesis.txt"
+	fi
+	titan-tokenize train --vocab-size 1280 --format text "$TOKDIR/genesis.txt" -o "$TOKDIR/gen.tiktoken"
+}
+
+setup() {
+	load helpers
+	cd "$TITAN_SRCDIR"
+	TOK=$TOKDIR/gen.tiktoken
+}
+
+u32() { od -An -v -tu4 -w4 "$@" | tr -d ' '; }
+
+# ---------------------------------------------------------------- contract
+
+@test "no arguments: --tokenizer is required (2)" {
+	run -2 --separate-stderr titan-tokenize
+	[[ $stderr == *"titan-tokenize: error: --tokenizer FILE is required"* ]]
+	[[ $stderr == *"Try 'titan-tokenize --help'"* ]]
+}
+
+@test "--help and --version" {
+	run -0 --separate-stderr titan-tokenize --help
+	assert_line --partial "Usage: titan-tokenize -t TOKENIZER"
+	[ -z "$stderr" ]
+	run -0 titan-tokenize --version
+	assert_line --regexp '^titan-tokenize \(titan\) '
+}
+
+@test "a bad option or value is a usage error" {
+	run -2 --separate-stderr titan-tokenize --frob
+	[[ $stderr == *"unrecognized option"* ]]
+	run -2 --separate-stderr titan-tokenize -t "$TOK" --format xml
+	[[ $stderr == *"--format: 'xml' is not one of jsonl, text, lines"* ]]
+	run -2 --separate-stderr titan-tokenize -t "$TOK" --encoding gpt5
+	[[ $stderr == *"--encoding: 'gpt5'"* ]]
+}
+
+@test "a missing input file fails before anything is written" {
+	run -1 --separate-stderr titan-tokenize -t "$TOK" --format text "$TOKDIR/genesis.txt" "$BATS_TEST_TMPDIR/nope.txt"
+	[[ $stderr == *"cannot open '$BATS_TEST_TMPDIR/nope.txt': No such file or directory"* ]]
+	[ -z "$output" ]
+}
+
+@test "a missing or bad tokenizer file is an error naming it" {
+	run -1 --separate-stderr titan-tokenize -t "$BATS_TEST_TMPDIR/none.model" --format text "$TOKDIR/genesis.txt"
+	refute_crash
+	[[ $stderr == *"none.model"* ]]
+	printf 'SGVsbG8= 0\nnot base64 at all!! 1\n' > "$BATS_TEST_TMPDIR/bad.tiktoken"
+	run --separate-stderr titan-tokenize -t "$BATS_TEST_TMPDIR/bad.tiktoken" --format text "$TOKDIR/genesis.txt"
+	refute_crash
+	[ "$status" -ne 0 ]
+	[[ $stderr == *"bad.tiktoken:2"* ]]
+}
+
+# -------------------------------------------------------------- round trips
+
+@test "text: encode then decode reproduces the file byte for byte" {
+	titan-tokenize -t "$TOK" --format text "$TOKDIR/genesis.txt" > "$BATS_TEST_TMPDIR/g.tok"
+	titan-tokenize -t "$TOK" -d --format text "$BATS_TEST_TMPDIR/g.tok" > "$BATS_TEST_TMPDIR/g.txt"
+	cmp "$TOKDIR/genesis.txt" "$BATS_TEST_TMPDIR/g.txt"
+	# BOS first, EOS last, and far fewer tokens than bytes
+	n=$(stat -c %s "$BATS_TEST_TMPDIR/g.tok")
+	[ $((n / 4)) -lt $(( $(stat -c %s "$TOKDIR/genesis.txt") / 2 )) ]
+	run u32 -N4 "$BATS_TEST_TMPDIR/g.tok"
+	assert_output "1024"
+	run u32 -j $((n - 4)) "$BATS_TEST_TMPDIR/g.tok"
+	assert_output "1025"
+}
+
+@test "lines: one document per line, empty lines kept, exact round trip" {
+	printf 'first line\n\nthird   line with  spaces\r\nlast without newline' > "$BATS_TEST_TMPDIR/l.txt"
+	titan-tokenize -t "$TOK" --doc-per-line "$BATS_TEST_TMPDIR/l.txt" > "$BATS_TEST_TMPDIR/l.tok"
+	run -0 bash -c "od -An -v -tu4 -w4 '$BATS_TEST_TMPDIR/l.tok' | grep -c '^ *1025$'"
+	assert_output "4"
+	titan-tokenize -t "$TOK" -d --doc-per-line "$BATS_TEST_TMPDIR/l.tok" > "$BATS_TEST_TMPDIR/l.out"
+	printf 'first line\n\nthird   line with  spaces\nlast without newline\n' > "$BATS_TEST_TMPDIR/l.want"
+	diff -u "$BATS_TEST_TMPDIR/l.want" "$BATS_TEST_TMPDIR/l.out"
+}
+
+@test "jsonl: documents from a field, exact round trip through JSON" {
+	/usr/bin/python3 - "$BATS_TEST_TMPDIR/c.jsonl" <<'PY'
+import json, sys
+docs = ["In the beginning", "", "quote \" backslash \\ tab \t newline \n end",
+        "unicode: héllo 世界 👩‍👩‍👧 \u0000 nul", "x" * 5000]
+with open(sys.argv[1], "w") as f:
+    for i, d in enumerate(docs):
+        f.write(json.dumps({"id": i, "body": d}) + "\n")
+    f.write("\n")  # blank lines are skipped
+PY
+	titan-tokenize -t "$TOK" --field body "$BATS_TEST_TMPDIR/c.jsonl" > "$BATS_TEST_TMPDIR/c.tok"
+	titan-tokenize -t "$TOK" -d --field body "$BATS_TEST_TMPDIR/c.tok" > "$BATS_TEST_TMPDIR/c.out"
+	/usr/bin/python3 - "$BATS_TEST_TMPDIR/c.jsonl" "$BATS_TEST_TMPDIR/c.out" <<'PY'
+import json, sys
+a = [json.loads(l)["body"] for l in open(sys.argv[1]) if l.strip()]
+b = [json.loads(l)["body"] for l in open(sys.argv[2])]
+assert a == b, (a, b)
+PY
+}
+
+@test "stdin and '-' read the same as a file" {
+	titan-tokenize -t "$TOK" --format text "$TOKDIR/genesis.txt" > "$BATS_TEST_TMPDIR/a.tok"
+	titan-tokenize -t "$TOK" --format text < "$TOKDIR/genesis.txt" > "$BATS_TEST_TMPDIR/b.tok"
+	titan-tokenize -t "$TOK" --format text - < "$TOKDIR/genesis.txt" > "$BATS_TEST_TMPDIR/c.tok"
+	cmp "$BATS_TEST_TMPDIR/a.tok" "$BATS_TEST_TMPDIR/b.tok"
+	cmp "$BATS_TEST_TMPDIR/a.tok" "$BATS_TEST_TMPDIR/c.tok"
+}
+
+@test "threads and document segmentation never change the ids" {
+	cat "$TOKDIR/genesis.txt" "$TOKDIR/genesis.txt" > "$BATS_TEST_TMPDIR/big.txt"
+	titan-tokenize -t "$TOK" --format text --threads 1 --segment-bytes 1G "$BATS_TEST_TMPDIR/big.txt" > "$BATS_TEST_TMPDIR/ref.tok"
+	for t in 1 2 4; do
+		for s in 64 1000 65536; do
+			titan-tokenize -t "$TOK" --format text --threads $t --segment-bytes $s "$BATS_TEST_TMPDIR/big.txt" > "$BATS_TEST_TMPDIR/t.tok"
+			cmp "$BATS_TEST_TMPDIR/ref.tok" "$BATS_TEST_TMPDIR/t.tok" || fail "threads $t segment $s differ"
+		done
+	done
+	# many small documents keep their input order across threads
+	titan-tokenize -t "$TOK" --doc-per-line --threads 1 "$TOKDIR/genesis.txt" > "$BATS_TEST_TMPDIR/l1.tok"
+	titan-tokenize -t "$TOK" --doc-per-line --threads 2 "$TOKDIR/genesis.txt" > "$BATS_TEST_TMPDIR/l2.tok"
+	cmp "$BATS_TEST_TMPDIR/l1.tok" "$BATS_TEST_TMPDIR/l2.tok"
+}
+
+@test "invalid UTF-8 becomes U+FFFD (maximal subparts), nothing dropped" {
+	printf 'ok \xff\xfe bad \xe2\x82 trunc \xed\xa0\x80 surrogate \xf0\x9f\x98\x80 fine' > "$BATS_TEST_TMPDIR/bad.txt"
+	titan-tokenize -t "$TOK" --format text "$BATS_TEST_TMPDIR/bad.txt" | titan-tokenize -t "$TOK" -d --format text > "$BATS_TEST_TMPDIR/out.txt"
+	/usr/bin/python3 -c '
+import sys
+raw = open(sys.argv[1], "rb").read()
+want = raw.decode("utf-8", errors="replace").encode("utf-8")
+got = open(sys.argv[2], "rb").read()
+assert got == want, (got, want)' "$BATS_TEST_TMPDIR/bad.txt" "$BATS_TEST_TMPDIR/out.txt"
+}
+
+@test "special-token text is ordinary unless --allow-special" {
+	printf 'a<|end_of_text|>b' > "$BATS_TEST_TMPDIR/s.txt"
+	run -0 bash -c "titan-tokenize -t '$TOK' --format text --no-bos --no-eos '$BATS_TEST_TMPDIR/s.txt' | od -An -v -tu4 -w4 | tr -d ' '"
+	refute_line "1025"
+	run -0 bash -c "titan-tokenize -t '$TOK' --format text --no-bos --no-eos --allow-special '$BATS_TEST_TMPDIR/s.txt' | od -An -v -tu4 -w4 | tr -d ' '"
+	assert_line "1025"
+	[ "${#lines[@]}" -le 3 ]
+	# decode drops BOS/EOS unless --keep-special
+	run -0 bash -c "titan-tokenize -t '$TOK' --format text '$BATS_TEST_TMPDIR/s.txt' | titan-tokenize -t '$TOK' -d --format text --keep-special"
+	assert_output "<|begin_of_text|>a<|end_of_text|>b<|end_of_text|>"
+}
+
+@test "--no-bos and --no-eos" {
+	printf 'In the beginning' > "$BATS_TEST_TMPDIR/x.txt"
+	run -0 bash -c "titan-tokenize -t '$TOK' --format text --no-bos --no-eos '$BATS_TEST_TMPDIR/x.txt' | od -An -v -tu4 -w4 | tr -d ' '"
+	refute_line "1024"
+	refute_line "1025"
+	n=${#lines[@]}
+	run -0 bash -c "titan-tokenize -t '$TOK' --format text '$BATS_TEST_TMPDIR/x.txt' | od -An -v -tu4 -w4 | tr -d ' '"
+	[ "${#lines[@]}" -eq $((n + 2)) ]
+}
+
+# -------------------------------------------------------------- bad input
+
+@test "decode: a stream that is not whole uint32s is an error" {
+	printf 'abcdef' > "$BATS_TEST_TMPDIR/odd.tok"
+	run -2 --separate-stderr titan-tokenize -t "$TOK" -d "$BATS_TEST_TMPDIR/odd.tok"
+	[[ $stderr == *"odd.tok: 6 bytes is not a whole number of uint32 token ids"* ]]
+}
+
+@test "decode: an id outside the vocabulary is an error naming its position" {
+	/usr/bin/python3 -c 'import struct,sys; sys.stdout.buffer.write(struct.pack("<3I", 5, 6, 999999))' > "$BATS_TEST_TMPDIR/big.tok"
+	run -2 --separate-stderr titan-tokenize -t "$TOK" -d "$BATS_TEST_TMPDIR/big.tok"
+	[[ $stderr == *"big.tok: token 2 (byte offset 8) is id 999999"* ]]
+}
+
+@test "jsonl: bad JSON and a missing field are errors with file:line" {
+	printf '{"text": "ok"}\n{"text": broken}\n' > "$BATS_TEST_TMPDIR/b.jsonl"
+	run -2 --separate-stderr titan-tokenize -t "$TOK" "$BATS_TEST_TMPDIR/b.jsonl"
+	[[ $stderr == *"b.jsonl:2:"*"invalid JSON"* ]]
+	printf '{"text": "ok"}\n{"body": "x"}\n' > "$BATS_TEST_TMPDIR/f.jsonl"
+	run -2 --separate-stderr titan-tokenize -t "$TOK" "$BATS_TEST_TMPDIR/f.jsonl"
+	[[ $stderr == *"f.jsonl:2: field 'text' is missing"* ]]
+}
+
+@test "-o writes atomically and leaves nothing on failure" {
+	run -0 titan-tokenize -t "$TOK" --format text "$TOKDIR/genesis.txt" -o "$BATS_TEST_TMPDIR/o.tok"
+	assert_file_exists "$BATS_TEST_TMPDIR/o.tok"
+	printf '{"text": "ok"}\nnot json\n' > "$BATS_TEST_TMPDIR/b.jsonl"
+	run -2 titan-tokenize -t "$TOK" "$BATS_TEST_TMPDIR/b.jsonl" -o "$BATS_TEST_TMPDIR/p.tok"
+	assert_file_not_exists "$BATS_TEST_TMPDIR/p.tok"
+	run ls "$BATS_TEST_TMPDIR"
+	refute_output --partial "p.tok.tmp"
+}
+
+@test "a full disk on stdout is an error" {
+	[ -w /dev/full ] || skip "/dev/full not available"
+	run -1 --separate-stderr bash -c "titan-tokenize -t '$TOK' --format text '$TOKDIR/genesis.txt' > /dev/full"
+	[[ $stderr == *"No space left on device"* ]]
+}
+
+# ---------------------------------------------------------------- training
+
+@test "train: deterministic, loadable, contiguous ranks, specials after them" {
+	titan-tokenize train --vocab-size 1280 --format text "$TOKDIR/genesis.txt" > "$BATS_TEST_TMPDIR/again.tiktoken"
+	cmp "$TOK" "$BATS_TEST_TMPDIR/again.tiktoken"
+	run -0 wc -l < "$TOK"
+	assert_output "1024"
+	run -0 awk '$2 != NR - 1 { print "rank " $2 " on line " NR; exit 1 }' "$TOK"
+}
+
+@test "train: usage errors" {
+	run -2 --separate-stderr titan-tokenize train "$TOKDIR/genesis.txt"
+	[[ $stderr == *"--vocab-size is required"* ]]
+	run -2 --separate-stderr titan-tokenize train --vocab-size 300 "$TOKDIR/genesis.txt"
+	[[ $stderr == *"leaves no room"* ]]
+}

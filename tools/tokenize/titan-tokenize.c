@@ -1,0 +1,797 @@
+/*
+ * titan-tokenize — corpus text to a token stream (uint32 LE, BOS ids EOS per
+ * document) with the exact ids of tiktoken / HF tokenizers, in parallel with
+ * output in input order; --decode turns a stream back into text; `train`
+ * learns a byte-level BPE vocabulary (tiktoken format).  The pipeline of
+ * llm.c's / torchtitan's Python data preparation, as one streaming tool.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "titan/cli.h"
+#include "titan/core.h"
+#include "titan/tok.h"
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "titan-tokenize writes host-order uint32: port the output path for big-endian hosts"
+#endif
+
+enum {
+	OPT_FIELD = TITAN_OPT_TOOL_BASE,
+	OPT_DOC_PER_LINE,
+	OPT_ALLOW_SPECIAL,
+	OPT_NO_BOS,
+	OPT_NO_EOS,
+	OPT_KEEP_SPECIAL,
+	OPT_VOCAB_SIZE,
+	OPT_PATTERN,
+	OPT_SPECIALS,
+	OPT_SEGMENT,
+};
+
+struct opts {
+	const char *tokenizer;
+	enum titan_tok_encoding encoding;
+	struct titan_doc_reader_opts reader;
+	bool allow_special, no_bos, no_eos, decode, keep_special;
+	const char *output;
+	/* train */
+	uint32_t vocab_size, nspecials;
+	enum titan_pretok_kind pattern;
+};
+
+static void usage(FILE *fp)
+{
+	fprintf(fp,
+"Usage: titan-tokenize -t TOKENIZER [OPTIONS] [FILE ...]          text -> token stream\n"
+"       titan-tokenize -t TOKENIZER --decode [OPTIONS] [FILE ...] token stream -> text\n"
+"       titan-tokenize train --vocab-size N [OPTIONS] FILE ...    learn a BPE vocabulary\n"
+"\n"
+"Encodes documents into the token stream titan-shard reads: little-endian\n"
+"uint32 ids, each document as BOS ids EOS.  Ids are those of tiktoken (for\n"
+".tiktoken / tokenizer.model files) and of HF tokenizers (tokenizer.json).\n"
+"FILE '-' or no FILE reads standard input; the stream goes to standard output.\n"
+"\n"
+"Options:\n"
+"  -t, --tokenizer FILE   tiktoken file (Llama 3 tokenizer.model, *.tiktoken) or tokenizer.json\n"
+"  -e, --encoding NAME    llama3, cl100k_base or o200k_base (default: detect)\n"
+"  -f, --format FMT       input: jsonl (default; one object per line), text (a file is\n"
+"                         one document) or lines (a line is one document)\n"
+"      --field NAME       JSONL field holding the text (default: text)\n"
+"      --doc-per-line     same as --format lines\n"
+"      --allow-special    special-token text in documents becomes its id\n"
+"                         (default: it is ordinary text)\n"
+"      --no-bos, --no-eos do not add BOS / EOS around documents\n"
+"  -d, --decode           read a token stream, write the text (BOS dropped, EOS ends a\n"
+"                         document: lines/jsonl output one document per line/object)\n"
+"      --keep-special     with --decode: write BOS/EOS and other specials as their text\n"
+"  -o, --output FILE      write FILE (atomically) instead of standard output\n"
+"      --threads N        encoding threads (default: all cores)\n"
+"      --progress         bytes, documents, tokens and MB/s on stderr\n"
+"  -v, --verbose; -q, --quiet; -h, --help; --version\n"
+"\n"
+"train options:\n"
+"      --vocab-size N     ids in the result, specials included (N - specials ranks)\n"
+"      --encoding-pattern NAME  pre-tokenizer: llama3 (= cl100k, default), o200k, gpt2\n"
+"      --specials N       reserved special tokens after the ranks (default 256, Llama 3's)\n"
+"\n"
+"Invalid UTF-8 in the input is replaced by U+FFFD (WHATWG rule, as JavaScript's\n"
+"TextDecoder and Python's errors='replace') before encoding.\n"
+"\n"
+"Examples:\n"
+"  titan-tokenize -t tokenizer.model corpus/*.jsonl | titan-shard -t tokenizer.model --out data/\n"
+"  titan-tokenize -t tokenizer.model --format text book.txt | titan-tokenize -t tokenizer.model -d\n"
+"  titan-tokenize train --vocab-size 8192 --format text kjv.txt -o kjv.tiktoken\n"
+"\n"
+"See also: titan-shard(1), docs/formats.md\n");
+}
+
+/* ------------------------------------------------------------- output */
+
+/* Standard output, or FILE written under a temporary name and renamed. */
+struct output {
+	FILE *fp;
+	char *path, *tmp;
+};
+
+static int output_open(struct output *o, const char *path)
+{
+	memset(o, 0, sizeof(*o));
+	if (!path || !strcmp(path, "-")) {
+		o->fp = stdout;
+		return 0;
+	}
+	size_t n = strlen(path) + 16;
+	int fd;
+
+	o->path = titan_strdup(path);
+	o->tmp = malloc(n);
+	if (!o->path || !o->tmp)
+		return titan_error(TITAN_E_NOMEM, "out of memory");
+	snprintf(o->tmp, n, "%s.tmp.XXXXXX", path);
+	if ((fd = mkstemp(o->tmp)) < 0 || !(o->fp = fdopen(fd, "wb"))) {
+		int e = errno;
+
+		if (fd >= 0)
+			close(fd);
+		free(o->tmp);
+		o->tmp = NULL;
+		return titan_error(TITAN_E_IO, "cannot create '%s': %s", path, strerror(e));
+	}
+	return 0;
+}
+
+/* Commit (rc == 0) or discard the output. */
+static int output_close(struct output *o, int rc)
+{
+	if (!o->tmp) {
+		free(o->path);
+		return rc;
+	}
+	if (rc == 0) {
+		mode_t mask = umask(0);
+
+		umask(mask);
+		if (fflush(o->fp) != 0 || fchmod(fileno(o->fp), 0666 & ~mask) != 0 ||
+		    fsync(fileno(o->fp)) != 0)
+			rc = titan_error(TITAN_E_IO, "cannot write '%s': %s", o->path, strerror(errno));
+	}
+	if (fclose(o->fp) != 0 && rc == 0)
+		rc = titan_error(TITAN_E_IO, "cannot write '%s': %s", o->path, strerror(errno));
+	if (rc == 0 && rename(o->tmp, o->path) != 0)
+		rc = titan_error(TITAN_E_IO, "cannot rename '%s' to '%s': %s", o->tmp, o->path,
+				 strerror(errno));
+	if (rc != 0)
+		unlink(o->tmp);
+	free(o->tmp);
+	free(o->path);
+	return rc;
+}
+
+static int write_all(struct output *o, const void *p, size_t n)
+{
+	if (n && fwrite(p, 1, n, o->fp) != n)
+		return titan_error(TITAN_E_IO, "cannot write %s: %s",
+				   o->path ? o->path : "to standard output", strerror(errno));
+	return 0;
+}
+
+/* ----------------------------------------------------------- progress */
+
+struct progress {
+	bool on;
+	uint64_t t0, last;
+	uint64_t bytes, docs, tokens;
+};
+
+static void progress_show(struct progress *p, bool final)
+{
+	uint64_t now = titan_time_ns();
+	double s;
+	char b[32];
+
+	if (!p->on || (!final && now - p->last < 500000000u))
+		return;
+	p->last = now;
+	s = (double)(now - p->t0) * 1e-9;
+	fprintf(stderr, "%s%s in, %llu docs, %llu tokens, %.1f MB/s%s",
+		isatty(STDERR_FILENO) ? "\r" : "", titan_format_bytes(b, sizeof(b), (double)p->bytes),
+		(unsigned long long)p->docs, (unsigned long long)p->tokens,
+		s > 0 ? (double)p->bytes / s / 1e6 : 0.0,
+		final || !isatty(STDERR_FILENO) ? "\n" : "");
+}
+
+/* ------------------------------------------------------- encode pool */
+
+struct seg {
+	size_t off, len;
+	bool start, end;
+};
+
+enum { JOB_FREE, JOB_FILLED, JOB_BUSY, JOB_DONE };
+
+struct job {
+	int state;
+	struct titan_bytes text;
+	struct seg *segs;
+	size_t nseg, capseg;
+	struct titan_ids ids;
+	uint64_t docs;
+	int rc;
+	char err[1024];
+};
+
+struct pool {
+	const struct titan_tokenizer *tok;
+	const struct opts *o;
+	int64_t bos, eos;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	struct job *jobs;
+	size_t njobs;
+	uint64_t next_fill, next_encode, next_write;
+	bool closing;
+};
+
+#define JOB_TARGET (1u << 20)
+
+static void encode_job(struct pool *p, struct titan_tok_scratch *s, struct job *j)
+{
+	j->ids.n = 0;
+	j->docs = 0;
+	j->rc = 0;
+	for (size_t i = 0; i < j->nseg && j->rc == 0; i++) {
+		const struct seg *g = &j->segs[i];
+
+		if (g->start && p->bos >= 0 && (j->rc = titan_ids_push(&j->ids, (uint32_t)p->bos)) < 0)
+			break;
+		j->rc = titan_tokenizer_encode(p->tok, s, j->text.p + g->off, g->len,
+					       p->o->allow_special, &j->ids);
+		if (j->rc == 0 && g->end) {
+			j->docs++;
+			if (p->eos >= 0)
+				j->rc = titan_ids_push(&j->ids, (uint32_t)p->eos);
+		}
+	}
+	if (j->rc < 0)
+		snprintf(j->err, sizeof(j->err), "%s", titan_errmsg());
+}
+
+static void *worker(void *arg)
+{
+	struct pool *p = arg;
+	struct titan_tok_scratch *s = titan_tok_scratch_new(p->tok);
+
+	pthread_mutex_lock(&p->mu);
+	for (;;) {
+		while (!p->closing && p->next_encode == p->next_fill)
+			pthread_cond_wait(&p->cv, &p->mu);
+		if (p->next_encode == p->next_fill)
+			break; /* closing and nothing left */
+		struct job *j = &p->jobs[p->next_encode++ % p->njobs];
+
+		j->state = JOB_BUSY;
+		pthread_mutex_unlock(&p->mu);
+		if (s)
+			encode_job(p, s, j);
+		else {
+			j->rc = TITAN_E_NOMEM;
+			snprintf(j->err, sizeof(j->err), "out of memory for encoder scratch");
+		}
+		pthread_mutex_lock(&p->mu);
+		j->state = JOB_DONE;
+		pthread_cond_broadcast(&p->cv);
+	}
+	pthread_mutex_unlock(&p->mu);
+	titan_tok_scratch_free(s);
+	return NULL;
+}
+
+static int job_add(struct job *j, const struct titan_doc_segment *g)
+{
+	if (j->nseg == j->capseg) {
+		size_t cap = j->capseg ? 2 * j->capseg : 64;
+		struct seg *n = realloc(j->segs, cap * sizeof(*n));
+
+		if (!n)
+			return titan_error(TITAN_E_NOMEM, "out of memory");
+		j->segs = n;
+		j->capseg = cap;
+	}
+	j->segs[j->nseg++] = (struct seg){j->text.n, g->len, g->doc_start, g->doc_end};
+	return titan_bytes_append(&j->text, g->data, g->len);
+}
+
+/* Writes job j (DONE) and frees its slot. */
+static int job_write(struct job *j, struct output *out, struct progress *pr)
+{
+	if (j->rc < 0) {
+		titan_error(j->rc, "%s", j->err);
+		return j->rc;
+	}
+	pr->tokens += j->ids.n;
+	pr->docs += j->docs;
+	return write_all(out, j->ids.p, j->ids.n * sizeof(uint32_t));
+}
+
+static int run_encode(const struct titan_tokenizer *tok, const struct opts *o, int threads,
+		      char **files, int nfiles, struct output *out, struct progress *pr)
+{
+	struct pool p = {.tok = tok, .o = o};
+	pthread_t *tids = NULL;
+	struct titan_tok_scratch *s = NULL;
+	struct titan_doc_reader *r = NULL;
+	int nworkers = threads > 1 ? threads : 0, started = 0, rc = 0, fi = 0;
+	uint64_t closed_bytes = 0;
+	bool eof = false;
+
+	p.bos = o->no_bos ? -1 : titan_tokenizer_bos(tok);
+	p.eos = o->no_eos ? -1 : titan_tokenizer_eos(tok);
+	p.njobs = nworkers ? (size_t)(2 * nworkers + 2) : 1;
+	p.jobs = calloc(p.njobs, sizeof(*p.jobs));
+	pthread_mutex_init(&p.mu, NULL);
+	pthread_cond_init(&p.cv, NULL);
+	if (!p.jobs) {
+		rc = titan_error(TITAN_E_NOMEM, "out of memory");
+		goto done;
+	}
+	if (!nworkers && !(s = titan_tok_scratch_new(tok))) {
+		rc = TITAN_E_NOMEM;
+		goto done;
+	}
+	if (nworkers && !(tids = calloc((size_t)nworkers, sizeof(*tids)))) {
+		rc = titan_error(TITAN_E_NOMEM, "out of memory");
+		goto done;
+	}
+	for (; started < nworkers; started++)
+		if (pthread_create(&tids[started], NULL, worker, &p) != 0) {
+			rc = titan_error(TITAN_E_INTERNAL, "cannot start encoding threads");
+			goto done;
+		}
+
+	while (rc == 0) {
+		struct job *j = &p.jobs[p.next_fill % p.njobs];
+
+		/* Write finished jobs in order until the next slot is free. */
+		pthread_mutex_lock(&p.mu);
+		while (p.next_write < p.next_fill) {
+			struct job *w = &p.jobs[p.next_write % p.njobs];
+
+			if (w->state != JOB_DONE) {
+				if (w != j && !eof)
+					break; /* room to fill meanwhile */
+				pthread_cond_wait(&p.cv, &p.mu);
+				continue;
+			}
+			pthread_mutex_unlock(&p.mu);
+			rc = job_write(w, out, pr);
+			progress_show(pr, false);
+			pthread_mutex_lock(&p.mu);
+			w->state = JOB_FREE;
+			p.next_write++;
+			if (rc)
+				break;
+		}
+		pthread_mutex_unlock(&p.mu);
+		if (rc || (eof && p.next_write == p.next_fill))
+			break;
+		if (eof)
+			continue;
+
+		/* Fill the next job with ~1 MiB of segments. */
+		j->text.n = 0;
+		j->nseg = 0;
+		while (j->text.n < JOB_TARGET) {
+			struct titan_doc_segment g;
+			int n;
+
+			if (!r) {
+				if (fi == nfiles) {
+					eof = true;
+					break;
+				}
+				if (!(r = titan_doc_reader_open(files[fi++], &o->reader))) {
+					rc = TITAN_E_IO;
+					break;
+				}
+			}
+			if ((n = titan_doc_reader_next(r, &g)) < 0) {
+				rc = n;
+				break;
+			}
+			if (n == 0) {
+				closed_bytes += titan_doc_reader_bytes(r);
+				titan_doc_reader_close(r);
+				r = NULL;
+				continue;
+			}
+			if ((rc = job_add(j, &g)) < 0)
+				break;
+		}
+		pr->bytes = closed_bytes + (r ? titan_doc_reader_bytes(r) : 0);
+		if (rc)
+			break;
+		if (j->nseg == 0)
+			continue; /* eof with nothing left */
+		if (!nworkers) {
+			encode_job(&p, s, j);
+			j->state = JOB_DONE;
+			p.next_fill++;
+			p.next_encode++;
+		} else {
+			pthread_mutex_lock(&p.mu);
+			j->state = JOB_FILLED;
+			p.next_fill++;
+			pthread_cond_broadcast(&p.cv);
+			pthread_mutex_unlock(&p.mu);
+		}
+	}
+done:
+	pthread_mutex_lock(&p.mu);
+	p.closing = true;
+	pthread_cond_broadcast(&p.cv);
+	pthread_mutex_unlock(&p.mu);
+	for (int i = 0; i < started; i++)
+		pthread_join(tids[i], NULL);
+	titan_doc_reader_close(r);
+	titan_tok_scratch_free(s);
+	for (size_t i = 0; p.jobs && i < p.njobs; i++) {
+		titan_bytes_release(&p.jobs[i].text);
+		titan_ids_release(&p.jobs[i].ids);
+		free(p.jobs[i].segs);
+	}
+	free(p.jobs);
+	free(tids);
+	pthread_mutex_destroy(&p.mu);
+	pthread_cond_destroy(&p.cv);
+	return rc;
+}
+
+/* ------------------------------------------------------------- decode */
+
+struct decoder {
+	const struct titan_tokenizer *tok;
+	const struct opts *o;
+	int64_t bos, eos;
+	struct titan_bytes doc;
+	bool in_doc;
+	struct titan_json json;
+};
+
+static int decode_end_doc(struct decoder *d, struct output *out)
+{
+	int rc = 0;
+
+	switch (d->o->reader.format) {
+	case TITAN_DOC_TEXT:
+		rc = write_all(out, d->doc.p, d->doc.n);
+		break;
+	case TITAN_DOC_LINES:
+		if ((rc = write_all(out, d->doc.p, d->doc.n)) == 0)
+			rc = write_all(out, "\n", 1);
+		break;
+	case TITAN_DOC_JSONL:
+		titan_json_reset(&d->json);
+		titan_json_object_begin(&d->json);
+		titan_json_key(&d->json, d->o->reader.field);
+		titan_json_stringn(&d->json, (const char *)d->doc.p, d->doc.n);
+		titan_json_object_end(&d->json);
+		if (!titan_json_str(&d->json))
+			return titan_error(TITAN_E_NOMEM, "out of memory");
+		rc = write_all(out, titan_json_str(&d->json), d->json.len);
+		if (rc == 0)
+			rc = write_all(out, "\n", 1);
+		break;
+	}
+	d->doc.n = 0;
+	d->in_doc = false;
+	return rc;
+}
+
+static int decode_ids(struct decoder *d, const uint32_t *ids, size_t n, const char *name,
+		      uint64_t first, struct output *out)
+{
+	for (size_t i = 0; i < n; i++) {
+		uint32_t id = ids[i];
+		int rc;
+
+		if (id >= titan_tokenizer_vocab_size(d->tok) || !titan_tokenizer_token(d->tok, id, &(size_t){0}))
+			return titan_error(TITAN_E_INVALID,
+					   "%s: token %llu (byte offset %llu) is id %u, not in the vocabulary (size %u)",
+					   name, (unsigned long long)(first + i),
+					   (unsigned long long)(first + i) * 4, id,
+					   titan_tokenizer_vocab_size(d->tok));
+		d->in_doc = true;
+		if (!d->o->keep_special && (int64_t)id == d->bos)
+			continue;
+		if ((int64_t)id == d->eos && !d->o->keep_special) {
+			if ((rc = decode_end_doc(d, out)) < 0)
+				return rc;
+			continue;
+		}
+		if ((rc = titan_tokenizer_decode(d->tok, &id, 1, &d->doc)) < 0)
+			return rc;
+		if ((int64_t)id == d->eos && (rc = decode_end_doc(d, out)) < 0)
+			return rc;
+		/* text output streams: flush big documents as they grow */
+		if (d->o->reader.format == TITAN_DOC_TEXT && d->doc.n >= (1u << 20)) {
+			if ((rc = write_all(out, d->doc.p, d->doc.n)) < 0)
+				return rc;
+			d->doc.n = 0;
+		}
+	}
+	return 0;
+}
+
+static int run_decode(const struct titan_tokenizer *tok, const struct opts *o, char **files,
+		      int nfiles, struct output *out, struct progress *pr)
+{
+	struct decoder d = {.tok = tok, .o = o};
+	enum { CHUNK = 1 << 18 };
+	uint32_t *buf = malloc(CHUNK * sizeof(uint32_t) + 4);
+	int rc = 0;
+
+	d.bos = titan_tokenizer_bos(tok);
+	d.eos = titan_tokenizer_eos(tok);
+	titan_json_init(&d.json);
+	if (!buf)
+		return titan_error(TITAN_E_NOMEM, "out of memory");
+	for (int f = 0; f < nfiles && rc == 0; f++) {
+		const char *name = strcmp(files[f], "-") ? files[f] : "(stdin)";
+		FILE *fp = strcmp(files[f], "-") ? fopen(files[f], "rb") : stdin;
+		uint64_t ntok = 0;
+		size_t have = 0; /* bytes in buf */
+
+		struct stat st;
+
+		if (!fp) {
+			rc = titan_error(TITAN_E_IO, "cannot open '%s': %s", files[f], strerror(errno));
+			break;
+		}
+		/* a regular file can be checked before anything is written */
+		if (fstat(fileno(fp), &st) == 0 && S_ISREG(st.st_mode) && st.st_size % 4) {
+			rc = titan_error(TITAN_E_INVALID, "%s: %lld bytes is not a whole number of uint32 "
+					 "token ids (truncated stream?)", name, (long long)st.st_size);
+			if (fp != stdin)
+				fclose(fp);
+			break;
+		}
+		for (;;) {
+			size_t got = fread((char *)buf + have, 1, CHUNK * sizeof(uint32_t) - have, fp);
+
+			have += got;
+			if (got == 0 && ferror(fp)) {
+				rc = titan_error(TITAN_E_IO, "cannot read '%s': %s", name, strerror(errno));
+				break;
+			}
+			size_t whole = have / 4;
+
+			if ((rc = decode_ids(&d, buf, whole, name, ntok, out)) < 0)
+				break;
+			ntok += whole;
+			pr->tokens += whole;
+			pr->bytes += whole * 4;
+			memmove(buf, buf + whole, have - whole * 4);
+			have -= whole * 4;
+			progress_show(pr, false);
+			if (got == 0) {
+				if (have)
+					rc = titan_error(TITAN_E_INVALID,
+							 "%s: %llu bytes is not a whole number of uint32 token ids "
+							 "(truncated stream?)", name,
+							 (unsigned long long)(ntok * 4 + have));
+				break;
+			}
+		}
+		if (fp != stdin)
+			fclose(fp);
+	}
+	/* A last document without EOS (e.g. --no-eos streams) still counts. */
+	if (rc == 0 && (d.in_doc || d.doc.n))
+		rc = decode_end_doc(&d, out);
+	titan_bytes_release(&d.doc);
+	titan_json_release(&d.json);
+	free(buf);
+	return rc;
+}
+
+/* -------------------------------------------------------------- train */
+
+static int run_train(const struct opts *o, int threads, bool progress, char **files, int nfiles,
+		     struct output *out, struct progress *pr)
+{
+	struct titan_bpe_train_opts to = {
+		.vocab_size = o->vocab_size, .nspecials = o->nspecials, .pattern = o->pattern,
+		.threads = threads, .progress = progress,
+	};
+	struct titan_bpe_trainer *tr = titan_bpe_trainer_new(&to);
+	int rc = 0;
+
+	if (!tr)
+		return titan_error_last()->code ? titan_error_last()->code : TITAN_E_NOMEM;
+	for (int f = 0; f < nfiles && rc == 0; f++) {
+		struct titan_doc_reader *r = titan_doc_reader_open(files[f], &o->reader);
+		struct titan_doc_segment g;
+		int n;
+
+		if (!r) {
+			rc = TITAN_E_IO;
+			break;
+		}
+		while ((n = titan_doc_reader_next(r, &g)) > 0) {
+			if ((rc = titan_bpe_trainer_add(tr, g.data, g.len)) < 0)
+				break;
+			pr->docs += g.doc_end;
+		}
+		if (n < 0)
+			rc = n;
+		pr->bytes += titan_doc_reader_bytes(r);
+		titan_doc_reader_close(r);
+		progress_show(pr, false);
+	}
+	if (rc == 0)
+		rc = titan_bpe_trainer_finish(tr, out->fp);
+	titan_bpe_trainer_free(tr);
+	return rc;
+}
+
+/* --------------------------------------------------------------- main */
+
+static int parse_pattern(const char *s, enum titan_pretok_kind *k)
+{
+	if (!strcmp(s, "llama3") || !strcmp(s, "cl100k") || !strcmp(s, "cl100k_base"))
+		*k = TITAN_PRETOK_CL100K;
+	else if (!strcmp(s, "o200k") || !strcmp(s, "o200k_base"))
+		*k = TITAN_PRETOK_O200K;
+	else if (!strcmp(s, "gpt2"))
+		*k = TITAN_PRETOK_GPT2;
+	else
+		return TITAN_E_INVALID;
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		TITAN_CLI_GLOBAL_OPTIONS,
+		{"tokenizer", required_argument, NULL, 't'},
+		{"encoding", required_argument, NULL, 'e'},
+		{"format", required_argument, NULL, 'f'},
+		{"field", required_argument, NULL, OPT_FIELD},
+		{"doc-per-line", no_argument, NULL, OPT_DOC_PER_LINE},
+		{"allow-special", no_argument, NULL, OPT_ALLOW_SPECIAL},
+		{"no-bos", no_argument, NULL, OPT_NO_BOS},
+		{"no-eos", no_argument, NULL, OPT_NO_EOS},
+		{"decode", no_argument, NULL, 'd'},
+		{"keep-special", no_argument, NULL, OPT_KEEP_SPECIAL},
+		{"output", required_argument, NULL, 'o'},
+		{"vocab-size", required_argument, NULL, OPT_VOCAB_SIZE},
+		{"encoding-pattern", required_argument, NULL, OPT_PATTERN},
+		{"pattern", required_argument, NULL, OPT_PATTERN},
+		{"specials", required_argument, NULL, OPT_SPECIALS},
+		{"segment-bytes", required_argument, NULL, OPT_SEGMENT},
+		{0},
+	};
+	struct titan_cli cli;
+	struct opts o = {
+		.reader = {.format = TITAN_DOC_JSONL, .field = "text", .cut_documents = true},
+		.nspecials = 256, .pattern = TITAN_PRETOK_CL100K,
+	};
+	struct titan_tokenizer *tok = NULL;
+	struct output out = {0};
+	struct progress pr = {0};
+	bool train = argc > 1 && !strcmp(argv[1], "train");
+	char *stdin_only[] = {"-"};
+	char **files;
+	int nfiles, opt, rc, threads;
+	int64_t v;
+	uint64_t u;
+
+	if ((rc = titan_cli_init(&cli, "titan-tokenize", &argc, argv, false)) != 0)
+		return rc;
+	if (train) { /* options after the subcommand */
+		argv[1] = argv[0];
+		argv++;
+		argc--;
+	}
+	while ((opt = getopt_long(argc, argv, TITAN_CLI_GLOBAL_SHORT "t:e:f:do:", longopts, NULL)) != -1) {
+		switch (opt) {
+		case 'h':
+			usage(stdout);
+			return titan_cli_finish(&cli, 0);
+		case 't': o.tokenizer = optarg; break;
+		case 'e':
+			if (titan_tok_encoding_parse(optarg, &o.encoding) < 0)
+				return titan_cli_usage_error(&cli, "--encoding: '%s' is not one of llama3, "
+							     "cl100k_base, o200k_base", optarg);
+			break;
+		case 'f':
+			if (titan_doc_format_parse(optarg, &o.reader.format) < 0)
+				return titan_cli_usage_error(&cli, "--format: '%s' is not one of jsonl, "
+							     "text, lines", optarg);
+			break;
+		case OPT_FIELD: o.reader.field = optarg; break;
+		case OPT_DOC_PER_LINE: o.reader.format = TITAN_DOC_LINES; break;
+		case OPT_ALLOW_SPECIAL: o.allow_special = true; break;
+		case OPT_NO_BOS: o.no_bos = true; break;
+		case OPT_NO_EOS: o.no_eos = true; break;
+		case 'd': o.decode = true; break;
+		case OPT_KEEP_SPECIAL: o.keep_special = true; break;
+		case 'o': o.output = optarg; break;
+		case OPT_VOCAB_SIZE:
+			if (titan_parse_i64(optarg, &v) < 0 || v < 257 || v > 1 << 24)
+				return titan_cli_usage_error(&cli, "--vocab-size: expected a count from "
+							     "257 to 16777216, got '%s'", optarg);
+			o.vocab_size = (uint32_t)v;
+			break;
+		case OPT_PATTERN:
+			if (parse_pattern(optarg, &o.pattern) < 0)
+				return titan_cli_usage_error(&cli, "--encoding-pattern: '%s' is not one of "
+							     "llama3, cl100k, o200k, gpt2", optarg);
+			break;
+		case OPT_SPECIALS:
+			if (titan_parse_i64(optarg, &v) < 0 || v < 0 || v > 65536)
+				return titan_cli_usage_error(&cli, "--specials: expected a count from 0 "
+							     "to 65536, got '%s'", optarg);
+			o.nspecials = (uint32_t)v;
+			break;
+		case OPT_SEGMENT:
+			if (titan_parse_size(optarg, &u) < 0 || u < 64 || u > (1ull << 32))
+				return titan_cli_usage_error(&cli, "--segment-bytes: expected a size "
+							     "from 64 to 4G, got '%s'", optarg);
+			o.reader.segment_bytes = (size_t)u;
+			break;
+		default:
+			rc = titan_cli_option(&cli, opt, optarg);
+			if (rc == TITAN_CLI_HANDLED)
+				break;
+			return rc == TITAN_CLI_UNKNOWN ? titan_cli_usage_error(&cli, "unhandled option") : rc;
+		}
+	}
+	if (train) {
+		if (!o.vocab_size)
+			return titan_cli_usage_error(&cli, "train: --vocab-size is required");
+		if (o.vocab_size < 256 + o.nspecials + 1)
+			return titan_cli_usage_error(&cli, "train: --vocab-size %u leaves no room for "
+						     "merges (256 bytes + %u specials)", o.vocab_size, o.nspecials);
+		if (o.tokenizer || o.decode)
+			return titan_cli_usage_error(&cli, "train: --tokenizer and --decode do not apply");
+	} else if (!o.tokenizer) {
+		return titan_cli_usage_error(&cli, "--tokenizer FILE is required");
+	}
+	if (o.keep_special && !o.decode)
+		return titan_cli_usage_error(&cli, "--keep-special applies to --decode");
+	files = optind < argc ? argv + optind : stdin_only;
+	nfiles = optind < argc ? argc - optind : 1;
+	/* Fail before writing anything when an input cannot be read. */
+	for (int i = 0; i < nfiles; i++)
+		if (strcmp(files[i], "-") && access(files[i], R_OK) != 0) {
+			titan_error(TITAN_E_IO, "cannot open '%s': %s", files[i], strerror(errno));
+			rc = titan_cli_fail(&cli, TITAN_E_IO);
+			goto done;
+		}
+	threads = cli.threads > 0 ? cli.threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
+	if (threads < 1)
+		threads = 1;
+	if (!train && (rc = titan_tokenizer_load(o.tokenizer, o.encoding, &tok)) < 0) {
+		rc = titan_cli_fail(&cli, rc);
+		goto done;
+	}
+	if (tok) {
+		/* cutting long documents relies on a known pre-tokenizer */
+		o.reader.cut_documents = titan_tokenizer_pretok_kind(tok) != TITAN_PRETOK_REGEX;
+		titan_log_debug("tokenizer %s: %s, vocab %u, bos %lld, eos %lld", o.tokenizer,
+				titan_tok_encoding_name(titan_tokenizer_encoding(tok)),
+				titan_tokenizer_vocab_size(tok), (long long)titan_tokenizer_bos(tok),
+				(long long)titan_tokenizer_eos(tok));
+	}
+	if ((rc = output_open(&out, o.output)) < 0) {
+		rc = titan_cli_fail(&cli, rc);
+		goto done;
+	}
+	pr.on = cli.progress;
+	pr.t0 = pr.last = titan_time_ns();
+	if (train)
+		rc = run_train(&o, threads, cli.progress, files, nfiles, &out, &pr);
+	else if (o.decode)
+		rc = run_decode(tok, &o, files, nfiles, &out, &pr);
+	else
+		rc = run_encode(tok, &o, threads, files, nfiles, &out, &pr);
+	progress_show(&pr, true);
+	rc = output_close(&out, rc);
+	if (rc < 0) {
+		rc = titan_cli_fail(&cli, rc);
+		goto done;
+	}
+	rc = titan_cli_finish(&cli, 0);
+done:
+	titan_tokenizer_free(tok);
+	titan_cli_release(&cli);
+	return rc;
+}
