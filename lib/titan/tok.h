@@ -208,7 +208,8 @@ struct titan_doc_segment {
 int titan_doc_reader_next(struct titan_doc_reader *r, struct titan_doc_segment *seg);
 /* Input bytes consumed so far. */
 uint64_t titan_doc_reader_bytes(const struct titan_doc_reader *r);
-/* Largest p in (0, n) with s[p-1] == '\n' and s[p] an ASCII letter, or 0. */
+/* Largest safe cut p in (0, n), or 0: s[p-1] == '\n', s[p] an ASCII
+ * letter and s[p-2] a visible ASCII character ("x\nY"). */
 size_t titan_doc_safe_cut(const uint8_t *s, size_t n);
 
 /* ---------------------------------------------------------- training */

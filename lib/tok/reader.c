@@ -55,7 +55,17 @@ static inline bool ascii_letter(uint8_t c)
 	return (c | 0x20) >= 'a' && (c | 0x20) <= 'z';
 }
 
-/* Smallest p >= from with s[p-1] == '\n' and s[p] an ASCII letter (p < n), or 0. */
+/* A cut at p is safe when s[p-1] is '\n', s[p] an ASCII letter and s[p-2]
+ * a visible ASCII character: then the newline is a piece of its own in
+ * every supported pattern whether the letter follows or the text ends (with
+ * whitespace before it, GPT-2's \s+(?!\S) would see the end of the text and
+ * merge the run). */
+static inline bool cut_ok(const uint8_t *s, size_t p)
+{
+	return p >= 2 && s[p - 1] == '\n' && ascii_letter(s[p]) && s[p - 2] > 0x20 && s[p - 2] < 0x7f;
+}
+
+/* Smallest safe p >= from (p < n), or 0. */
 static size_t first_cut(const uint8_t *s, size_t n, size_t from)
 {
 	size_t i = from ? from - 1 : 0;
@@ -66,7 +76,7 @@ static size_t first_cut(const uint8_t *s, size_t n, size_t from)
 		if (!nl)
 			return 0;
 		i = (size_t)(nl - s);
-		if (ascii_letter(s[i + 1]))
+		if (cut_ok(s, i + 1))
 			return i + 1;
 		i++;
 	}
@@ -79,13 +89,11 @@ size_t titan_doc_safe_cut(const uint8_t *s, size_t n)
 
 	while (p > 1) {
 		const uint8_t *nl = memrchr(s, '\n', p - 1);
-		uint8_t c;
 
 		if (!nl)
 			return 0;
 		p = (size_t)(nl - s) + 1; /* just after the newline */
-		c = s[p];
-		if (ascii_letter(c))
+		if (cut_ok(s, p))
 			return p;
 		/* next round searches s[0, p - 1): the bytes before this newline */
 	}
@@ -232,6 +240,77 @@ static int next_line(struct titan_doc_reader *r, bool *had_newline)
 	}
 }
 
+static int hexval(uint8_t c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	c |= 0x20;
+	return c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+}
+
+/* The \uXXXX escape at s[i] ("\\u" + 4 hex digits), or -1. */
+static int32_t escape_at(const uint8_t *s, size_t n, size_t i)
+{
+	int32_t v = 0;
+
+	if (i + 6 > n || s[i] != '\\' || s[i + 1] != 'u')
+		return -1;
+	for (int k = 2; k < 6; k++) {
+		int h = hexval(s[i + k]);
+
+		if (h < 0)
+			return -1;
+		v = v * 16 + h;
+	}
+	return v;
+}
+
+/* Make a JSONL line acceptable to a strict JSON parser the way tiktoken's
+ * and HF's bindings see text: invalid UTF-8 bytes become U+FFFD (the line
+ * is read as text first), and an escaped lone surrogate (\ud800 without its
+ * pair) becomes \ufffd (same length, in place). */
+static int sanitize_json_line(struct titan_doc_reader *r)
+{
+	uint8_t *s;
+	size_t n;
+
+	if (titan_utf8_valid_prefix(r->doc.p, r->doc.n) < r->doc.n) {
+		struct titan_bytes clean = {0};
+		int64_t rc = titan_utf8_sanitize(r->doc.p, r->doc.n, &clean);
+
+		if (rc < 0)
+			return (int)rc;
+		titan_bytes_release(&r->doc);
+		r->doc = clean;
+	}
+	s = r->doc.p;
+	n = r->doc.n;
+	for (size_t i = 0; i + 1 < n; i++) {
+		int32_t c;
+
+		if (s[i] != '\\')
+			continue;
+		if (s[i + 1] != 'u') {
+			i++; /* \\, \", ...: skip the escaped character */
+			continue;
+		}
+		c = escape_at(s, n, i);
+		if (c >= 0xD800 && c <= 0xDBFF) {
+			int32_t lo = escape_at(s, n, i + 6);
+
+			if (lo >= 0xDC00 && lo <= 0xDFFF) {
+				i += 11; /* a proper pair */
+				continue;
+			}
+		}
+		if (c >= 0xD800 && c <= 0xDFFF)
+			memcpy(s + i + 2, "fffd", 4);
+		if (c >= 0)
+			i += 5;
+	}
+	return 0;
+}
+
 static int next_jsonl(struct titan_doc_reader *r)
 {
 	bool nl;
@@ -248,6 +327,8 @@ static int next_jsonl(struct titan_doc_reader *r)
 			i++;
 		if (i == r->doc.n)
 			continue; /* blank line */
+		if ((rc = sanitize_json_line(r)) < 0)
+			return rc;
 		root = json_loadb((const char *)r->doc.p, r->doc.n, JSON_ALLOW_NUL, &err);
 		if (!root)
 			return titan_error(TITAN_E_INVALID, "%s:%llu:%d: invalid JSON: %s", r->path,

@@ -24,9 +24,13 @@ static void test_safe_cut(void **state)
 	assert_int_equal(CUT("ab\ncd\nef"), 6);  /* the last one */
 	assert_int_equal(CUT("ab\ncd\n ef"), 3); /* space after the last newline */
 	assert_int_equal(CUT("ab\ncd\n\n"), 3);
-	assert_int_equal(CUT("x\n\nA"), 3);      /* consecutive newlines */
+	assert_int_equal(CUT("ab\ncd\n\nef"), 3);
+	assert_int_equal(CUT("x\n\nA"), 0);      /* whitespace before the newline */
+	assert_int_equal(CUT("x\r\nA"), 0);      /* CRLF: GPT-2 keeps \r\n apart */
+	assert_int_equal(CUT("x \nA"), 0);
 	assert_int_equal(CUT("x\n1\n\xc3\xa9\n-"), 0); /* digit, non-ASCII, punctuation */
-	assert_int_equal(CUT("\nZ"), 1);
+	assert_int_equal(CUT("\nZ"), 0);        /* nothing before the newline */
+	assert_int_equal(CUT(".\nZ"), 2);
 #undef CUT
 }
 
@@ -60,7 +64,8 @@ static char *read_all(const char *path, enum titan_doc_format f, size_t seg, int
 		assert_true(g.doc_start == !in);
 		if (!g.doc_start) {
 			/* a continuation starts at a letter right after a newline */
-			assert_true(out.n > 0 && out.p[out.n - 1] == '\n');
+			assert_true(out.n > 1 && out.p[out.n - 1] == '\n');
+			assert_true(out.p[out.n - 2] > 0x20 && out.p[out.n - 2] < 0x7f);
 			assert_true(g.len > 0 && ((g.data[0] | 0x20) >= 'a' && (g.data[0] | 0x20) <= 'z'));
 		}
 		titan_bytes_append(&out, g.data, g.len);
