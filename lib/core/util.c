@@ -169,59 +169,82 @@ char *titan_strdup(const char *s)
 	return p;
 }
 
-int titan_write_file_atomic(const char *path, const void *data, size_t n)
+int titan_afile_open(struct titan_afile *f, const char *path)
 {
-	size_t len = strlen(path);
-	char *tmp = malloc(len + 16);
-	const char *p = data;
-	int fd, rc = TITAN_E_IO;
+	size_t n;
+	int fd;
 
-	if (!tmp)
+	memset(f, 0, sizeof(*f));
+	if (!path || !strcmp(path, "-")) {
+		f->fp = stdout;
+		return 0;
+	}
+	n = strlen(path) + 16;
+	f->path = titan_strdup(path);
+	f->tmp = malloc(n);
+	if (!f->path || !f->tmp) {
+		free(f->path);
+		free(f->tmp);
+		f->path = f->tmp = NULL;
 		return titan_error(TITAN_E_NOMEM, "out of memory");
-	snprintf(tmp, len + 16, "%s.tmp.XXXXXX", path);
-	fd = mkstemp(tmp);
-	if (fd < 0) {
-		titan_error(TITAN_E_IO, "cannot create '%s': %s", tmp, strerror(errno));
-		free(tmp);
+	}
+	snprintf(f->tmp, n, "%s.tmp.XXXXXX", path);
+	fd = mkstemp(f->tmp);
+	if (fd < 0 || !(f->fp = fdopen(fd, "wb"))) {
+		int e = errno;
+
+		if (fd >= 0) {
+			close(fd);
+			unlink(f->tmp);
+		}
+		free(f->tmp);
+		f->tmp = NULL;
+		titan_error(TITAN_E_IO, "cannot create '%s': %s", path, strerror(e));
+		free(f->path);
+		f->path = NULL;
 		return TITAN_E_IO;
 	}
-	while (n > 0) {
-		ssize_t w = write(fd, p, n);
+	return 0;
+}
 
-		if (w < 0) {
-			if (errno == EINTR)
-				continue;
-			titan_error(TITAN_E_IO, "cannot write '%s': %s", tmp, strerror(errno));
-			goto fail;
-		}
-		p += w;
-		n -= (size_t)w;
+int titan_afile_close(struct titan_afile *f, int rc)
+{
+	if (!f->tmp) { /* standard output: the caller checks it at exit */
+		f->fp = NULL;
+		return rc;
 	}
-	/* mkstemp makes 0600; give the file the mode open(2) would have given */
-	mode_t mask = umask(0);
+	if (rc == 0) {
+		/* mkstemp makes 0600; give the file the mode open(2) would have given */
+		mode_t mask = umask(0);
 
-	umask(mask);
-	if (fchmod(fd, 0666 & ~mask) != 0 || fsync(fd) != 0) {
-		titan_error(TITAN_E_IO, "cannot sync '%s': %s", tmp, strerror(errno));
-		goto fail;
+		umask(mask);
+		if (fflush(f->fp) != 0 || ferror(f->fp) || fchmod(fileno(f->fp), 0666 & ~mask) != 0 ||
+		    fsync(fileno(f->fp)) != 0)
+			rc = titan_error(TITAN_E_IO, "cannot write '%s': %s", f->path, strerror(errno));
 	}
-	if (close(fd) != 0) {
-		fd = -1;
-		titan_error(TITAN_E_IO, "cannot close '%s': %s", tmp, strerror(errno));
-		goto fail;
-	}
-	fd = -1;
-	if (rename(tmp, path) != 0) {
-		titan_error(TITAN_E_IO, "cannot rename '%s' to '%s': %s", tmp, path,
-			    strerror(errno));
-		goto fail;
-	}
-	rc = 0;
-fail:
-	if (fd >= 0)
-		close(fd);
-	if (rc)
-		unlink(tmp);
-	free(tmp);
+	if (fclose(f->fp) != 0 && rc == 0)
+		rc = titan_error(TITAN_E_IO, "cannot write '%s': %s", f->path, strerror(errno));
+	if (rc == 0 && rename(f->tmp, f->path) != 0)
+		rc = titan_error(TITAN_E_IO, "cannot rename '%s' to '%s': %s", f->tmp, f->path,
+				 strerror(errno));
+	if (rc != 0)
+		unlink(f->tmp);
+	free(f->tmp);
+	free(f->path);
+	memset(f, 0, sizeof(*f));
 	return rc;
+}
+
+int titan_write_file_atomic(const char *path, const void *data, size_t n)
+{
+	struct titan_afile f;
+	int rc;
+
+	if (!path || !strcmp(path, "-"))
+		return titan_error(TITAN_E_INVALID, "titan_write_file_atomic needs a file name");
+	if ((rc = titan_afile_open(&f, path)) < 0)
+		return rc;
+	if (n && fwrite(data, 1, n, f.fp) != n)
+		rc = titan_error(TITAN_E_IO, "cannot write '%s': %s", path, strerror(errno));
+	return titan_afile_close(&f, rc);
 }

@@ -337,6 +337,19 @@ char *titan_strdup(const char *s); /* NULL + TITAN_E_NOMEM on failure */
  * fsync, rename.  On failure nothing exists under `path` that was not there. */
 int titan_write_file_atomic(const char *path, const void *data, size_t n);
 
+/* A streamed output file that appears under its name only when complete:
+ * written as PATH.tmp.XXXXXX in the same folder, then fsync and rename.
+ * PATH NULL or "-" is standard output (written directly). */
+struct titan_afile {
+	FILE *fp;     /* write here */
+	char *path;   /* NULL for standard output */
+	char *tmp;
+};
+int titan_afile_open(struct titan_afile *f, const char *path);
+/* Commit when `rc` == 0 (flush, fsync, rename), otherwise remove the
+ * temporary file.  Returns `rc`, or the commit's error. */
+int titan_afile_close(struct titan_afile *f, int rc);
+
 /* ------------------------------------------------------------ build facts */
 
 /* Version and the features compiled in, e.g. "0.1.0-12-gabcdef". */

@@ -191,6 +191,50 @@ static void test_write_file_atomic(void **state)
 	rmdir(dir);
 }
 
+static void test_afile(void **state)
+{
+	char dir[] = "/tmp/titan-afile-XXXXXX", path[256];
+	struct titan_afile f;
+	DIR *d;
+	struct dirent *e;
+	int n = 0;
+
+	(void)state;
+	assert_non_null(mkdtemp(dir));
+	snprintf(path, sizeof(path), "%s/out.bin", dir);
+	/* discarded: nothing under the name, no temporary left */
+	assert_int_equal(titan_afile_open(&f, path), 0);
+	fputs("partial", f.fp);
+	assert_int_equal(access(path, F_OK), -1);
+	assert_int_equal(titan_afile_close(&f, TITAN_E_INVALID), TITAN_E_INVALID);
+	d = opendir(dir);
+	while ((e = readdir(d)) != NULL)
+		n += e->d_name[0] != '.';
+	closedir(d);
+	assert_int_equal(n, 0);
+	/* committed */
+	assert_int_equal(titan_afile_open(&f, path), 0);
+	fputs("whole", f.fp);
+	assert_int_equal(titan_afile_close(&f, 0), 0);
+	FILE *fp = fopen(path, "r");
+	char buf[16] = {0};
+	assert_non_null(fp);
+	assert_int_equal(fread(buf, 1, sizeof(buf), fp), 5);
+	fclose(fp);
+	assert_string_equal(buf, "whole");
+	/* "-" is standard output */
+	assert_int_equal(titan_afile_open(&f, "-"), 0);
+	assert_ptr_equal(f.fp, stdout);
+	assert_int_equal(titan_afile_close(&f, 0), 0);
+	/* a folder that does not exist */
+	snprintf(path, sizeof(path), "%s/no/out.bin", dir);
+	assert_int_equal(titan_afile_open(&f, path), TITAN_E_IO);
+	assert_non_null(strstr(titan_errmsg(), "no/out.bin"));
+	snprintf(path, sizeof(path), "%s/out.bin", dir);
+	unlink(path);
+	rmdir(dir);
+}
+
 static void test_timer(void **state)
 {
 	struct titan_timer t = {0};
@@ -230,6 +274,7 @@ int main(void)
 		cmocka_unit_test(test_format),
 		cmocka_unit_test(test_edit_distance),
 		cmocka_unit_test(test_write_file_atomic),
+		cmocka_unit_test(test_afile),
 		cmocka_unit_test(test_timer),
 		cmocka_unit_test(test_build_facts),
 	};

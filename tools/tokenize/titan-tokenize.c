@@ -6,8 +6,6 @@
  * llm.c's / torchtitan's Python data preparation, as one streaming tool.
  */
 #include <errno.h>
-#include <fcntl.h>
-#include <libgen.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -94,71 +92,12 @@ static void usage(FILE *fp)
 
 /* ------------------------------------------------------------- output */
 
-/* Standard output, or FILE written under a temporary name and renamed. */
-struct output {
-	FILE *fp;
-	char *path, *tmp;
-};
-
-static int output_open(struct output *o, const char *path)
-{
-	memset(o, 0, sizeof(*o));
-	if (!path || !strcmp(path, "-")) {
-		o->fp = stdout;
-		return 0;
-	}
-	size_t n = strlen(path) + 16;
-	int fd;
-
-	o->path = titan_strdup(path);
-	o->tmp = malloc(n);
-	if (!o->path || !o->tmp)
-		return titan_error(TITAN_E_NOMEM, "out of memory");
-	snprintf(o->tmp, n, "%s.tmp.XXXXXX", path);
-	if ((fd = mkstemp(o->tmp)) < 0 || !(o->fp = fdopen(fd, "wb"))) {
-		int e = errno;
-
-		if (fd >= 0)
-			close(fd);
-		free(o->tmp);
-		o->tmp = NULL;
-		return titan_error(TITAN_E_IO, "cannot create '%s': %s", path, strerror(e));
-	}
-	return 0;
-}
-
-/* Commit (rc == 0) or discard the output. */
-static int output_close(struct output *o, int rc)
-{
-	if (!o->tmp) {
-		free(o->path);
-		return rc;
-	}
-	if (rc == 0) {
-		mode_t mask = umask(0);
-
-		umask(mask);
-		if (fflush(o->fp) != 0 || fchmod(fileno(o->fp), 0666 & ~mask) != 0 ||
-		    fsync(fileno(o->fp)) != 0)
-			rc = titan_error(TITAN_E_IO, "cannot write '%s': %s", o->path, strerror(errno));
-	}
-	if (fclose(o->fp) != 0 && rc == 0)
-		rc = titan_error(TITAN_E_IO, "cannot write '%s': %s", o->path, strerror(errno));
-	if (rc == 0 && rename(o->tmp, o->path) != 0)
-		rc = titan_error(TITAN_E_IO, "cannot rename '%s' to '%s': %s", o->tmp, o->path,
-				 strerror(errno));
-	if (rc != 0)
-		unlink(o->tmp);
-	free(o->tmp);
-	free(o->path);
-	return rc;
-}
-
-static int write_all(struct output *o, const void *p, size_t n)
+static int write_all(struct titan_afile *o, const void *p, size_t n)
 {
 	if (n && fwrite(p, 1, n, o->fp) != n)
-		return titan_error(TITAN_E_IO, "cannot write %s: %s",
-				   o->path ? o->path : "to standard output", strerror(errno));
+		return titan_error(TITAN_E_IO, "cannot write %s%s%s: %s", o->path ? "'" : "",
+				   o->path ? o->path : "to standard output", o->path ? "'" : "",
+				   strerror(errno));
 	return 0;
 }
 
@@ -289,7 +228,7 @@ static int job_add(struct job *j, const struct titan_doc_segment *g)
 }
 
 /* Writes job j (DONE) and frees its slot. */
-static int job_write(struct job *j, struct output *out, struct progress *pr)
+static int job_write(struct job *j, struct titan_afile *out, struct progress *pr)
 {
 	if (j->rc < 0) {
 		titan_error(j->rc, "%s", j->err);
@@ -301,7 +240,7 @@ static int job_write(struct job *j, struct output *out, struct progress *pr)
 }
 
 static int run_encode(const struct titan_tokenizer *tok, const struct opts *o, int threads,
-		      char **files, int nfiles, struct output *out, struct progress *pr)
+		      char **files, int nfiles, struct titan_afile *out, struct progress *pr)
 {
 	struct pool p = {.tok = tok, .o = o};
 	pthread_t *tids = NULL;
@@ -444,7 +383,7 @@ struct decoder {
 	struct titan_json json;
 };
 
-static int decode_end_doc(struct decoder *d, struct output *out)
+static int decode_end_doc(struct decoder *d, struct titan_afile *out)
 {
 	int rc = 0;
 
@@ -475,7 +414,7 @@ static int decode_end_doc(struct decoder *d, struct output *out)
 }
 
 static int decode_ids(struct decoder *d, const uint32_t *ids, size_t n, const char *name,
-		      uint64_t first, struct output *out)
+		      uint64_t first, struct titan_afile *out)
 {
 	for (size_t i = 0; i < n; i++) {
 		uint32_t id = ids[i];
@@ -510,7 +449,7 @@ static int decode_ids(struct decoder *d, const uint32_t *ids, size_t n, const ch
 }
 
 static int run_decode(const struct titan_tokenizer *tok, const struct opts *o, char **files,
-		      int nfiles, struct output *out, struct progress *pr)
+		      int nfiles, struct titan_afile *out, struct progress *pr)
 {
 	struct decoder d = {.tok = tok, .o = o};
 	enum { CHUNK = 1 << 18 };
@@ -584,7 +523,7 @@ static int run_decode(const struct titan_tokenizer *tok, const struct opts *o, c
 /* -------------------------------------------------------------- train */
 
 static int run_train(const struct opts *o, int threads, bool progress, char **files, int nfiles,
-		     struct output *out, struct progress *pr)
+		     struct titan_afile *out, struct progress *pr)
 {
 	struct titan_bpe_train_opts to = {
 		.vocab_size = o->vocab_size, .nspecials = o->nspecials, .pattern = o->pattern,
@@ -664,7 +603,7 @@ int main(int argc, char **argv)
 		.nspecials = 256, .pattern = TITAN_PRETOK_CL100K,
 	};
 	struct titan_tokenizer *tok = NULL;
-	struct output out = {0};
+	struct titan_afile out = {0};
 	struct progress pr = {0};
 	bool train = argc > 1 && !strcmp(argv[1], "train");
 	char *stdin_only[] = {"-"};
@@ -771,7 +710,7 @@ int main(int argc, char **argv)
 				titan_tokenizer_vocab_size(tok), (long long)titan_tokenizer_bos(tok),
 				(long long)titan_tokenizer_eos(tok));
 	}
-	if ((rc = output_open(&out, o.output)) < 0) {
+	if ((rc = titan_afile_open(&out, o.output)) < 0) {
 		rc = titan_cli_fail(&cli, rc);
 		goto done;
 	}
@@ -784,7 +723,7 @@ int main(int argc, char **argv)
 	else
 		rc = run_encode(tok, &o, threads, files, nfiles, &out, &pr);
 	progress_show(&pr, true);
-	rc = output_close(&out, rc);
+	rc = titan_afile_close(&out, rc);
 	if (rc < 0) {
 		rc = titan_cli_fail(&cli, rc);
 		goto done;
