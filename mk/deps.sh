@@ -3,12 +3,21 @@
 # Idempotent: one dpkg-query when everything is present.
 set -u
 list=$1
-pkgs=$(sed 's/#.*//' "$list" | tr -s ' \t\n' ' ')
-missing=
-for p in $pkgs; do
+# A line "PACKAGE" is needed; "PACKAGE unless-command CMD" only when the
+# command CMD is not on PATH (npm ships inside nodesource's nodejs, but is a
+# package of its own in Debian).
+pkgs= missing=
+while read -r p cond cmd; do
+	p=${p%%#*}
+	[ -n "$p" ] || continue
+	if [ "$cond" = unless-command ] && command -v "$cmd" >/dev/null 2>&1; then
+		continue
+	fi
+	pkgs="$pkgs $p"
 	s=$(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null)
 	[ "$s" = installed ] || missing="$missing $p"
-done
+done < "$list"
+
 if [ -z "$missing" ]; then
 	echo "deps: all $(echo $pkgs | wc -w) packages present"
 	exit 0

@@ -99,3 +99,10 @@ C
 	run -0 "$BATS_TEST_TMPDIR/use"
 	assert_output "$(cat VERSION) 3808858755"
 }
+
+@test "deps: a package is skipped when its 'unless-command' is on PATH" {
+	command -v dpkg-query >/dev/null || skip "not a Debian system"
+	printf '# comment\nno-such-package-xyz unless-command sh\ncoreutils\n' > "$BATS_TEST_TMPDIR/deps.txt"
+	run -0 mk/deps.sh "$BATS_TEST_TMPDIR/deps.txt"
+	assert_output "deps: all 1 packages present"
+}
