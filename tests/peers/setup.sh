@@ -57,7 +57,7 @@ stamp=node_modules/.titan-peers-stamp
 if [ -f $lock ]; then want=$(hash_of package.json $lock); else want=$(hash_of package.json); fi
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
 	if [ -f $lock ]; then
-		cmd=(npm ci --no-audit --no-fund --ignore-scripts --prefer-offline)
+		cmd=(npm ci --include=dev --no-audit --no-fund --ignore-scripts --prefer-offline)
 	else
 		cmd=(npm install --no-audit --no-fund --ignore-scripts)
 	fi
