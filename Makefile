@@ -54,7 +54,7 @@ SKIP_CONFIG := 1
 endif
 endif
 
-.PHONY: all test check check-unit check-bats demo demo-run deps install uninstall clean distclean help config FORCE
+.PHONY: all test check check-unit check-bats demo demo-run deps install uninstall clean distclean help config man FORCE
 
 help:
 	@sed -n '2,14s/^# \{0,1\}//p' Makefile
@@ -168,6 +168,10 @@ check-bats: all
 
 demo-run: all
 	@$(TEST_ENV) mk/demo.sh
+
+# regenerate the man page whose CONFIGURATION section comes from the schema
+man: $(BINDIR)/titan-config
+	mk/gen-man-train.sh $(BINDIR)/titan-config > docs/titan-train.1
 
 # ----------------------------------------------------------------- install
 MAN_PAGES := $(wildcard docs/*.1)

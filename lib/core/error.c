@@ -76,6 +76,7 @@ const char *titan_strerr(int code)
 	case TITAN_E_DEVICE: return "device error";
 	case TITAN_E_COMM: return "communication error";
 	case TITAN_E_INTERNAL: return "internal error";
+	case TITAN_E_NUMERIC: return "numerical failure";
 	}
 	return "unknown error";
 }

@@ -45,6 +45,7 @@ enum titan_err {
 	TITAN_E_DEVICE = -6,      /* CUDA / cuBLAS / NCCL failure */
 	TITAN_E_COMM = -7,        /* MPI failure */
 	TITAN_E_INTERNAL = -8,    /* a bug that was caught without aborting */
+	TITAN_E_NUMERIC = -9,     /* a loss or gradient that is not finite */
 };
 
 /* The last error recorded on this thread. */

@@ -1,7 +1,8 @@
 /*
  * titan/data.h — training data on disk: the token shard format (*.tok), a
  * writer that cuts a token stream into shards, a reader (mmap) with checks,
- * and the listing of a shard directory in training order.
+ * the listing of a shard directory in training order, and the data
+ * loader that packs a split into training windows (torchtitan's packing).
  *
  * Token stream (titan-tokenize -> titan-shard): raw little-endian uint32
  * ids, no header, so streams concatenate.  A document is BOS? tokens EOS.
@@ -185,6 +186,143 @@ int titan_shard_check_next(const struct titan_shard_header *prev, const char *pr
  * gives *n = 0. */
 int titan_shard_list(const char *dir, const char *split, char ***paths, size_t *n);
 void titan_shard_list_free(char **paths, size_t n);
+
+/* ------------------------------------------------------------- loader */
+
+/* The training/validation data loader: torchtitan's packing over a split's
+ * shards (notes §8; torchtitan's HuggingFaceDataset with infinite=True for
+ * training, False for validation).
+ *
+ * Windows.  The split's shards, in titan_shard_list order, are one token
+ * sequence of N tokens.  It is cut into W = floor(N / (seq_len+1))
+ * consecutive non-overlapping windows: window i is tokens
+ * [i·(seq_len+1), (i+1)·(seq_len+1)); its input row is the first seq_len
+ * tokens and its label row the last seq_len (int32).  The last
+ * N mod (seq_len+1) tokens of each pass are not used.  (torchtitan keeps
+ * that remainder in its buffer and prepends it to the next pass; titan
+ * drops it so that every epoch has the same windows, which shuffling
+ * and positions-as-state need.  The first epoch is identical.)
+ *
+ * Order.  Epoch e visits the windows in order perm_e(0), perm_e(1), ...,
+ * perm_e(W-1): the identity without shuffle; with shuffle a seeded
+ * pseudo-random permutation (a Feistel network keyed by Philox with
+ * (seed, titan_rng_stream_id("loader.shuffle", e)), cycle-walked to [0, W)):
+ * deterministic, different per epoch, computed per position in O(1) with
+ * no table, so any position can be resumed.
+ *
+ * Batches and data parallelism.  One titan_loader_next call on every DP
+ * rank consumes one global batch of G = local_batch_size·dp_degree
+ * consecutive positions of that order; rank r receives global rows
+ * [r·local_batch_size, (r+1)·local_batch_size).  So after k calls the
+ * global rows consumed are positions 0 .. k·G-1 whatever the DP layout:
+ * one rank with local batch G and R ranks with local batch G/R see exactly
+ * the same windows per call (and per optimizer step when
+ * accumulation·local·dp is the same).  A training batch that reaches the
+ * end of an epoch continues with the start of the next (epoch + 1, a
+ * warning is logged): every batch is full.  A validation loader
+ * (infinite = false) stops: the last batch may be partial (rows that do
+ * not exist are padding: input 0, label TITAN_LABEL_IGNORE), and the call
+ * after it returns 0.
+ *
+ * State.  (epoch, position): the epoch and the position in its order of
+ * the next global row to read.  It is the same on every DP rank and does
+ * not depend on the DP layout; save it with titan_loader_get_state and
+ * resume with titan_loader_set_state (which checks seq_len, the window
+ * count and the shuffle seed against the loader).
+ *
+ * Shards are mapped (titan_shard_open), never copied; u16 and u32
+ * payloads are widened while a row is read.  All shards of the split must
+ * continue each other (titan_shard_check_next: same vocab, token width,
+ * BOS/EOS, tokenizer fingerprint, contiguous offsets).  Not thread-safe:
+ * one loader per thread. */
+
+#define TITAN_LABEL_IGNORE (-100) /* torchtitan's ignore_index */
+
+struct titan_loader_opts {
+	const char *dir;          /* folder of shards */
+	const char *split;        /* "train", "val", ... */
+	int64_t seq_len;          /* >= 1 */
+	int64_t local_batch_size; /* rows per call on this rank, >= 1 */
+	int dp_rank, dp_degree;   /* 0 <= dp_rank < dp_degree */
+	bool infinite;            /* training: re-loop; validation: stop */
+	bool shuffle;             /* seeded window permutation per epoch */
+	uint64_t seed;
+	uint32_t vocab_size;      /* model vocab: shards with a larger vocab are
+				     refused; 0 = no check */
+	bool verify;              /* titan_shard_verify every shard at open (reads
+				     all data: CRC and ids) */
+};
+
+/* Defaults: split "train", seq_len 2048, local batch 8, dp 0 of 1,
+ * infinite, no shuffle, seed 0, no vocab check, no verify. */
+void titan_loader_opts_default(struct titan_loader_opts *o);
+
+/* Plain integers, for the checkpoint. */
+struct titan_loader_state {
+	uint64_t epoch;           /* passes started before the current one */
+	uint64_t position;        /* next global row in the epoch's order, <= n_windows
+				     (== n_windows: the epoch is used up; a training
+				     loader moves to the next at its next call) */
+	/* identity of the stream the state belongs to (checked on restore) */
+	uint64_t n_windows;
+	uint64_t seq_len;
+	uint64_t shuffle;         /* 0 / 1 */
+	uint64_t seed;
+};
+
+/* What one call delivered. */
+struct titan_batch_info {
+	int64_t rows;             /* rows of this rank holding data (< local only in
+				     a validation loader's last batch, may be 0) */
+	int64_t global_rows;      /* rows of the global batch holding data */
+	int64_t valid_tokens;     /* labels != TITAN_LABEL_IGNORE in this rank's batch */
+	int64_t global_valid_tokens; /* the same over the global batch (no
+				     communication needed: all ranks know it) */
+	uint64_t epoch;           /* epoch of the batch's first row */
+	uint64_t position;        /* position of the batch's first global row */
+};
+
+struct titan_loader;
+
+/* Open every shard of `split` in `dir` and check them.  Errors name the
+ * folder or file: no shards (TITAN_E_INVALID, "no 'train' shards in
+ * 'dir'"), shards that do not continue each other or are bad
+ * (TITAN_E_FORMAT), fewer than seq_len+1 tokens, a shard vocab larger than
+ * opts->vocab_size, bad options (TITAN_E_INVALID). */
+int titan_loader_open(const struct titan_loader_opts *opts, struct titan_loader **out);
+void titan_loader_close(struct titan_loader *l); /* NULL-safe */
+
+/* Fill local_batch_size rows of seq_len int32 each: inputs[b·seq_len + t],
+ * labels[b·seq_len + t].  Returns 1 when a batch was produced, 0 at the
+ * end of a validation loader (nothing written), negative on error.
+ * `info` may be NULL. */
+int titan_loader_next(struct titan_loader *l, int32_t *inputs, int32_t *labels,
+		      struct titan_batch_info *info);
+
+/* Window w (0 <= w < n_windows) in the natural order into seq_len inputs
+ * and labels: for tests and tools. */
+void titan_loader_window(const struct titan_loader *l, uint64_t w, int32_t *inputs,
+			 int32_t *labels);
+/* The window at `position` of `epoch`'s order (perm_e(position)). */
+uint64_t titan_loader_window_at(const struct titan_loader *l, uint64_t epoch,
+				uint64_t position);
+
+void titan_loader_get_state(const struct titan_loader *l, struct titan_loader_state *st);
+/* TITAN_E_INVALID naming the field when `st` comes from another stream
+ * (different seq_len, window count, shuffle or seed) or is out of range. */
+int titan_loader_set_state(struct titan_loader *l, const struct titan_loader_state *st);
+/* Back to epoch 0, position 0 (a validation run starts over). */
+void titan_loader_reset(struct titan_loader *l);
+
+struct titan_loader_info {
+	uint64_t n_shards;
+	uint64_t n_tokens;        /* in the split */
+	uint64_t n_windows;       /* windows per epoch */
+	uint32_t vocab_size, token_bytes;
+	int64_t bos_id, eos_id;
+	uint64_t fingerprint;
+};
+void titan_loader_get_info(const struct titan_loader *l, struct titan_loader_info *out);
 
 #ifdef __cplusplus
 }

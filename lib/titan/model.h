@@ -2,7 +2,8 @@
  * titan/model.h — the Llama 3 model description shared by titan-train and
  * titan-estimate: flavor table, derived dims, parameter counts and the
  * FLOP arithmetic behind MFU (torchtitan's models/llama3/__init__.py and
- * get_dense_model_nparams_and_flops; see shared/torchtitan-notes.md §1, §3).
+ * get_dense_model_nparams_and_flops; see shared/torchtitan-notes.md §1, §3),
+ * and the parameter table: names, shapes, arena layout and init_weights.
  */
 #ifndef TITAN_MODEL_H
 #define TITAN_MODEL_H
@@ -11,6 +12,7 @@
 #include <stdint.h>
 
 #include "titan/config.h"
+#include "titan/core.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -60,6 +62,161 @@ void titan_model_count_params(const struct titan_model_dims *d, struct titan_mod
 /* torchtitan's FLOPs per token for MFU: 6·(N − N_embedding) + 12·L·H·hd·S.
  * With tied weights the shared matrix is not subtracted (torchtitan HEAD). */
 double titan_model_flops_per_token(const struct titan_model_dims *d, int64_t seq_len);
+
+/* ------------------------------------------------------ parameter table */
+
+/* Every parameter of the model in torchtitan's order and under its names
+ * (state_dict FQNs), with its shape, its place in an arena and its init:
+ *
+ *   tok_embeddings.weight            [V, C]
+ *   layers.I.attention.wq.weight     [H·D, C]
+ *   layers.I.attention.wk.weight     [Hkv·D, C]
+ *   layers.I.attention.wv.weight     [Hkv·D, C]
+ *   layers.I.attention.wo.weight     [C, H·D]
+ *   layers.I.feed_forward.w1.weight  [F, C]
+ *   layers.I.feed_forward.w2.weight  [C, F]
+ *   layers.I.feed_forward.w3.weight  [F, C]
+ *   layers.I.attention_norm.weight   [C]
+ *   layers.I.ffn_norm.weight         [C]
+ *   norm.weight                      [C]
+ *   output.weight                    [V, C]   (absent when tied: the output
+ *                                             layer uses tok_embeddings)
+ *
+ * with I = 0 .. L-1, C = dim, D = head_dim, F = ffn_hidden, V = vocab_size.
+ * This is the order of torchtitan's Transformer.named_parameters(): module
+ * registration order (TransformerBlock registers attention, feed_forward,
+ * attention_norm, ffn_norm), not the order of use in forward.
+ * Linear weights are [out, in] row-major as nn.Linear stores them (y = x·Wᵀ).
+ *
+ * Arena layout: tensors one after another in the order above, each starting
+ * at a multiple of TITAN_PARAM_ALIGN floats (64 bytes) from the arena start;
+ * padding floats are zero.  Parameters, gradients and the two AdamW moments
+ * use arenas of the same layout, so one offset addresses all four.
+ *
+ * Sharding (slot for FSDP): a table built for shard `rank` of `degree`
+ * holds, for every parameter, only rows [row0, row0 + rows) of dim 0 in the
+ * arena, with torch.chunk's split (FSDP2's): chunk = ceil(shape[0] / degree),
+ * rank r owns rows [r·chunk, min((r+1)·chunk, shape[0])), possibly none.
+ * Shapes and numel stay the logical (whole) ones. */
+
+#define TITAN_PARAM_NAME_MAX 64
+#define TITAN_PARAM_ALIGN 16 /* floats: 64 bytes */
+
+/* What a parameter is, for code that treats kinds differently (forward,
+ * weight-decay exclusion, TP splits). */
+enum titan_param_role {
+	TITAN_PARAM_TOK_EMBEDDINGS = 0,
+	TITAN_PARAM_WQ,              /* block roles WQ .. FFN_NORM in table order */
+	TITAN_PARAM_WK,
+	TITAN_PARAM_WV,
+	TITAN_PARAM_WO,
+	TITAN_PARAM_W1,
+	TITAN_PARAM_W2,
+	TITAN_PARAM_W3,
+	TITAN_PARAM_ATTENTION_NORM,
+	TITAN_PARAM_FFN_NORM,
+	TITAN_PARAM_NORM,
+	TITAN_PARAM_OUTPUT,
+	TITAN_PARAM_NROLES
+};
+/* Parameters per transformer block (wq .. ffn_norm). */
+#define TITAN_PARAMS_PER_LAYER 9
+
+enum titan_init_kind {
+	TITAN_INIT_NORMAL = 0,    /* N(mean, std²) */
+	TITAN_INIT_TRUNC_NORMAL,  /* N(mean, std²) truncated to [a, b] (absolute) */
+	TITAN_INIT_ONES,
+	TITAN_INIT_ZEROS,
+};
+
+struct titan_param_init {
+	enum titan_init_kind kind;
+	float mean, std, a, b;    /* a, b: trunc_normal bounds, absolute values */
+};
+
+struct titan_param {
+	char name[TITAN_PARAM_NAME_MAX]; /* "layers.3.attention.wq.weight" */
+	enum titan_param_role role;
+	int layer;                /* block index, -1 outside the blocks */
+	int ndim;                 /* 1 or 2 */
+	int64_t shape[2];         /* logical shape; shape[1] = 1 when ndim == 1 */
+	int64_t numel;            /* logical elements: shape[0]·shape[1] */
+	int64_t row0, rows;       /* rows of dim 0 held here (all when unsharded) */
+	int64_t local_numel;      /* rows·shape[1]: floats held in the arena */
+	int64_t offset;           /* floats from the arena start, multiple of 16 */
+	struct titan_param_init init;
+	bool is_norm;             /* RMSNorm weight */
+	bool is_embedding;        /* tok_embeddings (also the output when tied) */
+};
+
+struct titan_param_table_opts {
+	bool depth_init;          /* wo/w2/w3 std 0.02/sqrt(2(layer+1)) (torchtitan's
+				     default); false: 0.02/sqrt(2·n_layers) */
+	int shard_rank, shard_degree; /* dim-0 shard held by this table (0, 1: all) */
+};
+
+struct titan_param_table {
+	struct titan_model_dims dims;
+	struct titan_param_table_opts opts;
+	int n;                    /* parameters */
+	struct titan_param *params; /* owned, torchtitan order */
+	int64_t numel;            /* logical unique elements (= titan_model_count_params total) */
+	int64_t local_numel;      /* elements held by this shard */
+	int64_t arena_floats;     /* arena size in floats, padding included */
+};
+
+/* Defaults: depth_init true, unsharded. */
+void titan_param_table_opts_default(struct titan_param_table_opts *o);
+/* Build the table for `d`; `o` may be NULL (defaults).  TITAN_E_INVALID for
+ * non-positive dims or a bad shard rank/degree, TITAN_E_NOMEM.  On failure
+ * the table is left empty (releasing it is still fine). */
+int titan_param_table_init(struct titan_param_table *t, const struct titan_model_dims *d,
+			   const struct titan_param_table_opts *o);
+void titan_param_table_release(struct titan_param_table *t); /* NULL-safe */
+/* Lookup by name; NULL when absent (e.g. "output.weight" of a tied model). */
+const struct titan_param *titan_param_find(const struct titan_param_table *t, const char *name);
+/* Index of the parameter of `role` in block `layer` (-1 for non-block
+ * roles), or -1 when absent (TITAN_PARAM_OUTPUT of a tied model). */
+int titan_param_index(const struct titan_param_table *t, enum titan_param_role role, int layer);
+
+/* One allocation of table->arena_floats floats (zeroed) through the tagged
+ * allocator under `tag`: TITAN_MEM_PARAMS for weights, TITAN_MEM_GRADS for
+ * gradients, TITAN_MEM_OPTIM for each AdamW moment.  The data pointer is
+ * whatever the allocator's backend returns (64-byte aligned for the host
+ * backend), so every tensor view is 64-byte aligned.  The arena keeps a
+ * pointer to the table (which must outlive it). */
+struct titan_param_arena {
+	const struct titan_param_table *table;
+	struct titan_allocator *alloc;
+	enum titan_mem_tag tag;
+	float *data;
+};
+/* `alloc` NULL = the host allocator.  TITAN_E_NOMEM naming the tag. */
+int titan_param_arena_init(struct titan_param_arena *a, const struct titan_param_table *t,
+			   struct titan_allocator *alloc, enum titan_mem_tag tag);
+void titan_param_arena_release(struct titan_param_arena *a); /* NULL-safe, idempotent */
+/* The tensor of `p` (local rows) in the arena. */
+static inline float *titan_param_view(const struct titan_param_arena *a,
+				      const struct titan_param *p)
+{
+	return a->data + p->offset;
+}
+
+/* torchtitan's init_weights (notes §1), from counter-based random numbers:
+ * parameter p takes the stream titan_rng_stream_id(p->name, 0) under `seed`,
+ * element e (row-major over the logical shape) is value number e of that
+ * stream.  So any row range initialised alone equals the same rows of the
+ * whole tensor, whatever the sharding or thread count.
+ *
+ * titan_model_init_param_rows fills `out` with rows [row0, row0 + nrows)
+ * of p's logical tensor (nrows·shape[1] floats); the range must lie inside
+ * shape[0] (an assert: callers compute it).  titan_model_init_params
+ * fills every parameter's local rows of a TITAN_MEM_PARAMS arena (OpenMP
+ * over chunks; the result does not depend on the thread count).  Host
+ * memory only. */
+void titan_model_init_param_rows(const struct titan_param *p, uint64_t seed, int64_t row0,
+				 int64_t nrows, float *out);
+void titan_model_init_params(const struct titan_param_arena *a, uint64_t seed);
 
 #ifdef __cplusplus
 }

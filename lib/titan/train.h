@@ -7,9 +7,12 @@
 #ifndef TITAN_TRAIN_H
 #define TITAN_TRAIN_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "titan/config.h"
+#include "titan/model.h"
+#include "titan/ops.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -44,6 +47,65 @@ double titan_lr_factor(const struct titan_lr_schedule *s, int64_t step0);
  * local_batch_size · dp_degree; it must be a multiple of that product;
  * the number of microbatches per step is global / (local · dp). */
 int titan_grad_accum_steps(const struct titan_config *c, int64_t dp_degree, int64_t *out);
+
+/* ------------------------------------------------------ the model step */
+
+/* Activation checkpointing (torchtitan activation_checkpoint): none, full
+ * (every block recomputed in backward), or selective every N-th block:
+ * block i is recomputed when (i + 1) % N == 0 (torchtitan's global counter
+ * `_layer_sac_count % ac_freq == 0` after increment; N = 1: every block).
+ * Recomputation runs the same deterministic ops, so losses and gradients
+ * are bit-identical with and without it. */
+enum titan_ac_mode { TITAN_AC_NONE, TITAN_AC_FULL, TITAN_AC_SELECTIVE };
+
+struct titan_llama_opts {
+	int64_t batch, seq;          /* microbatch rows and sequence length */
+	enum titan_ac_mode ac;
+	int ac_every;                /* selective: every N-th block */
+	int64_t ce_chunk;            /* tokens per classifier/CE chunk (0: 1024) */
+	bool exclude_norms_embeddings_from_wd;
+};
+/* From activation_checkpoint.{mode, selective_ac_option}; TITAN_E_UNSUPPORTED
+ * for selective "op" (torchtitan's per-op policy is not implemented). */
+int titan_llama_opts_from_config(struct titan_llama_opts *o, const struct titan_config *c);
+
+/* A Llama 3 model on a backend: parameters, gradients and AdamW moments in
+ * arenas of one layout (lib/model), RoPE table, and activation buffers
+ * allocated once (TITAN_MEM_ACTIVATIONS; per block a full set for blocks
+ * that keep their activations, the block input only for checkpointed ones,
+ * plus one recompute set and the backward scratch (TITAN_MEM_WORKSPACE)). */
+struct titan_llama;
+
+int titan_llama_new(const struct titan_model_dims *d, const struct titan_llama_opts *o,
+		    struct titan_backend *be, struct titan_allocator *alloc,
+		    struct titan_llama **out);
+void titan_llama_free(struct titan_llama *m);
+const struct titan_param_table *titan_llama_table(const struct titan_llama *m);
+struct titan_param_arena *titan_llama_params(struct titan_llama *m);
+struct titan_param_arena *titan_llama_grads(struct titan_llama *m);
+/* torchtitan init_weights from `seed` (lib/model). */
+void titan_llama_init_weights(struct titan_llama *m, uint64_t seed);
+int titan_llama_zero_grads(struct titan_llama *m);
+
+/* One microbatch: inputs/labels [batch·seq] (labels < 0 are ignored).
+ * Forward, loss and backward; gradients of loss_sum·grad_scale are ADDED
+ * to the gradient arena (zero it once per step).  Returns the summed loss
+ * over valid labels and their count.  With `backward` false: forward and
+ * loss only (validation), gradients untouched. */
+int titan_llama_step(struct titan_llama *m, const int32_t *inputs, const int32_t *labels,
+		     float grad_scale, bool backward, double *loss_sum, int64_t *n_valid);
+/* Logits of the last forward are not kept (the classifier is fused with
+ * the loss); for tests, titan_llama_logits computes them for one forward. */
+int titan_llama_logits(struct titan_llama *m, const int32_t *inputs, float *logits);
+
+/* torch.nn.utils.clip_grad_norm_(max_norm, foreach): the total L2 norm of
+ * all gradients (per-tensor norms in fp32, then the norm of those), and
+ * the coefficient min(1, max_norm / (norm + 1e-6)) in fp32.  Gradients are
+ * not changed: pass the coefficient to titan_llama_adamw. */
+int titan_llama_grad_norm(struct titan_llama *m, double max_norm, double *norm, float *coef);
+/* One AdamW step over every parameter (step counted from 1). */
+int titan_llama_adamw(struct titan_llama *m, const struct titan_adamw_hparams *hp,
+		      int64_t step, float grad_mul);
 
 #ifdef __cplusplus
 }

@@ -34,3 +34,7 @@ for s, kv in json.load(sys.stdin).items():
 		grep -qF -- "$k" docs/config.md || fail "docs/config.md does not mention $k"
 	done
 }
+
+@test "titan-train.1 documents the current config schema (mk/gen-man-train.sh)" {
+	run -0 bash -c "mk/gen-man-train.sh '$TITAN_BIN/titan-config' | diff -u docs/titan-train.1 -"
+}

@@ -1,0 +1,180 @@
+/*
+ * cpu_impl.h — private to lib/cpu: the CPU backend's op functions (gathered
+ * into the table by backend.c) and shared helpers.
+ */
+#ifndef TITAN_CPU_IMPL_H
+#define TITAN_CPU_IMPL_H
+
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "titan/core.h"
+#include "titan/ops.h"
+
+/* Hot kernels are compiled for several ISAs and picked at load time.  The
+ * files are built as ISO C (-std=c17: no FMA contraction) and the kernels
+ * never reassociate, so every clone gives the same bits. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#define TITAN_CPU_CLONES __attribute__((target_clones("default", "avx2", "avx512f")))
+#else
+#define TITAN_CPU_CLONES
+#endif
+
+/* exp(x) in float for vectorised loops (Cephes expf: Cody–Waite reduction,
+ * degree-6 polynomial, 2^n from the exponent bits).  Checked against exp()
+ * on every float in [−87.3, 88.3]: at most 0.99 ulp; exp(0) = 1 exactly;
+ * 0 below −87.34 (no subnormals), inf above 88.38, NaN stays NaN.  Plain
+ * IEEE operations only, so scalar and vector code agree bit for bit. */
+static inline float titan_cpu_expf(float x)
+{
+	const float hi = 88.3762626647949f, lo = -87.3365447505531f;
+	float xc = x > hi ? hi : x;
+	xc = xc < lo ? lo : xc;
+	xc = x == x ? xc : 0.0f;
+	float n = xc * 1.44269504088896341f;
+	n = (n + 12582912.0f) - 12582912.0f; /* round to nearest, |n| <= 127 */
+	float r = xc - n * 0.693359375f;
+	r = r - n * -2.12194440e-4f;
+	const float z = r * r;
+	float y = 1.9875691500e-4f;
+	y = y * r + 1.3981999507e-3f;
+	y = y * r + 8.3334519073e-3f;
+	y = y * r + 4.1665795894e-2f;
+	y = y * r + 1.6666665459e-1f;
+	y = y * r + 5.0000001201e-1f;
+	y = y * z + r + 1.0f;
+	const int32_t e = ((int32_t)n + 127) * (1 << 23);
+	float sc;
+	memcpy(&sc, &e, sizeof(sc));
+	float res = y * sc;
+	res = x > hi ? INFINITY : res;
+	res = x < lo ? 0.0f : res;
+	return x == x ? res : x;
+}
+
+/* Σ x[0..n) with element j added to lane j % 8 and the lanes combined
+ * pairwise: a fixed order that vectorises (float and double lanes). */
+static inline float titan_cpu_sum8f(const float *x, int64_t n)
+{
+	float a[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+	int64_t j = 0;
+	for (; j + 8 <= n; j += 8)
+		for (int u = 0; u < 8; u++)
+			a[u] += x[j + u];
+	for (int u = 0; j < n; j++, u++)
+		a[u] += x[j];
+	return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+}
+
+static inline double titan_cpu_sum8d(const float *x, int64_t n)
+{
+	double a[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+	int64_t j = 0;
+	for (; j + 8 <= n; j += 8)
+		for (int u = 0; u < 8; u++)
+			a[u] += (double)x[j + u];
+	for (int u = 0; j < n; j++, u++)
+		a[u] += (double)x[j];
+	return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+}
+
+/* Σ x[j]·y[j] in double (products exact in double), lanes as above. */
+static inline double titan_cpu_dot8d(const float *x, const float *y, int64_t n)
+{
+	double a[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+	int64_t j = 0;
+	for (; j + 8 <= n; j += 8)
+		for (int u = 0; u < 8; u++)
+			a[u] += (double)x[j + u] * (double)y[j + u];
+	for (int u = 0; j < n; j++, u++)
+		a[u] += (double)x[j] * (double)y[j];
+	return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+}
+
+/* Threads for an OpenMP region of `work` independent items: at most
+ * be->nthreads, at least 1, and 1 for tiny jobs (the split never changes
+ * results, only speed). */
+int titan_cpu_threads(const struct titan_backend *be, int64_t work);
+
+/* Workspace from be->alloc (TITAN_MEM_WORKSPACE); NULL + TITAN_E_NOMEM. */
+void *titan_cpu_workspace(struct titan_backend *be, size_t bytes);
+void titan_cpu_workspace_free(struct titan_backend *be, void *p);
+
+/* Row-major C[m,n] = alpha·op(A)·op(B) + beta·C (beta 0: C not read), op =
+ * transpose when ta/tb.  OpenBLAS cblas_sgemm when built with it (called
+ * outside OpenMP regions only), else a plain OpenMP loop.  Dimensions must
+ * fit BLAS's int: TITAN_E_INVALID otherwise. */
+int titan_cpu_sgemm(struct titan_backend *be, bool ta, bool tb, int64_t m,
+		    int64_t n, int64_t k, float alpha, const float *a,
+		    int64_t lda, const float *b, int64_t ldb, float beta,
+		    float *c, int64_t ldc);
+
+/* matmul.c */
+int titan_cpu_matmul_fwd(struct titan_backend *be, float *y, const float *x,
+			 const float *w, int64_t n, int64_t in, int64_t out,
+			 bool accumulate);
+int titan_cpu_matmul_bwd(struct titan_backend *be, float *dx, float *dw,
+			 const float *dy, const float *x, const float *w,
+			 int64_t n, int64_t in, int64_t out, bool accumulate_dx);
+
+/* elementwise.c */
+int titan_cpu_embedding_fwd(struct titan_backend *be, float *out,
+			    const uint32_t *ids, const float *table, int64_t n,
+			    int64_t v, int64_t c);
+int titan_cpu_embedding_bwd(struct titan_backend *be, float *dtable,
+			    const uint32_t *ids, const float *dout, int64_t n,
+			    int64_t v, int64_t c);
+int titan_cpu_swiglu_fwd(struct titan_backend *be, float *h, const float *a,
+			 const float *b, int64_t n);
+int titan_cpu_swiglu_bwd(struct titan_backend *be, float *da, float *db,
+			 const float *dh, const float *a, const float *b,
+			 int64_t n);
+int titan_cpu_scale(struct titan_backend *be, float *x, int64_t n, float alpha);
+int titan_cpu_add(struct titan_backend *be, float *y, const float *a,
+		  const float *b, int64_t n);
+int titan_cpu_copy(struct titan_backend *be, float *dst, const float *src,
+		   int64_t n);
+int titan_cpu_zero(struct titan_backend *be, float *x, int64_t n);
+
+/* norm.c */
+int titan_cpu_rmsnorm_fwd(struct titan_backend *be, float *y, float *rstd,
+			  const float *x, const float *w, int64_t n, int64_t c,
+			  float eps);
+int titan_cpu_rmsnorm_bwd(struct titan_backend *be, float *dx, float *dw,
+			  const float *dy, const float *x, const float *w,
+			  const float *rstd, int64_t n, int64_t c,
+			  bool accumulate_dx);
+
+/* rope.c */
+int titan_cpu_rope_fwd(struct titan_backend *be, float *x, const float *freqs,
+		       int64_t batch, int64_t seq, int64_t nh, int64_t head_dim);
+int titan_cpu_rope_bwd(struct titan_backend *be, float *dx, const float *freqs,
+		       int64_t batch, int64_t seq, int64_t nh, int64_t head_dim);
+
+/* attention.c */
+int titan_cpu_attention_fwd(struct titan_backend *be, float *out, float *lse,
+			    const float *q, const float *k, const float *v,
+			    const struct titan_attn_dims *d);
+int titan_cpu_attention_bwd(struct titan_backend *be, float *dq, float *dk,
+			    float *dv, const float *dout, const float *q,
+			    const float *k, const float *v, const float *out,
+			    const float *lse, const struct titan_attn_dims *d);
+
+/* loss.c */
+int titan_cpu_classifier_ce(struct titan_backend *be, double *loss_sum,
+			    int64_t *n_valid, float *dh, float *dw,
+			    const float *h, const float *w,
+			    const int32_t *labels, int64_t n, int64_t c,
+			    int64_t v, float grad_scale, int64_t chunk);
+
+/* optim.c */
+int titan_cpu_adamw_step(struct titan_backend *be, float *p, float *m,
+			 float *v, const float *g, int64_t n,
+			 const struct titan_adamw_hparams *hp, int64_t step,
+			 float grad_mul);
+int titan_cpu_sumsq(struct titan_backend *be, double *out, const float *x,
+		    int64_t n);
+
+#endif

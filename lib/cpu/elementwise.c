@@ -1,0 +1,129 @@
+/*
+ * elementwise.c — token embedding (nn.Embedding forward/backward), SwiGLU
+ * (torchtitan FeedForward: silu(w1 x) * w3 x) and the small vector helpers
+ * of the CPU backend.
+ */
+#include "cpu_impl.h"
+
+#include <math.h>
+#include <string.h>
+
+#define GRAIN 16384  /* elements per thread below which threads do not pay */
+#define COLS 64      /* column block of the token-order reductions */
+
+static int check_ids(const uint32_t *ids, int64_t n, int64_t v)
+{
+	for (int64_t i = 0; i < n; i++)
+		if ((int64_t)ids[i] >= v)
+			return titan_error(TITAN_E_INVALID,
+					   "token id %u at position %lld is outside the vocabulary (size %lld)",
+					   ids[i], (long long)i, (long long)v);
+	return 0;
+}
+
+int titan_cpu_embedding_fwd(struct titan_backend *be, float *out,
+			    const uint32_t *ids, const float *table, int64_t n,
+			    int64_t v, int64_t c)
+{
+	int rc = check_ids(ids, n, v);
+
+	if (rc < 0)
+		return rc;
+	int nt = titan_cpu_threads(be, n * c / GRAIN);
+	#pragma omp parallel for num_threads(nt) schedule(static)
+	for (int64_t i = 0; i < n; i++)
+		memcpy(out + i * c, table + (int64_t)ids[i] * c, (size_t)c * sizeof(float));
+	return 0;
+}
+
+int titan_cpu_embedding_bwd(struct titan_backend *be, float *dtable,
+			    const uint32_t *ids, const float *dout, int64_t n,
+			    int64_t v, int64_t c)
+{
+	int rc = check_ids(ids, n, v);
+
+	if (rc < 0)
+		return rc;
+	/* Threads own column blocks and walk the tokens in order: repeated ids
+	 * add up in token order whatever the thread count, without atomics. */
+	int64_t nblk = (c + COLS - 1) / COLS;
+	int nt = titan_cpu_threads(be, n * c < GRAIN ? 1 : nblk);
+	#pragma omp parallel for num_threads(nt) schedule(static)
+	for (int64_t blk = 0; blk < nblk; blk++) {
+		int64_t c0 = blk * COLS, c1 = c0 + COLS < c ? c0 + COLS : c;
+		for (int64_t i = 0; i < n; i++) {
+			float *dst = dtable + (int64_t)ids[i] * c;
+			const float *src = dout + i * c;
+			for (int64_t j = c0; j < c1; j++)
+				dst[j] += src[j];
+		}
+	}
+	return 0;
+}
+
+int titan_cpu_swiglu_fwd(struct titan_backend *be, float *h, const float *a,
+			 const float *b, int64_t n)
+{
+	int nt = titan_cpu_threads(be, n / GRAIN);
+	#pragma omp parallel for num_threads(nt) schedule(static)
+	for (int64_t i = 0; i < n; i++) {
+		float x = a[i];
+		/* PyTorch's silu: x / (1 + exp(-x)) */
+		h[i] = x / (1.0f + expf(-x)) * b[i];
+	}
+	return 0;
+}
+
+int titan_cpu_swiglu_bwd(struct titan_backend *be, float *da, float *db,
+			 const float *dh, const float *a, const float *b,
+			 int64_t n)
+{
+	int nt = titan_cpu_threads(be, n / GRAIN);
+	#pragma omp parallel for num_threads(nt) schedule(static)
+	for (int64_t i = 0; i < n; i++) {
+		float x = a[i], y = b[i], g = dh[i];
+		float e = expf(-x);
+		float silu = x / (1.0f + e);
+		float sig = 1.0f / (1.0f + e);
+		/* PyTorch's silu_backward: dy·σ·(1 + x·(1 − σ)), dy = dh·b */
+		da[i] = g * y * sig * (1.0f + x * (1.0f - sig));
+		db[i] = g * silu;
+	}
+	return 0;
+}
+
+int titan_cpu_scale(struct titan_backend *be, float *x, int64_t n, float alpha)
+{
+	int nt = titan_cpu_threads(be, n / GRAIN);
+	#pragma omp parallel for num_threads(nt) schedule(static)
+	for (int64_t i = 0; i < n; i++)
+		x[i] *= alpha;
+	return 0;
+}
+
+int titan_cpu_add(struct titan_backend *be, float *y, const float *a,
+		  const float *b, int64_t n)
+{
+	int nt = titan_cpu_threads(be, n / GRAIN);
+	#pragma omp parallel for num_threads(nt) schedule(static)
+	for (int64_t i = 0; i < n; i++)
+		y[i] = a[i] + b[i];
+	return 0;
+}
+
+int titan_cpu_copy(struct titan_backend *be, float *dst, const float *src,
+		   int64_t n)
+{
+	(void)be;
+	if (n > 0)
+		memcpy(dst, src, (size_t)n * sizeof(float));
+	return 0;
+}
+
+int titan_cpu_zero(struct titan_backend *be, float *x, int64_t n)
+{
+	(void)be;
+	if (n > 0)
+		memset(x, 0, (size_t)n * sizeof(float));
+	return 0;
+}

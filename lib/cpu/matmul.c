@@ -1,0 +1,97 @@
+/*
+ * matmul.c — nn.Linear forward/backward (no bias) on the CPU: row-major
+ * sgemm through OpenBLAS, or a plain OpenMP loop when titan is built
+ * without BLAS (correct, slow).
+ */
+#include "cpu_impl.h"
+
+#include <limits.h>
+
+#include "config.h"
+#if TITAN_HAVE_BLAS
+#include <cblas.h>
+#endif
+
+#if !TITAN_HAVE_BLAS
+/* Fallback: each row of C by one thread, k in order (deterministic). */
+static void sgemm_loop(int nt, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+		       float alpha, const float *a, int64_t lda, const float *b,
+		       int64_t ldb, float beta, float *c, int64_t ldc)
+{
+	#pragma omp parallel for num_threads(nt) schedule(static)
+	for (int64_t i = 0; i < m; i++) {
+		float *ci = c + i * ldc;
+		for (int64_t j = 0; j < n; j++) {
+			float s = 0.0f;
+			for (int64_t p = 0; p < k; p++) {
+				float av = ta ? a[p * lda + i] : a[i * lda + p];
+				float bv = tb ? b[j * ldb + p] : b[p * ldb + j];
+				s += av * bv;
+			}
+			ci[j] = beta == 0.0f ? alpha * s : alpha * s + beta * ci[j];
+		}
+	}
+}
+#endif
+
+int titan_cpu_sgemm(struct titan_backend *be, bool ta, bool tb, int64_t m,
+		    int64_t n, int64_t k, float alpha, const float *a,
+		    int64_t lda, const float *b, int64_t ldb, float beta,
+		    float *c, int64_t ldc)
+{
+	if (m < 0 || n < 0 || k < 0 || m > INT_MAX || n > INT_MAX || k > INT_MAX ||
+	    lda > INT_MAX || ldb > INT_MAX || ldc > INT_MAX)
+		return titan_error(TITAN_E_INVALID,
+				   "sgemm %lldx%lldx%lld: dimensions out of range",
+				   (long long)m, (long long)n, (long long)k);
+	if (m == 0 || n == 0)
+		return 0;
+	if (k == 0) {
+		for (int64_t i = 0; i < m; i++)
+			for (int64_t j = 0; j < n; j++)
+				c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
+		return 0;
+	}
+#if TITAN_HAVE_BLAS
+	(void)be;
+	cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans,
+		    tb ? CblasTrans : CblasNoTrans, (int)m, (int)n, (int)k, alpha,
+		    a, (int)lda, b, (int)ldb, beta, c, (int)ldc);
+#else
+	sgemm_loop(titan_cpu_threads(be, m), ta, tb, m, n, k, alpha, a, lda, b,
+		   ldb, beta, c, ldc);
+#endif
+	return 0;
+}
+
+int titan_cpu_matmul_fwd(struct titan_backend *be, float *y, const float *x,
+			 const float *w, int64_t n, int64_t in, int64_t out,
+			 bool accumulate)
+{
+	/* y[n,out] = x[n,in] · W[out,in]^T */
+	return titan_cpu_sgemm(be, false, true, n, out, in, 1.0f, x, in, w, in,
+			       accumulate ? 1.0f : 0.0f, y, out);
+}
+
+int titan_cpu_matmul_bwd(struct titan_backend *be, float *dx, float *dw,
+			 const float *dy, const float *x, const float *w,
+			 int64_t n, int64_t in, int64_t out, bool accumulate_dx)
+{
+	int rc;
+
+	if (dx) {
+		/* dx[n,in] = dy[n,out] · W[out,in] */
+		rc = titan_cpu_sgemm(be, false, false, n, in, out, 1.0f, dy, out,
+				     w, in, accumulate_dx ? 1.0f : 0.0f, dx, in);
+		if (rc < 0)
+			return rc;
+	}
+	if (dw) {
+		/* dW[out,in] += dy^T[out,n] · x[n,in] */
+		rc = titan_cpu_sgemm(be, true, false, out, in, n, 1.0f, dy, out,
+				     x, in, 1.0f, dw, in);
+		if (rc < 0)
+			return rc;
+	}
+	return 0;
+}

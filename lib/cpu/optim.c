@@ -1,0 +1,84 @@
+/*
+ * optim.c — torch.optim.AdamW on the CPU (torchtitan's optimizer:
+ * components/optimizer.py with implementation "fused"/"foreach"/"for-loop",
+ * which agree in fp32) and the sum of squares behind the global grad norm.
+ *
+ * The AdamW arithmetic is PyTorch's _single_tensor_adamw / the CPU fused
+ * kernel (aten/src/ATen/native/cpu/FusedAdamKernel.cpp) for fp32 tensors:
+ * Python-float hyper-parameters become float constants, bias corrections
+ * and the step size are computed in double, lerp_ is an FMA.
+ */
+#include "cpu_impl.h"
+
+#include <math.h>
+
+#define GRAIN 16384
+#define SUMSQ_CHUNK 16384 /* fixed: the sum must not depend on threads */
+
+int titan_cpu_adamw_step(struct titan_backend *be, float *p, float *m,
+			 float *v, const float *g, int64_t n,
+			 const struct titan_adamw_hparams *hp, int64_t step,
+			 float grad_mul)
+{
+	if (step < 1)
+		return titan_error(TITAN_E_INVALID, "adamw: step %lld (must be >= 1)",
+				   (long long)step);
+	const bool decay = hp->weight_decay != 0.0;
+	const float keep = (float)(1.0 - hp->lr * hp->weight_decay);
+	/* exp_avg.lerp_(grad, 1 − β1): fma(w, g − m, m) for |w| < 0.5, else
+	 * fma(w − 1, g − m, g) (ATen's lerp) */
+	const float lw = (float)(1.0 - hp->beta1);
+	const bool small = fabsf(lw) < 0.5f;
+	const float lc = small ? lw : lw - 1.0f;
+	const float b2 = (float)hp->beta2, c2 = (float)(1.0 - hp->beta2);
+	const double bc1 = 1.0 - pow(hp->beta1, (double)step);
+	const double bc2 = 1.0 - pow(hp->beta2, (double)step);
+	const float neg_step = (float)(-(hp->lr / bc1));
+	const float bc2_sqrt = (float)sqrt(bc2);
+	const float eps = (float)hp->eps;
+
+	int nt = titan_cpu_threads(be, n / GRAIN);
+	#pragma omp parallel for num_threads(nt) schedule(static)
+	for (int64_t i = 0; i < n; i++) {
+		const float gi = g[i] * grad_mul;
+		float pi = p[i], mi = m[i], vi = v[i];
+		if (decay)
+			pi = pi * keep;
+		mi = fmaf(lc, gi - mi, small ? mi : gi);
+		vi = vi * b2 + c2 * gi * gi;
+		const float denom = sqrtf(vi) / bc2_sqrt + eps;
+		p[i] = pi + neg_step * mi / denom;
+		m[i] = mi;
+		v[i] = vi;
+	}
+	return 0;
+}
+
+int titan_cpu_sumsq(struct titan_backend *be, double *out, const float *x,
+		    int64_t n)
+{
+	const int64_t nch = (n + SUMSQ_CHUNK - 1) / SUMSQ_CHUNK;
+
+	*out = 0.0;
+	if (n <= 0)
+		return 0;
+	double *part = titan_cpu_workspace(be, (size_t)nch * sizeof(double));
+	if (!part)
+		return TITAN_E_NOMEM;
+	int nt = titan_cpu_threads(be, nch);
+	#pragma omp parallel for num_threads(nt) schedule(static)
+	for (int64_t ch = 0; ch < nch; ch++) {
+		const int64_t i0 = ch * SUMSQ_CHUNK;
+		const int64_t i1 = i0 + SUMSQ_CHUNK < n ? i0 + SUMSQ_CHUNK : n;
+		double s = 0.0;
+		for (int64_t i = i0; i < i1; i++)
+			s += (double)x[i] * x[i];
+		part[ch] = s;
+	}
+	double s = 0.0;
+	for (int64_t ch = 0; ch < nch; ch++)
+		s += part[ch];
+	titan_cpu_workspace_free(be, part);
+	*out = s;
+	return 0;
+}

@@ -1,0 +1,264 @@
+/*
+ * params.c — the parameter table of torchtitan's Llama 3 (names, shapes and
+ * order of Transformer.state_dict()), arenas of one layout for parameters,
+ * gradients and optimizer moments, and init_weights (torchtitan
+ * models/llama3/model/model.py: Transformer / Attention / FeedForward
+ * .init_weights; HEAD's tied 1B/3B give the shared matrix the output init).
+ */
+#include "titan/model.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "titan/core.h"
+
+void titan_param_table_opts_default(struct titan_param_table_opts *o)
+{
+	memset(o, 0, sizeof(*o));
+	o->depth_init = true;
+	o->shard_rank = 0;
+	o->shard_degree = 1;
+}
+
+static struct titan_param_init trunc_init(double std, double a, double b)
+{
+	return (struct titan_param_init){ TITAN_INIT_TRUNC_NORMAL, 0.0f, (float)std,
+					  (float)a, (float)b };
+}
+
+/* Append one parameter; shapes are logical, sharding is applied later. */
+static void add(struct titan_param_table *t, enum titan_param_role role, int layer,
+		const char *suffix, int64_t d0, int64_t d1, struct titan_param_init init)
+{
+	struct titan_param *p = &t->params[t->n++];
+
+	memset(p, 0, sizeof(*p));
+	if (layer >= 0)
+		snprintf(p->name, sizeof(p->name), "layers.%d.%s", layer, suffix);
+	else
+		snprintf(p->name, sizeof(p->name), "%s", suffix);
+	p->role = role;
+	p->layer = layer;
+	p->ndim = d1 > 0 ? 2 : 1;
+	p->shape[0] = d0;
+	p->shape[1] = d1 > 0 ? d1 : 1;
+	p->numel = p->shape[0] * p->shape[1];
+	p->init = init;
+	p->is_norm = role == TITAN_PARAM_ATTENTION_NORM || role == TITAN_PARAM_FFN_NORM ||
+		     role == TITAN_PARAM_NORM;
+	p->is_embedding = role == TITAN_PARAM_TOK_EMBEDDINGS;
+}
+
+int titan_param_table_init(struct titan_param_table *t, const struct titan_model_dims *d,
+			   const struct titan_param_table_opts *o)
+{
+	struct titan_param_table_opts def;
+	const int64_t C = d->dim, q = d->n_heads * d->head_dim;
+	const int64_t kv = d->n_kv_heads * d->head_dim, F = d->ffn_hidden, V = d->vocab_size;
+
+	memset(t, 0, sizeof(*t));
+	if (!o) {
+		titan_param_table_opts_default(&def);
+		o = &def;
+	}
+	if (C <= 0 || d->n_layers <= 0 || q <= 0 || kv <= 0 || F <= 0 || V <= 0 ||
+	    d->n_layers > (1 << 20))
+		return titan_error(TITAN_E_INVALID,
+				   "model dims: dim %lld, n_layers %lld, heads %lld x %lld, "
+				   "kv heads %lld, ffn %lld, vocab %lld: every size must be positive",
+				   (long long)C, (long long)d->n_layers, (long long)d->n_heads,
+				   (long long)d->head_dim, (long long)d->n_kv_heads,
+				   (long long)F, (long long)V);
+	if (o->shard_degree < 1 || o->shard_rank < 0 || o->shard_rank >= o->shard_degree)
+		return titan_error(TITAN_E_INVALID, "parameter shard %d of %d is not a shard",
+				   o->shard_rank, o->shard_degree);
+
+	const int L = (int)d->n_layers;
+	const int nmax = 3 + TITAN_PARAMS_PER_LAYER * L;
+
+	if (!(t->params = calloc((size_t)nmax, sizeof(*t->params))))
+		return titan_error(TITAN_E_NOMEM, "out of memory for %d parameters", nmax);
+	t->dims = *d;
+	t->opts = *o;
+
+	const double out_std = 1.0 / sqrt((double)C);
+	const struct titan_param_init ones = { TITAN_INIT_ONES, 0, 0, 0, 0 };
+	const struct titan_param_init linear = trunc_init(0.02, -2.0, 2.0);
+	const struct titan_param_init output = trunc_init(out_std, -3.0 * out_std, 3.0 * out_std);
+	const struct titan_param_init embed = { TITAN_INIT_NORMAL, 0.0f, 1.0f, 0, 0 };
+
+	add(t, TITAN_PARAM_TOK_EMBEDDINGS, -1, "tok_embeddings.weight", V, C,
+	    d->tied ? output : embed);
+	for (int i = 0; i < L; i++) {
+		double s = o->depth_init ? 0.02 / sqrt(2.0 * (i + 1)) : 0.02 / sqrt(2.0 * L);
+		struct titan_param_init depth = trunc_init(s, -2.0, 2.0);
+
+		/* named_parameters() order: attention, feed_forward, then the norms */
+		add(t, TITAN_PARAM_WQ, i, "attention.wq.weight", q, C, linear);
+		add(t, TITAN_PARAM_WK, i, "attention.wk.weight", kv, C, linear);
+		add(t, TITAN_PARAM_WV, i, "attention.wv.weight", kv, C, linear);
+		add(t, TITAN_PARAM_WO, i, "attention.wo.weight", C, q, depth);
+		add(t, TITAN_PARAM_W1, i, "feed_forward.w1.weight", F, C, linear);
+		add(t, TITAN_PARAM_W2, i, "feed_forward.w2.weight", C, F, depth);
+		add(t, TITAN_PARAM_W3, i, "feed_forward.w3.weight", F, C, depth);
+		add(t, TITAN_PARAM_ATTENTION_NORM, i, "attention_norm.weight", C, 0, ones);
+		add(t, TITAN_PARAM_FFN_NORM, i, "ffn_norm.weight", C, 0, ones);
+	}
+	add(t, TITAN_PARAM_NORM, -1, "norm.weight", C, 0, ones);
+	if (!d->tied)
+		add(t, TITAN_PARAM_OUTPUT, -1, "output.weight", V, C, output);
+
+	/* Local rows (torch.chunk split) and aligned offsets. */
+	int64_t off = 0;
+	for (int i = 0; i < t->n; i++) {
+		struct titan_param *p = &t->params[i];
+		int64_t chunk = (p->shape[0] + o->shard_degree - 1) / o->shard_degree;
+		int64_t r0 = chunk * o->shard_rank, r1 = r0 + chunk;
+
+		if (r0 > p->shape[0])
+			r0 = p->shape[0];
+		if (r1 > p->shape[0])
+			r1 = p->shape[0];
+		p->row0 = r0;
+		p->rows = r1 - r0;
+		p->local_numel = p->rows * p->shape[1];
+		p->offset = off;
+		off += (p->local_numel + TITAN_PARAM_ALIGN - 1) / TITAN_PARAM_ALIGN *
+		       TITAN_PARAM_ALIGN;
+		t->numel += p->numel;
+		t->local_numel += p->local_numel;
+	}
+	t->arena_floats = off;
+	return 0;
+}
+
+void titan_param_table_release(struct titan_param_table *t)
+{
+	if (!t)
+		return;
+	free(t->params);
+	memset(t, 0, sizeof(*t));
+}
+
+const struct titan_param *titan_param_find(const struct titan_param_table *t, const char *name)
+{
+	for (int i = 0; i < t->n; i++)
+		if (strcmp(t->params[i].name, name) == 0)
+			return &t->params[i];
+	return NULL;
+}
+
+int titan_param_index(const struct titan_param_table *t, enum titan_param_role role, int layer)
+{
+	bool in_block = role >= TITAN_PARAM_WQ && role <= TITAN_PARAM_FFN_NORM;
+
+	if (in_block) {
+		if (layer < 0 || layer >= t->dims.n_layers)
+			return -1;
+		return 1 + TITAN_PARAMS_PER_LAYER * layer + (int)(role - TITAN_PARAM_WQ);
+	}
+	if (layer != -1)
+		return -1;
+	if (role == TITAN_PARAM_TOK_EMBEDDINGS)
+		return 0;
+	if (role == TITAN_PARAM_NORM)
+		return 1 + TITAN_PARAMS_PER_LAYER * (int)t->dims.n_layers;
+	if (role == TITAN_PARAM_OUTPUT && !t->dims.tied)
+		return 2 + TITAN_PARAMS_PER_LAYER * (int)t->dims.n_layers;
+	return -1;
+}
+
+int titan_param_arena_init(struct titan_param_arena *a, const struct titan_param_table *t,
+			   struct titan_allocator *alloc, enum titan_mem_tag tag)
+{
+	memset(a, 0, sizeof(*a));
+	if (!alloc)
+		alloc = titan_host_allocator();
+	if ((uint64_t)t->arena_floats > SIZE_MAX / sizeof(float))
+		return titan_error(TITAN_E_NOMEM, "%s arena of %lld floats does not fit in memory",
+				   titan_mem_tag_name(tag), (long long)t->arena_floats);
+	a->data = titan_mem_calloc(alloc, (size_t)t->arena_floats * sizeof(float), tag);
+	if (!a->data)
+		return titan_error_prefix("%s arena", titan_mem_tag_name(tag));
+	a->table = t;
+	a->alloc = alloc;
+	a->tag = tag;
+	return 0;
+}
+
+void titan_param_arena_release(struct titan_param_arena *a)
+{
+	if (!a)
+		return;
+	if (a->data)
+		titan_mem_free(a->alloc, a->data);
+	memset(a, 0, sizeof(*a));
+}
+
+/* ------------------------------------------------------------------ init */
+
+/* Elements [first, first + n) of p's logical tensor, row-major. */
+static void init_range(const struct titan_param *p, uint64_t seed, uint64_t first,
+		       float *out, size_t n)
+{
+	const struct titan_param_init *in = &p->init;
+	struct titan_rng r;
+
+	switch (in->kind) {
+	case TITAN_INIT_ONES:
+		for (size_t j = 0; j < n; j++)
+			out[j] = 1.0f;
+		return;
+	case TITAN_INIT_ZEROS:
+		memset(out, 0, n * sizeof(float));
+		return;
+	case TITAN_INIT_NORMAL:
+		titan_rng_init(&r, seed, titan_rng_stream_id(p->name, 0));
+		titan_rng_fill_normal(&r, first, out, n, in->mean, in->std);
+		return;
+	case TITAN_INIT_TRUNC_NORMAL:
+		titan_rng_init(&r, seed, titan_rng_stream_id(p->name, 0));
+		titan_rng_fill_trunc_normal(&r, first, out, n, in->mean, in->std, in->a, in->b);
+		return;
+	}
+	TITAN_ASSERT(!"unknown init kind");
+}
+
+#define INIT_CHUNK ((int64_t)1 << 16) /* elements per OpenMP task */
+
+static void init_elems(const struct titan_param *p, uint64_t seed, int64_t first,
+		       int64_t n, float *out)
+{
+	int64_t nchunks = (n + INIT_CHUNK - 1) / INIT_CHUNK;
+
+	if (nchunks <= 1) {
+		init_range(p, seed, (uint64_t)first, out, (size_t)n);
+		return;
+	}
+#pragma omp parallel for schedule(dynamic, 1)
+	for (int64_t c = 0; c < nchunks; c++) {
+		int64_t s = c * INIT_CHUNK, k = n - s < INIT_CHUNK ? n - s : INIT_CHUNK;
+
+		init_range(p, seed, (uint64_t)(first + s), out + s, (size_t)k);
+	}
+}
+
+void titan_model_init_param_rows(const struct titan_param *p, uint64_t seed, int64_t row0,
+				 int64_t nrows, float *out)
+{
+	TITAN_ASSERT(row0 >= 0 && nrows >= 0 && row0 + nrows <= p->shape[0]);
+	init_elems(p, seed, row0 * p->shape[1], nrows * p->shape[1], out);
+}
+
+void titan_model_init_params(const struct titan_param_arena *a, uint64_t seed)
+{
+	const struct titan_param_table *t = a->table;
+
+	for (int i = 0; i < t->n; i++) {
+		const struct titan_param *p = &t->params[i];
+
+		titan_model_init_param_rows(p, seed, p->row0, p->rows, titan_param_view(a, p));
+	}
+}

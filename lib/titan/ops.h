@@ -1,0 +1,264 @@
+/*
+ * titan/ops.h — the compute ops of one Llama 3 training step (forward and
+ * hand-written backward, fp32) as a backend table, ggml-style: a
+ * `struct titan_backend_ops` per backend with the same signatures, the CPU
+ * table (OpenBLAS sgemm + OpenMP, lib/cpu) being the oracle every other
+ * backend is tested against.  Shapes and semantics mirror torchtitan's
+ * models/llama3 (see shared/torchtitan-notes.md §1): nn.Linear without
+ * bias, nn.RMSNorm, complex (adjacent-pair) RoPE with Llama 3.1 scaling,
+ * causal GQA scaled-dot-product attention, SwiGLU, cross-entropy with
+ * ignore_index, torch.optim.AdamW.
+ *
+ * Conventions for every op:
+ *  - Tensors are dense, row-major fp32 (ids/labels integer) in the backend's
+ *    memory: host pointers for cpu, device pointers for cuda.
+ *  - Names: N = tokens (= B·T), C = model dim, H = heads, Hkv = kv heads,
+ *    D = head dim (C = H·D), F = FFN hidden, V = vocab.  Token-major
+ *    activations: row n = b·T + t.
+ *  - Every op returns 0, or a negative enum titan_err after recording a
+ *    message (TITAN_E_INVALID for out-of-range ids/labels or bad sizes,
+ *    TITAN_E_NOMEM when workspace cannot be allocated).  Outputs are
+ *    unspecified after a failure.
+ *  - "overwrite" outputs are written without being read; "accumulate"
+ *    outputs are added to (the caller zeroes them once per step).
+ *  - Unless an op says otherwise outputs must not alias inputs.
+ *  - Workspace an op needs is taken from be->alloc with TITAN_MEM_WORKSPACE
+ *    and released before the op returns (sizes are stated per op).
+ *
+ * Determinism (cpu): every op is bit-for-bit reproducible run to run for a
+ * fixed thread count, and every op except the sgemm-based ones (matmul_*,
+ * and the GEMMs inside classifier_ce) gives the same bits for any thread
+ * count: work is split into tasks with disjoint outputs whose internal
+ * order does not depend on the split, and reductions across tokens run in
+ * a fixed order.  OpenBLAS splits GEMMs over M/N only, so in practice its
+ * results do not depend on the thread count either (the tests check 1 vs 2
+ * threads), but OpenBLAS does not promise it.
+ */
+#ifndef TITAN_OPS_H
+#define TITAN_OPS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "titan/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct titan_backend_ops;
+
+/* A backend instance: its op table plus the state ops need.  Fill with
+ * titan_backend_cpu_init(); the fields after `ops` may be changed between
+ * calls (they are read on every op). */
+struct titan_backend {
+	const struct titan_backend_ops *ops;
+	struct titan_allocator *alloc; /* workspace (TITAN_MEM_WORKSPACE) */
+	int nthreads;                  /* cpu: OpenMP threads of every op */
+	/* Attention tiles: query rows and keys per block (> 0).  They change
+	 * rounding (online softmax), not the math; defaults 64 / 64. */
+	int attn_block_q, attn_block_k;
+	void *impl;                    /* backend private (cuda: stream, handles) */
+};
+
+/* Attention geometry: q/out [B,T,H,D], k/v [B,T,Hkv,D], lse [B,H,T].
+ * H must be a multiple of Hkv; query head h reads kv head h / (H/Hkv)
+ * (repeat_interleave, as torchtitan's repeat_kv and SDPA enable_gqa). */
+struct titan_attn_dims {
+	int64_t batch, seq, n_heads, n_kv_heads, head_dim;
+};
+
+/* torch.optim.AdamW hyper-parameters (doubles, as PyTorch's Python floats). */
+struct titan_adamw_hparams {
+	double lr, beta1, beta2, eps, weight_decay;
+};
+
+struct titan_backend_ops {
+	const char *name; /* "cpu", "cuda" */
+
+	/* Frees what the backend instance holds (cpu: nothing).  NULL-safe. */
+	void (*release)(struct titan_backend *be);
+
+	/* ---- linear layers (nn.Linear layout: W[out,in], no bias) ---------- */
+
+	/* y[N,out] = x[N,in] · W[out,in]^T, overwritten, or added to y when
+	 * `accumulate` (e.g. straight into the residual stream). */
+	int (*matmul_fwd)(struct titan_backend *be, float *y, const float *x,
+			  const float *w, int64_t n, int64_t in, int64_t out,
+			  bool accumulate);
+	/* dx[N,in] = dy[N,out] · W[out,in] (overwrite, or add when
+	 * `accumulate_dx`); dW[out,in] += dy^T · x (always accumulates).
+	 * dx or dw may be NULL to skip that gradient. */
+	int (*matmul_bwd)(struct titan_backend *be, float *dx, float *dw,
+			  const float *dy, const float *x, const float *w,
+			  int64_t n, int64_t in, int64_t out, bool accumulate_dx);
+
+	/* ---- embedding ------------------------------------------------------ */
+
+	/* out[N,C] = table[ids[n], :] (overwrite).  TITAN_E_INVALID when an
+	 * id is >= V (naming the position). */
+	int (*embedding_fwd)(struct titan_backend *be, float *out,
+			     const uint32_t *ids, const float *table, int64_t n,
+			     int64_t v, int64_t c);
+	/* dtable[ids[n], :] += dout[n, :] for n in token order (repeated ids
+	 * add up in that order; no atomics). */
+	int (*embedding_bwd)(struct titan_backend *be, float *dtable,
+			     const uint32_t *ids, const float *dout, int64_t n,
+			     int64_t v, int64_t c);
+
+	/* ---- RMSNorm (nn.RMSNorm, fp32) ------------------------------------- */
+
+	/* rstd[n] = 1/sqrt(mean_c(x[n,c]^2) + eps) (sum of squares in double),
+	 * y[n,c] = (x[n,c]·rstd[n])·w[c].  y and rstd overwritten; y may alias
+	 * x (but backward needs x). */
+	int (*rmsnorm_fwd)(struct titan_backend *be, float *y, float *rstd,
+			   const float *x, const float *w, int64_t n, int64_t c,
+			   float eps);
+	/* With g = dy·w and xhat = x·rstd:
+	 *   dx[n,c] = rstd[n]·(g[n,c] − xhat[n,c]·mean_c(g·xhat))  (overwrite,
+	 *             or add when `accumulate_dx`; dx may alias dy),
+	 *   dw[c]  += Σ_n dy[n,c]·xhat[n,c]  (accumulate; sum in double, token
+	 *             order).  dw may be NULL. */
+	int (*rmsnorm_bwd)(struct titan_backend *be, float *dx, float *dw,
+			   const float *dy, const float *x, const float *w,
+			   const float *rstd, int64_t n, int64_t c,
+			   bool accumulate_dx);
+
+	/* ---- RoPE (complex form, adjacent pairs) ---------------------------- */
+
+	/* In place on x[B,T,nh,D] (q with nh = H, k with nh = Hkv): pair
+	 * (x[2i], x[2i+1]) at position t is multiplied by the complex number
+	 * freqs[t,i] = (cos, sin) from titan_rope_freqs():
+	 *   (a, b) -> (a·cos − b·sin, a·sin + b·cos).
+	 * freqs must hold at least T rows. */
+	int (*rope_fwd)(struct titan_backend *be, float *x, const float *freqs,
+			int64_t batch, int64_t seq, int64_t nh, int64_t head_dim);
+	/* The adjoint (rotation by −angle), in place on the gradient:
+	 *   (da, db) -> (da·cos + db·sin, −da·sin + db·cos). */
+	int (*rope_bwd)(struct titan_backend *be, float *dx, const float *freqs,
+			int64_t batch, int64_t seq, int64_t nh, int64_t head_dim);
+
+	/* ---- SwiGLU --------------------------------------------------------- */
+
+	/* h[i] = silu(a[i])·b[i], silu(a) = a/(1+exp(−a)); a = x·W1^T,
+	 * b = x·W3^T, all [N,F] flattened to n elements.  h may alias a or b. */
+	int (*swiglu_fwd)(struct titan_backend *be, float *h, const float *a,
+			  const float *b, int64_t n);
+	/* da = dh·b·σ(a)·(1 + a·(1−σ(a))), db = dh·silu(a) (overwrite);
+	 * da may alias a, db may alias b. */
+	int (*swiglu_bwd)(struct titan_backend *be, float *da, float *db,
+			  const float *dh, const float *a, const float *b,
+			  int64_t n);
+
+	/* ---- causal GQA attention (flash-style, online softmax) ------------ */
+
+	/* out[b,t,h,:] = Σ_{s<=t} softmax_s(q[b,t,h]·k[b,s,g] / sqrt(D)) v[b,s,g]
+	 * with g = h/(H/Hkv); lse[b,h,t] = log Σ_{s<=t} exp(score) (natural
+	 * log, scores already scaled) is saved for backward.  Both
+	 * overwritten.  Keys are visited in blocks of be->attn_block_k, so
+	 * memory is O(block) per task, never O(T^2).  Workspace:
+	 * nthreads·(bq·bk + D·bk + 2·bq) floats. */
+	int (*attention_fwd)(struct titan_backend *be, float *out, float *lse,
+			     const float *q, const float *k, const float *v,
+			     const struct titan_attn_dims *d);
+	/* Flash-attention backward: probabilities recomputed from q, k and
+	 * lse; Di = rowsum(dout·out).  dq [B,T,H,D], dk, dv [B,T,Hkv,D] are
+	 * overwritten; dk/dv sum over the H/Hkv query heads of their group in
+	 * a fixed order (one task per (b, kv head), no atomics).  Workspace:
+	 * nthreads·(T + 4·bq·bk + 2·D·bk) floats. */
+	int (*attention_bwd)(struct titan_backend *be, float *dq, float *dk,
+			     float *dv, const float *dout, const float *q,
+			     const float *k, const float *v, const float *out,
+			     const float *lse, const struct titan_attn_dims *d);
+
+	/* ---- output layer + cross-entropy, fused and chunked ---------------- */
+
+	/* logits[N,V] = h[N,C] · W[V,C]^T, computed `chunk` tokens at a time
+	 * (chunk <= 0: all N at once) so at most chunk·V logits exist.  For
+	 * each token with labels[n] >= 0 (negative = ignored, as
+	 * ignore_index=-100) the loss is logsumexp(logits[n]) − logits[n,y]
+	 * (fp32 logits, max-shifted, exp sum in double).  Returns in
+	 * *loss_sum the sum over valid tokens (double, added in token order)
+	 * and in *n_valid their count.  When dh and dw are not NULL it also
+	 * computes the gradients of loss_sum·grad_scale in the same pass:
+	 *   dz = (softmax(logits) − onehot(y))·grad_scale (0 for ignored rows),
+	 *   dh[N,C] = dz · W (overwrite), dW[V,C] += dz^T · h (accumulate).
+	 * (dh and dw are both NULL, or both set.)  Labels >= V are
+	 * TITAN_E_INVALID.  The loss does not depend on `chunk`; dh/dW do only
+	 * through sgemm rounding (dW sums chunk by chunk): relative differences
+	 * ~1e-6, the tests allow 1e-5.  Workspace: chunk·V floats (+ chunk
+	 * doubles). */
+	int (*classifier_ce)(struct titan_backend *be, double *loss_sum,
+			     int64_t *n_valid, float *dh, float *dw,
+			     const float *h, const float *w,
+			     const int32_t *labels, int64_t n, int64_t c,
+			     int64_t v, float grad_scale, int64_t chunk);
+
+	/* ---- optimizer and gradient utilities ------------------------------- */
+
+	/* One torch.optim.AdamW step (PyTorch >= 2.0 single-tensor and fused
+	 * CPU kernels, fp32 state) on n elements; `step` is the step number
+	 * after increment (1 for the first).  g' = fp32(g·grad_mul) (pass 1
+	 * for none; clip_grad_norm_'s coefficient otherwise, g is not
+	 * modified), then, with every double constant rounded to float:
+	 *   p = p·(1 − lr·wd)
+	 *   m = fma(1−β1, g' − m, m)              (exp_avg.lerp_(g', 1−β1))
+	 *   v = v·β2 + ((1−β2)·g')·g'             (mul_, addcmul_)
+	 *   denom = sqrt(v)/sqrt(1−β2^step) + eps
+	 *   p = p + (−lr/(1−β1^step)·m)/denom      (addcdiv_)
+	 * (bias corrections and step size in double, as PyTorch). */
+	int (*adamw_step)(struct titan_backend *be, float *p, float *m,
+			  float *v, const float *g, int64_t n,
+			  const struct titan_adamw_hparams *hp, int64_t step,
+			  float grad_mul);
+	/* *out = Σ x[i]^2 in double, in fixed 16384-element chunks added in
+	 * order (the same value for any thread count). */
+	int (*sumsq)(struct titan_backend *be, double *out, const float *x,
+		     int64_t n);
+	/* x[i] *= alpha (fp32 multiply). */
+	int (*scale)(struct titan_backend *be, float *x, int64_t n, float alpha);
+	/* y[i] = a[i] + b[i]; y may alias a or b. */
+	int (*add)(struct titan_backend *be, float *y, const float *a,
+		   const float *b, int64_t n);
+	/* dst = src (n floats, no overlap). */
+	int (*copy)(struct titan_backend *be, float *dst, const float *src,
+		    int64_t n);
+	/* x[0..n) = 0. */
+	int (*zero)(struct titan_backend *be, float *x, int64_t n);
+};
+
+/* The CPU backend: nthreads <= 0 means omp_get_max_threads().  Workspace
+ * comes from the host allocator.  Also sets OpenBLAS's thread count to
+ * nthreads (process-wide: OpenBLAS has one setting); BLAS is only called
+ * outside OpenMP parallel regions, so the two never nest.  Returns 0. */
+int titan_backend_cpu_init(struct titan_backend *be, int nthreads);
+/* Calls be->ops->release; NULL-safe. */
+void titan_backend_release(struct titan_backend *be);
+
+/* Llama 3.1 RoPE frequency scaling (torchtitan RoPEScalingArgs). */
+struct titan_rope_scaling {
+	double factor;                 /* 8 */
+	double low_freq_factor;        /* 1 */
+	double high_freq_factor;       /* 4 */
+	double original_max_position;  /* 8192 */
+};
+
+/* torchtitan's precompute_freqs_cis as a host table freqs[T][D/2][2] =
+ * (cos, sin) (the memory of its complex64 tensor), float arithmetic as
+ * PyTorch does it:
+ *   f_i = 1 / theta^((2i)/D)       (float; the power correctly rounded)
+ *   with scaling (NULL = none): wl = 2π/f;  wl > orig/low: f/factor;
+ *     orig/high <= wl <= orig/low: s = (orig/wl − low)/(high − low),
+ *     f = (1−s)·f/factor + s·f;  else f
+ *   angle = float(t)·f_i, (cosf, sinf).
+ * PyTorch's vectorised pow may differ from the correctly rounded power in
+ * the last bit of some f_i.  TITAN_E_INVALID for odd or non-positive D,
+ * seq < 0 or theta <= 0. */
+int titan_rope_freqs(float *freqs, int64_t seq, int64_t head_dim,
+		     double theta, const struct titan_rope_scaling *scaling);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,439 @@
+/*
+ * llama.c — one Llama 3 training step on a backend: forward through the
+ * blocks, the fused classifier + cross-entropy, hand-written backward,
+ * activation checkpointing by recomputation, gradient norm and AdamW.
+ * Mirrors torchtitan's models/llama3/model.py (Transformer.forward) and
+ * train.py's train_step; the ops are lib/titan/ops.h's.
+ */
+#include "titan/train.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "titan/core.h"
+
+/* What one block keeps for backward. */
+struct acts {
+	float *xn1, *rstd1;  /* attention_norm output [N,C], 1/rms [N] */
+	float *q, *k, *v;    /* after RoPE: [N,H*D], [N,Hkv*D] x2 */
+	float *att, *lse;    /* attention output [N,H*D], log-sum-exp [B,H,T] */
+	float *h;            /* residual after attention [N,C] */
+	float *xn2, *rstd2;  /* ffn_norm output, 1/rms */
+	float *a, *b, *g;    /* w1 x, w3 x, silu(a)*b [N,F] */
+};
+
+struct titan_llama {
+	struct titan_model_dims d;
+	struct titan_llama_opts o;
+	struct titan_backend *be;
+	struct titan_allocator *alloc;
+	struct titan_param_table table;
+	struct titan_param_arena params, grads, m, v;
+	float *freqs;         /* [T, D/2, 2] */
+	int64_t n;            /* tokens per microbatch */
+	float **x;            /* block inputs x[0..L] [N,C] (x[L]: final norm input) */
+	struct acts *acts;    /* per block; NULL pointers for checkpointed blocks */
+	bool *ckpt;           /* block is recomputed in backward */
+	struct acts recompute;
+	float *xnf, *rstdf;   /* final norm */
+	uint32_t *ids;
+	/* backward scratch */
+	float *dx, *dh, *dxn, *datt, *dq, *dk, *dv, *dg, *da, *db;
+	void **blocks;        /* every allocation, for free */
+	int nblocks, capblocks;
+};
+
+static float *buf(struct titan_llama *m, int64_t nfloats, enum titan_mem_tag tag)
+{
+	void *p;
+
+	if (m->nblocks == m->capblocks) {
+		int cap = m->capblocks ? 2 * m->capblocks : 64;
+		void **n = realloc(m->blocks, (size_t)cap * sizeof(*n));
+
+		if (!n)
+			return NULL;
+		m->blocks = n;
+		m->capblocks = cap;
+	}
+	p = titan_mem_alloc(m->alloc, (size_t)nfloats * sizeof(float), tag);
+	if (p)
+		m->blocks[m->nblocks++] = p;
+	return p;
+}
+
+static int alloc_acts(struct titan_llama *m, struct acts *a)
+{
+	const struct titan_model_dims *d = &m->d;
+	const int64_t n = m->n, q = d->n_heads * d->head_dim, kv = d->n_kv_heads * d->head_dim;
+	const enum titan_mem_tag t = TITAN_MEM_ACTIVATIONS;
+
+	a->xn1 = buf(m, n * d->dim, t);
+	a->rstd1 = buf(m, n, t);
+	a->q = buf(m, n * q, t);
+	a->k = buf(m, n * kv, t);
+	a->v = buf(m, n * kv, t);
+	a->att = buf(m, n * q, t);
+	a->lse = buf(m, n * d->n_heads, t);
+	a->h = buf(m, n * d->dim, t);
+	a->xn2 = buf(m, n * d->dim, t);
+	a->rstd2 = buf(m, n, t);
+	a->a = buf(m, n * d->ffn_hidden, t);
+	a->b = buf(m, n * d->ffn_hidden, t);
+	a->g = buf(m, n * d->ffn_hidden, t);
+	if (!a->xn1 || !a->rstd1 || !a->q || !a->k || !a->v || !a->att || !a->lse || !a->h ||
+	    !a->xn2 || !a->rstd2 || !a->a || !a->b || !a->g)
+		return TITAN_E_NOMEM;
+	return 0;
+}
+
+int titan_llama_opts_from_config(struct titan_llama_opts *o, const struct titan_config *c)
+{
+	const char *mode = c->activation_checkpoint.mode;
+	int64_t every;
+
+	memset(o, 0, sizeof(*o));
+	o->batch = c->training.local_batch_size;
+	o->seq = c->training.seq_len;
+	o->exclude_norms_embeddings_from_wd = c->optimizer.weight_decay_exclude_norms_embeddings;
+	if (!strcmp(mode, "none")) {
+		o->ac = TITAN_AC_NONE;
+	} else if (!strcmp(mode, "full")) {
+		o->ac = TITAN_AC_FULL;
+	} else {
+		if (titan_parse_i64(c->activation_checkpoint.selective_ac_option, &every) < 0)
+			return titan_error(TITAN_E_UNSUPPORTED,
+					   "activation_checkpoint.selective_ac_option: '%s' (per-op "
+					   "selective checkpointing) is not supported; use a block "
+					   "interval such as '2', or mode 'full'",
+					   c->activation_checkpoint.selective_ac_option);
+		o->ac = TITAN_AC_SELECTIVE;
+		o->ac_every = every <= 0 ? 1 : (int)every;
+	}
+	return 0;
+}
+
+int titan_llama_new(const struct titan_model_dims *d, const struct titan_llama_opts *o,
+		    struct titan_backend *be, struct titan_allocator *alloc,
+		    struct titan_llama **out)
+{
+	struct titan_llama *m = calloc(1, sizeof(*m));
+	struct titan_rope_scaling sc = {d->rope_scaling_factor, d->rope_low_freq_factor,
+					d->rope_high_freq_factor,
+					(double)d->rope_original_max_position};
+	const int64_t L = d->n_layers, C = d->dim, F = d->ffn_hidden;
+	const int64_t q = d->n_heads * d->head_dim, kv = d->n_kv_heads * d->head_dim;
+	const enum titan_mem_tag ws = TITAN_MEM_WORKSPACE, act = TITAN_MEM_ACTIVATIONS;
+	int rc;
+
+	*out = NULL;
+	if (!m)
+		return titan_error(TITAN_E_NOMEM, "out of memory");
+	m->d = *d;
+	m->o = *o;
+	if (m->o.ce_chunk <= 0)
+		m->o.ce_chunk = 1024;
+	m->be = be;
+	m->alloc = alloc ? alloc : titan_host_allocator();
+	m->n = o->batch * o->seq;
+	if ((rc = titan_param_table_init(&m->table, d, NULL)) < 0 ||
+	    (rc = titan_param_arena_init(&m->params, &m->table, m->alloc, TITAN_MEM_PARAMS)) < 0 ||
+	    (rc = titan_param_arena_init(&m->grads, &m->table, m->alloc, TITAN_MEM_GRADS)) < 0 ||
+	    (rc = titan_param_arena_init(&m->m, &m->table, m->alloc, TITAN_MEM_OPTIM)) < 0 ||
+	    (rc = titan_param_arena_init(&m->v, &m->table, m->alloc, TITAN_MEM_OPTIM)) < 0)
+		goto fail;
+	rc = TITAN_E_NOMEM;
+	if (!(m->freqs = buf(m, o->seq * d->head_dim, TITAN_MEM_OTHER)))
+		goto fail;
+	if ((rc = titan_rope_freqs(m->freqs, o->seq, d->head_dim, d->rope_theta,
+				   d->rope_scaling ? &sc : NULL)) < 0)
+		goto fail;
+	rc = TITAN_E_NOMEM;
+	m->x = calloc((size_t)L + 1, sizeof(*m->x));
+	m->acts = calloc((size_t)L, sizeof(*m->acts));
+	m->ckpt = calloc((size_t)L, sizeof(*m->ckpt));
+	if (!m->x || !m->acts || !m->ckpt)
+		goto fail;
+	for (int64_t i = 0; i <= L; i++)
+		if (!(m->x[i] = buf(m, m->n * C, act)))
+			goto fail;
+	for (int64_t i = 0; i < L; i++) {
+		m->ckpt[i] = o->ac == TITAN_AC_FULL ||
+			     (o->ac == TITAN_AC_SELECTIVE && (i + 1) % o->ac_every == 0);
+		if (!m->ckpt[i] && (rc = alloc_acts(m, &m->acts[i])) < 0)
+			goto fail;
+	}
+	rc = TITAN_E_NOMEM;
+	if (o->ac != TITAN_AC_NONE && alloc_acts(m, &m->recompute) < 0)
+		goto fail;
+	m->xnf = buf(m, m->n * C, act);
+	m->rstdf = buf(m, m->n, act);
+	m->ids = (uint32_t *)buf(m, m->n, TITAN_MEM_DATA);
+	m->dx = buf(m, m->n * C, ws);
+	m->dh = buf(m, m->n * C, ws);
+	m->dxn = buf(m, m->n * C, ws);
+	m->datt = buf(m, m->n * q, ws);
+	m->dq = buf(m, m->n * q, ws);
+	m->dk = buf(m, m->n * kv, ws);
+	m->dv = buf(m, m->n * kv, ws);
+	m->dg = buf(m, m->n * F, ws);
+	if (!m->xnf || !m->rstdf || !m->ids || !m->dx || !m->dh || !m->dxn || !m->datt ||
+	    !m->dq || !m->dk || !m->dv || !m->dg)
+		goto fail;
+	*out = m;
+	return 0;
+fail:
+	if (rc == TITAN_E_NOMEM && !titan_error_last()->code)
+		titan_error(rc, "out of memory for the model");
+	titan_llama_free(m);
+	return rc;
+}
+
+void titan_llama_free(struct titan_llama *m)
+{
+	if (!m)
+		return;
+	for (int i = 0; i < m->nblocks; i++)
+		titan_mem_free(m->alloc, m->blocks[i]);
+	free(m->blocks);
+	free(m->x);
+	free(m->acts);
+	free(m->ckpt);
+	titan_param_arena_release(&m->params);
+	titan_param_arena_release(&m->grads);
+	titan_param_arena_release(&m->m);
+	titan_param_arena_release(&m->v);
+	titan_param_table_release(&m->table);
+	free(m);
+}
+
+const struct titan_param_table *titan_llama_table(const struct titan_llama *m)
+{
+	return &m->table;
+}
+
+struct titan_param_arena *titan_llama_params(struct titan_llama *m)
+{
+	return &m->params;
+}
+
+struct titan_param_arena *titan_llama_grads(struct titan_llama *m)
+{
+	return &m->grads;
+}
+
+void titan_llama_init_weights(struct titan_llama *m, uint64_t seed)
+{
+	titan_model_init_params(&m->params, seed);
+}
+
+int titan_llama_zero_grads(struct titan_llama *m)
+{
+	return m->be->ops->zero(m->be, m->grads.data, m->table.arena_floats);
+}
+
+/* Parameter and gradient views by role. */
+static float *P(struct titan_llama *m, enum titan_param_role r, int layer)
+{
+	int i = titan_param_index(&m->table, r, layer);
+
+	if (i < 0 && r == TITAN_PARAM_OUTPUT) /* tied */
+		i = titan_param_index(&m->table, TITAN_PARAM_TOK_EMBEDDINGS, -1);
+	return titan_param_view(&m->params, &m->table.params[i]);
+}
+
+static float *G(struct titan_llama *m, enum titan_param_role r, int layer)
+{
+	int i = titan_param_index(&m->table, r, layer);
+
+	if (i < 0 && r == TITAN_PARAM_OUTPUT)
+		i = titan_param_index(&m->table, TITAN_PARAM_TOK_EMBEDDINGS, -1);
+	return titan_param_view(&m->grads, &m->table.params[i]);
+}
+
+#define CK(call) do { if ((rc = (call)) < 0) return rc; } while (0)
+
+/* Block `l` forward: x[l] -> x[l+1], keeping activations in `a`. */
+static int block_fwd(struct titan_llama *m, int l, struct acts *a)
+{
+	const struct titan_backend_ops *op = m->be->ops;
+	struct titan_backend *be = m->be;
+	const struct titan_model_dims *d = &m->d;
+	const int64_t n = m->n, C = d->dim, F = d->ffn_hidden;
+	const int64_t q = d->n_heads * d->head_dim, kv = d->n_kv_heads * d->head_dim;
+	const struct titan_attn_dims ad = {m->o.batch, m->o.seq, d->n_heads, d->n_kv_heads,
+					   d->head_dim};
+	const float *x = m->x[l];
+	float *y = m->x[l + 1];
+	int rc;
+
+	CK(op->rmsnorm_fwd(be, a->xn1, a->rstd1, x, P(m, TITAN_PARAM_ATTENTION_NORM, l), n, C,
+			   (float)d->norm_eps));
+	CK(op->matmul_fwd(be, a->q, a->xn1, P(m, TITAN_PARAM_WQ, l), n, C, q, false));
+	CK(op->matmul_fwd(be, a->k, a->xn1, P(m, TITAN_PARAM_WK, l), n, C, kv, false));
+	CK(op->matmul_fwd(be, a->v, a->xn1, P(m, TITAN_PARAM_WV, l), n, C, kv, false));
+	CK(op->rope_fwd(be, a->q, m->freqs, m->o.batch, m->o.seq, d->n_heads, d->head_dim));
+	CK(op->rope_fwd(be, a->k, m->freqs, m->o.batch, m->o.seq, d->n_kv_heads, d->head_dim));
+	CK(op->attention_fwd(be, a->att, a->lse, a->q, a->k, a->v, &ad));
+	CK(op->copy(be, a->h, x, n * C));
+	CK(op->matmul_fwd(be, a->h, a->att, P(m, TITAN_PARAM_WO, l), n, q, C, true));
+	CK(op->rmsnorm_fwd(be, a->xn2, a->rstd2, a->h, P(m, TITAN_PARAM_FFN_NORM, l), n, C,
+			   (float)d->norm_eps));
+	CK(op->matmul_fwd(be, a->a, a->xn2, P(m, TITAN_PARAM_W1, l), n, C, F, false));
+	CK(op->matmul_fwd(be, a->b, a->xn2, P(m, TITAN_PARAM_W3, l), n, C, F, false));
+	CK(op->swiglu_fwd(be, a->g, a->a, a->b, n * F));
+	CK(op->copy(be, y, a->h, n * C));
+	CK(op->matmul_fwd(be, y, a->g, P(m, TITAN_PARAM_W2, l), n, F, C, true));
+	return 0;
+}
+
+/* Block `l` backward: m->dx holds dL/dx[l+1] on entry and dL/dx[l] on exit. */
+static int block_bwd(struct titan_llama *m, int l, struct acts *a)
+{
+	const struct titan_backend_ops *op = m->be->ops;
+	struct titan_backend *be = m->be;
+	const struct titan_model_dims *d = &m->d;
+	const int64_t n = m->n, C = d->dim, F = d->ffn_hidden;
+	const int64_t q = d->n_heads * d->head_dim, kv = d->n_kv_heads * d->head_dim;
+	const struct titan_attn_dims ad = {m->o.batch, m->o.seq, d->n_heads, d->n_kv_heads,
+					   d->head_dim};
+	int rc;
+
+	/* feed-forward: y = h + w2(silu(w1 xn2) * w3 xn2), xn2 = norm(h) */
+	CK(op->matmul_bwd(be, m->dg, G(m, TITAN_PARAM_W2, l), m->dx, a->g,
+			  P(m, TITAN_PARAM_W2, l), n, F, C, false));
+	CK(op->swiglu_bwd(be, a->a, a->b, m->dg, a->a, a->b, n * F)); /* da, db in place */
+	CK(op->matmul_bwd(be, m->dxn, G(m, TITAN_PARAM_W1, l), a->a, a->xn2,
+			  P(m, TITAN_PARAM_W1, l), n, C, F, false));
+	CK(op->matmul_bwd(be, m->dxn, G(m, TITAN_PARAM_W3, l), a->b, a->xn2,
+			  P(m, TITAN_PARAM_W3, l), n, C, F, true));
+	CK(op->copy(be, m->dh, m->dx, n * C));
+	CK(op->rmsnorm_bwd(be, m->dh, G(m, TITAN_PARAM_FFN_NORM, l), m->dxn, a->h,
+			   P(m, TITAN_PARAM_FFN_NORM, l), a->rstd2, n, C, true));
+	/* attention: h = x + wo(attn(rope(wq xn1), rope(wk xn1), wv xn1)), xn1 = norm(x) */
+	CK(op->matmul_bwd(be, m->datt, G(m, TITAN_PARAM_WO, l), m->dh, a->att,
+			  P(m, TITAN_PARAM_WO, l), n, q, C, false));
+	CK(op->attention_bwd(be, m->dq, m->dk, m->dv, m->datt, a->q, a->k, a->v, a->att, a->lse,
+			     &ad));
+	CK(op->rope_bwd(be, m->dq, m->freqs, m->o.batch, m->o.seq, d->n_heads, d->head_dim));
+	CK(op->rope_bwd(be, m->dk, m->freqs, m->o.batch, m->o.seq, d->n_kv_heads, d->head_dim));
+	CK(op->matmul_bwd(be, m->dxn, G(m, TITAN_PARAM_WQ, l), m->dq, a->xn1,
+			  P(m, TITAN_PARAM_WQ, l), n, C, q, false));
+	CK(op->matmul_bwd(be, m->dxn, G(m, TITAN_PARAM_WK, l), m->dk, a->xn1,
+			  P(m, TITAN_PARAM_WK, l), n, C, kv, true));
+	CK(op->matmul_bwd(be, m->dxn, G(m, TITAN_PARAM_WV, l), m->dv, a->xn1,
+			  P(m, TITAN_PARAM_WV, l), n, C, kv, true));
+	CK(op->copy(be, m->dx, m->dh, n * C));
+	CK(op->rmsnorm_bwd(be, m->dx, G(m, TITAN_PARAM_ATTENTION_NORM, l), m->dxn, m->x[l],
+			   P(m, TITAN_PARAM_ATTENTION_NORM, l), a->rstd1, n, C, true));
+	return 0;
+}
+
+static int load_ids(struct titan_llama *m, const int32_t *inputs)
+{
+	for (int64_t i = 0; i < m->n; i++) {
+		if (inputs[i] < 0 || inputs[i] >= m->d.vocab_size)
+			return titan_error(TITAN_E_INVALID, "input token %lld is id %d, outside the "
+					   "vocabulary (size %lld)", (long long)i, inputs[i],
+					   (long long)m->d.vocab_size);
+		m->ids[i] = (uint32_t)inputs[i];
+	}
+	return 0;
+}
+
+static int forward(struct titan_llama *m, const int32_t *inputs)
+{
+	const struct titan_backend_ops *op = m->be->ops;
+	const int64_t C = m->d.dim;
+	int rc;
+
+	CK(load_ids(m, inputs));
+	CK(op->embedding_fwd(m->be, m->x[0], m->ids, P(m, TITAN_PARAM_TOK_EMBEDDINGS, -1), m->n,
+			     m->d.vocab_size, C));
+	for (int l = 0; l < m->d.n_layers; l++)
+		CK(block_fwd(m, l, m->ckpt[l] ? &m->recompute : &m->acts[l]));
+	CK(op->rmsnorm_fwd(m->be, m->xnf, m->rstdf, m->x[m->d.n_layers], P(m, TITAN_PARAM_NORM, -1),
+			   m->n, C, (float)m->d.norm_eps));
+	return 0;
+}
+
+int titan_llama_step(struct titan_llama *m, const int32_t *inputs, const int32_t *labels,
+		     float grad_scale, bool backward, double *loss_sum, int64_t *n_valid)
+{
+	const struct titan_backend_ops *op = m->be->ops;
+	const int64_t C = m->d.dim, L = m->d.n_layers;
+	int rc;
+
+	CK(forward(m, inputs));
+	CK(op->classifier_ce(m->be, loss_sum, n_valid, backward ? m->dxn : NULL,
+			     backward ? G(m, TITAN_PARAM_OUTPUT, -1) : NULL, m->xnf,
+			     P(m, TITAN_PARAM_OUTPUT, -1), labels, m->n, C, m->d.vocab_size,
+			     grad_scale, m->o.ce_chunk));
+	if (!backward)
+		return 0;
+	CK(op->rmsnorm_bwd(m->be, m->dx, G(m, TITAN_PARAM_NORM, -1), m->dxn, m->x[L],
+			   P(m, TITAN_PARAM_NORM, -1), m->rstdf, m->n, C, false));
+	for (int64_t l = L - 1; l >= 0; l--) {
+		struct acts *a = &m->acts[l];
+
+		if (m->ckpt[l]) { /* recompute the block from its saved input */
+			a = &m->recompute;
+			CK(block_fwd(m, (int)l, a));
+		}
+		CK(block_bwd(m, (int)l, a));
+	}
+	return op->embedding_bwd(m->be, G(m, TITAN_PARAM_TOK_EMBEDDINGS, -1), m->ids, m->dx, m->n,
+				 m->d.vocab_size, C);
+}
+
+int titan_llama_logits(struct titan_llama *m, const int32_t *inputs, float *logits)
+{
+	int rc;
+
+	CK(forward(m, inputs));
+	return m->be->ops->matmul_fwd(m->be, logits, m->xnf, P(m, TITAN_PARAM_OUTPUT, -1), m->n,
+				      m->d.dim, m->d.vocab_size, false);
+}
+
+int titan_llama_grad_norm(struct titan_llama *m, double max_norm, double *norm, float *coef)
+{
+	double total = 0;
+	int rc;
+
+	/* torch: per-tensor fp32 norms, then the norm of the stacked norms */
+	for (int i = 0; i < m->table.n; i++) {
+		const struct titan_param *p = &m->table.params[i];
+		double ss;
+		float ni;
+
+		CK(m->be->ops->sumsq(m->be, &ss, titan_param_view(&m->grads, p), p->local_numel));
+		ni = (float)sqrt(ss);
+		total += (double)ni * (double)ni;
+	}
+	float tn = (float)sqrt(total);
+	float c = (float)max_norm / (tn + 1e-6f);
+
+	*norm = tn;
+	*coef = c < 1.0f ? c : 1.0f;
+	return 0;
+}
+
+int titan_llama_adamw(struct titan_llama *m, const struct titan_adamw_hparams *hp, int64_t step,
+		      float grad_mul)
+{
+	int rc;
+
+	for (int i = 0; i < m->table.n; i++) {
+		const struct titan_param *p = &m->table.params[i];
+		struct titan_adamw_hparams h = *hp;
+
+		if (m->o.exclude_norms_embeddings_from_wd && (p->is_norm || p->is_embedding))
+			h.weight_decay = 0;
+		CK(m->be->ops->adamw_step(m->be, titan_param_view(&m->params, p),
+					  titan_param_view(&m->m, p), titan_param_view(&m->v, p),
+					  titan_param_view(&m->grads, p), p->local_numel, &h, step,
+					  grad_mul));
+	}
+	return 0;
+}

@@ -1,0 +1,152 @@
+#!/usr/bin/env bats
+# titan-train: the tool contract, a real (tiny) training run on shards made
+# from Debian's King James Bible — loss falls, metrics.jsonl, determinism,
+# activation checkpointing gives identical losses — and failure handling.
+
+bats_require_minimum_version 1.5.0
+
+setup_file() {
+	export DATA=$BATS_FILE_TMPDIR
+	PATH=${TITAN_BIN:-$BATS_TEST_DIRNAME/../../bin}:$PATH
+	if command -v bible >/dev/null; then
+		bible -f gen1:1-gen50:26 > "$DATA/genesis.txt"
+	else
+		yes 'In the beginning God created the heaven and the earth.' | head -n 4000 > "$DATA/genesis.txt"
+	fi
+	titan-tokenize train --vocab-size 768 --format text "$DATA/genesis.txt" -o "$DATA/tok.tiktoken"
+	titan-tokenize -t "$DATA/tok.tiktoken" --doc-per-line "$DATA/genesis.txt" |
+		titan-shard -q -t "$DATA/tok.tiktoken" --out "$DATA/shards" --val-docs 40
+	# a small custom Llama: 2 blocks of width 64, vocab 512
+	cat > "$DATA/tiny.yaml" <<YAML
+job:
+  dump_folder: $DATA/out
+model:
+  flavor: custom
+  dim: 64
+  n_layers: 2
+  n_heads: 4
+  n_kv_heads: 2
+  vocab_size: 768
+  multiple_of: 32
+optimizer:
+  lr: 3.0e-3
+lr_scheduler:
+  warmup_steps: 2
+training:
+  dataset_path: $DATA/shards
+  local_batch_size: 2
+  seq_len: 64
+  steps: 12
+metrics:
+  log_freq: 1
+  peak_flops: 1.0e+11
+activation_checkpoint:
+  mode: none
+YAML
+}
+
+setup() {
+	load helpers
+	cd "$TITAN_SRCDIR"
+}
+
+losses() { /usr/bin/python3 -c '
+import json, sys
+for l in open(sys.argv[1]):
+    o = json.loads(l)
+    if "loss" in o: print(o["step"], repr(o["loss"]), repr(o["grad_norm"]))' "$1"; }
+
+@test "contract: --config is required, --help, --version, bad option" {
+	run -2 --separate-stderr titan-train
+	[[ $stderr == *"titan-train: error: --config FILE is required"* ]]
+	run -0 titan-train --help
+	assert_line --partial "Usage: titan-train --config FILE"
+	run -0 titan-train --version
+	assert_line --regexp '^titan-train \(titan\) '
+	run -2 --separate-stderr titan-train --frob
+	[[ $stderr == *"unrecognized option"* ]]
+	run -1 --separate-stderr titan-train --config "$BATS_TEST_TMPDIR/none.yaml"
+	[[ $stderr == *"none.yaml"*"No such file"* ]]
+}
+
+@test "a missing dataset folder or a bad one is an error naming it" {
+	run -2 --separate-stderr titan-train --config "$DATA/tiny.yaml" --training.dataset_path=
+	[[ $stderr == *"training.dataset_path"* ]]
+	run --separate-stderr titan-train --config "$DATA/tiny.yaml" --training.dataset_path="$BATS_TEST_TMPDIR/nowhere"
+	refute_crash
+	[ "$status" -ne 0 ]
+	[[ $stderr == *"nowhere"* ]]
+}
+
+@test "a model vocabulary smaller than the shards' is refused" {
+	run --separate-stderr titan-train --config "$DATA/tiny.yaml" --model.vocab_size=512
+	refute_crash
+	[ "$status" -ne 0 ]
+	[[ $stderr == *"vocab"* ]]
+}
+
+@test "trains: the loss falls from about ln(vocab), one line and one JSON object per step" {
+	run -0 --separate-stderr titan-train --config "$DATA/tiny.yaml"
+	assert_equal "${#lines[@]}" 12
+	assert_line --regexp '^step:  1  loss:  [0-9.]+  grad_norm: +[0-9.]+  memory: +[0-9.]+GiB\([0-9.]+%\)  tps: [0-9,]+  tflops: [0-9.]+  mfu: [0-9.]+%$'
+	[[ $stderr == *"Model llama3 custom size:"* ]]
+	run -0 losses "$DATA/out/metrics.jsonl"
+	first=$(echo "${lines[0]}" | cut -d' ' -f2) last=$(echo "${lines[11]}" | cut -d' ' -f2)
+	/usr/bin/python3 -c "import math,sys; f,l=float(sys.argv[1]),float(sys.argv[2]); assert abs(f-math.log(768))<0.7, f; assert l<f-0.5, (f,l)" "$first" "$last"
+}
+
+@test "same config and seed: the same losses bit for bit; any thread count" {
+	titan-train -q --config "$DATA/tiny.yaml" --threads 1 --job.dump_folder="$BATS_TEST_TMPDIR/a"
+	titan-train -q --config "$DATA/tiny.yaml" --threads 2 --job.dump_folder="$BATS_TEST_TMPDIR/b"
+	diff <(losses "$BATS_TEST_TMPDIR/a/metrics.jsonl") <(losses "$BATS_TEST_TMPDIR/b/metrics.jsonl")
+	titan-train -q --config "$DATA/tiny.yaml" --training.seed=1 --job.dump_folder="$BATS_TEST_TMPDIR/c"
+	! diff -q <(losses "$BATS_TEST_TMPDIR/a/metrics.jsonl") <(losses "$BATS_TEST_TMPDIR/c/metrics.jsonl")
+}
+
+@test "activation checkpointing (full, every 2nd block) gives identical losses with less memory" {
+	titan-train -q --config "$DATA/tiny.yaml" --job.dump_folder="$BATS_TEST_TMPDIR/none"
+	titan-train -q --config "$DATA/tiny.yaml" --activation_checkpoint.mode=full --job.dump_folder="$BATS_TEST_TMPDIR/full"
+	titan-train -q --config "$DATA/tiny.yaml" --activation_checkpoint.mode=selective \
+		--activation_checkpoint.selective_ac_option=2 --job.dump_folder="$BATS_TEST_TMPDIR/sel"
+	diff <(losses "$BATS_TEST_TMPDIR/none/metrics.jsonl") <(losses "$BATS_TEST_TMPDIR/full/metrics.jsonl")
+	diff <(losses "$BATS_TEST_TMPDIR/none/metrics.jsonl") <(losses "$BATS_TEST_TMPDIR/sel/metrics.jsonl")
+	act() { /usr/bin/python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).readline())["memory_peak_by_tag"]["activations"])' "$1"; }
+	[ "$(act "$BATS_TEST_TMPDIR/full/metrics.jsonl")" -lt "$(act "$BATS_TEST_TMPDIR/none/metrics.jsonl")" ]
+	run -1 --separate-stderr titan-train --config "$DATA/tiny.yaml" --activation_checkpoint.mode=selective \
+		--activation_checkpoint.selective_ac_option=op
+	[[ $stderr == *"selective_ac_option: 'op'"*"not supported"* ]]
+}
+
+@test "gradient accumulation: 2 microbatches of 1 row equal 1 of 2 rows" {
+	titan-train -q --config "$DATA/tiny.yaml" --job.dump_folder="$BATS_TEST_TMPDIR/one"
+	titan-train -q --config "$DATA/tiny.yaml" --training.local_batch_size=1 --training.global_batch_size=2 \
+		--job.dump_folder="$BATS_TEST_TMPDIR/two"
+	/usr/bin/python3 - "$BATS_TEST_TMPDIR/one/metrics.jsonl" "$BATS_TEST_TMPDIR/two/metrics.jsonl" <<'PY'
+import json, sys
+a = [json.loads(l)["loss"] for l in open(sys.argv[1])]
+b = [json.loads(l)["loss"] for l in open(sys.argv[2])]
+assert len(a) == len(b) == 12
+for x, y in zip(a, b):
+    assert abs(x - y) <= 1e-4 * abs(x), (x, y)
+PY
+}
+
+@test "validation loss over the val split" {
+	run -0 titan-train --config "$DATA/tiny.yaml" --validation.enable --validation.freq=6 \
+		--validation.local_batch_size=2 --validation.seq_len=64 --training.steps=6
+	assert_line --regexp '^validate step:  1  loss: +[0-9.]+'
+	assert_line --regexp '^validate step:  6  loss: +[0-9.]+'
+}
+
+@test "a non-finite loss stops the run with the step, or is skipped on request" {
+	run -1 --separate-stderr titan-train --config "$DATA/tiny.yaml" --optimizer.lr=1e30 --training.max_norm=1e30
+	[[ $stderr == *"is not finite; stopping"* ]]
+	run -0 --separate-stderr titan-train --config "$DATA/tiny.yaml" --optimizer.lr=1e30 \
+		--training.max_norm=1e30 --training.skip_nonfinite
+	[[ $stderr == *"optimizer step skipped"* ]]
+}
+
+@test "multi-rank layouts are refused in this version" {
+	run -1 --separate-stderr titan-train --config "$DATA/tiny.yaml" --parallelism.tensor_parallel_degree=2
+	[[ $stderr == *"one process"* ]]
+}

@@ -1,0 +1,251 @@
+/* test_llama.c — the model step: activation checkpointing gives identical
+ * losses and gradients, runs are deterministic, gradients agree with finite
+ * differences of the loss, AdamW and the gradient norm behave as torch's,
+ * and activation memory drops with checkpointing.  (Exactness against the
+ * PyTorch reference is test_golden.c.) */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "titan/core.h"
+#include "titan/model.h"
+#include "titan/ops.h"
+#include "titan/train.h"
+
+static struct titan_model_dims tiny(void)
+{
+	struct titan_model_dims d;
+
+	assert_int_equal(titan_model_flavor("debugmodel", &d), 0);
+	d.dim = 32;
+	d.n_layers = 4;
+	d.n_heads = 4;
+	d.n_kv_heads = 2;
+	d.head_dim = 8;
+	d.vocab_size = 61;
+	d.multiple_of = 16;
+	d.ffn_dim_multiplier = NAN;
+	d.ffn_hidden = titan_ffn_hidden_dim(d.dim, d.multiple_of, d.ffn_dim_multiplier);
+	return d;
+}
+
+enum { B = 2, T = 12 };
+
+static void tokens(int32_t *in, int32_t *lab)
+{
+	struct titan_rng r;
+
+	titan_rng_init(&r, 7, 3);
+	for (int i = 0; i < B * T; i++) {
+		in[i] = (int32_t)titan_rng_below(&r, 61);
+		lab[i] = (int32_t)titan_rng_below(&r, 61);
+	}
+	lab[5] = -100; /* an ignored label */
+}
+
+struct run {
+	double loss;
+	int64_t valid;
+	float *grads;
+	int64_t nfloats;
+	int64_t act_bytes;
+};
+
+static void run_step(enum titan_ac_mode ac, int every, int threads, struct run *out)
+{
+	struct titan_model_dims d = tiny();
+	struct titan_llama_opts o = {.batch = B, .seq = T, .ac = ac, .ac_every = every, .ce_chunk = 7};
+	struct titan_backend be;
+	struct titan_allocator *a = titan_allocator_new("test", NULL);
+	struct titan_llama *m;
+	struct titan_mem_stats st;
+	int32_t in[B * T], lab[B * T];
+
+	assert_non_null(a);
+	assert_int_equal(titan_backend_cpu_init(&be, threads), 0);
+	assert_int_equal(titan_llama_new(&d, &o, &be, a, &m), 0);
+	titan_llama_init_weights(m, 42);
+	assert_int_equal(titan_llama_zero_grads(m), 0);
+	tokens(in, lab);
+	assert_int_equal(titan_llama_step(m, in, lab, 1.0f / 23, true, &out->loss, &out->valid), 0);
+	out->nfloats = titan_llama_table(m)->arena_floats;
+	out->grads = malloc((size_t)out->nfloats * sizeof(float));
+	memcpy(out->grads, titan_llama_grads(m)->data, (size_t)out->nfloats * sizeof(float));
+	titan_mem_get_stats(a, &st);
+	out->act_bytes = st.peak[TITAN_MEM_ACTIVATIONS];
+	titan_llama_free(m);
+	titan_backend_release(&be);
+	titan_allocator_free(a);
+}
+
+static void test_ac_modes_identical(void **state)
+{
+	struct run none, full, sel1, sel2;
+
+	(void)state;
+	run_step(TITAN_AC_NONE, 0, 1, &none);
+	run_step(TITAN_AC_FULL, 0, 1, &full);
+	run_step(TITAN_AC_SELECTIVE, 1, 1, &sel1);
+	run_step(TITAN_AC_SELECTIVE, 2, 1, &sel2);
+	assert_int_equal(none.valid, B * T - 1);
+	assert_true(fabs(none.loss / (double)none.valid - log(61.0)) < 1.0); /* ~ ln(V) at init */
+	for (const struct run *r = &full; r; r = r == &full ? &sel1 : r == &sel1 ? &sel2 : NULL) {
+		assert_true(r->loss == none.loss);
+		assert_memory_equal(r->grads, none.grads, (size_t)none.nfloats * sizeof(float));
+	}
+	/* checkpointing drops activation memory: full < every 2nd < none */
+	assert_true(full.act_bytes < sel2.act_bytes);
+	assert_true(sel2.act_bytes < none.act_bytes);
+	free(none.grads);
+	free(full.grads);
+	free(sel1.grads);
+	free(sel2.grads);
+}
+
+static void test_deterministic_and_thread_independent(void **state)
+{
+	struct run a, b, c;
+
+	(void)state;
+	run_step(TITAN_AC_NONE, 0, 1, &a);
+	run_step(TITAN_AC_NONE, 0, 1, &b);
+	run_step(TITAN_AC_NONE, 0, 2, &c);
+	assert_true(a.loss == b.loss);
+	assert_memory_equal(a.grads, b.grads, (size_t)a.nfloats * sizeof(float));
+	assert_true(a.loss == c.loss);
+	assert_memory_equal(a.grads, c.grads, (size_t)a.nfloats * sizeof(float));
+	free(a.grads);
+	free(b.grads);
+	free(c.grads);
+}
+
+/* d(loss_sum)/dw for a few weights of every kind against central
+ * differences of the forward loss (fp32 forward: a loose tolerance). */
+static void test_finite_differences(void **state)
+{
+	struct titan_model_dims d = tiny();
+	struct titan_llama_opts o = {.batch = B, .seq = T, .ac = TITAN_AC_NONE};
+	struct titan_backend be;
+	struct titan_llama *m;
+	int32_t in[B * T], lab[B * T];
+	double loss;
+	int64_t valid;
+	int checked = 0;
+
+	(void)state;
+	assert_int_equal(titan_backend_cpu_init(&be, 1), 0);
+	assert_int_equal(titan_llama_new(&d, &o, &be, NULL, &m), 0);
+	titan_llama_init_weights(m, 3);
+	tokens(in, lab);
+	assert_int_equal(titan_llama_zero_grads(m), 0);
+	assert_int_equal(titan_llama_step(m, in, lab, 1.0f, true, &loss, &valid), 0);
+	const struct titan_param_table *t = titan_llama_table(m);
+	for (int i = 0; i < t->n; i++) {
+		const struct titan_param *p = &t->params[i];
+		float *w = titan_param_view(titan_llama_params(m), p);
+		const float *g = titan_param_view(titan_llama_grads(m), p);
+
+		for (int k = 0; k < 2; k++) {
+			int64_t e = (p->local_numel * (2 * k + 1)) / 4 + i % 3;
+			float keep = w[e];
+			const float h = 1e-2f;
+			double lp, lm;
+			int64_t nv;
+
+			w[e] = keep + h;
+			assert_int_equal(titan_llama_step(m, in, lab, 1.0f, false, &lp, &nv), 0);
+			w[e] = keep - h;
+			assert_int_equal(titan_llama_step(m, in, lab, 1.0f, false, &lm, &nv), 0);
+			w[e] = keep;
+			double fd = (lp - lm) / (2.0 * h);
+			double err = fabs(fd - g[e]);
+			if (err > 2e-2 * fmax(1.0, fabs(fd)))
+				fail_msg("%s[%lld]: analytic %g, finite difference %g", p->name,
+					 (long long)e, (double)g[e], fd);
+			checked++;
+		}
+	}
+	assert_true(checked == 2 * t->n);
+	titan_llama_free(m);
+	titan_backend_release(&be);
+}
+
+static void test_grad_norm_and_adamw(void **state)
+{
+	struct titan_model_dims d = tiny();
+	struct titan_llama_opts o = {.batch = B, .seq = T, .ac = TITAN_AC_NONE};
+	struct titan_backend be;
+	struct titan_llama *m;
+	int32_t in[B * T], lab[B * T];
+	double loss0, loss1, norm, ss = 0;
+	int64_t valid;
+	float coef;
+	struct titan_adamw_hparams hp = {1e-2, 0.9, 0.95, 1e-8, 0.1};
+
+	(void)state;
+	assert_int_equal(titan_backend_cpu_init(&be, 1), 0);
+	assert_int_equal(titan_llama_new(&d, &o, &be, NULL, &m), 0);
+	titan_llama_init_weights(m, 5);
+	tokens(in, lab);
+	assert_int_equal(titan_llama_zero_grads(m), 0);
+	assert_int_equal(titan_llama_step(m, in, lab, 1.0f / 23, true, &loss0, &valid), 0);
+	assert_int_equal(titan_llama_grad_norm(m, 1.0, &norm, &coef), 0);
+	const struct titan_param_table *t = titan_llama_table(m);
+	for (int i = 0; i < t->n; i++) {
+		const float *g = titan_param_view(titan_llama_grads(m), &t->params[i]);
+		for (int64_t e = 0; e < t->params[i].local_numel; e++)
+			ss += (double)g[e] * g[e];
+	}
+	assert_true(fabs(norm - sqrt(ss)) <= 1e-5 * sqrt(ss));
+	assert_true(coef == (norm > 1.0 ? (float)(1.0 / (norm + 1e-6)) : 1.0f) ||
+		    fabs(coef - 1.0 / (norm + 1e-6)) < 1e-6);
+	/* a few AdamW steps on the same batch lower the loss */
+	for (int s = 1; s <= 5; s++) {
+		assert_int_equal(titan_llama_adamw(m, &hp, s, coef), 0);
+		assert_int_equal(titan_llama_zero_grads(m), 0);
+		assert_int_equal(titan_llama_step(m, in, lab, 1.0f / 23, true, &loss1, &valid), 0);
+		assert_int_equal(titan_llama_grad_norm(m, 1.0, &norm, &coef), 0);
+	}
+	assert_true(loss1 < loss0);
+	titan_llama_free(m);
+	titan_backend_release(&be);
+}
+
+static void test_bad_input_id(void **state)
+{
+	struct titan_model_dims d = tiny();
+	struct titan_llama_opts o = {.batch = B, .seq = T};
+	struct titan_backend be;
+	struct titan_llama *m;
+	int32_t in[B * T], lab[B * T];
+	double loss;
+	int64_t valid;
+
+	(void)state;
+	assert_int_equal(titan_backend_cpu_init(&be, 1), 0);
+	assert_int_equal(titan_llama_new(&d, &o, &be, NULL, &m), 0);
+	tokens(in, lab);
+	in[3] = 61;
+	assert_int_equal(titan_llama_step(m, in, lab, 1.0f, false, &loss, &valid), TITAN_E_INVALID);
+	assert_non_null(strstr(titan_errmsg(), "input token 3 is id 61"));
+	titan_llama_free(m);
+	titan_backend_release(&be);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_ac_modes_identical),
+		cmocka_unit_test(test_deterministic_and_thread_independent),
+		cmocka_unit_test(test_finite_differences),
+		cmocka_unit_test(test_grad_norm_and_adamw),
+		cmocka_unit_test(test_bad_input_id),
+	};
+	return cmocka_run_group_tests_name("llama", tests, NULL, NULL);
+}
