@@ -98,6 +98,28 @@ int titan_llama_step(struct titan_llama *m, const int32_t *inputs, const int32_t
  * the loss); for tests, titan_llama_logits computes them for one forward. */
 int titan_llama_logits(struct titan_llama *m, const int32_t *inputs, float *logits);
 
+/* Profiling hooks: called around the parts of a step with names
+ * "forward", "backward" (umbrella spans), "embedding", "layer I forward",
+ * "layer I recompute", "loss", "norm backward", "layer I backward",
+ * "embedding backward".  Spans nest; NULL callbacks are skipped. */
+/* Phases stamped on memory trace events (titan_mem_set_step). */
+enum titan_phase {
+	TITAN_PHASE_NONE = 0,
+	TITAN_PHASE_DATA = 1,
+	TITAN_PHASE_FORWARD = 2,
+	TITAN_PHASE_LOSS = 3,
+	TITAN_PHASE_BACKWARD = 4,
+	TITAN_PHASE_OPTIMIZER = 5,
+	TITAN_PHASE_VALIDATION = 6,
+};
+
+struct titan_llama_hooks {
+	void (*begin)(void *ctx, const char *name);
+	void (*end)(void *ctx, const char *name);
+	void *ctx;
+};
+void titan_llama_set_hooks(struct titan_llama *m, const struct titan_llama_hooks *h);
+
 /* torch.nn.utils.clip_grad_norm_(max_norm, foreach): the total L2 norm of
  * all gradients (per-tensor norms in fp32, then the norm of those), and
  * the coefficient min(1, max_norm / (norm + 1e-6)) in fp32.  Gradients are

@@ -42,7 +42,33 @@ struct titan_llama {
 	float *dx, *dh, *dxn, *datt, *dq, *dk, *dv, *dg, *da, *db;
 	void **blocks;        /* every allocation, for free */
 	int nblocks, capblocks;
+	struct titan_llama_hooks hooks;
 };
+
+void titan_llama_set_hooks(struct titan_llama *m, const struct titan_llama_hooks *h)
+{
+	if (h)
+		m->hooks = *h;
+	else
+		memset(&m->hooks, 0, sizeof(m->hooks));
+}
+
+static void span_begin(struct titan_llama *m, const char *name, int layer)
+{
+	char buf[64];
+
+	if (!m->hooks.begin)
+		return;
+	if (layer >= 0)
+		snprintf(buf, sizeof(buf), "layer %d %s", layer, name);
+	m->hooks.begin(m->hooks.ctx, layer >= 0 ? buf : name);
+}
+
+static void span_end(struct titan_llama *m, const char *name)
+{
+	if (m->hooks.end)
+		m->hooks.end(m->hooks.ctx, name);
+}
 
 static float *buf(struct titan_llama *m, int64_t nfloats, enum titan_mem_tag tag)
 {
@@ -349,13 +375,21 @@ static int forward(struct titan_llama *m, const int32_t *inputs)
 	int rc;
 
 	CK(load_ids(m, inputs));
-	CK(op->embedding_fwd(m->be, m->x[0], m->ids, P(m, TITAN_PARAM_TOK_EMBEDDINGS, -1), m->n,
-			     m->d.vocab_size, C));
-	for (int l = 0; l < m->d.n_layers; l++)
-		CK(block_fwd(m, l, m->ckpt[l] ? &m->recompute : &m->acts[l]));
-	CK(op->rmsnorm_fwd(m->be, m->xnf, m->rstdf, m->x[m->d.n_layers], P(m, TITAN_PARAM_NORM, -1),
-			   m->n, C, (float)m->d.norm_eps));
-	return 0;
+	span_begin(m, "forward", -1);
+	span_begin(m, "embedding", -1);
+	rc = op->embedding_fwd(m->be, m->x[0], m->ids, P(m, TITAN_PARAM_TOK_EMBEDDINGS, -1), m->n,
+			       m->d.vocab_size, C);
+	span_end(m, "embedding");
+	for (int l = 0; l < m->d.n_layers && rc == 0; l++) {
+		span_begin(m, "forward", l);
+		rc = block_fwd(m, l, m->ckpt[l] ? &m->recompute : &m->acts[l]);
+		span_end(m, "forward");
+	}
+	if (rc == 0)
+		rc = op->rmsnorm_fwd(m->be, m->xnf, m->rstdf, m->x[m->d.n_layers],
+				     P(m, TITAN_PARAM_NORM, -1), m->n, C, (float)m->d.norm_eps);
+	span_end(m, "forward");
+	return rc;
 }
 
 int titan_llama_step(struct titan_llama *m, const int32_t *inputs, const int32_t *labels,
@@ -366,25 +400,42 @@ int titan_llama_step(struct titan_llama *m, const int32_t *inputs, const int32_t
 	int rc;
 
 	CK(forward(m, inputs));
-	CK(op->classifier_ce(m->be, loss_sum, n_valid, backward ? m->dxn : NULL,
-			     backward ? G(m, TITAN_PARAM_OUTPUT, -1) : NULL, m->xnf,
-			     P(m, TITAN_PARAM_OUTPUT, -1), labels, m->n, C, m->d.vocab_size,
-			     grad_scale, m->o.ce_chunk));
-	if (!backward)
-		return 0;
-	CK(op->rmsnorm_bwd(m->be, m->dx, G(m, TITAN_PARAM_NORM, -1), m->dxn, m->x[L],
-			   P(m, TITAN_PARAM_NORM, -1), m->rstdf, m->n, C, false));
-	for (int64_t l = L - 1; l >= 0; l--) {
+	span_begin(m, "loss", -1);
+	rc = op->classifier_ce(m->be, loss_sum, n_valid, backward ? m->dxn : NULL,
+			       backward ? G(m, TITAN_PARAM_OUTPUT, -1) : NULL, m->xnf,
+			       P(m, TITAN_PARAM_OUTPUT, -1), labels, m->n, C, m->d.vocab_size,
+			       grad_scale, m->o.ce_chunk);
+	span_end(m, "loss");
+	if (rc < 0 || !backward)
+		return rc;
+	span_begin(m, "backward", -1);
+	span_begin(m, "norm backward", -1);
+	rc = op->rmsnorm_bwd(m->be, m->dx, G(m, TITAN_PARAM_NORM, -1), m->dxn, m->x[L],
+			     P(m, TITAN_PARAM_NORM, -1), m->rstdf, m->n, C, false);
+	span_end(m, "norm backward");
+	for (int64_t l = L - 1; l >= 0 && rc == 0; l--) {
 		struct acts *a = &m->acts[l];
 
 		if (m->ckpt[l]) { /* recompute the block from its saved input */
 			a = &m->recompute;
-			CK(block_fwd(m, (int)l, a));
+			span_begin(m, "recompute", (int)l);
+			rc = block_fwd(m, (int)l, a);
+			span_end(m, "recompute");
+			if (rc < 0)
+				break;
 		}
-		CK(block_bwd(m, (int)l, a));
+		span_begin(m, "backward", (int)l);
+		rc = block_bwd(m, (int)l, a);
+		span_end(m, "backward");
 	}
-	return op->embedding_bwd(m->be, G(m, TITAN_PARAM_TOK_EMBEDDINGS, -1), m->ids, m->dx, m->n,
-				 m->d.vocab_size, C);
+	if (rc == 0) {
+		span_begin(m, "embedding backward", -1);
+		rc = op->embedding_bwd(m->be, G(m, TITAN_PARAM_TOK_EMBEDDINGS, -1), m->ids, m->dx,
+				       m->n, m->d.vocab_size, C);
+		span_end(m, "embedding backward");
+	}
+	span_end(m, "backward");
+	return rc;
 }
 
 int titan_llama_logits(struct titan_llama *m, const int32_t *inputs, float *logits)

@@ -150,3 +150,44 @@ PY
 	run -1 --separate-stderr titan-train --config "$DATA/tiny.yaml" --parallelism.tensor_parallel_degree=2
 	[[ $stderr == *"one process"* ]]
 }
+
+@test "profiling: a Chrome trace per profiled step and the memory event log" {
+	run -0 titan-train -q --config "$DATA/tiny.yaml" --training.steps=4 --job.dump_folder="$BATS_TEST_TMPDIR/p" \
+		--profiling.enable_profiling --profiling.profile_freq=2 --profiling.profiler_warmup=0 \
+		--profiling.enable_memory_snapshot --activation_checkpoint.mode=full
+	assert_file_exists "$BATS_TEST_TMPDIR/p/profile_traces/iteration_2/rank0_trace.json"
+	assert_file_exists "$BATS_TEST_TMPDIR/p/profile_traces/iteration_4/rank0_trace.json"
+	assert_file_not_exists "$BATS_TEST_TMPDIR/p/profile_traces/iteration_1"
+	/usr/bin/python3 - "$BATS_TEST_TMPDIR/p" <<'PY'
+import json, struct, sys
+d = sys.argv[1]
+t = json.load(open(d + "/profile_traces/iteration_2/rank0_trace.json"))
+ev = t["traceEvents"]
+names = {e["name"] for e in ev if e["ph"] == "X"}
+for n in ["step", "data", "forward", "embedding", "layer 0 forward", "layer 1 forward", "loss",
+          "backward", "layer 1 recompute", "layer 1 backward", "layer 0 backward", "optimizer"]:
+    assert n in names, (n, names)
+for e in ev:
+    assert e["ph"] in ("X", "C") and e["pid"] == 0 and e["ts"] >= 0, e
+    if e["ph"] == "X":
+        assert e["dur"] >= 0 and e["args"]["step"] == 2, e
+step = next(e for e in ev if e["name"] == "step")
+for e in ev:  # every span lies inside the step span
+    if e["ph"] == "X":
+        assert step["ts"] <= e["ts"] + 1e-3 and e["ts"] + e["dur"] <= step["ts"] + step["dur"] + 1e-3, e
+m = open(d + "/memory_snapshot/rank0.memtrace", "rb").read()
+assert m[:8] == b"TTNMEM\0\1", m[:8]
+assert (len(m) - 64) % 32 == 0 and len(m) > 64
+cur = peak = 0
+phases, tags = set(), set()
+for i in range(64, len(m), 32):
+    kind, tag, phase, step, t, size, addr = struct.unpack("<BBHIQQQ", m[i:i + 32])
+    cur += size if kind == 1 else -size
+    peak = max(peak, cur)
+    phases.add(phase)
+    tags.add(tag)
+assert {2, 3, 4, 5} <= phases, phases   # forward, loss, backward, optimizer
+assert {0, 1, 2, 3} <= tags, tags       # params, grads, optim, activations
+assert peak > 0
+PY
+}

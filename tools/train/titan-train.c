@@ -21,6 +21,7 @@
 #include "titan/data.h"
 #include "titan/model.h"
 #include "titan/ops.h"
+#include "titan/trace.h"
 #include "titan/train.h"
 
 static void usage(FILE *fp)
@@ -123,7 +124,70 @@ struct run {
 	FILE *jsonl;
 	double peak_flops, flops_per_token;
 	int verbosity;
+	/* profiling */
+	struct titan_trace *trace;   /* open during a profiled step */
+	FILE *memtrace;
+	int64_t step;
+	uint16_t phase;
 };
+
+static void set_phase(struct run *r, uint16_t phase)
+{
+	r->phase = phase;
+	titan_mem_set_step(titan_host_allocator(), (uint32_t)r->step, phase);
+}
+
+static void hook_begin(void *ctx, const char *name)
+{
+	struct run *r = ctx;
+
+	if (!strcmp(name, "forward") && r->phase != TITAN_PHASE_VALIDATION)
+		set_phase(r, TITAN_PHASE_FORWARD);
+	else if (!strcmp(name, "loss") && r->phase != TITAN_PHASE_VALIDATION)
+		set_phase(r, TITAN_PHASE_LOSS);
+	else if (!strcmp(name, "backward"))
+		set_phase(r, TITAN_PHASE_BACKWARD);
+	titan_trace_begin(r->trace, name, "model", r->step);
+}
+
+static void hook_end(void *ctx, const char *name)
+{
+	struct run *r = ctx;
+	struct titan_mem_stats ms;
+
+	(void)name;
+	if (!r->trace)
+		return;
+	titan_trace_end(r->trace);
+	titan_mem_get_stats(titan_host_allocator(), &ms);
+	titan_trace_counter(r->trace, "host memory (bytes)", (double)ms.total_cur);
+}
+
+/* profiling.profile_freq / profiler_warmup / profiler_active as torchtitan's
+ * schedule: in each window of profile_freq steps the last `active` steps are
+ * traced (wait = freq - warmup - active steps, then warmup, then active). */
+static bool profiled(const struct titan_config *c, int64_t step)
+{
+	int64_t f = c->profiling.profile_freq, pos = (step - 1) % f;
+
+	return c->profiling.enable_profiling && pos >= f - c->profiling.profiler_active;
+}
+
+static int trace_open(struct run *r, int64_t step)
+{
+	const struct titan_config *c = &r->cfg;
+	char dir[4096], path[4200], meta[256];
+	int rc;
+
+	snprintf(dir, sizeof(dir), "%s/%s/iteration_%lld", c->job.dump_folder,
+		 c->profiling.save_traces_folder, (long long)step);
+	if ((rc = mkdirs(dir)) < 0)
+		return rc;
+	snprintf(path, sizeof(path), "%s/rank0_trace.json", dir);
+	snprintf(meta, sizeof(meta), "{\"tool\": \"titan-train\", \"version\": \"%s\", \"step\": %lld}",
+		 titan_version(), (long long)step);
+	return titan_trace_open(&r->trace, path, 0, meta);
+}
 
 static int validate(struct run *r, int64_t step)
 {
@@ -132,6 +196,7 @@ static int validate(struct run *r, int64_t step)
 	uint64_t t0 = titan_time_ns();
 	int rc;
 
+	set_phase(r, TITAN_PHASE_VALIDATION);
 	titan_loader_reset(r->val);
 	while (r->cfg.validation.steps < 0 || steps < r->cfg.validation.steps) {
 		struct titan_batch_info info;
@@ -195,6 +260,12 @@ static int train(struct run *r)
 		float coef;
 		uint64_t t0 = titan_time_ns();
 
+		r->step = step;
+		if (profiled(c, step) && (rc = trace_open(r, step)) < 0)
+			return rc;
+		titan_trace_begin(r->trace, "step", "train", step);
+		titan_trace_begin(r->trace, "data", "train", step);
+		set_phase(r, TITAN_PHASE_DATA);
 		/* all microbatches first: the loss is normalised by the step's
 		 * valid-token count (torchtitan's global_valid_tokens) */
 		for (int64_t mb = 0; mb < r->accum; mb++) {
@@ -206,6 +277,7 @@ static int train(struct run *r)
 			valid += info.valid_tokens;
 		}
 		data_ns += titan_time_ns() - t0;
+		titan_trace_end(r->trace);
 		if ((rc = titan_llama_zero_grads(r->model)) < 0)
 			return rc;
 		for (int64_t mb = 0; mb < r->accum; mb++) {
@@ -231,7 +303,18 @@ static int train(struct run *r)
 				       "skipped", (long long)step, loss, norm);
 		} else {
 			hp.lr = c->optimizer.lr * titan_lr_factor(&sched, step - 1);
-			if ((rc = titan_llama_adamw(r->model, &hp, ++opt_steps, coef)) < 0)
+			set_phase(r, TITAN_PHASE_OPTIMIZER);
+			titan_trace_begin(r->trace, "optimizer", "train", step);
+			rc = titan_llama_adamw(r->model, &hp, ++opt_steps, coef);
+			titan_trace_end(r->trace);
+			if (rc < 0)
+				return rc;
+		}
+		titan_trace_end(r->trace); /* step */
+		if (r->trace) {
+			rc = titan_trace_close(r->trace);
+			r->trace = NULL;
+			if (rc < 0)
 				return rc;
 		}
 		tokens_since += r->accum * r->n;
@@ -359,8 +442,24 @@ static int setup(struct run *r, struct titan_cli *cli)
 		if ((rc = titan_loader_open(&lo, &r->val)) < 0)
 			return rc;
 	}
+	if (c->profiling.enable_memory_snapshot) {
+		char dir[4096], path[4200];
+
+		snprintf(dir, sizeof(dir), "%s/%s", c->job.dump_folder,
+			 c->profiling.save_memory_snapshot_folder);
+		if ((rc = mkdirs(dir)) < 0)
+			return rc;
+		/* written as it goes (not renamed at the end): the events of a
+		 * killed run are what titan-memprof is asked to explain */
+		snprintf(path, sizeof(path), "%s/rank0.memtrace", dir);
+		if (!(r->memtrace = fopen(path, "wb")))
+			return titan_error(TITAN_E_IO, "cannot create '%s': %s", path, strerror(errno));
+		if ((rc = titan_mem_trace_start(titan_host_allocator(), r->memtrace)) < 0)
+			return rc;
+	}
 	if ((rc = titan_llama_new(&r->dims, &r->mo, &r->be, NULL, &r->model)) < 0)
 		return rc;
+	titan_llama_set_hooks(r->model, &(struct titan_llama_hooks){hook_begin, hook_end, r});
 	titan_llama_init_weights(r->model, (uint64_t)c->training.seed);
 	r->inputs = titan_malloc((size_t)(r->accum * r->n) * sizeof(int32_t), TITAN_MEM_DATA);
 	r->labels = titan_malloc((size_t)(r->accum * r->n) * sizeof(int32_t), TITAN_MEM_DATA);
@@ -430,6 +529,16 @@ int main(int argc, char **argv)
 		rc = titan_cli_fail(&cli, rc);
 		goto done;
 	}
+	if (r.memtrace) {
+		rc = titan_mem_trace_stop(titan_host_allocator());
+		if (fclose(r.memtrace) != 0 && rc == 0)
+			rc = titan_error(TITAN_E_IO, "cannot write the memory trace: %s", strerror(errno));
+		r.memtrace = NULL;
+		if (rc < 0) {
+			rc = titan_cli_fail(&cli, rc);
+			goto done;
+		}
+	}
 	if (r.jsonl && fclose(r.jsonl) != 0) {
 		r.jsonl = NULL;
 		rc = titan_cli_fail(&cli, titan_error(TITAN_E_IO, "cannot write metrics: %s",
@@ -439,6 +548,11 @@ int main(int argc, char **argv)
 	r.jsonl = NULL;
 	rc = titan_cli_finish(&cli, 0);
 done:
+	titan_trace_close(r.trace);
+	if (r.memtrace) {
+		titan_mem_trace_stop(titan_host_allocator());
+		fclose(r.memtrace);
+	}
 	if (r.jsonl)
 		fclose(r.jsonl);
 	titan_free(r.inputs);
