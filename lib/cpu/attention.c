@@ -32,7 +32,7 @@ static int check_dims(const struct titan_attn_dims *d)
  * (4×16 register tiles, a plain loop at the edges) never changes a bit. */
 #define MR 4
 #define NR 16
-__attribute__((target_clones("default", "avx2", "avx512f")))
+TITAN_CPU_CLONES
 static void mm_nn(float *restrict c, int64_t ldc, const float *restrict a,
 		  int64_t lda, const float *restrict b, int64_t ldb, int64_t m,
 		  int64_t n, int64_t k, bool acc)
@@ -47,6 +47,7 @@ static void mm_nn(float *restrict c, int64_t ldc, const float *restrict a,
 					t[r][j] = acc ? c[(i + r) * ldc + j0 + j] : 0.0f;
 			for (int64_t p = 0; p < k; p++) {
 				const float *bp = b + p * ldb + j0;
+				#pragma GCC unroll 4
 				for (int r = 0; r < MR; r++) {
 					const float av = a[(i + r) * lda + p];
 					#pragma omp simd
@@ -86,6 +87,50 @@ static void mm_nn(float *restrict c, int64_t ldc, const float *restrict a,
 				ci[j] += av * bp[j];
 		}
 	}
+}
+
+/* Online-softmax update of one query row with the nc visible scores of a
+ * key block of nk: s[c] = exp(s[c]·scale − m') for c < nc and 0 after,
+ * l = l·exp(m − m') + Σ s, m = m' = max(m, scores).  Returns exp(m − m'),
+ * the factor for the row's output accumulator. */
+TITAN_CPU_CLONES
+static float softmax_update(float *s, int64_t nc, int64_t nk, float scale,
+			    float *m, float *l)
+{
+	float mx = *m;
+	for (int64_t c = nc; c < nk; c++)
+		s[c] = 0.0f;
+	if (nc == 0)
+		return 1.0f;
+	#pragma omp simd
+	for (int64_t c = 0; c < nc; c++)
+		s[c] *= scale;
+	#pragma omp simd reduction(max : mx)
+	for (int64_t c = 0; c < nc; c++)
+		mx = s[c] > mx ? s[c] : mx;
+	#pragma omp simd
+	for (int64_t c = 0; c < nc; c++)
+		s[c] = titan_cpu_expf(s[c] - mx);
+	const float corr = titan_cpu_expf(*m - mx); /* exp(−inf) = 0 */
+	*l = *l * corr + titan_cpu_sum8f(s, nc);
+	*m = mx;
+	return corr;
+}
+
+/* Backward of one query row: p[c] = exp(s[c]·scale − lse) and
+ * ds[c] = p[c]·(dp[c] − D_t)·scale for the nc visible keys, 0 after
+ * (p holds the scores and ds holds dP on entry). */
+TITAN_CPU_CLONES
+static void softmax_grad(float *p, float *ds, int64_t nc, int64_t nk, float scale,
+			 float lse, float dt)
+{
+	#pragma omp simd
+	for (int64_t c = 0; c < nc; c++) {
+		p[c] = titan_cpu_expf(p[c] * scale - lse);
+		ds[c] = p[c] * (ds[c] - dt) * scale;
+	}
+	for (int64_t c = nc; c < nk; c++)
+		p[c] = ds[c] = 0.0f;
 }
 
 /* dst[j][i] = src[i][j] for i < rows, j < cols (row strides lds, ldd). */
@@ -145,27 +190,8 @@ int titan_cpu_attention_fwd(struct titan_backend *be, float *out, float *lse,
 			for (int64_t r = 0; r < nr; r++) {
 				float *sr = s + r * bk, *o = oblk + r * qs;
 				int64_t nc = t0 + r - s0 + 1; /* keys s0..t are visible */
-				if (nc > nk)
-					nc = nk;
-				if (nc <= 0) {
-					memset(sr, 0, (size_t)nk * sizeof(float));
-					continue;
-				}
-				float mx = m[r];
-				for (int64_t c = 0; c < nc; c++) {
-					sr[c] *= scale;
-					if (sr[c] > mx)
-						mx = sr[c];
-				}
-				float corr = expf(m[r] - mx), sum = 0.0f;
-				for (int64_t c = 0; c < nc; c++) {
-					sr[c] = expf(sr[c] - mx);
-					sum += sr[c];
-				}
-				for (int64_t c = nc; c < nk; c++)
-					sr[c] = 0.0f;
-				l[r] = l[r] * corr + sum;
-				m[r] = mx;
+				nc = nc < 0 ? 0 : nc > nk ? nk : nc;
+				const float corr = softmax_update(sr, nc, nk, scale, m + r, l + r);
 				if (corr != 1.0f)
 					for (int64_t j = 0; j < D; j++)
 						o[j] *= corr;
@@ -225,10 +251,7 @@ int titan_cpu_attention_bwd(struct titan_backend *be, float *dq, float *dk,
 			for (int64_t t = 0; t < T; t++) {
 				const float *o = out + (b * T + t) * qs + h * D;
 				const float *go = dout + (b * T + t) * qs + h * D;
-				double acc = 0.0;
-				for (int64_t j = 0; j < D; j++)
-					acc += (double)(go[j] * o[j]);
-				di[t] = (float)acc;
+				di[t] = (float)titan_cpu_dot8d(go, o, D);
 			}
 			for (int64_t t0 = 0; t0 < T; t0 += bq) {
 				const int64_t t1 = t0 + bq < T ? t0 + bq : T, nr = t1 - t0;
@@ -245,17 +268,10 @@ int titan_cpu_attention_bwd(struct titan_backend *be, float *dq, float *dk,
 					mm_nn(ds, bk, doblk, qs, vt, bk, nr, nk, D, false); /* dP */
 					for (int64_t r = 0; r < nr; r++) {
 						const int64_t t = t0 + r;
-						float *pr = p + r * bk, *dsr = ds + r * bk;
-						for (int64_t c = 0; c < nk; c++) {
-							if (s0 + c > t) {
-								pr[c] = 0.0f;
-								dsr[c] = 0.0f;
-								continue;
-							}
-							pr[c] = expf(pr[c] * scale - lrow[t]);
-							/* dS = P·(dP − D_t), scaled for dq and dk */
-							dsr[c] = pr[c] * (dsr[c] - di[t]) * scale;
-						}
+						int64_t nc = t - s0 + 1;
+						nc = nc < 0 ? 0 : nc > nk ? nk : nc;
+						softmax_grad(p + r * bk, ds + r * bk, nc, nk, scale,
+							     lrow[t], di[t]);
 					}
 					transpose(pt, bq, p, bk, nr, nk);
 					transpose(dst, bq, ds, bk, nr, nk);

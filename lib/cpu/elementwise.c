@@ -61,15 +61,41 @@ int titan_cpu_embedding_bwd(struct titan_backend *be, float *dtable,
 	return 0;
 }
 
+/* PyTorch's silu(x) = x / (1 + exp(−x)) and its backward
+ * dy·σ·(1 + x·(1 − σ)) with dy = dh·b. */
+TITAN_CPU_CLONES
+static void swiglu_fwd_range(float *h, const float *a, const float *b, int64_t n)
+{
+	#pragma omp simd
+	for (int64_t i = 0; i < n; i++) {
+		const float x = a[i];
+		h[i] = x / (1.0f + titan_cpu_expf(-x)) * b[i];
+	}
+}
+
+TITAN_CPU_CLONES
+static void swiglu_bwd_range(float *da, float *db, const float *dh, const float *a,
+			     const float *b, int64_t n)
+{
+	#pragma omp simd
+	for (int64_t i = 0; i < n; i++) {
+		const float x = a[i], y = b[i], g = dh[i];
+		const float e = titan_cpu_expf(-x);
+		const float silu = x / (1.0f + e), sig = 1.0f / (1.0f + e);
+		da[i] = g * y * sig * (1.0f + x * (1.0f - sig));
+		db[i] = g * silu;
+	}
+}
+
 int titan_cpu_swiglu_fwd(struct titan_backend *be, float *h, const float *a,
 			 const float *b, int64_t n)
 {
-	int nt = titan_cpu_threads(be, n / GRAIN);
+	const int64_t nch = (n + GRAIN - 1) / GRAIN;
+	int nt = titan_cpu_threads(be, nch);
 	#pragma omp parallel for num_threads(nt) schedule(static)
-	for (int64_t i = 0; i < n; i++) {
-		float x = a[i];
-		/* PyTorch's silu: x / (1 + exp(-x)) */
-		h[i] = x / (1.0f + expf(-x)) * b[i];
+	for (int64_t ch = 0; ch < nch; ch++) {
+		const int64_t i0 = ch * GRAIN, len = i0 + GRAIN < n ? GRAIN : n - i0;
+		swiglu_fwd_range(h + i0, a + i0, b + i0, len);
 	}
 	return 0;
 }
@@ -78,16 +104,12 @@ int titan_cpu_swiglu_bwd(struct titan_backend *be, float *da, float *db,
 			 const float *dh, const float *a, const float *b,
 			 int64_t n)
 {
-	int nt = titan_cpu_threads(be, n / GRAIN);
+	const int64_t nch = (n + GRAIN - 1) / GRAIN;
+	int nt = titan_cpu_threads(be, nch);
 	#pragma omp parallel for num_threads(nt) schedule(static)
-	for (int64_t i = 0; i < n; i++) {
-		float x = a[i], y = b[i], g = dh[i];
-		float e = expf(-x);
-		float silu = x / (1.0f + e);
-		float sig = 1.0f / (1.0f + e);
-		/* PyTorch's silu_backward: dy·σ·(1 + x·(1 − σ)), dy = dh·b */
-		da[i] = g * y * sig * (1.0f + x * (1.0f - sig));
-		db[i] = g * silu;
+	for (int64_t ch = 0; ch < nch; ch++) {
+		const int64_t i0 = ch * GRAIN, len = i0 + GRAIN < n ? GRAIN : n - i0;
+		swiglu_bwd_range(da + i0, db + i0, dh + i0, a + i0, b + i0, len);
 	}
 	return 0;
 }

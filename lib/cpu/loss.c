@@ -12,6 +12,32 @@
 
 #define ROWS_GRAIN 4
 
+/* One valid row: returns logsumexp(z) − z[y] (max-shifted, exp sum in
+ * double) and, when `grads`, leaves dz = (softmax − onehot(y))·gs in z
+ * (otherwise z is left holding exp(z − max)). */
+TITAN_CPU_CLONES
+static double ce_row(float *z, int64_t v, int32_t y, float gs, bool grads)
+{
+	float mx = z[0];
+	#pragma omp simd reduction(max : mx)
+	for (int64_t j = 0; j < v; j++)
+		mx = z[j] > mx ? z[j] : mx;
+	const float zy = z[y];
+	#pragma omp simd
+	for (int64_t j = 0; j < v; j++)
+		z[j] = titan_cpu_expf(z[j] - mx);
+	const double sum = titan_cpu_sum8d(z, v);
+	if (grads) {
+		const float inv = (float)(1.0 / sum);
+		#pragma omp simd
+		for (int64_t j = 0; j < v; j++)
+			z[j] = z[j] * inv * gs;
+		z[y] -= gs;
+	}
+	/* −log_softmax[y] = logsumexp − z_y */
+	return ((double)mx + log(sum)) - (double)zy;
+}
+
 int titan_cpu_classifier_ce(struct titan_backend *be, double *loss_sum,
 			    int64_t *n_valid, float *dh, float *dw,
 			    const float *h, const float *w,
@@ -57,36 +83,12 @@ int titan_cpu_classifier_ce(struct titan_backend *be, double *loss_sum,
 		#pragma omp parallel for num_threads(nt) schedule(static)
 		for (int64_t r = 0; r < cn; r++) {
 			float *zr = z + r * v;
-			const int32_t y = lc[r];
-			if (y < 0) {
+			if (lc[r] >= 0) {
+				rl[r] = ce_row(zr, v, lc[r], grad_scale, grads);
+			} else {
 				rl[r] = 0.0;
 				if (grads)
 					memset(zr, 0, (size_t)v * sizeof(float));
-				continue;
-			}
-			float mx = zr[0];
-			for (int64_t j = 1; j < v; j++)
-				if (zr[j] > mx)
-					mx = zr[j];
-			const float zy = zr[y];
-			double sum = 0.0;
-			if (grads) {
-				for (int64_t j = 0; j < v; j++) {
-					zr[j] = expf(zr[j] - mx);
-					sum += zr[j];
-				}
-			} else {
-				for (int64_t j = 0; j < v; j++)
-					sum += expf(zr[j] - mx);
-			}
-			/* −log_softmax[y] = logsumexp − z_y */
-			rl[r] = ((double)mx + log(sum)) - (double)zy;
-			if (grads) {
-				/* dz = (softmax − onehot(y))·grad_scale */
-				const float inv = (float)(1.0 / sum);
-				for (int64_t j = 0; j < v; j++)
-					zr[j] = zr[j] * inv * grad_scale;
-				zr[y] -= grad_scale;
 			}
 		}
 		for (int64_t r = 0; r < cn; r++) {

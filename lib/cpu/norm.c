@@ -20,9 +20,7 @@ int titan_cpu_rmsnorm_fwd(struct titan_backend *be, float *y, float *rstd,
 	for (int64_t i = 0; i < n; i++) {
 		const float *xi = x + i * c;
 		float *yi = y + i * c;
-		double ss = 0.0;
-		for (int64_t j = 0; j < c; j++)
-			ss += (double)xi[j] * xi[j];
+		const double ss = titan_cpu_dot8d(xi, xi, c);
 		float r = (float)(1.0 / sqrt(ss / (double)c + (double)eps));
 		rstd[i] = r;
 		for (int64_t j = 0; j < c; j++)

@@ -15,6 +15,32 @@
 #define GRAIN 16384
 #define SUMSQ_CHUNK 16384 /* fixed: the sum must not depend on threads */
 
+struct adamw_consts {
+	bool decay, small;
+	float keep, lc, b2, c2, neg_step, bc2_sqrt, eps, grad_mul;
+};
+
+TITAN_CPU_CLONES
+static void adamw_range(float *p, float *m, float *v, const float *g, int64_t n,
+			const struct adamw_consts *k)
+{
+	const float keep = k->decay ? k->keep : 1.0f, lc = k->lc, b2 = k->b2;
+	const float c2 = k->c2, neg_step = k->neg_step, bc2_sqrt = k->bc2_sqrt;
+	const float eps = k->eps, gm = k->grad_mul;
+	const bool small = k->small;
+	#pragma omp simd
+	for (int64_t i = 0; i < n; i++) {
+		const float gi = g[i] * gm;
+		const float pi = p[i] * keep; /* × 1 is exact when wd = 0 */
+		const float mi = fmaf(lc, gi - m[i], small ? m[i] : gi);
+		const float vi = v[i] * b2 + c2 * gi * gi;
+		const float denom = sqrtf(vi) / bc2_sqrt + eps;
+		p[i] = pi + neg_step * mi / denom;
+		m[i] = mi;
+		v[i] = vi;
+	}
+}
+
 int titan_cpu_adamw_step(struct titan_backend *be, float *p, float *m,
 			 float *v, const float *g, int64_t n,
 			 const struct titan_adamw_hparams *hp, int64_t step,
@@ -23,33 +49,29 @@ int titan_cpu_adamw_step(struct titan_backend *be, float *p, float *m,
 	if (step < 1)
 		return titan_error(TITAN_E_INVALID, "adamw: step %lld (must be >= 1)",
 				   (long long)step);
-	const bool decay = hp->weight_decay != 0.0;
-	const float keep = (float)(1.0 - hp->lr * hp->weight_decay);
 	/* exp_avg.lerp_(grad, 1 − β1): fma(w, g − m, m) for |w| < 0.5, else
 	 * fma(w − 1, g − m, g) (ATen's lerp) */
 	const float lw = (float)(1.0 - hp->beta1);
-	const bool small = fabsf(lw) < 0.5f;
-	const float lc = small ? lw : lw - 1.0f;
-	const float b2 = (float)hp->beta2, c2 = (float)(1.0 - hp->beta2);
 	const double bc1 = 1.0 - pow(hp->beta1, (double)step);
 	const double bc2 = 1.0 - pow(hp->beta2, (double)step);
-	const float neg_step = (float)(-(hp->lr / bc1));
-	const float bc2_sqrt = (float)sqrt(bc2);
-	const float eps = (float)hp->eps;
-
-	int nt = titan_cpu_threads(be, n / GRAIN);
+	const struct adamw_consts k = {
+		.decay = hp->weight_decay != 0.0,
+		.small = fabsf(lw) < 0.5f,
+		.keep = (float)(1.0 - hp->lr * hp->weight_decay),
+		.lc = fabsf(lw) < 0.5f ? lw : lw - 1.0f,
+		.b2 = (float)hp->beta2,
+		.c2 = (float)(1.0 - hp->beta2),
+		.neg_step = (float)(-(hp->lr / bc1)),
+		.bc2_sqrt = (float)sqrt(bc2),
+		.eps = (float)hp->eps,
+		.grad_mul = grad_mul,
+	};
+	const int64_t nch = (n + GRAIN - 1) / GRAIN;
+	int nt = titan_cpu_threads(be, nch);
 	#pragma omp parallel for num_threads(nt) schedule(static)
-	for (int64_t i = 0; i < n; i++) {
-		const float gi = g[i] * grad_mul;
-		float pi = p[i], mi = m[i], vi = v[i];
-		if (decay)
-			pi = pi * keep;
-		mi = fmaf(lc, gi - mi, small ? mi : gi);
-		vi = vi * b2 + c2 * gi * gi;
-		const float denom = sqrtf(vi) / bc2_sqrt + eps;
-		p[i] = pi + neg_step * mi / denom;
-		m[i] = mi;
-		v[i] = vi;
+	for (int64_t ch = 0; ch < nch; ch++) {
+		const int64_t i0 = ch * GRAIN, len = i0 + GRAIN < n ? GRAIN : n - i0;
+		adamw_range(p + i0, m + i0, v + i0, g + i0, len, &k);
 	}
 	return 0;
 }

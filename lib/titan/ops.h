@@ -29,10 +29,18 @@
  * fixed thread count, and every op except the sgemm-based ones (matmul_*,
  * and the GEMMs inside classifier_ce) gives the same bits for any thread
  * count: work is split into tasks with disjoint outputs whose internal
- * order does not depend on the split, and reductions across tokens run in
- * a fixed order.  OpenBLAS splits GEMMs over M/N only, so in practice its
- * results do not depend on the thread count either (the tests check 1 vs 2
- * threads), but OpenBLAS does not promise it.
+ * order does not depend on the split, and reductions run in a fixed order
+ * (token order, or fixed 8-lane partial sums).  OpenBLAS splits GEMMs over
+ * M/N only, so in practice its results do not depend on the thread count
+ * either (the tests check 1 vs 2 threads), but OpenBLAS does not promise
+ * it.  Hot loops are compiled for SSE2/AVX2/AVX-512 and picked at load
+ * time; they never contract to FMA or reassociate, so the choice does not
+ * change results.  Bits may differ between machines where glibc picks a
+ * different variant of logf/cosf/sinf/pow (used once per row or table).
+ *
+ * exp: the CPU ops use a vectorised expf of their own (≤ 1 ulp from exp,
+ * 0 below −87.34), where PyTorch uses Sleef's (≤ 1 ulp): a last-bit
+ * difference in softmax, SwiGLU and cross-entropy terms.
  */
 #ifndef TITAN_OPS_H
 #define TITAN_OPS_H
@@ -109,7 +117,8 @@ struct titan_backend_ops {
 
 	/* ---- RMSNorm (nn.RMSNorm, fp32) ------------------------------------- */
 
-	/* rstd[n] = 1/sqrt(mean_c(x[n,c]^2) + eps) (sum of squares in double),
+	/* rstd[n] = 1/sqrt(mean_c(x[n,c]^2) + eps) (computed in double, rounded
+	 * once),
 	 * y[n,c] = (x[n,c]·rstd[n])·w[c].  y and rstd overwritten; y may alias
 	 * x (but backward needs x). */
 	int (*rmsnorm_fwd)(struct titan_backend *be, float *y, float *rstd,
@@ -178,7 +187,8 @@ struct titan_backend_ops {
 	 * (chunk <= 0: all N at once) so at most chunk·V logits exist.  For
 	 * each token with labels[n] >= 0 (negative = ignored, as
 	 * ignore_index=-100) the loss is logsumexp(logits[n]) − logits[n,y]
-	 * (fp32 logits, max-shifted, exp sum in double).  Returns in
+	 * (fp32 logits, max-shifted fp32 exp, their sum and the log in
+	 * double).  Returns in
 	 * *loss_sum the sum over valid tokens (double, added in token order)
 	 * and in *n_valid their count.  When dh and dw are not NULL it also
 	 * computes the gradients of loss_sum·grad_scale in the same pass:
@@ -188,7 +198,8 @@ struct titan_backend_ops {
 	 * TITAN_E_INVALID.  The loss does not depend on `chunk`; dh/dW do only
 	 * through sgemm rounding (dW sums chunk by chunk): relative differences
 	 * ~1e-6, the tests allow 1e-5.  Workspace: chunk·V floats (+ chunk
-	 * doubles). */
+	 * doubles): pick chunk so that chunk·V·4 bytes is affordable (e.g.
+	 * 1024 tokens × 128256 = 525 MB). */
 	int (*classifier_ce)(struct titan_backend *be, double *loss_sum,
 			     int64_t *n_valid, float *dh, float *dw,
 			     const float *h, const float *w,

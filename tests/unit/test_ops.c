@@ -21,6 +21,7 @@
 
 #include "titan/core.h"
 #include "titan/ops.h"
+#include "cpu/cpu_impl.h" /* titan_cpu_expf, the lane sums */
 
 enum { B = 2, T = 5, H = 4, HKV = 2, D = 4, C = 16, F = 24, V = 11, N = B * T };
 
@@ -270,6 +271,40 @@ static double obj_attention(struct fd *p)
 static double obj_ce(struct fd *p)
 {
 	return ref_ce(p->in[0], p->in[1], p->aux, N, C, V) * p->scale;
+}
+
+/* ------------------------------------------------- private cpu helpers */
+
+static void test_cpu_expf(void **state)
+{
+	(void)state;
+	/* <= 1 ulp of exp() over the whole range (checked exhaustively when
+	 * written: 0.99 ulp); here a dense sample */
+	double worst = 0.0;
+	for (float x = -87.33f; x < 88.37f; x += 0.0037f) {
+		const double want = exp((double)x);
+		const double ulp = nextafterf((float)want, INFINITY) - (float)want;
+		worst = fmax(worst, fabs((double)titan_cpu_expf(x) - want) / ulp);
+	}
+	assert_true(worst <= 1.0);
+	assert_true(titan_cpu_expf(0.0f) == 1.0f);
+	assert_true(titan_cpu_expf(-0.0f) == 1.0f);
+	assert_true(titan_cpu_expf(-INFINITY) == 0.0f);
+	assert_true(titan_cpu_expf(-100.0f) == 0.0f);
+	assert_true(isinf(titan_cpu_expf(89.0f)) && isinf(titan_cpu_expf(INFINITY)));
+	assert_true(isnan(titan_cpu_expf(NAN)));
+	assert_true(titan_cpu_expf(88.37f) < INFINITY);
+	assert_true(titan_cpu_expf(-87.33f) > 0.0f);
+
+	/* lane sums: fixed order, exact on integers */
+	float v[37];
+	for (int i = 0; i < 37; i++)
+		v[i] = (float)(i + 1);
+	for (int n = 0; n <= 37; n++) {
+		assert_true(titan_cpu_sum8f(v, n) == (float)(n * (n + 1) / 2));
+		assert_true(titan_cpu_sum8d(v, n) == (double)(n * (n + 1) / 2));
+		assert_true(titan_cpu_dot8d(v, v, n) == (double)(n * (n + 1) * (2 * n + 1) / 6));
+	}
 }
 
 /* --------------------------------------------------------------- matmul */
@@ -1012,6 +1047,7 @@ static void test_blas_threads(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_cpu_expf),
 		cmocka_unit_test(test_matmul),
 		cmocka_unit_test(test_embedding),
 		cmocka_unit_test(test_rmsnorm),
