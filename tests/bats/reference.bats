@@ -1,0 +1,21 @@
+#!/usr/bin/env bats
+# The PyTorch reference behind the golden files (tests/ref, Debian's
+# python3-torch): the committed golden files are exactly what the committed
+# reference produces, and the reference passes its own checks (fast
+# gradcheck, component checks, injected-bug detection).
+
+bats_require_minimum_version 1.5.0
+
+setup() {
+	load helpers
+	cd "$TITAN_SRCDIR"
+	/usr/bin/python3 -c 'import torch' 2>/dev/null || fail "python3-torch is missing (make deps installs it)"
+}
+
+@test "golden files are reproduced byte for byte by tests/ref/make_golden.py" {
+	run -0 /usr/bin/python3 tests/ref/make_golden.py --check
+}
+
+@test "the reference checks itself (gradcheck fast mode, components, injected bugs)" {
+	run -0 /usr/bin/python3 tests/ref/make_golden.py --selfcheck --fast
+}
