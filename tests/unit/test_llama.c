@@ -217,6 +217,46 @@ static void test_grad_norm_and_adamw(void **state)
 	titan_backend_release(&be);
 }
 
+/* optimizer.weight_decay_exclude_norms_embeddings: with zero gradients an
+ * AdamW step only applies weight decay, so excluded tensors stay put. */
+static void test_weight_decay_exclusion(void **state)
+{
+	struct titan_model_dims d = tiny();
+	struct titan_adamw_hparams hp = {1e-2, 0.9, 0.95, 1e-8, 0.1};
+	struct titan_backend be;
+
+	(void)state;
+	assert_int_equal(titan_backend_cpu_init(&be, 1), 0);
+	for (int exclude = 0; exclude <= 1; exclude++) {
+		struct titan_llama_opts o = {.batch = B, .seq = T, .exclude_norms_embeddings_from_wd = exclude};
+		struct titan_llama *m;
+
+		assert_int_equal(titan_llama_new(&d, &o, &be, NULL, &m), 0);
+		titan_llama_init_weights(m, 9);
+		const struct titan_param_table *t = titan_llama_table(m);
+		float *before = malloc((size_t)t->arena_floats * sizeof(float));
+		memcpy(before, titan_llama_params(m)->data, (size_t)t->arena_floats * sizeof(float));
+		assert_int_equal(titan_llama_zero_grads(m), 0);
+		assert_int_equal(titan_llama_adamw(m, &hp, 1, 1.0f), 0);
+		for (int i = 0; i < t->n; i++) {
+			const struct titan_param *p = &t->params[i];
+			const float *w = titan_param_view(titan_llama_params(m), p);
+			const float *w0 = before + p->offset;
+			bool kept = (p->is_norm || p->is_embedding) && exclude;
+
+			for (int64_t e = 0; e < p->local_numel; e += 7) {
+				float want = kept ? w0[e] : w0[e] * (1.0f - (float)(1e-2 * 0.1));
+				if (fabsf(w[e] - want) > 1e-7f * fabsf(want))
+					fail_msg("%s (exclude %d): %g, want %g", p->name, exclude, (double)w[e],
+						 (double)want);
+			}
+		}
+		free(before);
+		titan_llama_free(m);
+	}
+	titan_backend_release(&be);
+}
+
 static void test_bad_input_id(void **state)
 {
 	struct titan_model_dims d = tiny();
@@ -245,6 +285,7 @@ int main(void)
 		cmocka_unit_test(test_deterministic_and_thread_independent),
 		cmocka_unit_test(test_finite_differences),
 		cmocka_unit_test(test_grad_norm_and_adamw),
+		cmocka_unit_test(test_weight_decay_exclusion),
 		cmocka_unit_test(test_bad_input_id),
 	};
 	return cmocka_run_group_tests_name("llama", tests, NULL, NULL);
