@@ -191,3 +191,30 @@ assert {0, 1, 2, 3} <= tags, tags       # params, grads, optim, activations
 assert peak > 0
 PY
 }
+
+@test "the debug model on the whole KJV: 100 steps, the loss falls steadily from about ln(vocab)" {
+	command -v bible >/dev/null || skip "bible-kjv is not installed"
+	d=$BATS_TEST_TMPDIR
+	bible -f gen1:1-rev22:21 > "$d/kjv.txt"
+	titan-tokenize train --vocab-size 2048 --format text "$d/kjv.txt" -o "$d/kjv.tiktoken"
+	titan-tokenize -t "$d/kjv.tiktoken" --doc-per-line "$d/kjv.txt" |
+		titan-shard -q -t "$d/kjv.tiktoken" --out "$d/kjv" --val-docs 100
+	run -0 titan-train -q --config configs/llama3_debug.yaml --training.dataset_path="$d/kjv" \
+		--training.seq_len=128 --training.local_batch_size=2 --training.steps=100 \
+		--lr_scheduler.warmup_steps=10 --metrics.log_freq=1 --metrics.peak_flops=1e11 \
+		--job.dump_folder="$d/out"
+	/usr/bin/python3 - "$d/out/metrics.jsonl" <<'PY'
+import json, math, sys
+loss = [json.loads(l)["loss"] for l in open(sys.argv[1]) if '"loss"' in l]
+assert len(loss) == 100, len(loss)
+mean = lambda a: sum(a) / len(a)
+w = [mean(loss[i:i + 20]) for i in range(0, 100, 20)]
+print("# window means:", ["%.3f" % x for x in w])
+assert abs(loss[0] - math.log(2048)) < 0.7, loss[0]
+# falls steadily: no 20-step window above the previous one beyond noise
+# (256 tokens a step; the lr decays linearly to 0 over the last 80 steps)
+assert all(b < a + 0.05 for a, b in zip(w, w[1:])), w
+assert w[0] > w[2] > w[4], w
+assert w[-1] < loss[0] - 2.0, (loss[0], w[-1])
+PY
+}
