@@ -66,7 +66,7 @@ struct titan_llama_opts {
 	bool exclude_norms_embeddings_from_wd;
 };
 /* From activation_checkpoint.{mode, selective_ac_option}; TITAN_E_UNSUPPORTED
- * for selective "op" (torchtitan's per-op policy is not implemented). */
+ * for selective "op": torchtitan's per-op policy has no titan counterpart. */
 int titan_llama_opts_from_config(struct titan_llama_opts *o, const struct titan_config *c);
 
 /* A Llama 3 model on a backend: parameters, gradients and AdamW moments in
