@@ -80,6 +80,18 @@ CPU threads (default: all cores).
 .TP
 .BR \-v ", " \-\-verbose ", " \-q ", " \-\-quiet ", " \-h ", " \-\-help ", " \-\-version
 As every titan tool.
+.SH ENVIRONMENT
+.TP
+.BR OMP_WAIT_POLICY ", " OPENBLAS_THREAD_TIMEOUT
+Unless set, titan-train runs with PASSIVE and 4 (idle OpenMP and OpenBLAS
+threads sleep instead of spinning, which on a few cores took the cores the
+working threads need); it sets them and re-executes itself once, since both
+libraries read them when they load.
+.B TITAN_THREAD_DEFAULTS=0
+turns this off.
+.TP
+.BR TITAN_LOG_LEVEL ", " TITAN_LOG_TIME
+As every titan tool (error, warn, info, debug, trace; 0 drops timestamps).
 .SH EXIT STATUS
 0 when all steps ran, 1 on a runtime failure (including a non-finite loss),
 2 on a usage error or an invalid configuration.

@@ -27,50 +27,67 @@ static int check_dims(const struct titan_attn_dims *d)
 	return 0;
 }
 
-/* C[m,n] (+)= A[m,k] · B[k,n], row strides lda/ldb/ldc.  Every element is
- * C (or 0) plus the products for p = 0..k−1 in order, so the tiling below
- * (4×16 register tiles, a plain loop at the edges) never changes a bit. */
+/* C[m,n] (+)= A[m,k] · B[k,n], with A[i,p] at a[i·ars + p·aps] (A itself:
+ * ars = lda, aps = 1; Aᵀ of a stored [k,m] matrix: ars = 1, aps = lda) and
+ * row strides ldb/ldc for B and C.  Every element is
+ * C (or 0) plus the products for p = 0..k−1 in order (a multiply, then an
+ * add: never fused), so the tiling below (4×16 register tiles held in GCC
+ * vectors — one zmm, two ymm or four xmm per row, whatever the clone — and
+ * a plain loop at the edges) never changes a bit. */
+typedef float v16f __attribute__((vector_size(64)));
+
+/* unaligned vector load/store (macros: a function returning a vector
+ * would have a different ABI in each clone) */
+#define LD16(v, p) memcpy(&(v), (p), sizeof(v16f))
+#define ST16(p, v) memcpy((p), &(v), sizeof(v16f))
+
 #define MR 4
 #define NR 16
 TITAN_CPU_CLONES
-static void mm_nn(float *restrict c, int64_t ldc, const float *restrict a,
-		  int64_t lda, const float *restrict b, int64_t ldb, int64_t m,
-		  int64_t n, int64_t k, bool acc)
+static void mm_kernel(float *restrict c, int64_t ldc, const float *restrict a,
+		      int64_t ars, int64_t aps, const float *restrict b, int64_t ldb,
+		      int64_t m, int64_t n, int64_t k, bool acc)
 {
+	const v16f zero = {0};
 	int64_t j0 = 0;
 	for (; j0 + NR <= n; j0 += NR) {
 		int64_t i = 0;
 		for (; i + MR <= m; i += MR) {
-			float t[MR][NR];
-			for (int r = 0; r < MR; r++)
-				for (int j = 0; j < NR; j++)
-					t[r][j] = acc ? c[(i + r) * ldc + j0 + j] : 0.0f;
-			for (int64_t p = 0; p < k; p++) {
-				const float *bp = b + p * ldb + j0;
-				#pragma GCC unroll 4
-				for (int r = 0; r < MR; r++) {
-					const float av = a[(i + r) * lda + p];
-					#pragma omp simd
-					for (int j = 0; j < NR; j++)
-						t[r][j] += av * bp[j];
-				}
+			const float *a0 = a + i * ars, *a1 = a0 + ars, *a2 = a1 + ars,
+				    *a3 = a2 + ars;
+			float *c0 = c + i * ldc + j0;
+			v16f t0 = zero, t1 = zero, t2 = zero, t3 = zero, bv;
+			if (acc) {
+				LD16(t0, c0);
+				LD16(t1, c0 + ldc);
+				LD16(t2, c0 + 2 * ldc);
+				LD16(t3, c0 + 3 * ldc);
 			}
-			for (int r = 0; r < MR; r++)
-				for (int j = 0; j < NR; j++)
-					c[(i + r) * ldc + j0 + j] = t[r][j];
+			const float *bp = b + j0;
+			for (int64_t p = 0; p < k; p++, bp += ldb) {
+				LD16(bv, bp);
+				t0 += a0[p * aps] * bv;
+				t1 += a1[p * aps] * bv;
+				t2 += a2[p * aps] * bv;
+				t3 += a3[p * aps] * bv;
+			}
+			ST16(c0, t0);
+			ST16(c0 + ldc, t1);
+			ST16(c0 + 2 * ldc, t2);
+			ST16(c0 + 3 * ldc, t3);
 		}
 		for (; i < m; i++) {
-			float t[NR];
-			for (int j = 0; j < NR; j++)
-				t[j] = acc ? c[i * ldc + j0 + j] : 0.0f;
-			for (int64_t p = 0; p < k; p++) {
-				const float av = a[i * lda + p], *bp = b + p * ldb + j0;
-				#pragma omp simd
-				for (int j = 0; j < NR; j++)
-					t[j] += av * bp[j];
+			const float *ai = a + i * ars;
+			float *ci = c + i * ldc + j0;
+			v16f t = zero, bv;
+			if (acc)
+				LD16(t, ci);
+			const float *bp = b + j0;
+			for (int64_t p = 0; p < k; p++, bp += ldb) {
+				LD16(bv, bp);
+				t += ai[p * aps] * bv;
 			}
-			for (int j = 0; j < NR; j++)
-				c[i * ldc + j0 + j] = t[j];
+			ST16(ci, t);
 		}
 	}
 	if (j0 == n)
@@ -81,7 +98,7 @@ static void mm_nn(float *restrict c, int64_t ldc, const float *restrict a,
 			for (int64_t j = j0; j < n; j++)
 				ci[j] = 0.0f;
 		for (int64_t p = 0; p < k; p++) {
-			const float av = a[i * lda + p], *bp = b + p * ldb;
+			const float av = a[i * ars + p * aps], *bp = b + p * ldb;
 			#pragma omp simd
 			for (int64_t j = j0; j < n; j++)
 				ci[j] += av * bp[j];
@@ -89,48 +106,81 @@ static void mm_nn(float *restrict c, int64_t ldc, const float *restrict a,
 	}
 }
 
-/* Online-softmax update of one query row with the nc visible scores of a
- * key block of nk: s[c] = exp(s[c]·scale − m') for c < nc and 0 after,
- * l = l·exp(m − m') + Σ s, m = m' = max(m, scores).  Returns exp(m − m'),
- * the factor for the row's output accumulator. */
-TITAN_CPU_CLONES
-static float softmax_update(float *s, int64_t nc, int64_t nk, float scale,
-			    float *m, float *l)
+/* C (+)= A·B, A [m,k] with row stride lda */
+static void mm_nn(float *c, int64_t ldc, const float *a, int64_t lda, const float *b,
+		  int64_t ldb, int64_t m, int64_t n, int64_t k, bool acc)
 {
-	float mx = *m;
-	for (int64_t c = nc; c < nk; c++)
-		s[c] = 0.0f;
-	if (nc == 0)
-		return 1.0f;
-	#pragma omp simd
-	for (int64_t c = 0; c < nc; c++)
-		s[c] *= scale;
-	#pragma omp simd reduction(max : mx)
-	for (int64_t c = 0; c < nc; c++)
-		mx = s[c] > mx ? s[c] : mx;
-	#pragma omp simd
-	for (int64_t c = 0; c < nc; c++)
-		s[c] = titan_cpu_expf(s[c] - mx);
-	const float corr = titan_cpu_expf(*m - mx); /* exp(−inf) = 0 */
-	*l = *l * corr + titan_cpu_sum8f(s, nc);
-	*m = mx;
-	return corr;
+	mm_kernel(c, ldc, a, lda, 1, b, ldb, m, n, k, acc);
 }
 
-/* Backward of one query row: p[c] = exp(s[c]·scale − lse) and
- * ds[c] = p[c]·(dp[c] − D_t)·scale for the nc visible keys, 0 after
- * (p holds the scores and ds holds dP on entry). */
-TITAN_CPU_CLONES
-static void softmax_grad(float *p, float *ds, int64_t nc, int64_t nk, float scale,
-			 float lse, float dt)
+/* C (+)= Aᵀ·B, A stored [k,m] with row stride lda */
+static void mm_tn(float *c, int64_t ldc, const float *a, int64_t lda, const float *b,
+		  int64_t ldb, int64_t m, int64_t n, int64_t k, bool acc)
 {
-	#pragma omp simd
-	for (int64_t c = 0; c < nc; c++) {
-		p[c] = titan_cpu_expf(p[c] * scale - lse);
-		ds[c] = p[c] * (ds[c] - dt) * scale;
+	mm_kernel(c, ldc, a, 1, lda, b, ldb, m, n, k, acc);
+}
+
+/* Online-softmax update of the nr query rows of a block against a key block
+ * of nk keys, of which row r sees the first nc(r) = clamp(first + r + 1, 0,
+ * nk): s[r][c] = exp(s[r][c]·scale − m') for c < nc and 0 after,
+ * l = l·exp(m − m') + Σ s, m = m' = max(m, scores), and the row's output
+ * accumulator o[r] (D floats, row stride ldo) is multiplied by exp(m − m')
+ * when that is not 1.  (max(fl(s·scale)) = fl(max(s)·scale): rounding is
+ * monotonic, so the scaling is done in the exp pass.) */
+TITAN_CPU_CLONES
+static void softmax_update(float *s, int64_t lds, int64_t nr, int64_t nk, int64_t first,
+			   float scale, float *m, float *l, float *o, int64_t ldo, int64_t D)
+{
+	for (int64_t r = 0; r < nr; r++) {
+		float *sr = s + r * lds;
+		int64_t nc = first + r + 1;
+		nc = nc < 0 ? 0 : nc > nk ? nk : nc;
+		for (int64_t c = nc; c < nk; c++)
+			sr[c] = 0.0f;
+		if (nc == 0)
+			continue;
+		float rmax = sr[0];
+		#pragma omp simd reduction(max : rmax)
+		for (int64_t c = 0; c < nc; c++)
+			rmax = sr[c] > rmax ? sr[c] : rmax;
+		float mx = rmax * scale;
+		mx = mx > m[r] ? mx : m[r];
+		#pragma omp simd
+		for (int64_t c = 0; c < nc; c++)
+			sr[c] = titan_cpu_expf(sr[c] * scale - mx);
+		const float corr = titan_cpu_expf(m[r] - mx); /* exp(−inf) = 0 */
+		l[r] = l[r] * corr + titan_cpu_sum8f(sr, nc);
+		m[r] = mx;
+		if (corr != 1.0f) {
+			float *orow = o + r * ldo;
+			#pragma omp simd
+			for (int64_t j = 0; j < D; j++)
+				orow[j] *= corr;
+		}
 	}
-	for (int64_t c = nc; c < nk; c++)
-		p[c] = ds[c] = 0.0f;
+}
+
+/* Backward of the nr query rows t = t0 + r of a block against a key block
+ * (nc(r) visible keys as above): p[c] = exp(s[c]·scale − lse[t]) and
+ * ds[c] = p[c]·(dp[c] − D_t)·scale for c < nc, 0 after (p holds the scores
+ * and ds holds dP on entry; lse and dt are indexed by r). */
+TITAN_CPU_CLONES
+static void softmax_grad(float *p, float *ds, int64_t lds, int64_t nr, int64_t nk,
+			 int64_t first, float scale, const float *lse, const float *dt)
+{
+	for (int64_t r = 0; r < nr; r++) {
+		float *pr = p + r * lds, *dr = ds + r * lds;
+		int64_t nc = first + r + 1;
+		nc = nc < 0 ? 0 : nc > nk ? nk : nc;
+		const float lr = lse[r], dtr = dt[r];
+		#pragma omp simd
+		for (int64_t c = 0; c < nc; c++) {
+			pr[c] = titan_cpu_expf(pr[c] * scale - lr);
+			dr[c] = pr[c] * (dr[c] - dtr) * scale;
+		}
+		for (int64_t c = nc; c < nk; c++)
+			pr[c] = dr[c] = 0.0f;
+	}
 }
 
 /* dst[j][i] = src[i][j] for i < rows, j < cols (row strides lds, ldd). */
@@ -187,15 +237,8 @@ int titan_cpu_attention_fwd(struct titan_backend *be, float *out, float *lse,
 			const float *vblk = v + (b * T + s0) * ks + g * D;
 			transpose(kt, bk, kblk, ks, nk, D);
 			mm_nn(s, bk, qblk, qs, kt, bk, nr, nk, D, false); /* S = Q·K^T */
-			for (int64_t r = 0; r < nr; r++) {
-				float *sr = s + r * bk, *o = oblk + r * qs;
-				int64_t nc = t0 + r - s0 + 1; /* keys s0..t are visible */
-				nc = nc < 0 ? 0 : nc > nk ? nk : nc;
-				const float corr = softmax_update(sr, nc, nk, scale, m + r, l + r);
-				if (corr != 1.0f)
-					for (int64_t j = 0; j < D; j++)
-						o[j] *= corr;
-			}
+			/* row r sees keys s0..t0+r */
+			softmax_update(s, bk, nr, nk, t0 - s0, scale, m, l, oblk, qs, D);
 			mm_nn(oblk, qs, s, bk, vblk, ks, nr, D, nk, true); /* O += P·V */
 		}
 		for (int64_t r = 0; r < nr; r++) {
@@ -227,16 +270,19 @@ int titan_cpu_attention_bwd(struct titan_backend *be, float *dq, float *dk,
 	if (ntask == 0 || T == 0)
 		return 0;
 	int nt = titan_cpu_threads(be, ntask);
-	const int64_t per = T + 4 * bq * bk + 2 * D * bk;
+	const int64_t per = T + 2 * bq * bk + 2 * D * bk;
 	float *ws = titan_cpu_workspace(be, (size_t)(nt * per) * sizeof(float));
 	if (!ws)
 		return TITAN_E_NOMEM;
 
+	/* Loop order head, key block, query block: every dq, dk and dv element
+	 * receives its terms in the same order as with the query blocks outside
+	 * (dq over key blocks, dk/dv over query blocks, both ascending), and
+	 * each key block is transposed once per head. */
 	#pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
 	for (int64_t task = 0; task < ntask; task++) {
 		float *di = ws + (int64_t)omp_get_thread_num() * per;
-		float *p = di + T, *ds = p + bq * bk, *pt = ds + bq * bk, *dst = pt + bq * bk;
-		float *kt = dst + bq * bk, *vt = kt + D * bk;
+		float *p = di + T, *ds = p + bq * bk, *kt = ds + bq * bk, *vt = kt + D * bk;
 		const int64_t b = task / Hkv, g = task % Hkv;
 
 		for (int64_t t = 0; t < T; t++) {
@@ -253,33 +299,27 @@ int titan_cpu_attention_bwd(struct titan_backend *be, float *dq, float *dk,
 				const float *go = dout + (b * T + t) * qs + h * D;
 				di[t] = (float)titan_cpu_dot8d(go, o, D);
 			}
-			for (int64_t t0 = 0; t0 < T; t0 += bq) {
-				const int64_t t1 = t0 + bq < T ? t0 + bq : T, nr = t1 - t0;
-				const float *qblk = q + (b * T + t0) * qs + h * D;
-				const float *doblk = dout + (b * T + t0) * qs + h * D;
-				float *dqblk = dq + (b * T + t0) * qs + h * D;
-				for (int64_t s0 = 0; s0 < t1; s0 += bk) {
+			for (int64_t s0 = 0; s0 < T; s0 += bk) {
+				const float *kblk = k + (b * T + s0) * ks + g * D;
+				const float *vblk = v + (b * T + s0) * ks + g * D;
+				float *dkblk = dk + (b * T + s0) * ks + g * D;
+				float *dvblk = dv + (b * T + s0) * ks + g * D;
+				transpose(kt, bk, kblk, ks, s0 + bk < T ? bk : T - s0, D);
+				transpose(vt, bk, vblk, ks, s0 + bk < T ? bk : T - s0, D);
+				/* query blocks that see a key of this block (s0 < t1) */
+				for (int64_t t0 = s0 / bq * bq; t0 < T; t0 += bq) {
+					const int64_t t1 = t0 + bq < T ? t0 + bq : T, nr = t1 - t0;
 					const int64_t nk = s0 + bk < t1 ? bk : t1 - s0;
-					const float *kblk = k + (b * T + s0) * ks + g * D;
-					const float *vblk = v + (b * T + s0) * ks + g * D;
-					transpose(kt, bk, kblk, ks, nk, D);
-					transpose(vt, bk, vblk, ks, nk, D);
+					const float *qblk = q + (b * T + t0) * qs + h * D;
+					const float *doblk = dout + (b * T + t0) * qs + h * D;
+					float *dqblk = dq + (b * T + t0) * qs + h * D;
 					mm_nn(p, bk, qblk, qs, kt, bk, nr, nk, D, false);   /* S */
 					mm_nn(ds, bk, doblk, qs, vt, bk, nr, nk, D, false); /* dP */
-					for (int64_t r = 0; r < nr; r++) {
-						const int64_t t = t0 + r;
-						int64_t nc = t - s0 + 1;
-						nc = nc < 0 ? 0 : nc > nk ? nk : nc;
-						softmax_grad(p + r * bk, ds + r * bk, nc, nk, scale,
-							     lrow[t], di[t]);
-					}
-					transpose(pt, bq, p, bk, nr, nk);
-					transpose(dst, bq, ds, bk, nr, nk);
+					softmax_grad(p, ds, bk, nr, nk, t0 - s0, scale, lrow + t0,
+						     di + t0);
 					/* dV += P^T·dO, dK += dS^T·Q, dQ += dS·K */
-					mm_nn(dv + (b * T + s0) * ks + g * D, ks, pt, bq, doblk, qs,
-					      nk, D, nr, true);
-					mm_nn(dk + (b * T + s0) * ks + g * D, ks, dst, bq, qblk, qs,
-					      nk, D, nr, true);
+					mm_tn(dvblk, ks, p, bk, doblk, qs, nk, D, nr, true);
+					mm_tn(dkblk, ks, ds, bk, qblk, qs, nk, D, nr, true);
 					mm_nn(dqblk, qs, ds, bk, kblk, ks, nr, D, nk, true);
 				}
 			}

@@ -175,7 +175,7 @@ struct titan_backend_ops {
 	 * lse; Di = rowsum(dout·out).  dq [B,T,H,D], dk, dv [B,T,Hkv,D] are
 	 * overwritten; dk/dv sum over the H/Hkv query heads of their group in
 	 * a fixed order (one task per (b, kv head), no atomics).  Workspace:
-	 * nthreads·(T + 4·bq·bk + 2·D·bk) floats. */
+	 * nthreads·(T + 2·bq·bk + 2·D·bk) floats. */
 	int (*attention_bwd)(struct titan_backend *be, float *dq, float *dk,
 			     float *dv, const float *dout, const float *q,
 			     const float *k, const float *v, const float *out,
