@@ -64,6 +64,32 @@ steps.  A loss or gradient norm that is not finite stops the run (exit 1)
 unless
 .B training.skip_nonfinite
 is set.
+.SH CHECKPOINTS
+With
+.BR checkpoint.enable ,
+every
+.B checkpoint.interval
+steps and at the last step the model, the AdamW moments, the step, the
+tokens seen, the data position and the schedule go to
+.IR job.dump_folder / checkpoint.folder /step-N.h5
+(HDF5, whole tensors under torchtitan's names; written under a temporary
+name and renamed when complete); the last save holds the weights only
+(in
+.BR checkpoint.export_dtype )
+unless
+.B checkpoint.last_save_model_only
+is false, and only the newest
+.B checkpoint.keep_latest_k
+steps are kept.  A run whose folder holds checkpoints resumes from the newest
+(or
+.BR checkpoint.load_step )
+and continues with bit-identical losses;
+.B checkpoint.initial_load_path
+starts from other weights,
+.B checkpoint.create_seed_checkpoint
+writes step-0 and exits.  See
+.BR titan-ckpt-convert (1)
+for HuggingFace export.
 .SH OPTIONS
 .TP
 .BR \-c ", " \-\-config " " \fIFILE\fR
@@ -113,5 +139,6 @@ cat <<'TAIL'
 .SH SEE ALSO
 .BR titan-config (1),
 .BR titan-tokenize (1),
-.BR titan-shard (1)
+.BR titan-shard (1),
+.BR titan-ckpt-convert (1)
 TAIL

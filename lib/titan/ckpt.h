@@ -1,7 +1,8 @@
 /*
  * titan/ckpt.h — tensors on disk: the safetensors format (read and write),
- * used for golden files, HuggingFace export/import and tests.  (The HDF5
- * checkpoint of the checkpoint issue belongs to this module too.)
+ * used for golden files, HuggingFace export/import and tests; the HDF5
+ * training checkpoint (step-N.h5, further below); the HuggingFace
+ * LlamaForCausalLM layout (names, q/k permutation, config.json; last).
  *
  * safetensors (huggingface/safetensors), all integers little-endian:
  *
@@ -49,6 +50,8 @@
 #include <stdint.h>
 
 #include "titan/core.h"
+#include "titan/data.h"
+#include "titan/model.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -177,6 +180,334 @@ struct titan_st_meta {
  * that is not a whole number of bytes; TITAN_E_IO when writing fails. */
 int titan_safetensors_write(const char *path, const struct titan_st_write_tensor *tensors,
 			    size_t n, const struct titan_st_meta *meta, size_t n_meta);
+
+/* ================================================================ dtypes */
+
+/* Storage types of checkpoint tensors (checkpoint.export_dtype). */
+enum titan_ckpt_dtype {
+	TITAN_CKPT_FLOAT32 = 0,
+	TITAN_CKPT_BFLOAT16,
+	TITAN_CKPT_FLOAT16,
+};
+/* "float32", "bfloat16", "float16"; NULL for an out-of-range value. */
+const char *titan_ckpt_dtype_name(enum titan_ckpt_dtype dt);
+/* Those names, also fp32/f32, bf16, fp16/f16: 0, or TITAN_E_INVALID (no message). */
+int titan_ckpt_dtype_parse(const char *name, enum titan_ckpt_dtype *out);
+/* Bytes per element: 4 or 2. */
+int titan_ckpt_dtype_size(enum titan_ckpt_dtype dt);
+
+/* Conversions.  float -> bfloat16 / float16 round to nearest, ties to even
+ * (torch's .to(torch.bfloat16) / .half()): values past the largest finite
+ * one become ±inf, NaN stays a (quiet) NaN with its sign; float16 keeps
+ * subnormals.  The widening ones are exact. */
+uint16_t titan_f32_to_bf16(float x);
+float titan_bf16_to_f32(uint16_t b);
+uint16_t titan_f32_to_f16(float x);
+float titan_f16_to_f32(uint16_t h);
+/* n elements: float -> `dt` (out holds n·size bytes) and back. */
+void titan_ckpt_cast(enum titan_ckpt_dtype dt, const float *in, void *out, size_t n);
+void titan_ckpt_uncast(enum titan_ckpt_dtype dt, const void *in, float *out, size_t n);
+
+/* ======================================================= HDF5 checkpoint */
+
+/*
+ * One file per checkpoint, FOLDER/step-N.h5 (N decimal, no padding), HDF5
+ * (1.8 file format or newer; h5py and h5dump read it).  Layout:
+ *
+ *   /                   attrs: format = "titan-checkpoint" (string),
+ *                       format_version = 1 (int), titan_version (string),
+ *                       config (string: the resolved YAML, may be ""),
+ *                       model dims: flavor (string), dim, n_layers, n_heads,
+ *                       n_kv_heads, head_dim, ffn_hidden, vocab_size,
+ *                       multiple_of, rope_original_max_position,
+ *                       tie_word_embeddings, rope_scaling (int64, 0/1 for
+ *                       the flags), ffn_dim_multiplier (NaN: none),
+ *                       norm_eps, rope_theta, rope_scaling_factor,
+ *                       rope_low_freq_factor, rope_high_freq_factor (double)
+ *   /model/NAME         one dataset per parameter under torchtitan's name
+ *                       (titan/model.h), its logical shape, C order,
+ *                       contiguous; float32, float16 or bfloat16 (an HDF5
+ *                       float type: 16 bits, sign bit 15, 8-bit exponent at
+ *                       bit 7, 7-bit mantissa, bias 127: h5py 3.7 reads
+ *                       it as float32 with the exact values, h5dump prints
+ *                       the values, HDF5 widens it to float exactly)
+ *   /optimizer          attr step (int64: AdamW steps taken)
+ *   /optimizer/exp_avg/NAME, /optimizer/exp_avg_sq/NAME   float32 moments
+ *   /train_state        attrs step, ntokens_seen (int64)
+ *   /lr_scheduler       attr last_epoch (int64)
+ *   /dataloader         attr world_size (int64: data-parallel ranks)
+ *   /dataloader/dp_rank_R   attrs epoch, position, n_windows, seq_len,
+ *                       shuffle, seed (uint64): struct titan_loader_state
+ *   /rng                attrs seed, stream, offset (uint64): struct titan_rng
+ *
+ * A model-only checkpoint (weights-only export, seed checkpoint step-0,
+ * --from hf) has only / and /model.  Groups keep their creation order
+ * (h5py: f["model"].keys() in torchtitan's order with track_order).
+ *
+ * Atomicity: the file is written as FOLDER/step-N.h5.tmp.XXXXXX, closed,
+ * fsync'ed, renamed to step-N.h5 and the folder fsync'ed; a crash leaves
+ * at most a temporary file, which titan_ckpt_list ignores and
+ * titan_ckpt_prune removes.  The rename is the commit: a file named
+ * step-N.h5 is complete.
+ *
+ * Versions: a reader refuses files whose format_version is newer than
+ * TITAN_CKPT_VERSION ("written by a newer titan") and files without the
+ * format attribute ("not a titan checkpoint").
+ *
+ * All functions exist without HDF5 support (build with HDF5=no): the ones
+ * that touch HDF5 then return TITAN_E_UNSUPPORTED.  HDF5 is not
+ * thread-safe in Debian's builds: one thread at a time may call these.
+ */
+#define TITAN_CKPT_FORMAT "titan-checkpoint"
+#define TITAN_CKPT_VERSION 1
+
+/* Which part of the checkpoint a tensor belongs to. */
+enum titan_ckpt_part {
+	TITAN_CKPT_MODEL = 0,      /* /model */
+	TITAN_CKPT_EXP_AVG,        /* /optimizer/exp_avg */
+	TITAN_CKPT_EXP_AVG_SQ,     /* /optimizer/exp_avg_sq */
+	TITAN_CKPT_NPARTS
+};
+/* "model", "optimizer/exp_avg", "optimizer/exp_avg_sq". */
+const char *titan_ckpt_part_name(enum titan_ckpt_part part);
+
+/* The trainer's RNG state (struct titan_rng). */
+struct titan_ckpt_rng {
+	uint64_t seed, stream, offset;
+};
+
+/* Everything that is not a tensor.  torchtitan's names: train_state.step is
+ * the last completed step, lr_scheduler.last_epoch LambdaLR's counter (=
+ * steps taken), optim_step AdamW's step count. */
+struct titan_ckpt_train_state {
+	int64_t step, ntokens_seen;
+	int64_t lr_last_epoch;
+	int64_t optim_step;
+	int64_t dp_world_size;          /* entries of `loader` (>= 1) */
+	struct titan_loader_state *loader; /* [dp_world_size], loader of dp rank R at R */
+	struct titan_ckpt_rng rng;
+};
+
+/* What titan_ckpt_save writes and titan_ckpt_load fills.  The arenas are
+ * host memory in the table's layout (titan_param_view offsets), owned by
+ * the caller; a trainer whose arenas live on a device copies them to host
+ * buffers first (that snapshot is also what an async save writes). */
+struct titan_ckpt_state {
+	const struct titan_param_table *table;
+	float *params;                  /* table->arena_floats */
+	float *exp_avg, *exp_avg_sq;    /* the AdamW moments; NULL: none */
+	struct titan_ckpt_train_state train;
+	const char *config_yaml;        /* save: the resolved config (NULL: ""); load: unused */
+};
+
+/* Flags of titan_ckpt_save / titan_ckpt_load. */
+enum {
+	TITAN_CKPT_MODEL_ONLY = 1u << 0,         /* save/load /model only */
+	TITAN_CKPT_EXCLUDE_OPTIMIZER = 1u << 1,  /* load: skip /optimizer (moments, step) */
+	TITAN_CKPT_EXCLUDE_LR_SCHEDULER = 1u << 2,
+	TITAN_CKPT_EXCLUDE_DATALOADER = 1u << 3,
+	TITAN_CKPT_EXCLUDE_TRAIN_STATE = 1u << 4,
+	TITAN_CKPT_EXCLUDE_RNG = 1u << 5,
+};
+/* checkpoint.exclude_from_loading names (optimizer, lr_scheduler,
+ * dataloader, train_state, rng) -> flags, OR-ed into *flags.
+ * TITAN_E_INVALID naming the unknown entry. */
+int titan_ckpt_exclude_parse(const struct titan_strlist *names, unsigned *flags);
+
+/* Save `st` as FOLDER/step-STEP.h5 (the folder is created when missing),
+ * atomically (above).  `dtype` is the storage type of /model;
+ * anything but TITAN_CKPT_FLOAT32 needs TITAN_CKPT_MODEL_ONLY (a full
+ * checkpoint keeps float32 for exact resume).  Without MODEL_ONLY,
+ * st->exp_avg and exp_avg_sq must be set and train.loader hold
+ * train.dp_world_size entries.  The table must be unsharded
+ * (TITAN_E_UNSUPPORTED otherwise: sharded saves come with multi-rank
+ * checkpoints).  `path_out` (may be NULL) receives the final path
+ * (malloc'd, the caller frees it).  Errors name the file and the object. */
+int titan_ckpt_save(const char *folder, int64_t step, const struct titan_ckpt_state *st,
+		    unsigned flags, enum titan_ckpt_dtype dtype, char **path_out);
+/* Same to an explicit path (PATH.tmp.XXXXXX, renamed to PATH). */
+int titan_ckpt_write(const char *path, const struct titan_ckpt_state *st, unsigned flags,
+		     enum titan_ckpt_dtype dtype);
+
+/* Load `path` into `st`: st->table and st->params must be set (and the
+ * moments unless MODEL_ONLY / EXCLUDE_OPTIMIZER, and train.loader with
+ * train.dp_world_size entries unless MODEL_ONLY / EXCLUDE_DATALOADER).
+ * Every parameter of the table must be in /model with the table's logical
+ * shape, and /model must hold nothing else; a sharded table reads its rows
+ * only.  Stored float16/bfloat16 widen exactly.  Errors (nothing is
+ * guaranteed about st's contents after one):
+ *   TITAN_E_IO       cannot open / read (the file and the HDF5 message)
+ *   TITAN_E_FORMAT   not HDF5, not a titan checkpoint, newer format_version,
+ *                    damaged objects, a parameter with an unknown dtype
+ *   TITAN_E_INVALID  a missing tensor, an extra tensor, a shape that
+ *                    differs ("'f.h5': model/layers.0.attention.wq.weight:
+ *                    shape [64, 32], the model has [32, 32]"), a part that
+ *                    is asked for but absent (a model-only checkpoint
+ *                    loaded without MODEL_ONLY), a dataloader saved by a
+ *                    different number of data-parallel ranks. */
+int titan_ckpt_load(const char *path, struct titan_ckpt_state *st, unsigned flags);
+
+/* ---- checkpoint folders */
+
+/* Complete steps in `folder` (files named exactly step-N.h5, N a decimal
+ * integer without sign), ascending, in *steps (malloc'd; free() it) and
+ * *n.  A missing folder is an empty list (0); other errors TITAN_E_IO. */
+int titan_ckpt_list(const char *folder, int64_t **steps, size_t *n);
+/* Newest complete step in *step, or -1 when there is none; 0 / TITAN_E_IO. */
+int titan_ckpt_latest(const char *folder, int64_t *step);
+/* FOLDER/step-N.h5 into buf; TITAN_E_INVALID when it does not fit. */
+int titan_ckpt_path(char *buf, size_t n, const char *folder, int64_t step);
+/* Delete complete steps older than the newest `keep_latest_k` (0 keeps
+ * all; the newest complete step is never deleted) and temporary files of
+ * steps not newer than the newest complete one (a crashed write; a write
+ * in progress is always for a newer step).  *removed (may be NULL) counts
+ * deleted files.  TITAN_E_INVALID for k < 0; TITAN_E_IO naming the file. */
+int titan_ckpt_prune(const char *folder, int64_t keep_latest_k, int *removed);
+
+/* ---- streaming writer (what titan_ckpt_write uses; converters too) */
+
+struct titan_ckpt_writer;
+/* Create PATH.tmp.XXXXXX with the root attributes (dims, config, format). */
+int titan_ckpt_writer_open(const char *path, const struct titan_model_dims *dims,
+			   const char *config_yaml, struct titan_ckpt_writer **out);
+/* One tensor (ndim 1..4, data = numel floats in C order) stored as `dtype`. */
+int titan_ckpt_writer_tensor(struct titan_ckpt_writer *w, enum titan_ckpt_part part,
+			     const char *name, int ndim, const int64_t *shape,
+			     const float *data, enum titan_ckpt_dtype dtype);
+/* /train_state, /lr_scheduler, /optimizer step, /dataloader, /rng. */
+int titan_ckpt_writer_train_state(struct titan_ckpt_writer *w,
+				  const struct titan_ckpt_train_state *ts);
+/* rc == 0: close, fsync, rename into place, fsync the folder; otherwise (or
+ * when committing fails) remove the temporary file.  Frees w (NULL: returns
+ * rc).  Returns rc or the commit's error. */
+int titan_ckpt_writer_close(struct titan_ckpt_writer *w, int rc);
+
+/* ---- reading any checkpoint (titan-ckpt-convert, inspection) */
+
+struct titan_ckpt_tensor_info {
+	enum titan_ckpt_part part;
+	char name[TITAN_PARAM_NAME_MAX + 32]; /* name inside the part's group */
+	enum titan_ckpt_dtype dtype;          /* storage type */
+	int ndim;                             /* 0..4 */
+	int64_t shape[4];
+	int64_t numel;
+	uint64_t storage_bytes;               /* bytes in the file */
+};
+
+struct titan_ckpt_info {
+	char *path;
+	uint64_t file_size;
+	int64_t format_version;
+	char *titan_version;                  /* writer's version, "" when absent */
+	char *config_yaml;                    /* "" when absent */
+	struct titan_model_dims dims;
+	bool has_optimizer, has_train_state, has_lr_scheduler, has_dataloader, has_rng;
+	struct titan_ckpt_train_state train;  /* what is present; loader owned here */
+	size_t n_tensors;
+	struct titan_ckpt_tensor_info *tensors; /* model, exp_avg, exp_avg_sq; each
+						   in stored (creation) order */
+};
+
+struct titan_ckpt_file;
+/* Open and check (format, version, dims, every tensor's type and rank).
+ * Errors as titan_ckpt_load.  titan_ckpt_file_info stays valid until close. */
+int titan_ckpt_open(const char *path, struct titan_ckpt_file **out);
+const struct titan_ckpt_info *titan_ckpt_file_info(const struct titan_ckpt_file *f);
+void titan_ckpt_close(struct titan_ckpt_file *f); /* NULL-safe */
+/* A tensor by part and name, or NULL (no error). */
+const struct titan_ckpt_tensor_info *titan_ckpt_find(const struct titan_ckpt_file *f,
+						     enum titan_ckpt_part part, const char *name);
+/* Rows [row0, row0 + rows) of dim 0 (all: 0, shape[0]; a 0-d tensor: 0, 1)
+ * as float32 into out (rows · numel / shape[0] floats). */
+int titan_ckpt_read(struct titan_ckpt_file *f, const struct titan_ckpt_tensor_info *t,
+		    int64_t row0, int64_t rows, float *out);
+
+/* ================================================ HuggingFace Llama layout */
+
+/*
+ * LlamaForCausalLM (transformers) as torchtitan's Llama3StateDictAdapter
+ * maps it (shared/torchtitan-notes.md §6):
+ *
+ *   tok_embeddings.weight             model.embed_tokens.weight
+ *   layers.I.attention.wq.weight      model.layers.I.self_attn.q_proj.weight  (permuted)
+ *   layers.I.attention.wk.weight      model.layers.I.self_attn.k_proj.weight  (permuted)
+ *   layers.I.attention.wv.weight      model.layers.I.self_attn.v_proj.weight
+ *   layers.I.attention.wo.weight      model.layers.I.self_attn.o_proj.weight
+ *   layers.I.feed_forward.w1.weight   model.layers.I.mlp.gate_proj.weight
+ *   layers.I.feed_forward.w2.weight   model.layers.I.mlp.down_proj.weight
+ *   layers.I.feed_forward.w3.weight   model.layers.I.mlp.up_proj.weight
+ *   layers.I.attention_norm.weight    model.layers.I.input_layernorm.weight
+ *   layers.I.ffn_norm.weight          model.layers.I.post_attention_layernorm.weight
+ *   norm.weight                       model.norm.weight
+ *   output.weight                     lm_head.weight (absent when tied)
+ *
+ * q/k permutation: torchtitan's RoPE rotates interleaved pairs (2j, 2j+1)
+ * of each head, HF's rotate_half pairs (j, j + hd/2).  With nh heads (n_heads
+ * for wq, n_kv_heads for wk), rows = nh·hd:
+ *   tt -> HF: w.view(nh, hd/2, 2, dim).transpose(1, 2).reshape(rows, dim)
+ *   HF -> tt: w.view(nh, 2, hd/2, dim).transpose(1, 2).reshape(rows, dim)
+ * i.e. HF row h·hd + i·hd/2 + j is tt row h·hd + 2j + i (i in {0, 1}).
+ */
+
+/* HF name of a parameter into buf; TITAN_E_INVALID when it does not fit. */
+int titan_hf_param_name(const struct titan_param *p, char *buf, size_t n);
+/* Permute a q/k weight [rows, cols] (rows = n_heads · head_dim, head_dim
+ * even) out of place: to_hf true = tt -> HF, false = HF -> tt. */
+void titan_hf_permute_qk(const float *in, float *out, int64_t n_heads, int64_t rows,
+			 int64_t cols, bool to_hf);
+
+/* Reads config.json of a LlamaForCausalLM into dims (flavor: the matching
+ * titan flavor's name, else "custom"); *bos, *eos (may be NULL) get the ids
+ * or -1.  TITAN_E_UNSUPPORTED naming the key for what titan's Llama cannot
+ * be (attention_bias, another rope_type, head_dim != hidden/heads, another
+ * hidden_act); TITAN_E_FORMAT for a file that is not such a config. */
+int titan_hf_read_config(const char *path, struct titan_model_dims *dims, int64_t *bos,
+			 int64_t *eos);
+
+struct titan_hf_export_opts {
+	enum titan_ckpt_dtype dtype;   /* of the weights (config torch_dtype) */
+	uint64_t max_shard_size;       /* bytes per shard; 0: 5 GB (5·10^9, HF's "5GB") */
+	const char *tokenizer;         /* copied into the folder under its base name
+					  and read for bos/eos ids; NULL: none */
+	int64_t bos_id, eos_id;        /* -1: the tokenizer's, else Llama 3's
+					  128000/128001 when vocab_size is 128256,
+					  else omitted */
+	int64_t max_position_embeddings; /* 0: 131072 with Llama 3.1 rope scaling
+					  (8192·16, Llama 3.1's), else
+					  rope_original_max_position */
+};
+void titan_hf_export_opts_default(struct titan_hf_export_opts *o);
+
+/* Where the exporter gets fp32 tensors: fill `out` (p->numel floats, logical
+ * torchtitan layout) with parameter p; 0 or a negative titan_err. */
+typedef int (*titan_hf_get_fn)(void *ctx, const struct titan_param *p, float *out);
+
+/* Write the HF folder `outdir` (created when missing): model.safetensors,
+ * or model-0000K-of-0000N.safetensors + model.safetensors.index.json when
+ * the weights exceed max_shard_size; config.json; generation_config.json;
+ * the tokenizer.  Each file is written atomically; on failure the files
+ * written so far are removed.  `t` must be unsharded. */
+int titan_hf_export(const char *outdir, const struct titan_param_table *t, titan_hf_get_fn get,
+		    void *ctx, const struct titan_hf_export_opts *o);
+
+/* An HF folder opened for import: config.json plus model.safetensors or
+ * the shards of model.safetensors.index.json. */
+struct titan_hf_model;
+/* Checks config.json, every tensor's presence and shape against the table
+ * built from it, and that no unknown tensor is present (rotary_emb.inv_freq
+ * and a tied model's lm_head.weight are ignored).  Errors name the file. */
+int titan_hf_open(const char *dir, struct titan_hf_model **out);
+void titan_hf_close(struct titan_hf_model *m); /* NULL-safe */
+/* The parameter table of the model (unsharded, owned by m). */
+const struct titan_param_table *titan_hf_table(const struct titan_hf_model *m);
+/* Parameter p of the table in torchtitan layout (q/k un-permuted) as fp32
+ * (F32, F16, BF16, F64 sources): p->numel floats. */
+int titan_hf_read(const struct titan_hf_model *m, const struct titan_param *p, float *out);
+
+/* A config YAML for dims (defaults elsewhere): the flavor when dims are a
+ * known flavor's, else flavor custom with dim, n_layers, ... set.  malloc'd
+ * text, or NULL with an error.  Used for checkpoints made from HF weights. */
+char *titan_ckpt_config_for_dims(const struct titan_model_dims *dims);
 
 #ifdef __cplusplus
 }

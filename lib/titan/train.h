@@ -83,6 +83,8 @@ void titan_llama_free(struct titan_llama *m);
 const struct titan_param_table *titan_llama_table(const struct titan_llama *m);
 struct titan_param_arena *titan_llama_params(struct titan_llama *m);
 struct titan_param_arena *titan_llama_grads(struct titan_llama *m);
+/* The AdamW moments (arenas of the parameters' layout), for checkpoints. */
+void titan_llama_moments(struct titan_llama *m, float **exp_avg, float **exp_avg_sq);
 /* torchtitan init_weights from `seed` (lib/model). */
 void titan_llama_init_weights(struct titan_llama *m, uint64_t seed);
 int titan_llama_zero_grads(struct titan_llama *m);

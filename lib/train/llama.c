@@ -249,6 +249,12 @@ struct titan_param_arena *titan_llama_grads(struct titan_llama *m)
 	return &m->grads;
 }
 
+void titan_llama_moments(struct titan_llama *m, float **exp_avg, float **exp_avg_sq)
+{
+	*exp_avg = m->m.data;
+	*exp_avg_sq = m->v.data;
+}
+
 void titan_llama_init_weights(struct titan_llama *m, uint64_t seed)
 {
 	titan_model_init_params(&m->params, seed);

@@ -218,3 +218,52 @@ assert w[0] > w[2] > w[4], w
 assert w[-1] < loss[0] - 2.0, (loss[0], w[-1])
 PY
 }
+
+@test "checkpoints: 8 steps equal 4 steps + resume to 8, bit for bit (losses, weights, moments)" {
+	/usr/bin/python3 -c 'import h5py' 2>/dev/null || fail "python3-h5py is missing (make deps installs it)"
+	c=(--config "$DATA/tiny.yaml" --training.steps=8 --lr_scheduler.total_steps=8
+	   --checkpoint.enable --checkpoint.interval=4 --checkpoint.last_save_model_only=false)
+	titan-train -q "${c[@]}" --job.dump_folder="$BATS_TEST_TMPDIR/a"
+	titan-train -q "${c[@]}" --training.steps=4 --job.dump_folder="$BATS_TEST_TMPDIR/b"
+	assert_file_exists "$BATS_TEST_TMPDIR/b/checkpoint/step-4.h5"
+	run -0 --separate-stderr titan-train "${c[@]}" --job.dump_folder="$BATS_TEST_TMPDIR/b"
+	[[ $stderr == *"Loaded checkpoint"*"step-4.h5 (step 4)"* ]]
+	/usr/bin/python3 - "$BATS_TEST_TMPDIR/a" "$BATS_TEST_TMPDIR/b" <<'PY'
+import json, sys, h5py, numpy as np
+a, b = sys.argv[1], sys.argv[2]
+la = [(o["step"], o["loss"], o["grad_norm"]) for o in map(json.loads, open(a + "/metrics.jsonl"))]
+lb = [(o["step"], o["loss"], o["grad_norm"]) for o in map(json.loads, open(b + "/metrics.jsonl"))]
+assert la == lb, (la, lb)   # the resumed run appended steps 5..8
+fa, fb = h5py.File(a + "/checkpoint/step-8.h5"), h5py.File(b + "/checkpoint/step-8.h5")
+for g in ("model", "optimizer/exp_avg", "optimizer/exp_avg_sq"):
+    assert list(fa[g]) == list(fb[g])
+    for k in fa[g]:
+        assert np.array_equal(fa[g][k][()], fb[g][k][()]), (g, k)
+assert fa["train_state"].attrs["step"] == 8 and fa["optimizer"].attrs["step"] == 8
+assert fa["model/tok_embeddings.weight"].shape == (768, 64)
+PY
+}
+
+@test "checkpoints: keep_latest_k, a model-only last save in bfloat16, a seed checkpoint" {
+	titan-train --config "$DATA/tiny.yaml" -q --checkpoint.enable --checkpoint.interval=2 \
+		--checkpoint.keep_latest_k=2 --checkpoint.export_dtype=bfloat16 --job.dump_folder="$BATS_TEST_TMPDIR/k"
+	run -0 ls "$BATS_TEST_TMPDIR/k/checkpoint"
+	assert_output $'step-10.h5\nstep-12.h5'
+	/usr/bin/python3 - "$BATS_TEST_TMPDIR/k/checkpoint" <<'PY'
+import sys, h5py
+f = h5py.File(sys.argv[1] + "/step-12.h5")
+assert list(f) == ["model"], list(f)                    # last save: weights only
+w = f["model/norm.weight"]
+t = w.id.get_type()   # stored as bfloat16: 2 bytes, 8-bit exponent, 7-bit mantissa
+assert t.get_size() == 2 and t.get_fields() == (15, 7, 8, 0, 7), (t.get_size(), t.get_fields())
+assert abs(float(w[0]) - 1.0) < 0.05, w[0]            # h5py widens it to float32 exactly
+assert "optimizer" in h5py.File(sys.argv[1] + "/step-10.h5")
+PY
+	titan-train --config "$DATA/tiny.yaml" -q --checkpoint.create_seed_checkpoint --job.dump_folder="$BATS_TEST_TMPDIR/s"
+	run -0 ls "$BATS_TEST_TMPDIR/s/checkpoint"
+	assert_output "step-0.h5"
+	# a run over a seed checkpoint starts from its weights: the same losses
+	titan-train --config "$DATA/tiny.yaml" -q --checkpoint.enable --checkpoint.interval=100 --job.dump_folder="$BATS_TEST_TMPDIR/s"
+	titan-train --config "$DATA/tiny.yaml" -q --job.dump_folder="$BATS_TEST_TMPDIR/n"
+	diff <(losses "$BATS_TEST_TMPDIR/s/metrics.jsonl") <(losses "$BATS_TEST_TMPDIR/n/metrics.jsonl")
+}

@@ -15,6 +15,7 @@
 
 #include <cblas.h>
 
+#include "titan/ckpt.h"
 #include "titan/cli.h"
 #include "titan/config.h"
 #include "titan/core.h"
@@ -124,6 +125,9 @@ struct run {
 	FILE *jsonl;
 	double peak_flops, flops_per_token;
 	int verbosity;
+	/* checkpoints */
+	char ckpt_dir[4096];
+	int64_t start_step, tokens_seen0, opt_steps0;
 	/* profiling */
 	struct titan_trace *trace;   /* open during a profiled step */
 	FILE *memtrace;
@@ -189,6 +193,111 @@ static int trace_open(struct run *r, int64_t step)
 	return titan_trace_open(&r->trace, path, 0, meta);
 }
 
+/* ------------------------------------------------------------ checkpoints */
+
+static void ckpt_state(struct run *r, struct titan_ckpt_state *st, struct titan_loader_state *ls)
+{
+	memset(st, 0, sizeof(*st));
+	st->table = titan_llama_table(r->model);
+	st->params = titan_llama_params(r->model)->data;
+	titan_llama_moments(r->model, &st->exp_avg, &st->exp_avg_sq);
+	st->train.dp_world_size = 1;
+	st->train.loader = ls;
+}
+
+/* Save step `step` (torchtitan's CheckpointManager.save): a full checkpoint
+ * (weights, AdamW moments, train state, data position) in float32, or
+ * weights only (checkpoint.model_weights_only, or the last step with
+ * last_save_model_only) in export_dtype; then keep_latest_k. */
+static int ckpt_save(struct run *r, int64_t step, bool last, int64_t tokens_seen, int64_t opt_steps)
+{
+	const struct titan_config *c = &r->cfg;
+	struct titan_ckpt_state st;
+	struct titan_loader_state ls;
+	bool model_only = c->checkpoint.model_weights_only || (last && c->checkpoint.last_save_model_only);
+	enum titan_ckpt_dtype dt = TITAN_CKPT_FLOAT32;
+	char *yaml = NULL, *path = NULL;
+	size_t ylen = 0;
+	FILE *ym = open_memstream(&yaml, &ylen);
+	uint64_t t0 = titan_time_ns();
+	int removed = 0, rc;
+
+	if (model_only && titan_ckpt_dtype_parse(c->checkpoint.export_dtype, &dt) < 0)
+		dt = TITAN_CKPT_FLOAT32;
+	if (ym) {
+		titan_config_write_yaml(c, ym);
+		fclose(ym);
+	}
+	titan_loader_get_state(r->train, &ls);
+	ckpt_state(r, &st, &ls);
+	st.config_yaml = yaml;
+	st.train.step = step;
+	st.train.ntokens_seen = tokens_seen;
+	st.train.lr_last_epoch = step;
+	st.train.optim_step = opt_steps;
+	st.train.rng.seed = (uint64_t)c->training.seed;
+	rc = titan_ckpt_save(r->ckpt_dir, step, &st, model_only ? TITAN_CKPT_MODEL_ONLY : 0, dt, &path);
+	free(yaml);
+	if (rc < 0)
+		return rc;
+	titan_log_info("Saved %scheckpoint %s in %.2f s", model_only ? "model-only " : "", path,
+		       (double)(titan_time_ns() - t0) * 1e-9);
+	free(path);
+	if (c->checkpoint.keep_latest_k > 0 &&
+	    (rc = titan_ckpt_prune(r->ckpt_dir, c->checkpoint.keep_latest_k, &removed)) < 0)
+		return rc;
+	return 0;
+}
+
+/* Resume (torchtitan's CheckpointManager.load): checkpoint.load_step, or
+ * the newest complete step of the folder; step-0 (a seed checkpoint) is
+ * weights only.  Without a checkpoint: checkpoint.initial_load_path. */
+static int ckpt_resume(struct run *r)
+{
+	const struct titan_config *c = &r->cfg;
+	struct titan_ckpt_state st;
+	struct titan_loader_state ls;
+	unsigned flags = 0;
+	int64_t step = -1;
+	char path[4200];
+	int rc;
+
+	if ((rc = titan_ckpt_exclude_parse(&c->checkpoint.exclude_from_loading, &flags)) < 0)
+		return rc;
+	if (c->checkpoint.load_step >= 0) {
+		step = c->checkpoint.load_step;
+	} else if ((rc = titan_ckpt_latest(r->ckpt_dir, &step)) < 0) {
+		return rc;
+	}
+	ckpt_state(r, &st, &ls);
+	if (step >= 0) {
+		if ((rc = titan_ckpt_path(path, sizeof(path), r->ckpt_dir, step)) < 0)
+			return rc;
+		if (step == 0)
+			flags |= TITAN_CKPT_MODEL_ONLY;
+		if ((rc = titan_ckpt_load(path, &st, flags)) < 0)
+			return titan_error_prefix("checkpoint.load_step %lld", (long long)step);
+		if (!(flags & (TITAN_CKPT_MODEL_ONLY | TITAN_CKPT_EXCLUDE_TRAIN_STATE))) {
+			r->start_step = st.train.step;
+			r->tokens_seen0 = st.train.ntokens_seen;
+		}
+		if (!(flags & (TITAN_CKPT_MODEL_ONLY | TITAN_CKPT_EXCLUDE_OPTIMIZER)))
+			r->opt_steps0 = st.train.optim_step;
+		if (!(flags & (TITAN_CKPT_MODEL_ONLY | TITAN_CKPT_EXCLUDE_DATALOADER)) &&
+		    (rc = titan_loader_set_state(r->train, &ls)) < 0)
+			return titan_error_prefix("%s: dataloader", path);
+		titan_log_info("Loaded checkpoint %s (step %lld)", path, (long long)st.train.step);
+		return 0;
+	}
+	if (*c->checkpoint.initial_load_path) {
+		flags = c->checkpoint.initial_load_model_only ? TITAN_CKPT_MODEL_ONLY : flags;
+		if ((rc = titan_ckpt_load(c->checkpoint.initial_load_path, &st, flags)) < 0)
+			return titan_error_prefix("checkpoint.initial_load_path");
+		titan_log_info("Loaded initial weights from %s", c->checkpoint.initial_load_path);
+	}
+	return 0;
+}
+
 static int validate(struct run *r, int64_t step)
 {
 	double sum = 0, loss;
@@ -245,7 +354,8 @@ static int train(struct run *r)
 					 c->optimizer.eps, c->optimizer.weight_decay};
 	struct titan_allocator *host = titan_host_allocator();
 	uint64_t t_last = titan_time_ns(), data_ns = 0;
-	int64_t tokens_since = 0, steps_since = 0, opt_steps = 0, tokens_seen = 0;
+	int64_t tokens_since = 0, steps_since = 0, opt_steps = r->opt_steps0;
+	int64_t tokens_seen = r->tokens_seen0;
 	double total_mem = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
 	int rc;
 
@@ -254,7 +364,7 @@ static int train(struct run *r)
 		titan_log_warn("lr_scheduler.warmup_steps %lld exceeds the %lld training steps: "
 			       "warmup over all of them", (long long)c->lr_scheduler.warmup_steps,
 			       (long long)sched.warmup);
-	for (int64_t step = 1; step <= c->training.steps; step++) {
+	for (int64_t step = r->start_step + 1; step <= c->training.steps; step++) {
 		double loss_sum = 0, loss, norm;
 		int64_t valid = 0;
 		float coef;
@@ -385,6 +495,11 @@ static int train(struct run *r)
 			tokens_since = steps_since = 0;
 			data_ns = 0;
 		}
+		if (c->checkpoint.enable && !c->checkpoint.load_only &&
+		    (step % c->checkpoint.interval == 0 || step == c->training.steps ||
+		     (step == 1 && c->checkpoint.enable_first_step_checkpoint)) &&
+		    (rc = ckpt_save(r, step, step == c->training.steps, tokens_seen, opt_steps)) < 0)
+			return rc;
 		if (r->val && (step == 1 || step % c->validation.freq == 0) && (rc = validate(r, step)) < 0)
 			return rc;
 	}
@@ -461,6 +576,24 @@ static int setup(struct run *r, struct titan_cli *cli)
 		return rc;
 	titan_llama_set_hooks(r->model, &(struct titan_llama_hooks){hook_begin, hook_end, r});
 	titan_llama_init_weights(r->model, (uint64_t)c->training.seed);
+	snprintf(r->ckpt_dir, sizeof(r->ckpt_dir), "%s/%s", c->job.dump_folder, c->checkpoint.folder);
+	if (c->checkpoint.enable || *c->checkpoint.initial_load_path) {
+		if ((rc = ckpt_resume(r)) < 0)
+			return rc;
+	}
+	if (c->checkpoint.create_seed_checkpoint) {
+		struct titan_ckpt_state st;
+		struct titan_loader_state ls;
+		char *path = NULL;
+
+		ckpt_state(r, &st, &ls);
+		if ((rc = titan_ckpt_save(r->ckpt_dir, 0, &st, TITAN_CKPT_MODEL_ONLY, TITAN_CKPT_FLOAT32,
+					  &path)) < 0)
+			return rc;
+		titan_log_info("Created seed checkpoint %s", path);
+		free(path);
+		r->start_step = c->training.steps; /* nothing to train */
+	}
 	r->inputs = titan_malloc((size_t)(r->accum * r->n) * sizeof(int32_t), TITAN_MEM_DATA);
 	r->labels = titan_malloc((size_t)(r->accum * r->n) * sizeof(int32_t), TITAN_MEM_DATA);
 	if (!r->inputs || !r->labels)
@@ -483,7 +616,8 @@ static int setup(struct run *r, struct titan_cli *cli)
 		if ((rc = mkdirs(c->job.dump_folder)) < 0)
 			return rc;
 		snprintf(path, sizeof(path), "%s/%s", c->job.dump_folder, c->metrics.save_jsonl_file);
-		if (!(r->jsonl = fopen(path, "w")))
+		/* a resumed run continues the file */
+		if (!(r->jsonl = fopen(path, r->start_step > 0 ? "a" : "w")))
 			return titan_error(TITAN_E_IO, "cannot create '%s': %s", path, strerror(errno));
 	}
 	return 0;

@@ -1,0 +1,514 @@
+/*
+ * checkpoint.c — what a training checkpoint holds and how folders of them
+ * are managed (torchtitan's components/checkpoint.py: step-N discovery,
+ * load_step / latest, keep_latest_k purging, model-only and seed
+ * checkpoints, exclude_from_loading).  The HDF5 calls are in h5.c and
+ * h5read.c; this file checks a checkpoint against the parameter table
+ * before a single value is copied into the caller's arenas.
+ */
+#include "ckpt_impl.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+int titan_ckpt_exclude_parse(const struct titan_strlist *names, unsigned *flags)
+{
+	static const struct {
+		const char *name;
+		unsigned flag;
+	} parts[] = {
+		{"optimizer", TITAN_CKPT_EXCLUDE_OPTIMIZER},
+		{"lr_scheduler", TITAN_CKPT_EXCLUDE_LR_SCHEDULER},
+		{"dataloader", TITAN_CKPT_EXCLUDE_DATALOADER},
+		{"train_state", TITAN_CKPT_EXCLUDE_TRAIN_STATE},
+		{"rng", TITAN_CKPT_EXCLUDE_RNG},
+	};
+
+	for (size_t i = 0; names && i < names->n; i++) {
+		size_t k;
+
+		for (k = 0; k < sizeof(parts) / sizeof(parts[0]); k++)
+			if (!strcmp(names->items[i], parts[k].name))
+				break;
+		if (k == sizeof(parts) / sizeof(parts[0]))
+			return titan_error(TITAN_E_INVALID, "checkpoint.exclude_from_loading: unknown "
+					   "part '%s' (optimizer, lr_scheduler, dataloader, "
+					   "train_state, rng)", names->items[i]);
+		*flags |= parts[k].flag;
+	}
+	return 0;
+}
+
+/* ------------------------------------------------------------------ save */
+
+static int write_part(struct titan_ckpt_writer *w, const struct titan_param_table *t,
+		      enum titan_ckpt_part part, const float *arena, enum titan_ckpt_dtype dt)
+{
+	for (int i = 0; i < t->n; i++) {
+		const struct titan_param *p = &t->params[i];
+		int rc = titan_ckpt_writer_tensor(w, part, p->name, p->ndim, p->shape,
+						  arena + p->offset, dt);
+
+		if (rc < 0)
+			return rc;
+	}
+	return 0;
+}
+
+int titan_ckpt_write(const char *path, const struct titan_ckpt_state *st, unsigned flags,
+		     enum titan_ckpt_dtype dtype)
+{
+	const struct titan_param_table *t = st->table;
+	const bool full = !(flags & TITAN_CKPT_MODEL_ONLY);
+	struct titan_ckpt_writer *w;
+	int rc;
+
+	if (!t || !st->params)
+		return titan_error(TITAN_E_INVALID, "checkpoint '%s': no model to save", path);
+	if (t->opts.shard_degree > 1)
+		return titan_error(TITAN_E_UNSUPPORTED, "checkpoint '%s': saving a sharded parameter "
+				   "table (shard %d of %d) needs multi-rank checkpoints", path,
+				   t->opts.shard_rank, t->opts.shard_degree);
+	if (full && dtype != TITAN_CKPT_FLOAT32)
+		return titan_error(TITAN_E_INVALID, "checkpoint '%s': %s weights only in a model-only "
+				   "checkpoint (a full checkpoint keeps float32 for exact resume)",
+				   path, titan_ckpt_dtype_name(dtype));
+	if (full && (!st->exp_avg || !st->exp_avg_sq || !st->train.loader ||
+		     st->train.dp_world_size < 1))
+		return titan_error(TITAN_E_INVALID, "checkpoint '%s': a full checkpoint needs the "
+				   "AdamW moments and the data loader state", path);
+	if ((rc = titan_ckpt_writer_open(path, &t->dims, st->config_yaml, &w)) < 0)
+		return rc;
+	rc = write_part(w, t, TITAN_CKPT_MODEL, st->params, dtype);
+	if (rc == 0 && full)
+		rc = write_part(w, t, TITAN_CKPT_EXP_AVG, st->exp_avg, TITAN_CKPT_FLOAT32);
+	if (rc == 0 && full)
+		rc = write_part(w, t, TITAN_CKPT_EXP_AVG_SQ, st->exp_avg_sq, TITAN_CKPT_FLOAT32);
+	if (rc == 0 && full)
+		rc = titan_ckpt_writer_train_state(w, &st->train);
+	return titan_ckpt_writer_close(w, rc);
+}
+
+int titan_ckpt_mkdirs_(const char *folder)
+{
+	char *p = strdup(folder), *s;
+	int rc = 0;
+
+	if (!p)
+		return titan_error(TITAN_E_NOMEM, "out of memory");
+	for (s = p + 1;; s++) {
+		if (*s == '/' || *s == 0) {
+			char c = *s;
+
+			*s = 0;
+			if (mkdir(p, 0777) != 0 && errno != EEXIST) {
+				rc = titan_error(TITAN_E_IO, "cannot create folder '%s': %s", p,
+						 strerror(errno));
+				break;
+			}
+			*s = c;
+			if (!c)
+				break;
+		}
+	}
+	free(p);
+	return rc;
+}
+
+int titan_ckpt_path(char *buf, size_t n, const char *folder, int64_t step)
+{
+	int k = snprintf(buf, n, "%s/step-%lld.h5", folder, (long long)step);
+
+	if (k < 0 || (size_t)k >= n)
+		return titan_error(TITAN_E_INVALID, "checkpoint folder name too long: '%s'", folder);
+	return 0;
+}
+
+int titan_ckpt_save(const char *folder, int64_t step, const struct titan_ckpt_state *st,
+		    unsigned flags, enum titan_ckpt_dtype dtype, char **path_out)
+{
+	char path[4096];
+	struct stat sb;
+	int rc;
+
+	if (path_out)
+		*path_out = NULL;
+	if (step < 0)
+		return titan_error(TITAN_E_INVALID, "checkpoint step %lld < 0", (long long)step);
+	if ((rc = titan_ckpt_path(path, sizeof(path), folder, step)) < 0)
+		return rc;
+	if (stat(folder, &sb) != 0 && (rc = titan_ckpt_mkdirs_(folder)) < 0)
+		return rc;
+	if ((rc = titan_ckpt_write(path, st, flags, dtype)) < 0)
+		return rc;
+	if (path_out && !(*path_out = titan_strdup(path)))
+		return TITAN_E_NOMEM;
+	return 0;
+}
+
+/* ------------------------------------------------------------------ load */
+
+static const char *shape_str(char *buf, size_t n, int ndim, const int64_t *shape)
+{
+	size_t k = (size_t)snprintf(buf, n, "[");
+
+	for (int i = 0; i < ndim && k < n; i++)
+		k += (size_t)snprintf(buf + k, n - k, "%s%lld", i ? ", " : "", (long long)shape[i]);
+	if (k < n)
+		snprintf(buf + k, n - k, "]");
+	return buf;
+}
+
+/* Every parameter of the table present in `part` with its shape, and
+ * nothing else there. */
+static int check_part(struct titan_ckpt_file *f, const struct titan_param_table *t,
+		      enum titan_ckpt_part part)
+{
+	const struct titan_ckpt_info *in = titan_ckpt_file_info(f);
+	const char *pn = titan_ckpt_part_name(part);
+	char a[96], b[96];
+
+	for (int i = 0; i < t->n; i++) {
+		const struct titan_param *p = &t->params[i];
+		const struct titan_ckpt_tensor_info *ti = titan_ckpt_find(f, part, p->name);
+
+		if (!ti)
+			return titan_error(TITAN_E_INVALID, "'%s': %s/%s is missing (a checkpoint of "
+					   "another model?)", in->path, pn, p->name);
+		if (ti->ndim != p->ndim || ti->shape[0] != p->shape[0] ||
+		    (p->ndim == 2 && ti->shape[1] != p->shape[1]))
+			return titan_error(TITAN_E_INVALID, "'%s': %s/%s: shape %s, the model has %s",
+					   in->path, pn, p->name,
+					   shape_str(a, sizeof(a), ti->ndim, ti->shape),
+					   shape_str(b, sizeof(b), p->ndim, p->shape));
+	}
+	for (size_t i = 0; i < in->n_tensors; i++) {
+		const struct titan_ckpt_tensor_info *ti = &in->tensors[i];
+
+		if (ti->part == part && !titan_param_find(t, ti->name))
+			return titan_error(TITAN_E_INVALID, "'%s': %s/%s is not a parameter of the "
+					   "model%s", in->path, pn, ti->name,
+					   !strcmp(ti->name, "output.weight") ?
+					   " (tie_word_embeddings differs)" : "");
+	}
+	return 0;
+}
+
+static int read_part(struct titan_ckpt_file *f, const struct titan_param_table *t,
+		     enum titan_ckpt_part part, float *arena)
+{
+	for (int i = 0; i < t->n; i++) {
+		const struct titan_param *p = &t->params[i];
+		int rc = titan_ckpt_read(f, titan_ckpt_find(f, part, p->name), p->row0, p->rows,
+					 arena + p->offset);
+
+		if (rc < 0)
+			return rc;
+	}
+	return 0;
+}
+
+static int need(const struct titan_ckpt_info *in, bool has, const char *group, const char *what)
+{
+	if (has)
+		return 0;
+	return titan_error(TITAN_E_INVALID, "'%s' has no /%s (a model-only checkpoint?): load it "
+			   "model-only or exclude %s from loading", in->path, group, what);
+}
+
+int titan_ckpt_load(const char *path, struct titan_ckpt_state *st, unsigned flags)
+{
+	const struct titan_param_table *t = st->table;
+	const bool mo = flags & TITAN_CKPT_MODEL_ONLY;
+	const bool opt = !mo && !(flags & TITAN_CKPT_EXCLUDE_OPTIMIZER);
+	const bool dl = !mo && !(flags & TITAN_CKPT_EXCLUDE_DATALOADER);
+	const bool lr = !mo && !(flags & TITAN_CKPT_EXCLUDE_LR_SCHEDULER);
+	const bool ts = !mo && !(flags & TITAN_CKPT_EXCLUDE_TRAIN_STATE);
+	const bool rng = !mo && !(flags & TITAN_CKPT_EXCLUDE_RNG);
+	const struct titan_ckpt_info *in;
+	struct titan_ckpt_file *f;
+	int rc;
+
+	if (!t || !st->params || (opt && (!st->exp_avg || !st->exp_avg_sq)) ||
+	    (dl && (!st->train.loader || st->train.dp_world_size < 1)))
+		return titan_error(TITAN_E_INVALID, "loading '%s': no place for the %s", path,
+				   !t || !st->params ? "model" : opt && (!st->exp_avg ||
+				   !st->exp_avg_sq) ? "AdamW moments" : "data loader state");
+	if ((rc = titan_ckpt_open(path, &f)) < 0)
+		return rc;
+	in = titan_ckpt_file_info(f);
+	/* check everything first: a failed load leaves the caller's state alone */
+	if ((rc = check_part(f, t, TITAN_CKPT_MODEL)) < 0 ||
+	    (opt && ((rc = need(in, in->has_optimizer, "optimizer", "optimizer")) < 0 ||
+		     (rc = check_part(f, t, TITAN_CKPT_EXP_AVG)) < 0 ||
+		     (rc = check_part(f, t, TITAN_CKPT_EXP_AVG_SQ)) < 0)) ||
+	    (dl && (rc = need(in, in->has_dataloader, "dataloader", "dataloader")) < 0) ||
+	    (lr && (rc = need(in, in->has_lr_scheduler, "lr_scheduler", "lr_scheduler")) < 0) ||
+	    (ts && (rc = need(in, in->has_train_state, "train_state", "train_state")) < 0) ||
+	    (rng && (rc = need(in, in->has_rng, "rng", "rng")) < 0))
+		goto done;
+	if (dl && in->train.dp_world_size != st->train.dp_world_size) {
+		rc = titan_error(TITAN_E_INVALID, "'%s': the data loader state was saved by %lld "
+				 "data-parallel ranks, this run has %lld: resharding it is not "
+				 "supported (exclude dataloader from loading to start the data over)",
+				 path, (long long)in->train.dp_world_size,
+				 (long long)st->train.dp_world_size);
+		goto done;
+	}
+	if ((rc = read_part(f, t, TITAN_CKPT_MODEL, st->params)) < 0 ||
+	    (opt && ((rc = read_part(f, t, TITAN_CKPT_EXP_AVG, st->exp_avg)) < 0 ||
+		     (rc = read_part(f, t, TITAN_CKPT_EXP_AVG_SQ, st->exp_avg_sq)) < 0)))
+		goto done;
+	if (opt)
+		st->train.optim_step = in->train.optim_step;
+	if (ts) {
+		st->train.step = in->train.step;
+		st->train.ntokens_seen = in->train.ntokens_seen;
+	}
+	if (lr)
+		st->train.lr_last_epoch = in->train.lr_last_epoch;
+	if (dl)
+		memcpy(st->train.loader, in->train.loader,
+		       (size_t)in->train.dp_world_size * sizeof(*st->train.loader));
+	if (rng)
+		st->train.rng = in->train.rng;
+done:
+	titan_ckpt_close(f);
+	return rc;
+}
+
+/* ------------------------------------------------------------ folders */
+
+/* "step-N.h5" -> N (1), "step-N.h5.tmp.XXXXXX" -> N (2), else 0.  N is
+ * decimal without sign or leading zeros ("0" itself is fine). */
+static int parse_name(const char *s, int64_t *step)
+{
+	const char *d = s + 5, *e;
+	char num[24];
+
+	if (strncmp(s, "step-", 5) != 0)
+		return 0;
+	for (e = d; *e >= '0' && *e <= '9'; e++)
+		;
+	if (e == d || e - d >= (ptrdiff_t)sizeof(num) || (*d == '0' && e - d > 1) ||
+	    strncmp(e, ".h5", 3) != 0)
+		return 0;
+	memcpy(num, d, (size_t)(e - d));
+	num[e - d] = 0;
+	if (titan_parse_i64(num, step) < 0)
+		return 0;
+	if (e[3] == 0)
+		return 1;
+	return strncmp(e + 3, ".tmp.", 5) == 0 && e[8] ? 2 : 0;
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+	int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+
+	return (x > y) - (x < y);
+}
+
+/* Steps of kind `kind` (1 complete, 2 temporary); with names when `names`. */
+static int scan(const char *folder, int kind, int64_t **steps, char ***names, size_t *n)
+{
+	DIR *d = opendir(folder);
+	struct dirent *e;
+	size_t cap = 0;
+	int rc = 0;
+
+	*steps = NULL;
+	*n = 0;
+	if (names)
+		*names = NULL;
+	if (!d)
+		return errno == ENOENT ? 0 : titan_error(TITAN_E_IO, "cannot read folder '%s': %s",
+							 folder, strerror(errno));
+	while ((e = readdir(d))) {
+		int64_t s;
+
+		if (parse_name(e->d_name, &s) != kind || (e->d_type != DT_REG && e->d_type != DT_UNKNOWN))
+			continue;
+		if (*n == cap) {
+			void *p = realloc(*steps, (cap = cap ? 2 * cap : 16) * sizeof(**steps));
+			void *q = names ? realloc(*names, cap * sizeof(**names)) : NULL;
+
+			if (p)
+				*steps = p;
+			if (q)
+				*names = q;
+			if (!p || (names && !q)) {
+				rc = titan_error(TITAN_E_NOMEM, "out of memory");
+				break;
+			}
+		}
+		if (names && !((*names)[*n] = strdup(e->d_name))) {
+			rc = titan_error(TITAN_E_NOMEM, "out of memory");
+			break;
+		}
+		(*steps)[(*n)++] = s;
+	}
+	closedir(d);
+	if (rc == 0 && !names && *n)
+		qsort(*steps, *n, sizeof(**steps), cmp_i64);
+	return rc;
+}
+
+int titan_ckpt_list(const char *folder, int64_t **steps, size_t *n)
+{
+	int rc = scan(folder, 1, steps, NULL, n);
+
+	if (rc < 0) {
+		free(*steps);
+		*steps = NULL;
+		*n = 0;
+	}
+	return rc;
+}
+
+int titan_ckpt_latest(const char *folder, int64_t *step)
+{
+	int64_t *steps;
+	size_t n;
+	int rc = titan_ckpt_list(folder, &steps, &n);
+
+	*step = rc == 0 && n ? steps[n - 1] : -1;
+	free(steps);
+	return rc;
+}
+
+int titan_ckpt_prune(const char *folder, int64_t keep_latest_k, int *removed)
+{
+	int64_t *steps = NULL, *tmp = NULL;
+	char **names = NULL, path[4096];
+	size_t n = 0, ntmp = 0;
+	int rc, count = 0;
+
+	if (removed)
+		*removed = 0;
+	if (keep_latest_k < 0)
+		return titan_error(TITAN_E_INVALID, "checkpoint.keep_latest_k %lld < 0",
+				   (long long)keep_latest_k);
+	if ((rc = titan_ckpt_list(folder, &steps, &n)) < 0)
+		return rc;
+	for (size_t i = 0; keep_latest_k > 0 && i + (size_t)keep_latest_k < n && rc == 0; i++) {
+		if ((rc = titan_ckpt_path(path, sizeof(path), folder, steps[i])) == 0 &&
+		    unlink(path) != 0 && errno != ENOENT)
+			rc = titan_error(TITAN_E_IO, "cannot delete old checkpoint '%s': %s", path,
+					 strerror(errno));
+		count += rc == 0;
+	}
+	/* leftovers of crashed writes: only steps not newer than the newest
+	 * complete one (a save in progress writes a newer step) */
+	if (rc == 0 && n && (rc = scan(folder, 2, &tmp, &names, &ntmp)) == 0) {
+		for (size_t i = 0; i < ntmp && rc == 0; i++) {
+			if (tmp[i] > steps[n - 1])
+				continue;
+			snprintf(path, sizeof(path), "%s/%s", folder, names[i]);
+			if (unlink(path) != 0 && errno != ENOENT)
+				rc = titan_error(TITAN_E_IO, "cannot delete '%s': %s", path,
+						 strerror(errno));
+			count += rc == 0;
+		}
+	}
+	for (size_t i = 0; names && i < ntmp; i++)
+		free(names[i]);
+	free(names);
+	free(tmp);
+	free(steps);
+	if (removed)
+		*removed = count;
+	return rc;
+}
+
+/* ------------------------------------------------------- config from dims */
+
+void titan_ckpt_match_flavor_(const struct titan_model_dims *d, char name[32])
+{
+	for (int i = 0; i < titan_model_nflavors(); i++) {
+		struct titan_model_dims f;
+
+		if (titan_model_flavor(titan_model_flavor_name(i), &f) == 0 && f.dim == d->dim &&
+		    f.n_layers == d->n_layers && f.n_heads == d->n_heads &&
+		    f.n_kv_heads == d->n_kv_heads && f.vocab_size == d->vocab_size &&
+		    f.ffn_hidden == d->ffn_hidden && f.tied == d->tied &&
+		    f.head_dim == d->head_dim) {
+			snprintf(name, 32, "%s", f.flavor);
+			return;
+		}
+	}
+	snprintf(name, 32, "custom");
+}
+
+char *titan_ckpt_config_for_dims(const struct titan_model_dims *d)
+{
+	struct titan_config c;
+	struct titan_model_dims back;
+	char flavor[32], v[64], *buf = NULL;
+	size_t len = 0;
+	FILE *fp = NULL;
+	int rc;
+
+	if (titan_config_init(&c) < 0)
+		return NULL;
+	titan_ckpt_match_flavor_(d, flavor);
+#define SET(key, ...) \
+	do { snprintf(v, sizeof(v), __VA_ARGS__); \
+	     if ((rc = titan_config_set(&c, key, v, "checkpoint dims")) < 0) goto done; } while (0)
+#define SETD(key, x) \
+	do { titan_format_double(v, sizeof(v), x); \
+	     if ((rc = titan_config_set(&c, key, v, "checkpoint dims")) < 0) goto done; } while (0)
+	SET("model.flavor", "%s", flavor);
+	if (!strcmp(flavor, "custom")) {
+		/* ffn hidden F back from multiple_of = F: int(8·dim/3) rounded up to
+		 * a multiple of F is F when it is at most F; otherwise a
+		 * multiplier brings it down first */
+		int64_t h = (int64_t)(2.0 * (double)(4 * d->dim) / 3.0);
+
+		SET("model.dim", "%lld", (long long)d->dim);
+		SET("model.n_layers", "%lld", (long long)d->n_layers);
+		SET("model.n_heads", "%lld", (long long)d->n_heads);
+		SET("model.n_kv_heads", "%lld", (long long)d->n_kv_heads);
+		SET("model.vocab_size", "%lld", (long long)d->vocab_size);
+		SET("model.multiple_of", "%lld", (long long)d->ffn_hidden);
+		if (h > d->ffn_hidden)
+			SETD("model.ffn_dim_multiplier", (double)d->ffn_hidden / (double)h);
+		SET("model.tie_word_embeddings", "%s", d->tied ? "true" : "false");
+	}
+	SETD("model.norm_eps", d->norm_eps);
+	SETD("model.rope_theta", d->rope_theta);
+	SET("model.rope_scaling", "%s", d->rope_scaling ? "true" : "false");
+	if (d->rope_scaling) {
+		SETD("model.rope_scaling_factor", d->rope_scaling_factor);
+		SETD("model.rope_low_freq_factor", d->rope_low_freq_factor);
+		SETD("model.rope_high_freq_factor", d->rope_high_freq_factor);
+		SET("model.rope_original_max_position", "%lld",
+		    (long long)d->rope_original_max_position);
+	}
+#undef SET
+#undef SETD
+	if ((rc = titan_model_dims_from_config(&c, &back)) == 0 && back.ffn_hidden != d->ffn_hidden)
+		titan_log_warn("config for the checkpoint: ffn hidden %lld is not reachable from "
+			       "model.multiple_of / ffn_dim_multiplier (got %lld)",
+			       (long long)d->ffn_hidden, (long long)back.ffn_hidden);
+	if (!(fp = open_memstream(&buf, &len))) {
+		rc = titan_error(TITAN_E_NOMEM, "out of memory");
+		goto done;
+	}
+	rc = titan_config_write_yaml(&c, fp);
+	if (fclose(fp) != 0 && rc == 0)
+		rc = titan_error(TITAN_E_NOMEM, "out of memory");
+done:
+	titan_config_release(&c);
+	if (rc < 0) {
+		free(buf);
+		return NULL;
+	}
+	return buf;
+}

@@ -1,0 +1,455 @@
+/*
+ * h5.c — the HDF5 side of the checkpoint (layout in lib/titan/ckpt.h): a
+ * streaming writer that commits by rename, and a reader that checks the
+ * format, version, dims and every tensor before anything is loaded.  The
+ * policy (what a save holds, names against the parameter table, folders)
+ * is in checkpoint.c; this file is the only one that calls HDF5.
+ *
+ * torchtitan counterpart: the DCP save/load of components/checkpoint.py,
+ * with one HDF5 file in place of a .distcp directory.
+ */
+#include "ckpt_impl.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+const char *titan_ckpt_part_name(enum titan_ckpt_part part)
+{
+	static const char *const names[] = {"model", "optimizer/exp_avg", "optimizer/exp_avg_sq"};
+
+	return (unsigned)part < TITAN_CKPT_NPARTS ? names[part] : NULL;
+}
+
+#if TITAN_HAVE_HDF5
+#include <pthread.h>
+
+/* ------------------------------------------------------------ errors */
+
+int64_t titan_ckpt_block_elems_ = (int64_t)1 << 20;
+int64_t titan_ckpt_block_bytes_ = (int64_t)64 << 20;
+
+static pthread_once_t quiet_once = PTHREAD_ONCE_INIT;
+
+static void quiet_init(void)
+{
+	H5Eset_auto2(H5E_DEFAULT, NULL, NULL); /* errors are reported through titan_error */
+}
+
+void quiet(void)
+{
+	pthread_once(&quiet_once, quiet_init);
+}
+
+static herr_t walk_cb(unsigned n, const H5E_error2_t *e, void *data)
+{
+	char *buf = data;
+
+	if (n == 0 && e->desc) /* upward: the innermost, most specific entry */
+		snprintf(buf, 256, "%s", e->desc);
+	return 0;
+}
+
+/* Record an error with the HDF5 library's innermost message appended. */
+int h5fail(int code, const char *fmt, ...)
+{
+	char msg[700], detail[256] = "";
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, walk_cb, detail);
+	H5Eclear2(H5E_DEFAULT);
+	if (detail[0])
+		return titan_error(code, "%s (HDF5: %s)", msg, detail);
+	return titan_error(code, "%s", msg);
+}
+
+/* A 16-bit float type: bfloat16 (8-bit exponent, 7-bit mantissa, bias
+ * 127) or IEEE half (5, 10, 15), derived from float32 in the order
+ * shared/PLATFORM.md gives (HDF5 1.10 has no predefined half type; h5py
+ * builds its float16 the same way, so h5py maps half to numpy float16). */
+static hid_t half_type(size_t ebits, size_t mbits, size_t bias)
+{
+	hid_t t = H5Tcopy(H5T_IEEE_F32LE);
+
+	if (t < 0 || H5Tset_fields(t, 15, mbits, ebits, 0, mbits) < 0 ||
+	    H5Tset_precision(t, 16) < 0 || H5Tset_size(t, 2) < 0 || H5Tset_ebias(t, bias) < 0) {
+		if (t >= 0)
+			H5Tclose(t);
+		return -1;
+	}
+	return t;
+}
+
+hid_t file_type(enum titan_ckpt_dtype dt)
+{
+	switch (dt) {
+	case TITAN_CKPT_FLOAT32: return H5Tcopy(H5T_IEEE_F32LE);
+	case TITAN_CKPT_FLOAT16: return half_type(5, 10, 15);
+	case TITAN_CKPT_BFLOAT16: return half_type(8, 7, 127);
+	}
+	return -1;
+}
+
+/* ------------------------------------------------------------ writer */
+
+struct titan_ckpt_writer {
+	char *path, *tmp;
+	hid_t file, gcpl, dcpl, lcpl;
+};
+
+static int attr_write(hid_t loc, const char *name, hid_t ftype, hid_t mtype, const void *v)
+{
+	hid_t s = H5Screate(H5S_SCALAR), a = -1;
+	int ok = s >= 0 && (a = H5Acreate2(loc, name, ftype, s, H5P_DEFAULT, H5P_DEFAULT)) >= 0 &&
+		 H5Awrite(a, mtype, v) >= 0;
+
+	if (a >= 0)
+		H5Aclose(a);
+	if (s >= 0)
+		H5Sclose(s);
+	return ok ? 0 : -1;
+}
+
+static int attr_i64(hid_t loc, const char *name, int64_t v)
+{
+	return attr_write(loc, name, H5T_STD_I64LE, H5T_NATIVE_INT64, &v);
+}
+
+static int attr_u64(hid_t loc, const char *name, uint64_t v)
+{
+	return attr_write(loc, name, H5T_STD_U64LE, H5T_NATIVE_UINT64, &v);
+}
+
+static int attr_f64(hid_t loc, const char *name, double v)
+{
+	return attr_write(loc, name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &v);
+}
+
+/* A variable-length UTF-8 string: h5py reads it as str. */
+static int attr_str(hid_t loc, const char *name, const char *v)
+{
+	hid_t t = H5Tcopy(H5T_C_S1);
+	int rc = -1;
+
+	if (t >= 0 && H5Tset_size(t, H5T_VARIABLE) >= 0 && H5Tset_cset(t, H5T_CSET_UTF8) >= 0)
+		rc = attr_write(loc, name, t, t, &v);
+	if (t >= 0)
+		H5Tclose(t);
+	return rc;
+}
+
+/* Open group `path` ("optimizer/exp_avg"), creating missing levels. */
+static hid_t group(struct titan_ckpt_writer *w, const char *path)
+{
+	if (H5Lexists(w->file, path, H5P_DEFAULT) > 0)
+		return H5Gopen2(w->file, path, H5P_DEFAULT);
+	return H5Gcreate2(w->file, path, w->lcpl, w->gcpl, H5P_DEFAULT);
+}
+
+static int write_dims(hid_t f, const struct titan_model_dims *d)
+{
+	const struct { const char *n; int64_t v; } ints[] = {
+		{"dim", d->dim}, {"n_layers", d->n_layers}, {"n_heads", d->n_heads},
+		{"n_kv_heads", d->n_kv_heads}, {"head_dim", d->head_dim},
+		{"ffn_hidden", d->ffn_hidden}, {"vocab_size", d->vocab_size},
+		{"multiple_of", d->multiple_of},
+		{"rope_original_max_position", d->rope_original_max_position},
+		{"tie_word_embeddings", d->tied}, {"rope_scaling", d->rope_scaling},
+	};
+	const struct { const char *n; double v; } dbls[] = {
+		{"ffn_dim_multiplier", d->ffn_dim_multiplier}, {"norm_eps", d->norm_eps},
+		{"rope_theta", d->rope_theta}, {"rope_scaling_factor", d->rope_scaling_factor},
+		{"rope_low_freq_factor", d->rope_low_freq_factor},
+		{"rope_high_freq_factor", d->rope_high_freq_factor},
+	};
+
+	if (attr_str(f, "flavor", d->flavor) < 0)
+		return -1;
+	for (size_t i = 0; i < sizeof(ints) / sizeof(ints[0]); i++)
+		if (attr_i64(f, ints[i].n, ints[i].v) < 0)
+			return -1;
+	for (size_t i = 0; i < sizeof(dbls) / sizeof(dbls[0]); i++)
+		if (attr_f64(f, dbls[i].n, dbls[i].v) < 0)
+			return -1;
+	return 0;
+}
+
+int titan_ckpt_writer_open(const char *path, const struct titan_model_dims *dims,
+			   const char *config_yaml, struct titan_ckpt_writer **out)
+{
+	struct titan_ckpt_writer *w;
+	hid_t fcpl = -1, fapl = -1;
+	size_t n = strlen(path) + 16;
+	int fd, rc = 0;
+
+	quiet();
+	*out = NULL;
+	if (!(w = calloc(1, sizeof(*w))) || !(w->path = strdup(path)) || !(w->tmp = malloc(n))) {
+		if (w)
+			free(w->path);
+		free(w);
+		return titan_error(TITAN_E_NOMEM, "out of memory");
+	}
+	w->file = w->gcpl = w->dcpl = w->lcpl = -1;
+	snprintf(w->tmp, n, "%s.tmp.XXXXXX", path);
+	if ((fd = mkstemp(w->tmp)) < 0) {
+		rc = titan_error(TITAN_E_IO, "cannot create checkpoint '%s': %s", path, strerror(errno));
+		free(w->tmp);
+		w->tmp = NULL;
+		goto fail;
+	}
+	close(fd);
+	/* creation order kept in every group (h5py track_order, torchtitan's
+	 * order on iteration); no timestamps, so equal states give equal bytes */
+	if ((fcpl = H5Pcreate(H5P_FILE_CREATE)) < 0 ||
+	    H5Pset_link_creation_order(fcpl, H5P_CRT_ORDER_TRACKED | H5P_CRT_ORDER_INDEXED) < 0 ||
+	    H5Pset_obj_track_times(fcpl, 0) < 0 || (fapl = H5Pcreate(H5P_FILE_ACCESS)) < 0 ||
+	    H5Pset_libver_bounds(fapl, H5F_LIBVER_V18, H5F_LIBVER_LATEST) < 0 ||
+	    (w->gcpl = H5Pcreate(H5P_GROUP_CREATE)) < 0 ||
+	    H5Pset_link_creation_order(w->gcpl, H5P_CRT_ORDER_TRACKED | H5P_CRT_ORDER_INDEXED) < 0 ||
+	    H5Pset_obj_track_times(w->gcpl, 0) < 0 || (w->dcpl = H5Pcreate(H5P_DATASET_CREATE)) < 0 ||
+	    H5Pset_obj_track_times(w->dcpl, 0) < 0 ||
+	    H5Pset_fill_time(w->dcpl, H5D_FILL_TIME_NEVER) < 0 ||
+	    (w->lcpl = H5Pcreate(H5P_LINK_CREATE)) < 0 ||
+	    H5Pset_create_intermediate_group(w->lcpl, 1) < 0 ||
+	    H5Pset_char_encoding(w->lcpl, H5T_CSET_UTF8) < 0) {
+		rc = h5fail(TITAN_E_INTERNAL, "cannot set up HDF5 properties for '%s'", path);
+		goto fail;
+	}
+	if ((w->file = H5Fcreate(w->tmp, H5F_ACC_TRUNC, fcpl, fapl)) < 0) {
+		rc = h5fail(TITAN_E_IO, "cannot create checkpoint '%s'", w->tmp);
+		goto fail;
+	}
+	if (attr_str(w->file, "format", TITAN_CKPT_FORMAT) < 0 ||
+	    attr_i64(w->file, "format_version", TITAN_CKPT_VERSION) < 0 ||
+	    attr_str(w->file, "titan_version", titan_version()) < 0 ||
+	    attr_str(w->file, "config", config_yaml ? config_yaml : "") < 0 ||
+	    write_dims(w->file, dims) < 0) {
+		rc = h5fail(TITAN_E_IO, "cannot write the attributes of checkpoint '%s'", path);
+		goto fail;
+	}
+	H5Pclose(fcpl);
+	H5Pclose(fapl);
+	*out = w;
+	return 0;
+fail:
+	if (fcpl >= 0)
+		H5Pclose(fcpl);
+	if (fapl >= 0)
+		H5Pclose(fapl);
+	return titan_ckpt_writer_close(w, rc);
+}
+
+int titan_ckpt_writer_tensor(struct titan_ckpt_writer *w, enum titan_ckpt_part part,
+			     const char *name, int ndim, const int64_t *shape,
+			     const float *data, enum titan_ckpt_dtype dtype)
+{
+	hsize_t dims[4];
+	hid_t g = -1, s = -1, t = -1, d = -1, ms = -1, fs = -1;
+	int64_t numel = 1, row = 1;
+	uint16_t *buf = NULL;
+	int rc = 0;
+
+	if (ndim < 1 || ndim > 4 || (unsigned)part >= TITAN_CKPT_NPARTS || !name[0] ||
+	    strchr(name, '/'))
+		return titan_error(TITAN_E_INVALID, "'%s': %s/%s: bad tensor (%d dims)", w->path,
+				   titan_ckpt_part_name(part), name, ndim);
+	for (int i = 0; i < ndim; i++) {
+		if (shape[i] < 0)
+			return titan_error(TITAN_E_INVALID, "'%s': %s/%s: negative dim", w->path,
+					   titan_ckpt_part_name(part), name);
+		dims[i] = (hsize_t)shape[i];
+		numel *= shape[i];
+		row *= i ? shape[i] : 1;
+	}
+	if ((g = group(w, titan_ckpt_part_name(part))) < 0 ||
+	    (s = H5Screate_simple(ndim, dims, NULL)) < 0 || (t = file_type(dtype)) < 0 ||
+	    (d = H5Dcreate2(g, name, t, s, w->lcpl, w->dcpl, H5P_DEFAULT)) < 0) {
+		rc = h5fail(TITAN_E_IO, "'%s': cannot create %s/%s", w->tmp,
+			    titan_ckpt_part_name(part), name);
+		goto done;
+	}
+	if (numel == 0)
+		goto done;
+	/* in blocks of whole rows (one pwrite each: a single write of a
+	 * gigabyte tensor runs at half the disk speed under the kernel's
+	 * dirty-page throttling); 16-bit types are rounded here (HDF5's own
+	 * conversion does not round to nearest even) and written as raw bits */
+	{
+		const bool f32 = dtype == TITAN_CKPT_FLOAT32;
+		const int64_t block = f32 ? BLOCK_BYTES / 4 : BLOCK_ELEMS;
+		int64_t rows_per = row ? (block / row > 0 ? block / row : 1) : 1;
+		hsize_t start[4] = {0}, count[4];
+
+		if (!f32 && !(buf = malloc((size_t)(rows_per * row) * 2))) {
+			rc = titan_error(TITAN_E_NOMEM, "out of memory converting %s", name);
+			goto done;
+		}
+		fs = H5Dget_space(d);
+		for (int64_t r0 = 0; r0 < shape[0] && rc == 0; r0 += rows_per) {
+			int64_t nr = shape[0] - r0 < rows_per ? shape[0] - r0 : rows_per;
+			hsize_t n = (hsize_t)(nr * row);
+
+			memcpy(count, dims, sizeof(count));
+			start[0] = (hsize_t)r0;
+			count[0] = (hsize_t)nr;
+			if (!f32)
+				titan_ckpt_cast(dtype, data + r0 * row, buf, (size_t)n);
+			if (H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, NULL, count, NULL) < 0 ||
+			    (ms = H5Screate_simple(1, &n, NULL)) < 0 ||
+			    H5Dwrite(d, f32 ? H5T_NATIVE_FLOAT : t, ms, fs, H5P_DEFAULT,
+				     f32 ? (const void *)(data + r0 * row) : buf) < 0)
+				rc = h5fail(TITAN_E_IO, "'%s': cannot write %s/%s", w->tmp,
+					    titan_ckpt_part_name(part), name);
+			if (ms >= 0)
+				H5Sclose(ms);
+			ms = -1;
+		}
+	}
+done:
+	free(buf);
+	if (fs >= 0)
+		H5Sclose(fs);
+	if (d >= 0)
+		H5Dclose(d);
+	if (t >= 0)
+		H5Tclose(t);
+	if (s >= 0)
+		H5Sclose(s);
+	if (g >= 0)
+		H5Gclose(g);
+	return rc;
+}
+
+int titan_ckpt_writer_train_state(struct titan_ckpt_writer *w,
+				  const struct titan_ckpt_train_state *ts)
+{
+	hid_t g;
+	char name[64];
+	int ok;
+
+	if (ts->dp_world_size < 1 || !ts->loader)
+		return titan_error(TITAN_E_INVALID, "'%s': dataloader state of %lld ranks", w->path,
+				   (long long)ts->dp_world_size);
+#define GROUP(path, body) \
+	do { \
+		if ((g = group(w, path)) < 0) \
+			goto fail; \
+		ok = (body); \
+		H5Gclose(g); \
+		if (!ok) \
+			goto fail; \
+	} while (0)
+	GROUP("train_state", attr_i64(g, "step", ts->step) == 0 &&
+			     attr_i64(g, "ntokens_seen", ts->ntokens_seen) == 0);
+	GROUP("lr_scheduler", attr_i64(g, "last_epoch", ts->lr_last_epoch) == 0);
+	GROUP("optimizer", attr_i64(g, "step", ts->optim_step) == 0);
+	GROUP("dataloader", attr_i64(g, "world_size", ts->dp_world_size) == 0);
+	for (int64_t r = 0; r < ts->dp_world_size; r++) {
+		const struct titan_loader_state *l = &ts->loader[r];
+
+		snprintf(name, sizeof(name), "dataloader/dp_rank_%lld", (long long)r);
+		GROUP(name, attr_u64(g, "epoch", l->epoch) == 0 &&
+			    attr_u64(g, "position", l->position) == 0 &&
+			    attr_u64(g, "n_windows", l->n_windows) == 0 &&
+			    attr_u64(g, "seq_len", l->seq_len) == 0 &&
+			    attr_u64(g, "shuffle", l->shuffle) == 0 &&
+			    attr_u64(g, "seed", l->seed) == 0);
+	}
+	GROUP("rng", attr_u64(g, "seed", ts->rng.seed) == 0 &&
+		     attr_u64(g, "stream", ts->rng.stream) == 0 &&
+		     attr_u64(g, "offset", ts->rng.offset) == 0);
+#undef GROUP
+	return 0;
+fail:
+	return h5fail(TITAN_E_IO, "'%s': cannot write the training state", w->tmp);
+}
+
+static int fsync_path(const char *path, int flags)
+{
+	int fd = open(path, flags), rc;
+
+	if (fd < 0)
+		return -1;
+	rc = fsync(fd);
+	close(fd);
+	return rc;
+}
+
+int titan_ckpt_writer_close(struct titan_ckpt_writer *w, int rc)
+{
+	if (!w)
+		return rc;
+	if (w->file >= 0 && H5Fclose(w->file) < 0 && rc == 0)
+		rc = h5fail(TITAN_E_IO, "cannot write checkpoint '%s'", w->tmp);
+	if (w->tmp && rc == 0) {
+		mode_t mask = umask(0);
+		char *slash = strrchr(w->path, '/');
+
+		umask(mask);
+		if (chmod(w->tmp, 0666 & ~mask) != 0 || fsync_path(w->tmp, O_RDONLY) != 0)
+			rc = titan_error(TITAN_E_IO, "cannot write checkpoint '%s': %s", w->tmp,
+					 strerror(errno));
+		else if (rename(w->tmp, w->path) != 0)
+			rc = titan_error(TITAN_E_IO, "cannot rename '%s' to '%s': %s", w->tmp,
+					 w->path, strerror(errno));
+		if (rc == 0) { /* the rename is on disk once the folder is */
+			if (slash)
+				*slash = 0;
+			if (fsync_path(slash ? (slash == w->path ? "/" : w->path) : ".",
+				       O_RDONLY | O_DIRECTORY) != 0)
+				titan_log_warn("cannot fsync the folder of '%s': %s", w->tmp,
+					       strerror(errno));
+		}
+	}
+	if (w->tmp && rc != 0)
+		unlink(w->tmp);
+	if (w->gcpl >= 0)
+		H5Pclose(w->gcpl);
+	if (w->dcpl >= 0)
+		H5Pclose(w->dcpl);
+	if (w->lcpl >= 0)
+		H5Pclose(w->lcpl);
+	free(w->tmp);
+	free(w->path);
+	free(w);
+	return rc;
+}
+
+#else /* !TITAN_HAVE_HDF5 */
+
+struct titan_ckpt_writer { int unused; };
+
+int titan_ckpt_writer_open(const char *path, const struct titan_model_dims *dims,
+			   const char *config_yaml, struct titan_ckpt_writer **out)
+{
+	(void)path, (void)dims, (void)config_yaml;
+	*out = NULL;
+	return NO_HDF5;
+}
+int titan_ckpt_writer_tensor(struct titan_ckpt_writer *w, enum titan_ckpt_part part,
+			     const char *name, int ndim, const int64_t *shape,
+			     const float *data, enum titan_ckpt_dtype dtype)
+{
+	(void)w, (void)part, (void)name, (void)ndim, (void)shape, (void)data, (void)dtype;
+	return NO_HDF5;
+}
+int titan_ckpt_writer_train_state(struct titan_ckpt_writer *w,
+				  const struct titan_ckpt_train_state *ts)
+{
+	(void)w, (void)ts;
+	return NO_HDF5;
+}
+int titan_ckpt_writer_close(struct titan_ckpt_writer *w, int rc)
+{
+	(void)w;
+	return rc;
+}
+#endif

@@ -1,0 +1,592 @@
+/*
+ * h5read.c — reading titan checkpoints (layout in lib/titan/ckpt.h): the
+ * format, version, dims and training state are checked and every tensor's
+ * type, shape, size and place in the file are validated at open, so a
+ * load fails before it changes anything the caller holds; tensors are
+ * then read as float32, whole or by rows of dim 0 (a dim-0 shard).
+ */
+#include "ckpt_impl.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#if TITAN_HAVE_HDF5
+
+/* ------------------------------------------------------------ reader */
+
+struct titan_ckpt_file {
+	struct titan_ckpt_info info;
+	hid_t file;
+	size_t cap;
+};
+
+/* Attribute `name` of `loc` into *out with memory type `mt`; 1 when
+ * absent (nothing written), 0 on success, negative on a bad attribute. */
+static int attr_read(hid_t loc, const char *name, hid_t mt, H5T_class_t want, void *out)
+{
+	hid_t a, t;
+	H5T_class_t c;
+	int rc = 0;
+
+	if (H5Aexists(loc, name) <= 0)
+		return 1;
+	if ((a = H5Aopen(loc, name, H5P_DEFAULT)) < 0)
+		return -1;
+	t = H5Aget_type(a);
+	c = t >= 0 ? H5Tget_class(t) : H5T_NO_CLASS;
+	if (c != want && !(want == H5T_FLOAT && c == H5T_INTEGER))
+		rc = -2;
+	else if (H5Aread(a, mt, out) < 0)
+		rc = -1;
+	if (t >= 0)
+		H5Tclose(t);
+	H5Aclose(a);
+	return rc;
+}
+
+/* A string attribute (variable or fixed length) as a malloc'd copy. */
+static int attr_read_str(hid_t loc, const char *name, char **out)
+{
+	hid_t a, t = -1, mt = -1;
+	int rc = 0;
+
+	*out = NULL;
+	if (H5Aexists(loc, name) <= 0)
+		return 1;
+	if ((a = H5Aopen(loc, name, H5P_DEFAULT)) < 0)
+		return -1;
+	if ((t = H5Aget_type(a)) < 0 || H5Tget_class(t) != H5T_STRING) {
+		rc = -2;
+	} else if (H5Tis_variable_str(t) > 0) {
+		char *v = NULL;
+
+		mt = H5Tcopy(H5T_C_S1);
+		H5Tset_size(mt, H5T_VARIABLE);
+		H5Tset_cset(mt, H5Tget_cset(t));
+		if (H5Aread(a, mt, &v) < 0)
+			rc = -1;
+		else
+			*out = strdup(v ? v : "");
+		H5free_memory(v);
+	} else {
+		size_t n = H5Tget_size(t);
+
+		if ((*out = calloc(1, n + 1)) && H5Aread(a, t, *out) < 0)
+			rc = -1;
+	}
+	if (rc == 0 && !*out)
+		rc = -3;
+	if (mt >= 0)
+		H5Tclose(mt);
+	if (t >= 0)
+		H5Tclose(t);
+	H5Aclose(a);
+	return rc;
+}
+
+static int bad_attr(const struct titan_ckpt_file *f, const char *obj, const char *name, int r)
+{
+	if (r == -3)
+		return titan_error(TITAN_E_NOMEM, "out of memory");
+	if (r == 1)
+		return titan_error(TITAN_E_FORMAT, "'%s': %s has no attribute '%s' (damaged or not "
+				   "written by titan)", f->info.path, obj, name);
+	if (r == -2)
+		return titan_error(TITAN_E_FORMAT, "'%s': %s: attribute '%s' has the wrong type",
+				   f->info.path, obj, name);
+	return h5fail(TITAN_E_FORMAT, "'%s': %s: cannot read attribute '%s'", f->info.path, obj,
+		      name);
+}
+
+#define NEED_I64(f, loc, obj, name, dst) \
+	do { int r_ = attr_read(loc, name, H5T_NATIVE_INT64, H5T_INTEGER, dst); \
+	     if (r_ != 0) return bad_attr(f, obj, name, r_); } while (0)
+#define NEED_U64(f, loc, obj, name, dst) \
+	do { int r_ = attr_read(loc, name, H5T_NATIVE_UINT64, H5T_INTEGER, dst); \
+	     if (r_ != 0) return bad_attr(f, obj, name, r_); } while (0)
+#define NEED_F64(f, loc, obj, name, dst) \
+	do { int r_ = attr_read(loc, name, H5T_NATIVE_DOUBLE, H5T_FLOAT, dst); \
+	     if (r_ != 0) return bad_attr(f, obj, name, r_); } while (0)
+
+static int read_header(struct titan_ckpt_file *f)
+{
+	struct titan_ckpt_info *in = &f->info;
+	struct titan_model_dims *d = &in->dims;
+	char *s = NULL;
+	int64_t v;
+	int r;
+
+	if ((r = attr_read_str(f->file, "format", &s)) == 1)
+		return titan_error(TITAN_E_FORMAT, "'%s' is not a titan checkpoint (no 'format' "
+				   "attribute)", in->path);
+	if (r != 0)
+		return bad_attr(f, "/", "format", r);
+	r = strcmp(s, TITAN_CKPT_FORMAT);
+	if (r != 0)
+		titan_error(TITAN_E_FORMAT, "'%s' is not a titan checkpoint (format '%s', expected '"
+			    TITAN_CKPT_FORMAT "')", in->path, s);
+	free(s);
+	if (r != 0)
+		return TITAN_E_FORMAT;
+	NEED_I64(f, f->file, "/", "format_version", &in->format_version);
+	if (in->format_version > TITAN_CKPT_VERSION)
+		return titan_error(TITAN_E_FORMAT, "'%s': format version %lld is newer than this "
+				   "titan reads (%d): upgrade titan", in->path,
+				   (long long)in->format_version, TITAN_CKPT_VERSION);
+	if (in->format_version < 1)
+		return titan_error(TITAN_E_FORMAT, "'%s': bad format version %lld", in->path,
+				   (long long)in->format_version);
+	if ((r = attr_read_str(f->file, "titan_version", &in->titan_version)) < 0 ||
+	    (r == 1 && !(in->titan_version = strdup(""))))
+		return bad_attr(f, "/", "titan_version", r == 1 ? -3 : r);
+	if ((r = attr_read_str(f->file, "config", &in->config_yaml)) < 0 ||
+	    (r == 1 && !(in->config_yaml = strdup(""))))
+		return bad_attr(f, "/", "config", r == 1 ? -3 : r);
+	if ((r = attr_read_str(f->file, "flavor", &s)) != 0)
+		return bad_attr(f, "/", "flavor", r);
+	snprintf(d->flavor, sizeof(d->flavor), "%s", s);
+	free(s);
+	NEED_I64(f, f->file, "/", "dim", &d->dim);
+	NEED_I64(f, f->file, "/", "n_layers", &d->n_layers);
+	NEED_I64(f, f->file, "/", "n_heads", &d->n_heads);
+	NEED_I64(f, f->file, "/", "n_kv_heads", &d->n_kv_heads);
+	NEED_I64(f, f->file, "/", "head_dim", &d->head_dim);
+	NEED_I64(f, f->file, "/", "ffn_hidden", &d->ffn_hidden);
+	NEED_I64(f, f->file, "/", "vocab_size", &d->vocab_size);
+	NEED_I64(f, f->file, "/", "multiple_of", &d->multiple_of);
+	NEED_I64(f, f->file, "/", "rope_original_max_position", &d->rope_original_max_position);
+	NEED_I64(f, f->file, "/", "tie_word_embeddings", &v);
+	d->tied = v != 0;
+	NEED_I64(f, f->file, "/", "rope_scaling", &v);
+	d->rope_scaling = v != 0;
+	NEED_F64(f, f->file, "/", "ffn_dim_multiplier", &d->ffn_dim_multiplier);
+	NEED_F64(f, f->file, "/", "norm_eps", &d->norm_eps);
+	NEED_F64(f, f->file, "/", "rope_theta", &d->rope_theta);
+	NEED_F64(f, f->file, "/", "rope_scaling_factor", &d->rope_scaling_factor);
+	NEED_F64(f, f->file, "/", "rope_low_freq_factor", &d->rope_low_freq_factor);
+	NEED_F64(f, f->file, "/", "rope_high_freq_factor", &d->rope_high_freq_factor);
+	return 0;
+}
+
+static bool exists(hid_t loc, const char *path)
+{
+	return H5Lexists(loc, path, H5P_DEFAULT) > 0;
+}
+
+/* Open group `path` for attribute reads, or fail naming it. */
+static hid_t open_group(struct titan_ckpt_file *f, const char *path)
+{
+	hid_t g = H5Gopen2(f->file, path, H5P_DEFAULT);
+
+	if (g < 0)
+		h5fail(TITAN_E_FORMAT, "'%s': /%s is not a group", f->info.path, path);
+	return g;
+}
+
+static int read_state_group(struct titan_ckpt_file *f, const char *path)
+{
+	struct titan_ckpt_train_state *ts = &f->info.train;
+	char obj[64];
+	hid_t g;
+	int rc = 0;
+
+	if ((g = open_group(f, path)) < 0)
+		return TITAN_E_FORMAT;
+#define ATTR(loc, obj, name, mt, dst) \
+	do { int r_ = attr_read(loc, name, mt, H5T_INTEGER, dst); \
+	     if (r_) { rc = bad_attr(f, obj, name, r_); goto done; } } while (0)
+	if (!strcmp(path, "train_state")) {
+		ATTR(g, "/train_state", "step", H5T_NATIVE_INT64, &ts->step);
+		ATTR(g, "/train_state", "ntokens_seen", H5T_NATIVE_INT64, &ts->ntokens_seen);
+	} else if (!strcmp(path, "lr_scheduler")) {
+		ATTR(g, "/lr_scheduler", "last_epoch", H5T_NATIVE_INT64, &ts->lr_last_epoch);
+	} else if (!strcmp(path, "optimizer")) {
+		ATTR(g, "/optimizer", "step", H5T_NATIVE_INT64, &ts->optim_step);
+	} else if (!strcmp(path, "rng")) {
+		ATTR(g, "/rng", "seed", H5T_NATIVE_UINT64, &ts->rng.seed);
+		ATTR(g, "/rng", "stream", H5T_NATIVE_UINT64, &ts->rng.stream);
+		ATTR(g, "/rng", "offset", H5T_NATIVE_UINT64, &ts->rng.offset);
+	} else { /* dataloader */
+		ATTR(g, "/dataloader", "world_size", H5T_NATIVE_INT64, &ts->dp_world_size);
+		if (ts->dp_world_size < 1 || ts->dp_world_size > (1 << 24)) {
+			rc = titan_error(TITAN_E_FORMAT, "'%s': /dataloader: bad world_size %lld",
+					 f->info.path, (long long)ts->dp_world_size);
+			goto done;
+		}
+		if (!(ts->loader = calloc((size_t)ts->dp_world_size, sizeof(*ts->loader)))) {
+			rc = titan_error(TITAN_E_NOMEM, "out of memory");
+			goto done;
+		}
+		for (int64_t r = 0; r < ts->dp_world_size && rc == 0; r++) {
+			struct titan_loader_state *l = &ts->loader[r];
+			static const char *const names[] = {"epoch", "position", "n_windows",
+							    "seq_len", "shuffle", "seed"};
+			uint64_t *dst[] = {&l->epoch, &l->position, &l->n_windows, &l->seq_len,
+					   &l->shuffle, &l->seed};
+			hid_t h;
+
+			snprintf(obj, sizeof(obj), "dataloader/dp_rank_%lld", (long long)r);
+			if (!exists(f->file, obj)) {
+				rc = titan_error(TITAN_E_FORMAT, "'%s': /dataloader has world_size "
+						 "%lld but no /%s", f->info.path,
+						 (long long)ts->dp_world_size, obj);
+				goto done;
+			}
+			if ((h = open_group(f, obj)) < 0) {
+				rc = TITAN_E_FORMAT;
+				goto done;
+			}
+			for (int i = 0; i < 6 && rc == 0; i++) {
+				int r2 = attr_read(h, names[i], H5T_NATIVE_UINT64, H5T_INTEGER, dst[i]);
+
+				if (r2)
+					rc = bad_attr(f, obj, names[i], r2);
+			}
+			H5Gclose(h);
+		}
+	}
+#undef ATTR
+done:
+	H5Gclose(g);
+	return rc;
+}
+
+struct names {
+	char **v;
+	size_t n, cap;
+};
+
+static herr_t name_cb(hid_t g, const char *name, const H5L_info_t *info, void *data)
+{
+	struct names *ns = data;
+	char **v;
+
+	(void)g;
+	(void)info;
+	if (ns->n == ns->cap) {
+		ns->cap = ns->cap ? 2 * ns->cap : 64;
+		if (!(v = realloc(ns->v, ns->cap * sizeof(*v))))
+			return -1;
+		ns->v = v;
+	}
+	if (!(ns->v[ns->n] = strdup(name)))
+		return -1;
+	ns->n++;
+	return 0;
+}
+
+static int add_tensor(struct titan_ckpt_file *f, enum titan_ckpt_part part, hid_t g,
+		      const char *name)
+{
+	struct titan_ckpt_info *in = &f->info;
+	struct titan_ckpt_tensor_info *t;
+	const char *pn = titan_ckpt_part_name(part);
+	hsize_t dims[4];
+	hid_t d = -1, ty = -1, sp = -1, o;
+	int rc = 0, nd, esz;
+	haddr_t off;
+
+	if (in->n_tensors == f->cap) {
+		size_t cap = f->cap ? 2 * f->cap : 256;
+		void *p = realloc(in->tensors, cap * sizeof(*in->tensors));
+
+		if (!p)
+			return titan_error(TITAN_E_NOMEM, "out of memory");
+		in->tensors = p;
+		f->cap = cap;
+	}
+	t = &in->tensors[in->n_tensors];
+	memset(t, 0, sizeof(*t));
+	t->part = part;
+	if (strlen(name) >= sizeof(t->name))
+		return titan_error(TITAN_E_FORMAT, "'%s': %s/%.40s...: name too long", in->path, pn, name);
+	strcpy(t->name, name);
+	if ((o = H5Oopen(g, name, H5P_DEFAULT)) < 0)
+		return h5fail(TITAN_E_FORMAT, "'%s': cannot open %s/%s", in->path, pn, name);
+	if (H5Iget_type(o) != H5I_DATASET) {
+		H5Oclose(o);
+		return titan_error(TITAN_E_FORMAT, "'%s': %s/%s is not a dataset", in->path, pn, name);
+	}
+	d = o;
+	ty = H5Dget_type(d);
+	sp = H5Dget_space(d);
+	nd = sp >= 0 ? H5Sget_simple_extent_ndims(sp) : -1;
+	if (ty < 0 || nd < 0 || nd > 4 || H5Sget_simple_extent_dims(sp, dims, NULL) < 0) {
+		rc = h5fail(TITAN_E_FORMAT, "'%s': %s/%s: bad dataspace (%d dims; titan reads 0 to 4)",
+			    in->path, pn, name, nd);
+		goto done;
+	}
+	esz = (int)H5Tget_size(ty);
+	if (H5Tget_class(ty) == H5T_FLOAT && esz == 4) {
+		t->dtype = TITAN_CKPT_FLOAT32;
+	} else if (H5Tget_class(ty) == H5T_FLOAT && esz == 2) {
+		size_t spos, epos, esize, mpos, msize;
+
+		H5Tget_fields(ty, &spos, &epos, &esize, &mpos, &msize);
+		if (esize == 8 && msize == 7) {
+			t->dtype = TITAN_CKPT_BFLOAT16;
+		} else if (esize == 5 && msize == 10) {
+			t->dtype = TITAN_CKPT_FLOAT16;
+		} else {
+			rc = titan_error(TITAN_E_FORMAT, "'%s': %s/%s: a 16-bit float with %zu exponent "
+					 "and %zu mantissa bits is neither bfloat16 nor float16",
+					 in->path, pn, name, esize, msize);
+			goto done;
+		}
+	} else {
+		rc = titan_error(TITAN_E_FORMAT, "'%s': %s/%s: element type of class %d and %d bytes "
+				 "(titan stores float32, bfloat16 or float16)", in->path, pn, name,
+				 (int)H5Tget_class(ty), esz);
+		goto done;
+	}
+	t->ndim = nd;
+	t->numel = 1;
+	for (int i = 0; i < nd; i++) {
+		t->shape[i] = (int64_t)dims[i];
+		t->numel *= t->shape[i];
+	}
+	t->storage_bytes = H5Dget_storage_size(d);
+	/* a contiguous dataset must be all there: written whole, inside the file */
+	if (t->numel > 0 && t->storage_bytes != (uint64_t)t->numel * (uint64_t)esz) {
+		rc = titan_error(TITAN_E_FORMAT, "'%s': %s/%s holds %llu bytes, expected %llu "
+				 "(damaged or incomplete file)", in->path, pn, name,
+				 (unsigned long long)t->storage_bytes,
+				 (unsigned long long)t->numel * (unsigned long long)esz);
+		goto done;
+	}
+	off = H5Dget_offset(d);
+	if (t->numel > 0 && off != HADDR_UNDEF && off + t->storage_bytes > in->file_size) {
+		rc = titan_error(TITAN_E_FORMAT, "'%s': %s/%s ends at byte %llu, past the end of the "
+				 "file (%llu bytes): truncated", in->path, pn, name,
+				 (unsigned long long)(off + t->storage_bytes),
+				 (unsigned long long)in->file_size);
+		goto done;
+	}
+	in->n_tensors++;
+done:
+	if (sp >= 0)
+		H5Sclose(sp);
+	if (ty >= 0)
+		H5Tclose(ty);
+	H5Dclose(d);
+	return rc;
+}
+
+static int read_part(struct titan_ckpt_file *f, enum titan_ckpt_part part)
+{
+	const char *pn = titan_ckpt_part_name(part);
+	struct names ns = {0};
+	hsize_t idx = 0;
+	hid_t g;
+	int rc = 0;
+
+	if (!exists(f->file, "optimizer") && part != TITAN_CKPT_MODEL)
+		return 0;
+	if (!exists(f->file, pn)) {
+		if (part == TITAN_CKPT_MODEL)
+			return titan_error(TITAN_E_FORMAT, "'%s' has no /model group", f->info.path);
+		return titan_error(TITAN_E_FORMAT, "'%s' has /optimizer but no /%s", f->info.path, pn);
+	}
+	if ((g = open_group(f, pn)) < 0)
+		return TITAN_E_FORMAT;
+	/* creation order when the file tracks it (titan's do), else by name */
+	if (H5Literate(g, H5_INDEX_CRT_ORDER, H5_ITER_INC, &idx, name_cb, &ns) < 0) {
+		H5Eclear2(H5E_DEFAULT);
+		for (size_t i = 0; i < ns.n; i++)
+			free(ns.v[i]);
+		ns.n = 0;
+		idx = 0;
+		if (H5Literate(g, H5_INDEX_NAME, H5_ITER_INC, &idx, name_cb, &ns) < 0)
+			rc = h5fail(TITAN_E_FORMAT, "'%s': cannot list /%s", f->info.path, pn);
+	}
+	for (size_t i = 0; i < ns.n; i++) {
+		if (rc == 0)
+			rc = add_tensor(f, part, g, ns.v[i]);
+		free(ns.v[i]);
+	}
+	free(ns.v);
+	H5Gclose(g);
+	return rc;
+}
+
+int titan_ckpt_open(const char *path, struct titan_ckpt_file **out)
+{
+	static const char *const groups[] = {"train_state", "lr_scheduler", "optimizer",
+					     "dataloader", "rng"};
+	struct titan_ckpt_file *f;
+	struct titan_ckpt_info *in;
+	struct stat st;
+	htri_t is;
+	int rc = 0;
+
+	quiet();
+	*out = NULL;
+	if (stat(path, &st) != 0)
+		return titan_error(TITAN_E_IO, "cannot open '%s': %s", path, strerror(errno));
+	if (S_ISDIR(st.st_mode))
+		return titan_error(TITAN_E_IO, "cannot open '%s': Is a directory", path);
+	if (!(f = calloc(1, sizeof(*f))) || !(f->info.path = strdup(path))) {
+		free(f);
+		return titan_error(TITAN_E_NOMEM, "out of memory");
+	}
+	in = &f->info;
+	in->file_size = (uint64_t)st.st_size;
+	in->dims.ffn_dim_multiplier = NAN;
+	f->file = -1;
+	if ((is = H5Fis_hdf5(path)) <= 0) {
+		if (is < 0)
+			rc = h5fail(TITAN_E_IO, "cannot open '%s'", path);
+		else
+			rc = titan_error(TITAN_E_FORMAT, "'%s' is not an HDF5 file", path);
+		goto fail;
+	}
+	if ((f->file = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT)) < 0) {
+		rc = h5fail(TITAN_E_FORMAT, "cannot open '%s': damaged or truncated HDF5 file", path);
+		goto fail;
+	}
+	if ((rc = read_header(f)) < 0)
+		goto fail;
+	for (int i = 0; i < 5; i++) {
+		bool *has[] = {&in->has_train_state, &in->has_lr_scheduler, &in->has_optimizer,
+			       &in->has_dataloader, &in->has_rng};
+
+		if ((*has[i] = exists(f->file, groups[i])) && (rc = read_state_group(f, groups[i])) < 0)
+			goto fail;
+	}
+	for (int p = 0; p < TITAN_CKPT_NPARTS; p++)
+		if ((rc = read_part(f, (enum titan_ckpt_part)p)) < 0)
+			goto fail;
+	*out = f;
+	return 0;
+fail:
+	titan_ckpt_close(f);
+	return rc;
+}
+
+const struct titan_ckpt_info *titan_ckpt_file_info(const struct titan_ckpt_file *f)
+{
+	return &f->info;
+}
+
+void titan_ckpt_close(struct titan_ckpt_file *f)
+{
+	if (!f)
+		return;
+	if (f->file >= 0)
+		H5Fclose(f->file);
+	free(f->info.path);
+	free(f->info.titan_version);
+	free(f->info.config_yaml);
+	free(f->info.train.loader);
+	free(f->info.tensors);
+	free(f);
+}
+
+int titan_ckpt_read(struct titan_ckpt_file *f, const struct titan_ckpt_tensor_info *t,
+		    int64_t row0, int64_t rows, float *out)
+{
+	const char *pn = titan_ckpt_part_name(t->part);
+	char path[sizeof(t->name) + 32];
+	int64_t n0 = t->ndim ? t->shape[0] : 1, row = n0 ? t->numel / n0 : 0;
+	int64_t block = t->dtype == TITAN_CKPT_FLOAT32 ? BLOCK_BYTES / 4 : BLOCK_ELEMS;
+	int64_t rows_per = row && block / row > 0 ? block / row : 1;
+	hsize_t start[4] = {0}, count[4];
+	hid_t d = -1, fs = -1, ms = -1, mt = -1;
+	uint16_t *buf = NULL;
+	int rc = 0;
+
+	if (row0 < 0 || rows < 0 || row0 + rows > n0)
+		return titan_error(TITAN_E_INVALID, "'%s': %s/%s: rows [%lld, %lld) outside [0, %lld)",
+				   f->info.path, pn, t->name, (long long)row0,
+				   (long long)(row0 + rows), (long long)n0);
+	if (rows == 0 || row == 0)
+		return 0;
+	snprintf(path, sizeof(path), "%s/%s", pn, t->name);
+	if ((d = H5Dopen2(f->file, path, H5P_DEFAULT)) < 0 || (fs = H5Dget_space(d)) < 0 ||
+	    (mt = t->dtype == TITAN_CKPT_FLOAT32 ? H5Tcopy(H5T_NATIVE_FLOAT) : file_type(t->dtype)) < 0) {
+		rc = h5fail(TITAN_E_IO, "'%s': cannot open %s", f->info.path, path);
+		goto done;
+	}
+	if (t->dtype != TITAN_CKPT_FLOAT32 &&
+	    !(buf = malloc((size_t)(rows_per * row) * sizeof(uint16_t)))) {
+		rc = titan_error(TITAN_E_NOMEM, "out of memory reading %s", path);
+		goto done;
+	}
+	for (int i = 0; i < t->ndim; i++)
+		count[i] = (hsize_t)t->shape[i];
+	for (int64_t r = row0; r < row0 + rows && rc == 0; r += rows_per) {
+		int64_t nr = row0 + rows - r < rows_per ? row0 + rows - r : rows_per;
+		hsize_t n = (hsize_t)(nr * row);
+		float *dst = out + (r - row0) * row;
+
+		if (t->ndim) {
+			start[0] = (hsize_t)r;
+			count[0] = (hsize_t)nr;
+			if (H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, NULL, count, NULL) < 0)
+				rc = -1;
+		}
+		if (rc == 0 && ((ms = H5Screate_simple(1, &n, NULL)) < 0 ||
+				H5Dread(d, mt, ms, fs, H5P_DEFAULT, buf ? (void *)buf : dst) < 0))
+			rc = -1;
+		if (ms >= 0)
+			H5Sclose(ms);
+		ms = -1;
+		if (rc < 0)
+			rc = h5fail(TITAN_E_IO, "'%s': cannot read %s", f->info.path, path);
+		else if (buf)
+			titan_ckpt_uncast(t->dtype, buf, dst, (size_t)n);
+	}
+done:
+	free(buf);
+	if (mt >= 0)
+		H5Tclose(mt);
+	if (fs >= 0)
+		H5Sclose(fs);
+	if (d >= 0)
+		H5Dclose(d);
+	return rc;
+}
+
+const struct titan_ckpt_tensor_info *titan_ckpt_find(const struct titan_ckpt_file *f,
+						     enum titan_ckpt_part part, const char *name)
+{
+	for (size_t i = 0; i < f->info.n_tensors; i++)
+		if (f->info.tensors[i].part == part && !strcmp(f->info.tensors[i].name, name))
+			return &f->info.tensors[i];
+	return NULL;
+}
+
+#else /* !TITAN_HAVE_HDF5 */
+
+struct titan_ckpt_file { struct titan_ckpt_info info; };
+
+int titan_ckpt_open(const char *path, struct titan_ckpt_file **out)
+{
+	(void)path;
+	*out = NULL;
+	return NO_HDF5;
+}
+const struct titan_ckpt_info *titan_ckpt_file_info(const struct titan_ckpt_file *f)
+{
+	return &f->info;
+}
+void titan_ckpt_close(struct titan_ckpt_file *f)
+{
+	(void)f;
+}
+const struct titan_ckpt_tensor_info *titan_ckpt_find(const struct titan_ckpt_file *f,
+						     enum titan_ckpt_part part, const char *name)
+{
+	(void)f, (void)part, (void)name;
+	return NULL;
+}
+int titan_ckpt_read(struct titan_ckpt_file *f, const struct titan_ckpt_tensor_info *t,
+		    int64_t row0, int64_t rows, float *out)
+{
+	(void)f, (void)t, (void)row0, (void)rows, (void)out;
+	return NO_HDF5;
+}
+#endif

@@ -1,0 +1,453 @@
+/*
+ * hf.c — HuggingFace LlamaForCausalLM <-> torchtitan: parameter names, the
+ * q/k row permutation between interleaved and rotate-half RoPE, reading
+ * config.json, and importing an HF folder (model.safetensors or shards
+ * with model.safetensors.index.json).  torchtitan counterpart:
+ * models/llama3/model/state_dict_adapter.py (Llama3StateDictAdapter) and
+ * scripts/checkpoint_conversion/convert_from_hf.py.  Export is hf_export.c.
+ */
+#include "ckpt_impl.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+int titan_hf_param_name(const struct titan_param *p, char *buf, size_t n)
+{
+	static const char *const block[] = {
+		[TITAN_PARAM_WQ] = "self_attn.q_proj", [TITAN_PARAM_WK] = "self_attn.k_proj",
+		[TITAN_PARAM_WV] = "self_attn.v_proj", [TITAN_PARAM_WO] = "self_attn.o_proj",
+		[TITAN_PARAM_W1] = "mlp.gate_proj",    [TITAN_PARAM_W2] = "mlp.down_proj",
+		[TITAN_PARAM_W3] = "mlp.up_proj",
+		[TITAN_PARAM_ATTENTION_NORM] = "input_layernorm",
+		[TITAN_PARAM_FFN_NORM] = "post_attention_layernorm",
+	};
+	int k;
+
+	switch (p->role) {
+	case TITAN_PARAM_TOK_EMBEDDINGS: k = snprintf(buf, n, "model.embed_tokens.weight"); break;
+	case TITAN_PARAM_NORM: k = snprintf(buf, n, "model.norm.weight"); break;
+	case TITAN_PARAM_OUTPUT: k = snprintf(buf, n, "lm_head.weight"); break;
+	default:
+		if ((unsigned)p->role >= TITAN_PARAM_NROLES || !block[p->role])
+			return titan_error(TITAN_E_INVALID, "%s: no HF name", p->name);
+		k = snprintf(buf, n, "model.layers.%d.%s.weight", p->layer, block[p->role]);
+	}
+	if (k < 0 || (size_t)k >= n)
+		return titan_error(TITAN_E_INVALID, "%s: HF name too long", p->name);
+	return 0;
+}
+
+void titan_hf_permute_qk(const float *in, float *out, int64_t n_heads, int64_t rows,
+			 int64_t cols, bool to_hf)
+{
+	const int64_t hd = rows / n_heads, half = hd / 2;
+	const size_t row_bytes = (size_t)cols * sizeof(float);
+
+	TITAN_ASSERT(n_heads > 0 && rows % n_heads == 0 && hd % 2 == 0 && in != out);
+	for (int64_t h = 0; h < n_heads; h++) {
+		for (int64_t i = 0; i < 2; i++) {
+			for (int64_t j = 0; j < half; j++) {
+				int64_t hf = h * hd + i * half + j, tt = h * hd + 2 * j + i;
+
+				if (to_hf)
+					memcpy(out + hf * cols, in + tt * cols, row_bytes);
+				else
+					memcpy(out + tt * cols, in + hf * cols, row_bytes);
+			}
+		}
+	}
+}
+
+/* ------------------------------------------------------------ config.json */
+
+static int cfg_int(const char *path, json_t *root, const char *key, bool required, int64_t def,
+		   int64_t *out)
+{
+	json_t *v = json_object_get(root, key);
+
+	if (!v || json_is_null(v)) {
+		if (required)
+			return titan_error(TITAN_E_FORMAT, "'%s': '%s' is missing", path, key);
+		*out = def;
+		return 0;
+	}
+	if (!json_is_integer(v))
+		return titan_error(TITAN_E_FORMAT, "'%s': '%s' is not an integer", path, key);
+	*out = json_integer_value(v);
+	return 0;
+}
+
+static int cfg_real(const char *path, json_t *root, const char *key, bool required, double def,
+		    double *out)
+{
+	json_t *v = json_object_get(root, key);
+
+	if (!v || json_is_null(v)) {
+		if (required)
+			return titan_error(TITAN_E_FORMAT, "'%s': '%s' is missing", path, key);
+		*out = def;
+		return 0;
+	}
+	if (!json_is_number(v))
+		return titan_error(TITAN_E_FORMAT, "'%s': '%s' is not a number", path, key);
+	*out = json_number_value(v);
+	return 0;
+}
+
+/* An id or the first of a list of ids (eos of instruct models), else -1. */
+static int64_t token_id(json_t *v)
+{
+	if (json_is_array(v) && json_array_size(v) > 0)
+		v = json_array_get(v, 0);
+	return json_is_integer(v) ? json_integer_value(v) : -1;
+}
+
+static int read_config(const char *path, json_t *root, struct titan_model_dims *d)
+{
+	json_t *v, *rs;
+	int64_t tied = 0, hd = -1;
+	int rc;
+
+	if ((v = json_object_get(root, "architectures"))) {
+		bool llama = false;
+
+		for (size_t i = 0; json_is_array(v) && i < json_array_size(v); i++)
+			llama |= json_is_string(json_array_get(v, i)) &&
+				 !strcmp(json_string_value(json_array_get(v, i)), "LlamaForCausalLM");
+		if (!llama)
+			return titan_error(TITAN_E_UNSUPPORTED, "'%s': architectures is not "
+					   "[\"LlamaForCausalLM\"]: titan converts Llama models only", path);
+	}
+	if ((v = json_object_get(root, "model_type")) &&
+	    !(json_is_string(v) && !strcmp(json_string_value(v), "llama")))
+		return titan_error(TITAN_E_UNSUPPORTED, "'%s': model_type is not \"llama\"", path);
+	if ((v = json_object_get(root, "hidden_act")) &&
+	    !(json_is_string(v) && !strcmp(json_string_value(v), "silu")))
+		return titan_error(TITAN_E_UNSUPPORTED, "'%s': hidden_act: titan's Llama uses silu", path);
+	if (json_is_true(json_object_get(root, "attention_bias")) ||
+	    json_is_true(json_object_get(root, "mlp_bias")))
+		return titan_error(TITAN_E_UNSUPPORTED, "'%s': attention_bias / mlp_bias: titan's "
+				   "Llama has no biases", path);
+	memset(d, 0, sizeof(*d));
+	if ((rc = cfg_int(path, root, "hidden_size", true, 0, &d->dim)) < 0 ||
+	    (rc = cfg_int(path, root, "intermediate_size", true, 0, &d->ffn_hidden)) < 0 ||
+	    (rc = cfg_int(path, root, "num_hidden_layers", true, 0, &d->n_layers)) < 0 ||
+	    (rc = cfg_int(path, root, "num_attention_heads", true, 0, &d->n_heads)) < 0 ||
+	    (rc = cfg_int(path, root, "num_key_value_heads", false, d->n_heads, &d->n_kv_heads)) < 0 ||
+	    (rc = cfg_int(path, root, "vocab_size", true, 0, &d->vocab_size)) < 0 ||
+	    (rc = cfg_int(path, root, "head_dim", false, -1, &hd)) < 0 ||
+	    (rc = cfg_real(path, root, "rms_norm_eps", false, 1e-6, &d->norm_eps)) < 0 ||
+	    (rc = cfg_real(path, root, "rope_theta", false, 10000.0, &d->rope_theta)) < 0)
+		return rc;
+	if ((v = json_object_get(root, "tie_word_embeddings")) && !json_is_boolean(v))
+		return titan_error(TITAN_E_FORMAT, "'%s': tie_word_embeddings is not a boolean", path);
+	tied = json_is_true(v);
+	d->tied = tied;
+	if (d->dim <= 0 || d->n_layers <= 0 || d->n_heads <= 0 || d->n_kv_heads <= 0 ||
+	    d->vocab_size <= 0 || d->ffn_hidden <= 0 || d->dim % d->n_heads ||
+	    d->n_heads % d->n_kv_heads || (d->dim / d->n_heads) % 2)
+		return titan_error(TITAN_E_FORMAT, "'%s': bad dims (hidden_size %lld, heads %lld, "
+				   "kv heads %lld): heads must divide hidden_size into even head "
+				   "dims and kv heads divide heads", path, (long long)d->dim,
+				   (long long)d->n_heads, (long long)d->n_kv_heads);
+	d->head_dim = d->dim / d->n_heads;
+	if (hd >= 0 && hd != d->head_dim)
+		return titan_error(TITAN_E_UNSUPPORTED, "'%s': head_dim %lld is not hidden_size / "
+				   "num_attention_heads (%lld), which titan's Llama needs", path,
+				   (long long)hd, (long long)d->head_dim);
+	rs = json_object_get(root, "rope_scaling");
+	d->rope_scaling = rs && !json_is_null(rs);
+	d->rope_scaling_factor = 8.0;
+	d->rope_low_freq_factor = 1.0;
+	d->rope_high_freq_factor = 4.0;
+	d->rope_original_max_position = 8192;
+	if (d->rope_scaling) {
+		json_t *ty = json_object_get(rs, "rope_type");
+
+		if (!ty)
+			ty = json_object_get(rs, "type");
+		if (!json_is_object(rs) || !json_is_string(ty) || strcmp(json_string_value(ty), "llama3"))
+			return titan_error(TITAN_E_UNSUPPORTED, "'%s': rope_scaling: titan has Llama "
+					   "3.1's (rope_type \"llama3\") only", path);
+		if ((rc = cfg_real(path, rs, "factor", true, 0, &d->rope_scaling_factor)) < 0 ||
+		    (rc = cfg_real(path, rs, "low_freq_factor", true, 0, &d->rope_low_freq_factor)) < 0 ||
+		    (rc = cfg_real(path, rs, "high_freq_factor", true, 0, &d->rope_high_freq_factor)) < 0 ||
+		    (rc = cfg_int(path, rs, "original_max_position_embeddings", true, 0,
+				  &d->rope_original_max_position)) < 0)
+			return titan_error_prefix("rope_scaling");
+	}
+	/* multiple_of / multiplier: the flavor's when the dims are a flavor's,
+	 * else the ones titan_ckpt_config_for_dims writes */
+	titan_ckpt_match_flavor_(d, d->flavor);
+	if (strcmp(d->flavor, "custom") != 0) {
+		struct titan_model_dims f;
+
+		titan_model_flavor(d->flavor, &f);
+		d->multiple_of = f.multiple_of;
+		d->ffn_dim_multiplier = f.ffn_dim_multiplier;
+	} else {
+		int64_t h = (int64_t)(2.0 * (double)(4 * d->dim) / 3.0);
+
+		d->multiple_of = d->ffn_hidden;
+		d->ffn_dim_multiplier = h > d->ffn_hidden ? (double)d->ffn_hidden / (double)h : NAN;
+	}
+	return 0;
+}
+
+int titan_hf_read_config(const char *path, struct titan_model_dims *dims, int64_t *bos,
+			 int64_t *eos)
+{
+	json_error_t je;
+	json_t *root = json_load_file(path, 0, &je);
+	int rc;
+
+	if (!root) {
+		struct stat st;
+
+		if (stat(path, &st) != 0)
+			return titan_error(TITAN_E_IO, "cannot open '%s': %s", path, strerror(errno));
+		return titan_error(TITAN_E_FORMAT, "'%s':%d:%d: %s", path, je.line, je.column, je.text);
+	}
+	if (!json_is_object(root))
+		rc = titan_error(TITAN_E_FORMAT, "'%s': not a JSON object", path);
+	else
+		rc = read_config(path, root, dims);
+	if (bos)
+		*bos = token_id(json_object_get(root, "bos_token_id"));
+	if (eos)
+		*eos = token_id(json_object_get(root, "eos_token_id"));
+	json_decref(root);
+	return rc;
+}
+
+/* ------------------------------------------------------------------ import */
+
+struct titan_hf_model {
+	char *dir;
+	struct titan_param_table table;
+	size_t nfiles;
+	struct titan_safetensors **files;
+	const struct titan_st_tensor **src;  /* per parameter */
+	size_t *src_file;                    /* per parameter: index into files */
+};
+
+void titan_hf_close(struct titan_hf_model *m)
+{
+	if (!m)
+		return;
+	for (size_t i = 0; i < m->nfiles; i++)
+		titan_safetensors_close(m->files[i]);
+	free(m->files);
+	free(m->src);
+	free(m->src_file);
+	titan_param_table_release(&m->table);
+	free(m->dir);
+	free(m);
+}
+
+const struct titan_param_table *titan_hf_table(const struct titan_hf_model *m)
+{
+	return &m->table;
+}
+
+static int open_file(struct titan_hf_model *m, const char *name, size_t *idx)
+{
+	char path[4096];
+	struct titan_safetensors *f;
+	void *p;
+
+	if (strchr(name, '/') || !strcmp(name, "..") || !name[0])
+		return titan_error(TITAN_E_FORMAT, "'%s/model.safetensors.index.json': bad file "
+				   "name '%s'", m->dir, name);
+	snprintf(path, sizeof(path), "%s/%s", m->dir, name);
+	for (size_t i = 0; i < m->nfiles; i++) {
+		if (!strcmp(m->files[i]->path, path)) {
+			*idx = i;
+			return 0;
+		}
+	}
+	if (!(f = titan_safetensors_open(path)))
+		return titan_error_last()->code;
+	if (!(p = realloc(m->files, (m->nfiles + 1) * sizeof(*m->files)))) {
+		titan_safetensors_close(f);
+		return titan_error(TITAN_E_NOMEM, "out of memory");
+	}
+	m->files = p;
+	m->files[m->nfiles] = f;
+	*idx = m->nfiles++;
+	return 0;
+}
+
+/* Open the files and find each parameter's tensor. */
+static int locate(struct titan_hf_model *m)
+{
+	char path[4096], name[160];
+	json_t *idx = NULL, *map = NULL;
+	json_error_t je;
+	struct stat st;
+	int rc = 0;
+
+	snprintf(path, sizeof(path), "%s/model.safetensors.index.json", m->dir);
+	if (stat(path, &st) == 0) {
+		if (!(idx = json_load_file(path, 0, &je)))
+			return titan_error(TITAN_E_FORMAT, "'%s':%d:%d: %s", path, je.line, je.column,
+					   je.text);
+		if (!json_is_object(map = json_object_get(idx, "weight_map"))) {
+			json_decref(idx);
+			return titan_error(TITAN_E_FORMAT, "'%s': no \"weight_map\" object", path);
+		}
+	} else {
+		size_t k;
+
+		snprintf(path, sizeof(path), "%s/model.safetensors", m->dir);
+		if (stat(path, &st) != 0)
+			return titan_error(TITAN_E_IO, "'%s' has no model.safetensors nor "
+					   "model.safetensors.index.json", m->dir);
+		if ((rc = open_file(m, "model.safetensors", &k)) < 0)
+			return rc;
+	}
+	for (int i = 0; i < m->table.n && rc == 0; i++) {
+		const struct titan_param *p = &m->table.params[i];
+		const struct titan_st_tensor *t;
+		size_t k = 0;
+
+		if ((rc = titan_hf_param_name(p, name, sizeof(name))) < 0)
+			break;
+		if (map) {
+			json_t *fn = json_object_get(map, name);
+
+			if (!json_is_string(fn)) {
+				rc = titan_error(TITAN_E_INVALID, "'%s': tensor '%s' is not in the "
+						 "weight_map", path, name);
+				break;
+			}
+			if ((rc = open_file(m, json_string_value(fn), &k)) < 0)
+				break;
+		}
+		if (!(t = titan_safetensors_find(m->files[k], name))) {
+			rc = titan_error(TITAN_E_INVALID, "'%s': tensor '%s' is missing",
+					 m->files[k]->path, name);
+			break;
+		}
+		if (t->ndim != p->ndim || t->shape[0] != p->shape[0] ||
+		    (p->ndim == 2 && t->shape[1] != p->shape[1])) {
+			rc = titan_error(TITAN_E_INVALID, "'%s': tensor '%s' has shape [%lld%s%lld], "
+					 "config.json makes it [%lld, %lld]", m->files[k]->path, name,
+					 (long long)t->shape[0], t->ndim > 1 ? ", " : "",
+					 (long long)(t->ndim > 1 ? t->shape[1] : 1),
+					 (long long)p->shape[0], (long long)p->shape[1]);
+			break;
+		}
+		if (t->dtype != TITAN_ST_F32 && t->dtype != TITAN_ST_BF16 &&
+		    t->dtype != TITAN_ST_F16 && t->dtype != TITAN_ST_F64) {
+			rc = titan_error(TITAN_E_UNSUPPORTED, "'%s': tensor '%s' has dtype %s (titan "
+					 "reads F32, BF16, F16, F64)", m->files[k]->path, name,
+					 titan_st_dtype_name(t->dtype));
+			break;
+		}
+		m->src[i] = t;
+		m->src_file[i] = k;
+	}
+	/* with an index, also open files it names for parameters titan lacks,
+	 * so that the unknown-tensor check below sees them */
+	if (rc == 0 && map) {
+		const char *key;
+		json_t *fn;
+
+		json_object_foreach(map, key, fn) {
+			size_t k;
+
+			if (!json_is_string(fn)) {
+				rc = titan_error(TITAN_E_FORMAT, "'%s': weight_map['%s'] is not a file "
+						 "name", path, key);
+				break;
+			}
+			if ((rc = open_file(m, json_string_value(fn), &k)) < 0)
+				break;
+		}
+	}
+	json_decref(idx);
+	return rc;
+}
+
+/* Every tensor of every file is a parameter, or one HF keeps for nothing. */
+static int check_unknown(struct titan_hf_model *m)
+{
+	for (size_t k = 0; k < m->nfiles; k++) {
+		const struct titan_safetensors *f = m->files[k];
+
+		for (size_t j = 0; j < f->n_tensors; j++) {
+			const char *n = f->tensors[j].name;
+			size_t len = strlen(n);
+			bool known = (len > 20 && !strcmp(n + len - 20, ".rotary_emb.inv_freq")) ||
+				     (m->table.dims.tied && !strcmp(n, "lm_head.weight"));
+
+			for (int i = 0; i < m->table.n && !known; i++)
+				known = m->src[i] == &f->tensors[j];
+			if (!known)
+				return titan_error(TITAN_E_INVALID, "'%s': tensor '%s' is not a weight "
+						   "of titan's Llama", f->path, n);
+		}
+	}
+	return 0;
+}
+
+int titan_hf_open(const char *dir, struct titan_hf_model **out)
+{
+	struct titan_hf_model *m;
+	char path[4096];
+	int rc;
+
+	*out = NULL;
+	if (!(m = calloc(1, sizeof(*m))) || !(m->dir = strdup(dir))) {
+		free(m);
+		return titan_error(TITAN_E_NOMEM, "out of memory");
+	}
+	snprintf(path, sizeof(path), "%s/config.json", dir);
+	if ((rc = titan_hf_read_config(path, &m->table.dims, NULL, NULL)) < 0)
+		goto fail;
+	{
+		struct titan_model_dims d = m->table.dims;
+
+		if ((rc = titan_param_table_init(&m->table, &d, NULL)) < 0)
+			goto fail;
+	}
+	if (!(m->src = calloc((size_t)m->table.n, sizeof(*m->src))) ||
+	    !(m->src_file = calloc((size_t)m->table.n, sizeof(*m->src_file)))) {
+		rc = titan_error(TITAN_E_NOMEM, "out of memory");
+		goto fail;
+	}
+	if ((rc = locate(m)) < 0 || (rc = check_unknown(m)) < 0)
+		goto fail;
+	*out = m;
+	return 0;
+fail:
+	titan_hf_close(m);
+	return rc;
+}
+
+int titan_hf_read(const struct titan_hf_model *m, const struct titan_param *p, float *out)
+{
+	const int idx = (int)(p - m->table.params);
+	const struct titan_st_tensor *t;
+	const struct titan_model_dims *d = &m->table.dims;
+	float *tmp;
+	int rc;
+
+	TITAN_ASSERT(idx >= 0 && idx < m->table.n);
+	t = m->src[idx];
+	if (p->role != TITAN_PARAM_WQ && p->role != TITAN_PARAM_WK)
+		return titan_st_tensor_to_f32(t, out);
+	if (!(tmp = malloc((size_t)p->numel * sizeof(float))))
+		return titan_error(TITAN_E_NOMEM, "out of memory reading %s", t->name);
+	if ((rc = titan_st_tensor_to_f32(t, tmp)) == 0)
+		titan_hf_permute_qk(tmp, out, p->role == TITAN_PARAM_WQ ? d->n_heads : d->n_kv_heads,
+				    p->shape[0], p->shape[1], false);
+	free(tmp);
+	return rc;
+}

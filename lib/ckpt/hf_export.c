@@ -1,0 +1,334 @@
+/*
+ * hf_export.c — write a HuggingFace LlamaForCausalLM folder: safetensors
+ * shards (+ index), config.json, generation_config.json and the tokenizer
+ * (torchtitan's scripts/checkpoint_conversion/convert_to_hf.py and the
+ * HuggingFaceStorageWriter's consolidation; transformers' save_pretrained
+ * file names and sharding rule).
+ */
+#include "ckpt_impl.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "titan/tok.h"
+
+#define HF_NAME_MAX 160
+
+void titan_hf_export_opts_default(struct titan_hf_export_opts *o)
+{
+	memset(o, 0, sizeof(*o));
+	o->dtype = TITAN_CKPT_FLOAT32;
+	o->bos_id = o->eos_id = -1;
+}
+
+static const char *torch_dtype(enum titan_ckpt_dtype dt)
+{
+	return dt == TITAN_CKPT_FLOAT32 ? "float32" : dt == TITAN_CKPT_BFLOAT16 ? "bfloat16" : "float16";
+}
+
+static enum titan_st_dtype st_dtype(enum titan_ckpt_dtype dt)
+{
+	return dt == TITAN_CKPT_FLOAT32 ? TITAN_ST_F32 : dt == TITAN_CKPT_BFLOAT16 ? TITAN_ST_BF16 :
+									     TITAN_ST_F16;
+}
+
+/* Files written so far, removed when the export fails. */
+struct written {
+	char **paths;
+	size_t n;
+};
+
+static int wrote(struct written *w, const char *path)
+{
+	char **p = realloc(w->paths, (w->n + 1) * sizeof(*p));
+
+	if (!p || !(p[w->n] = strdup(path))) {
+		if (p)
+			w->paths = p;
+		return titan_error(TITAN_E_NOMEM, "out of memory");
+	}
+	w->paths = p;
+	w->n++;
+	return 0;
+}
+
+/* Compact JSON numbers with 16 digits (1e-05, not 1.0000000000000001e-05). */
+static int write_json(struct written *w, const char *dir, const char *name, json_t *j)
+{
+	char path[4096], *text;
+	int rc;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	text = json_dumps(j, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_REAL_PRECISION(16));
+	if (!text)
+		return titan_error(TITAN_E_NOMEM, "out of memory writing '%s'", path);
+	{
+		size_t n = strlen(text);
+		char *t2 = realloc(text, n + 2);
+
+		if (!t2) {
+			free(text);
+			return titan_error(TITAN_E_NOMEM, "out of memory");
+		}
+		text = t2;
+		text[n] = '\n';
+		text[n + 1] = 0;
+	}
+	rc = titan_write_file_atomic(path, text, strlen(text));
+	free(text);
+	return rc < 0 ? rc : wrote(w, path);
+}
+
+static json_t *config_json(const struct titan_model_dims *d, const struct titan_hf_export_opts *o,
+			   int64_t bos, int64_t eos)
+{
+	json_t *j = json_object();
+	int64_t maxpos = o->max_position_embeddings > 0 ? o->max_position_embeddings :
+			 d->rope_scaling ? 131072 : d->rope_original_max_position;
+
+	json_object_set_new(j, "architectures", json_pack("[s]", "LlamaForCausalLM"));
+	json_object_set_new(j, "attention_bias", json_false());
+	json_object_set_new(j, "attention_dropout", json_real(0.0));
+	if (bos >= 0)
+		json_object_set_new(j, "bos_token_id", json_integer(bos));
+	if (eos >= 0)
+		json_object_set_new(j, "eos_token_id", json_integer(eos));
+	json_object_set_new(j, "head_dim", json_integer(d->head_dim));
+	json_object_set_new(j, "hidden_act", json_string("silu"));
+	json_object_set_new(j, "hidden_size", json_integer(d->dim));
+	json_object_set_new(j, "initializer_range", json_real(0.02));
+	json_object_set_new(j, "intermediate_size", json_integer(d->ffn_hidden));
+	json_object_set_new(j, "max_position_embeddings", json_integer(maxpos));
+	json_object_set_new(j, "mlp_bias", json_false());
+	json_object_set_new(j, "model_type", json_string("llama"));
+	json_object_set_new(j, "num_attention_heads", json_integer(d->n_heads));
+	json_object_set_new(j, "num_hidden_layers", json_integer(d->n_layers));
+	json_object_set_new(j, "num_key_value_heads", json_integer(d->n_kv_heads));
+	json_object_set_new(j, "pretraining_tp", json_integer(1));
+	json_object_set_new(j, "rms_norm_eps", json_real(d->norm_eps));
+	if (d->rope_scaling)
+		json_object_set_new(j, "rope_scaling",
+				    json_pack("{s:f, s:f, s:f, s:I, s:s}", "factor", d->rope_scaling_factor,
+					      "low_freq_factor", d->rope_low_freq_factor,
+					      "high_freq_factor", d->rope_high_freq_factor,
+					      "original_max_position_embeddings",
+					      (json_int_t)d->rope_original_max_position,
+					      "rope_type", "llama3"));
+	else
+		json_object_set_new(j, "rope_scaling", json_null());
+	json_object_set_new(j, "rope_theta", json_real(d->rope_theta));
+	json_object_set_new(j, "tie_word_embeddings", json_boolean(d->tied));
+	json_object_set_new(j, "torch_dtype", json_string(torch_dtype(o->dtype)));
+	json_object_set_new(j, "use_cache", json_true());
+	json_object_set_new(j, "vocab_size", json_integer(d->vocab_size));
+	return j;
+}
+
+/* Copy the tokenizer file under its base name; read bos/eos from it. */
+static int tokenizer(struct written *w, const char *dir, const char *src, int64_t vocab,
+		     int64_t *bos, int64_t *eos)
+{
+	struct titan_tokenizer *tok;
+	const char *base = strrchr(src, '/') ? strrchr(src, '/') + 1 : src;
+	char path[4096], *buf = NULL;
+	size_t len = 0, n;
+	FILE *in, *mem;
+	char chunk[65536];
+	int rc;
+
+	if ((rc = titan_tokenizer_load(src, TITAN_ENC_AUTO, &tok)) < 0)
+		return rc;
+	*bos = titan_tokenizer_bos(tok);
+	*eos = titan_tokenizer_eos(tok);
+	n = titan_tokenizer_vocab_size(tok);
+	titan_tokenizer_free(tok);
+	if ((int64_t)n > vocab)
+		return titan_error(TITAN_E_INVALID, "'%s' has %zu token ids, more than the model's "
+				   "vocab_size %lld", src, n, (long long)vocab);
+	if (!(in = fopen(src, "rb")))
+		return titan_error(TITAN_E_IO, "cannot open '%s': %s", src, strerror(errno));
+	if (!(mem = open_memstream(&buf, &len))) {
+		fclose(in);
+		return titan_error(TITAN_E_NOMEM, "out of memory");
+	}
+	while ((n = fread(chunk, 1, sizeof(chunk), in)) > 0)
+		fwrite(chunk, 1, n, mem);
+	rc = ferror(in) ? titan_error(TITAN_E_IO, "cannot read '%s'", src) : 0;
+	fclose(in);
+	if (fclose(mem) != 0 && rc == 0)
+		rc = titan_error(TITAN_E_NOMEM, "out of memory");
+	snprintf(path, sizeof(path), "%s/%s", dir, base);
+	if (rc == 0 && (rc = titan_write_file_atomic(path, buf, len)) == 0)
+		rc = wrote(w, path);
+	free(buf);
+	return rc;
+}
+
+/* One shard: params [first, last) converted and written. */
+static int write_shard(struct written *w, const char *path, const struct titan_param_table *t,
+		       int first, int last, titan_hf_get_fn get, void *ctx,
+		       const struct titan_hf_export_opts *o, float *f32, float *perm)
+{
+	const int n = last - first, esz = titan_ckpt_dtype_size(o->dtype);
+	struct titan_st_write_tensor *ts = calloc((size_t)n, sizeof(*ts));
+	char (*names)[HF_NAME_MAX] = calloc((size_t)n, HF_NAME_MAX);
+	void **data = calloc((size_t)n, sizeof(*data));
+	const struct titan_st_meta meta = {"format", "pt"}; /* transformers checks it */
+	int rc = 0;
+
+	if (!ts || !names || !data)
+		rc = titan_error(TITAN_E_NOMEM, "out of memory");
+	for (int i = 0; i < n && rc == 0; i++) {
+		const struct titan_param *p = &t->params[first + i];
+		const float *src = f32;
+
+		if ((rc = titan_hf_param_name(p, names[i], HF_NAME_MAX)) < 0 ||
+		    (rc = get(ctx, p, f32)) < 0)
+			break;
+		if (p->role == TITAN_PARAM_WQ || p->role == TITAN_PARAM_WK) {
+			titan_hf_permute_qk(f32, perm, p->role == TITAN_PARAM_WQ ? t->dims.n_heads :
+					    t->dims.n_kv_heads, p->shape[0], p->shape[1], true);
+			src = perm;
+		}
+		if (!(data[i] = malloc((size_t)p->numel * (size_t)esz))) {
+			rc = titan_error(TITAN_E_NOMEM, "out of memory converting %s", p->name);
+			break;
+		}
+		titan_ckpt_cast(o->dtype, src, data[i], (size_t)p->numel);
+		ts[i] = (struct titan_st_write_tensor){names[i], st_dtype(o->dtype), p->ndim, p->shape,
+						       data[i]};
+	}
+	if (rc == 0 && (rc = titan_safetensors_write(path, ts, (size_t)n, &meta, 1)) == 0)
+		rc = wrote(w, path);
+	for (int i = 0; data && i < n; i++)
+		free(data[i]);
+	free(data);
+	free(names);
+	free(ts);
+	return rc;
+}
+
+int titan_hf_export(const char *outdir, const struct titan_param_table *t, titan_hf_get_fn get,
+		    void *ctx, const struct titan_hf_export_opts *o)
+{
+	struct titan_hf_export_opts def;
+	struct written w = {0};
+	const uint64_t max = o && o->max_shard_size ? o->max_shard_size : 5000000000ULL;
+	int *shard_of = NULL, nshards = 0, esz;
+	int64_t bos, eos, biggest = 0;
+	uint64_t cur = 0, total = 0;
+	float *f32 = NULL, *perm = NULL;
+	json_t *j = NULL;
+	char path[4096], name[64];
+	int rc = 0;
+
+	if (!o) {
+		titan_hf_export_opts_default(&def);
+		o = &def;
+	}
+	esz = titan_ckpt_dtype_size(o->dtype);
+	if (t->opts.shard_degree > 1)
+		return titan_error(TITAN_E_UNSUPPORTED, "HF export of a sharded parameter table");
+	if ((rc = titan_ckpt_mkdirs_(outdir)) < 0)
+		return rc;
+	/* transformers' rule: a tensor opens a new shard when it would push
+	 * the current one past the limit (a lone tensor may exceed it) */
+	if (!(shard_of = calloc((size_t)t->n, sizeof(*shard_of))))
+		return titan_error(TITAN_E_NOMEM, "out of memory");
+	for (int i = 0; i < t->n; i++) {
+		uint64_t b = (uint64_t)t->params[i].numel * (uint64_t)esz;
+
+		if (nshards == 0 || (cur > 0 && cur + b > max)) {
+			nshards++;
+			cur = 0;
+		}
+		cur += b;
+		total += b;
+		shard_of[i] = nshards - 1;
+		if (t->params[i].numel > biggest)
+			biggest = t->params[i].numel;
+	}
+	if (!(f32 = malloc((size_t)biggest * sizeof(float))) ||
+	    !(perm = malloc((size_t)biggest * sizeof(float)))) {
+		rc = titan_error(TITAN_E_NOMEM, "out of memory");
+		goto done;
+	}
+	/* the tokenizer first: a bad one fails before the big writes */
+	bos = o->bos_id;
+	eos = o->eos_id;
+	if (o->tokenizer) {
+		int64_t tb, te;
+
+		if ((rc = tokenizer(&w, outdir, o->tokenizer, t->dims.vocab_size, &tb, &te)) < 0)
+			goto done;
+		if (bos < 0)
+			bos = tb;
+		if (eos < 0)
+			eos = te;
+	}
+	if (nshards > 1)
+		j = json_object();
+	for (int s = 0, first = 0; s < nshards && rc == 0; s++) {
+		int last = first;
+
+		while (last < t->n && shard_of[last] == s)
+			last++;
+		if (nshards == 1)
+			snprintf(name, sizeof(name), "model.safetensors");
+		else
+			snprintf(name, sizeof(name), "model-%05d-of-%05d.safetensors", s + 1, nshards);
+		snprintf(path, sizeof(path), "%s/%s", outdir, name);
+		rc = write_shard(&w, path, t, first, last, get, ctx, o, f32, perm);
+		for (int i = first; i < last && rc == 0 && j; i++) {
+			char hf[HF_NAME_MAX];
+
+			titan_hf_param_name(&t->params[i], hf, sizeof(hf));
+			json_object_set_new(j, hf, json_string(name));
+		}
+		first = last;
+	}
+	if (rc == 0 && j) {
+		json_t *idx = json_pack("{s:{s:I}, s:O}", "metadata", "total_size", (json_int_t)total,
+					"weight_map", j);
+
+		rc = idx ? write_json(&w, outdir, "model.safetensors.index.json", idx) :
+			   titan_error(TITAN_E_NOMEM, "out of memory");
+		json_decref(idx);
+	}
+	if (t->dims.vocab_size == 128256 && !o->tokenizer) { /* Llama 3's */
+		if (bos < 0)
+			bos = 128000;
+		if (eos < 0)
+			eos = 128001;
+	}
+	if (rc == 0) {
+		json_t *c = config_json(&t->dims, o, bos, eos), *g = json_object();
+
+		if (!c || !g)
+			rc = titan_error(TITAN_E_NOMEM, "out of memory");
+		if (rc == 0 && bos >= 0)
+			json_object_set_new(g, "bos_token_id", json_integer(bos));
+		if (rc == 0 && eos >= 0)
+			json_object_set_new(g, "eos_token_id", json_integer(eos));
+		if (rc == 0 && (rc = write_json(&w, outdir, "config.json", c)) == 0)
+			rc = write_json(&w, outdir, "generation_config.json", g);
+		json_decref(c);
+		json_decref(g);
+	}
+done:
+	json_decref(j);
+	for (size_t i = 0; i < w.n; i++) {
+		if (rc < 0)
+			unlink(w.paths[i]);
+		free(w.paths[i]);
+	}
+	free(w.paths);
+	free(f32);
+	free(perm);
+	free(shard_of);
+	return rc;
+}

@@ -1,0 +1,723 @@
+/*
+ * test_ckpt_h5.c — the HDF5 checkpoint (lib/ckpt/h5.c, h5read.c,
+ * checkpoint.c): save/load round trip bit-exact with every scalar and the
+ * AdamW moments, model-only and bf16/fp16 checkpoints read back as the
+ * rounded values, a dim-0 shard load, atomic commit (a rename that fails
+ * leaves nothing; leftover temporary files are ignored and pruned), the
+ * folder functions, and each kind of bad checkpoint giving an error that
+ * names the file and the object.  Float rounding is in test_ckpt_hf.c.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <dirent.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "titan/ckpt.h"
+#include "titan/core.h"
+#include "titan/model.h"
+
+#if TITAN_HAVE_HDF5
+#include <hdf5.h>
+
+#include "ckpt/ckpt_impl.h" /* the I/O block sizes */
+#endif
+
+static char dir[64];
+
+static void rm_rf(const char *p)
+{
+	DIR *d = opendir(p);
+	struct dirent *e;
+	char q[512];
+
+	if (!d) {
+		unlink(p);
+		return;
+	}
+	while ((e = readdir(d))) {
+		if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
+			snprintf(q, sizeof(q), "%s/%s", p, e->d_name);
+			rm_rf(q);
+		}
+	}
+	closedir(d);
+	rmdir(p);
+}
+
+static int setup(void **state)
+{
+	(void)state;
+	strcpy(dir, "/tmp/test_ckpt_h5-XXXXXX");
+	return mkdtemp(dir) ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	rm_rf(dir);
+	return 0;
+}
+
+static const char *path_of(const char *name)
+{
+	static char p[4][512];
+	static int k;
+
+	k = (k + 1) % 4;
+	snprintf(p[k], sizeof(p[k]), "%s/%s", dir, name);
+	return p[k];
+}
+
+static int count_files(const char *folder)
+{
+	DIR *d = opendir(folder);
+	struct dirent *e;
+	int n = 0;
+
+	while (d && (e = readdir(d)))
+		n += strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
+	if (d)
+		closedir(d);
+	return n;
+}
+
+static void touch(const char *p)
+{
+	FILE *f = fopen(p, "w");
+
+	assert_non_null(f);
+	fputs("x", f);
+	fclose(f);
+}
+
+/* A tiny Llama: dim 32, 2 layers, 4 heads (2 kv), ffn 48, vocab 40. */
+static void tiny_dims(struct titan_model_dims *d, bool tied)
+{
+	assert_int_equal(titan_model_flavor("debugmodel", d), 0);
+	snprintf(d->flavor, sizeof(d->flavor), "custom");
+	d->dim = 32;
+	d->n_layers = 2;
+	d->n_heads = 4;
+	d->n_kv_heads = 2;
+	d->head_dim = 8;
+	d->ffn_hidden = 48;
+	d->multiple_of = 48;
+	d->vocab_size = 40;
+	d->tied = tied;
+}
+
+struct fx {
+	struct titan_param_table table;
+	struct titan_param_arena p, m, v;
+	struct titan_loader_state loader[2];
+	struct titan_ckpt_state st;
+};
+
+static void fx_init(struct fx *f, const struct titan_model_dims *d, uint64_t seed, int shard_rank,
+		    int shard_degree)
+{
+	struct titan_param_table_opts o;
+	struct titan_rng r;
+
+	memset(f, 0, sizeof(*f));
+	titan_param_table_opts_default(&o);
+	o.shard_rank = shard_rank;
+	o.shard_degree = shard_degree;
+	assert_int_equal(titan_param_table_init(&f->table, d, &o), 0);
+	assert_int_equal(titan_param_arena_init(&f->p, &f->table, NULL, TITAN_MEM_PARAMS), 0);
+	assert_int_equal(titan_param_arena_init(&f->m, &f->table, NULL, TITAN_MEM_OPTIM), 0);
+	assert_int_equal(titan_param_arena_init(&f->v, &f->table, NULL, TITAN_MEM_OPTIM), 0);
+	titan_model_init_params(&f->p, seed);
+	titan_rng_init(&r, seed, 7);
+	for (int i = 0; i < f->table.n; i++) {
+		const struct titan_param *p = &f->table.params[i];
+
+		titan_rng_fill_normal(&r, (uint64_t)i << 20, f->m.data + p->offset,
+				      (size_t)p->local_numel, 0.0f, 1e-3f);
+		titan_rng_fill_uniform(&r, ((uint64_t)i << 20) + 99999, f->v.data + p->offset,
+				       (size_t)p->local_numel, 0.0f, 1e-6f);
+	}
+	f->st.table = &f->table;
+	f->st.params = f->p.data;
+	f->st.exp_avg = f->m.data;
+	f->st.exp_avg_sq = f->v.data;
+	f->st.train.dp_world_size = 2;
+	f->st.train.loader = f->loader;
+}
+
+static void fx_release(struct fx *f)
+{
+	titan_param_arena_release(&f->p);
+	titan_param_arena_release(&f->m);
+	titan_param_arena_release(&f->v);
+	titan_param_table_release(&f->table);
+}
+
+static void fill_state(struct titan_ckpt_state *st)
+{
+	st->train.step = 7;
+	st->train.ntokens_seen = 123456789012345LL;
+	st->train.lr_last_epoch = 7;
+	st->train.optim_step = 6;
+	st->train.loader[0] = (struct titan_loader_state){3, 17, 1000, 2048, 1, UINT64_MAX};
+	st->train.loader[1] = (struct titan_loader_state){0, 1ULL << 63, 5, 7, 0, 42};
+	st->train.rng = (struct titan_ckpt_rng){0xdeadbeefcafebabeULL, 3, UINT64_MAX - 1};
+	st->config_yaml = "training:\n  steps: 7\n";
+}
+
+#define NEED_HDF5() \
+	do { if (!titan_has_feature("hdf5")) { skip(); } } while (0)
+
+/* ------------------------------------------------------------ round trip */
+
+static void test_round_trip(void **state)
+{
+	struct titan_model_dims d;
+	struct fx a, b;
+	const struct titan_ckpt_info *in;
+	struct titan_ckpt_file *f;
+	char *path = NULL;
+	float special[6] = {-0.0f, INFINITY, -INFINITY, 0x1p-149f, 0x1.fffffep127f, 0};
+	uint32_t qnan = 0x7fc12345u;
+
+	(void)state;
+	NEED_HDF5();
+	tiny_dims(&d, false);
+	fx_init(&a, &d, 1, 0, 1);
+	fx_init(&b, &d, 2, 0, 1);
+	memcpy(&special[5], &qnan, 4); /* a NaN payload must survive too */
+	memcpy(a.p.data + a.table.params[3].offset, special, sizeof(special));
+	fill_state(&a.st);
+	assert_int_equal(titan_ckpt_save(path_of("ck/sub"), 7, &a.st, 0, TITAN_CKPT_FLOAT32, &path), 0);
+	assert_string_equal(path, path_of("ck/sub/step-7.h5"));
+	free(path);
+	assert_int_equal(count_files(path_of("ck/sub")), 1); /* no temporary file left */
+
+	assert_int_equal(titan_ckpt_load(path_of("ck/sub/step-7.h5"), &b.st, 0), 0);
+	assert_memory_equal(a.p.data, b.p.data, (size_t)a.table.arena_floats * 4);
+	assert_memory_equal(a.m.data, b.m.data, (size_t)a.table.arena_floats * 4);
+	assert_memory_equal(a.v.data, b.v.data, (size_t)a.table.arena_floats * 4);
+	assert_int_equal(b.st.train.step, 7);
+	assert_int_equal(b.st.train.ntokens_seen, 123456789012345LL);
+	assert_int_equal(b.st.train.lr_last_epoch, 7);
+	assert_int_equal(b.st.train.optim_step, 6);
+	assert_memory_equal(a.loader, b.loader, sizeof(a.loader));
+	assert_memory_equal(&a.st.train.rng, &b.st.train.rng, sizeof(a.st.train.rng));
+
+	/* what the reader reports */
+	assert_int_equal(titan_ckpt_open(path_of("ck/sub/step-7.h5"), &f), 0);
+	in = titan_ckpt_file_info(f);
+	assert_int_equal(in->format_version, TITAN_CKPT_VERSION);
+	assert_string_equal(in->config_yaml, "training:\n  steps: 7\n");
+	assert_string_equal(in->titan_version, titan_version());
+	assert_true(in->has_optimizer && in->has_train_state && in->has_lr_scheduler &&
+		    in->has_dataloader && in->has_rng);
+	assert_int_equal(in->n_tensors, 3 * (size_t)a.table.n);
+	assert_string_equal(in->tensors[0].name, "tok_embeddings.weight"); /* creation order */
+	assert_int_equal(in->tensors[0].part, TITAN_CKPT_MODEL);
+	assert_int_equal(in->tensors[a.table.n].part, TITAN_CKPT_EXP_AVG);
+	assert_int_equal(in->tensors[0].shape[0], 40);
+	assert_int_equal(in->tensors[0].storage_bytes, 40 * 32 * 4);
+	assert_int_equal(in->dims.dim, 32);
+	assert_int_equal(in->dims.ffn_hidden, 48);
+	assert_int_equal(in->dims.n_kv_heads, 2);
+	assert_false(in->dims.tied);
+	assert_true(in->dims.rope_scaling);
+	assert_true(isnan(in->dims.ffn_dim_multiplier));
+	titan_ckpt_close(f);
+
+	/* the same state saved twice gives the same bytes (no timestamps) */
+	assert_int_equal(titan_ckpt_write(path_of("again.h5"), &a.st, 0, TITAN_CKPT_FLOAT32), 0);
+	{
+		FILE *x = fopen(path_of("ck/sub/step-7.h5"), "rb"), *y = fopen(path_of("again.h5"), "rb");
+		int cx, cy;
+
+		assert_non_null(x);
+		assert_non_null(y);
+		do {
+			cx = fgetc(x);
+			cy = fgetc(y);
+			assert_int_equal(cx, cy);
+		} while (cx != EOF);
+		fclose(x);
+		fclose(y);
+	}
+	fx_release(&a);
+	fx_release(&b);
+}
+
+/* exclusions leave the caller's values alone; a large config attribute */
+static void test_exclude_and_big_config(void **state)
+{
+	struct titan_model_dims d;
+	struct fx a, b;
+	struct titan_strlist names;
+	char *items[] = {"optimizer", "dataloader", "rng"}, *bad[] = {"model"};
+	char *big = malloc(200001);
+	unsigned flags = 0;
+	struct titan_ckpt_file *f;
+
+	(void)state;
+	NEED_HDF5();
+	tiny_dims(&d, true);
+	fx_init(&a, &d, 1, 0, 1);
+	fx_init(&b, &d, 2, 0, 1);
+	fill_state(&a.st);
+	memset(big, 'y', 200000); /* past HDF5's 64 KiB compact attribute limit */
+	big[200000] = 0;
+	a.st.config_yaml = big;
+	assert_int_equal(titan_ckpt_save(dir, 3, &a.st, 0, TITAN_CKPT_FLOAT32, NULL), 0);
+	names = (struct titan_strlist){3, items};
+	assert_int_equal(titan_ckpt_exclude_parse(&names, &flags), 0);
+	assert_int_equal(flags, TITAN_CKPT_EXCLUDE_OPTIMIZER | TITAN_CKPT_EXCLUDE_DATALOADER |
+				       TITAN_CKPT_EXCLUDE_RNG);
+	names = (struct titan_strlist){1, bad};
+	assert_int_equal(titan_ckpt_exclude_parse(&names, &flags), TITAN_E_INVALID);
+	assert_non_null(strstr(titan_errmsg(), "'model'"));
+
+	b.st.exp_avg = b.st.exp_avg_sq = NULL; /* not needed when excluded */
+	b.st.train.loader = NULL;
+	b.st.train.optim_step = -5;
+	b.st.train.rng.seed = 99;
+	assert_int_equal(titan_ckpt_load(path_of("step-3.h5"), &b.st, TITAN_CKPT_EXCLUDE_OPTIMIZER |
+					 TITAN_CKPT_EXCLUDE_DATALOADER | TITAN_CKPT_EXCLUDE_RNG), 0);
+	assert_memory_equal(a.p.data, b.p.data, (size_t)a.table.arena_floats * 4);
+	assert_int_equal(b.st.train.optim_step, -5);
+	assert_int_equal(b.st.train.rng.seed, 99);
+	assert_int_equal(b.st.train.step, 7);
+	assert_int_equal(b.st.train.lr_last_epoch, 7);
+	assert_int_equal(titan_ckpt_open(path_of("step-3.h5"), &f), 0);
+	assert_int_equal(strlen(titan_ckpt_file_info(f)->config_yaml), 200000);
+	assert_true(titan_ckpt_file_info(f)->dims.tied);
+	titan_ckpt_close(f);
+	free(big);
+	fx_release(&a);
+	fx_release(&b);
+}
+
+/* model-only checkpoints in each dtype read back as the rounded values */
+static void test_model_only_dtypes(void **state)
+{
+	struct titan_model_dims d;
+	struct fx a, b;
+
+	(void)state;
+	NEED_HDF5();
+	tiny_dims(&d, false);
+	fx_init(&a, &d, 5, 0, 1);
+	fx_init(&b, &d, 6, 0, 1);
+	for (int dt = TITAN_CKPT_FLOAT32; dt <= TITAN_CKPT_FLOAT16; dt++) {
+		struct titan_ckpt_file *f;
+
+		assert_int_equal(titan_ckpt_save(dir, dt, &a.st, TITAN_CKPT_MODEL_ONLY,
+						 (enum titan_ckpt_dtype)dt, NULL), 0);
+		assert_int_equal(titan_ckpt_load(path_of(dt == 0 ? "step-0.h5" : dt == 1 ? "step-1.h5" :
+							 "step-2.h5"), &b.st, TITAN_CKPT_MODEL_ONLY), 0);
+		for (int i = 0; i < a.table.n; i++) {
+			const struct titan_param *p = &a.table.params[i];
+
+			for (int64_t k = 0; k < p->numel; k++) {
+				float x = a.p.data[p->offset + k], want = x;
+
+				if (dt == TITAN_CKPT_BFLOAT16)
+					want = titan_bf16_to_f32(titan_f32_to_bf16(x));
+				else if (dt == TITAN_CKPT_FLOAT16)
+					want = titan_f16_to_f32(titan_f32_to_f16(x));
+				assert_memory_equal(&want, &b.p.data[p->offset + k], 4);
+			}
+		}
+		assert_int_equal(titan_ckpt_open(path_of(dt == 0 ? "step-0.h5" : dt == 1 ? "step-1.h5" :
+							 "step-2.h5"), &f), 0);
+		assert_false(titan_ckpt_file_info(f)->has_optimizer);
+		assert_false(titan_ckpt_file_info(f)->has_train_state);
+		assert_int_equal(titan_ckpt_file_info(f)->tensors[0].dtype, dt);
+		assert_int_equal(titan_ckpt_file_info(f)->tensors[0].storage_bytes,
+				 40 * 32 * (dt ? 2 : 4));
+		titan_ckpt_close(f);
+		/* a full load of a model-only checkpoint says what to do */
+		assert_int_equal(titan_ckpt_load(path_of("step-0.h5"), &b.st, 0), TITAN_E_INVALID);
+		assert_non_null(strstr(titan_errmsg(), "model-only"));
+	}
+	/* a full checkpoint stays float32 */
+	fill_state(&a.st);
+	assert_int_equal(titan_ckpt_save(dir, 9, &a.st, 0, TITAN_CKPT_BFLOAT16, NULL), TITAN_E_INVALID);
+	assert_int_equal(count_files(dir), 3);
+	fx_release(&a);
+	fx_release(&b);
+}
+
+/* a table holding rows of a dim-0 shard loads just those rows */
+static void test_shard_load(void **state)
+{
+	struct titan_model_dims d;
+	struct fx a, s;
+
+	(void)state;
+	NEED_HDF5();
+	tiny_dims(&d, false);
+	fx_init(&a, &d, 11, 0, 1);
+	fill_state(&a.st);
+	assert_int_equal(titan_ckpt_save(dir, 1, &a.st, TITAN_CKPT_MODEL_ONLY, TITAN_CKPT_BFLOAT16,
+					 NULL), 0);
+	assert_int_equal(titan_ckpt_save(dir, 2, &a.st, 0, TITAN_CKPT_FLOAT32, NULL), 0);
+	fx_init(&s, &d, 12, 1, 3);
+	assert_int_equal(titan_ckpt_save(dir, 3, &s.st, 0, TITAN_CKPT_FLOAT32, NULL),
+			 TITAN_E_UNSUPPORTED);
+	assert_int_equal(titan_ckpt_load(path_of("step-2.h5"), &s.st, 0), 0);
+	for (int i = 0; i < s.table.n; i++) {
+		const struct titan_param *p = &s.table.params[i];
+		const float *whole = a.p.data + a.table.params[i].offset + p->row0 * p->shape[1];
+
+		assert_memory_equal(whole, s.p.data + p->offset, (size_t)p->local_numel * 4);
+		assert_memory_equal(a.v.data + a.table.params[i].offset + p->row0 * p->shape[1],
+				    s.v.data + p->offset, (size_t)p->local_numel * 4);
+	}
+	assert_int_equal(titan_ckpt_load(path_of("step-1.h5"), &s.st, TITAN_CKPT_MODEL_ONLY), 0);
+	for (int i = 0; i < s.table.n; i++) {
+		const struct titan_param *p = &s.table.params[i];
+
+		for (int64_t k = 0; k < p->local_numel; k++) {
+			float x = a.p.data[a.table.params[i].offset + p->row0 * p->shape[1] + k];
+			float want = titan_bf16_to_f32(titan_f32_to_bf16(x));
+
+			assert_memory_equal(&want, &s.p.data[p->offset + k], 4);
+		}
+	}
+	fx_release(&a);
+	fx_release(&s);
+}
+
+/* ------------------------------------------------------------ atomicity */
+
+static void test_atomic(void **state)
+{
+	struct titan_model_dims d;
+	struct fx a;
+	int64_t *steps, latest;
+	size_t n;
+	int removed;
+
+	(void)state;
+	NEED_HDF5();
+	tiny_dims(&d, false);
+	fx_init(&a, &d, 1, 0, 1);
+	fill_state(&a.st);
+	/* the final name is taken by a non-empty folder: the rename fails */
+	assert_int_equal(mkdir(path_of("step-4.h5"), 0777), 0);
+	touch(path_of("step-4.h5/x"));
+	assert_int_equal(titan_ckpt_save(dir, 4, &a.st, 0, TITAN_CKPT_FLOAT32, NULL), TITAN_E_IO);
+	assert_non_null(strstr(titan_errmsg(), "step-4.h5"));
+	assert_int_equal(count_files(dir), 1); /* just the folder: no temporary file */
+	assert_int_equal(titan_ckpt_list(dir, &steps, &n), 0);
+	assert_int_equal(n, 0); /* a folder is not a checkpoint */
+	free(steps);
+	/* a write into a folder that cannot be created */
+	touch(path_of("file"));
+	assert_int_equal(titan_ckpt_save(path_of("file/ck"), 1, &a.st, 0, TITAN_CKPT_FLOAT32, NULL),
+			 TITAN_E_IO);
+	assert_non_null(strstr(titan_errmsg(), "file/ck"));
+
+	/* leftovers of a crashed save are not checkpoints */
+	assert_int_equal(titan_ckpt_save(dir, 2, &a.st, 0, TITAN_CKPT_FLOAT32, NULL), 0);
+	assert_int_equal(titan_ckpt_save(dir, 5, &a.st, TITAN_CKPT_MODEL_ONLY, TITAN_CKPT_FLOAT32,
+					 NULL), 0);
+	touch(path_of("step-3.h5.tmp.a1b2c3"));
+	touch(path_of("step-9.h5.tmp.zzzzzz"));
+	touch(path_of("step-05.h5"));      /* not canonical */
+	touch(path_of("step-6.h5.bak"));
+	touch(path_of("step--1.h5"));
+	touch(path_of("step-.h5"));
+	assert_int_equal(titan_ckpt_list(dir, &steps, &n), 0);
+	assert_int_equal(n, 2);
+	assert_int_equal(steps[0], 2);
+	assert_int_equal(steps[1], 5);
+	free(steps);
+	assert_int_equal(titan_ckpt_latest(dir, &latest), 0);
+	assert_int_equal(latest, 5);
+	/* prune removes the old temporary file, not the one of a newer step
+	 * (a save in progress), and keeps both checkpoints with k = 2 */
+	assert_int_equal(titan_ckpt_prune(dir, 2, &removed), 0);
+	assert_int_equal(removed, 1);
+	assert_int_equal(access(path_of("step-3.h5.tmp.a1b2c3"), F_OK), -1);
+	assert_int_equal(access(path_of("step-9.h5.tmp.zzzzzz"), F_OK), 0);
+	assert_int_equal(access(path_of("step-2.h5"), F_OK), 0);
+	/* the leftover does not disturb loading the newest */
+	assert_int_equal(titan_ckpt_load(path_of("step-2.h5"), &a.st, 0), 0);
+	fx_release(&a);
+}
+
+static void test_folders(void **state)
+{
+	int64_t *steps, latest;
+	size_t n;
+	int removed;
+	const int64_t made[] = {10, 2, 300, 40, 5};
+
+	(void)state;
+	assert_int_equal(titan_ckpt_list(path_of("missing"), &steps, &n), 0);
+	assert_int_equal(n, 0);
+	free(steps);
+	assert_int_equal(titan_ckpt_latest(path_of("missing"), &latest), 0);
+	assert_int_equal(latest, -1);
+	for (int i = 0; i < 5; i++) {
+		char name[32];
+
+		snprintf(name, sizeof(name), "step-%lld.h5", (long long)made[i]);
+		touch(path_of(name));
+	}
+	assert_int_equal(titan_ckpt_list(dir, &steps, &n), 0);
+	assert_int_equal(n, 5);
+	for (size_t i = 1; i < n; i++)
+		assert_true(steps[i - 1] < steps[i]);
+	free(steps);
+	assert_int_equal(titan_ckpt_prune(dir, -1, NULL), TITAN_E_INVALID);
+	assert_int_equal(titan_ckpt_prune(dir, 0, &removed), 0); /* 0 keeps all */
+	assert_int_equal(removed, 0);
+	assert_int_equal(titan_ckpt_prune(dir, 3, &removed), 0);
+	assert_int_equal(removed, 2);
+	assert_int_equal(titan_ckpt_list(dir, &steps, &n), 0);
+	assert_int_equal(n, 3);
+	assert_int_equal(steps[0], 10);
+	assert_int_equal(steps[2], 300);
+	free(steps);
+	assert_int_equal(titan_ckpt_prune(dir, 1, &removed), 0); /* the newest always stays */
+	assert_int_equal(titan_ckpt_latest(dir, &latest), 0);
+	assert_int_equal(latest, 300);
+	assert_int_equal(count_files(dir), 1);
+	assert_int_equal(titan_ckpt_prune(dir, 1, &removed), 0);
+	assert_int_equal(removed, 0);
+	assert_int_equal(count_files(dir), 1);
+}
+
+/* ------------------------------------------------------------ bad files */
+
+#if TITAN_HAVE_HDF5
+/* Rewrite a root attribute of an existing file. */
+static void set_root_i64(const char *path, const char *name, int64_t v)
+{
+	hid_t f = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT), a;
+
+	assert_true(f >= 0);
+	a = H5Aopen(f, name, H5P_DEFAULT);
+	assert_true(a >= 0);
+	assert_true(H5Awrite(a, H5T_NATIVE_INT64, &v) >= 0);
+	H5Aclose(a);
+	H5Fclose(f);
+}
+
+static void delete_object(const char *path, const char *obj, bool attr)
+{
+	hid_t f = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT);
+
+	assert_true(f >= 0);
+	assert_true((attr ? H5Adelete(f, obj) : H5Ldelete(f, obj, H5P_DEFAULT)) >= 0);
+	H5Fclose(f);
+}
+#endif
+
+static void copy_file(const char *from, const char *to, long truncate_at)
+{
+	FILE *a = fopen(from, "rb"), *b = fopen(to, "wb");
+	long n = 0;
+	int c;
+
+	assert_non_null(a);
+	assert_non_null(b);
+	while ((c = fgetc(a)) != EOF && (truncate_at < 0 || n < truncate_at)) {
+		fputc(c, b);
+		n++;
+	}
+	fclose(a);
+	fclose(b);
+}
+
+static void expect_load_error(const char *file, struct titan_ckpt_state *st, unsigned flags,
+			      int code, const char *s1, const char *s2)
+{
+	int rc = titan_ckpt_load(path_of(file), st, flags);
+
+	if (rc != code || !strstr(titan_errmsg(), s1) || (s2 && !strstr(titan_errmsg(), s2)))
+		fail_msg("%s: got %d '%s', want %d with '%s' '%s'", file, rc, titan_errmsg(), code,
+			 s1, s2 ? s2 : "");
+}
+
+static void test_bad_files(void **state)
+{
+	struct titan_model_dims d, wide, tied;
+	struct fx a, b, w, t;
+
+	(void)state;
+	NEED_HDF5();
+	tiny_dims(&d, false);
+	fx_init(&a, &d, 1, 0, 1);
+	fill_state(&a.st);
+	assert_int_equal(titan_ckpt_write(path_of("good.h5"), &a.st, 0, TITAN_CKPT_FLOAT32), 0);
+	fx_init(&b, &d, 2, 0, 1);
+
+	/* shapes and names against the table */
+	wide = d;
+	wide.ffn_hidden = 64;
+	fx_init(&w, &wide, 3, 0, 1);
+	expect_load_error("good.h5", &w.st, 0, TITAN_E_INVALID,
+			  "good.h5': model/layers.0.feed_forward.w1.weight: shape [48, 32], "
+			  "the model has [64, 32]", NULL);
+	tied = d;
+	tied.tied = true;
+	fx_init(&t, &tied, 4, 0, 1);
+	expect_load_error("good.h5", &t.st, 0, TITAN_E_INVALID, "model/output.weight is not a "
+			  "parameter", "tie_word_embeddings");
+	assert_int_equal(titan_ckpt_write(path_of("tied.h5"), &t.st, TITAN_CKPT_MODEL_ONLY,
+					  TITAN_CKPT_FLOAT32), 0);
+	expect_load_error("tied.h5", &b.st, TITAN_CKPT_MODEL_ONLY, TITAN_E_INVALID,
+			  "tied.h5': model/output.weight is missing", NULL);
+	/* data loader saved by 2 ranks, loaded by 1 */
+	b.st.train.dp_world_size = 1;
+	expect_load_error("good.h5", &b.st, 0, TITAN_E_INVALID, "2 data-parallel ranks", "1");
+	b.st.train.dp_world_size = 2;
+	assert_int_equal(titan_ckpt_load(path_of("good.h5"), &b.st, 0), 0);
+
+#if TITAN_HAVE_HDF5
+	/* newer format version */
+	copy_file(path_of("good.h5"), path_of("newer.h5"), -1);
+	set_root_i64(path_of("newer.h5"), "format_version", TITAN_CKPT_VERSION + 1);
+	expect_load_error("newer.h5", &b.st, 0, TITAN_E_FORMAT, "newer.h5': format version 2 is "
+			  "newer than this titan reads (1)", NULL);
+	/* a missing tensor, a missing moment, a missing state group */
+	copy_file(path_of("good.h5"), path_of("miss.h5"), -1);
+	delete_object(path_of("miss.h5"), "model/layers.1.attention.wk.weight", false);
+	expect_load_error("miss.h5", &b.st, 0, TITAN_E_INVALID,
+			  "miss.h5': model/layers.1.attention.wk.weight is missing", NULL);
+	copy_file(path_of("good.h5"), path_of("miss2.h5"), -1);
+	delete_object(path_of("miss2.h5"), "optimizer/exp_avg_sq/norm.weight", false);
+	expect_load_error("miss2.h5", &b.st, 0, TITAN_E_INVALID,
+			  "optimizer/exp_avg_sq/norm.weight is missing", NULL);
+	assert_int_equal(titan_ckpt_load(path_of("miss2.h5"), &b.st, TITAN_CKPT_EXCLUDE_OPTIMIZER), 0);
+	copy_file(path_of("good.h5"), path_of("miss3.h5"), -1);
+	delete_object(path_of("miss3.h5"), "lr_scheduler", false);
+	expect_load_error("miss3.h5", &b.st, 0, TITAN_E_INVALID, "has no /lr_scheduler", NULL);
+	copy_file(path_of("good.h5"), path_of("miss4.h5"), -1);
+	delete_object(path_of("miss4.h5"), "n_heads", true);
+	expect_load_error("miss4.h5", &b.st, 0, TITAN_E_FORMAT, "no attribute 'n_heads'", NULL);
+	/* an HDF5 file that is not a checkpoint */
+	{
+		hid_t f = H5Fcreate(path_of("plain.h5"), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+
+		H5Fclose(f);
+	}
+	expect_load_error("plain.h5", &b.st, 0, TITAN_E_FORMAT, "plain.h5' is not a titan "
+			  "checkpoint", NULL);
+#endif
+	/* not HDF5, missing, truncated */
+	touch(path_of("text.h5"));
+	expect_load_error("text.h5", &b.st, 0, TITAN_E_FORMAT, "text.h5' is not an HDF5 file", NULL);
+	expect_load_error("nope.h5", &b.st, 0, TITAN_E_IO, "nope.h5': No such file", NULL);
+	{
+		struct stat sb;
+
+		assert_int_equal(stat(path_of("good.h5"), &sb), 0);
+		for (long cut = 0; cut < 8; cut++) {
+			long at = sb.st_size * (cut + 1) / 9;
+			int rc;
+
+			copy_file(path_of("good.h5"), path_of("cut.h5"), at);
+			rc = titan_ckpt_load(path_of("cut.h5"), &b.st, 0);
+			if (rc != TITAN_E_FORMAT || !strstr(titan_errmsg(), "cut.h5"))
+				fail_msg("truncated at %ld: %d %s", at, rc, titan_errmsg());
+		}
+	}
+	fx_release(&a);
+	fx_release(&b);
+	fx_release(&w);
+	fx_release(&t);
+}
+
+static void test_config_for_dims(void **state)
+{
+	struct titan_model_dims d, back;
+	struct titan_config c;
+	char *y;
+
+	(void)state;
+	/* a flavor's dims give the flavor */
+	assert_int_equal(titan_model_flavor("8B", &d), 0);
+	d.rope_scaling = false;
+	y = titan_ckpt_config_for_dims(&d);
+	assert_non_null(y);
+	assert_int_equal(titan_config_init(&c), 0);
+	assert_int_equal(titan_config_load_string(&c, y, strlen(y), "gen"), 0);
+	assert_string_equal(c.model.flavor, "8B");
+	assert_false(c.model.rope_scaling);
+	titan_config_release(&c);
+	free(y);
+	/* custom dims come back through multiple_of / ffn_dim_multiplier */
+	const int64_t ffns[] = {48, 96, 20, 85};
+	for (int i = 0; i < 4; i++) {
+		tiny_dims(&d, i & 1);
+		d.ffn_hidden = ffns[i];
+		d.norm_eps = 1e-6;
+		d.rope_theta = 10000;
+		y = titan_ckpt_config_for_dims(&d);
+		assert_non_null(y);
+		assert_int_equal(titan_config_init(&c), 0);
+		assert_int_equal(titan_config_load_string(&c, y, strlen(y), "gen"), 0);
+		assert_int_equal(titan_model_dims_from_config(&c, &back), 0);
+		assert_int_equal(back.ffn_hidden, ffns[i]);
+		assert_int_equal(back.dim, 32);
+		assert_int_equal(back.n_kv_heads, 2);
+		assert_int_equal(back.vocab_size, 40);
+		assert_int_equal(back.tied, i & 1);
+		assert_true(back.norm_eps == 1e-6 && back.rope_theta == 10000);
+		titan_config_release(&c);
+		free(y);
+	}
+}
+
+/* The same tests with I/O blocks of 1024 floats / 1000 16-bit elements, so
+ * that tensors span several blocks with a partial last one. */
+#if TITAN_HAVE_HDF5
+static int small_blocks(void **state)
+{
+	titan_ckpt_block_bytes_ = 4096;
+	titan_ckpt_block_elems_ = 1000;
+	return setup(state);
+}
+
+static int default_blocks(void **state)
+{
+	titan_ckpt_block_bytes_ = (int64_t)64 << 20;
+	titan_ckpt_block_elems_ = (int64_t)1 << 20;
+	return teardown(state);
+}
+#else
+#define small_blocks setup
+#define default_blocks teardown
+#endif
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_round_trip, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_exclude_and_big_config, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_model_only_dtypes, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_shard_load, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_atomic, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_folders, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_bad_files, setup, teardown),
+		cmocka_unit_test(test_config_for_dims),
+		cmocka_unit_test_setup_teardown(test_round_trip, small_blocks, default_blocks),
+		cmocka_unit_test_setup_teardown(test_model_only_dtypes, small_blocks, default_blocks),
+		cmocka_unit_test_setup_teardown(test_shard_load, small_blocks, default_blocks),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

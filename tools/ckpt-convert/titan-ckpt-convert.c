@@ -1,0 +1,642 @@
+/*
+ * titan-ckpt-convert — inspect titan checkpoints and convert them: to and
+ * from the HuggingFace LlamaForCausalLM layout (torchtitan's
+ * scripts/checkpoint_conversion/convert_{to,from}_hf.py), and h5 -> h5
+ * with a dtype cast or without optimizer state (weights-only export).
+ */
+#include <inttypes.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "titan/ckpt.h"
+#include "titan/cli.h"
+#include "titan/core.h"
+#include "titan/model.h"
+
+enum {
+	OPT_TO = TITAN_OPT_TOOL_BASE,
+	OPT_FROM,
+	OPT_DTYPE,
+	OPT_TOKENIZER,
+	OPT_MAX_SHARD,
+	OPT_WEIGHTS_ONLY,
+	OPT_JSON,
+	OPT_NO_CHECKSUMS,
+	OPT_MAX_POS,
+};
+
+struct opts {
+	const char *to, *from, *tokenizer;
+	bool dtype_set, weights_only, json, checksums;
+	enum titan_ckpt_dtype dtype;
+	uint64_t max_shard;
+	int64_t max_pos;
+};
+
+static void usage(FILE *fp)
+{
+	fprintf(fp,
+"Usage: titan-ckpt-convert info [--json] [--no-checksums] CKPT\n"
+"       titan-ckpt-convert --to hf [OPTIONS] CKPT OUTDIR\n"
+"       titan-ckpt-convert --from hf [--dtype D] HFDIR OUT.h5\n"
+"       titan-ckpt-convert [--weights-only] [--dtype D] IN.h5 OUT.h5\n"
+"Inspect a titan checkpoint (step-N.h5) or convert it to and from the\n"
+"HuggingFace LlamaForCausalLM layout.  CKPT may be a checkpoint folder: its\n"
+"newest complete step is used.  Outputs are written atomically.\n"
+"\n"
+"Modes:\n"
+"  info CKPT               tensors (dtype, shape, bytes, CRC32C of the float32\n"
+"                          values), dims, training state and the config\n"
+"  --to hf CKPT OUTDIR     model.safetensors (or shards + index), config.json,\n"
+"                          generation_config.json [, the tokenizer]; q/k rows\n"
+"                          permuted to HF's rotate-half RoPE layout\n"
+"  --from hf HFDIR OUT.h5  a model-only checkpoint (checkpoint.initial_load_path)\n"
+"  IN.h5 OUT.h5            copy, casting (--dtype) or dropping optimizer state\n"
+"\n"
+"Options:\n"
+"      --dtype D            float32 (default), bfloat16 or float16\n"
+"      --tokenizer FILE     --to hf: copy FILE into OUTDIR, take bos/eos ids from it\n"
+"      --max-shard-size S   --to hf: bytes per shard (5GB default; B, KB, MB, GB,\n"
+"                           KiB, MiB, GiB suffixes)\n"
+"      --max-position-embeddings N  --to hf: config.json value (default: 131072\n"
+"                           with Llama 3.1 RoPE scaling, else the original 8192)\n"
+"      --weights-only       IN.h5 OUT.h5: model tensors only (needed for --dtype)\n"
+"      --json               info: one JSON object\n"
+"      --no-checksums       info: do not read the tensors\n"
+"  -v, --verbose; -q, --quiet; -h, --help; --version\n"
+"\n"
+"Exit status: 0 ok, 1 a bad or missing input or a failed write, 2 usage.\n"
+"\n"
+"Example:\n"
+"  titan-ckpt-convert --to hf --dtype bfloat16 --tokenizer tokenizer.json \\\n"
+"      outputs/checkpoint exported/\n"
+"\n"
+"See also: titan-train(1), docs/formats.md\n");
+}
+
+/* 5GB, 4GiB, 100MB, 123 (HF's units: KB = 1000, KiB = 1024). */
+static int parse_shard_size(const char *s, uint64_t *out)
+{
+	static const struct { const char *u; uint64_t m; } units[] = {
+		{"", 1}, {"B", 1}, {"KB", 1000ULL}, {"MB", 1000000ULL}, {"GB", 1000000000ULL},
+		{"TB", 1000000000000ULL}, {"KiB", 1ULL << 10}, {"MiB", 1ULL << 20},
+		{"GiB", 1ULL << 30}, {"TiB", 1ULL << 40},
+	};
+	char num[32];
+	size_t k = strspn(s, "0123456789");
+	uint64_t v;
+
+	if (k == 0 || k >= sizeof(num))
+		return -1;
+	memcpy(num, s, k);
+	num[k] = 0;
+	if (titan_parse_u64(num, &v) < 0)
+		return -1;
+	for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
+		if (!strcmp(s + k, units[i].u)) {
+			if (v == 0 || v > UINT64_MAX / units[i].m)
+				return -1;
+			*out = v * units[i].m;
+			return 0;
+		}
+	}
+	return -1;
+}
+
+/* A checkpoint folder means its newest complete step. */
+static int resolve_ckpt(const char *arg, char *path, size_t n)
+{
+	struct stat st;
+	int64_t step;
+	int rc;
+
+	if (stat(arg, &st) != 0 || !S_ISDIR(st.st_mode)) {
+		snprintf(path, n, "%s", arg);
+		return 0;
+	}
+	if ((rc = titan_ckpt_latest(arg, &step)) < 0)
+		return rc;
+	if (step < 0)
+		return titan_error(TITAN_E_IO, "'%s' holds no complete checkpoint (step-N.h5)", arg);
+	titan_log_info("using %s/step-%lld.h5, the newest complete step", arg, (long long)step);
+	return titan_ckpt_path(path, n, arg, step);
+}
+
+/* ------------------------------------------------------------------ info */
+
+static void dims_json(struct titan_json *j, const struct titan_model_dims *d)
+{
+	titan_json_object_begin(j);
+	titan_json_key(j, "flavor"); titan_json_string(j, d->flavor);
+	titan_json_key(j, "dim"); titan_json_int(j, d->dim);
+	titan_json_key(j, "n_layers"); titan_json_int(j, d->n_layers);
+	titan_json_key(j, "n_heads"); titan_json_int(j, d->n_heads);
+	titan_json_key(j, "n_kv_heads"); titan_json_int(j, d->n_kv_heads);
+	titan_json_key(j, "head_dim"); titan_json_int(j, d->head_dim);
+	titan_json_key(j, "ffn_hidden"); titan_json_int(j, d->ffn_hidden);
+	titan_json_key(j, "vocab_size"); titan_json_int(j, d->vocab_size);
+	titan_json_key(j, "norm_eps"); titan_json_double(j, d->norm_eps);
+	titan_json_key(j, "rope_theta"); titan_json_double(j, d->rope_theta);
+	titan_json_key(j, "rope_scaling"); titan_json_bool(j, d->rope_scaling);
+	titan_json_key(j, "tie_word_embeddings"); titan_json_bool(j, d->tied);
+	titan_json_object_end(j);
+}
+
+static void state_json(struct titan_json *j, const struct titan_ckpt_info *in)
+{
+	const struct titan_ckpt_train_state *t = &in->train;
+
+	if (in->has_train_state) {
+		titan_json_key(j, "train_state");
+		titan_json_object_begin(j);
+		titan_json_key(j, "step"); titan_json_int(j, t->step);
+		titan_json_key(j, "ntokens_seen"); titan_json_int(j, t->ntokens_seen);
+		titan_json_object_end(j);
+	}
+	if (in->has_lr_scheduler) {
+		titan_json_key(j, "lr_scheduler");
+		titan_json_object_begin(j);
+		titan_json_key(j, "last_epoch"); titan_json_int(j, t->lr_last_epoch);
+		titan_json_object_end(j);
+	}
+	if (in->has_optimizer) {
+		titan_json_key(j, "optimizer");
+		titan_json_object_begin(j);
+		titan_json_key(j, "step"); titan_json_int(j, t->optim_step);
+		titan_json_object_end(j);
+	}
+	if (in->has_dataloader) {
+		titan_json_key(j, "dataloader");
+		titan_json_object_begin(j);
+		titan_json_key(j, "world_size"); titan_json_int(j, t->dp_world_size);
+		for (int64_t r = 0; r < t->dp_world_size; r++) {
+			const struct titan_loader_state *l = &t->loader[r];
+			char k[48];
+
+			snprintf(k, sizeof(k), "dp_rank_%lld", (long long)r);
+			titan_json_key(j, k);
+			titan_json_object_begin(j);
+			titan_json_key(j, "epoch"); titan_json_uint(j, l->epoch);
+			titan_json_key(j, "position"); titan_json_uint(j, l->position);
+			titan_json_key(j, "n_windows"); titan_json_uint(j, l->n_windows);
+			titan_json_key(j, "seq_len"); titan_json_uint(j, l->seq_len);
+			titan_json_key(j, "shuffle"); titan_json_uint(j, l->shuffle);
+			titan_json_key(j, "seed"); titan_json_uint(j, l->seed);
+			titan_json_object_end(j);
+		}
+		titan_json_object_end(j);
+	}
+	if (in->has_rng) {
+		titan_json_key(j, "rng");
+		titan_json_object_begin(j);
+		titan_json_key(j, "seed"); titan_json_uint(j, t->rng.seed);
+		titan_json_key(j, "stream"); titan_json_uint(j, t->rng.stream);
+		titan_json_key(j, "offset"); titan_json_uint(j, t->rng.offset);
+		titan_json_object_end(j);
+	}
+}
+
+static const char *shape_str(char *buf, size_t n, const struct titan_ckpt_tensor_info *t)
+{
+	size_t k = (size_t)snprintf(buf, n, "[");
+
+	for (int i = 0; i < t->ndim && k < n; i++)
+		k += (size_t)snprintf(buf + k, n - k, "%s%lld", i ? ", " : "", (long long)t->shape[i]);
+	if (k < n)
+		snprintf(buf + k, n - k, "]");
+	return buf;
+}
+
+static int cmd_info(const struct opts *o, const char *arg)
+{
+	struct titan_ckpt_file *f = NULL;
+	const struct titan_ckpt_info *in;
+	struct titan_json j;
+	char path[4096], b1[64], b2[64];
+	uint32_t *crc = NULL;
+	float *buf = NULL;
+	int64_t biggest = 0, nparams = 0;
+	int rc, w = 0;
+
+	titan_json_init(&j);
+	if ((rc = resolve_ckpt(arg, path, sizeof(path))) < 0 || (rc = titan_ckpt_open(path, &f)) < 0)
+		goto done;
+	in = titan_ckpt_file_info(f);
+	for (size_t i = 0; i < in->n_tensors; i++) {
+		const struct titan_ckpt_tensor_info *t = &in->tensors[i];
+		int len = (int)(strlen(titan_ckpt_part_name(t->part)) + 1 + strlen(t->name));
+
+		if (t->numel > biggest)
+			biggest = t->numel;
+		if (len > w)
+			w = len;
+		if (t->part == TITAN_CKPT_MODEL)
+			nparams += t->numel;
+	}
+	if (o->checksums) {
+		if (!(crc = calloc(in->n_tensors + 1, sizeof(*crc))) ||
+		    !(buf = malloc((size_t)(biggest ? biggest : 1) * sizeof(float)))) {
+			rc = titan_error(TITAN_E_NOMEM, "out of memory");
+			goto done;
+		}
+		for (size_t i = 0; i < in->n_tensors; i++) {
+			const struct titan_ckpt_tensor_info *t = &in->tensors[i];
+
+			if ((rc = titan_ckpt_read(f, t, 0, t->ndim ? t->shape[0] : 1, buf)) < 0)
+				goto done;
+			crc[i] = titan_crc32c(0, buf, (size_t)t->numel * sizeof(float));
+		}
+	}
+	if (o->json) {
+		titan_json_object_begin(&j);
+		titan_json_key(&j, "file"); titan_json_string(&j, in->path);
+		titan_json_key(&j, "file_size"); titan_json_uint(&j, in->file_size);
+		titan_json_key(&j, "format"); titan_json_string(&j, TITAN_CKPT_FORMAT);
+		titan_json_key(&j, "format_version"); titan_json_int(&j, in->format_version);
+		titan_json_key(&j, "titan_version"); titan_json_string(&j, in->titan_version);
+		titan_json_key(&j, "model_only"); titan_json_bool(&j, !in->has_optimizer);
+		titan_json_key(&j, "parameters"); titan_json_int(&j, nparams);
+		titan_json_key(&j, "model"); dims_json(&j, &in->dims);
+		state_json(&j, in);
+		titan_json_key(&j, "tensors");
+		titan_json_array_begin(&j);
+		for (size_t i = 0; i < in->n_tensors; i++) {
+			const struct titan_ckpt_tensor_info *t = &in->tensors[i];
+
+			titan_json_object_begin(&j);
+			snprintf(path, sizeof(path), "%s/%s", titan_ckpt_part_name(t->part), t->name);
+			titan_json_key(&j, "name"); titan_json_string(&j, path);
+			titan_json_key(&j, "dtype"); titan_json_string(&j, titan_ckpt_dtype_name(t->dtype));
+			titan_json_key(&j, "shape");
+			titan_json_array_begin(&j);
+			for (int k = 0; k < t->ndim; k++)
+				titan_json_int(&j, t->shape[k]);
+			titan_json_array_end(&j);
+			titan_json_key(&j, "bytes"); titan_json_uint(&j, t->storage_bytes);
+			if (crc) {
+				snprintf(b1, sizeof(b1), "%08" PRIx32, crc[i]);
+				titan_json_key(&j, "crc32c"); titan_json_string(&j, b1);
+			}
+			titan_json_object_end(&j);
+		}
+		titan_json_array_end(&j);
+		titan_json_key(&j, "config"); titan_json_string(&j, in->config_yaml);
+		titan_json_object_end(&j);
+		rc = titan_json_write_line(&j, stdout);
+		goto done;
+	}
+	{
+		const struct titan_model_dims *d = &in->dims;
+		const struct titan_ckpt_train_state *t = &in->train;
+
+		printf("file:          %s (%s)\n", in->path,
+		       titan_format_bytes(b1, sizeof(b1), (double)in->file_size));
+		printf("format:        %s version %lld (titan %s)\n", TITAN_CKPT_FORMAT,
+		       (long long)in->format_version, in->titan_version);
+		printf("contents:      %s\n", in->has_optimizer ? "full (model, optimizer, state)" :
+		       "model only");
+		printf("model:         %s: dim %lld, layers %lld, heads %lld, kv heads %lld, "
+		       "head_dim %lld, ffn hidden %lld, vocab %lld%s\n", d->flavor, (long long)d->dim,
+		       (long long)d->n_layers, (long long)d->n_heads, (long long)d->n_kv_heads,
+		       (long long)d->head_dim, (long long)d->ffn_hidden, (long long)d->vocab_size,
+		       d->tied ? ", tied embeddings" : "");
+		printf("               norm_eps %g, rope_theta %g%s; %lld parameters\n", d->norm_eps,
+		       d->rope_theta, d->rope_scaling ? ", Llama 3.1 rope scaling" : "",
+		       (long long)nparams);
+		if (in->has_train_state)
+			printf("train_state:   step %lld, ntokens_seen %lld\n", (long long)t->step,
+			       (long long)t->ntokens_seen);
+		if (in->has_lr_scheduler)
+			printf("lr_scheduler:  last_epoch %lld\n", (long long)t->lr_last_epoch);
+		if (in->has_optimizer)
+			printf("optimizer:     AdamW step %lld\n", (long long)t->optim_step);
+		if (in->has_dataloader) {
+			printf("dataloader:    world_size %lld\n", (long long)t->dp_world_size);
+			for (int64_t r = 0; r < t->dp_world_size; r++) {
+				const struct titan_loader_state *l = &t->loader[r];
+
+				printf("  dp_rank_%lld:   epoch %" PRIu64 ", position %" PRIu64
+				       ", n_windows %" PRIu64 ", seq_len %" PRIu64 ", shuffle %" PRIu64
+				       ", seed %" PRIu64 "\n", (long long)r, l->epoch, l->position,
+				       l->n_windows, l->seq_len, l->shuffle, l->seed);
+			}
+		}
+		if (in->has_rng)
+			printf("rng:           seed %" PRIu64 ", stream %" PRIu64 ", offset %" PRIu64 "\n",
+			       t->rng.seed, t->rng.stream, t->rng.offset);
+		printf("tensors:       %zu\n", in->n_tensors);
+		for (size_t i = 0; i < in->n_tensors; i++) {
+			const struct titan_ckpt_tensor_info *ti = &in->tensors[i];
+
+			snprintf(path, sizeof(path), "%s/%s", titan_ckpt_part_name(ti->part), ti->name);
+			printf("  %-*s  %-8s  %-14s  %10s", w, path, titan_ckpt_dtype_name(ti->dtype),
+			       shape_str(b2, sizeof(b2), ti),
+			       titan_format_bytes(b1, sizeof(b1), (double)ti->storage_bytes));
+			if (crc)
+				printf("  crc32c %08" PRIx32, crc[i]);
+			printf("\n");
+		}
+		printf("config:%s\n", in->config_yaml[0] ? "" : " (none)");
+		for (const char *p = in->config_yaml; *p;) {
+			const char *e = strchr(p, '\n');
+			int n = e ? (int)(e - p) : (int)strlen(p);
+
+			printf("  %.*s\n", n, p);
+			p += n + (e != NULL);
+		}
+	}
+done:
+	titan_json_release(&j);
+	free(crc);
+	free(buf);
+	titan_ckpt_close(f);
+	return rc;
+}
+
+/* ------------------------------------------------------------- to hf */
+
+struct src {
+	struct titan_ckpt_file *f;
+};
+
+static int get_from_ckpt(void *ctx, const struct titan_param *p, float *out)
+{
+	struct src *s = ctx;
+	const struct titan_ckpt_info *in = titan_ckpt_file_info(s->f);
+	const struct titan_ckpt_tensor_info *t = titan_ckpt_find(s->f, TITAN_CKPT_MODEL, p->name);
+
+	if (!t)
+		return titan_error(TITAN_E_INVALID, "'%s': model/%s is missing", in->path, p->name);
+	if (t->ndim != p->ndim || t->shape[0] != p->shape[0] ||
+	    (p->ndim == 2 && t->shape[1] != p->shape[1]))
+		return titan_error(TITAN_E_INVALID, "'%s': model/%s: the shape disagrees with the "
+				   "dims in the file's attributes", in->path, p->name);
+	return titan_ckpt_read(s->f, t, 0, p->shape[0], out);
+}
+
+static int cmd_to_hf(const struct opts *o, const char *arg, const char *outdir)
+{
+	struct titan_hf_export_opts eo;
+	struct titan_param_table table = {0};
+	struct src s = {NULL};
+	char path[4096];
+	int rc;
+
+	if ((rc = resolve_ckpt(arg, path, sizeof(path))) < 0 || (rc = titan_ckpt_open(path, &s.f)) < 0)
+		return rc;
+	{
+		struct titan_model_dims d = titan_ckpt_file_info(s.f)->dims;
+
+		rc = titan_param_table_init(&table, &d, NULL);
+	}
+	if (rc == 0) {
+		size_t nmodel = 0;
+
+		for (size_t i = 0; i < titan_ckpt_file_info(s.f)->n_tensors; i++)
+			nmodel += titan_ckpt_file_info(s.f)->tensors[i].part == TITAN_CKPT_MODEL;
+		if (nmodel != (size_t)table.n)
+			rc = titan_error(TITAN_E_INVALID, "'%s': /model holds %zu tensors, the dims "
+					 "in its attributes make %d", path, nmodel, table.n);
+	}
+	if (rc == 0) {
+		titan_hf_export_opts_default(&eo);
+		eo.dtype = o->dtype;
+		eo.max_shard_size = o->max_shard;
+		eo.tokenizer = o->tokenizer;
+		eo.max_position_embeddings = o->max_pos;
+		rc = titan_hf_export(outdir, &table, get_from_ckpt, &s, &eo);
+	}
+	titan_param_table_release(&table);
+	titan_ckpt_close(s.f);
+	return rc;
+}
+
+/* ------------------------------------------------------------ from hf */
+
+static int cmd_from_hf(const struct opts *o, const char *dir, const char *out)
+{
+	struct titan_hf_model *m = NULL;
+	struct titan_ckpt_writer *w = NULL;
+	const struct titan_param_table *t;
+	char *config = NULL;
+	float *buf = NULL;
+	int64_t biggest = 1;
+	int rc;
+
+	if ((rc = titan_hf_open(dir, &m)) < 0)
+		return rc;
+	t = titan_hf_table(m);
+	for (int i = 0; i < t->n; i++)
+		if (t->params[i].numel > biggest)
+			biggest = t->params[i].numel;
+	if (!(config = titan_ckpt_config_for_dims(&t->dims))) {
+		rc = titan_error_last()->code;
+		goto done;
+	}
+	if (!(buf = malloc((size_t)biggest * sizeof(float)))) {
+		rc = titan_error(TITAN_E_NOMEM, "out of memory");
+		goto done;
+	}
+	if ((rc = titan_ckpt_writer_open(out, &t->dims, config, &w)) < 0)
+		goto done;
+	for (int i = 0; i < t->n && rc == 0; i++) {
+		const struct titan_param *p = &t->params[i];
+
+		if ((rc = titan_hf_read(m, p, buf)) == 0)
+			rc = titan_ckpt_writer_tensor(w, TITAN_CKPT_MODEL, p->name, p->ndim, p->shape,
+						      buf, o->dtype);
+	}
+	rc = titan_ckpt_writer_close(w, rc);
+done:
+	free(buf);
+	free(config);
+	titan_hf_close(m);
+	return rc;
+}
+
+/* ------------------------------------------------------------- h5 -> h5 */
+
+static int cmd_copy(const struct opts *o, const char *arg, const char *out)
+{
+	struct titan_ckpt_file *f = NULL;
+	struct titan_ckpt_writer *w = NULL;
+	const struct titan_ckpt_info *in;
+	char path[4096];
+	float *buf = NULL;
+	int64_t biggest = 1;
+	bool full;
+	int rc;
+
+	if ((rc = resolve_ckpt(arg, path, sizeof(path))) < 0 || (rc = titan_ckpt_open(path, &f)) < 0)
+		return rc;
+	in = titan_ckpt_file_info(f);
+	full = !o->weights_only && in->has_optimizer;
+	if (full && o->dtype != TITAN_CKPT_FLOAT32) {
+		rc = titan_error(TITAN_E_INVALID, "--dtype %s: '%s' has optimizer state; add "
+				 "--weights-only (a full checkpoint keeps float32)",
+				 titan_ckpt_dtype_name(o->dtype), path);
+		goto done;
+	}
+	if (full && !(in->has_train_state && in->has_lr_scheduler && in->has_dataloader &&
+		      in->has_rng)) {
+		rc = titan_error(TITAN_E_INVALID, "'%s' has optimizer state but not all of the "
+				 "training state: copy it with --weights-only", path);
+		goto done;
+	}
+	for (size_t i = 0; i < in->n_tensors; i++)
+		if (in->tensors[i].numel > biggest)
+			biggest = in->tensors[i].numel;
+	if (!(buf = malloc((size_t)biggest * sizeof(float)))) {
+		rc = titan_error(TITAN_E_NOMEM, "out of memory");
+		goto done;
+	}
+	if ((rc = titan_ckpt_writer_open(out, &in->dims, in->config_yaml, &w)) < 0)
+		goto done;
+	for (size_t i = 0; i < in->n_tensors && rc == 0; i++) {
+		const struct titan_ckpt_tensor_info *t = &in->tensors[i];
+
+		if (t->part != TITAN_CKPT_MODEL && !full)
+			continue;
+		if ((rc = titan_ckpt_read(f, t, 0, t->ndim ? t->shape[0] : 1, buf)) == 0)
+			rc = titan_ckpt_writer_tensor(w, t->part, t->name, t->ndim, t->shape, buf,
+						      t->part == TITAN_CKPT_MODEL ? o->dtype :
+						      TITAN_CKPT_FLOAT32);
+	}
+	if (rc == 0 && full)
+		rc = titan_ckpt_writer_train_state(w, &in->train);
+	rc = titan_ckpt_writer_close(w, rc);
+done:
+	free(buf);
+	titan_ckpt_close(f);
+	return rc;
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		TITAN_CLI_GLOBAL_OPTIONS,
+		{"to", required_argument, NULL, OPT_TO},
+		{"from", required_argument, NULL, OPT_FROM},
+		{"dtype", required_argument, NULL, OPT_DTYPE},
+		{"tokenizer", required_argument, NULL, OPT_TOKENIZER},
+		{"max-shard-size", required_argument, NULL, OPT_MAX_SHARD},
+		{"max-position-embeddings", required_argument, NULL, OPT_MAX_POS},
+		{"weights-only", no_argument, NULL, OPT_WEIGHTS_ONLY},
+		{"json", no_argument, NULL, OPT_JSON},
+		{"no-checksums", no_argument, NULL, OPT_NO_CHECKSUMS},
+		{0},
+	};
+	struct titan_cli cli;
+	struct opts o = {.checksums = true, .dtype = TITAN_CKPT_FLOAT32};
+	char **pos;
+	int opt, rc, npos;
+	bool info;
+
+	if ((rc = titan_cli_init(&cli, "titan-ckpt-convert", &argc, argv, false)) != 0)
+		return rc;
+	while ((opt = getopt_long(argc, argv, TITAN_CLI_GLOBAL_SHORT, longopts, NULL)) != -1) {
+		switch (opt) {
+		case 'h':
+			usage(stdout);
+			rc = titan_cli_finish(&cli, 0);
+			goto out;
+		case OPT_TO: o.to = optarg; break;
+		case OPT_FROM: o.from = optarg; break;
+		case OPT_DTYPE:
+			if (titan_ckpt_dtype_parse(optarg, &o.dtype) < 0) {
+				rc = titan_cli_usage_error(&cli, "--dtype: '%s' is not float32, bfloat16 "
+							   "or float16", optarg);
+				goto out;
+			}
+			o.dtype_set = true;
+			break;
+		case OPT_TOKENIZER: o.tokenizer = optarg; break;
+		case OPT_MAX_SHARD:
+			if (parse_shard_size(optarg, &o.max_shard) < 0) {
+				rc = titan_cli_usage_error(&cli, "--max-shard-size: bad size '%s' "
+							   "(e.g. 5GB, 500MB, 2GiB)", optarg);
+				goto out;
+			}
+			break;
+		case OPT_MAX_POS:
+			if (titan_parse_i64(optarg, &o.max_pos) < 0 || o.max_pos < 1) {
+				rc = titan_cli_usage_error(&cli, "--max-position-embeddings: bad "
+							   "number '%s'", optarg);
+				goto out;
+			}
+			break;
+		case OPT_WEIGHTS_ONLY: o.weights_only = true; break;
+		case OPT_JSON: o.json = true; break;
+		case OPT_NO_CHECKSUMS: o.checksums = false; break;
+		default:
+			rc = titan_cli_option(&cli, opt, optarg);
+			if (rc == TITAN_CLI_HANDLED)
+				break;
+			if (rc == TITAN_CLI_UNKNOWN)
+				rc = titan_cli_usage_error(&cli, "unhandled option");
+			goto out;
+		}
+	}
+	pos = argv + optind;
+	npos = argc - optind;
+	info = npos > 0 && !strcmp(pos[0], "info");
+	if (info) {
+		pos++;
+		npos--;
+	}
+	if (info + (o.to != NULL) + (o.from != NULL) > 1) {
+		rc = titan_cli_usage_error(&cli, "info, --to and --from are exclusive");
+		goto out;
+	}
+	if ((o.to && strcmp(o.to, "hf")) || (o.from && strcmp(o.from, "hf"))) {
+		rc = titan_cli_usage_error(&cli, "--%s: unknown format '%s' (hf)", o.to ? "to" : "from",
+					   o.to ? o.to : o.from);
+		goto out;
+	}
+	if (npos != (info ? 1 : 2)) {
+		if (npos == 0 && !info)
+			rc = titan_cli_usage_error(&cli, "nothing to do: give info CKPT, --to hf, "
+						   "--from hf or IN.h5 OUT.h5");
+		else
+			rc = titan_cli_usage_error(&cli, "expected %s, got %d argument%s",
+						   info ? "one checkpoint" : "an input and an output",
+						   npos, npos == 1 ? "" : "s");
+		goto out;
+	}
+	if ((o.json || !o.checksums) && !info) {
+		rc = titan_cli_usage_error(&cli, "--json and --no-checksums go with info");
+		goto out;
+	}
+	if ((o.tokenizer || o.max_shard || o.max_pos) && !o.to) {
+		rc = titan_cli_usage_error(&cli, "--tokenizer, --max-shard-size and "
+					   "--max-position-embeddings go with --to hf");
+		goto out;
+	}
+	if (o.weights_only && (info || o.to || o.from)) {
+		rc = titan_cli_usage_error(&cli, "--weights-only goes with IN.h5 OUT.h5 (--to and "
+					   "--from hf write weights only anyway)");
+		goto out;
+	}
+	if (o.dtype_set && info) {
+		rc = titan_cli_usage_error(&cli, "--dtype does not go with info");
+		goto out;
+	}
+	if (info)
+		rc = cmd_info(&o, pos[0]);
+	else if (o.to)
+		rc = cmd_to_hf(&o, pos[0], pos[1]);
+	else if (o.from)
+		rc = cmd_from_hf(&o, pos[0], pos[1]);
+	else
+		rc = cmd_copy(&o, pos[0], pos[1]);
+	if (rc < 0) {
+		titan_cli_fail(&cli, rc);
+		rc = 1; /* a bad input file is a failure, not a usage error */
+	}
+	rc = titan_cli_finish(&cli, rc);
+out:
+	titan_cli_release(&cli);
+	return rc;
+}
