@@ -1,9 +1,11 @@
 #!/usr/bin/env bats
 # titan-ckpt-convert: the tool contract, info, HF -> h5 -> HF round trips
 # bit-exact in float32, h5py reading the checkpoint (float32 and bfloat16
-# values), the HF export read by an independent Python safetensors reader
-# with q/k checked against numpy's reshape/transpose of the h5 tensors,
-# sharding, dtype casts, checkpoint folders, and bad inputs.
+# values) and writing one titan reads, the HF export read by an independent
+# Python safetensors reader with q/k checked against numpy's
+# reshape/transpose of the h5 tensors, the export's logits under HF's
+# rotate-half RoPE equal to torchtitan's model (tests/ref/llama_ref.py) on
+# the checkpoint, sharding, dtype casts, checkpoint folders, and bad inputs.
 
 bats_require_minimum_version 1.5.0
 
@@ -253,6 +255,28 @@ for i in range(2):
 EOF
 }
 
+@test "a checkpoint rewritten by h5py (no creation order, h5py's own types) reads the same" {
+	need_hdf5
+	need_hf
+	need_h5py
+	titan-ckpt-convert --from hf "$HF" "$T/a.h5"
+	$PY - "$T/a.h5" "$T/py.h5" <<'EOF'
+import sys, h5py
+a = h5py.File(sys.argv[1], "r")
+with h5py.File(sys.argv[2], "w") as b:      # h5py defaults: groups ordered by name
+    for k, v in a.attrs.items():
+        b.attrs[k] = v
+    g = b.create_group("model")
+    for k in sorted(a["model"], reverse=True):
+        g[k] = a["model"][k][...]
+EOF
+	diff -u <(titan-ckpt-convert info "$T/a.h5" | grep crc32c | sort) \
+		<(titan-ckpt-convert info "$T/py.h5" | grep crc32c | sort)
+	titan-ckpt-convert --to hf "$T/py.h5" "$T/hfpy"
+	titan-ckpt-convert --from hf "$T/hfpy" "$T/b.h5"
+	cmp "$T/a.h5" "$T/b.h5"
+}
+
 @test "bfloat16 and float16 checkpoints: h5py and h5dump read the rounded values" {
 	need_hdf5
 	need_hf
@@ -294,6 +318,91 @@ b, _ = st.load(sys.argv[2] + "/model.safetensors")
 for k, v in b.items():
     assert v.dtype == torch.bfloat16 and torch.equal(v, a[k].to(torch.bfloat16)), k
 assert json.load(open(sys.argv[2] + "/config.json"))["torch_dtype"] == "bfloat16"
+EOF
+}
+
+@test "the HF export under HF's rotate-half RoPE gives the logits of torchtitan's model on the checkpoint" {
+	need_hdf5
+	need_hf
+	need_h5py
+	titan-ckpt-convert --from hf "$HF" "$T/a.h5"
+	titan-ckpt-convert --to hf "$T/a.h5" "$T/hf2"
+	# tests/ref/llama_ref.py (torchtitan: interleaved pairs as complex
+	# numbers) on the h5 weights vs a transformers-style LlamaForCausalLM
+	# forward (rotate_half, cos/sin, Llama 3.1 inv_freq scaling as in
+	# _compute_llama3_parameters) on the exported safetensors + config.json
+	$PY - "$T/a.h5" "$T/hf2" tests/ref <<'EOF'
+import json, math, sys
+sys.path.insert(0, sys.argv[3])
+import h5py, torch, llama_ref, safetensors_py as st
+f = h5py.File(sys.argv[1], "r")
+A = dict(f.attrs)
+args = llama_ref.ModelArgs(dim=int(A["dim"]), n_layers=int(A["n_layers"]), n_heads=int(A["n_heads"]),
+                           n_kv_heads=int(A["n_kv_heads"]), vocab_size=int(A["vocab_size"]),
+                           multiple_of=int(A["multiple_of"]), norm_eps=float(A["norm_eps"]),
+                           rope_theta=float(A["rope_theta"]), max_seq_len=24)
+assert args.ffn_hidden == int(A["ffn_hidden"])
+tt = llama_ref.Transformer(args)
+tt.load_state_dict({k: torch.from_numpy(f["model"][k][...]) for k in f["model"]}, strict=True)
+tokens = torch.randint(0, args.vocab_size, (2, 24), generator=torch.Generator().manual_seed(1))
+with torch.no_grad():
+    ref = tt(tokens)
+
+c = json.load(open(sys.argv[2] + "/config.json"))
+W, _ = st.load(sys.argv[2] + "/model.safetensors")
+H, KV, D = c["num_attention_heads"], c["num_key_value_heads"], c["hidden_size"]
+hd = D // H
+def llama3_inv_freq(c):
+    inv = 1.0 / (c["rope_theta"] ** (torch.arange(0, hd, 2, dtype=torch.int64).float() / hd))
+    s = c["rope_scaling"]
+    if not s:
+        return inv
+    lo, hi, old, fac = s["low_freq_factor"], s["high_freq_factor"], s["original_max_position_embeddings"], s["factor"]
+    wavelen = 2 * math.pi / inv
+    inv_l = torch.where(wavelen > old / lo, inv / fac, inv)
+    smooth = (old / wavelen - lo) / (hi - lo)
+    smoothed = (1 - smooth) * inv_l / fac + smooth * inv_l
+    medium = ~(wavelen < old / hi) * ~(wavelen > old / lo)
+    return torch.where(medium, smoothed, inv_l)
+def rotate_half(x):
+    return torch.cat((-x[..., x.shape[-1] // 2:], x[..., : x.shape[-1] // 2]), dim=-1)
+def rms(x, w):
+    return w * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + c["rms_norm_eps"]))
+def hf_forward(W, tokens, permuted=True):
+    B, T = tokens.shape
+    freqs = torch.outer(torch.arange(T).float(), llama3_inv_freq(c))
+    emb = torch.cat((freqs, freqs), dim=-1)
+    cos, sin = emb.cos()[None, None], emb.sin()[None, None]
+    x = W["model.embed_tokens.weight"][tokens]
+    for i in range(c["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        h = rms(x, W[p + "input_layernorm.weight"])
+        q = (h @ W[p + "self_attn.q_proj.weight"].T).view(B, T, H, hd).transpose(1, 2)
+        k = (h @ W[p + "self_attn.k_proj.weight"].T).view(B, T, KV, hd).transpose(1, 2)
+        v = (h @ W[p + "self_attn.v_proj.weight"].T).view(B, T, KV, hd).transpose(1, 2)
+        q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+        k, v = k.repeat_interleave(H // KV, dim=1), v.repeat_interleave(H // KV, dim=1)
+        s = (q @ k.transpose(-1, -2)) / math.sqrt(hd)
+        s = s.masked_fill(~torch.ones(T, T, dtype=torch.bool).tril(), float("-inf"))
+        o = (torch.softmax(s, -1) @ v).transpose(1, 2).reshape(B, T, H * hd)
+        x = x + o @ W[p + "self_attn.o_proj.weight"].T
+        h = rms(x, W[p + "post_attention_layernorm.weight"])
+        g = torch.nn.functional.silu(h @ W[p + "mlp.gate_proj.weight"].T) * (h @ W[p + "mlp.up_proj.weight"].T)
+        x = x + g @ W[p + "mlp.down_proj.weight"].T
+    x = rms(x, W["model.norm.weight"])
+    return x @ (W["model.embed_tokens.weight"] if c["tie_word_embeddings"] else W["lm_head.weight"]).T
+with torch.no_grad():
+    out = hf_forward(W, tokens)
+    err = (out - ref).abs().max().item() / ref.abs().max().item()   # fp32 rounding only
+    assert err < 1e-5, f"HF logits differ from torchtitan's by {err} (relative)"
+    # the check has teeth: torchtitan's q/k rows used as they are do not match
+    raw = dict(W)
+    for i in range(args.n_layers):
+        raw[f"model.layers.{i}.self_attn.q_proj.weight"] = torch.from_numpy(f["model"][f"layers.{i}.attention.wq.weight"][...])
+        raw[f"model.layers.{i}.self_attn.k_proj.weight"] = torch.from_numpy(f["model"][f"layers.{i}.attention.wk.weight"][...])
+    bad = (hf_forward(raw, tokens) - ref).abs().max().item() / ref.abs().max().item()
+    assert bad > 1e-2, (bad, err)
+print(f"max |HF - torchtitan| / max |logit| = {err:.2e}; unpermuted q/k: {bad:.2e}", file=sys.stderr)
 EOF
 }
 

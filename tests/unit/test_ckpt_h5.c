@@ -18,7 +18,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "config.h"
@@ -456,6 +458,52 @@ static void test_atomic(void **state)
 	fx_release(&a);
 }
 
+/* A process killed in the middle of a save (SIGKILL: no cleanup at all)
+ * leaves the previous step loadable and newest; the leftover is pruned. */
+static void test_killed_mid_write(void **state)
+{
+	struct titan_model_dims d;
+	struct fx a;
+	int64_t latest;
+	int status, removed;
+	pid_t pid;
+
+	(void)state;
+	NEED_HDF5();
+	tiny_dims(&d, false);
+	fx_init(&a, &d, 1, 0, 1);
+	fill_state(&a.st);
+	assert_int_equal(titan_ckpt_save(dir, 10, &a.st, 0, TITAN_CKPT_FLOAT32, NULL), 0);
+	fflush(NULL);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) { /* the child dies with half a checkpoint on disk */
+		struct titan_ckpt_writer *w;
+		const struct titan_param *p = &a.table.params[0];
+
+		if (titan_ckpt_writer_open(path_of("step-20.h5"), &d, "", &w) == 0 &&
+		    titan_ckpt_writer_tensor(w, TITAN_CKPT_MODEL, p->name, p->ndim, p->shape,
+					     a.p.data, TITAN_CKPT_FLOAT32) == 0)
+			raise(SIGKILL);
+		_exit(3);
+	}
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+	assert_int_equal(count_files(dir), 2); /* step-10.h5 and the temporary file */
+	assert_int_equal(titan_ckpt_latest(dir, &latest), 0);
+	assert_int_equal(latest, 10);
+	assert_int_equal(titan_ckpt_load(path_of("step-10.h5"), &a.st, 0), 0);
+	/* the temporary file is of a newer step: a save could still be running */
+	assert_int_equal(titan_ckpt_prune(dir, 1, &removed), 0);
+	assert_int_equal(removed, 0);
+	/* once step 20 is complete, the leftover goes */
+	assert_int_equal(titan_ckpt_save(dir, 20, &a.st, 0, TITAN_CKPT_FLOAT32, NULL), 0);
+	assert_int_equal(titan_ckpt_prune(dir, 1, &removed), 0);
+	assert_int_equal(removed, 2); /* step-10.h5 and the leftover */
+	assert_int_equal(count_files(dir), 1);
+	fx_release(&a);
+}
+
 static void test_folders(void **state)
 {
 	int64_t *steps, latest;
@@ -711,6 +759,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_model_only_dtypes, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_shard_load, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_atomic, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_killed_mid_write, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_folders, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_bad_files, setup, teardown),
 		cmocka_unit_test(test_config_for_dims),
