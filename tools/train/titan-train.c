@@ -691,6 +691,12 @@ int main(int argc, char **argv)
 	r.verbosity = cli.verbosity;
 	if ((rc = titan_cli_load_config(&cli, &r.cfg)) != 0)
 		goto done;
+	/* runs describe themselves: version, features and the config they used */
+	titan_log_info("titan-train %s (%s), features %s, config %s", titan_version(),
+		       titan_git_revision(), titan_features(),
+		       cli.config_path ? cli.config_path : "(defaults)");
+	if (r.cfg.job.print_config)
+		titan_config_write_yaml(&r.cfg, stderr);
 	if ((rc = setup(&r, &cli)) < 0 || (rc = train(&r)) < 0) {
 		rc = titan_cli_fail(&cli, rc);
 		goto done;
