@@ -13,6 +13,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "scratch.h"
+
 #include <dirent.h>
 #include <math.h>
 #include <stdio.h>
@@ -34,50 +36,16 @@
 #include "ckpt/ckpt_impl.h" /* the I/O block sizes */
 #endif
 
-static char dir[64];
-
-static void rm_rf(const char *p)
-{
-	DIR *d = opendir(p);
-	struct dirent *e;
-	char q[512];
-
-	if (!d) {
-		unlink(p);
-		return;
-	}
-	while ((e = readdir(d))) {
-		if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
-			snprintf(q, sizeof(q), "%s/%s", p, e->d_name);
-			rm_rf(q);
-		}
-	}
-	closedir(d);
-	rmdir(p);
-}
-
 static int setup(void **state)
 {
 	(void)state;
-	strcpy(dir, "/tmp/test_ckpt_h5-XXXXXX");
-	return mkdtemp(dir) ? 0 : -1;
+	return scratch_setup("test_ckpt_h5");
 }
 
 static int teardown(void **state)
 {
 	(void)state;
-	rm_rf(dir);
-	return 0;
-}
-
-static const char *path_of(const char *name)
-{
-	static char p[4][512];
-	static int k;
-
-	k = (k + 1) % 4;
-	snprintf(p[k], sizeof(p[k]), "%s/%s", dir, name);
-	return p[k];
+	return scratch_teardown();
 }
 
 static int count_files(const char *folder)

@@ -14,6 +14,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "scratch.h"
+
 #include <dirent.h>
 #include <math.h>
 #include <stdio.h>
@@ -24,39 +26,16 @@
 #include "titan/ckpt.h"
 #include "titan/core.h"
 
-static char dir[64];
-
 static int setup(void **state)
 {
 	(void)state;
-	strcpy(dir, "/tmp/test_safetensors-XXXXXX");
-	return mkdtemp(dir) ? 0 : -1;
+	return scratch_setup("test_safetensors");
 }
 
 static int teardown(void **state)
 {
-	DIR *d = opendir(dir);
-	struct dirent *e;
-	char p[512];
-
 	(void)state;
-	while (d && (e = readdir(d))) {
-		if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
-			snprintf(p, sizeof(p), "%s/%s", dir, e->d_name);
-			unlink(p);
-		}
-	}
-	if (d)
-		closedir(d);
-	return rmdir(dir);
-}
-
-static const char *path_of(const char *name)
-{
-	static char p[512];
-
-	snprintf(p, sizeof(p), "%s/%s", dir, name);
-	return p;
+	return scratch_teardown();
 }
 
 static int count_files(void)

@@ -12,6 +12,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "scratch.h"
+
 #include <dirent.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -23,31 +25,16 @@
 #include "titan/core.h"
 #include "titan/data.h"
 
-static char dir[64];
-
 static int setup(void **state)
 {
 	(void)state;
-	strcpy(dir, "/tmp/test_shard-XXXXXX");
-	return mkdtemp(dir) ? 0 : -1;
+	return scratch_setup("test_shard");
 }
 
 static int teardown(void **state)
 {
-	DIR *d = opendir(dir);
-	struct dirent *e;
-	char p[512];
-
 	(void)state;
-	while (d && (e = readdir(d))) {
-		if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
-			snprintf(p, sizeof(p), "%s/%s", dir, e->d_name);
-			unlink(p);
-		}
-	}
-	if (d)
-		closedir(d);
-	return rmdir(dir);
+	return scratch_teardown();
 }
 
 static int count_files(bool hidden)
@@ -61,14 +48,6 @@ static int count_files(bool hidden)
 			n += (e->d_name[0] == '.') == hidden;
 	closedir(d);
 	return n;
-}
-
-static const char *path_of(const char *name)
-{
-	static char p[512];
-
-	snprintf(p, sizeof(p), "%s/%s", dir, name);
-	return p;
 }
 
 static void write_file(const char *name, const void *data, size_t n)
