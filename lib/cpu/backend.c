@@ -75,7 +75,9 @@ int titan_backend_cpu_init(struct titan_backend *be, int nthreads)
 		.attn_block_k = 64,
 	};
 #if TITAN_HAVE_BLAS
-	openblas_set_num_threads(nthreads);
+	/* matmul.c threads over fixed tiles of C: OpenBLAS itself runs on
+	 * one thread (its own split would depend on the thread count). */
+	openblas_set_num_threads(1);
 #endif
 	return 0;
 }

@@ -123,8 +123,10 @@ void *titan_cpu_workspace(struct titan_backend *be, size_t bytes);
 void titan_cpu_workspace_free(struct titan_backend *be, void *p);
 
 /* Row-major C[m,n] = alpha·op(A)·op(B) + beta·C (beta 0: C not read), op =
- * transpose when ta/tb.  OpenBLAS cblas_sgemm when built with it (called
- * outside OpenMP regions only), else a plain OpenMP loop.  Dimensions must
+ * transpose when ta/tb.  OpenBLAS cblas_sgemm when built with it, one
+ * thread per tile of C (tiles fixed by the shape, so results do not depend
+ * on the thread count; call it outside OpenMP regions), else a plain OpenMP
+ * loop.  Dimensions must
  * fit BLAS's int: TITAN_E_INVALID otherwise. */
 int titan_cpu_sgemm(struct titan_backend *be, bool ta, bool tb, int64_t m,
 		    int64_t n, int64_t k, float alpha, const float *a,

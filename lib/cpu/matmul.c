@@ -2,6 +2,13 @@
  * matmul.c — nn.Linear forward/backward (no bias) on the CPU: row-major
  * sgemm through OpenBLAS, or a plain OpenMP loop when titan is built
  * without BLAS (correct, slow).
+ *
+ * Bit-identical results on any thread count: OpenBLAS's own threading
+ * splits C by thread count, and some of its kernels (the AVX2 "Haswell"
+ * sgemm) round differently for every split.  So OpenBLAS runs on one
+ * thread, and we cut C into tiles whose sizes depend only on the shape
+ * (gemm_tiles) and hand the tiles to OpenMP threads: each element is
+ * always computed by the same single-threaded call on the same tile.
  */
 #include "cpu_impl.h"
 
@@ -34,6 +41,32 @@ static void sgemm_loop(int nt, bool ta, bool tb, int64_t m, int64_t n, int64_t k
 }
 #endif
 
+#if TITAN_HAVE_BLAS
+/* Tile of C for one single-threaded sgemm call, from the shape alone.
+ * Rows in blocks of about GEMM_TILE (a multiple of 64); a GEMM with one
+ * row block splits its columns the same way instead.  Every tile repacks
+ * its panel of the other operand, so tiles stay large: ~2% over one
+ * whole-matrix call on one thread (2048x1536x512, OpenBLAS 0.3.21). */
+#define GEMM_TILE 512
+static int64_t gemm_block(int64_t len)
+{
+	const int64_t nb = (len + GEMM_TILE - 1) / GEMM_TILE;
+	const int64_t b = (len + nb - 1) / nb;
+
+	return (b + 63) / 64 * 64;
+}
+
+static void gemm_tiles(int64_t m, int64_t n, int64_t *tm, int64_t *tn)
+{
+	*tm = m;
+	*tn = n;
+	if (m > GEMM_TILE)
+		*tm = gemm_block(m);
+	else if (n > GEMM_TILE)
+		*tn = gemm_block(n);
+}
+#endif
+
 int titan_cpu_sgemm(struct titan_backend *be, bool ta, bool tb, int64_t m,
 		    int64_t n, int64_t k, float alpha, const float *a,
 		    int64_t lda, const float *b, int64_t ldb, float beta,
@@ -53,10 +86,23 @@ int titan_cpu_sgemm(struct titan_backend *be, bool ta, bool tb, int64_t m,
 		return 0;
 	}
 #if TITAN_HAVE_BLAS
-	(void)be;
-	cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans,
-		    tb ? CblasTrans : CblasNoTrans, (int)m, (int)n, (int)k, alpha,
-		    a, (int)lda, b, (int)ldb, beta, c, (int)ldc);
+	int64_t tm, tn;
+	gemm_tiles(m, n, &tm, &tn);
+	const int64_t rt = (m + tm - 1) / tm, ct = (n + tn - 1) / tn;
+	const int nt = titan_cpu_threads(be, rt * ct);
+	#pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
+	for (int64_t t = 0; t < rt * ct; t++) {
+		const int64_t i0 = t / ct * tm, j0 = t % ct * tn;
+		const int64_t mm = m - i0 < tm ? m - i0 : tm;
+		const int64_t nn = n - j0 < tn ? n - j0 : tn;
+		/* op(A) rows i0.. and op(B) columns j0.. */
+		const float *at = ta ? a + i0 : a + i0 * lda;
+		const float *bt = tb ? b + j0 * ldb : b + j0;
+		cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans,
+			    tb ? CblasTrans : CblasNoTrans, (int)mm, (int)nn, (int)k,
+			    alpha, at, (int)lda, bt, (int)ldb, beta, c + i0 * ldc + j0,
+			    (int)ldc);
+	}
 #else
 	sgemm_loop(titan_cpu_threads(be, m), ta, tb, m, n, k, alpha, a, lda, b,
 		   ldb, beta, c, ldc);
