@@ -231,7 +231,9 @@ static const struct cfg_entry schema[] = {
 	K(checkpoint, export_dtype, ENUM, "float32", NR, ch_export, 0,
 	  "dtype of a model-only final save"),
 	K(checkpoint, async_mode, ENUM, "disabled", NR, ch_async, 0,
-	  "write checkpoints in the background"),
+	  "async: copy the state to host buffers (weights and moments: 3x the model "
+	  "in float32) and write from a background thread; training waits only for "
+	  "the copy, and a save waits for the previous one"),
 	K(checkpoint, keep_latest_k, INT, "10", GE(0), NULL, 0,
 	  "keep the newest K checkpoints; 0 = all (1 is not allowed)"),
 	K(checkpoint, load_step, INT, "-1", GE(-1), NULL, 0,

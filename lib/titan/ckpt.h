@@ -329,6 +329,38 @@ int titan_ckpt_save(const char *folder, int64_t step, const struct titan_ckpt_st
 int titan_ckpt_write(const char *path, const struct titan_ckpt_state *st, unsigned flags,
 		     enum titan_ckpt_dtype dtype);
 
+/* Asynchronous saves (checkpoint.async_mode: async).  titan_ckpt_async_save
+ * waits for the save in flight (if any), copies st's arenas, loader states
+ * and config into staging buffers the saver owns (allocated once, tag
+ * TITAN_MEM_OTHER, one arena each for the weights and the two moments),
+ * and starts a thread that runs titan_ckpt_save and then, when
+ * keep_latest_k > 0, titan_ckpt_prune.  It returns when the copy is done:
+ * the caller may change its arenas right away.  The time it took is the
+ * time training was blocked.  The write's own errors come back from the
+ * next titan_ckpt_async_save or titan_ckpt_async_wait (which also fills
+ * `res`: the step, the write time, files pruned, the final path, which the
+ * caller frees; res->step = -1 when nothing was in flight).  While a save
+ * is in flight the caller must not call HDF5 (titan_ckpt_*): wait first. */
+struct titan_ckpt_async;
+struct titan_ckpt_async_result {
+	int64_t step;
+	double write_s;
+	int removed;
+	char *path;
+};
+int titan_ckpt_async_new(struct titan_allocator *alloc, struct titan_ckpt_async **out);
+int titan_ckpt_async_save(struct titan_ckpt_async *a, const char *folder, int64_t step,
+			  const struct titan_ckpt_state *st, unsigned flags,
+			  enum titan_ckpt_dtype dtype, int64_t keep_latest_k);
+/* A save was started and not yet waited for / has finished writing
+ * (titan_ckpt_async_wait then returns without blocking). */
+bool titan_ckpt_async_busy(const struct titan_ckpt_async *a);
+bool titan_ckpt_async_done(struct titan_ckpt_async *a);
+int titan_ckpt_async_wait(struct titan_ckpt_async *a, struct titan_ckpt_async_result *res);
+/* Waits for a save in flight (its error is dropped: wait first to see it),
+ * frees the buffers.  NULL is a no-op. */
+void titan_ckpt_async_free(struct titan_ckpt_async *a);
+
 /* Load `path` into `st`: st->table and st->params must be set (and the
  * moments unless MODEL_ONLY / EXCLUDE_OPTIMIZER, and train.loader with
  * train.dp_world_size entries unless MODEL_ONLY / EXCLUDE_DATALOADER).

@@ -249,6 +249,40 @@ assert fa["model/tok_embeddings.weight"].shape == (768, 64)
 PY
 }
 
+@test "checkpoints: async_mode async writes the same files in the background; resume from them is exact" {
+	c=(--config "$DATA/tiny.yaml" --training.steps=8 --lr_scheduler.total_steps=8 --metrics.log_freq=1
+	   --checkpoint.enable --checkpoint.interval=2 --checkpoint.keep_latest_k=2
+	   --checkpoint.last_save_model_only=false)
+	titan-train -q "${c[@]}" --job.dump_folder="$BATS_TEST_TMPDIR/sync"
+	run -0 --separate-stderr titan-train "${c[@]}" --checkpoint.async_mode=async \
+		--job.dump_folder="$BATS_TEST_TMPDIR/async"
+	[[ $stderr == *"Staged checkpoint step 2 in "*" s (training blocked); writing in the background"* ]]
+	[[ $stderr == *"Saved checkpoint $BATS_TEST_TMPDIR/async/checkpoint/step-8.h5 in "*"(background write)"* ]]
+	run -0 ls "$BATS_TEST_TMPDIR/async/checkpoint"
+	assert_output $'step-6.h5\nstep-8.h5'
+	# resume from the async step-6 and run to 8 again
+	rm "$BATS_TEST_TMPDIR/async/checkpoint/step-8.h5"
+	cp "$BATS_TEST_TMPDIR/async/metrics.jsonl" "$BATS_TEST_TMPDIR/async.jsonl"
+	titan-train -q "${c[@]}" --checkpoint.async_mode=async --job.dump_folder="$BATS_TEST_TMPDIR/async"
+	/usr/bin/python3 - "$BATS_TEST_TMPDIR" <<'PY'
+import json, sys, h5py, numpy as np
+d = sys.argv[1]
+rows = lambda f: [(o["step"], o["loss"], o["grad_norm"]) for o in map(json.loads, open(f))]
+s, a = rows(d + "/sync/metrics.jsonl"), rows(d + "/async.jsonl")
+assert s == a, (s, a)
+r = rows(d + "/async/metrics.jsonl")
+assert r[:8] == s and r[8:] == s[6:], r     # resumed at 6: steps 7, 8 appended
+assert all("checkpoint_blocked_s" in json.loads(l) for l in open(d + "/async.jsonl"))
+for step in (6, 8):
+    fs, fa = h5py.File(d + "/sync/checkpoint/step-%d.h5" % step), h5py.File(d + "/async/checkpoint/step-%d.h5" % step)
+    for g in ("model", "optimizer/exp_avg", "optimizer/exp_avg_sq"):
+        assert list(fs[g]) == list(fa[g])
+        for k in fs[g]:
+            assert np.array_equal(fs[g][k][()], fa[g][k][()]), (step, g, k)
+    assert fa["train_state"].attrs["step"] == step
+PY
+}
+
 @test "checkpoints: keep_latest_k, a model-only last save in bfloat16, a seed checkpoint" {
 	titan-train --config "$DATA/tiny.yaml" -q --checkpoint.enable --checkpoint.interval=2 \
 		--checkpoint.keep_latest_k=2 --checkpoint.export_dtype=bfloat16 --job.dump_folder="$BATS_TEST_TMPDIR/k"

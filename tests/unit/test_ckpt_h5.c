@@ -515,6 +515,70 @@ static void test_folders(void **state)
 	assert_int_equal(count_files(dir), 1);
 }
 
+/* ------------------------------------------------------------ async saves */
+
+/* The saver copies the state before returning: arenas changed right after
+ * the call do not reach the file.  Two saves in a row (the second waits for
+ * the first), pruning in the writer thread, and an error of the writer
+ * (the folder is a file) coming back from the wait with the step. */
+static void test_async(void **state)
+{
+	struct titan_model_dims d;
+	struct fx a, b, keep;
+	struct titan_ckpt_async *as;
+	struct titan_ckpt_async_result res;
+
+	(void)state;
+	NEED_HDF5();
+	tiny_dims(&d, false);
+	fx_init(&a, &d, 1, 0, 1);
+	fx_init(&keep, &d, 1, 0, 1);
+	fx_init(&b, &d, 2, 0, 1);
+	fill_state(&a.st);
+	fill_state(&keep.st);
+	assert_int_equal(titan_ckpt_async_new(NULL, &as), 0);
+	assert_false(titan_ckpt_async_busy(as));
+	assert_int_equal(titan_ckpt_async_wait(as, &res), 0); /* nothing in flight */
+	assert_int_equal(res.step, -1);
+	assert_int_equal(titan_ckpt_async_save(as, path_of("ck"), 1, &a.st, 0, TITAN_CKPT_FLOAT32, 0), 0);
+	assert_true(titan_ckpt_async_busy(as));
+	assert_int_equal(titan_ckpt_async_save(as, path_of("ck"), 2, &a.st, 0, TITAN_CKPT_FLOAT32, 1), 0);
+	/* the trainer goes on: scribble over everything the saver was given */
+	memset(a.p.data, 0x7f, (size_t)a.table.arena_floats * 4);
+	memset(a.m.data, 0x7f, (size_t)a.table.arena_floats * 4);
+	memset(a.v.data, 0x7f, (size_t)a.table.arena_floats * 4);
+	a.loader[0].position = 999;
+	assert_int_equal(titan_ckpt_async_wait(as, &res), 0);
+	assert_int_equal(res.step, 2);
+	assert_string_equal(res.path, path_of("ck/step-2.h5"));
+	assert_true(res.write_s >= 0.0);
+	assert_int_equal(res.removed, 1); /* keep_latest_k 1: step-1 pruned */
+	free(res.path);
+	assert_false(titan_ckpt_async_busy(as));
+	assert_int_equal(count_files(path_of("ck")), 1);
+	assert_int_equal(titan_ckpt_load(path_of("ck/step-2.h5"), &b.st, 0), 0);
+	assert_memory_equal(keep.p.data, b.p.data, (size_t)a.table.arena_floats * 4);
+	assert_memory_equal(keep.m.data, b.m.data, (size_t)a.table.arena_floats * 4);
+	assert_memory_equal(keep.v.data, b.v.data, (size_t)a.table.arena_floats * 4);
+	assert_memory_equal(keep.loader, b.loader, sizeof(keep.loader));
+
+	/* a write that fails: the error surfaces at the wait, naming the step */
+	touch(path_of("notadir"));
+	assert_int_equal(titan_ckpt_async_save(as, path_of("notadir"), 3, &keep.st, 0,
+					       TITAN_CKPT_FLOAT32, 0), 0);
+	assert_true(titan_ckpt_async_wait(as, NULL) < 0);
+	assert_non_null(strstr(titan_errmsg(), "checkpoint step 3"));
+	assert_non_null(strstr(titan_errmsg(), "notadir"));
+	/* freeing with a save in flight waits for it */
+	assert_int_equal(titan_ckpt_async_save(as, path_of("ck"), 4, &keep.st, 0, TITAN_CKPT_FLOAT32, 0), 0);
+	titan_ckpt_async_free(as);
+	assert_int_equal(count_files(path_of("ck")), 2);
+	titan_ckpt_async_free(NULL);
+	fx_release(&a);
+	fx_release(&b);
+	fx_release(&keep);
+}
+
 /* ------------------------------------------------------------ bad files */
 
 #if TITAN_HAVE_HDF5
@@ -729,6 +793,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_atomic, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_killed_mid_write, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_folders, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_async, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_bad_files, setup, teardown),
 		cmocka_unit_test(test_config_for_dims),
 		cmocka_unit_test_setup_teardown(test_round_trip, small_blocks, default_blocks),

@@ -128,6 +128,8 @@ struct run {
 	/* checkpoints */
 	char ckpt_dir[4096];
 	int64_t start_step, tokens_seen0, opt_steps0;
+	struct titan_ckpt_async *ckpt_async; /* checkpoint.async_mode: async */
+	double ckpt_blocked_s;         /* since the last log line */
 	/* profiling */
 	struct titan_trace *trace;   /* open during a profiled step */
 	FILE *memtrace;
@@ -236,16 +238,50 @@ static int ckpt_save(struct run *r, int64_t step, bool last, int64_t tokens_seen
 	st.train.lr_last_epoch = step;
 	st.train.optim_step = opt_steps;
 	st.train.rng.seed = (uint64_t)c->training.seed;
+	if (r->ckpt_async) {
+		/* staged copy now, the write in the background (waits for the
+		 * previous save first: one write in flight) */
+		rc = titan_ckpt_async_save(r->ckpt_async, r->ckpt_dir, step, &st,
+					   model_only ? TITAN_CKPT_MODEL_ONLY : 0, dt,
+					   c->checkpoint.keep_latest_k);
+		free(yaml);
+		if (rc < 0)
+			return rc;
+		double blocked = (double)(titan_time_ns() - t0) * 1e-9;
+		r->ckpt_blocked_s += blocked;
+		titan_log_info("Staged %scheckpoint step %lld in %.3f s (training blocked); "
+			       "writing in the background", model_only ? "model-only " : "",
+			       (long long)step, blocked);
+		return 0;
+	}
 	rc = titan_ckpt_save(r->ckpt_dir, step, &st, model_only ? TITAN_CKPT_MODEL_ONLY : 0, dt, &path);
 	free(yaml);
 	if (rc < 0)
 		return rc;
-	titan_log_info("Saved %scheckpoint %s in %.2f s", model_only ? "model-only " : "", path,
-		       (double)(titan_time_ns() - t0) * 1e-9);
+	double took = (double)(titan_time_ns() - t0) * 1e-9;
+	r->ckpt_blocked_s += took;
+	titan_log_info("Saved %scheckpoint %s in %.2f s", model_only ? "model-only " : "", path, took);
 	free(path);
 	if (c->checkpoint.keep_latest_k > 0 &&
 	    (rc = titan_ckpt_prune(r->ckpt_dir, c->checkpoint.keep_latest_k, &removed)) < 0)
 		return rc;
+	return 0;
+}
+
+/* Report (and collect errors of) a background save: when it has finished,
+ * or always with `block`. */
+static int ckpt_async_reap(struct run *r, bool block)
+{
+	struct titan_ckpt_async_result res;
+	int rc;
+
+	if (!titan_ckpt_async_busy(r->ckpt_async) ||
+	    (!block && !titan_ckpt_async_done(r->ckpt_async)))
+		return 0;
+	if ((rc = titan_ckpt_async_wait(r->ckpt_async, &res)) < 0)
+		return rc;
+	titan_log_info("Saved checkpoint %s in %.2f s (background write)", res.path, res.write_s);
+	free(res.path);
 	return 0;
 }
 
@@ -474,6 +510,8 @@ static int train(struct run *r)
 				titan_json_double(&j, dt / (double)steps_since);
 				titan_json_key(&j, "data_time_s");
 				titan_json_double(&j, (double)data_ns * 1e-9 / (double)steps_since);
+				titan_json_key(&j, "checkpoint_blocked_s");
+				titan_json_double(&j, r->ckpt_blocked_s);
 				titan_json_key(&j, "memory_peak_bytes");
 				titan_json_int(&j, ms.total_peak);
 				titan_json_key(&j, "memory_peak_by_tag");
@@ -491,10 +529,13 @@ static int train(struct run *r)
 				fflush(r->jsonl);
 			}
 			titan_mem_reset_peak(host);
+			r->ckpt_blocked_s = 0;
 			t_last = titan_time_ns();
 			tokens_since = steps_since = 0;
 			data_ns = 0;
 		}
+		if ((rc = ckpt_async_reap(r, false)) < 0)
+			return rc;
 		if (c->checkpoint.enable && !c->checkpoint.load_only &&
 		    (step % c->checkpoint.interval == 0 || step == c->training.steps ||
 		     (step == 1 && c->checkpoint.enable_first_step_checkpoint)) &&
@@ -503,7 +544,7 @@ static int train(struct run *r)
 		if (r->val && (step == 1 || step % c->validation.freq == 0) && (rc = validate(r, step)) < 0)
 			return rc;
 	}
-	return 0;
+	return ckpt_async_reap(r, true);
 }
 
 static int setup(struct run *r, struct titan_cli *cli)
@@ -577,6 +618,9 @@ static int setup(struct run *r, struct titan_cli *cli)
 	titan_llama_set_hooks(r->model, &(struct titan_llama_hooks){hook_begin, hook_end, r});
 	titan_llama_init_weights(r->model, (uint64_t)c->training.seed);
 	snprintf(r->ckpt_dir, sizeof(r->ckpt_dir), "%s/%s", c->job.dump_folder, c->checkpoint.folder);
+	if (c->checkpoint.enable && !strcmp(c->checkpoint.async_mode, "async") &&
+	    (rc = titan_ckpt_async_new(titan_host_allocator(), &r->ckpt_async)) < 0)
+		return rc;
 	if (c->checkpoint.enable || *c->checkpoint.initial_load_path) {
 		if ((rc = ckpt_resume(r)) < 0)
 			return rc;
@@ -720,6 +764,7 @@ int main(int argc, char **argv)
 	r.jsonl = NULL;
 	rc = titan_cli_finish(&cli, 0);
 done:
+	titan_ckpt_async_free(r.ckpt_async); /* waits for a write in flight */
 	titan_trace_close(r.trace);
 	if (r.memtrace) {
 		titan_mem_trace_stop(titan_host_allocator());
