@@ -114,25 +114,7 @@ EOF
 ${CC:-cc} -O2 -o "$tmp/peak" "$tmp/peak.c" $blas_flags || die "cannot build the sgemm peak program"
 
 # ---- data: KJV shards for vocab 2048 and 8192
-bible -f gen1:1-rev22:21 | $py -c '
-import json, re, sys
-book, lines = None, []
-for line in sys.stdin:
-    m = re.match(r"(\w+?)(\d+):\d+ (.*)", line)
-    if not m:
-        continue
-    if m.group(1) != book and lines:
-        print(json.dumps({"text": "\n".join(lines) + "\n"}))
-        lines = []
-    book = m.group(1)
-    lines.append(m.group(3))
-print(json.dumps({"text": "\n".join(lines) + "\n"}))' > "$tmp/kjv.jsonl"
-for v in 2048 8192; do
-	"$bin/titan-tokenize" train --vocab-size $v "$tmp/kjv.jsonl" -o "$tmp/kjv$v.tiktoken" 2>/dev/null
-	"$bin/titan-tokenize" -t "$tmp/kjv$v.tiktoken" "$tmp/kjv.jsonl" -o "$tmp/kjv$v.tok" 2>/dev/null
-	"$bin/titan-shard" -t "$tmp/kjv$v.tiktoken" --out "$tmp/data$v" --shard-tokens 400K \
-		"$tmp/kjv$v.tok" 2>/dev/null
-done
+"$root/bench/kjv_shards.sh" "$tmp" 2048 8192 || die "cannot build the KJV shards"
 
 # model name -> titan-config overrides, train_ref.py arguments, vocab
 model_titan() {

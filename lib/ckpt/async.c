@@ -69,15 +69,65 @@ static void *writer(void *arg)
 	return NULL;
 }
 
+/* Copy in 4 MiB pieces over the OpenMP threads: the copy is the time
+ * training is blocked, and one core does not saturate memory bandwidth. */
+static void copy_parallel(float *dst, const float *src, int64_t n)
+{
+	const int64_t piece = (4 << 20) / sizeof(float), np = (n + piece - 1) / piece;
+
+	#pragma omp parallel for schedule(static)
+	for (int64_t i = 0; i < np; i++)
+		memcpy(dst + i * piece, src + i * piece,
+		       (size_t)(i + 1 < np ? piece : n - i * piece) * sizeof(float));
+}
+
+/* Allocate a staging buffer and touch every page (first-touch page faults
+ * cost as much as the copy itself). */
+static int stage_alloc(struct titan_ckpt_async *a, float **buf)
+{
+	if (*buf)
+		return 0;
+	if (!(*buf = titan_mem_alloc(a->alloc, (size_t)a->floats * sizeof(float), TITAN_MEM_OTHER)))
+		return titan_error_prefix("checkpoint staging buffer");
+	memset(*buf, 0, (size_t)a->floats * sizeof(float));
+	return 0;
+}
+
 static int stage(struct titan_ckpt_async *a, float **buf, const float *src)
 {
-	if (!src) {
+	int rc;
+
+	if (!src)
 		return 0;
-	}
-	if (!*buf && !(*buf = titan_mem_alloc(a->alloc, (size_t)a->floats * sizeof(float),
-					      TITAN_MEM_OTHER)))
-		return titan_error_prefix("checkpoint staging buffer");
-	memcpy(*buf, src, (size_t)a->floats * sizeof(float));
+	if ((rc = stage_alloc(a, buf)) < 0)
+		return rc;
+	copy_parallel(*buf, src, a->floats);
+	return 0;
+}
+
+static void drop_buffers(struct titan_ckpt_async *a, int64_t floats)
+{
+	if (a->floats == floats)
+		return;
+	titan_mem_free(a->alloc, a->params);
+	titan_mem_free(a->alloc, a->exp_avg);
+	titan_mem_free(a->alloc, a->exp_avg_sq);
+	a->params = a->exp_avg = a->exp_avg_sq = NULL;
+	a->floats = floats;
+}
+
+int titan_ckpt_async_reserve(struct titan_ckpt_async *a, int64_t arena_floats, bool moments)
+{
+	int rc;
+
+	if ((rc = titan_ckpt_async_wait(a, NULL)) < 0)
+		return rc;
+	drop_buffers(a, arena_floats);
+	if ((rc = stage_alloc(a, &a->params)) < 0)
+		return rc;
+	if (moments && ((rc = stage_alloc(a, &a->exp_avg)) < 0 ||
+			(rc = stage_alloc(a, &a->exp_avg_sq)) < 0))
+		return rc;
 	return 0;
 }
 
@@ -95,13 +145,7 @@ int titan_ckpt_async_save(struct titan_ckpt_async *a, const char *folder, int64_
 				   (long long)step);
 	if (strlen(folder) >= sizeof(a->folder))
 		return titan_error(TITAN_E_INVALID, "checkpoint folder name too long: '%s'", folder);
-	if (a->floats != st->table->arena_floats) {
-		titan_mem_free(a->alloc, a->params);
-		titan_mem_free(a->alloc, a->exp_avg);
-		titan_mem_free(a->alloc, a->exp_avg_sq);
-		a->params = a->exp_avg = a->exp_avg_sq = NULL;
-		a->floats = st->table->arena_floats;
-	}
+	drop_buffers(a, st->table->arena_floats);
 	a->st = *st;
 	a->st.config_yaml = NULL;
 	a->st.exp_avg = a->st.exp_avg_sq = NULL;

@@ -349,6 +349,10 @@ struct titan_ckpt_async_result {
 	char *path;
 };
 int titan_ckpt_async_new(struct titan_allocator *alloc, struct titan_ckpt_async **out);
+/* Allocate (and touch) the staging buffers now, for arenas of
+ * `arena_floats` (and the moments too when `moments`), so that the first
+ * save does not pay for the page faults. */
+int titan_ckpt_async_reserve(struct titan_ckpt_async *a, int64_t arena_floats, bool moments);
 int titan_ckpt_async_save(struct titan_ckpt_async *a, const char *folder, int64_t step,
 			  const struct titan_ckpt_state *st, unsigned flags,
 			  enum titan_ckpt_dtype dtype, int64_t keep_latest_k);

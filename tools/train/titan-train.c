@@ -619,7 +619,9 @@ static int setup(struct run *r, struct titan_cli *cli)
 	titan_llama_init_weights(r->model, (uint64_t)c->training.seed);
 	snprintf(r->ckpt_dir, sizeof(r->ckpt_dir), "%s/%s", c->job.dump_folder, c->checkpoint.folder);
 	if (c->checkpoint.enable && !strcmp(c->checkpoint.async_mode, "async") &&
-	    (rc = titan_ckpt_async_new(titan_host_allocator(), &r->ckpt_async)) < 0)
+	    ((rc = titan_ckpt_async_new(titan_host_allocator(), &r->ckpt_async)) < 0 ||
+	     (rc = titan_ckpt_async_reserve(r->ckpt_async, titan_llama_table(r->model)->arena_floats,
+					    !c->checkpoint.model_weights_only)) < 0))
 		return rc;
 	if (c->checkpoint.enable || *c->checkpoint.initial_load_path) {
 		if ((rc = ckpt_resume(r)) < 0)
