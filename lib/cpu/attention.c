@@ -29,19 +29,28 @@ static int check_dims(const struct titan_attn_dims *d)
 
 /* C[m,n] (+)= A[m,k] · B[k,n], with A[i,p] at a[i·ars + p·aps] (A itself:
  * ars = lda, aps = 1; Aᵀ of a stored [k,m] matrix: ars = 1, aps = lda) and
- * row strides ldb/ldc for B and C.  Every element is
- * C (or 0) plus the products for p = 0..k−1 in order (a multiply, then an
- * add: never fused), so the tiling below (4×16 register tiles held in GCC
- * vectors — one zmm, two ymm or four xmm per row, whatever the clone — and
- * a plain loop at the edges) never changes a bit. */
+ * row strides ldb/ldc for B and C.  Every element is C (or 0) plus the
+ * products for p = 0..k−1 in order, each added with one fused multiply-add
+ * (fmaf: rounded once), so the tiling below (8×16 register tiles held in
+ * GCC vectors — one zmm, two ymm or four xmm per row, whatever the clone —
+ * and a plain loop at the edges) never changes a bit, and every clone gives
+ * the same bits: AVX2 and AVX-512 clones use vfmadd, the baseline clone
+ * calls libm's fmaf (exact, slow: only CPUs without FMA run it). */
 typedef float v16f __attribute__((vector_size(64)));
 
 /* unaligned vector load/store (macros: a function returning a vector
  * would have a different ABI in each clone) */
 #define LD16(v, p) memcpy(&(v), (p), sizeof(v16f))
 #define ST16(p, v) memcpy((p), &(v), sizeof(v16f))
+/* t += s·b, lane by lane, fused (GCC turns the loop into one vfmadd) */
+#define FMA16(t, s, b) \
+	do { \
+		const float s_ = (s); \
+		for (int u_ = 0; u_ < 16; u_++) \
+			(t)[u_] = fmaf(s_, (b)[u_], (t)[u_]); \
+	} while (0)
 
-#define MR 4
+#define MR 8
 #define NR 16
 TITAN_CPU_CLONES
 static void mm_kernel(float *restrict c, int64_t ldc, const float *restrict a,
@@ -53,28 +62,29 @@ static void mm_kernel(float *restrict c, int64_t ldc, const float *restrict a,
 	for (; j0 + NR <= n; j0 += NR) {
 		int64_t i = 0;
 		for (; i + MR <= m; i += MR) {
-			const float *a0 = a + i * ars, *a1 = a0 + ars, *a2 = a1 + ars,
-				    *a3 = a2 + ars;
+			const float *ar = a + i * ars;
 			float *c0 = c + i * ldc + j0;
-			v16f t0 = zero, t1 = zero, t2 = zero, t3 = zero, bv;
-			if (acc) {
-				LD16(t0, c0);
-				LD16(t1, c0 + ldc);
-				LD16(t2, c0 + 2 * ldc);
-				LD16(t3, c0 + 3 * ldc);
+			v16f t[MR], bv;
+			for (int r = 0; r < MR; r++) {
+				t[r] = zero;
+				if (acc)
+					LD16(t[r], c0 + r * ldc);
 			}
 			const float *bp = b + j0;
 			for (int64_t p = 0; p < k; p++, bp += ldb) {
 				LD16(bv, bp);
-				t0 += a0[p * aps] * bv;
-				t1 += a1[p * aps] * bv;
-				t2 += a2[p * aps] * bv;
-				t3 += a3[p * aps] * bv;
+				const float *ap = ar + p * aps;
+				FMA16(t[0], ap[0], bv);
+				FMA16(t[1], ap[ars], bv);
+				FMA16(t[2], ap[2 * ars], bv);
+				FMA16(t[3], ap[3 * ars], bv);
+				FMA16(t[4], ap[4 * ars], bv);
+				FMA16(t[5], ap[5 * ars], bv);
+				FMA16(t[6], ap[6 * ars], bv);
+				FMA16(t[7], ap[7 * ars], bv);
 			}
-			ST16(c0, t0);
-			ST16(c0 + ldc, t1);
-			ST16(c0 + 2 * ldc, t2);
-			ST16(c0 + 3 * ldc, t3);
+			for (int r = 0; r < MR; r++)
+				ST16(c0 + r * ldc, t[r]);
 		}
 		for (; i < m; i++) {
 			const float *ai = a + i * ars;
@@ -85,7 +95,7 @@ static void mm_kernel(float *restrict c, int64_t ldc, const float *restrict a,
 			const float *bp = b + j0;
 			for (int64_t p = 0; p < k; p++, bp += ldb) {
 				LD16(bv, bp);
-				t += ai[p * aps] * bv;
+				FMA16(t, ai[p * aps], bv);
 			}
 			ST16(ci, t);
 		}
@@ -101,7 +111,7 @@ static void mm_kernel(float *restrict c, int64_t ldc, const float *restrict a,
 			const float av = a[i * ars + p * aps], *bp = b + p * ldb;
 			#pragma omp simd
 			for (int64_t j = j0; j < n; j++)
-				ci[j] += av * bp[j];
+				ci[j] = fmaf(av, bp[j], ci[j]);
 		}
 	}
 }

@@ -76,6 +76,14 @@ int titan_cpu_adamw_step(struct titan_backend *be, float *p, float *m,
 	return 0;
 }
 
+/* Σ x² of a chunk in double, 8 lanes (titan_cpu_dot8d): vectorised, and
+ * no chain of dependent additions through the whole chunk. */
+TITAN_CPU_CLONES
+static double sumsq_range(const float *x, int64_t n)
+{
+	return titan_cpu_dot8d(x, x, n);
+}
+
 int titan_cpu_sumsq(struct titan_backend *be, double *out, const float *x,
 		    int64_t n)
 {
@@ -92,10 +100,7 @@ int titan_cpu_sumsq(struct titan_backend *be, double *out, const float *x,
 	for (int64_t ch = 0; ch < nch; ch++) {
 		const int64_t i0 = ch * SUMSQ_CHUNK;
 		const int64_t i1 = i0 + SUMSQ_CHUNK < n ? i0 + SUMSQ_CHUNK : n;
-		double s = 0.0;
-		for (int64_t i = i0; i < i1; i++)
-			s += (double)x[i] * x[i];
-		part[ch] = s;
+		part[ch] = sumsq_range(x + i0, i1 - i0);
 	}
 	double s = 0.0;
 	for (int64_t ch = 0; ch < nch; ch++)

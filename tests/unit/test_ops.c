@@ -919,8 +919,8 @@ struct run {
 	double loss, ss;
 };
 
-/* RN, RV above the sgemm tile (512): GEMMs are cut into several tiles */
-enum { RN = 1100, RC = 128, RV = 700, RF = 96, RB = 2, RT = 64, RH = 4, RK = 2, RD = 32 };
+/* RN, RV above the sgemm tile (1024): GEMMs are cut into several tiles */
+enum { RN = 1100, RC = 128, RV = 1300, RF = 96, RB = 2, RT = 64, RH = 4, RK = 2, RD = 32 };
 
 static void run_all(struct run *o, int nthreads, bool blas)
 {
@@ -1025,13 +1025,13 @@ static void test_determinism(void **state)
 
 /* titan_cpu_sgemm: right (against a double loop) and bit-identical on 1, 2
  * and 5 threads for every transpose, beta 0 and 1, ragged shapes cut into
- * row tiles (m > 512) or column tiles (m <= 512 < n), and sub-matrices
+ * row tiles (m > 1024) or column tiles (m <= 1024 < n), and sub-matrices
  * (ld > width). */
 static void test_sgemm_tiles(void **state)
 {
 	(void)state;
 	static const int64_t shapes[][3] = {
-		{1100, 70, 33}, {700, 300, 129}, {45, 1300, 64}, {513, 513, 7}, {3, 5, 2},
+		{2100, 70, 33}, {1100, 300, 129}, {45, 2300, 64}, {1025, 1025, 7}, {3, 5, 2},
 	};
 	for (size_t si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++) {
 		const int64_t m = shapes[si][0], n = shapes[si][1], k = shapes[si][2];

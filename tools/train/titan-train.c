@@ -7,6 +7,7 @@
  * line and a metrics.jsonl row per logged step.
  */
 #include <errno.h>
+#include <malloc.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -712,6 +713,11 @@ int main(int argc, char **argv)
 	int opt, rc;
 
 	threading_defaults(argv);
+	/* Per-step buffers (the classifier's logits chunk: 32 MiB at vocab
+	 * 8192) sit at glibc's largest mmap threshold: each would be mapped,
+	 * page-faulted and unmapped every step.  Keep them in the heap. */
+	mallopt(M_MMAP_THRESHOLD, 1 << 30);
+	mallopt(M_TRIM_THRESHOLD, 1 << 30);
 	if ((rc = titan_cli_init(&cli, "titan-train", &argc, argv, true)) != 0)
 		return rc;
 	while ((opt = getopt_long(argc, argv, TITAN_CLI_GLOBAL_SHORT TITAN_CLI_CONFIG_SHORT,
