@@ -153,7 +153,7 @@ static int check_name(const struct cur *c, uint64_t at, const char *field, const
 		      uint64_t n, uint64_t max)
 {
 	if (n == 0)
-		return fail(c, at, "empty %s", field);
+		return fail(c, at, "%s is empty", field);
 	if (n > max)
 		return fail(c, at, "%s of %" PRIu64 " bytes is longer than %" PRIu64, field, n, max);
 	if (memchr(s, 0, (size_t)n))

@@ -308,7 +308,7 @@ static void test_bad_files(void **state)
 	/* metadata */
 	BAD(s.key0, 1ULL << 62, 8, "key 0 at byte 24: the key length 4611686018427387904 runs "
 	    "past the end of the file");
-	BAD(s.key0, 0, 8, "empty the key");
+	BAD(s.key0, 0, 8, "the key is empty");
 	BAD(s.key0 + 9, 0, 1, "contains a NUL byte");
 	BAD(s.key0 + 9, 0xff, 1, "not valid UTF-8");
 	snprintf(msg, sizeof(msg), "key 'aaaa' at byte %zu: unknown value type 13", s.type0);
