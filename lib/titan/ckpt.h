@@ -545,6 +545,252 @@ int titan_hf_read(const struct titan_hf_model *m, const struct titan_param *p, f
  * text, or NULL with an error.  Used for checkpoints made from HF weights. */
 char *titan_ckpt_config_for_dims(const struct titan_model_dims *dims);
 
+/* ===================================================================== GGUF */
+
+/*
+ * GGUF, ggml's file format (ggml-org/ggml docs/gguf.md) as llama.cpp reads
+ * it: version 3, little-endian, every integer unaligned.
+ *
+ *   offset  size  field
+ *        0     4  magic "GGUF"
+ *        4     4  u32 version: 3 (2 has the same layout and is read too)
+ *        8     8  u64 T: tensor count
+ *       16     8  u64 K: metadata key/value count
+ *       24     -  K pairs: string key, u32 value type, value
+ *              -  T tensor infos: string name, u32 n_dims (1..4), n_dims u64
+ *                 dims ne[0..n_dims) innermost first (ne[0] is the length of
+ *                 a row: a row-major [rows, cols] matrix has ne = {cols,
+ *                 rows}), u32 ggml type, u64 offset into the data section
+ *              -  zero padding up to a multiple of the alignment
+ *              -  the data section: each tensor's bytes at its offset (a
+ *                 multiple of the alignment); ggml writers pad every tensor,
+ *                 the last included, to the alignment
+ *   string:  u64 byte length, then the bytes (UTF-8, no terminating NUL)
+ *   value:   by type (enum titan_gguf_type); bool is one byte 0 or 1; an
+ *            array is u32 element type, u64 count, the elements (arrays of
+ *            arrays are refused, as ggml refuses them)
+ *   general.alignment (u32, a power of two) sets the alignment; default 32.
+ *
+ * The reader maps the file read-only and checks, each failure a
+ * TITAN_E_FORMAT error naming the file, the field and its byte offset:
+ *   - magic "GGUF" (a byte-swapped version says big-endian: refused),
+ *     version 2 or 3
+ *   - every length against the bytes left in the file before anything is
+ *     allocated: T and K, string lengths, array counts (times the smallest
+ *     element size)
+ *   - keys non-empty, valid UTF-8 without NUL; no key twice; known value
+ *     and element types; bools 0 or 1; general.alignment a u32 power of two
+ *   - tensor names 1..63 bytes of UTF-8 without NUL (ggml's GGML_MAX_NAME),
+ *     none twice; n_dims 1..4; dims < 2^63 with a product that does not
+ *     overflow; a known ggml type whose block divides ne[0]
+ *   - offsets multiples of the alignment; each tensor's bytes (product of
+ *     the dims / block size × block bytes) inside the file; no two tensors
+ *     overlapping (holes between tensors are allowed, as the spec allows)
+ *
+ * The writer builds the file in memory (metadata, tensor infos) and
+ * streams the tensor data at write time, atomically (titan_afile).
+ */
+
+enum titan_gguf_type {
+	TITAN_GGUF_UINT8 = 0,
+	TITAN_GGUF_INT8,
+	TITAN_GGUF_UINT16,
+	TITAN_GGUF_INT16,
+	TITAN_GGUF_UINT32,
+	TITAN_GGUF_INT32,
+	TITAN_GGUF_FLOAT32,
+	TITAN_GGUF_BOOL,
+	TITAN_GGUF_STRING,
+	TITAN_GGUF_ARRAY,
+	TITAN_GGUF_UINT64,
+	TITAN_GGUF_INT64,
+	TITAN_GGUF_FLOAT64,
+	TITAN_GGUF_NTYPES
+};
+/* "u8", "i8", "u16", "i16", "u32", "i32", "f32", "bool", "string",
+ * "array", "u64", "i64", "f64"; NULL out of range. */
+const char *titan_gguf_type_name(enum titan_gguf_type t);
+
+/* ggml tensor types (ggml.h enum ggml_type; ids 4, 5, 31-33, 36-38 are
+ * retired and unknown here). */
+enum {
+	TITAN_GGML_F32 = 0,
+	TITAN_GGML_F16 = 1,
+	TITAN_GGML_BF16 = 30,
+	TITAN_GGML_NTYPES = 43
+};
+/* "F32", "Q4_K", ...; NULL for an unknown type. */
+const char *titan_ggml_type_name(uint32_t type);
+/* Elements per block and bytes per block (1 and the element size for
+ * plain types): 0, or TITAN_E_INVALID (no message) for an unknown type. */
+int titan_ggml_type_block(uint32_t type, uint32_t *block, uint32_t *block_bytes);
+
+#define TITAN_GGUF_DEFAULT_ALIGNMENT 32
+#define TITAN_GGUF_MAX_NAME 63   /* bytes of a tensor name */
+
+/* One metadata pair of an open file.  Pointers live until close. */
+struct titan_gguf_kv {
+	const char *key;             /* NUL-terminated */
+	enum titan_gguf_type type;
+	enum titan_gguf_type elem;   /* ARRAY: element type */
+	uint64_t n;                  /* ARRAY: element count; 1 otherwise */
+	uint64_t offset;             /* byte offset of the pair in the file */
+	const uint8_t *data;         /* the value in the mapping: a scalar's bytes,
+					a string's u64 length, an array's first element */
+	const uint64_t *str_at_;     /* private: string arrays' element offsets from data */
+	size_t str0_;                /* private */
+};
+
+/* One tensor of an open file. */
+struct titan_gguf_tensor {
+	const char *name;            /* NUL-terminated */
+	uint32_t type;               /* ggml type */
+	int n_dims;                  /* 1..4 */
+	int64_t ne[4];               /* GGUF order, innermost first; 1 past n_dims */
+	int64_t shape[4];            /* row-major: shape[i] = ne[n_dims - 1 - i] */
+	int64_t numel;
+	uint64_t offset;             /* in the data section */
+	uint64_t nbytes;
+	uint64_t info_offset;        /* byte offset of the tensor info in the file */
+	const void *data;            /* nbytes in the read-only mapping */
+};
+
+struct titan_gguf {
+	char *path;
+	size_t file_size;
+	uint32_t version;
+	uint32_t alignment;
+	uint64_t data_offset;        /* the data section's byte offset */
+	size_t n_kv;
+	struct titan_gguf_kv *kv;    /* file order */
+	size_t n_tensors;
+	struct titan_gguf_tensor *tensors; /* file order */
+	/* private */
+	void *map_;
+	char *pool_;
+	uint64_t *str_at_;
+	size_t *by_name_;
+};
+
+/* Map and check `path` (above).  NULL + error (TITAN_E_IO, TITAN_E_FORMAT,
+ * TITAN_E_NOMEM) on failure. */
+struct titan_gguf *titan_gguf_open(const char *path);
+void titan_gguf_close(struct titan_gguf *f); /* NULL-safe */
+/* By name, or NULL (no error recorded). */
+const struct titan_gguf_kv *titan_gguf_find_kv(const struct titan_gguf *f, const char *key);
+const struct titan_gguf_tensor *titan_gguf_find(const struct titan_gguf *f, const char *name);
+
+/* Scalar values: an integer or bool type widened to int64 (a u64 above
+ * INT64_MAX is an error); a float type (or an integer) as double; a string
+ * (pointer into the mapping, *len bytes, not NUL-terminated).
+ * TITAN_E_INVALID naming the key when the type does not fit; the string
+ * getter returns NULL then (no error recorded). */
+int titan_gguf_kv_int(const struct titan_gguf_kv *kv, int64_t *out);
+int titan_gguf_kv_float(const struct titan_gguf_kv *kv, double *out);
+const char *titan_gguf_kv_str(const struct titan_gguf_kv *kv, size_t *len);
+/* Element i of an array, as the scalar getters; out of range or another
+ * type: TITAN_E_INVALID (NULL for strings). */
+int titan_gguf_arr_int(const struct titan_gguf_kv *kv, uint64_t i, int64_t *out);
+int titan_gguf_arr_float(const struct titan_gguf_kv *kv, uint64_t i, double *out);
+const char *titan_gguf_arr_str(const struct titan_gguf_kv *kv, uint64_t i, size_t *len);
+
+/* A tensor's elements as numel floats: F32, F16, BF16, F64 and I8..I64.
+ * TITAN_E_UNSUPPORTED naming the tensor for quantized types. */
+int titan_gguf_tensor_to_f32(const struct titan_gguf_tensor *t, float *out);
+
+/* ---- writer */
+
+struct titan_gguf_writer;
+struct titan_gguf_writer *titan_gguf_writer_new(void); /* NULL + TITAN_E_NOMEM */
+void titan_gguf_writer_free(struct titan_gguf_writer *w); /* NULL-safe */
+
+/* Metadata in call order; values are copied.  TITAN_E_INVALID for a key
+ * that repeats, is empty, not UTF-8 or contains NUL; general.alignment must
+ * be a u32 power of two (it sets the writer's alignment). */
+int titan_gguf_set_u32(struct titan_gguf_writer *w, const char *key, uint32_t v);
+int titan_gguf_set_i32(struct titan_gguf_writer *w, const char *key, int32_t v);
+int titan_gguf_set_u64(struct titan_gguf_writer *w, const char *key, uint64_t v);
+int titan_gguf_set_f32(struct titan_gguf_writer *w, const char *key, float v);
+int titan_gguf_set_f64(struct titan_gguf_writer *w, const char *key, double v);
+int titan_gguf_set_bool(struct titan_gguf_writer *w, const char *key, bool v);
+int titan_gguf_set_str(struct titan_gguf_writer *w, const char *key, const char *v);
+/* Any scalar type: `v` points to the value in host layout (bool: one byte,
+ * string: a const char * NUL-terminated). */
+int titan_gguf_set(struct titan_gguf_writer *w, const char *key, enum titan_gguf_type type,
+		   const void *v);
+/* An array of n numbers or bools of type `elem` (host layout, packed). */
+int titan_gguf_set_array(struct titan_gguf_writer *w, const char *key,
+			 enum titan_gguf_type elem, const void *values, uint64_t n);
+/* An array of n strings; lens may be NULL (strlen of each). */
+int titan_gguf_set_array_str(struct titan_gguf_writer *w, const char *key,
+			     const char *const *strs, const size_t *lens, uint64_t n);
+
+/* A tensor: ggml `type`, `ndim` (1..4) dims in row-major order (the writer
+ * reverses them into GGUF's order), `data` (numel / block · block bytes,
+ * host layout) kept by pointer until the write, or NULL to be produced at
+ * write time by the fill function.  TITAN_E_INVALID for a repeated, empty,
+ * too long (> 63 bytes) or non-UTF-8 name, an unknown type, a negative dim
+ * or a row length that is not a multiple of the type's block. */
+int titan_gguf_add_tensor(struct titan_gguf_writer *w, const char *name, uint32_t type,
+			  int ndim, const int64_t *shape, const void *data);
+/* Produce tensor `index` (add order): nbytes into out.  0 or a titan_err. */
+typedef int (*titan_gguf_fill_fn)(void *ctx, size_t index, void *out, uint64_t nbytes);
+
+/* Write the file atomically (titan_afile: a temporary name in the same
+ * folder, fsync, rename; "-" = standard output): header, metadata, tensor
+ * infos in add order with offsets aligned, the data, each tensor padded to
+ * the alignment.  `fill` (may be NULL when every tensor has data) is
+ * called once per tensor without data, in order.  A missing folder, a
+ * failed write or a failing fill leaves nothing under `path`. */
+int titan_gguf_write(struct titan_gguf_writer *w, const char *path, titan_gguf_fill_fn fill,
+		     void *ctx);
+
+/* ---- export of a titan Llama for llama.cpp (architecture "llama") */
+
+/*
+ * What llama.cpp's convert_hf_to_gguf.py (LlamaModel) writes for a
+ * LlamaForCausalLM, from titan's tensors:
+ *   tok_embeddings.weight            token_embd.weight
+ *   layers.I.attention.wq|wk|wv|wo   blk.I.attn_q|attn_k|attn_v|attn_output.weight
+ *   layers.I.feed_forward.w1|w2|w3   blk.I.ffn_gate|ffn_down|ffn_up.weight
+ *   layers.I.attention_norm|ffn_norm blk.I.attn_norm|ffn_norm.weight
+ *   norm.weight                      output_norm.weight
+ *   output.weight                    output.weight (absent when tied: llama.cpp
+ *                                    then uses token_embd)
+ *   (Llama 3.1 rope scaling)         rope_freqs.weight, F32 [head_dim/2]: the
+ *                                    factor each RoPE frequency is divided by
+ * q/k rows need no permutation: the converter applies LlamaModel.permute to
+ * HF's rotate-half rows, which restores Meta's interleaved pairs, torchtitan's
+ * layout, and llama.cpp rotates adjacent pairs (LLAMA_ROPE_TYPE_NORM).
+ * 2-D weights take the export dtype; 1-D tensors stay F32 (as the converter
+ * keeps norms F32).  Metadata: general.*, llama.* hyper-parameters and,
+ * with a tokenizer, tokenizer.ggml.* (docs/formats.md, "GGUF export").
+ */
+struct titan_gguf_export_opts {
+	enum titan_ckpt_dtype dtype;  /* of the 2-D weights */
+	const char *tokenizer;        /* tiktoken or tokenizer.json; NULL: no
+					 tokenizer.ggml.* keys (llama.cpp needs them) */
+	const char *name;             /* general.name; NULL: "titan <flavor>" */
+	int64_t context_length;       /* 0: 131072 with Llama 3.1 rope scaling, else
+					 rope_original_max_position (as --to hf) */
+};
+void titan_gguf_export_opts_default(struct titan_gguf_export_opts *o);
+
+/* llama.cpp's name of parameter p ("blk.3.attn_q.weight"). */
+int titan_gguf_param_name(const struct titan_param *p, char *buf, size_t n);
+/* The rope_freqs.weight values (head_dim/2 floats) of dims with Llama 3.1
+ * rope scaling: 1 for high frequencies, the scaling factor for low ones,
+ * 1 / ((1 − s)/factor + s) between (convert_hf_to_gguf.py's
+ * generate_extra_tensors, the inverse of torchtitan's scaling). */
+void titan_gguf_rope_freqs(const struct titan_model_dims *d, float *out);
+
+/* Write `path` from an unsharded table whose tensors `get` produces (the
+ * HF exporter's callback: torchtitan layout, fp32).  The tokenizer is read
+ * first, so a bad one fails before any weight is converted; a tokenizer
+ * with more ids than vocab_size is TITAN_E_INVALID. */
+int titan_gguf_export(const char *path, const struct titan_param_table *t, titan_hf_get_fn get,
+		      void *ctx, const struct titan_gguf_export_opts *o);
+
 #ifdef __cplusplus
 }
 #endif

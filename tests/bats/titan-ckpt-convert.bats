@@ -6,6 +6,12 @@
 # reshape/transpose of the h5 tensors, the export's logits under HF's
 # rotate-half RoPE equal to torchtitan's model (tests/ref/llama_ref.py) on
 # the checkpoint, sharding, dtype casts, checkpoint folders, and bad inputs.
+# GGUF (--to gguf, at the end): read back by a reader written from the spec
+# (tests/ref/gguf_read.py) and by @huggingface/gguf (npm), tensors bit-equal
+# to h5py's, q/k equal to llama.cpp's converter applied to the HF export,
+# logits under llama.cpp's semantics equal to torchtitan's, tokenizer
+# metadata from tokenizer.json and tiktoken files (merges recovered as
+# transformers' TikTokenConverter does, equal to Meta's for Llama 3).
 
 bats_require_minimum_version 1.5.0
 
@@ -94,8 +100,14 @@ need_hdf5() { titan-ckpt-convert --version | grep -q '+hdf5' || skip "built with
 @test "bad option values and combinations are usage errors (2)" {
 	run -2 --separate-stderr titan-ckpt-convert --to hf --dtype int8 a b
 	[[ $stderr == *"--dtype: 'int8' is not float32, bfloat16 or float16"* ]]
-	run -2 --separate-stderr titan-ckpt-convert --to gguf a b
-	[[ $stderr == *"--to: unknown format 'gguf' (hf)"* ]]
+	run -2 --separate-stderr titan-ckpt-convert --to onnx a b
+	[[ $stderr == *"--to: unknown format 'onnx' (hf, gguf)"* ]]
+	run -2 --separate-stderr titan-ckpt-convert --from gguf a b
+	[[ $stderr == *"--from: unknown format 'gguf' (hf)"* ]]
+	run -2 --separate-stderr titan-ckpt-convert --to gguf --max-shard-size 1GB a b
+	[[ $stderr == *"--max-shard-size goes with --to hf"* ]]
+	run -2 --separate-stderr titan-ckpt-convert --to gguf a
+	[[ $stderr == *"expected an input and an output, got 1 argument"* ]]
 	run -2 --separate-stderr titan-ckpt-convert --to hf --max-shard-size 5XB a b
 	[[ $stderr == *"--max-shard-size: bad size '5XB'"* ]]
 	run -2 --separate-stderr titan-ckpt-convert info a b
@@ -493,4 +505,437 @@ EOF
 	[[ $stderr == *"cannot create checkpoint '$T/missing/dir/x.h5'"* ]]
 	[ ! -e "$T/x.h5" ]
 	[ -z "$(ls "$T" | grep tmp)" ]
+}
+
+# ------------------------------------------------------------------- GGUF
+
+# hf_model DIR VOCAB: a random tiny Llama in HF layout like setup_file's
+# (dim 32, 2 layers, 4 heads, 2 kv heads, ffn 96, Llama 3.1 rope scaling)
+# with VOCAB ids, as a model-only checkpoint DIR.h5.
+hf_model() {
+	$PY - "$1" "$2" tests/ref <<'EOF'
+import json, os, sys, torch
+sys.path.insert(0, sys.argv[3])
+import safetensors_py as st
+out, V = sys.argv[1], int(sys.argv[2])
+os.makedirs(out, exist_ok=True)
+D, L, H, KV, F = 32, 2, 4, 2, 96
+g = torch.Generator().manual_seed(V)
+r = lambda *s: torch.randn(*s, generator=g)
+t = [("model.embed_tokens.weight", r(V, D))]
+for i in range(L):
+    p = f"model.layers.{i}."
+    t += [(p + "self_attn.q_proj.weight", r(D, D)), (p + "self_attn.k_proj.weight", r(KV * 8, D)),
+          (p + "self_attn.v_proj.weight", r(KV * 8, D)), (p + "self_attn.o_proj.weight", r(D, D)),
+          (p + "mlp.gate_proj.weight", r(F, D)), (p + "mlp.up_proj.weight", r(F, D)),
+          (p + "mlp.down_proj.weight", r(D, F)), (p + "input_layernorm.weight", r(D)),
+          (p + "post_attention_layernorm.weight", r(D))]
+t += [("model.norm.weight", r(D)), ("lm_head.weight", r(V, D))]
+st.save(out + "/model.safetensors", t, {"format": "pt"})
+json.dump({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": D,
+           "intermediate_size": F, "num_hidden_layers": L, "num_attention_heads": H,
+           "num_key_value_heads": KV, "vocab_size": V, "rms_norm_eps": 1e-5,
+           "rope_theta": 500000.0, "hidden_act": "silu", "tie_word_embeddings": False,
+           "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                            "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}},
+          open(out + "/config.json", "w"))
+EOF
+	titan-ckpt-convert --from hf "$1" "$1.h5"
+}
+
+@test "--to gguf: GGUF v3 read back by a reader written from the spec; tensors bit-equal to h5py's" {
+	need_hdf5
+	need_hf
+	need_h5py
+	titan-ckpt-convert --from hf "$HF" "$T/a.h5"
+	run -0 --separate-stderr titan-ckpt-convert --to gguf --tokenizer tests/fixtures/tok/tiny.json \
+		"$T/a.h5" "$T/a.gguf"
+	[ -z "$output" ]
+	[ -z "$stderr" ]
+	[ "$(head -c 4 "$T/a.gguf")" = GGUF ]
+	[ -z "$(ls "$T" | grep tmp)" ]
+	$PY - "$T/a.gguf" "$T/a.h5" "$HF" tests/ref <<'EOF'
+import math, sys
+sys.path.insert(0, sys.argv[4])
+import gguf_read, h5py, numpy as np, safetensors_py as st
+g = gguf_read.load(sys.argv[1])
+f = h5py.File(sys.argv[2], "r")["model"]
+m = {k: v for k, (t, v) in g.metadata.items()}
+T = {k: t for k, (t, v) in g.metadata.items()}
+assert g.version == 3 and g.alignment == 32 and g.data_offset % 32 == 0
+want = {"general.architecture": "llama", "general.alignment": 32, "general.file_type": 0,
+        "general.quantization_version": 2, "llama.block_count": 2, "llama.context_length": 131072,
+        "llama.embedding_length": 32, "llama.feed_forward_length": 96,
+        "llama.attention.head_count": 4, "llama.attention.head_count_kv": 2,
+        "llama.rope.dimension_count": 8, "llama.vocab_size": 272,
+        "llama.attention.key_length": 8, "llama.attention.value_length": 8,
+        "tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": "gpt-2",
+        "tokenizer.ggml.bos_token_id": 265, "tokenizer.ggml.eos_token_id": 266,
+        "tokenizer.ggml.add_bos_token": True}
+for k, v in want.items():
+    assert m[k] == v, (k, m[k], v)
+for k in ["llama.block_count", "llama.context_length", "general.file_type", "llama.vocab_size"]:
+    assert T[k] == "u32", (k, T[k])
+assert T["llama.rope.freq_base"] == "f32" and m["llama.rope.freq_base"] == 500000.0
+assert T["llama.attention.layer_norm_rms_epsilon"] == "f32"
+assert m["llama.attention.layer_norm_rms_epsilon"] == float(np.float32(1e-5))
+# tensors: llama.cpp's names, ne = the reversed row-major shape, the h5 values
+names = {"tok_embeddings.weight": "token_embd.weight", "norm.weight": "output_norm.weight",
+         "output.weight": "output.weight"}
+for i in range(2):
+    for a, b in [("attention.wq", "attn_q"), ("attention.wk", "attn_k"), ("attention.wv", "attn_v"),
+                 ("attention.wo", "attn_output"), ("feed_forward.w1", "ffn_gate"),
+                 ("feed_forward.w2", "ffn_down"), ("feed_forward.w3", "ffn_up"),
+                 ("attention_norm", "attn_norm"), ("ffn_norm", "ffn_norm")]:
+        names[f"layers.{i}.{a}.weight"] = f"blk.{i}.{b}.weight"
+assert sorted(names) == sorted(f.keys())
+assert sorted(g.tensors) == sorted(list(names.values()) + ["rope_freqs.weight"])
+end = 0
+for tt, gg in names.items():
+    x, t = f[tt][...], g.tensors[gg]
+    assert t.type == "F32" and t.ne == list(x.shape[::-1]), (gg, t.ne, x.shape)
+    assert t.array.dtype == np.float32 and np.array_equal(t.array, x), gg   # bit-for-bit
+    assert t.offset % 32 == 0
+# q/k: what llama.cpp's convert_hf_to_gguf.py (LlamaModel.permute) makes of HF's rows
+hf, _ = st.load(sys.argv[3] + "/model.safetensors")
+def permute(w, n_head):
+    return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+for i in range(2):
+    q = hf[f"model.layers.{i}.self_attn.q_proj.weight"].numpy()
+    k = hf[f"model.layers.{i}.self_attn.k_proj.weight"].numpy()
+    assert np.array_equal(g.tensors[f"blk.{i}.attn_q.weight"].array, permute(q, 4))
+    assert np.array_equal(g.tensors[f"blk.{i}.attn_k.weight"].array, permute(k, 2))
+    assert not np.array_equal(g.tensors[f"blk.{i}.attn_q.weight"].array, q)
+# rope_freqs: convert_hf_to_gguf.py's generate_extra_tensors for rope_type llama3
+rf = g.tensors["rope_freqs.weight"]
+assert rf.type == "F32" and rf.ne == [4]
+want = []
+for i in range(0, 8, 2):
+    freq = 1.0 / (500000.0 ** (i / 8))
+    wavelen = 2 * math.pi / freq
+    if wavelen < 8192 / 4:
+        want.append(1.0)
+    elif wavelen > 8192 / 1:
+        want.append(8.0)
+    else:
+        s = (8192 / wavelen - 1) / (4 - 1)
+        want.append(1 / ((1 - s) / 8 + s))
+assert np.array_equal(rf.array, np.array(want, dtype=np.float32)), (rf.array, want)
+EOF
+}
+
+@test "--to gguf: tokenizer.json tokens, types and merges as llama.cpp's converter writes them" {
+	need_hdf5
+	need_hf
+	titan-ckpt-convert --from hf "$HF" "$T/a.h5"
+	titan-ckpt-convert --to gguf --tokenizer tests/fixtures/tok/tiny.json "$T/a.h5" "$T/a.gguf"
+	$PY - "$T/a.gguf" tests/fixtures/tok/tiny.json tests/ref <<'EOF'
+import json, sys
+sys.path.insert(0, sys.argv[3])
+import gguf_read
+m = {k: v for k, (t, v) in gguf_read.load(sys.argv[1]).metadata.items()}
+j = json.load(open(sys.argv[2]))
+tokens, types = m["tokenizer.ggml.tokens"], m["tokenizer.ggml.token_type"]
+assert len(tokens) == len(types) == 272
+byid = {i: s for s, i in j["model"]["vocab"].items()}
+added = {a["id"]: a for a in j["added_tokens"]}
+for i in range(272):
+    if i in added:   # special (or <|...|>): CONTROL 3, else USER_DEFINED 4
+        assert tokens[i] == added[i]["content"] and types[i] == (3 if added[i]["special"] else 4), i
+    elif i in byid:
+        assert tokens[i] == byid[i] and types[i] == 1, i
+    else:            # past the tokenizer: unused padding, as get_vocab_base
+        assert tokens[i] == f"[PAD{i}]" and types[i] == 5, i
+assert types[267] == 4 and tokens[267] == "zzz"
+merges = [x if isinstance(x, str) else " ".join(x) for x in j["model"]["merges"]]
+assert m["tokenizer.ggml.merges"] == merges, (m["tokenizer.ggml.merges"], merges)
+EOF
+}
+
+@test "--to gguf: tiktoken merges are recovered from the ranks as transformers' TikTokenConverter does" {
+	need_hdf5
+	need_hf
+	hf_model "$T/m528" 528     # tiny.tiktoken: 265 ranks + 256 specials
+	titan-ckpt-convert --to gguf --tokenizer tests/fixtures/tok/tiny.tiktoken "$T/m528.h5" "$T/t.gguf"
+	$PY - "$T/t.gguf" tests/fixtures/tok/tiny.tiktoken tests/ref <<'EOF'
+import base64, sys
+sys.path.insert(0, sys.argv[3])
+import gguf_read
+m = {k: v for k, (t, v) in gguf_read.load(sys.argv[1]).metadata.items()}
+ranks = {}
+for line in open(sys.argv[2], "rb"):
+    if line.strip():
+        tok, r = line.split()
+        ranks[base64.b64decode(tok)] = int(r)
+# transformers' bytes_to_unicode and TikTokenConverter.extract_vocab_merges_from_model
+bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+cs, n = bs[:], 0
+for b in range(256):
+    if b not in bs:
+        bs.append(b); cs.append(256 + n); n += 1
+enc = dict(zip(bs, map(chr, cs)))
+s = lambda b: "".join(enc[c] for c in b)
+merges = []
+for token, rank in ranks.items():
+    if len(token) == 1:
+        continue
+    local = [(token[:i], token[i:], rank) for i in range(1, len(token))
+             if token[:i] in ranks and token[i:] in ranks]
+    merges.extend(sorted(local, key=lambda x: (ranks[x[0]], ranks[x[1]])))
+merges = [s(a) + " " + s(b) for a, b, _ in sorted(merges, key=lambda v: v[2])]
+assert m["tokenizer.ggml.merges"] == merges
+assert len(ranks) == 265 and len(merges) >= 9
+tokens, types = m["tokenizer.ggml.tokens"], m["tokenizer.ggml.token_type"]
+assert len(tokens) == 528
+for b, r in ranks.items():
+    assert tokens[r] == s(b) and types[r] == 1, r
+assert tokens[265:268] == ["<|begin_of_text|>", "<|end_of_text|>", "<|reserved_special_token_0|>"]
+assert tokens[265 + 9] == "<|eot_id|>" and set(types[265:521]) == {3}
+assert tokens[521:] == [f"[PAD{i}]" for i in range(521, 528)] and set(types[521:]) == {5}
+assert m["tokenizer.ggml.pre"] == "llama-bpe"
+assert m["tokenizer.ggml.bos_token_id"] == 265 and m["tokenizer.ggml.eos_token_id"] == 266
+EOF
+}
+
+@test "--to gguf: Llama 3's tiktoken file gives Meta's tokenizer.json tokens and 280147 merges" {
+	need_hdf5
+	need_hf
+	[ -s tests/peers/cache/llama3.tiktoken ] && [ -s tests/peers/cache/llama3-tokenizer.json ] ||
+		skip "tests/peers/setup.sh has not written tests/peers/cache"
+	hf_model "$T/l3" 128256
+	titan-ckpt-convert --to gguf --tokenizer tests/peers/cache/llama3.tiktoken "$T/l3.h5" "$T/tik.gguf"
+	titan-ckpt-convert --to gguf --tokenizer tests/peers/cache/llama3-tokenizer.json "$T/l3.h5" "$T/hf.gguf"
+	$PY - "$T/tik.gguf" "$T/hf.gguf" tests/peers/cache/llama3-tokenizer.json tests/ref <<'EOF'
+import json, sys
+sys.path.insert(0, sys.argv[4])
+import gguf_read
+a = {k: v for k, (t, v) in gguf_read.load(sys.argv[1]).metadata.items() if k.startswith("tokenizer.")}
+b = {k: v for k, (t, v) in gguf_read.load(sys.argv[2]).metadata.items() if k.startswith("tokenizer.")}
+j = json.load(open(sys.argv[3]))
+merges = [x if isinstance(x, str) else " ".join(x) for x in j["model"]["merges"]]
+assert len(merges) == 280147
+assert a["tokenizer.ggml.merges"] == merges       # recovered from the ranks
+assert b["tokenizer.ggml.merges"] == merges       # copied from tokenizer.json
+# the 128000 ranks are the same strings; the specials' names are lib/tok's
+# Llama 3 convention (titan/tok.h: 128005 <|step_id|>, as Meta's newer
+# llama-models), which Llama 3.1's tokenizer.json calls reserved_special_token_2
+ta, tb = a.pop("tokenizer.ggml.tokens"), b.pop("tokenizer.ggml.tokens")
+assert ta[:128000] == tb[:128000] and ta[128000:128005] == tb[128000:128005]
+assert ta[128005] == "<|step_id|>" and tb[128005] == "<|reserved_special_token_2|>"
+assert a == b, sorted(k for k in a if a[k] != b.get(k))
+a["tokenizer.ggml.tokens"] = ta
+assert a["tokenizer.ggml.pre"] == "llama-bpe" and len(a["tokenizer.ggml.tokens"]) == 128256
+assert a["tokenizer.ggml.bos_token_id"] == 128000 and a["tokenizer.ggml.eos_token_id"] == 128001
+assert a["tokenizer.ggml.tokens"][128009] == "<|eot_id|>" and a["tokenizer.ggml.token_type"][128009] == 3
+EOF
+}
+
+@test "--to gguf --dtype bfloat16/float16: 2-D weights rounded as torch does, 1-D tensors stay F32" {
+	need_hdf5
+	need_hf
+	need_h5py
+	titan-ckpt-convert --from hf "$HF" "$T/a.h5"
+	titan-ckpt-convert -q --to gguf --dtype bfloat16 "$T/a.h5" "$T/bf.gguf"
+	titan-ckpt-convert -q --to gguf --dtype float16 "$T/a.h5" "$T/f16.gguf"
+	$PY - "$T/a.h5" "$T/bf.gguf" "$T/f16.gguf" tests/ref <<'EOF'
+import sys
+sys.path.insert(0, sys.argv[4])
+import gguf_read, h5py, numpy as np, torch
+f = h5py.File(sys.argv[1], "r")["model"]
+bf, hf = gguf_read.load(sys.argv[2]), gguf_read.load(sys.argv[3])
+assert bf.metadata["general.file_type"] == ("u32", 32) and hf.metadata["general.file_type"] == ("u32", 1)
+x = f["layers.1.attention.wk.weight"][...]
+t = bf.tensors["blk.1.attn_k.weight"]
+assert t.type == "BF16" and np.array_equal(t.array, torch.from_numpy(x).to(torch.bfloat16).float().numpy())
+t = hf.tensors["blk.1.attn_k.weight"]
+assert t.type == "F16" and np.array_equal(t.array, x.astype(np.float16))
+x = f["tok_embeddings.weight"][...]
+assert np.array_equal(bf.tensors["token_embd.weight"].array, torch.from_numpy(x).to(torch.bfloat16).float().numpy())
+for g in (bf, hf):   # norms and rope_freqs: F32, the values as they are
+    for n in ["blk.0.attn_norm.weight", "output_norm.weight", "rope_freqs.weight"]:
+        assert g.tensors[n].type == "F32", n
+    assert np.array_equal(g.tensors["output_norm.weight"].array, f["norm.weight"][...])
+EOF
+}
+
+@test "--to gguf: logits under llama.cpp's semantics equal torchtitan's model on the checkpoint" {
+	need_hdf5
+	need_hf
+	need_h5py
+	titan-ckpt-convert --from hf "$HF" "$T/a.h5"
+	titan-ckpt-convert -q --to gguf "$T/a.h5" "$T/a.gguf"
+	# llama.cpp's LLM_ARCH_LLAMA graph: LLAMA_ROPE_TYPE_NORM rotates adjacent
+	# pairs (2i, 2i+1) by pos * freq_base^(-2i/n_rot) / rope_freqs[i];
+	# ggml_mul_mat broadcasts kv head h / (n_head / n_head_kv); RMSNorm with
+	# layer_norm_rms_epsilon; output.weight or token_embd when tied
+	$PY - "$T/a.h5" "$T/a.gguf" tests/ref <<'EOF'
+import math, sys
+sys.path.insert(0, sys.argv[3])
+import gguf_read, h5py, llama_ref, torch
+f = h5py.File(sys.argv[1], "r")
+A = dict(f.attrs)
+args = llama_ref.ModelArgs(dim=int(A["dim"]), n_layers=int(A["n_layers"]), n_heads=int(A["n_heads"]),
+                           n_kv_heads=int(A["n_kv_heads"]), vocab_size=int(A["vocab_size"]),
+                           multiple_of=int(A["multiple_of"]), norm_eps=float(A["norm_eps"]),
+                           rope_theta=float(A["rope_theta"]), max_seq_len=24)
+tt = llama_ref.Transformer(args)
+tt.load_state_dict({k: torch.from_numpy(f["model"][k][...]) for k in f["model"]}, strict=True)
+tokens = torch.randint(0, args.vocab_size, (2, 24), generator=torch.Generator().manual_seed(1))
+with torch.no_grad():
+    ref = tt(tokens)
+g = gguf_read.load(sys.argv[2])
+M = {k: v for k, (t, v) in g.metadata.items()}
+W = {k: torch.from_numpy(t.array.copy()) for k, t in g.tensors.items()}
+H, KV = M["llama.attention.head_count"], M["llama.attention.head_count_kv"]
+n_rot, eps, base = M["llama.rope.dimension_count"], M["llama.attention.layer_norm_rms_epsilon"], M["llama.rope.freq_base"]
+def rms(x, w):
+    return w * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
+def rope_norm(x, factors):          # x [B, T, heads, n_rot]
+    T = x.shape[1]
+    i = torch.arange(n_rot // 2, dtype=torch.float64)
+    theta = torch.arange(T, dtype=torch.float64)[:, None] * base ** (-2 * i / n_rot) / factors.double()
+    cos, sin = theta.cos().float()[None, :, None], theta.sin().float()[None, :, None]
+    x0, x1 = x[..., 0::2], x[..., 1::2]
+    return torch.stack((x0 * cos - x1 * sin, x0 * sin + x1 * cos), dim=-1).flatten(-2)
+def forward(W, tokens):
+    B, T = tokens.shape
+    hd = n_rot
+    x = W["token_embd.weight"][tokens]
+    for i in range(M["llama.block_count"]):
+        p = f"blk.{i}."
+        h = rms(x, W[p + "attn_norm.weight"])
+        q = rope_norm((h @ W[p + "attn_q.weight"].T).view(B, T, H, hd), W["rope_freqs.weight"]).transpose(1, 2)
+        k = rope_norm((h @ W[p + "attn_k.weight"].T).view(B, T, KV, hd), W["rope_freqs.weight"]).transpose(1, 2)
+        v = (h @ W[p + "attn_v.weight"].T).view(B, T, KV, hd).transpose(1, 2)
+        k, v = k.repeat_interleave(H // KV, dim=1), v.repeat_interleave(H // KV, dim=1)
+        s = (q @ k.transpose(-1, -2)) / math.sqrt(hd)
+        s = s.masked_fill(~torch.ones(T, T, dtype=torch.bool).tril(), float("-inf"))
+        o = (torch.softmax(s, -1) @ v).transpose(1, 2).reshape(B, T, H * hd)
+        x = x + o @ W[p + "attn_output.weight"].T
+        h = rms(x, W[p + "ffn_norm.weight"])
+        x = x + (torch.nn.functional.silu(h @ W[p + "ffn_gate.weight"].T) * (h @ W[p + "ffn_up.weight"].T)) @ W[p + "ffn_down.weight"].T
+    x = rms(x, W["output_norm.weight"])
+    return x @ W.get("output.weight", W["token_embd.weight"]).T
+with torch.no_grad():
+    out = forward(W, tokens)
+    err = (out - ref).abs().max().item() / ref.abs().max().item()
+    assert err < 1e-5, f"llama.cpp-style logits differ from torchtitan's by {err} (relative)"
+    # teeth: HF's rotate-half rows in place of GGUF's, or no rope_freqs, do not match
+    def to_hf(w, nh):
+        return w.reshape(nh, w.shape[0] // nh // 2, 2, -1).transpose(1, 2).reshape(w.shape)
+    bad = dict(W)
+    for i in range(M["llama.block_count"]):
+        bad[f"blk.{i}.attn_q.weight"] = to_hf(W[f"blk.{i}.attn_q.weight"], H)
+        bad[f"blk.{i}.attn_k.weight"] = to_hf(W[f"blk.{i}.attn_k.weight"], KV)
+    e1 = (forward(bad, tokens) - ref).abs().max().item() / ref.abs().max().item()
+    nof = dict(W)
+    nof["rope_freqs.weight"] = torch.ones_like(W["rope_freqs.weight"])
+    tokens = torch.randint(0, args.vocab_size, (1, 24), generator=torch.Generator().manual_seed(2))
+    e2 = (forward(nof, tokens) - tt(tokens)).abs().max().item() / tt(tokens).abs().max().item()
+    assert e1 > 1e-2 and e2 > 1e-6, (err, e1, e2)
+print(f"max |llama.cpp-style - torchtitan| / max |logit| = {err:.2e}; HF q/k rows: {e1:.2e}; "
+      f"no rope_freqs: {e2:.2e}", file=sys.stderr)
+EOF
+}
+
+@test "--to gguf: @huggingface/gguf (npm) parses the export as the spec reader does" {
+	need_hdf5
+	need_hf
+	[ -d tests/peers/node_modules/@huggingface/gguf ] ||
+		skip "@huggingface/gguf is not installed (tests/peers/setup.sh)"
+	titan-ckpt-convert --from hf "$HF" "$T/a.h5"
+	titan-ckpt-convert --to gguf --dtype bf16 --tokenizer tests/fixtures/tok/tiny.json "$T/a.h5" "$T/a.gguf"
+	node tests/peers/gguf.mjs "$T/a.gguf" > "$T/node.json"
+	$PY tests/ref/gguf_read.py "$T/a.gguf" > "$T/py.json"
+	$PY - "$T/node.json" "$T/py.json" <<'EOF'
+import json, sys
+a, b = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+assert a["version"] == b["version"] == 3 and a["data_offset"] == b["data_offset"]
+assert a["kv_count"] == len(b["metadata"]) and a["tensor_count"] == len(b["tensors"]) == 22
+assert list(a["metadata"]) == list(b["metadata"])
+for k in a["metadata"]:
+    assert a["metadata"][k] == b["metadata"][k], (k, a["metadata"][k], b["metadata"][k])
+assert a["tensors"] == b["tensors"], (a["tensors"], b["tensors"])
+assert {t["type"] for t in a["tensors"]} == {"BF16", "F32"}
+EOF
+}
+
+@test "info reads a GGUF file: metadata, tensors, CRC32C equal to the checkpoint's; --json" {
+	need_hdf5
+	need_hf
+	titan-ckpt-convert --from hf "$HF" "$T/a.h5"
+	titan-ckpt-convert --to gguf --tokenizer tests/fixtures/tok/tiny.json "$T/a.h5" "$T/a.gguf"
+	run -0 --separate-stderr titan-ckpt-convert info "$T/a.gguf"
+	[ -z "$stderr" ]
+	assert_line --regexp "^format: +GGUF version 3, alignment 32, data at byte [0-9]+$"
+	assert_line --regexp '^  general\.architecture +string +"llama"$'
+	assert_line --regexp '^  llama\.rope\.freq_base +f32 +500000$'
+	assert_line --regexp '^  llama\.attention\.layer_norm_rms_epsilon +f32 +1e-05$'
+	assert_line --regexp '^  tokenizer\.ggml\.tokens +\[string\] +272 elements: "Ā", "ā", .*, \.\.\.$'
+	assert_line --regexp '^  tokenizer\.ggml\.add_bos_token +bool +true$'
+	assert_line --regexp '^  blk\.0\.attn_q\.weight +F32 +\[32, 32\] +4\.00 KiB +crc32c [0-9a-f]{8}$'
+	# the same float32 values: the same checksums as the h5 tensors (q/k included)
+	crc() { titan-ckpt-convert info "$1" | grep -F "  $2 " | grep -o 'crc32c [0-9a-f]*'; }
+	[ "$(crc "$T/a.gguf" blk.0.attn_q.weight)" = "$(crc "$T/a.h5" model/layers.0.attention.wq.weight)" ]
+	[ "$(crc "$T/a.gguf" blk.1.ffn_down.weight)" = "$(crc "$T/a.h5" model/layers.1.feed_forward.w2.weight)" ]
+	[ "$(crc "$T/a.gguf" token_embd.weight)" = "$(crc "$T/a.h5" model/tok_embeddings.weight)" ]
+	titan-ckpt-convert info --json "$T/a.gguf" > "$T/info.json"
+	[ "$(wc -l < "$T/info.json")" = 1 ]
+	$PY - "$T/info.json" "$T/a.gguf" tests/ref <<'EOF'
+import json, sys
+sys.path.insert(0, sys.argv[3])
+import gguf_read
+j, g = json.load(open(sys.argv[1])), gguf_read.load(sys.argv[2])
+assert j["format"] == "gguf" and j["version"] == 3 and j["alignment"] == 32
+assert j["data_offset"] == g.data_offset
+assert [m["key"] for m in j["metadata"]] == list(g.metadata)
+for m in j["metadata"]:
+    t, v = g.metadata[m["key"]]
+    assert m["type"] == t and (m["value"] == v or abs(m["value"] - v) <= 1e-12 * abs(v)), m
+assert [t["name"] for t in j["tensors"]] == list(g.tensors)
+for t in j["tensors"]:
+    assert t["ne"] == g.tensors[t["name"]].ne and t["shape"] == t["ne"][::-1]
+    assert t["offset"] == g.tensors[t["name"]].offset and len(t["crc32c"]) == 8
+EOF
+}
+
+@test "--to gguf without --tokenizer warns that llama.cpp needs the tokenizer metadata" {
+	need_hdf5
+	need_hf
+	titan-ckpt-convert --from hf "$HF" "$T/a.h5"
+	run -0 --separate-stderr titan-ckpt-convert --to gguf --max-position-embeddings 4096 "$T/a.h5" "$T/a.gguf"
+	[[ $stderr == *"no --tokenizer: '$T/a.gguf' gets no tokenizer.ggml.* metadata, and llama.cpp needs it"* ]]
+	run -0 titan-ckpt-convert info --no-checksums "$T/a.gguf"
+	refute_output --partial tokenizer.
+	assert_line --regexp '^  llama\.context_length +u32 +4096$'
+	refute_output --partial crc32c
+}
+
+@test "--to gguf errors: a missing output folder, a tokenizer larger than the vocab, a bad GGUF (1)" {
+	need_hdf5
+	need_hf
+	titan-ckpt-convert --from hf "$HF" "$T/a.h5"
+	run -1 --separate-stderr titan-ckpt-convert --to gguf "$T/a.h5" "$T/missing/dir/a.gguf"
+	refute_crash
+	[[ $stderr == *"titan-ckpt-convert: error: cannot create '$T/missing/dir/a.gguf': No such file or directory"* ]]
+	[ ! -e "$T/missing" ]
+	run -1 --separate-stderr titan-ckpt-convert --to gguf --tokenizer tests/fixtures/tok/tiny.tiktoken \
+		"$T/a.h5" "$T/big.gguf"
+	refute_crash
+	[[ $stderr == *"tiny.tiktoken' has 521 token ids, more than the model's vocab_size 272"* ]]
+	run -1 --separate-stderr titan-ckpt-convert --to gguf --tokenizer "$T/nope.json" "$T/a.h5" "$T/b.gguf"
+	[[ $stderr == *"nope.json"* ]]
+	run -1 --separate-stderr titan-ckpt-convert --to gguf "$T/nope.h5" "$T/c.gguf"
+	[[ $stderr == *"cannot open '$T/nope.h5'"* ]]
+	[ "$(ls -A "$T" | grep -v '^separate-stderr-')" = a.h5 ]     # nothing half-written
+	# a truncated GGUF and one with a corrupted string length: errors naming the field
+	titan-ckpt-convert -q --to gguf "$T/a.h5" "$T/a.gguf"
+	head -c 3000 "$T/a.gguf" > "$T/cut.gguf"
+	run -1 --separate-stderr titan-ckpt-convert info "$T/cut.gguf"
+	refute_crash
+	[[ $stderr == "titan-ckpt-convert: error: '$T/cut.gguf': tensor 'token_embd.weight' at byte "*"runs past the end of the file (3000 bytes): truncated"* ]]
+	$PY -c 'import sys; b = bytearray(open(sys.argv[1], "rb").read()); b[24:32] = (1 << 40).to_bytes(8, "little"); open(sys.argv[2], "wb").write(b)' \
+		"$T/a.gguf" "$T/bad.gguf"
+	run -1 --separate-stderr titan-ckpt-convert info "$T/bad.gguf"
+	[[ $stderr == *"'$T/bad.gguf': key 0 at byte 24: the key length 1099511627776 runs past the end of the file"* ]]
 }

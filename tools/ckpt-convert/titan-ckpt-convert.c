@@ -1,11 +1,13 @@
 /*
- * titan-ckpt-convert — inspect titan checkpoints and convert them: to and
- * from the HuggingFace LlamaForCausalLM layout (torchtitan's
- * scripts/checkpoint_conversion/convert_{to,from}_hf.py), and h5 -> h5
+ * titan-ckpt-convert — inspect titan checkpoints (and GGUF files) and
+ * convert them: to and from the HuggingFace LlamaForCausalLM layout
+ * (torchtitan's scripts/checkpoint_conversion/convert_{to,from}_hf.py), to
+ * GGUF for llama.cpp (what its convert_hf_to_gguf.py writes), and h5 -> h5
  * with a dtype cast or without optimizer state (weights-only export).
  */
 #include <inttypes.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -38,30 +40,38 @@ struct opts {
 static void usage(FILE *fp)
 {
 	fprintf(fp,
-"Usage: titan-ckpt-convert info [--json] [--no-checksums] CKPT\n"
+"Usage: titan-ckpt-convert info [--json] [--no-checksums] CKPT|FILE.gguf\n"
 "       titan-ckpt-convert --to hf [OPTIONS] CKPT OUTDIR\n"
+"       titan-ckpt-convert --to gguf [OPTIONS] CKPT OUT.gguf\n"
 "       titan-ckpt-convert --from hf [--dtype D] HFDIR OUT.h5\n"
 "       titan-ckpt-convert [--weights-only] [--dtype D] IN.h5 OUT.h5\n"
-"Inspect a titan checkpoint (step-N.h5) or convert it to and from the\n"
-"HuggingFace LlamaForCausalLM layout.  CKPT may be a checkpoint folder: its\n"
-"newest complete step is used.  Outputs are written atomically.\n"
+"Inspect a titan checkpoint (step-N.h5) or a GGUF file, convert a checkpoint\n"
+"to and from the HuggingFace LlamaForCausalLM layout, or to GGUF for\n"
+"llama.cpp.  CKPT may be a checkpoint folder: its newest complete step is\n"
+"used.  Outputs are written atomically.\n"
 "\n"
 "Modes:\n"
 "  info CKPT               tensors (dtype, shape, bytes, CRC32C of the float32\n"
 "                          values), dims, training state and the config\n"
+"  info FILE.gguf          GGUF metadata and tensors (type, shape, CRC32C)\n"
 "  --to hf CKPT OUTDIR     model.safetensors (or shards + index), config.json,\n"
 "                          generation_config.json [, the tokenizer]; q/k rows\n"
 "                          permuted to HF's rotate-half RoPE layout\n"
+"  --to gguf CKPT OUT.gguf GGUF v3, architecture llama: llama.cpp's tensor names\n"
+"                          and hyper-parameters [, tokenizer.ggml.* metadata]\n"
 "  --from hf HFDIR OUT.h5  a model-only checkpoint (checkpoint.initial_load_path)\n"
 "  IN.h5 OUT.h5            copy, casting (--dtype) or dropping optimizer state\n"
 "\n"
 "Options:\n"
 "      --dtype D            float32 (default), bfloat16 or float16\n"
-"      --tokenizer FILE     --to hf: copy FILE into OUTDIR, take bos/eos ids from it\n"
+"      --tokenizer FILE     --to hf: copied into OUTDIR, gives bos/eos ids;\n"
+"                           --to gguf: the tokenizer metadata (tiktoken or\n"
+"                           tokenizer.json; llama.cpp needs it)\n"
 "      --max-shard-size S   --to hf: bytes per shard (5GB default; B, KB, MB, GB,\n"
 "                           KiB, MiB, GiB suffixes)\n"
-"      --max-position-embeddings N  --to hf: config.json value (default: 131072\n"
-"                           with Llama 3.1 RoPE scaling, else the original 8192)\n"
+"      --max-position-embeddings N  --to hf: config.json value, --to gguf:\n"
+"                           llama.context_length (default: 131072 with Llama 3.1\n"
+"                           RoPE scaling, else the original 8192)\n"
 "      --weights-only       IN.h5 OUT.h5: model tensors only (needed for --dtype)\n"
 "      --json               info: one JSON object\n"
 "      --no-checksums       info: do not read the tensors\n"
@@ -72,6 +82,8 @@ static void usage(FILE *fp)
 "Example:\n"
 "  titan-ckpt-convert --to hf --dtype bfloat16 --tokenizer tokenizer.json \\\n"
 "      outputs/checkpoint exported/\n"
+"  titan-ckpt-convert --to gguf --dtype bf16 --tokenizer tokenizer.model \\\n"
+"      outputs/checkpoint model.gguf\n"
 "\n"
 "See also: titan-train(1), docs/formats.md\n");
 }
@@ -122,6 +134,270 @@ static int resolve_ckpt(const char *arg, char *path, size_t n)
 		return titan_error(TITAN_E_IO, "'%s' holds no complete checkpoint (step-N.h5)", arg);
 	titan_log_info("using %s/step-%lld.h5, the newest complete step", arg, (long long)step);
 	return titan_ckpt_path(path, n, arg, step);
+}
+
+/* ------------------------------------------------------------- info gguf */
+
+static bool is_gguf(const char *path)
+{
+	FILE *fp = fopen(path, "rb");
+	char m[4];
+	bool yes = fp && fread(m, 1, 4, fp) == 4 && !memcmp(m, "GGUF", 4);
+
+	if (fp)
+		fclose(fp);
+	return yes;
+}
+
+/* Shortest %g text that reads back as the same float. */
+static const char *f32_str(char *buf, size_t n, double v)
+{
+	for (int p = 6; p <= 9; p++) {
+		snprintf(buf, n, "%.*g", p, v);
+		if (strtof(buf, NULL) == (float)v)
+			break;
+	}
+	return buf;
+}
+
+static uint64_t le64(const uint8_t *p)
+{
+	uint64_t v = 0;
+
+	for (int i = 7; i >= 0; i--)
+		v = v << 8 | p[i];
+	return v;
+}
+
+/* Element i of a kv (i = 0 for a scalar) as text, or into JSON when j. */
+static void gguf_elem(const struct titan_gguf_kv *kv, uint64_t i, struct titan_json *j,
+		      size_t max_str)
+{
+	bool arr = kv->type == TITAN_GGUF_ARRAY;
+	enum titan_gguf_type t = arr ? kv->elem : kv->type;
+	char buf[64];
+	int64_t v;
+	double d;
+
+	if (t == TITAN_GGUF_STRING) {
+		size_t n;
+		const char *s = arr ? titan_gguf_arr_str(kv, i, &n) : titan_gguf_kv_str(kv, &n);
+
+		if (j) {
+			titan_json_stringn(j, s, n);
+			return;
+		}
+		putchar('"');
+		for (size_t k = 0; k < n && k < max_str; k++) {
+			unsigned char c = (unsigned char)s[k];
+
+			if (c == '"' || c == '\\')
+				printf("\\%c", c);
+			else if (c == '\n')
+				printf("\\n");
+			else if (c == '\t')
+				printf("\\t");
+			else if (c < 0x20 || c == 0x7f)
+				printf("\\x%02x", c);
+			else
+				putchar(c);
+		}
+		printf(n > max_str ? "\"..." : "\"");
+		return;
+	}
+	if (t == TITAN_GGUF_UINT64) {
+		const uint8_t *p = kv->data + (arr ? 8 * i : 0);
+
+		if (j)
+			titan_json_uint(j, le64(p));
+		else
+			printf("%" PRIu64, le64(p));
+		return;
+	}
+	if (t == TITAN_GGUF_FLOAT32 || t == TITAN_GGUF_FLOAT64) {
+		if (arr)
+			titan_gguf_arr_float(kv, i, &d);
+		else
+			titan_gguf_kv_float(kv, &d);
+		if (j)
+			titan_json_double(j, d);
+		else
+			printf("%s", t == TITAN_GGUF_FLOAT32 ? f32_str(buf, sizeof(buf), d) :
+			       titan_format_double(buf, sizeof(buf), d));
+		return;
+	}
+	if (arr)
+		titan_gguf_arr_int(kv, i, &v);
+	else
+		titan_gguf_kv_int(kv, &v);
+	if (t == TITAN_GGUF_BOOL) {
+		if (j)
+			titan_json_bool(j, v != 0);
+		else
+			printf("%s", v ? "true" : "false");
+	} else if (j) {
+		titan_json_int(j, v);
+	} else {
+		printf("%" PRId64, v);
+	}
+}
+
+static const char *ne_str(char *buf, size_t n, const int64_t *dims, int nd)
+{
+	size_t k = (size_t)snprintf(buf, n, "[");
+
+	for (int i = 0; i < nd && k < n; i++)
+		k += (size_t)snprintf(buf + k, n - k, "%s%lld", i ? ", " : "", (long long)dims[i]);
+	if (k < n)
+		snprintf(buf + k, n - k, "]");
+	return buf;
+}
+
+static int cmd_info_gguf(const struct opts *o, const char *path)
+{
+	struct titan_gguf *f = titan_gguf_open(path);
+	struct titan_json j;
+	char b1[64], b2[96];
+	uint32_t *crc = NULL;
+	bool *have = NULL;
+	float *buf = NULL;
+	int64_t biggest = 1;
+	int rc = 0, w = 0, wk = 0;
+
+	titan_json_init(&j);
+	if (!f)
+		return titan_error_last()->code;
+	for (size_t i = 0; i < f->n_tensors; i++) {
+		if (f->tensors[i].numel > biggest)
+			biggest = f->tensors[i].numel;
+		if ((int)strlen(f->tensors[i].name) > w)
+			w = (int)strlen(f->tensors[i].name);
+	}
+	for (size_t i = 0; i < f->n_kv; i++)
+		if ((int)strlen(f->kv[i].key) > wk)
+			wk = (int)strlen(f->kv[i].key);
+	if (o->checksums) {
+		if (!(crc = calloc(f->n_tensors + 1, sizeof(*crc))) ||
+		    !(have = calloc(f->n_tensors + 1, sizeof(*have))) ||
+		    !(buf = malloc((size_t)biggest * sizeof(float)))) {
+			rc = titan_error(TITAN_E_NOMEM, "out of memory");
+			goto done;
+		}
+		for (size_t i = 0; i < f->n_tensors; i++) {
+			const struct titan_gguf_tensor *t = &f->tensors[i];
+
+			if (titan_gguf_tensor_to_f32(t, buf) < 0)
+				continue; /* quantized: no checksum */
+			crc[i] = titan_crc32c(0, buf, (size_t)t->numel * sizeof(float));
+			have[i] = true;
+		}
+	}
+	if (o->json) {
+		titan_json_object_begin(&j);
+		titan_json_key(&j, "file"); titan_json_string(&j, f->path);
+		titan_json_key(&j, "file_size"); titan_json_uint(&j, f->file_size);
+		titan_json_key(&j, "format"); titan_json_string(&j, "gguf");
+		titan_json_key(&j, "version"); titan_json_uint(&j, f->version);
+		titan_json_key(&j, "alignment"); titan_json_uint(&j, f->alignment);
+		titan_json_key(&j, "data_offset"); titan_json_uint(&j, f->data_offset);
+		titan_json_key(&j, "metadata");
+		titan_json_array_begin(&j);
+		for (size_t i = 0; i < f->n_kv; i++) {
+			const struct titan_gguf_kv *kv = &f->kv[i];
+
+			titan_json_object_begin(&j);
+			titan_json_key(&j, "key"); titan_json_string(&j, kv->key);
+			titan_json_key(&j, "type");
+			if (kv->type == TITAN_GGUF_ARRAY) {
+				snprintf(b1, sizeof(b1), "array[%s]", titan_gguf_type_name(kv->elem));
+				titan_json_string(&j, b1);
+			} else {
+				titan_json_string(&j, titan_gguf_type_name(kv->type));
+			}
+			titan_json_key(&j, "value");
+			if (kv->type == TITAN_GGUF_ARRAY) {
+				titan_json_array_begin(&j);
+				for (uint64_t k = 0; k < kv->n; k++)
+					gguf_elem(kv, k, &j, SIZE_MAX);
+				titan_json_array_end(&j);
+			} else {
+				gguf_elem(kv, 0, &j, SIZE_MAX);
+			}
+			titan_json_object_end(&j);
+		}
+		titan_json_array_end(&j);
+		titan_json_key(&j, "tensors");
+		titan_json_array_begin(&j);
+		for (size_t i = 0; i < f->n_tensors; i++) {
+			const struct titan_gguf_tensor *t = &f->tensors[i];
+
+			titan_json_object_begin(&j);
+			titan_json_key(&j, "name"); titan_json_string(&j, t->name);
+			titan_json_key(&j, "type"); titan_json_string(&j, titan_ggml_type_name(t->type));
+			titan_json_key(&j, "shape");
+			titan_json_array_begin(&j);
+			for (int k = 0; k < t->n_dims; k++)
+				titan_json_int(&j, t->shape[k]);
+			titan_json_array_end(&j);
+			titan_json_key(&j, "ne");
+			titan_json_array_begin(&j);
+			for (int k = 0; k < t->n_dims; k++)
+				titan_json_int(&j, t->ne[k]);
+			titan_json_array_end(&j);
+			titan_json_key(&j, "offset"); titan_json_uint(&j, t->offset);
+			titan_json_key(&j, "bytes"); titan_json_uint(&j, t->nbytes);
+			if (crc && have[i]) {
+				snprintf(b1, sizeof(b1), "%08" PRIx32, crc[i]);
+				titan_json_key(&j, "crc32c"); titan_json_string(&j, b1);
+			}
+			titan_json_object_end(&j);
+		}
+		titan_json_array_end(&j);
+		titan_json_object_end(&j);
+		rc = titan_json_write_line(&j, stdout);
+		goto done;
+	}
+	printf("file:          %s (%s)\n", f->path,
+	       titan_format_bytes(b1, sizeof(b1), (double)f->file_size));
+	printf("format:        GGUF version %" PRIu32 ", alignment %" PRIu32 ", data at byte %" PRIu64
+	       "\n", f->version, f->alignment, f->data_offset);
+	printf("metadata:      %zu keys\n", f->n_kv);
+	for (size_t i = 0; i < f->n_kv; i++) {
+		const struct titan_gguf_kv *kv = &f->kv[i];
+
+		if (kv->type == TITAN_GGUF_ARRAY) {
+			snprintf(b1, sizeof(b1), "[%s]", titan_gguf_type_name(kv->elem));
+			printf("  %-*s  %-8s  %" PRIu64 " element%s%s", wk, kv->key, b1, kv->n,
+			       kv->n == 1 ? "" : "s", kv->n ? ": " : "");
+			for (uint64_t k = 0; k < kv->n && k < 8; k++) {
+				printf("%s", k ? ", " : "");
+				gguf_elem(kv, k, NULL, 40);
+			}
+			printf("%s\n", kv->n > 8 ? ", ..." : "");
+		} else {
+			printf("  %-*s  %-8s  ", wk, kv->key, titan_gguf_type_name(kv->type));
+			gguf_elem(kv, 0, NULL, 200);
+			printf("\n");
+		}
+	}
+	printf("tensors:       %zu (shapes row-major: the reverse of GGUF's dims)\n", f->n_tensors);
+	for (size_t i = 0; i < f->n_tensors; i++) {
+		const struct titan_gguf_tensor *t = &f->tensors[i];
+
+		printf("  %-*s  %-7s  %-14s  %10s", w, t->name, titan_ggml_type_name(t->type),
+		       ne_str(b2, sizeof(b2), t->shape, t->n_dims),
+		       titan_format_bytes(b1, sizeof(b1), (double)t->nbytes));
+		if (crc && have[i])
+			printf("  crc32c %08" PRIx32, crc[i]);
+		printf("\n");
+	}
+done:
+	titan_json_release(&j);
+	free(crc);
+	free(have);
+	free(buf);
+	titan_gguf_close(f);
+	return rc;
 }
 
 /* ------------------------------------------------------------------ info */
@@ -221,6 +497,8 @@ static int cmd_info(const struct opts *o, const char *arg)
 	int rc, w = 0;
 
 	titan_json_init(&j);
+	if (is_gguf(arg))
+		return cmd_info_gguf(o, arg);
 	if ((rc = resolve_ckpt(arg, path, sizeof(path))) < 0 || (rc = titan_ckpt_open(path, &f)) < 0)
 		goto done;
 	in = titan_ckpt_file_info(f);
@@ -376,30 +654,38 @@ static int get_from_ckpt(void *ctx, const struct titan_param *p, float *out)
 	return titan_ckpt_read(s->f, t, 0, p->shape[0], out);
 }
 
+/* Open the checkpoint CKPT names and the parameter table of its dims. */
+static int open_source(const char *arg, struct src *s, struct titan_param_table *table)
+{
+	char path[4096];
+	int rc;
+
+	if ((rc = resolve_ckpt(arg, path, sizeof(path))) < 0 || (rc = titan_ckpt_open(path, &s->f)) < 0)
+		return rc;
+	{
+		struct titan_model_dims d = titan_ckpt_file_info(s->f)->dims;
+
+		rc = titan_param_table_init(table, &d, NULL);
+	}
+	if (rc == 0) {
+		size_t nmodel = 0;
+
+		for (size_t i = 0; i < titan_ckpt_file_info(s->f)->n_tensors; i++)
+			nmodel += titan_ckpt_file_info(s->f)->tensors[i].part == TITAN_CKPT_MODEL;
+		if (nmodel != (size_t)table->n)
+			rc = titan_error(TITAN_E_INVALID, "'%s': /model holds %zu tensors, the dims "
+					 "in its attributes make %d", path, nmodel, table->n);
+	}
+	return rc;
+}
+
 static int cmd_to_hf(const struct opts *o, const char *arg, const char *outdir)
 {
 	struct titan_hf_export_opts eo;
 	struct titan_param_table table = {0};
 	struct src s = {NULL};
-	char path[4096];
-	int rc;
+	int rc = open_source(arg, &s, &table);
 
-	if ((rc = resolve_ckpt(arg, path, sizeof(path))) < 0 || (rc = titan_ckpt_open(path, &s.f)) < 0)
-		return rc;
-	{
-		struct titan_model_dims d = titan_ckpt_file_info(s.f)->dims;
-
-		rc = titan_param_table_init(&table, &d, NULL);
-	}
-	if (rc == 0) {
-		size_t nmodel = 0;
-
-		for (size_t i = 0; i < titan_ckpt_file_info(s.f)->n_tensors; i++)
-			nmodel += titan_ckpt_file_info(s.f)->tensors[i].part == TITAN_CKPT_MODEL;
-		if (nmodel != (size_t)table.n)
-			rc = titan_error(TITAN_E_INVALID, "'%s': /model holds %zu tensors, the dims "
-					 "in its attributes make %d", path, nmodel, table.n);
-	}
 	if (rc == 0) {
 		titan_hf_export_opts_default(&eo);
 		eo.dtype = o->dtype;
@@ -407,6 +693,31 @@ static int cmd_to_hf(const struct opts *o, const char *arg, const char *outdir)
 		eo.tokenizer = o->tokenizer;
 		eo.max_position_embeddings = o->max_pos;
 		rc = titan_hf_export(outdir, &table, get_from_ckpt, &s, &eo);
+	}
+	titan_param_table_release(&table);
+	titan_ckpt_close(s.f);
+	return rc;
+}
+
+/* ------------------------------------------------------------- to gguf */
+
+static int cmd_to_gguf(const struct opts *o, const char *arg, const char *out)
+{
+	struct titan_gguf_export_opts eo;
+	struct titan_param_table table = {0};
+	struct src s = {NULL};
+	int rc = open_source(arg, &s, &table);
+
+	if (rc == 0) {
+		titan_gguf_export_opts_default(&eo);
+		eo.dtype = o->dtype;
+		eo.tokenizer = o->tokenizer;
+		eo.context_length = o->max_pos;
+		if (!o->tokenizer)
+			titan_log_warn("no --tokenizer: '%s' gets no tokenizer.ggml.* metadata, and "
+				       "llama.cpp needs it to load the model (give the tiktoken or "
+				       "tokenizer.json file the model was trained with)", out);
+		rc = titan_gguf_export(out, &table, get_from_ckpt, &s, &eo);
 	}
 	titan_param_table_release(&table);
 	titan_ckpt_close(s.f);
@@ -590,15 +901,18 @@ int main(int argc, char **argv)
 		rc = titan_cli_usage_error(&cli, "info, --to and --from are exclusive");
 		goto out;
 	}
-	if ((o.to && strcmp(o.to, "hf")) || (o.from && strcmp(o.from, "hf"))) {
-		rc = titan_cli_usage_error(&cli, "--%s: unknown format '%s' (hf)", o.to ? "to" : "from",
-					   o.to ? o.to : o.from);
+	if (o.to && strcmp(o.to, "hf") && strcmp(o.to, "gguf")) {
+		rc = titan_cli_usage_error(&cli, "--to: unknown format '%s' (hf, gguf)", o.to);
+		goto out;
+	}
+	if (o.from && strcmp(o.from, "hf")) {
+		rc = titan_cli_usage_error(&cli, "--from: unknown format '%s' (hf)", o.from);
 		goto out;
 	}
 	if (npos != (info ? 1 : 2)) {
 		if (npos == 0 && !info)
 			rc = titan_cli_usage_error(&cli, "nothing to do: give info CKPT, --to hf, "
-						   "--from hf or IN.h5 OUT.h5");
+						   "--to gguf, --from hf or IN.h5 OUT.h5");
 		else
 			rc = titan_cli_usage_error(&cli, "expected %s, got %d argument%s",
 						   info ? "one checkpoint" : "an input and an output",
@@ -611,12 +925,17 @@ int main(int argc, char **argv)
 	}
 	if ((o.tokenizer || o.max_shard || o.max_pos) && !o.to) {
 		rc = titan_cli_usage_error(&cli, "--tokenizer, --max-shard-size and "
-					   "--max-position-embeddings go with --to hf");
+					   "--max-position-embeddings go with --to hf or gguf");
+		goto out;
+	}
+	if (o.max_shard && o.to && strcmp(o.to, "hf")) {
+		rc = titan_cli_usage_error(&cli, "--max-shard-size goes with --to hf (a GGUF export "
+					   "is one file)");
 		goto out;
 	}
 	if (o.weights_only && (info || o.to || o.from)) {
 		rc = titan_cli_usage_error(&cli, "--weights-only goes with IN.h5 OUT.h5 (--to and "
-					   "--from hf write weights only anyway)");
+					   "--from write weights only anyway)");
 		goto out;
 	}
 	if (o.dtype_set && info) {
@@ -625,6 +944,8 @@ int main(int argc, char **argv)
 	}
 	if (info)
 		rc = cmd_info(&o, pos[0]);
+	else if (o.to && !strcmp(o.to, "gguf"))
+		rc = cmd_to_gguf(&o, pos[0], pos[1]);
 	else if (o.to)
 		rc = cmd_to_hf(&o, pos[0], pos[1]);
 	else if (o.from)
