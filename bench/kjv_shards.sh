@@ -10,19 +10,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 bin=${TITAN_BIN:-$root/bin}
 command -v bible >/dev/null || { echo "kjv_shards.sh: error: bible (Debian package bible-kjv) is needed" >&2; exit 1; }
 mkdir -p "$out"
-bible -f gen1:1-rev22:21 | /usr/bin/python3 -c '
-import json, re, sys
-book, lines = None, []
-for line in sys.stdin:
-    m = re.match(r"(\w+?)(\d+):\d+ (.*)", line)
-    if not m:
-        continue
-    if m.group(1) != book and lines:
-        print(json.dumps({"text": "\n".join(lines) + "\n"}))
-        lines = []
-    book = m.group(1)
-    lines.append(m.group(3))
-print(json.dumps({"text": "\n".join(lines) + "\n"}))' > "$out/kjv.jsonl"
+bible -f gen1:1-rev22:21 | /usr/bin/python3 "$root/mk/kjv-jsonl.py" > "$out/kjv.jsonl"
 for v in "$@"; do
 	"$bin/titan-tokenize" train --vocab-size "$v" "$out/kjv.jsonl" -o "$out/kjv$v.tiktoken" 2>/dev/null
 	"$bin/titan-tokenize" -t "$out/kjv$v.tiktoken" "$out/kjv.jsonl" -o "$out/kjv$v.tok" 2>/dev/null

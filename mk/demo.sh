@@ -35,19 +35,7 @@ fi
 echo
 echo "== data: King James Bible (Debian bible-kjv) -> tokenizer -> token stream -> shards"
 # one document per book of the Bible, as JSONL
-bible -f gen1:1-rev22:21 | /usr/bin/python3 -c '
-import json, re, sys
-book, lines = None, []
-for line in sys.stdin:
-    m = re.match(r"(\w+?)(\d+):\d+ (.*)", line)
-    if not m:
-        continue
-    if m.group(1) != book and lines:
-        print(json.dumps({"text": "\n".join(lines) + "\n"}))
-        lines = []
-    book = m.group(1)
-    lines.append(m.group(3))
-print(json.dumps({"text": "\n".join(lines) + "\n"}))' > "$tmp/kjv.jsonl"
+bible -f gen1:1-rev22:21 | /usr/bin/python3 mk/kjv-jsonl.py > "$tmp/kjv.jsonl"
 run wc -c "$tmp/kjv.jsonl"
 run "$bin/titan-tokenize" train --vocab-size 2048 "$tmp/kjv.jsonl" -o "$tmp/kjv.tiktoken"
 run "$bin/titan-tokenize" -t "$tmp/kjv.tiktoken" --progress "$tmp/kjv.jsonl" -o "$tmp/kjv.tok"
