@@ -51,12 +51,18 @@ int titan_grad_accum_steps(const struct titan_config *c, int64_t dp_degree, int6
 /* ------------------------------------------------------ the model step */
 
 /* Activation checkpointing (torchtitan activation_checkpoint): none, full
- * (every block recomputed in backward), or selective every N-th block:
- * block i is recomputed when (i + 1) % N == 0 (torchtitan's global counter
- * `_layer_sac_count % ac_freq == 0` after increment; N = 1: every block).
- * Recomputation runs the same deterministic ops, so losses and gradients
- * are bit-identical with and without it. */
-enum titan_ac_mode { TITAN_AC_NONE, TITAN_AC_FULL, TITAN_AC_SELECTIVE };
+ * (every block recomputed in backward), selective every N-th block: block i
+ * is recomputed when (i + 1) % N == 0 (torchtitan's global counter
+ * `_layer_sac_count % ac_freq == 0` after increment; N = 1: every block),
+ * or selective "op", torchtitan's per-op policy: every block keeps the
+ * outputs of the attention (and its log-sum-exp) and of every second
+ * matmul in forward order (wq, wv, w1, w2: q, v, w1·x and the block
+ * output), and backward recomputes the rest (both RMSNorms, wk, wo, w3,
+ * RoPE of k, SwiGLU) from them.  (q is kept after RoPE, the same bytes as
+ * torchtitan's saved wq output.)  Recomputation runs the same
+ * deterministic ops, so losses and gradients are bit-identical with and
+ * without it. */
+enum titan_ac_mode { TITAN_AC_NONE, TITAN_AC_FULL, TITAN_AC_SELECTIVE, TITAN_AC_SELECTIVE_OP };
 
 struct titan_llama_opts {
 	int64_t batch, seq;          /* microbatch rows and sequence length */
@@ -65,15 +71,17 @@ struct titan_llama_opts {
 	int64_t ce_chunk;            /* tokens per classifier/CE chunk (0: 1024) */
 	bool exclude_norms_embeddings_from_wd;
 };
-/* From activation_checkpoint.{mode, selective_ac_option}; TITAN_E_UNSUPPORTED
- * for selective "op": torchtitan's per-op policy has no titan counterpart. */
+/* From activation_checkpoint.{mode, selective_ac_option}: an integer N or
+ * "op"; anything else is TITAN_E_INVALID naming the key. */
 int titan_llama_opts_from_config(struct titan_llama_opts *o, const struct titan_config *c);
 
 /* A Llama 3 model on a backend: parameters, gradients and AdamW moments in
  * arenas of one layout (lib/model), RoPE table, and activation buffers
  * allocated once (TITAN_MEM_ACTIVATIONS; per block a full set for blocks
  * that keep their activations, the block input only for checkpointed ones,
- * plus one recompute set and the backward scratch (TITAN_MEM_WORKSPACE)). */
+ * the input and the five saved tensors (q, v, attention output, lse, w1·x)
+ * for "op", plus one recompute set and the backward scratch
+ * (TITAN_MEM_WORKSPACE)). */
 struct titan_llama;
 
 int titan_llama_new(const struct titan_model_dims *d, const struct titan_llama_opts *o,

@@ -114,6 +114,25 @@ static int alloc_acts(struct titan_llama *m, struct acts *a)
 	return 0;
 }
 
+/* Selective "op": the tensors a block keeps (q, v, att, lse, w1·x) of its
+ * own; the ones backward recomputes live in the shared set `rc`. */
+static int alloc_acts_op(struct titan_llama *m, struct acts *a, const struct acts *rc)
+{
+	const struct titan_model_dims *d = &m->d;
+	const int64_t n = m->n, q = d->n_heads * d->head_dim, kv = d->n_kv_heads * d->head_dim;
+	const enum titan_mem_tag t = TITAN_MEM_ACTIVATIONS;
+
+	*a = *rc;
+	a->q = buf(m, n * q, t);
+	a->v = buf(m, n * kv, t);
+	a->att = buf(m, n * q, t);
+	a->lse = buf(m, n * d->n_heads, t);
+	a->a = buf(m, n * d->ffn_hidden, t);
+	if (!a->q || !a->v || !a->att || !a->lse || !a->a)
+		return TITAN_E_NOMEM;
+	return 0;
+}
+
 int titan_llama_opts_from_config(struct titan_llama_opts *o, const struct titan_config *c)
 {
 	const char *mode = c->activation_checkpoint.mode;
@@ -127,12 +146,13 @@ int titan_llama_opts_from_config(struct titan_llama_opts *o, const struct titan_
 		o->ac = TITAN_AC_NONE;
 	} else if (!strcmp(mode, "full")) {
 		o->ac = TITAN_AC_FULL;
+	} else if (!strcmp(c->activation_checkpoint.selective_ac_option, "op")) {
+		o->ac = TITAN_AC_SELECTIVE_OP;
 	} else {
 		if (titan_parse_i64(c->activation_checkpoint.selective_ac_option, &every) < 0)
-			return titan_error(TITAN_E_UNSUPPORTED,
-					   "activation_checkpoint.selective_ac_option: '%s' (per-op "
-					   "selective checkpointing) is not supported; use a block "
-					   "interval such as '2', or mode 'full'",
+			return titan_error(TITAN_E_INVALID,
+					   "activation_checkpoint.selective_ac_option: '%s' is "
+					   "neither a block interval (an integer such as '2') nor 'op'",
 					   c->activation_checkpoint.selective_ac_option);
 		o->ac = TITAN_AC_SELECTIVE;
 		o->ac_every = every <= 0 ? 1 : (int)every;
@@ -187,12 +207,32 @@ int titan_llama_new(const struct titan_model_dims *d, const struct titan_llama_o
 	for (int64_t i = 0; i < L; i++) {
 		m->ckpt[i] = o->ac == TITAN_AC_FULL ||
 			     (o->ac == TITAN_AC_SELECTIVE && (i + 1) % o->ac_every == 0);
-		if (!m->ckpt[i] && (rc = alloc_acts(m, &m->acts[i])) < 0)
+		if (!m->ckpt[i] && o->ac != TITAN_AC_SELECTIVE_OP &&
+		    (rc = alloc_acts(m, &m->acts[i])) < 0)
 			goto fail;
 	}
 	rc = TITAN_E_NOMEM;
-	if (o->ac != TITAN_AC_NONE && alloc_acts(m, &m->recompute) < 0)
+	if (o->ac == TITAN_AC_SELECTIVE_OP) {
+		/* the shared set holds only what every block recomputes */
+		struct acts *r = &m->recompute;
+		const enum titan_mem_tag t = TITAN_MEM_ACTIVATIONS;
+
+		r->xn1 = buf(m, m->n * C, t);
+		r->rstd1 = buf(m, m->n, t);
+		r->k = buf(m, m->n * kv, t);
+		r->h = buf(m, m->n * C, t);
+		r->xn2 = buf(m, m->n * C, t);
+		r->rstd2 = buf(m, m->n, t);
+		r->b = buf(m, m->n * F, t);
+		r->g = buf(m, m->n * F, t);
+		if (!r->xn1 || !r->rstd1 || !r->k || !r->h || !r->xn2 || !r->rstd2 || !r->b || !r->g)
+			goto fail;
+		for (int64_t i = 0; i < L; i++)
+			if ((rc = alloc_acts_op(m, &m->acts[i], r)) < 0)
+				goto fail;
+	} else if (o->ac != TITAN_AC_NONE && alloc_acts(m, &m->recompute) < 0) {
 		goto fail;
+	}
 	m->xnf = buf(m, m->n * C, act);
 	m->rstdf = buf(m, m->n, act);
 	m->ids = (uint32_t *)buf(m, m->n, TITAN_MEM_DATA);
@@ -320,6 +360,31 @@ static int block_fwd(struct titan_llama *m, int l, struct acts *a)
 	return 0;
 }
 
+/* Selective "op": recompute what block `l` did not keep — the same ops on
+ * the same inputs as block_fwd, so the same bits. */
+static int block_recompute_op(struct titan_llama *m, int l, struct acts *a)
+{
+	const struct titan_backend_ops *op = m->be->ops;
+	struct titan_backend *be = m->be;
+	const struct titan_model_dims *d = &m->d;
+	const int64_t n = m->n, C = d->dim, F = d->ffn_hidden;
+	const int64_t q = d->n_heads * d->head_dim, kv = d->n_kv_heads * d->head_dim;
+	const float *x = m->x[l];
+	int rc;
+
+	CK(op->rmsnorm_fwd(be, a->xn1, a->rstd1, x, P(m, TITAN_PARAM_ATTENTION_NORM, l), n, C,
+			   (float)d->norm_eps));
+	CK(op->matmul_fwd(be, a->k, a->xn1, P(m, TITAN_PARAM_WK, l), n, C, kv, false));
+	CK(op->rope_fwd(be, a->k, m->freqs, m->o.batch, m->o.seq, d->n_kv_heads, d->head_dim));
+	CK(op->copy(be, a->h, x, n * C));
+	CK(op->matmul_fwd(be, a->h, a->att, P(m, TITAN_PARAM_WO, l), n, q, C, true));
+	CK(op->rmsnorm_fwd(be, a->xn2, a->rstd2, a->h, P(m, TITAN_PARAM_FFN_NORM, l), n, C,
+			   (float)d->norm_eps));
+	CK(op->matmul_fwd(be, a->b, a->xn2, P(m, TITAN_PARAM_W3, l), n, C, F, false));
+	CK(op->swiglu_fwd(be, a->g, a->a, a->b, n * F));
+	return 0;
+}
+
 /* Block `l` backward: m->dx holds dL/dx[l+1] on entry and dL/dx[l] on exit. */
 static int block_bwd(struct titan_llama *m, int l, struct acts *a)
 {
@@ -426,6 +491,12 @@ int titan_llama_step(struct titan_llama *m, const int32_t *inputs, const int32_t
 			a = &m->recompute;
 			span_begin(m, "recompute", (int)l);
 			rc = block_fwd(m, (int)l, a);
+			span_end(m, "recompute");
+			if (rc < 0)
+				break;
+		} else if (m->o.ac == TITAN_AC_SELECTIVE_OP) {
+			span_begin(m, "recompute", (int)l);
+			rc = block_recompute_op(m, (int)l, a);
 			span_end(m, "recompute");
 			if (rc < 0)
 				break;

@@ -86,22 +86,28 @@ static void run_step(enum titan_ac_mode ac, int every, int threads, struct run *
 
 static void test_ac_modes_identical(void **state)
 {
-	struct run none, full, sel1, sel2;
+	struct run none, full, sel1, sel2, selop;
 
 	(void)state;
 	run_step(TITAN_AC_NONE, 0, 1, &none);
 	run_step(TITAN_AC_FULL, 0, 1, &full);
 	run_step(TITAN_AC_SELECTIVE, 1, 1, &sel1);
 	run_step(TITAN_AC_SELECTIVE, 2, 1, &sel2);
+	run_step(TITAN_AC_SELECTIVE_OP, 0, 1, &selop);
 	assert_int_equal(none.valid, B * T - 1);
 	assert_true(fabs(none.loss / (double)none.valid - log(61.0)) < 1.0); /* ~ ln(V) at init */
-	for (const struct run *r = &full; r; r = r == &full ? &sel1 : r == &sel1 ? &sel2 : NULL) {
+	for (const struct run *r = &full; r;
+	     r = r == &full ? &sel1 : r == &sel1 ? &sel2 : r == &sel2 ? &selop : NULL) {
 		assert_true(r->loss == none.loss);
 		assert_memory_equal(r->grads, none.grads, (size_t)none.nfloats * sizeof(float));
 	}
 	/* checkpointing drops activation memory: full < every 2nd < none */
 	assert_true(full.act_bytes < sel2.act_bytes);
 	assert_true(sel2.act_bytes < none.act_bytes);
+	/* per-op keeps 5 of a block's 13 tensors: between full and none */
+	assert_true(full.act_bytes < selop.act_bytes);
+	assert_true(selop.act_bytes < none.act_bytes);
+	free(selop.grads);
 	free(none.grads);
 	free(full.grads);
 	free(sel1.grads);
