@@ -28,7 +28,7 @@ int est_cpu_model(const struct titan_model_dims *d, const struct titan_est_opts 
 	const int64_t H = d->n_heads, Hkv = d->n_kv_heads, D = d->head_dim, F = d->ffn_hidden;
 	const int64_t V = d->vocab_size, q = H * D, kv = Hkv * D, bq = ATTN_BLOCK;
 	int64_t N, threads, kept = 0, nckpt = 0, set, arena, chunk, sumsq = 0, x;
-	int m_start = -1, m_fwd, m_loss, m_rec = -1, m_bwd, m_norm, m_opt;
+	int m_start = -1, m_fwd, m_loss, m_rec = -1, m_bwd, m_norm, m_opt, m_log = -1;
 	uint32_t all, rc_at;
 	int rc;
 
@@ -81,6 +81,8 @@ int est_cpu_model(const struct titan_model_dims *d, const struct titan_est_opts 
 	m_norm = est_moment(r, TITAN_EST_PHASE_BACKWARD, "gradnorm", "gradient norm");
 	m_opt = est_moment(r, TITAN_EST_PHASE_OPTIMIZER, "optim", "AdamW step");
 	(void)m_opt;
+	if (o->cpu_metrics_jsonl)
+		m_log = est_moment(r, TITAN_EST_PHASE_OPTIMIZER, "log", "metrics.jsonl row");
 	all = EST_ALL;
 
 	/* titan_llama_new: arenas of lib/model (params, grads, 2 moments) */
@@ -131,6 +133,11 @@ int est_cpu_model(const struct titan_model_dims *d, const struct titan_est_opts 
 		 EST_AT(m_bwd));
 	est_item(r, "gradient norm partial sums", TITAN_MEM_WORKSPACE, sumsq * 8,
 		 EST_AT(m_norm));
+	/* the metrics row (300-500 characters) in lib/core's JSON writer: its
+	 * buffer grows 256 -> 512 bytes with both live while copying */
+	if (m_log >= 0)
+		est_item(r, "metrics.jsonl row (JSON writer buffers)", TITAN_MEM_OTHER, 256 + 512,
+			 EST_AT(m_log));
 	est_rank_finish(r, o->dev.alloc_overhead, &n);
 	if (n.overflow)
 		return titan_error(TITAN_E_INVALID, "the estimate does not fit in 64-bit byte counts "

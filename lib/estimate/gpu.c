@@ -231,8 +231,10 @@ int est_gpu_model(const struct titan_model_dims *d, const struct titan_est_opts 
 		est_item(r, "cuBLAS workspace", TITAN_MEM_WORKSPACE, est_bytes(&n, CUBLAS_WORKSPACE),
 			 all);
 		if (l->tp > 1)
-			est_item(r, "sequence-parallel all-gather / reduce-scatter", TITAN_MEM_COMM,
-				 est_bytes(&n, 2 * Nmb * C * ab), AT(mf) | AT(mb0) | AT(mb1));
+			/* the gathered norm outputs are the saved activations; what
+			 * is extra is the partial sums before each reduce-scatter */
+			est_item(r, "sequence-parallel reduce-scatter input", TITAN_MEM_COMM,
+				 est_bytes(&n, Nmb * C * ab), AT(mf) | AT(mb0) | AT(mb1));
 		if (l->cp > 1) {
 			double kvfull = 2 * Nmb * Cp * kv / T * ab;
 

@@ -105,6 +105,7 @@ int titan_est_opts_from_config(struct titan_est_opts *o, const struct titan_conf
 	o->async_tp = c->parallelism.enable_async_tensor_parallel;
 	o->mfu = 0.40;
 	o->cpu_peak_probe = isnan(c->metrics.peak_flops);
+	o->cpu_metrics_jsonl = *c->metrics.save_jsonl_file != '\0';
 	/* gradient accumulation as titan-train computes it */
 	shard = o->layout.dp_shard;
 	if (shard < 0) {

@@ -124,6 +124,7 @@ struct titan_est_opts {
 	/* CPU model */
 	int threads;              /* OpenMP threads of titan-train (0: this process's) */
 	bool cpu_peak_probe;      /* titan-train measures sgemm peak (metrics.peak_flops unset) */
+	bool cpu_metrics_jsonl;   /* titan-train writes metrics.jsonl rows (JSON writer buffer) */
 };
 
 /* Defaults for `dev`, then the job config: batch, seq_len, degrees,
