@@ -81,12 +81,12 @@ static void device_json(struct titan_json *j, const struct titan_est_opts *o)
 	titan_json_object_begin(j);
 	kstr(j, "name", o->dev.name);
 	kstr(j, "description", o->dev.description);
-	kdbl(j, "memory_bytes", o->dev.memory);
+	kint(j, "memory_bytes", (int64_t)llround(o->dev.memory));
 	kdbl(j, "peak_flops", o->dev.peak_flops);
 	kdbl(j, "peak_flops_fp8", o->dev.peak_flops_fp8);
 	kdbl(j, "bandwidth_intra_node", o->dev.bw_intra);
 	kdbl(j, "bandwidth_inter_node", o->dev.bw_inter);
-	kdbl(j, "reserve_bytes", o->dev.reserve);
+	kint(j, "reserve_bytes", (int64_t)llround(o->dev.reserve));
 	kdbl(j, "alloc_overhead", o->dev.alloc_overhead);
 	titan_json_object_end(j);
 	kint(j, "ngpu", o->ngpu);

@@ -65,14 +65,14 @@ static void reasons(struct titan_est_search *s)
 			if (fabs(ci[j] - c0[j]) > fabs(ci[k] - c0[k]))
 				k = j;
 		if (i == 0) {
-			snprintf(c->reason, sizeof(c->reason), "fastest: %.1f%% ahead of #2, mostly "
+			snprintf(c->reason, sizeof(c->reason), "fastest: %.2f%% ahead of #2, mostly "
 				 "less %s (AC %s, %.1f GiB margin)",
 				 100 * (c->tokens_per_s / s->best[1].tokens_per_s - 1), comp_name[k], ac,
 				 (double)c->margin_bytes / GiB);
 		} else if (c->tokens_per_s >= s->best[0].tokens_per_s) {
 			snprintf(c->reason, sizeof(c->reason), "as fast as #1 but needs more memory");
 		} else {
-			snprintf(c->reason, sizeof(c->reason), "%.1f%% behind #1, mostly %s %s",
+			snprintf(c->reason, sizeof(c->reason), "%.2f%% behind #1, mostly %s %s",
 				 100 * (1 - c->tokens_per_s / s->best[0].tokens_per_s),
 				 ci[k] > c0[k] ? "more" : "less", comp_name[k]);
 		}
