@@ -21,7 +21,7 @@ prog=estimate_vs_train.sh
 die() { echo "$prog: error: $*" >&2; exit 1; }
 here=$(cd "$(dirname "$0")" && pwd)
 PATH=${TITAN_BIN:-$here/../bin}:$PATH
-shards= out= threads=2
+shards='' out='' threads=2
 while [ $# -gt 0 ]; do
 	case $1 in
 	--shards) shards=$2; shift 2 ;;

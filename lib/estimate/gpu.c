@@ -78,7 +78,7 @@ int est_gpu_model(const struct titan_model_dims *d, const struct titan_est_opts 
 		  struct titan_estimate *e)
 {
 	const struct titan_est_layout *l = &o->layout;
-	const double T = (double)l->tp, Cp = (double)l->cp, P = (double)l->pp;
+	const double T = (double)l->tp, Cp = (double)l->cp;
 	const double fsdp = (double)(l->dp_shard * l->cp);
 	const double C = (double)d->dim, V = (double)d->vocab_size, S = (double)o->seq_len;
 	const double q = (double)(d->n_heads * d->head_dim);
@@ -194,7 +194,7 @@ int est_gpu_model(const struct titan_model_dims *d, const struct titan_est_opts 
 				if (r->last && o->reshard != TITAN_EST_RESHARD_ALWAYS)
 					est_item(r, "unsharded norm + output (kept for backward)",
 						 TITAN_MEM_PARAMS,
-						 est_bytes(&n, (d->tied ? V * C / T : V * C / T) * lb + C * pb),
+						 est_bytes(&n, V * C / T * lb + C * pb),
 						 AT(mf) | AT(ml) | AT(mlb));
 			} else {
 				est_item(r, "unsharded stage weights (no reshard after forward)",
@@ -252,7 +252,6 @@ int est_gpu_model(const struct titan_model_dims *d, const struct titan_est_opts 
 			 est_bytes(&n, S * (double)d->head_dim / 2 * 8), all);
 #undef AT
 		est_rank_finish(r, o->dev.alloc_overhead, &n);
-		(void)P;
 	}
 	free(st);
 	if (n.overflow)
