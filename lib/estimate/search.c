@@ -64,7 +64,11 @@ static void reasons(struct titan_est_search *s)
 		for (int j = 1; j < NCOMP; j++)
 			if (fabs(ci[j] - c0[j]) > fabs(ci[k] - c0[k]))
 				k = j;
-		if (i == 0) {
+		if (i == 0 && c->tokens_per_s <= s->best[1].tokens_per_s) {
+			snprintf(c->reason, sizeof(c->reason), "fastest (tied with #2) and needs the "
+				 "least memory of those (AC %s, %.1f GiB margin)", ac,
+				 (double)c->margin_bytes / GiB);
+		} else if (i == 0) {
 			snprintf(c->reason, sizeof(c->reason), "fastest: %.2f%% ahead of #2, mostly "
 				 "less %s (AC %s, %.1f GiB margin)",
 				 100 * (c->tokens_per_s / s->best[1].tokens_per_s - 1), comp_name[k], ac,
