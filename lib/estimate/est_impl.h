@@ -1,0 +1,60 @@
+/*
+ * est_impl.h — private helpers of lib/estimate: item and moment lists of a
+ * rank, checked 64-bit arithmetic, the two memory models and the
+ * throughput model.
+ */
+#ifndef TITAN_EST_IMPL_H
+#define TITAN_EST_IMPL_H
+
+#include "titan/estimate.h"
+
+#include <math.h>
+
+#define GiB 1073741824.0
+
+/* Checked arithmetic: on overflow the flag is set and the result is 0. */
+struct est_num {
+	bool overflow;
+};
+int64_t est_mul(struct est_num *n, int64_t a, int64_t b);
+int64_t est_add(struct est_num *n, int64_t a, int64_t b);
+/* A byte count from a double: overflow when not below 2^62. */
+int64_t est_bytes(struct est_num *n, double v);
+
+/* Moment masks are built from indices returned by est_moment. */
+#define EST_AT(i) (1u << (i))
+#define EST_ALL 0xffffffffu
+
+int est_moment(struct titan_est_rank *r, enum titan_est_phase ph, const char *label,
+	       const char *what);
+/* Adds an item (nothing when bytes == 0).  Bytes must be >= 0. */
+void est_item(struct titan_est_rank *r, const char *name, enum titan_mem_tag tag,
+	      int64_t bytes, uint32_t moments);
+/* Totals per moment, peak (first maximal moment), step peak, tag peaks,
+ * reserved bytes with the allocator overhead. */
+void est_rank_finish(struct titan_est_rank *r, double alloc_overhead, struct est_num *n);
+
+/* Pipeline geometry of a checked layout. */
+struct est_stage {
+	int64_t first_layer, nlayers;
+	bool embed, output;
+};
+/* Stages per rank (v) and the split of layers over pp·v stages as
+ * torchtitan's generate_llm_fqn_per_model_part (embedding and output count
+ * one layer each, the remainder goes to the first stages). */
+int est_pipeline(const struct titan_est_opts *o, const struct titan_model_dims *d,
+		 int64_t *v, struct est_stage **stages);
+/* Stage index of a rank's k-th stage: loop (r + k·pp) or V style (ZBV). */
+int64_t est_stage_of(const struct titan_est_opts *o, int64_t rank, int64_t k, int64_t v);
+bool est_multi_stage(enum titan_est_schedule s);
+
+/* Block b (global index) is fully checkpointed in the layer-selective sense. */
+bool est_block_ckpt(const struct titan_est_opts *o, int64_t b);
+
+int est_cpu_model(const struct titan_model_dims *d, const struct titan_est_opts *o,
+		  struct titan_estimate *e);
+int est_gpu_model(const struct titan_model_dims *d, const struct titan_est_opts *o,
+		  struct titan_estimate *e);
+void est_perf(const struct titan_model_dims *d, struct titan_estimate *e);
+
+#endif

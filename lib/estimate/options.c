@@ -1,0 +1,289 @@
+/*
+ * options.c — estimator options from a job config, layout checks, and the
+ * pipeline geometry (torchtitan's distributed/pipeline_parallel.py:
+ * stages per rank, generate_llm_fqn_per_model_part, stage-to-rank maps).
+ */
+#include "est_impl.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "titan/train.h"
+
+static int parse_schedule(const char *s, enum titan_est_schedule *out)
+{
+	for (int i = TITAN_EST_GPIPE; i <= TITAN_EST_ZBV; i++)
+		if (!strcmp(s, titan_est_schedule_name((enum titan_est_schedule)i))) {
+			*out = (enum titan_est_schedule)i;
+			return 0;
+		}
+	return titan_error(TITAN_E_INVALID, "parallelism.pipeline_parallel_schedule: unknown "
+			   "schedule '%s'", s);
+}
+
+static bool has_float8(const struct titan_config *c)
+{
+	for (size_t i = 0; i < c->model.converters.n; i++)
+		if (!strcmp(c->model.converters.items[i], "float8"))
+			return true;
+	return false;
+}
+
+int titan_est_opts_from_config(struct titan_est_opts *o, const struct titan_config *c,
+			       const struct titan_est_device *dev, int64_t ngpu)
+{
+	const char *mode = c->activation_checkpoint.mode;
+	struct est_num n = {false};
+	int64_t every, shard;
+	int rc;
+
+	memset(o, 0, sizeof(*o));
+	o->dev = *dev;
+	o->gpus_per_node = 8;
+	o->layout.dp_replicate = c->parallelism.data_parallel_replicate_degree;
+	o->layout.dp_shard = c->parallelism.data_parallel_shard_degree;
+	o->layout.tp = c->parallelism.tensor_parallel_degree;
+	o->layout.pp = c->parallelism.pipeline_parallel_degree;
+	o->layout.cp = c->parallelism.context_parallel_degree;
+	if (ngpu <= 0) {
+		shard = o->layout.dp_shard > 0 ? o->layout.dp_shard : 1;
+		ngpu = est_mul(&n, est_mul(&n, est_mul(&n, o->layout.dp_replicate, shard),
+					   est_mul(&n, o->layout.tp, o->layout.pp)), o->layout.cp);
+		if (n.overflow)
+			return titan_error(TITAN_E_INVALID, "parallelism: the product of the degrees "
+					   "is too large");
+	}
+	o->ngpu = ngpu;
+	o->local_batch = c->training.local_batch_size;
+	o->seq_len = c->training.seq_len;
+	o->accum = 1;
+	o->pp_microbatch = c->parallelism.pipeline_parallel_microbatch_size;
+	if ((rc = parse_schedule(c->parallelism.pipeline_parallel_schedule, &o->schedule)) < 0)
+		return rc;
+	o->pp_layers_per_stage = c->parallelism.pipeline_parallel_layers_per_stage ==
+				 TITAN_CFG_NONE_INT ? 0 : c->parallelism.pipeline_parallel_layers_per_stage;
+	if (dev->cpu) {
+		/* exactly titan-train's reading of the keys */
+		struct titan_llama_opts lo;
+
+		if ((rc = titan_llama_opts_from_config(&lo, c)) < 0)
+			return rc;
+		o->ac = lo.ac == TITAN_AC_NONE ? TITAN_EST_AC_NONE :
+			lo.ac == TITAN_AC_FULL ? TITAN_EST_AC_FULL :
+			lo.ac == TITAN_AC_SELECTIVE_OP ? TITAN_EST_AC_OP : TITAN_EST_AC_SELECTIVE;
+		o->ac_every = lo.ac_every;
+	} else if (!strcmp(mode, "none")) {
+		o->ac = TITAN_EST_AC_NONE;
+	} else if (!strcmp(mode, "full")) {
+		o->ac = TITAN_EST_AC_FULL;
+	} else if (!strcmp(c->activation_checkpoint.selective_ac_option, "op")) {
+		o->ac = TITAN_EST_AC_OP;
+	} else if (titan_parse_i64(c->activation_checkpoint.selective_ac_option, &every) == 0) {
+		o->ac = TITAN_EST_AC_SELECTIVE;
+		o->ac_every = every <= 0 || every > 1 << 20 ? 1 : (int)every;
+	} else {
+		return titan_error(TITAN_E_INVALID, "activation_checkpoint.selective_ac_option: "
+				   "'%s' is neither 'op' nor a block interval",
+				   c->activation_checkpoint.selective_ac_option);
+	}
+	if (dev->cpu) {
+		o->param_bytes = o->master_bytes = o->reduce_bytes = o->optim_bytes = 4;
+	} else {
+		o->param_bytes = !strcmp(c->training.mixed_precision_param, "float32") ? 4 : 2;
+		o->master_bytes = !strcmp(c->training.dtype, "bfloat16") ? 2 : 4;
+		o->reduce_bytes = 4;
+		o->optim_bytes = o->master_bytes;
+	}
+	o->float8 = has_float8(c) && !dev->cpu;
+	o->loss = TITAN_EST_LOSS_CHUNKED;
+	o->ce_chunk = 1024;
+	o->reshard = !strcmp(c->parallelism.fsdp_reshard_after_forward, "always") ?
+		     TITAN_EST_RESHARD_ALWAYS :
+		     !strcmp(c->parallelism.fsdp_reshard_after_forward, "never") ?
+		     TITAN_EST_RESHARD_NEVER : TITAN_EST_RESHARD_DEFAULT;
+	o->loss_parallel = !c->parallelism.disable_loss_parallel;
+	o->async_tp = c->parallelism.enable_async_tensor_parallel;
+	o->mfu = 0.40;
+	o->cpu_peak_probe = isnan(c->metrics.peak_flops);
+	o->cpu_metrics_jsonl = *c->metrics.save_jsonl_file != '\0';
+	/* gradient accumulation as titan-train computes it */
+	shard = o->layout.dp_shard;
+	if (shard < 0) {
+		int64_t rest = est_mul(&n, est_mul(&n, o->layout.dp_replicate, o->layout.tp),
+				       est_mul(&n, o->layout.pp, o->layout.cp));
+
+		shard = !n.overflow && rest > 0 && ngpu % rest == 0 ? ngpu / rest : 1;
+	}
+	if (c->training.global_batch_size > 0 &&
+	    (rc = titan_grad_accum_steps(c, est_mul(&n, o->layout.dp_replicate, shard),
+					 &o->accum)) < 0)
+		return rc;
+	return 0;
+}
+
+bool est_multi_stage(enum titan_est_schedule s)
+{
+	return s != TITAN_EST_GPIPE && s != TITAN_EST_1F1B;
+}
+
+/* Stages per rank: 1 for single-stage schedules; else from
+ * pipeline_parallel_layers_per_stage, or 2. */
+static int stages_per_rank(const struct titan_est_opts *o, const struct titan_model_dims *d,
+			   int64_t *v)
+{
+	const int64_t pp = o->layout.pp;
+
+	if (o->pp_layers_per_stage > 0) {
+		int64_t total = (d->n_layers + 2 + o->pp_layers_per_stage - 1) / o->pp_layers_per_stage;
+
+		if (total % pp)
+			return titan_error(TITAN_E_INVALID, "parallelism.pipeline_parallel_layers_per_stage: "
+					   "%" PRId64 " layers per stage make %" PRId64 " stages (with "
+					   "embedding and output), not a multiple of "
+					   "parallelism.pipeline_parallel_degree %" PRId64,
+					   o->pp_layers_per_stage, total, pp);
+		*v = total / pp;
+		if (*v > 1 && !est_multi_stage(o->schedule))
+			return titan_error(TITAN_E_INVALID, "parallelism.pipeline_parallel_schedule: %s "
+					   "runs one stage per rank, but %" PRId64 " layers per stage "
+					   "give %" PRId64 " stages per rank",
+					   titan_est_schedule_name(o->schedule), o->pp_layers_per_stage, *v);
+		return 0;
+	}
+	*v = pp > 1 && est_multi_stage(o->schedule) ? 2 : 1;
+	return 0;
+}
+
+int est_pipeline(const struct titan_est_opts *o, const struct titan_model_dims *d,
+		 int64_t *v, struct est_stage **stages)
+{
+	int64_t ns, eff, per, extra, layer = 0;
+	struct est_stage *st;
+	int rc;
+
+	*stages = NULL;
+	if ((rc = stages_per_rank(o, d, v)) < 0)
+		return rc;
+	ns = o->layout.pp * *v;
+	eff = d->n_layers + (ns > 1 ? 2 : 0);
+	if (ns > eff)
+		return titan_error(TITAN_E_INVALID, "parallelism.pipeline_parallel_degree: %" PRId64
+				   " x %" PRId64 " stage(s) per rank = %" PRId64 " pipeline stages, "
+				   "but the model has %" PRId64 " layers (+ embedding and output): "
+				   "at most %" PRId64 " stages", o->layout.pp, *v, ns, d->n_layers, eff);
+	if (!(st = calloc((size_t)ns, sizeof(*st))))
+		return titan_error(TITAN_E_NOMEM, "out of memory");
+	per = eff / ns;
+	extra = eff % ns;
+	for (int64_t s = 0; s < ns; s++) {
+		int64_t n = per + (s < extra ? 1 : 0);
+
+		st[s].embed = s == 0;
+		st[s].output = s == ns - 1;
+		if (ns > 1)
+			n -= (st[s].embed ? 1 : 0) + (st[s].output ? 1 : 0);
+		if (n < 0)
+			n = 0;
+		if (layer + n > d->n_layers)
+			n = d->n_layers - layer;
+		st[s].first_layer = layer;
+		st[s].nlayers = n;
+		layer += n;
+	}
+	st[ns - 1].nlayers += d->n_layers - layer; /* rounding leftovers, if any */
+	*stages = st;
+	return 0;
+}
+
+int64_t est_stage_of(const struct titan_est_opts *o, int64_t rank, int64_t k, int64_t v)
+{
+	const int64_t pp = o->layout.pp;
+
+	if (o->schedule == TITAN_EST_ZBV && v == 2)
+		return k == 0 ? rank : 2 * pp - 1 - rank;
+	return rank + k * pp;
+}
+
+bool est_block_ckpt(const struct titan_est_opts *o, int64_t b)
+{
+	switch (o->ac) {
+	case TITAN_EST_AC_FULL:
+		return true;
+	case TITAN_EST_AC_SELECTIVE:
+		return (b + 1) % (o->ac_every > 0 ? o->ac_every : 1) == 0;
+	default:
+		return false;
+	}
+}
+
+int titan_est_check(struct titan_est_opts *o, const struct titan_model_dims *d)
+{
+	struct titan_est_layout *l = &o->layout;
+	struct est_num n = {false};
+	struct est_stage *st = NULL;
+	int64_t rest, prod, div, v;
+	int rc;
+
+	if (o->ngpu < 1)
+		return titan_error(TITAN_E_INVALID, "--ngpu: must be at least 1");
+	if (l->dp_replicate < 1 || l->tp < 1 || l->pp < 1 || l->cp < 1 ||
+	    (l->dp_shard < 1 && l->dp_shard != -1))
+		return titan_error(TITAN_E_INVALID, "parallelism: every degree must be at least 1 "
+				   "(data_parallel_shard_degree may be -1)");
+	rest = est_mul(&n, est_mul(&n, l->dp_replicate, l->tp), est_mul(&n, l->pp, l->cp));
+	if (n.overflow)
+		return titan_error(TITAN_E_INVALID, "parallelism: the product of the degrees is too large");
+	if (l->dp_shard == -1) {
+		if (o->ngpu % rest)
+			return titan_error(TITAN_E_INVALID, "parallelism.data_parallel_shard_degree -1: "
+					   "%" PRId64 " GPUs are not divisible by dp_replicate x tp x pp x cp "
+					   "= %" PRId64, o->ngpu, rest);
+		l->dp_shard = o->ngpu / rest;
+	}
+	prod = est_mul(&n, rest, l->dp_shard);
+	if (n.overflow || prod != o->ngpu)
+		return titan_error(TITAN_E_INVALID, "parallelism: dp_replicate %" PRId64 " x dp_shard %"
+				   PRId64 " x tp %" PRId64 " x pp %" PRId64 " x cp %" PRId64 " = %" PRId64
+				   " ranks, but --ngpu is %" PRId64, l->dp_replicate, l->dp_shard, l->tp,
+				   l->pp, l->cp, n.overflow ? INT64_MAX : prod, o->ngpu);
+	if (o->dev.cpu && o->ngpu != 1)
+		return titan_error(TITAN_E_INVALID, "--device cpu models titan-train's CPU path, which "
+				   "runs one process: every parallel degree and --ngpu must be 1 "
+				   "(got %" PRId64 " ranks)", o->ngpu);
+	if (d->n_heads % l->tp)
+		return titan_error(TITAN_E_INVALID, "parallelism.tensor_parallel_degree: %" PRId64
+				   " does not divide the model's n_heads %" PRId64, l->tp, d->n_heads);
+	if (d->n_kv_heads % l->tp)
+		return titan_error(TITAN_E_INVALID, "parallelism.tensor_parallel_degree: %" PRId64
+				   " does not divide the model's n_kv_heads %" PRId64, l->tp,
+				   d->n_kv_heads);
+	if (o->local_batch < 1 || o->seq_len < 1 || o->accum < 1)
+		return titan_error(TITAN_E_INVALID, "training: local_batch_size, seq_len and the "
+				   "accumulation steps must be at least 1");
+	div = est_mul(&n, l->tp, l->cp > 1 ? est_mul(&n, 2, l->cp) : 1);
+	if (n.overflow || o->seq_len % div)
+		return titan_error(TITAN_E_INVALID, "training.seq_len: %" PRId64 " is not divisible by "
+				   "%" PRId64 " (tensor_parallel_degree %" PRId64 " x 2 x "
+				   "context_parallel_degree %" PRId64 ")", o->seq_len,
+				   n.overflow ? INT64_MAX : div, l->tp, l->cp);
+	if (l->pp > 1) {
+		if (d->tied)
+			return titan_error(TITAN_E_INVALID, "model.tie_word_embeddings: tied weights "
+					   "cannot be used with parallelism.pipeline_parallel_degree > 1");
+		if (o->pp_microbatch < 1 || o->local_batch % o->pp_microbatch)
+			return titan_error(TITAN_E_INVALID, "parallelism.pipeline_parallel_microbatch_size: "
+					   "%" PRId64 " does not divide training.local_batch_size %" PRId64,
+					   o->pp_microbatch, o->local_batch);
+	}
+	if ((rc = est_pipeline(o, d, &v, &st)) < 0)
+		return rc;
+	free(st);
+	if (!(o->mfu > 0 && o->mfu <= 1))
+		return titan_error(TITAN_E_INVALID, "--mfu: %g is not in (0, 1]", o->mfu);
+	if (o->gpus_per_node < 1)
+		return titan_error(TITAN_E_INVALID, "--gpus-per-node: must be at least 1");
+	if (o->ce_chunk < 1)
+		o->ce_chunk = 1024;
+	return 0;
+}

@@ -1,0 +1,286 @@
+/*
+ * titan/estimate.h — memory and throughput per rank before a job runs
+ * (titan-estimate, issue 6).  torchtitan had scripts/estimate/estimation.py
+ * (FSDP/HSDP only, a fake-tensor run of rank 0; deleted in Feb 2026, see
+ * shared/torchtitan-notes.md §7); this is a closed-form model instead, for
+ * every layout torchtitan composes (HSDP/FSDP x TP/SP x PP x CP), built on
+ * the model description titan-train uses (titan/model.h).
+ *
+ * Two memory models:
+ *  - the CPU model (device "cpu") is titan-train's CPU path as it is: fp32
+ *    everything, the arenas of lib/model, the buffers lib/train allocates
+ *    once, and the workspace lib/cpu takes per op, each under the tag the
+ *    trainer uses.  It predicts the tagged allocator's peak to the byte
+ *    (tests compare it with titan-train's metrics.jsonl);
+ *  - the GPU model (every other device) is the design of DESIGN.md and
+ *    torchtitan's practice: bf16 compute copies of fp32 sharded master
+ *    weights (FSDP2 mixed precision), fp32 gradients and AdamW moments,
+ *    activations of torchtitan's Llama 3 block per activation-checkpointing
+ *    mode, FSDP all-gather / reduce-scatter buffers, TP/CP/PP buffers, the
+ *    loss buffers, cuBLAS workspace and the caching allocator's overhead.
+ *    docs/estimate.md states every assumption and compares it with
+ *    torchtitan's published H100 measurements.
+ *
+ * Memory is given per distinct rank kind: one entry per pipeline rank
+ * (ranks of one pipeline rank hold the same amount, up to rounding of
+ * uneven shards).  For each, a list of items (what, tag, bytes) present at
+ * a sequence of moments of a training step; the peak is the first moment
+ * with the largest total, as the tagged allocator records it.
+ *
+ * Errors: TITAN_E_INVALID naming the constraint for an impossible layout
+ * or option; numbers too large for 64 bits are TITAN_E_INVALID too (no
+ * wrap-around).  Nothing here allocates device memory or runs a model.
+ */
+#ifndef TITAN_ESTIMATE_H
+#define TITAN_ESTIMATE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "titan/config.h"
+#include "titan/core.h"
+#include "titan/model.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------- devices */
+
+struct titan_est_device {
+	char name[32];          /* "h100-80g", "cpu", "custom" */
+	char description[64];
+	bool cpu;               /* titan-train's CPU path */
+	double memory;          /* bytes a process can use (torch's total_memory; RAM for cpu) */
+	double peak_flops;      /* dense bf16 FLOP/s (fp32 for cpu; NAN: unknown) */
+	double peak_flops_fp8;  /* dense float8 FLOP/s (NAN: no float8) */
+	double bw_intra;        /* bytes/s per GPU inside a node (NVLink) */
+	double bw_inter;        /* bytes/s per GPU between nodes */
+	double reserve;         /* bytes outside the allocator: CUDA context, NCCL */
+	double alloc_overhead;  /* caching allocator: reserved = live peak x (1 + this) */
+};
+
+/* The table: a100-80g, h100-80g, h200, b200 and cpu (memory = this
+ * machine's RAM, peak unknown).  TITAN_E_INVALID naming the known ones. */
+int titan_est_device_lookup(const char *name, struct titan_est_device *out);
+int titan_est_ndevices(void);
+const char *titan_est_device_name(int i);
+
+/* ------------------------------------------------------------- options */
+
+enum titan_est_ac {
+	TITAN_EST_AC_NONE = 0,
+	TITAN_EST_AC_SELECTIVE,  /* every ac_every-th block fully checkpointed */
+	TITAN_EST_AC_OP,         /* torchtitan's per-op policy (selective 'op') */
+	TITAN_EST_AC_FULL,
+};
+
+enum titan_est_schedule {
+	TITAN_EST_GPIPE = 0,
+	TITAN_EST_1F1B,
+	TITAN_EST_INTERLEAVED_1F1B,
+	TITAN_EST_LOOPED_BFS,
+	TITAN_EST_INTERLEAVED_ZB,
+	TITAN_EST_ZBV,
+};
+
+enum titan_est_loss {
+	TITAN_EST_LOSS_CHUNKED = 0, /* fused classifier + CE over token chunks (titan) */
+	TITAN_EST_LOSS_EAGER,       /* bf16 logits, fp32 upcast, log-softmax (torchtitan 2024) */
+};
+
+enum titan_est_reshard { TITAN_EST_RESHARD_DEFAULT = 0, TITAN_EST_RESHARD_ALWAYS,
+			 TITAN_EST_RESHARD_NEVER };
+
+struct titan_est_layout {
+	int64_t dp_replicate, dp_shard, tp, pp, cp; /* dp_shard -1: infer from ngpu */
+};
+
+struct titan_est_opts {
+	struct titan_est_device dev;
+	int64_t ngpu;             /* world size */
+	int gpus_per_node;
+	struct titan_est_layout layout;
+	int64_t local_batch;      /* rows per microbatch (training.local_batch_size) */
+	int64_t seq_len;
+	int64_t accum;            /* gradient-accumulation microbatches per step */
+	int64_t pp_microbatch;    /* rows per pipeline microbatch */
+	enum titan_est_schedule schedule;
+	int64_t pp_layers_per_stage; /* 0: auto (1 or 2 stages per rank) */
+	enum titan_est_ac ac;
+	int ac_every;             /* selective: every N-th block */
+	int param_bytes;          /* compute copy of the weights, activations: 2 bf16, 4 fp32 */
+	int master_bytes;         /* sharded master weights and gradients (training.dtype) */
+	int reduce_bytes;         /* gradient reductions (mixed_precision_reduce) */
+	int optim_bytes;          /* each AdamW moment */
+	bool float8;              /* float8 linears (model.converters float8) */
+	enum titan_est_loss loss;
+	int64_t ce_chunk;         /* tokens per chunk of the chunked loss */
+	enum titan_est_reshard reshard;
+	bool loss_parallel;       /* vocab-sharded logits with TP */
+	bool async_tp;
+	double mfu;               /* fraction of peak achieved on the executed FLOPs */
+	/* CPU model */
+	int threads;              /* OpenMP threads of titan-train (0: this process's) */
+	bool cpu_peak_probe;      /* titan-train measures sgemm peak (metrics.peak_flops unset) */
+	bool cpu_metrics_jsonl;   /* titan-train writes metrics.jsonl rows (JSON writer buffer) */
+};
+
+/* Defaults for `dev`, then the job config: batch, seq_len, degrees,
+ * schedule, AC mode, dtypes, float8 converter, reshard policy, loss
+ * parallel, async TP, and (cpu) whether titan-train probes the peak.
+ * ngpu <= 0: the product of the config's degrees (dp_shard -1 counts 1).
+ * Gradient accumulation follows training.global_batch_size as titan-train
+ * computes it.  TITAN_E_INVALID / TITAN_E_UNSUPPORTED (selective 'op' on
+ * the cpu device, as titan-train) naming the key. */
+int titan_est_opts_from_config(struct titan_est_opts *o, const struct titan_config *c,
+			       const struct titan_est_device *dev, int64_t ngpu);
+
+/* Checks the layout against ngpu and the model (degrees multiply to ngpu,
+ * dp_shard -1 inferred, tp divides the heads and kv heads, seq_len
+ * divisible by tp x 2 x cp, enough layers for the pipeline stages, batch
+ * divisible by the pipeline microbatch, tied weights without PP, the cpu
+ * device with every degree 1).  Resolves dp_shard in place.
+ * TITAN_E_INVALID naming the constraint. */
+int titan_est_check(struct titan_est_opts *o, const struct titan_model_dims *d);
+
+/* ------------------------------------------------------------- results */
+
+/* Moments of a training step (the phase the tagged allocator's trace
+ * would show there). */
+enum titan_est_phase {
+	TITAN_EST_PHASE_STARTUP = 0,
+	TITAN_EST_PHASE_FORWARD,
+	TITAN_EST_PHASE_LOSS,
+	TITAN_EST_PHASE_BACKWARD,
+	TITAN_EST_PHASE_OPTIMIZER,
+};
+const char *titan_est_phase_name(enum titan_est_phase p); /* "forward", ... */
+
+#define TITAN_EST_MAX_ITEMS 40
+#define TITAN_EST_MAX_MOMENTS 10
+
+struct titan_est_item {
+	char name[72];            /* "saved activations, 2 microbatch(es)" */
+	enum titan_mem_tag tag;
+	int64_t bytes;
+	uint32_t moments;         /* bit i: present at moment i */
+};
+
+struct titan_est_moment {
+	enum titan_est_phase phase;
+	char label[12];           /* column label: "forward", "bwd-end", ... */
+	char what[40];            /* "end of forward", "loss backward", ... */
+	int64_t by_tag[TITAN_MEM_NTAGS];
+	int64_t total;
+};
+
+struct titan_est_rank {
+	int pp_rank;
+	int nstages;              /* pipeline stages held by this rank */
+	int stages[8];            /* their indices (first 8) */
+	int64_t layers;           /* transformer blocks held */
+	bool first, last;         /* holds the embedding / the output */
+	int64_t params_local;     /* parameter elements held (after TP, before FSDP) */
+	int64_t params_shard;     /* ... and after FSDP sharding */
+	int nitems;
+	struct titan_est_item items[TITAN_EST_MAX_ITEMS];
+	int nmoments;
+	struct titan_est_moment moments[TITAN_EST_MAX_MOMENTS];
+	int peak_moment;          /* first moment with the largest total */
+	int64_t peak_bytes;
+	int64_t step_peak_bytes;  /* peak without the startup moment (later steps) */
+	int64_t at_peak[TITAN_MEM_NTAGS];
+	int64_t tag_peak[TITAN_MEM_NTAGS]; /* each tag's own maximum */
+	int64_t reserved_bytes;   /* peak with the allocator's overhead */
+	/* time of one microbatch on this rank (all its stages), seconds */
+	double mb_compute_s, mb_tp_s, mb_cp_s;
+};
+
+struct titan_est_perf {
+	bool known;               /* false when the device peak is unknown */
+	double flops_per_token_torchtitan; /* 6N + 12·L·H·hd·S (MFU's numerator) */
+	double flops_per_token_exact;      /* executed: causal attention, recompute */
+	double flops_attention, flops_recompute; /* parts of the exact count */
+	double peak_flops, mfu;
+	double step_s;            /* predicted step time */
+	double compute_s;         /* FLOPs / (peak x mfu), per rank per step */
+	double tp_s, cp_s;        /* exposed TP and CP collectives per step */
+	double fsdp_s;            /* FSDP/HSDP collectives per step (overlapped) */
+	double fsdp_exposed_s;
+	double pp_bubble_s, pp_p2p_s;
+	double recompute_s;       /* part of compute_s spent recomputing */
+	double tokens_per_s;      /* per device, as torchtitan's tps */
+	double mfu_torchtitan;    /* predicted MFU as torchtitan logs it */
+	bool tp_intra, cp_intra, fsdp_intra, pp_intra;
+};
+
+struct titan_estimate {
+	struct titan_model_dims dims;
+	struct titan_model_params params;
+	struct titan_est_opts opts;   /* resolved (dp_shard inferred) */
+	int64_t stages_per_rank, nstages, pp_microbatches;
+	int64_t tokens_per_step;      /* per DP group (local rows x seq x accum) */
+	int nranks;
+	struct titan_est_rank *ranks; /* owned; one per pipeline rank */
+	int worst;                    /* rank with the largest reserved bytes */
+	int64_t required_bytes;       /* worst reserved + device reserve */
+	int64_t device_bytes;
+	int64_t margin_bytes;         /* device - required (negative: does not fit) */
+	bool fits;
+	struct titan_est_perf perf;
+};
+
+/* Estimate `d` under `o` (checked with titan_est_check first).  On
+ * failure `e` is left empty (releasing it is fine). */
+int titan_estimate_run(const struct titan_model_dims *d, const struct titan_est_opts *o,
+		       struct titan_estimate *e);
+void titan_estimate_release(struct titan_estimate *e); /* NULL-safe */
+
+/* The --json object (docs/estimate.md): format "titan-estimate", version 1. */
+void titan_estimate_json(const struct titan_estimate *e, struct titan_json *j);
+/* The text report (what titan-estimate prints by default). */
+int titan_estimate_print(const struct titan_estimate *e, FILE *fp);
+
+/* ------------------------------------------------------------- search */
+
+struct titan_est_candidate {
+	struct titan_est_opts opts;   /* layout, AC, microbatching */
+	int64_t required_bytes, margin_bytes;
+	bool fits;
+	double tokens_per_s, step_s, mfu_torchtitan;
+	struct titan_est_perf perf;
+	char reason[160];
+};
+
+struct titan_est_search {
+	int64_t considered, valid, fitting;
+	int n;                        /* candidates kept, best first */
+	struct titan_est_candidate *best; /* owned */
+};
+
+/* Every valid (dp_replicate, dp_shard, tp, pp, cp, AC, microbatch) for
+ * base->ngpu GPUs: layouts that do not fit are dropped, the rest ranked by
+ * predicted tokens/s per device (then by memory); the top `top` kept with
+ * the reason each one wins (or loses against the first).  The batch per
+ * data-parallel rank follows training.global_batch_size when the config
+ * sets it (global / dp rows, split into microbatches), else the config's
+ * local batch.  Needs a known device peak (TITAN_E_INVALID otherwise). */
+int titan_est_search_run(const struct titan_model_dims *d, const struct titan_est_opts *base,
+			 int64_t global_batch, int top, struct titan_est_search *s);
+void titan_est_search_release(struct titan_est_search *s);
+void titan_est_search_json(const struct titan_est_search *s, const struct titan_model_dims *d,
+			   const struct titan_est_opts *base, struct titan_json *j);
+int titan_est_search_print(const struct titan_est_search *s, const struct titan_model_dims *d,
+			   const struct titan_est_opts *base, FILE *fp);
+
+/* Short text of a layout / AC mode for tables: "dp_shard 8 x tp 8 x pp 4". */
+const char *titan_est_layout_str(const struct titan_est_opts *o, char *buf, size_t n);
+const char *titan_est_ac_str(const struct titan_est_opts *o, char *buf, size_t n);
+const char *titan_est_schedule_name(enum titan_est_schedule s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
