@@ -324,6 +324,8 @@ static int parse(struct reader *rd)
 			if ((rc = events(rd, &i)) < 0)
 				return rc;
 			seen = true;
+			if (rd->t->truncated)
+				break;
 		} else if (i < rd->n && (rd->buf[i] == '{' || rd->buf[i] == '[')) {
 			json_error_t err;
 			json_t *v = value_at(rd, &i, &err);

@@ -125,6 +125,7 @@ static void panel(FILE *fp, const struct mp_rank *r, const struct titan_memrepla
 	double t_axis = m->t_end_ns > 0 ? (double)m->t_end_ns : 1;
 	double ymax = m->total_peak > 0 ? (double)m->total_peak * 1.08 : 1, ystep;
 	struct unit bu, tu;
+	uint64_t step_every = 1;
 	double cum[2][4096 * 4];
 	char a[48], b[48];
 	const char *base = strrchr(r->memtrace, '/');
@@ -220,25 +221,53 @@ static void panel(FILE *fp, const struct mp_rank *r, const struct titan_memrepla
 		}
 		cur = !cur;
 	}
-	/* step starts: a line where there is room, a label every ~50 px */
+	/* step starts: every k-th step (k = 1, 2, 5, 10, ...) so that lines are
+	 * at least 8 px apart, labels on multiples of k that leave room */
 	{
-		double last_line = -1e9, last_label = -1e9;
+		uint64_t k = 1, kl;
+		double span = 0, per = 0, last_label = -1e9;
+		size_t n = 0, first = m->n_steps;
+		uint32_t last_step = 0;
 
+		for (size_t i = 0; i < m->n_steps; i++)
+			if (m->steps[i].step > 0) {
+				if (first == m->n_steps)
+					first = i;
+				n++;
+				last_step = m->steps[i].step;
+			}
+		if (n > 1) {
+			span = (double)(m->steps[m->n_steps - 1].t_first_ns - m->steps[first].t_first_ns) / t_axis * pw;
+			per = span / (double)(last_step - m->steps[first].step);
+		}
+		for (uint64_t p10 = 1; per > 0 && per * (double)k < 8; p10 *= 10)
+			for (int f = 0; f < 3 && per * (double)k < 8; f++)
+				k = p10 * (uint64_t)(f == 0 ? 1 : f == 1 ? 2 : 5);
+		kl = k;
+		{
+			double lw = 6.5 * (double)(6 + snprintf(NULL, 0, "%u", last_step)) + 10;
+
+			for (uint64_t p10 = 1; per > 0 && per * (double)kl < lw; p10 *= 10)
+				for (int f = 0; f < 3 && per * (double)kl < lw; f++)
+					kl = p10 * (uint64_t)(f == 0 ? 1 : f == 1 ? 2 : 5);
+			if (kl % k)
+				kl = (kl / k + 1) * k;
+		}
 		for (size_t i = 0; i < m->n_steps; i++) {
-			const struct titan_memstep *s = &m->steps[i];
-			double px = ML + (double)s->t_first_ns / t_axis * pw;
+			const struct titan_memstep *st = &m->steps[i];
+			double px = ML + (double)st->t_first_ns / t_axis * pw;
 
-			if (s->step == 0 || px - last_line < 3)
+			if (st->step == 0 || st->step % k)
 				continue;
-			last_line = px;
 			fprintf(fp, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#333\" "
 				"stroke-width=\"0.6\" stroke-dasharray=\"3,3\"/>\n", px, MT, px, MT + ph);
-			if (px - last_label >= 50 && px < ML + pw - 20) {
+			if (st->step % kl == 0 && px - last_label >= 40 && px < ML + pw - 30) {
 				last_label = px;
 				fprintf(fp, "<text x=\"%.1f\" y=\"%d\" font-size=\"10\" fill=\"#333\">step %u</text>\n",
-					px + 2, MT - 4, s->step);
+					px + 2, MT - 4, st->step);
 			}
 		}
+		step_every = k;
 	}
 	/* the peak */
 	{
@@ -275,8 +304,13 @@ static void panel(FILE *fp, const struct mp_rank *r, const struct titan_memrepla
 		fprintf(fp, "<text x=\"%d\" y=\"%d\" font-size=\"12\">total %s</text>\n", ML + pw + 16, ly + 10,
 			mp_bytes(a, sizeof(a), (double)m->total_peak));
 		fprintf(fp, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#333\" "
-			"stroke-dasharray=\"3,3\"/><text x=\"%d\" y=\"%d\" font-size=\"11\">step start</text>\n",
-			ML + pw + 16, ly + 32, ML + pw + 28, ly + 32, ML + pw + 34, ly + 36);
+			"stroke-dasharray=\"3,3\"/><text x=\"%d\" y=\"%d\" font-size=\"11\">", ML + pw + 16,
+			ly + 32, ML + pw + 28, ly + 32, ML + pw + 34, ly + 36);
+		if (step_every > 1)
+			fprintf(fp, "start of every %llu%s step</text>\n", (unsigned long long)step_every,
+				step_every == 2 ? "nd" : "th");
+		else
+			fprintf(fp, "step start</text>\n");
 	}
 	fprintf(fp, "</g>\n");
 	free(v);
