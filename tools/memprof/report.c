@@ -60,7 +60,9 @@ static const char *when(char *buf, size_t n, uint64_t ns)
 {
 	double s = (double)ns * 1e-9;
 
-	if (s < 1)
+	if (s < 1e-3)
+		snprintf(buf, n, "%.1f µs", s * 1e6);
+	else if (s < 1)
 		snprintf(buf, n, "%.2f ms", s * 1e3);
 	else if (s < 600)
 		snprintf(buf, n, "%.2f s", s);
