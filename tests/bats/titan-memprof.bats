@@ -150,7 +150,7 @@ pycheck() { $PY -c "import json, sys; d = json.loads(sys.argv[1]); $1" "$output"
 	assert_line --regexp '^params +1000 B +22.2% +1000 B +1000 B$'
 	assert_line --regexp '^activations +800 B +17.8% +800 B +0 B$'
 	assert_line --regexp '^workspace +700 B +15.6% +700 B +0 B$'
-	assert_line --regexp '^ +1.95 KiB +optim +step 0, none'
+	assert_line --regexp '^ +1.95 KiB +optim +set-up \(step 0\), at 2.0 µs$'
 	assert_line --regexp '^ +700 B +workspace +step 1, loss'
 	assert_output --partial "no call sites"
 	assert_line --partial "fragmentation n/a (host allocator"

@@ -76,6 +76,8 @@ int mp_export(struct mp_inputs *in, const struct mp_opts *o);
 
 /* helpers (report.c) */
 const char *mp_bytes(char *buf, size_t n, double bytes);  /* "1.50 GiB" */
+/* "step 4, backward", or "set-up (step 0)" for step 0 without a phase */
+const char *mp_where(char *buf, size_t n, uint32_t step, unsigned phase);
 void mp_json_tags(struct titan_json *j, const char *key, const int64_t *v);
 int mp_json_print(struct titan_json *j); /* to stdout, one line */
 void mp_warn(const char *fmt, ...) TITAN_PRINTF(1, 2);

@@ -19,6 +19,15 @@ const char *mp_bytes(char *buf, size_t n, double bytes)
 	return titan_format_bytes(buf, n, bytes);
 }
 
+const char *mp_where(char *buf, size_t n, uint32_t step, unsigned phase)
+{
+	if (step == 0 && phase == 0)
+		snprintf(buf, n, "set-up (step 0)");
+	else
+		snprintf(buf, n, "step %u, %s", step, titan_memprof_phase_name(phase));
+	return buf;
+}
+
 void mp_warn(const char *fmt, ...)
 {
 	va_list ap;
@@ -104,10 +113,10 @@ static void summary_text(const struct mp_rank *r, const struct titan_memreplay_r
 	if (m->n_records == 0) {
 		printf("peak          none: the trace holds no event\n");
 	} else {
-		printf("peak          %s at step %u, %s (%s into the trace, byte %llu)\n",
-		       mp_bytes(a, sizeof(a), (double)m->total_peak), m->at_peak.step,
-		       titan_memprof_phase_name(m->at_peak.phase), when(b, sizeof(b), m->at_peak.t_ns),
-		       (unsigned long long)m->at_peak.offset);
+		printf("peak          %s at %s (%s into the trace, byte %llu)\n",
+		       mp_bytes(a, sizeof(a), (double)m->total_peak),
+		       mp_where(c, sizeof(c), m->at_peak.step, m->at_peak.phase),
+		       when(b, sizeof(b), m->at_peak.t_ns), (unsigned long long)m->at_peak.offset);
 		printf("              %llu blocks live at the peak, %llu at most\n",
 		       (unsigned long long)m->live_blocks_at_peak, (unsigned long long)m->max_live_blocks);
 	}
@@ -130,9 +139,9 @@ static void summary_text(const struct mp_rank *r, const struct titan_memreplay_r
 		for (int i = 0; i < m->n_top; i++) {
 			const struct titan_memblock *k = &m->top[i];
 
-			printf("  %12s  %-12s step %u, %s, at %s\n", mp_bytes(a, sizeof(a), (double)k->bytes),
-			       titan_mem_tag_name((enum titan_mem_tag)k->tag), k->step,
-			       titan_memprof_phase_name(k->phase), when(b, sizeof(b), k->t_ns));
+			printf("  %12s  %-12s %s, at %s\n", mp_bytes(a, sizeof(a), (double)k->bytes),
+			       titan_mem_tag_name((enum titan_mem_tag)k->tag),
+			       mp_where(c, sizeof(c), k->step, k->phase), when(b, sizeof(b), k->t_ns));
 		}
 	}
 	if (m->n_steps > 1) {

@@ -134,8 +134,8 @@ static void panel(FILE *fp, const struct mp_rank *r, const struct titan_memrepla
 	fprintf(fp, "<g transform=\"translate(0,%d)\">\n", y0);
 	fprintf(fp, "<text x=\"%d\" y=\"22\" font-size=\"15\" font-weight=\"bold\">rank %d (", ML, r->rank);
 	esc(fp, m->header.device);
-	fprintf(fp, "): peak %s at step %u, %s</text>\n", mp_bytes(a, sizeof(a), (double)m->total_peak),
-		m->at_peak.step, titan_memprof_phase_name(m->at_peak.phase));
+	fprintf(fp, "): peak %s at %s</text>\n", mp_bytes(a, sizeof(a), (double)m->total_peak),
+		mp_where(b, sizeof(b), m->at_peak.step, m->at_peak.phase));
 	fprintf(fp, "<text x=\"%d\" y=\"40\" font-size=\"11\" fill=\"#555\">", ML);
 	esc(fp, base);
 	fprintf(fp, ", %llu events", (unsigned long long)m->n_records);
@@ -279,9 +279,9 @@ static void panel(FILE *fp, const struct mp_rank *r, const struct titan_memrepla
 			"stroke-width=\"1\"/>\n", px, py, px, MT + ph);
 		fprintf(fp, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"4.5\" fill=\"#c00\" stroke=\"white\"/>\n", px, py);
 		fprintf(fp, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"12\" fill=\"#c00\" font-weight=\"bold\" "
-			"text-anchor=\"%s\">peak %s (step %u, %s)</text>\n", right ? px + 8 : px - 8, py - 6,
-			right ? "start" : "end", mp_bytes(a, sizeof(a), (double)m->total_peak), m->at_peak.step,
-			titan_memprof_phase_name(m->at_peak.phase));
+			"text-anchor=\"%s\">peak %s (%s)</text>\n", right ? px + 8 : px - 8, py - 6,
+			right ? "start" : "end", mp_bytes(a, sizeof(a), (double)m->total_peak),
+			mp_where(b, sizeof(b), m->at_peak.step, m->at_peak.phase));
 	}
 	/* legend: top band first, with its bytes at the peak */
 	{
