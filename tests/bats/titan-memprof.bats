@@ -146,7 +146,7 @@ pycheck() { $PY -c "import json, sys; d = json.loads(sys.argv[1]); $1" "$output"
 @test "summary: the known peak, its step and phase, the breakdown and the largest blocks" {
 	run -0 --separate-stderr titan-memprof summary "$DATA/known.memtrace"
 	[ -z "$stderr" ]
-	assert_line --regexp '^peak +4.39 KiB at step 1, loss \(5.0 µs into the trace, byte 192\)'
+	assert_line --regexp '^peak +4.39 KiB at step 1, loss; 5.0 µs into the trace, byte 192$'
 	assert_line --regexp '^params +1000 B +22.2% +1000 B +1000 B$'
 	assert_line --regexp '^activations +800 B +17.8% +800 B +0 B$'
 	assert_line --regexp '^workspace +700 B +15.6% +700 B +0 B$'
@@ -197,7 +197,7 @@ assert d["ranks"][3]["top_blocks"][0] == {"bytes": 4000, "tag": "activations", "
 	[[ $stderr == *"warning: '$T/cut.memtrace' is truncated at byte 256, inside a record (20 bytes of 32"* ]]
 	[[ $stderr == *"analysed the 6 complete records, up to step 1"* ]]
 	assert_line --regexp '^trace +TRUNCATED at byte 256 of 276 \(a partial record of 20 bytes\): analysed 6 records, up to step 1'
-	assert_line --regexp '^peak +4.39 KiB at step 1, loss \(5.0 µs into the trace, byte 192\)'
+	assert_line --regexp '^peak +4.39 KiB at step 1, loss; 5.0 µs into the trace, byte 192$'
 	run -0 titan-memprof summary -q --json "$T/cut.memtrace"
 	pycheck '
 t = d["ranks"][0]["trace"]

@@ -113,7 +113,7 @@ static void summary_text(const struct mp_rank *r, const struct titan_memreplay_r
 	if (m->n_records == 0) {
 		printf("peak          none: the trace holds no event\n");
 	} else {
-		printf("peak          %s at %s (%s into the trace, byte %llu)\n",
+		printf("peak          %s at %s; %s into the trace, byte %llu\n",
 		       mp_bytes(a, sizeof(a), (double)m->total_peak),
 		       mp_where(c, sizeof(c), m->at_peak.step, m->at_peak.phase),
 		       when(b, sizeof(b), m->at_peak.t_ns), (unsigned long long)m->at_peak.offset);
