@@ -118,7 +118,8 @@ def estimate(path, version=1):
     tp = dict(at, workspace=1200)
     with open(path, "w") as f:
         json.dump({"format": "titan-estimate", "version": version,
-                   "ranks": [{"stage": 0, "peak_bytes": 5000, "peak_phase": "backward",
+                   "ranks": [{"stage": 0, "peak_bytes": 5000, "step_peak_bytes": 4500,
+                              "peak_phase": "backward",
                               "at_peak": at, "tag_peak": tp}]}, f)
 
 

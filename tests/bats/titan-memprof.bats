@@ -381,6 +381,7 @@ assert max(sum(row[1:]) for row in r["series"]) == 4500, r["series"]'
 	assert_line --regexp '^activations +1000 B +800 B +-20.0% +1000 B +800 B +-20.0%$'
 	assert_line --regexp '^workspace +1000 B +700 B +-30.0% +1.17 KiB +700 B +-41.7%$'
 	assert_line --regexp '^total peak +4.88 KiB +4.39 KiB +-10.0%$'
+	assert_line --regexp '^step peak +4.39 KiB +4.39 KiB +\+0.0%$'
 	assert_line --regexp '^peak phase +backward +loss$'
 	run -0 titan-memprof compare --json --estimate "$DATA/est.json" "$DATA/known.memtrace"
 	pycheck '
@@ -389,7 +390,8 @@ assert d["command"] == "compare" and r["stage"] == 0
 assert r["peak"] == {"estimated": 5000, "measured": 4500, "diff_pct": -10.0}, r["peak"]
 assert r["tags"]["optim"]["diff_pct"] == 0 and r["tags"]["grads"]["diff_pct"] == 0
 assert r["tags"]["workspace"]["estimated_peak"] == 1200 and r["tags"]["workspace"]["measured_peak"] == 700
-assert r["peak_phase"] == {"estimated": "backward", "measured": "loss"}'
+assert r["peak_phase"] == {"estimated": "backward", "measured": "loss"}
+assert r["step_peak"] == {"estimated": 4500, "measured": 4500, "diff_pct": 0}, r["step_peak"]'
 }
 
 @test "compare: a newer or foreign estimate file is refused (1)" {

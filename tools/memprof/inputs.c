@@ -126,7 +126,7 @@ static int walk(struct found *f, const char *dir, int depth)
 		if (e->d_name[0] != '.' && !strstr(e->d_name, ".tmp"))
 			rc = list_add(&names, e->d_name);
 	closedir(d);
-	if (rc == 0)
+	if (rc == 0 && names.n > 1)
 		qsort(names.v, names.n, sizeof(*names.v), natural_qsort);
 	for (size_t i = 0; i < names.n && rc == 0; i++) {
 		char path[4096];
@@ -294,9 +294,11 @@ int mp_inputs_find(struct mp_inputs *in, char **args, int n, const struct mp_opt
 	}
 	if (rc < 0)
 		goto out;
-	qsort(in->ranks, in->n, sizeof(*in->ranks), cmp_rank);
+	if (in->n > 1)
+		qsort(in->ranks, in->n, sizeof(*in->ranks), cmp_rank);
 	for (size_t i = 0; i < in->n; i++)
-		qsort(in->ranks[i].traces, in->ranks[i].n_traces, sizeof(struct mp_trace), cmp_trace);
+		if (in->ranks[i].n_traces > 1)
+			qsort(in->ranks[i].traces, in->ranks[i].n_traces, sizeof(struct mp_trace), cmp_trace);
 	if (o->rank >= 0) { /* keep one rank */
 		size_t k;
 

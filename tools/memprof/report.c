@@ -360,7 +360,7 @@ int mp_summary(struct mp_inputs *in, const struct mp_opts *o)
 /* ---------------------------------------------------------------- compare */
 
 struct est_rank {
-	int64_t stage, peak;
+	int64_t stage, peak, step_peak; /* step_peak: -1 when the estimate has none */
 	char phase[32];
 	int64_t at_peak[TITAN_MEM_NTAGS], tag_peak[TITAN_MEM_NTAGS];
 	bool has_tag_peak;
@@ -434,6 +434,8 @@ static int read_estimate(const char *path, struct est_rank **out, size_t *n_out)
 		}
 		e[i].stage = json_is_integer(st) ? json_integer_value(st) : (int64_t)i;
 		e[i].peak = (int64_t)json_number_value(pk);
+		pk = json_object_get(r, "step_peak_bytes"); /* titan-estimate adds it */
+		e[i].step_peak = json_is_number(pk) ? (int64_t)json_number_value(pk) : -1;
 		snprintf(e[i].phase, sizeof(e[i].phase), "%s", json_is_string(ph) ? json_string_value(ph) : "?");
 		if ((rc = est_tags(json_object_get(r, "at_peak"), e[i].at_peak, path, i, "at_peak")) < 0)
 			break;
@@ -504,7 +506,7 @@ static const char *pct(char *buf, size_t n, double v)
 struct measured {
 	int rank;
 	const char *source;
-	int64_t peak, at_peak[TITAN_MEM_NTAGS], tag_peak[TITAN_MEM_NTAGS];
+	int64_t peak, step_peak, at_peak[TITAN_MEM_NTAGS], tag_peak[TITAN_MEM_NTAGS];
 	bool has_tag_peak;
 	const char *phase;
 };
@@ -525,6 +527,16 @@ static void compare_one(struct titan_json *j, bool json, const struct measured *
 		titan_json_key(j, "measured"); titan_json_int(j, m->peak);
 		titan_json_key(j, "diff_pct"); titan_json_double(j, diff_pct(e->peak, m->peak));
 		titan_json_object_end(j);
+		titan_json_key(j, "step_peak");
+		if (e->step_peak >= 0 && m->step_peak >= 0) {
+			titan_json_object_begin(j);
+			titan_json_key(j, "estimated"); titan_json_int(j, e->step_peak);
+			titan_json_key(j, "measured"); titan_json_int(j, m->step_peak);
+			titan_json_key(j, "diff_pct"); titan_json_double(j, diff_pct(e->step_peak, m->step_peak));
+			titan_json_object_end(j);
+		} else {
+			titan_json_null(j);
+		}
 		titan_json_key(j, "peak_phase");
 		titan_json_object_begin(j);
 		titan_json_key(j, "estimated"); titan_json_string(j, e->phase);
@@ -572,6 +584,10 @@ static void compare_one(struct titan_json *j, bool json, const struct measured *
 	}
 	printf("%-12s %12s %12s %8s\n", "total peak", mp_bytes(a, sizeof(a), (double)e->peak),
 	       mp_bytes(b, sizeof(b), (double)m->peak), pct(x, sizeof(x), diff_pct(e->peak, m->peak)));
+	if (e->step_peak >= 0 && m->step_peak >= 0)
+		printf("%-12s %12s %12s %8s\n", "step peak", mp_bytes(a, sizeof(a), (double)e->step_peak),
+		       mp_bytes(b, sizeof(b), (double)m->step_peak),
+		       pct(x, sizeof(x), diff_pct(e->step_peak, m->step_peak)));
 	printf("%-12s %12s %12s\n", "peak phase", e->phase, m->phase);
 }
 
@@ -615,7 +631,13 @@ int mp_compare(struct mp_inputs *in, const struct mp_opts *o)
 		memcpy(x->at_peak, m->peak_at_total, sizeof(x->at_peak));
 		memcpy(x->tag_peak, m->peak, sizeof(x->tag_peak));
 		x->has_tag_peak = true;
-		x->phase = titan_memprof_phase_name(m->at_peak.phase);
+		/* titan-estimate calls set-up "startup" */
+		x->phase = m->at_peak.phase == 0 && m->at_peak.step == 0 ? "startup" :
+			   titan_memprof_phase_name(m->at_peak.phase);
+		x->step_peak = -1;
+		for (size_t k = 0; k < m->n_steps; k++) /* the training steps' own peak */
+			if (m->steps[k].step > 0 && m->steps[k].peak > x->step_peak)
+				x->step_peak = m->steps[k].peak;
 		n_ms++;
 	}
 	if (n_ms == 0) {
@@ -635,6 +657,7 @@ int mp_compare(struct mp_inputs *in, const struct mp_opts *o)
 		}
 		ms[0].source = in->metrics;
 		ms[0].phase = "?";
+		ms[0].step_peak = ms[0].peak; /* metrics lines cover training steps */
 		n_ms = 1;
 	}
 	titan_json_init(&j);
