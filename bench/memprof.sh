@@ -44,9 +44,9 @@ cat "$dir/bench.memtrace" > /dev/null
 
 # run NAME CMD...: best wall seconds and its max RSS (KiB) over $repeat runs
 run() {
-	local name=$1 best= rss= i
+	local name=$1 best='' rss='' _
 	shift
-	for i in $(seq "$repeat"); do
+	for _ in $(seq "$repeat"); do
 		/usr/bin/time -v "$@" > "$dir/out" 2> "$dir/time" || { cat "$dir/time" >&2; die "$name failed"; }
 		local w r
 		w=$(awk -F': ' '/Elapsed \(wall clock\)/ { n = split($2, p, ":"); s = 0;
