@@ -1,0 +1,364 @@
+/*
+ * timing.c — time per step and phase from timing spans (titan/memprof.h):
+ * the union of each phase's spans in a step, communication split into the
+ * part hidden under compute on another thread (a side stream) and the
+ * exposed rest, and what the step spent outside all of them.
+ */
+#include "titan/memprof.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const part_names[TITAN_TIME_NPARTS] = {
+	"data", "forward", "loss", "backward", "optimizer", "comm_exposed", "comm_overlapped", "other",
+};
+
+const char *titan_time_part_name(enum titan_time_part p)
+{
+	return (unsigned)p < TITAN_TIME_NPARTS ? part_names[p] : "?";
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+double titan_median(double *v, size_t n)
+{
+	if (n == 0)
+		return NAN;
+	qsort(v, n, sizeof(*v), cmp_double);
+	return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+bool titan_span_is_comm(const struct titan_span *s)
+{
+	static const char *const cats[] = {"comm", "nccl", "collective", "communication"};
+	static const char *const pats[] = {
+		"allreduce", "allgather", "reducescatter", "broadcast", "alltoall", "nccl",
+		"sendrecv", "send", "recv", "barrier",
+	};
+	char name[128];
+	size_t k = 0;
+
+	for (size_t i = 0; i < sizeof(cats) / sizeof(cats[0]); i++)
+		if (!strcmp(s->cat, cats[i]))
+			return true;
+	/* lower case without '_', '-' and ' ': all_reduce, all-reduce, AllReduce */
+	for (const char *p = s->name; *p && k + 1 < sizeof(name); p++)
+		if (*p != '_' && *p != '-' && *p != ' ')
+			name[k++] = (char)(*p >= 'A' && *p <= 'Z' ? *p - 'A' + 'a' : *p);
+	name[k] = '\0';
+	for (size_t i = 0; i < sizeof(pats) / sizeof(pats[0]); i++)
+		if (strstr(name, pats[i]))
+			return true;
+	return false;
+}
+
+/* ------------------------------------------------------------ intervals */
+
+struct ivs {
+	double (*v)[2];
+	size_t n, cap;
+};
+
+static int iv_add(struct ivs *s, double a, double b)
+{
+	if (!(b > a))
+		return 0;
+	if (s->n == s->cap) {
+		size_t cap = s->cap ? 2 * s->cap : 32;
+		double (*n)[2] = realloc(s->v, cap * sizeof(*n));
+
+		if (!n)
+			return titan_error(TITAN_E_NOMEM, "out of memory");
+		s->v = n;
+		s->cap = cap;
+	}
+	s->v[s->n][0] = a;
+	s->v[s->n][1] = b;
+	s->n++;
+	return 0;
+}
+
+static int cmp_iv(const void *a, const void *b)
+{
+	const double *x = a, *y = b;
+
+	return x[0] < y[0] ? -1 : x[0] > y[0];
+}
+
+/* Sort and merge in place; returns the covered length. */
+static double iv_union(struct ivs *s)
+{
+	size_t k = 0;
+	double len = 0;
+
+	if (s->n == 0)
+		return 0;
+	qsort(s->v, s->n, sizeof(*s->v), cmp_iv);
+	for (size_t i = 1; i < s->n; i++) {
+		if (s->v[i][0] <= s->v[k][1]) {
+			if (s->v[i][1] > s->v[k][1])
+				s->v[k][1] = s->v[i][1];
+		} else {
+			s->v[++k][0] = s->v[i][0];
+			s->v[k][1] = s->v[i][1];
+		}
+	}
+	s->n = k + 1;
+	for (size_t i = 0; i < s->n; i++)
+		len += s->v[i][1] - s->v[i][0];
+	return len;
+}
+
+/* Parts of [a, b) not covered by the merged set m go to `out`; returns
+ * the covered length. */
+static double iv_cut(const struct ivs *m, double a, double b, struct ivs *out, int *rc)
+{
+	double covered = 0, at = a;
+	size_t lo = 0, hi = m->n;
+
+	while (lo < hi) { /* first interval ending after a */
+		size_t mid = (lo + hi) / 2;
+
+		if (m->v[mid][1] <= a)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	for (size_t i = lo; i < m->n && m->v[i][0] < b; i++) {
+		double x = m->v[i][0] > at ? m->v[i][0] : at, y = m->v[i][1] < b ? m->v[i][1] : b;
+
+		if (x > at && *rc == 0)
+			*rc = iv_add(out, at, x);
+		if (y > x) {
+			covered += y - x;
+			at = y;
+		}
+	}
+	if (at < b && *rc == 0)
+		*rc = iv_add(out, at, b);
+	return covered;
+}
+
+/* ------------------------------------------------------------ per step */
+
+static int part_of(const char *name)
+{
+	for (int p = TITAN_TIME_DATA; p <= TITAN_TIME_OPTIMIZER; p++)
+		if (!strcmp(name, part_names[p]))
+			return p;
+	return -1;
+}
+
+struct stepx {
+	struct titan_step_time t;
+	size_t *spans;   /* indices of the step's spans */
+	size_t n, cap;
+};
+
+static int cmp_step(const void *a, const void *b)
+{
+	const struct stepx *x = a, *y = b;
+
+	if (x->t.step != y->t.step)
+		return x->t.step < y->t.step ? -1 : 1;
+	return x->t.ts < y->t.ts ? -1 : x->t.ts > y->t.ts;
+}
+
+static int step_add(struct stepx *s, size_t i)
+{
+	if (s->n == s->cap) {
+		size_t cap = s->cap ? 2 * s->cap : 16;
+		size_t *n = realloc(s->spans, cap * sizeof(*n));
+
+		if (!n)
+			return titan_error(TITAN_E_NOMEM, "out of memory");
+		s->spans = n;
+		s->cap = cap;
+	}
+	s->spans[s->n++] = i;
+	return 0;
+}
+
+static int analyse(const struct titan_span *sp, struct stepx *s)
+{
+	struct ivs parts[TITAN_TIME_OPTIMIZER + 1] = {{0}}, busy = {0}, other = {0}, covered = {0};
+	double a = s->t.ts, b = s->t.ts + s->t.total;
+	int64_t tids[8];
+	int ntid = 0, rc = 0;
+
+	for (size_t k = 0; k < s->n && rc == 0; k++) {
+		const struct titan_span *x = &sp[s->spans[k]];
+		int p = part_of(x->name);
+
+		if (p >= 0)
+			rc = iv_add(&parts[p], x->ts, x->ts + x->dur);
+		if (titan_span_is_comm(x)) {
+			bool seen = false;
+
+			for (int j = 0; j < ntid; j++)
+				seen |= tids[j] == x->tid;
+			if (!seen && ntid < 8)
+				tids[ntid++] = x->tid;
+		}
+	}
+	for (int p = 0; p <= TITAN_TIME_OPTIMIZER && rc == 0; p++) {
+		s->t.part[p] = iv_union(&parts[p]);
+		for (size_t k = 0; k < parts[p].n && rc == 0; k++)
+			rc = iv_add(&covered, parts[p].v[k][0], parts[p].v[k][1]);
+	}
+	/* communication, per thread that runs it, against compute elsewhere */
+	for (int j = 0; j < ntid && rc == 0; j++) {
+		busy.n = 0;
+		other.n = 0;
+		for (size_t k = 0; k < s->n && rc == 0; k++) {
+			const struct titan_span *x = &sp[s->spans[k]];
+
+			if (x->tid != tids[j] && !titan_span_is_comm(x) && strcmp(x->name, "step"))
+				rc = iv_add(&busy, x->ts, x->ts + x->dur);
+		}
+		iv_union(&busy);
+		for (size_t k = 0; k < s->n && rc == 0; k++) {
+			const struct titan_span *x = &sp[s->spans[k]];
+
+			if (x->tid == tids[j] && titan_span_is_comm(x))
+				rc = iv_add(&other, x->ts, x->ts + x->dur);
+		}
+		iv_union(&other); /* nested comm spans count once */
+		for (size_t k = 0; k < other.n && rc == 0; k++) {
+			size_t before = covered.n;
+			double hidden = iv_cut(&busy, other.v[k][0], other.v[k][1], &covered, &rc);
+			double exposed = 0;
+
+			for (size_t q = before; q < covered.n; q++)
+				exposed += covered.v[q][1] - covered.v[q][0];
+			s->t.part[TITAN_TIME_COMM_OVERLAPPED] += hidden;
+			s->t.part[TITAN_TIME_COMM_EXPOSED] += exposed;
+		}
+	}
+	if (rc == 0) {
+		double in = 0;
+
+		iv_union(&covered);
+		for (size_t k = 0; k < covered.n; k++) {
+			double x = covered.v[k][0] > a ? covered.v[k][0] : a;
+			double y = covered.v[k][1] < b ? covered.v[k][1] : b;
+
+			if (y > x)
+				in += y - x;
+		}
+		s->t.part[TITAN_TIME_OTHER] = s->t.total - in > 0 ? s->t.total - in : 0;
+	}
+	for (int p = 0; p <= TITAN_TIME_OPTIMIZER; p++)
+		free(parts[p].v);
+	free(busy.v);
+	free(other.v);
+	free(covered.v);
+	return rc;
+}
+
+int titan_step_times(const struct titan_span *sp, size_t n, int64_t pid,
+		     struct titan_step_time **out, size_t *n_out)
+{
+	struct stepx *st = NULL;
+	size_t ns = 0, cap = 0;
+	bool by_step_span = false;
+	int rc = 0;
+
+	*out = NULL;
+	*n_out = 0;
+	for (size_t i = 0; i < n; i++)
+		by_step_span |= sp[i].pid == pid && !strcmp(sp[i].name, "step");
+	/* the steps: "step" spans, or else the args.step values seen */
+	for (size_t i = 0; i < n; i++) {
+		const struct titan_span *x = &sp[i];
+		size_t k;
+
+		if (x->pid != pid || (by_step_span ? strcmp(x->name, "step") != 0 : x->step < 0))
+			continue;
+		for (k = 0; !by_step_span && k < ns && st[k].t.step != x->step; k++)
+			;
+		if (by_step_span || k == ns) {
+			if (ns == cap) {
+				size_t c = cap ? 2 * cap : 64;
+				struct stepx *m = realloc(st, c * sizeof(*m));
+
+				if (!m) {
+					rc = titan_error(TITAN_E_NOMEM, "out of memory");
+					goto out;
+				}
+				st = m;
+				cap = c;
+			}
+			memset(&st[ns], 0, sizeof(st[ns]));
+			st[ns].t.step = x->step;
+			st[ns].t.ts = x->ts;
+			st[ns].t.total = x->dur;
+			k = ns++;
+		} else { /* no step spans: a step lasts from its first to its last span */
+			double end = st[k].t.ts + st[k].t.total;
+
+			if (x->ts < st[k].t.ts)
+				st[k].t.ts = x->ts;
+			if (x->ts + x->dur > end)
+				end = x->ts + x->dur;
+			st[k].t.total = end - st[k].t.ts;
+		}
+	}
+	if (ns == 0)
+		goto out;
+	qsort(st, ns, sizeof(*st), cmp_step);
+	for (size_t i = 0; i < n; i++) {
+		const struct titan_span *x = &sp[i];
+		size_t k = ns;
+
+		if (x->pid != pid || !strcmp(x->name, "step"))
+			continue;
+		if (x->step >= 0) { /* the step of that number whose span holds it */
+			size_t lo = 0, hi = ns;
+
+			while (lo < hi) {
+				size_t mid = (lo + hi) / 2;
+
+				if (st[mid].t.step < x->step)
+					lo = mid + 1;
+				else
+					hi = mid;
+			}
+			for (size_t j = lo; j < ns && st[j].t.step == x->step; j++)
+				if (x->ts >= st[j].t.ts - 1e-3 && x->ts <= st[j].t.ts + st[j].t.total + 1e-3) {
+					k = j;
+					break;
+				}
+		}
+		for (size_t j = 0; k == ns && j < ns; j++)
+			if (x->ts >= st[j].t.ts && x->ts < st[j].t.ts + st[j].t.total)
+				k = j;
+		if (k < ns && (rc = step_add(&st[k], i)) < 0)
+			goto out;
+	}
+	if (!(*out = malloc(ns * sizeof(**out)))) {
+		rc = titan_error(TITAN_E_NOMEM, "out of memory");
+		goto out;
+	}
+	for (size_t k = 0; k < ns && rc == 0; k++) {
+		rc = analyse(sp, &st[k]);
+		(*out)[k] = st[k].t;
+	}
+	if (rc < 0) {
+		free(*out);
+		*out = NULL;
+	} else {
+		*n_out = ns;
+	}
+out:
+	for (size_t k = 0; k < ns; k++)
+		free(st[k].spans);
+	free(st);
+	return rc;
+}
