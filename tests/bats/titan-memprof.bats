@@ -468,3 +468,23 @@ EOF
 	run -0 titan-memprof compare --estimate "$DATA/est.json" "$DATA/none"
 	assert_line --regexp '^total peak '
 }
+
+@test "estimate, train, compare: titan-estimate's CPU model and the replayed trace agree per tag" {
+	# no Chrome trace this time (its buffers are the one thing the CPU model
+	# does not predict): the memory event log only
+	titan-train -q --config "$DATA/tiny.yaml" --job.dump_folder="$T/run" \
+		--activation_checkpoint.mode=selective --activation_checkpoint.selective_ac_option=op \
+		--profiling.enable_profiling=false > /dev/null
+	titan-estimate --config "$DATA/tiny.yaml" --device cpu --json \
+		--activation_checkpoint.mode=selective --activation_checkpoint.selective_ac_option=op \
+		--profiling.enable_profiling=false > "$T/est.json"
+	run -0 --separate-stderr titan-memprof compare --json --estimate "$T/est.json" "$T/run"
+	pycheck '
+r = d["ranks"][0]
+assert r["peak"]["estimated"] == r["peak"]["measured"] > 0, r["peak"]
+assert r["peak_phase"]["estimated"] == r["peak_phase"]["measured"], r["peak_phase"]
+assert len(r["tags"]) == 8
+for tag, row in r["tags"].items():
+    assert row["estimated_at_peak"] == row["measured_at_peak"], (tag, row)
+    assert row["estimated_peak"] == row["measured_peak"], (tag, row)'
+}
