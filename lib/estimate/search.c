@@ -189,7 +189,8 @@ int titan_est_search_run(const struct titan_model_dims *d, const struct titan_es
 		}
 	}
 	titan_error_clear();
-	qsort(all, (size_t)nall, sizeof(*all), cmp);
+	if (nall > 1)
+		qsort(all, (size_t)nall, sizeof(*all), cmp);
 	s->n = (int)(nall < top ? nall : top);
 	s->best = all;
 	reasons(s);
