@@ -83,7 +83,9 @@ int est_cpu_model(const struct titan_model_dims *d, const struct titan_est_opts 
 	(void)m_opt;
 	if (o->cpu_metrics_jsonl)
 		m_log = est_moment(r, TITAN_EST_PHASE_OPTIMIZER, "log", "metrics.jsonl row");
-	all = EST_ALL;
+	/* titan-train runs the probe before it builds the model: only the
+	 * probe is live at start-up */
+	all = EST_ALL & ~(m_start >= 0 ? EST_AT(m_start) : 0u);
 
 	/* titan_llama_new: arenas of lib/model (params, grads, 2 moments) */
 	est_item(r, "weights (fp32 arena)", TITAN_MEM_PARAMS, arena, all);

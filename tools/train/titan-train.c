@@ -69,8 +69,10 @@ static const char *grouped(char *buf, size_t n, double v)
 }
 
 /* Peak fp32 FLOP/s of this CPU for MFU: metrics.peak_flops, or a measured
- * sgemm (1024^3, best of 3) on the threads the run uses. */
-static double measure_peak(void)
+ * sgemm (1024^3, best of 3) on the threads the run uses: OpenBLAS's own
+ * threading for the probe (the training GEMMs run it on one thread per tile
+ * of C, lib/cpu/matmul.c). */
+static double measure_peak(int nthreads)
 {
 	const int n = 1024;
 	float *a = titan_malloc((size_t)n * n * 3 * sizeof(float), TITAN_MEM_WORKSPACE);
@@ -78,6 +80,7 @@ static double measure_peak(void)
 
 	if (!a)
 		return 0;
+	openblas_set_num_threads(nthreads);
 	for (size_t i = 0; i < (size_t)n * n * 3; i++)
 		a[i] = (float)(i % 7) * 0.1f;
 	for (int r = 0; r < 3; r++) {
@@ -91,6 +94,7 @@ static double measure_peak(void)
 		if (f > best)
 			best = f;
 	}
+	openblas_set_num_threads(1);
 	titan_free(a);
 	return best;
 }
@@ -614,6 +618,9 @@ static int setup(struct run *r, struct titan_cli *cli)
 		if ((rc = titan_mem_trace_start(titan_host_allocator(), r->memtrace)) < 0)
 			return rc;
 	}
+	/* the probe's 12 MiB before the model: never on top of its arenas */
+	r->peak_flops = isnan(c->metrics.peak_flops) ? measure_peak(r->be.nthreads)
+						     : c->metrics.peak_flops;
 	if ((rc = titan_llama_new(&r->dims, &r->mo, &r->be, NULL, &r->model)) < 0)
 		return rc;
 	titan_llama_set_hooks(r->model, &(struct titan_llama_hooks){hook_begin, hook_end, r});
@@ -647,7 +654,6 @@ static int setup(struct run *r, struct titan_cli *cli)
 		return TITAN_E_NOMEM;
 	titan_model_count_params(&r->dims, &mp);
 	r->flops_per_token = titan_model_flops_per_token(&r->dims, c->training.seq_len);
-	r->peak_flops = isnan(c->metrics.peak_flops) ? measure_peak() : c->metrics.peak_flops;
 	titan_log_info("Model llama3 %s size: %lld total parameters", r->dims.flavor,
 		       (long long)mp.total);
 	titan_log_info("Peak FLOPS used for computing MFU: %.3e (%s, %d threads)", r->peak_flops,
