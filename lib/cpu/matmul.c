@@ -44,7 +44,9 @@ static void sgemm_loop(int nt, bool ta, bool tb, int64_t m, int64_t n, int64_t k
 #if TITAN_HAVE_BLAS
 /* Tile of C for one single-threaded sgemm call, from the shape alone.
  * Rows in blocks of about GEMM_TILE (a multiple of 64); a GEMM with one
- * row block splits its columns the same way instead.  Every tile repacks
+ * row block splits its columns the same way instead, and one that fits in
+ * a single tile is still cut in two when it is at least half a tile wide
+ * (or tall), so that a second thread has work.  Every tile repacks
  * its panel of the other operand, so tiles stay large: 512-row tiles cost
  * ~2% against one whole-matrix call on one thread (2048x1536x512, OpenBLAS
  * 0.3.21), 1024-row tiles ~1% (the 25M bench model: 2-3% more tokens/s
@@ -66,6 +68,10 @@ static void gemm_tiles(int64_t m, int64_t n, int64_t *tm, int64_t *tn)
 		*tm = gemm_block(m);
 	else if (n > GEMM_TILE)
 		*tn = gemm_block(n);
+	else if (n >= GEMM_TILE / 2)
+		*tn = (n / 2 + 63) / 64 * 64;  /* two column tiles for a second thread */
+	else if (m >= GEMM_TILE / 2)
+		*tm = (m / 2 + 63) / 64 * 64;
 }
 #endif
 

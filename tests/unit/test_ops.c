@@ -1025,13 +1025,15 @@ static void test_determinism(void **state)
 
 /* titan_cpu_sgemm: right (against a double loop) and bit-identical on 1, 2
  * and 5 threads for every transpose, beta 0 and 1, ragged shapes cut into
- * row tiles (m > 1024) or column tiles (m <= 1024 < n), and sub-matrices
+ * row tiles (m > 1024) or column tiles (m <= 1024 < n), halves of a single
+ * tile (m, n <= 1024, one of them >= 512), and sub-matrices
  * (ld > width). */
 static void test_sgemm_tiles(void **state)
 {
 	(void)state;
 	static const int64_t shapes[][3] = {
 		{2100, 70, 33}, {1100, 300, 129}, {45, 2300, 64}, {1025, 1025, 7}, {3, 5, 2},
+		{600, 700, 50}, {700, 100, 20},
 	};
 	for (size_t si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++) {
 		const int64_t m = shapes[si][0], n = shapes[si][1], k = shapes[si][2];
