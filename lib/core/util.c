@@ -106,6 +106,24 @@ const char *titan_format_bytes(char *buf, size_t n, double bytes)
 	return buf;
 }
 
+const char *titan_format_grouped(char *buf, size_t n, double v)
+{
+	char raw[400];
+	int len, o = 0;
+
+	if (n == 0)
+		return buf;
+	snprintf(raw, sizeof(raw), "%.0f", v);
+	len = (int)strlen(raw);
+	for (int i = 0; i < len && o < (int)n - 2; i++) {
+		buf[o++] = raw[i];
+		if (raw[i] != '-' && (len - i - 1) % 3 == 0 && i < len - 1)
+			buf[o++] = ',';
+	}
+	buf[o] = '\0';
+	return buf;
+}
+
 const char *titan_format_double(char *buf, size_t n, double v)
 {
 	if (isnan(v)) {

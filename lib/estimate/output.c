@@ -279,22 +279,6 @@ static const char *count_str(char *buf, size_t n, double v)
 	return buf;
 }
 
-static const char *grouped(char *buf, size_t n, double v)
-{
-	char raw[40];
-	int len, o = 0;
-
-	snprintf(raw, sizeof(raw), "%.0f", v);
-	len = (int)strlen(raw);
-	for (int i = 0; i < len && o < (int)n - 2; i++) {
-		buf[o++] = raw[i];
-		if (raw[i] != '-' && (len - i - 1) % 3 == 0 && i < len - 1)
-			buf[o++] = ',';
-	}
-	buf[o] = '\0';
-	return buf;
-}
-
 static void header(FILE *fp, const struct titan_model_dims *d, const struct titan_est_opts *o)
 {
 	struct titan_model_params p;
@@ -404,7 +388,7 @@ int titan_estimate_print(const struct titan_estimate *e, FILE *fp)
 		p->step_s, p->compute_s, p->recompute_s, p->tp_s, p->cp_s, p->pp_bubble_s,
 		p->pp_p2p_s, p->fsdp_exposed_s, p->fsdp_s);
 	fprintf(fp, "throughput   %s tokens/s per device at %.0f%% of %.4g FLOP/s on the executed "
-		"FLOPs; MFU as torchtitan logs it %.1f%%\n", grouped(g, sizeof(g), p->tokens_per_s),
+		"FLOPs; MFU as torchtitan logs it %.1f%%\n", titan_format_grouped(g, sizeof(g), p->tokens_per_s),
 		100 * p->mfu, p->peak_flops, 100 * p->mfu_torchtitan);
 	return ferror(fp) ? titan_error(TITAN_E_IO, "cannot write the report") : 0;
 }
@@ -473,7 +457,7 @@ int titan_est_search_print(const struct titan_est_search *s, const struct titan_
 		fprintf(fp, "%3d  %3lld %5lld %3lld %3lld %3lld  %-13s %-9s %10.2f  %12s  %6.3f  %4.1f  %s\n",
 			i + 1, (long long)l->dp_replicate, (long long)l->dp_shard, (long long)l->tp,
 			(long long)l->pp, (long long)l->cp, titan_est_ac_str(&c->opts, ac, sizeof(ac)),
-			mbs, gib((double)c->required_bytes), grouped(g, sizeof(g), c->tokens_per_s),
+			mbs, gib((double)c->required_bytes), titan_format_grouped(g, sizeof(g), c->tokens_per_s),
 			c->step_s, 100 * c->mfu_torchtitan, c->reason);
 	}
 	if (s->n == 0)

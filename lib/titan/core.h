@@ -328,6 +328,8 @@ int titan_parse_double(const char *s, double *out);
 int titan_parse_size(const char *s, uint64_t *out);
 /* "1.50 GiB", "12.0 MiB", "512 B" into buf. */
 const char *titan_format_bytes(char *buf, size_t n, double bytes);
+/* Comma-grouped integer part of v, as Python's f"{v:,.0f}": "1,234,567". */
+const char *titan_format_grouped(char *buf, size_t n, double v);
 /* Shortest "%.{15,16,17}g" text that parses back to exactly v. */
 const char *titan_format_double(char *buf, size_t n, double v);
 /* Damerau–Levenshtein (optimal string alignment) distance. */

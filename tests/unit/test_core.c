@@ -131,6 +131,11 @@ static void test_format(void **state)
 	assert_string_equal(titan_format_bytes(b, sizeof(b), 512), "512 B");
 	assert_string_equal(titan_format_bytes(b, sizeof(b), 1536), "1.50 KiB");
 	assert_string_equal(titan_format_bytes(b, sizeof(b), 3.0 * (1 << 30)), "3.00 GiB");
+	assert_string_equal(titan_format_grouped(b, sizeof(b), 0), "0");
+	assert_string_equal(titan_format_grouped(b, sizeof(b), 999.4), "999");
+	assert_string_equal(titan_format_grouped(b, sizeof(b), 1234567), "1,234,567");
+	assert_string_equal(titan_format_grouped(b, sizeof(b), -1234), "-1,234");
+	assert_string_equal(titan_format_grouped(b, sizeof(b), 100000), "100,000");
 	assert_string_equal(titan_format_double(b, sizeof(b), 8e-4), "0.0008");
 	assert_string_equal(titan_format_double(b, sizeof(b), 0.1), "0.1");
 	assert_string_equal(titan_format_double(b, sizeof(b), 500000), "500000");

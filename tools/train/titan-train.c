@@ -51,23 +51,6 @@ static void usage(FILE *fp)
 "See also: titan-tokenize(1), titan-shard(1), titan-config(1)\n");
 }
 
-/* Comma-grouped integer, as Python's f"{x:,}". */
-static const char *grouped(char *buf, size_t n, double v)
-{
-	char raw[32];
-	int len, o = 0;
-
-	snprintf(raw, sizeof(raw), "%.0f", v);
-	len = (int)strlen(raw);
-	for (int i = 0; i < len && o < (int)n - 2; i++) {
-		buf[o++] = raw[i];
-		if (raw[i] != '-' && (len - i - 1) % 3 == 0 && i < len - 1)
-			buf[o++] = ',';
-	}
-	buf[o] = '\0';
-	return buf;
-}
-
 /* Peak fp32 FLOP/s of this CPU for MFU: metrics.peak_flops, or a measured
  * sgemm (1024^3, best of 3) on the threads the run uses: OpenBLAS's own
  * threading for the probe (the training GEMMs run it on one thread per tile
@@ -487,7 +470,7 @@ static int train(struct run *r)
 				printf("step: %2lld  loss: %8.5f  grad_norm: %7.4f  memory: %5.2fGiB(%.2f%%)  "
 				       "tps: %s  tflops: %.2f  mfu: %.2f%%\n", (long long)step, loss, norm,
 				       gib, 100.0 * (double)ms.total_peak / total_mem,
-				       grouped(g, sizeof(g), tps), tflops, mfu);
+				       titan_format_grouped(g, sizeof(g), tps), tflops, mfu);
 				fflush(stdout);
 			}
 			if (r->jsonl) {
