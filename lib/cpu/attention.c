@@ -31,7 +31,7 @@ static int check_dims(const struct titan_attn_dims *d)
  * ars = lda, aps = 1; Aᵀ of a stored [k,m] matrix: ars = 1, aps = lda) and
  * row strides ldb/ldc for B and C.  Every element is C (or 0) plus the
  * products for p = 0..k−1 in order, each added with one fused multiply-add
- * (fmaf: rounded once), so the tiling below (8×16 register tiles held in
+ * (fmaf: rounded once), so the tiling below (8×32 or 8×16 register tiles held in
  * GCC vectors — one zmm, two ymm or four xmm per row, whatever the clone —
  * and a plain loop at the edges) never changes a bit, and every clone gives
  * the same bits: AVX2 and AVX-512 clones use vfmadd, the baseline clone
@@ -52,6 +52,27 @@ typedef float v16f __attribute__((vector_size(64)));
 
 #define MR 8
 #define NR 16
+
+/* 8×32 tiles (16 accumulators: AVX-512 has 32 vector registers, AVX2 only
+ * 16) on CPUs with AVX-512: two vectors of B per broadcast of A, so the
+ * loop is bound by the FMAs rather than by loads.  Same products in the
+ * same order per element as the 8×16 tiles: the same bits. */
+static bool wide_tiles;
+__attribute__((constructor)) static void detect_wide_tiles(void)
+{
+#if defined(__GNUC__) && defined(__x86_64__)
+	__builtin_cpu_init();
+	wide_tiles = __builtin_cpu_supports("avx512f");
+#endif
+}
+
+#define FMA_ROW2(r) \
+	do { \
+		const float s2_ = ap[(r) * ars]; \
+		FMA16(t[r][0], s2_, b0); \
+		FMA16(t[r][1], s2_, b1); \
+	} while (0)
+
 TITAN_CPU_CLONES
 static void mm_kernel(float *restrict c, int64_t ldc, const float *restrict a,
 		      int64_t ars, int64_t aps, const float *restrict b, int64_t ldb,
@@ -59,6 +80,57 @@ static void mm_kernel(float *restrict c, int64_t ldc, const float *restrict a,
 {
 	const v16f zero = {0};
 	int64_t j0 = 0;
+	for (; wide_tiles && j0 + 2 * NR <= n; j0 += 2 * NR) {
+		int64_t i = 0;
+		for (; i + MR <= m; i += MR) {
+			const float *ar = a + i * ars;
+			float *c0 = c + i * ldc + j0;
+			v16f t[MR][2], b0, b1;
+			for (int r = 0; r < MR; r++) {
+				t[r][0] = t[r][1] = zero;
+				if (acc) {
+					LD16(t[r][0], c0 + r * ldc);
+					LD16(t[r][1], c0 + r * ldc + NR);
+				}
+			}
+			const float *bp = b + j0;
+			for (int64_t p = 0; p < k; p++, bp += ldb) {
+				LD16(b0, bp);
+				LD16(b1, bp + NR);
+				const float *ap = ar + p * aps;
+				FMA_ROW2(0);
+				FMA_ROW2(1);
+				FMA_ROW2(2);
+				FMA_ROW2(3);
+				FMA_ROW2(4);
+				FMA_ROW2(5);
+				FMA_ROW2(6);
+				FMA_ROW2(7);
+			}
+			for (int r = 0; r < MR; r++) {
+				ST16(c0 + r * ldc, t[r][0]);
+				ST16(c0 + r * ldc + NR, t[r][1]);
+			}
+		}
+		for (; i < m; i++) {
+			const float *ai = a + i * ars;
+			float *ci = c + i * ldc + j0;
+			v16f t0 = zero, t1 = zero, b0, b1;
+			if (acc) {
+				LD16(t0, ci);
+				LD16(t1, ci + NR);
+			}
+			const float *bp = b + j0;
+			for (int64_t p = 0; p < k; p++, bp += ldb) {
+				LD16(b0, bp);
+				LD16(b1, bp + NR);
+				FMA16(t0, ai[p * aps], b0);
+				FMA16(t1, ai[p * aps], b1);
+			}
+			ST16(ci, t0);
+			ST16(ci + NR, t1);
+		}
+	}
 	for (; j0 + NR <= n; j0 += NR) {
 		int64_t i = 0;
 		for (; i + MR <= m; i += MR) {
