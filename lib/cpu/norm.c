@@ -17,6 +17,7 @@ static float rms_row_fwd(float *yi, const float *xi, const float *w, int64_t c, 
 	const double ss = titan_cpu_dot8d(xi, xi, c);
 	float r = (float)(1.0 / sqrt(ss / (double)c + (double)eps));
 
+	#pragma omp simd
 	for (int64_t j = 0; j < c; j++)
 		yi[j] = xi[j] * r * w[j];
 	return r;
@@ -24,13 +25,15 @@ static float rms_row_fwd(float *yi, const float *xi, const float *w, int64_t c, 
 
 /* acc[j] += Σ_i dy[i][j]·(x[i][j]·rstd[i]) over the n rows, in row order */
 TITAN_CPU_CLONES
-static void rms_dw_block(double *acc, const float *x, const float *dy, const float *rstd,
+static void rms_dw_block(double *restrict acc, const float *restrict x,
+			 const float *restrict dy, const float *restrict rstd,
 			 int64_t n, int64_t c, int64_t nc)
 {
 	for (int64_t i = 0; i < n; i++) {
 		const float *xi = x + i * c, *gi = dy + i * c;
 		const float r = rstd[i];
 
+		#pragma omp simd
 		for (int64_t j = 0; j < nc; j++)
 			acc[j] += (double)(gi[j] * (xi[j] * r));
 	}
@@ -52,6 +55,7 @@ static void rms_row_bwd(float *dxi, const float *gi, const float *xi, const floa
 	const double dot = ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
 	const float mean = (float)(dot / (double)c);
 
+	#pragma omp simd
 	for (j = 0; j < c; j++) {
 		float g = gi[j] * w[j], xhat = xi[j] * r;
 		float d = r * (g - xhat * mean);

@@ -20,24 +20,36 @@ struct adamw_consts {
 	float keep, lc, b2, c2, neg_step, bc2_sqrt, eps, grad_mul;
 };
 
+/* One element; `small` (loop-invariant) picks lerp's form. */
+#define ADAMW_ELEM(i, base) \
+	do { \
+		const float gi = g[i] * gm; \
+		const float pi = p[i] * keep; /* × 1 is exact when wd = 0 */ \
+		const float mo = m[i]; \
+		const float mi = fmaf(lc, gi - mo, (base)); \
+		const float vi = v[i] * b2 + c2 * gi * gi; \
+		const float denom = sqrtf(vi) / bc2_sqrt + eps; \
+		p[i] = pi + neg_step * mi / denom; \
+		m[i] = mi; \
+		v[i] = vi; \
+	} while (0)
+
 TITAN_CPU_CLONES
-static void adamw_range(float *p, float *m, float *v, const float *g, int64_t n,
-			const struct adamw_consts *k)
+static void adamw_range(float *restrict p, float *restrict m, float *restrict v,
+			const float *restrict g, int64_t n, const struct adamw_consts *k)
 {
 	const float keep = k->decay ? k->keep : 1.0f, lc = k->lc, b2 = k->b2;
 	const float c2 = k->c2, neg_step = k->neg_step, bc2_sqrt = k->bc2_sqrt;
 	const float eps = k->eps, gm = k->grad_mul;
-	const bool small = k->small;
-	#pragma omp simd
-	for (int64_t i = 0; i < n; i++) {
-		const float gi = g[i] * gm;
-		const float pi = p[i] * keep; /* × 1 is exact when wd = 0 */
-		const float mi = fmaf(lc, gi - m[i], small ? m[i] : gi);
-		const float vi = v[i] * b2 + c2 * gi * gi;
-		const float denom = sqrtf(vi) / bc2_sqrt + eps;
-		p[i] = pi + neg_step * mi / denom;
-		m[i] = mi;
-		v[i] = vi;
+
+	if (k->small) {
+		#pragma omp simd
+		for (int64_t i = 0; i < n; i++)
+			ADAMW_ELEM(i, mo);
+	} else {
+		#pragma omp simd
+		for (int64_t i = 0; i < n; i++)
+			ADAMW_ELEM(i, gi);
 	}
 }
 
