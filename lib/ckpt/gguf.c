@@ -16,7 +16,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -558,40 +557,18 @@ struct titan_gguf *titan_gguf_open(const char *path)
 {
 	struct titan_gguf *f = titan_calloc(sizeof(*f), TITAN_MEM_OTHER);
 	struct cur c = {.path = path};
-	struct stat sb;
-	int fd = -1;
 
 	if (!f)
 		return NULL;
-	if (!(f->path = titan_strdup(path)))
+	if (!(f->path = titan_strdup(path)) ||
+	    titan_map_file(path, &f->map_, &f->file_size) < 0)
 		goto fail;
-	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0 || fstat(fd, &sb) != 0) {
-		titan_error(TITAN_E_IO, "cannot open '%s': %s", path, strerror(errno));
-		goto fail;
-	}
-	if (!S_ISREG(sb.st_mode)) {
-		titan_error(TITAN_E_IO, "cannot read '%s': not a regular file", path);
-		goto fail;
-	}
-	f->file_size = (size_t)sb.st_size;
-	if (f->file_size > 0) {
-		f->map_ = mmap(NULL, f->file_size, PROT_READ, MAP_PRIVATE, fd, 0);
-		if (f->map_ == MAP_FAILED) {
-			f->map_ = NULL;
-			titan_error(TITAN_E_IO, "cannot map '%s': %s", path, strerror(errno));
-			goto fail;
-		}
-	}
-	close(fd);
-	fd = -1;
 	c.p = f->map_;
 	c.size = f->file_size;
 	if (parse(f, &c) < 0)
 		goto fail;
 	return f;
 fail:
-	if (fd >= 0)
-		close(fd);
 	titan_gguf_close(f);
 	return NULL;
 }
@@ -600,8 +577,7 @@ void titan_gguf_close(struct titan_gguf *f)
 {
 	if (!f)
 		return;
-	if (f->map_)
-		munmap(f->map_, f->file_size);
+	titan_unmap_file(f->map_, f->file_size);
 	titan_free(f->kv);
 	titan_free(f->tensors);
 	titan_free(f->by_name_);

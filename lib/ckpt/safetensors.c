@@ -12,7 +12,6 @@
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -309,37 +308,19 @@ struct titan_safetensors *titan_safetensors_open(const char *path)
 {
 	struct titan_safetensors *f = titan_calloc(sizeof(*f), TITAN_MEM_OTHER);
 	const uint8_t *base;
-	struct stat sb;
 	uint64_t n = 0;
-	int fd = -1;
 
 	if (!f)
 		return NULL;
-	if (!(f->path = titan_strdup(path)))
+	if (!(f->path = titan_strdup(path)) ||
+	    titan_map_file(path, &f->map_, &f->file_size) < 0)
 		goto fail;
-	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0 || fstat(fd, &sb) != 0) {
-		titan_error(TITAN_E_IO, "cannot open '%s': %s", path, strerror(errno));
-		goto fail;
-	}
-	if (!S_ISREG(sb.st_mode)) {
-		titan_error(TITAN_E_IO, "cannot read '%s': not a regular file", path);
-		goto fail;
-	}
-	f->file_size = (size_t)sb.st_size;
 	if (f->file_size < 8) {
 		titan_error(TITAN_E_FORMAT,
 			    "'%s' is not a safetensors file: %zu bytes, shorter than the 8-byte "
 			    "header length", path, f->file_size);
 		goto fail;
 	}
-	f->map_ = mmap(NULL, f->file_size, PROT_READ, MAP_PRIVATE, fd, 0);
-	if (f->map_ == MAP_FAILED) {
-		f->map_ = NULL;
-		titan_error(TITAN_E_IO, "cannot map '%s': %s", path, strerror(errno));
-		goto fail;
-	}
-	close(fd);
-	fd = -1;
 	base = f->map_;
 	for (int i = 7; i >= 0; i--)
 		n = n << 8 | base[i];
@@ -362,8 +343,6 @@ struct titan_safetensors *titan_safetensors_open(const char *path)
 		goto fail;
 	return f;
 fail:
-	if (fd >= 0)
-		close(fd);
 	titan_safetensors_close(f);
 	return NULL;
 }
@@ -372,8 +351,7 @@ void titan_safetensors_close(struct titan_safetensors *f)
 {
 	if (!f)
 		return;
-	if (f->map_)
-		munmap(f->map_, f->file_size);
+	titan_unmap_file(f->map_, f->file_size);
 	json_decref(f->json_);
 	titan_free(f->tensors);
 	titan_free(f->by_name_);

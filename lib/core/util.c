@@ -11,6 +11,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -265,4 +266,44 @@ int titan_write_file_atomic(const char *path, const void *data, size_t n)
 	if (n && fwrite(data, 1, n, f.fp) != n)
 		rc = titan_error(TITAN_E_IO, "cannot write '%s': %s", path, strerror(errno));
 	return titan_afile_close(&f, rc);
+}
+
+int titan_map_file(const char *path, const void **map, size_t *size)
+{
+	struct stat sb;
+	void *p = NULL;
+	int fd;
+
+	*map = NULL;
+	*size = 0;
+	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0 || fstat(fd, &sb) != 0) {
+		int e = errno;
+
+		if (fd >= 0)
+			close(fd);
+		return titan_error(TITAN_E_IO, "cannot open '%s': %s", path, strerror(e));
+	}
+	if (!S_ISREG(sb.st_mode)) {
+		close(fd);
+		return titan_error(TITAN_E_IO, "cannot read '%s': not a regular file", path);
+	}
+	if (sb.st_size > 0) {
+		p = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+		if (p == MAP_FAILED) {
+			int e = errno;
+
+			close(fd);
+			return titan_error(TITAN_E_IO, "cannot map '%s': %s", path, strerror(e));
+		}
+	}
+	close(fd);
+	*map = p;
+	*size = (size_t)sb.st_size;
+	return 0;
+}
+
+void titan_unmap_file(const void *map, size_t size)
+{
+	if (map)
+		munmap((void *)map, size);
 }

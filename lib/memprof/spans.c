@@ -9,7 +9,6 @@
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <fcntl.h>
 #include <unistd.h>
@@ -355,9 +354,9 @@ int titan_chrome_read(const char *path, struct titan_chrome_trace **out)
 {
 	struct titan_chrome_trace *t = calloc(1, sizeof(*t));
 	struct reader rd = {t, NULL, 0, NULL, 0, 0};
-	void *map = MAP_FAILED;
-	struct stat st;
-	int fd = -1, rc;
+	const void *map = NULL;
+	size_t size = 0;
+	int rc;
 
 	*out = NULL;
 	if (!t || !(t->path = strdup(path))) {
@@ -366,31 +365,17 @@ int titan_chrome_read(const char *path, struct titan_chrome_trace **out)
 	}
 	t->pid = -1;
 	t->meta_step = -1;
-	if ((fd = open(path, O_RDONLY)) < 0 || fstat(fd, &st) != 0) {
-		rc = titan_error(TITAN_E_IO, "cannot open '%s': %s", path, strerror(errno));
+	if ((rc = titan_map_file(path, &map, &size)) < 0)
 		goto out;
-	}
-	if (!S_ISREG(st.st_mode)) {
-		rc = titan_error(TITAN_E_IO, "'%s' is not a regular file", path);
-		goto out;
-	}
-	if (st.st_size == 0) {
+	if (size == 0) {
 		rc = titan_error(TITAN_E_FORMAT, "'%s' is empty", path);
 		goto out;
 	}
-	map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-	if (map == MAP_FAILED) {
-		rc = titan_error(TITAN_E_IO, "cannot read '%s': %s", path, strerror(errno));
-		goto out;
-	}
 	rd.buf = map;
-	rd.n = (size_t)st.st_size;
+	rd.n = size;
 	rc = parse(&rd);
 out:
-	if (map != MAP_FAILED)
-		munmap(map, (size_t)st.st_size);
-	if (fd >= 0)
-		close(fd);
+	titan_unmap_file(map, size);
 	free(rd.open);
 	if (rc < 0) {
 		titan_chrome_free(t);

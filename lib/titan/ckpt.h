@@ -119,7 +119,7 @@ struct titan_safetensors {
 	const char **meta_keys;         /* __metadata__ in header order */
 	const char **meta_values;
 	/* private */
-	void *map_;
+	const void *map_;
 	void *json_;
 	size_t *by_name_;
 	int64_t *shapes_;
@@ -666,7 +666,7 @@ struct titan_gguf {
 	size_t n_tensors;
 	struct titan_gguf_tensor *tensors; /* file order */
 	/* private */
-	void *map_;
+	const void *map_;
 	char *pool_;
 	uint64_t *str_at_;
 	size_t *by_name_;

@@ -336,6 +336,16 @@ const char *titan_format_double(char *buf, size_t n, double v);
 int titan_edit_distance(const char *a, const char *b);
 char *titan_strdup(const char *s); /* NULL + TITAN_E_NOMEM on failure */
 
+/* ------------------------------------------------------------ file maps */
+
+/* Map a whole regular file read-only (private mapping); the descriptor is
+ * closed before returning.  An empty file gives *map = NULL, *size = 0.
+ * TITAN_E_IO naming the file when it cannot be opened, is not a regular
+ * file, or cannot be mapped.  Release with titan_unmap_file. */
+int titan_map_file(const char *path, const void **map, size_t *size);
+/* NULL (an empty file's map) is a no-op. */
+void titan_unmap_file(const void *map, size_t size);
+
 /* Write `n` bytes to `path` atomically: a temporary file in the same folder,
  * fsync, rename.  On failure nothing exists under `path` that was not there. */
 int titan_write_file_atomic(const char *path, const void *data, size_t n);

@@ -269,6 +269,38 @@ static void test_build_facts(void **state)
 	assert_false(titan_has_feature("hdf")); /* whole names only */
 }
 
+static void test_map_file(void **state)
+{
+	char dir[] = "/tmp/titan-map-XXXXXX", path[64];
+	const void *m;
+	size_t n;
+	FILE *fp;
+
+	(void)state;
+	assert_non_null(mkdtemp(dir));
+	snprintf(path, sizeof(path), "%s/f", dir);
+	assert_int_equal(titan_map_file(path, &m, &n), TITAN_E_IO); /* missing */
+	assert_non_null(strstr(titan_errmsg(), "cannot open"));
+	assert_int_equal(titan_map_file(dir, &m, &n), TITAN_E_IO);  /* a folder */
+	assert_non_null(strstr(titan_errmsg(), "not a regular file"));
+	fp = fopen(path, "wb");
+	assert_non_null(fp);
+	fclose(fp);
+	assert_int_equal(titan_map_file(path, &m, &n), 0);         /* empty */
+	assert_null(m);
+	assert_int_equal(n, 0);
+	titan_unmap_file(m, n);
+	fp = fopen(path, "wb");
+	fputs("hello", fp);
+	fclose(fp);
+	assert_int_equal(titan_map_file(path, &m, &n), 0);
+	assert_int_equal(n, 5);
+	assert_memory_equal(m, "hello", 5);
+	titan_unmap_file(m, n);
+	unlink(path);
+	rmdir(dir);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -282,6 +314,7 @@ int main(void)
 		cmocka_unit_test(test_afile),
 		cmocka_unit_test(test_timer),
 		cmocka_unit_test(test_build_facts),
+		cmocka_unit_test(test_map_file),
 	};
 	setenv("TITAN_LOG_TIME", "1", 1);
 	return cmocka_run_group_tests_name("core", tests, NULL, NULL);
