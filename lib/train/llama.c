@@ -326,8 +326,11 @@ static float *G(struct titan_llama *m, enum titan_param_role r, int layer)
 
 #define CK(call) do { if ((rc = (call)) < 0) return rc; } while (0)
 
-/* Block `l` forward: x[l] -> x[l+1], keeping activations in `a`. */
-static int block_fwd(struct titan_llama *m, int l, struct acts *a)
+/* Block `l` forward: x[l] -> x[l+1], keeping activations in `a`.  With
+ * `rest_only` (selective "op" in backward) `a` already holds what the block
+ * kept (q, v, att, lse, w1·x, and x[l+1]): only the rest is computed, by
+ * the same calls on the same inputs, so with the same bits. */
+static int block_fwd(struct titan_llama *m, int l, struct acts *a, bool rest_only)
 {
 	const struct titan_backend_ops *op = m->be->ops;
 	struct titan_backend *be = m->be;
@@ -342,46 +345,28 @@ static int block_fwd(struct titan_llama *m, int l, struct acts *a)
 
 	CK(op->rmsnorm_fwd(be, a->xn1, a->rstd1, x, P(m, TITAN_PARAM_ATTENTION_NORM, l), n, C,
 			   (float)d->norm_eps));
-	CK(op->matmul_fwd(be, a->q, a->xn1, P(m, TITAN_PARAM_WQ, l), n, C, q, false));
+	if (!rest_only)
+		CK(op->matmul_fwd(be, a->q, a->xn1, P(m, TITAN_PARAM_WQ, l), n, C, q, false));
 	CK(op->matmul_fwd(be, a->k, a->xn1, P(m, TITAN_PARAM_WK, l), n, C, kv, false));
-	CK(op->matmul_fwd(be, a->v, a->xn1, P(m, TITAN_PARAM_WV, l), n, C, kv, false));
-	CK(op->rope_fwd(be, a->q, m->freqs, m->o.batch, m->o.seq, d->n_heads, d->head_dim));
+	if (!rest_only) {
+		CK(op->matmul_fwd(be, a->v, a->xn1, P(m, TITAN_PARAM_WV, l), n, C, kv, false));
+		CK(op->rope_fwd(be, a->q, m->freqs, m->o.batch, m->o.seq, d->n_heads, d->head_dim));
+	}
 	CK(op->rope_fwd(be, a->k, m->freqs, m->o.batch, m->o.seq, d->n_kv_heads, d->head_dim));
-	CK(op->attention_fwd(be, a->att, a->lse, a->q, a->k, a->v, &ad));
+	if (!rest_only)
+		CK(op->attention_fwd(be, a->att, a->lse, a->q, a->k, a->v, &ad));
 	CK(op->copy(be, a->h, x, n * C));
 	CK(op->matmul_fwd(be, a->h, a->att, P(m, TITAN_PARAM_WO, l), n, q, C, true));
 	CK(op->rmsnorm_fwd(be, a->xn2, a->rstd2, a->h, P(m, TITAN_PARAM_FFN_NORM, l), n, C,
 			   (float)d->norm_eps));
-	CK(op->matmul_fwd(be, a->a, a->xn2, P(m, TITAN_PARAM_W1, l), n, C, F, false));
+	if (!rest_only)
+		CK(op->matmul_fwd(be, a->a, a->xn2, P(m, TITAN_PARAM_W1, l), n, C, F, false));
 	CK(op->matmul_fwd(be, a->b, a->xn2, P(m, TITAN_PARAM_W3, l), n, C, F, false));
 	CK(op->swiglu_fwd(be, a->g, a->a, a->b, n * F));
-	CK(op->copy(be, y, a->h, n * C));
-	CK(op->matmul_fwd(be, y, a->g, P(m, TITAN_PARAM_W2, l), n, F, C, true));
-	return 0;
-}
-
-/* Selective "op": recompute what block `l` did not keep — the same ops on
- * the same inputs as block_fwd, so the same bits. */
-static int block_recompute_op(struct titan_llama *m, int l, struct acts *a)
-{
-	const struct titan_backend_ops *op = m->be->ops;
-	struct titan_backend *be = m->be;
-	const struct titan_model_dims *d = &m->d;
-	const int64_t n = m->n, C = d->dim, F = d->ffn_hidden;
-	const int64_t q = d->n_heads * d->head_dim, kv = d->n_kv_heads * d->head_dim;
-	const float *x = m->x[l];
-	int rc;
-
-	CK(op->rmsnorm_fwd(be, a->xn1, a->rstd1, x, P(m, TITAN_PARAM_ATTENTION_NORM, l), n, C,
-			   (float)d->norm_eps));
-	CK(op->matmul_fwd(be, a->k, a->xn1, P(m, TITAN_PARAM_WK, l), n, C, kv, false));
-	CK(op->rope_fwd(be, a->k, m->freqs, m->o.batch, m->o.seq, d->n_kv_heads, d->head_dim));
-	CK(op->copy(be, a->h, x, n * C));
-	CK(op->matmul_fwd(be, a->h, a->att, P(m, TITAN_PARAM_WO, l), n, q, C, true));
-	CK(op->rmsnorm_fwd(be, a->xn2, a->rstd2, a->h, P(m, TITAN_PARAM_FFN_NORM, l), n, C,
-			   (float)d->norm_eps));
-	CK(op->matmul_fwd(be, a->b, a->xn2, P(m, TITAN_PARAM_W3, l), n, C, F, false));
-	CK(op->swiglu_fwd(be, a->g, a->a, a->b, n * F));
+	if (!rest_only) {
+		CK(op->copy(be, y, a->h, n * C));
+		CK(op->matmul_fwd(be, y, a->g, P(m, TITAN_PARAM_W2, l), n, F, C, true));
+	}
 	return 0;
 }
 
@@ -453,7 +438,7 @@ static int forward(struct titan_llama *m, const int32_t *inputs)
 	span_end(m, "embedding");
 	for (int l = 0; l < m->d.n_layers && rc == 0; l++) {
 		span_begin(m, "forward", l);
-		rc = block_fwd(m, l, m->ckpt[l] ? &m->recompute : &m->acts[l]);
+		rc = block_fwd(m, l, m->ckpt[l] ? &m->recompute : &m->acts[l], false);
 		span_end(m, "forward");
 	}
 	if (rc == 0)
@@ -487,16 +472,14 @@ int titan_llama_step(struct titan_llama *m, const int32_t *inputs, const int32_t
 	for (int64_t l = L - 1; l >= 0 && rc == 0; l--) {
 		struct acts *a = &m->acts[l];
 
-		if (m->ckpt[l]) { /* recompute the block from its saved input */
-			a = &m->recompute;
+		if (m->ckpt[l] || m->o.ac == TITAN_AC_SELECTIVE_OP) {
+			/* recompute the block (or per op, what it did not keep) */
+			const bool rest_only = !m->ckpt[l];
+
+			if (m->ckpt[l])
+				a = &m->recompute;
 			span_begin(m, "recompute", (int)l);
-			rc = block_fwd(m, (int)l, a);
-			span_end(m, "recompute");
-			if (rc < 0)
-				break;
-		} else if (m->o.ac == TITAN_AC_SELECTIVE_OP) {
-			span_begin(m, "recompute", (int)l);
-			rc = block_recompute_op(m, (int)l, a);
+			rc = block_fwd(m, (int)l, a, rest_only);
 			span_end(m, "recompute");
 			if (rc < 0)
 				break;
