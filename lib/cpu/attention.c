@@ -283,8 +283,8 @@ int titan_cpu_attention_fwd(struct titan_backend *be, float *out, float *lse,
 		return rc;
 	const int64_t B = d->batch, T = d->seq, H = d->n_heads, Hkv = d->n_kv_heads;
 	const int64_t D = d->head_dim, rep = H / Hkv;
-	const int64_t bq = be->attn_block_q > 0 ? be->attn_block_q : 64;
-	const int64_t bk = be->attn_block_k > 0 ? be->attn_block_k : 64;
+	const int64_t bq = be->attn_block_q > 0 ? be->attn_block_q : TITAN_ATTN_BLOCK;
+	const int64_t bk = be->attn_block_k > 0 ? be->attn_block_k : TITAN_ATTN_BLOCK;
 	const int64_t nqb = (T + bq - 1) / bq, ntask = B * H * nqb;
 	const int64_t qs = H * D, ks = Hkv * D; /* row strides */
 	const float scale = (float)(1.0 / sqrt((double)D));
@@ -344,8 +344,8 @@ int titan_cpu_attention_bwd(struct titan_backend *be, float *dq, float *dk,
 		return rc;
 	const int64_t B = d->batch, T = d->seq, H = d->n_heads, Hkv = d->n_kv_heads;
 	const int64_t D = d->head_dim, rep = H / Hkv;
-	const int64_t bq = be->attn_block_q > 0 ? be->attn_block_q : 64;
-	const int64_t bk = be->attn_block_k > 0 ? be->attn_block_k : 64;
+	const int64_t bq = be->attn_block_q > 0 ? be->attn_block_q : TITAN_ATTN_BLOCK;
+	const int64_t bk = be->attn_block_k > 0 ? be->attn_block_k : TITAN_ATTN_BLOCK;
 	const int64_t ntask = B * Hkv;
 	const int64_t qs = H * D, ks = Hkv * D;
 	const float scale = (float)(1.0 / sqrt((double)D));

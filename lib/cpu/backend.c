@@ -71,8 +71,8 @@ int titan_backend_cpu_init(struct titan_backend *be, int nthreads)
 		.ops = &cpu_ops,
 		.alloc = titan_host_allocator(),
 		.nthreads = nthreads,
-		.attn_block_q = 64,
-		.attn_block_k = 64,
+		.attn_block_q = TITAN_ATTN_BLOCK,
+		.attn_block_k = TITAN_ATTN_BLOCK,
 	};
 #if TITAN_HAVE_BLAS
 	/* matmul.c threads over fixed tiles of C: OpenBLAS itself runs on

@@ -13,7 +13,6 @@
 #include <math.h>
 
 #define GRAIN 16384
-#define SUMSQ_CHUNK 16384 /* fixed: the sum must not depend on threads */
 
 struct adamw_consts {
 	bool decay, small;
@@ -99,7 +98,7 @@ static double sumsq_range(const float *x, int64_t n)
 int titan_cpu_sumsq(struct titan_backend *be, double *out, const float *x,
 		    int64_t n)
 {
-	const int64_t nch = (n + SUMSQ_CHUNK - 1) / SUMSQ_CHUNK;
+	const int64_t nch = (n + TITAN_SUMSQ_CHUNK - 1) / TITAN_SUMSQ_CHUNK;
 
 	*out = 0.0;
 	if (n <= 0)
@@ -110,8 +109,8 @@ int titan_cpu_sumsq(struct titan_backend *be, double *out, const float *x,
 	int nt = titan_cpu_threads(be, nch);
 	#pragma omp parallel for num_threads(nt) schedule(static)
 	for (int64_t ch = 0; ch < nch; ch++) {
-		const int64_t i0 = ch * SUMSQ_CHUNK;
-		const int64_t i1 = i0 + SUMSQ_CHUNK < n ? i0 + SUMSQ_CHUNK : n;
+		const int64_t i0 = ch * TITAN_SUMSQ_CHUNK;
+		const int64_t i1 = i0 + TITAN_SUMSQ_CHUNK < n ? i0 + TITAN_SUMSQ_CHUNK : n;
 		part[ch] = sumsq_range(x + i0, i1 - i0);
 	}
 	double s = 0.0;

@@ -2,20 +2,20 @@
  * cpu.c — the memory of titan-train's CPU path, to the byte: what
  * tools/train/titan-train.c, lib/train/llama.c (titan_llama_new) and the
  * CPU ops of lib/cpu allocate through the host tagged allocator, under the
- * same tags, at the same moments of a step.  The constants below are
- * those files' (tile sizes, loss chunk, sum-of-squares chunk, the sgemm
- * probe); tests/bats/titan-estimate.bats runs titan-train and compares,
- * so a change there that is not mirrored here fails `make test`.
+ * same tags, at the same moments of a step.  The sizes come from the same
+ * macros the ops use (TITAN_ATTN_BLOCK, TITAN_SUMSQ_CHUNK in titan/ops.h,
+ * TITAN_CE_CHUNK in titan/train.h); the buffer list mirrors the code, and
+ * tests/bats/titan-estimate.bats runs titan-train and compares, so a change
+ * there that is not mirrored here fails `make test`.
  */
 #include "est_impl.h"
+#include "titan/ops.h"
+#include "titan/train.h"
 
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define ATTN_BLOCK 64          /* lib/cpu/backend.c: attn_block_q, attn_block_k */
-#define CE_CHUNK 1024          /* lib/train/llama.c: ce_chunk default */
-#define SUMSQ_CHUNK 16384      /* lib/cpu/optim.c */
 #define PROBE_N 1024           /* titan-train.c measure_peak: 3 n x n fp32 matrices */
 
 int est_cpu_model(const struct titan_model_dims *d, const struct titan_est_opts *o,
@@ -26,7 +26,7 @@ int est_cpu_model(const struct titan_model_dims *d, const struct titan_est_opts 
 	struct est_num n = {false};
 	const int64_t B = o->local_batch, S = o->seq_len, L = d->n_layers, C = d->dim;
 	const int64_t H = d->n_heads, Hkv = d->n_kv_heads, D = d->head_dim, F = d->ffn_hidden;
-	const int64_t V = d->vocab_size, q = H * D, kv = Hkv * D, bq = ATTN_BLOCK;
+	const int64_t V = d->vocab_size, q = H * D, kv = Hkv * D, bq = TITAN_ATTN_BLOCK;
 	int64_t N, threads, kept = 0, nckpt = 0, set, arena, chunk, sumsq = 0, x;
 	int m_start = -1, m_fwd, m_loss, m_rec = -1, m_bwd, m_norm, m_opt, m_log = -1;
 	uint32_t all, rc_at;
@@ -48,7 +48,7 @@ int est_cpu_model(const struct titan_model_dims *d, const struct titan_est_opts 
 	r->params_shard = t.local_numel;
 	arena = est_mul(&n, t.arena_floats, 4);
 	for (int i = 0; i < t.n; i++) {
-		int64_t parts = (t.params[i].local_numel + SUMSQ_CHUNK - 1) / SUMSQ_CHUNK;
+		int64_t parts = (t.params[i].local_numel + TITAN_SUMSQ_CHUNK - 1) / TITAN_SUMSQ_CHUNK;
 
 		if (parts > sumsq)
 			sumsq = parts;
@@ -137,7 +137,7 @@ int est_cpu_model(const struct titan_model_dims *d, const struct titan_est_opts 
 	rc_at = EST_AT(m_fwd) | (m_rec >= 0 ? EST_AT(m_rec) : 0);
 	est_item(r, "attention forward tiles (per thread)", TITAN_MEM_WORKSPACE,
 		 est_mul(&n, est_mul(&n, x, bq * bq + D * bq + 2 * bq), 4), rc_at);
-	chunk = N < CE_CHUNK ? N : CE_CHUNK;
+	chunk = N < TITAN_CE_CHUNK ? N : TITAN_CE_CHUNK;
 	est_item(r, "classifier/CE chunk logits + row losses", TITAN_MEM_WORKSPACE,
 		 est_add(&n, est_mul(&n, est_mul(&n, chunk, V), 4), est_mul(&n, chunk, 8)),
 		 EST_AT(m_loss));

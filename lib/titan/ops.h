@@ -65,10 +65,16 @@ struct titan_backend {
 	struct titan_allocator *alloc; /* workspace (TITAN_MEM_WORKSPACE) */
 	int nthreads;                  /* cpu: OpenMP threads of every op */
 	/* Attention tiles: query rows and keys per block (> 0).  They change
-	 * rounding (online softmax), not the math; defaults 64 / 64. */
+	 * rounding (online softmax), not the math; default TITAN_ATTN_BLOCK. */
 	int attn_block_q, attn_block_k;
 	void *impl;                    /* backend private (cuda: stream, handles) */
 };
+
+/* Sizes that decide the CPU ops' workspace (titan-estimate models it from
+ * these): the default attention block, and the chunk of the gradient-norm
+ * sum of squares (fixed: the sum must not depend on the thread count). */
+#define TITAN_ATTN_BLOCK 64
+#define TITAN_SUMSQ_CHUNK 16384
 
 /* Attention geometry: q/out [B,T,H,D], k/v [B,T,Hkv,D], lse [B,H,T].
  * H must be a multiple of Hkv; query head h reads kv head h / (H/Hkv)

@@ -62,13 +62,17 @@ int titan_grad_accum_steps(const struct titan_config *c, int64_t dp_degree, int6
  * torchtitan's saved wq output.)  Recomputation runs the same
  * deterministic ops, so losses and gradients are bit-identical with and
  * without it. */
+/* Default tokens per classifier + cross-entropy chunk (the logits of one
+ * chunk are the loss's workspace). */
+#define TITAN_CE_CHUNK 1024
+
 enum titan_ac_mode { TITAN_AC_NONE, TITAN_AC_FULL, TITAN_AC_SELECTIVE, TITAN_AC_SELECTIVE_OP };
 
 struct titan_llama_opts {
 	int64_t batch, seq;          /* microbatch rows and sequence length */
 	enum titan_ac_mode ac;
 	int ac_every;                /* selective: every N-th block */
-	int64_t ce_chunk;            /* tokens per classifier/CE chunk (0: 1024) */
+	int64_t ce_chunk;            /* tokens per classifier/CE chunk (0: TITAN_CE_CHUNK) */
 	bool exclude_norms_embeddings_from_wd;
 };
 /* From activation_checkpoint.{mode, selective_ac_option}: an integer N or

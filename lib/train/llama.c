@@ -179,7 +179,7 @@ int titan_llama_new(const struct titan_model_dims *d, const struct titan_llama_o
 	m->d = *d;
 	m->o = *o;
 	if (m->o.ce_chunk <= 0)
-		m->o.ce_chunk = 1024;
+		m->o.ce_chunk = TITAN_CE_CHUNK;
 	m->be = be;
 	m->alloc = alloc ? alloc : titan_host_allocator();
 	m->n = o->batch * o->seq;
