@@ -8,7 +8,7 @@ tc=${1:-bin/titan-config}
 cat <<'HEAD'
 .TH TITAN-TRAIN 1 "2026-11-22" "titan 0.1.0" "titan manual"
 .SH NAME
-titan-train \- Llama 3 pre-training from token shards (CPU reference path)
+titan-train \- Llama 3 pre-training from token shards, on one process or N MPI ranks
 .SH SYNOPSIS
 .B titan-train
 .B \-\-config
@@ -16,6 +16,15 @@ titan-train \- Llama 3 pre-training from token shards (CPU reference path)
 .RI [ \-\-section.key=VALUE ...]
 .RB [ \-\-threads
 .IR N ]
+.RB [ \-\-log\-rank
+.IR LIST ]
+.br
+.B mpiexec \-n
+.I N
+.B titan-train
+.B \-\-config
+.I FILE
+.RI [ ... ]
 .SH DESCRIPTION
 .B titan-train
 trains a Llama 3 model (torchtitan's architecture, initialisation, loss,
@@ -36,8 +45,63 @@ valid tokens, clips the gradients to
 Activation checkpointing (none, full, or every N-th block) recomputes blocks
 in backward and gives bit-identical losses and gradients.
 .PP
-This version runs one process on the CPU (OpenBLAS + OpenMP); all
-parallelism degrees must be 1.
+It runs on the CPU (OpenBLAS + OpenMP), as one process or as N ranks started
+by MPICH's
+.B mpiexec
+or SLURM's
+.B srun \-\-mpi=pmi2
+(a process started without a launcher runs alone and needs no MPI).
+.SH PARALLELISM
+The ranks form torchtitan's mesh, outermost first: pp, dp_replicate,
+dp_shard, cp, tp.  The product of the
+.B parallelism.*_degree
+keys must equal the number of ranks;
+.B data_parallel_shard_degree
+\-1 takes the ranks left over.  Tensor, pipeline and context parallel
+degrees above 1 are refused in this version.
+.TP
+.B FSDP \fR(data_parallel_shard_degree > 1)
+FSDP2's per-parameter sharding: every rank stores rows
+[r\(buchunk, (r+1)\(buchunk) of dim 0 of each parameter (chunk =
+ceil(rows / N), torch.chunk's split), of its gradient and of its AdamW
+moments.  Each unit (the embeddings, each block, the final norm with the
+output layer) is all-gathered before its forward, the next unit prefetched
+while it computes, freed after forward unless
+.B parallelism.fsdp_reshard_after_forward
+is never, all-gathered again before its backward, and its gradients are
+reduce-scattered after its backward while the next unit's backward runs.
+.TP
+.B DDP \fR(data_parallel_replicate_degree > 1, shard degree 1)
+Every rank holds the whole model; gradients are all-reduced in buckets of
+.B comm.bucket_size_mb
+(25 by default, torch's bucket_cap_mb) as soon as backward has produced
+them, on the last microbatch of a step.
+.TP
+.B HSDP \fR(both > 1)
+FSDP within each replica, then the sharded gradients are all-reduced across
+the replicas.
+.PP
+Collectives run on a progress thread per communicator, so they overlap
+the computation.  Every layout trains on the same sequences as one rank
+(each data-parallel rank reads its rows of every global batch) and
+reproduces the one-rank losses up to float rounding: the loss is divided by
+the step's valid tokens over all ranks and gradients are summed.
+Weights are initialised per shard from counter-based random numbers, so
+every layout starts from the same weights.
+.PP
+.B Faults.
+Until the end of step 1 every collective waits at most
+.B comm.init_timeout_seconds,
+then
+.BR comm.train_timeout_seconds .
+A rank whose collective does not finish in time finds out which ranks no
+longer answer, prints the operation, the step and the missing ranks, writes
+its flight recorder (the last
+.B comm.trace_buf_size
+collectives) to
+.IR job.dump_folder / comm.save_traces_folder /rank R .json
+and exits with status 3.  A failing rank ends the whole job
+(MPI_Abort) instead of leaving the others waiting.
 .SH OUTPUT
 Every
 .B metrics.log_freq
@@ -56,7 +120,17 @@ or, when it is null, an sgemm measured at start-up.  The same values, plus
 lr, tokens seen, step and data-loading time and the peak memory per tag, go
 to
 .IR job.dump_folder / metrics.save_jsonl_file
-(JSON lines).  With
+(JSON lines; rank 0 writes it, every rank with
+.BR metrics.save_for_all_ranks ).
+On several ranks, tps, tflops and mfu are per rank (as torchtitan's),
+memory is rank 0's, and metrics.jsonl adds the slowest rank's step time and
+the largest rank's peak memory.  Profiling traces and memory traces are
+written per rank
+.RI ( rank R _trace.json ,
+.IR rank R .memtrace ).
+Log lines start with
+.RI [rank R ]:
+on several ranks.  With
 .BR validation.enable ,
 the loss over the shards' val split is printed every
 .B validation.freq
@@ -69,11 +143,15 @@ With
 .BR checkpoint.enable ,
 every
 .B checkpoint.interval
-steps and at the last step the model, the AdamW moments, the step, the
+steps and at the last step (and when a stop signal arrives) the model,
+the AdamW moments, the step, the
 tokens seen, the data position and the schedule go to
 .IR job.dump_folder / checkpoint.folder /step-N.h5
-(HDF5, whole tensors under torchtitan's names; written under a temporary
-name and renamed when complete); the last save holds the weights only
+(HDF5, whole tensors under torchtitan's names whatever the layout: on
+several ranks each writes the rows it holds into the one file with parallel
+HDF5; written under a temporary name and renamed when complete, so a job
+that dies while saving leaves the previous step as the newest); the last
+save holds the weights only
 (in
 .BR checkpoint.export_dtype )
 unless
@@ -83,7 +161,8 @@ is false, and only the newest
 steps are kept.  A run whose folder holds checkpoints resumes from the newest
 (or
 .BR checkpoint.load_step )
-and continues with bit-identical losses;
+and continues with bit-identical losses (on the same layout; a checkpoint
+of any layout resumes on any other, the data position included);
 .B checkpoint.initial_load_path
 starts from other weights,
 .B checkpoint.create_seed_checkpoint
@@ -102,7 +181,13 @@ Override a key (see CONFIGURATION).
 Print the configuration reference below.
 .TP
 .BI \-\-threads " N"
-CPU threads (default: all cores).
+CPU threads per rank (default: OMP_NUM_THREADS, else the node's cores
+divided by the ranks on the node).
+.TP
+.BI \-\-log\-rank " LIST"
+The ranks that print step lines and info messages: 0 (the default), a
+comma-separated list, or all (torchtitan's \-\-local\-ranks\-filter).  The
+others print warnings and errors only.  Also TITAN_LOG_RANKS.
 .TP
 .BR \-v ", " \-\-verbose ", " \-q ", " \-\-quiet ", " \-h ", " \-\-help ", " \-\-version
 As every titan tool.
@@ -118,14 +203,24 @@ turns this off.
 .TP
 .BR TITAN_LOG_LEVEL ", " TITAN_LOG_TIME
 As every titan tool (error, warn, info, debug, trace; 0 drops timestamps).
+.SH SIGNALS
+SIGTERM (what SLURM sends before the time limit), SIGINT and SIGUSR1 on any
+rank make every rank finish the current step; a checkpoint is saved when
+.B checkpoint.enable
+is set, and the exit status is 128 + the signal number.
 .SH EXIT STATUS
 0 when all steps ran, 1 on a runtime failure (including a non-finite loss),
-2 on a usage error or an invalid configuration.
+2 on a usage error or an invalid configuration, 3 when a rank stopped
+answering (a collective timed out), 128 + N when stopped by signal N.
 .SH EXAMPLES
 .nf
 titan-tokenize -t tok.tiktoken corpus.jsonl | titan-shard -t tok.tiktoken --out data --val-docs 10
 titan-train --config configs/llama3_debug.yaml --training.dataset_path=data \e
             --training.seq_len=256 --training.steps=100
+mpiexec \-n 4 titan-train \-\-config configs/llama3_debug.yaml \e
+            \-\-training.dataset_path=data    # FSDP 4
+mpiexec \-n 4 titan-train \-\-config configs/llama3_debug.yaml \e
+            \-\-parallelism.data_parallel_replicate_degree=2  # HSDP 2 x 2
 .fi
 .SH CONFIGURATION
 Generated from the config schema

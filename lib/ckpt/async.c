@@ -10,12 +10,19 @@
  * a time: the writer thread while a save is in flight, and the trainer
  * only after titan_ckpt_async_wait.  Errors of the writer are recorded in
  * its thread and handed to the caller by the wait.
+ *
+ * Multi-rank saves (titan_ckpt_async_save_dist): each rank stages its own
+ * (sharded) arenas, and the writer threads of all ranks run the collective
+ * titan_ckpt_save_dist sequence on a duplicate of the job's communicator
+ * owned by the saver (made in the caller's thread, collectively, at the
+ * first such save), so that the training threads' collectives on other
+ * communicators go on meanwhile.
  */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "titan/ckpt.h"
+#include "ckpt_impl.h"
 #include "titan/data.h"
 
 struct titan_ckpt_async {
@@ -27,8 +34,10 @@ struct titan_ckpt_async {
 	int64_t floats;
 	struct titan_loader_state *loader;
 	int64_t nloader;
+	struct titan_ckpt_comm *comm; /* multi-rank saves: our communicator */
 	/* the save in flight */
 	struct titan_ckpt_state st;
+	bool dist, write_rows;
 	char folder[4096];
 	int64_t step, keep_latest_k;
 	unsigned flags;
@@ -59,9 +68,14 @@ static void *writer(void *arg)
 	int rc;
 
 	titan_error_clear();
-	rc = titan_ckpt_save(a->folder, a->step, &a->st, a->flags, a->dtype, &a->path);
-	if (rc == 0 && a->keep_latest_k > 0)
-		rc = titan_ckpt_prune(a->folder, a->keep_latest_k, &a->removed);
+	if (a->dist) {
+		rc = titan_ckpt_save_dist_(a->folder, a->step, &a->st, a->flags, a->dtype, a->comm,
+					   a->write_rows, a->keep_latest_k, &a->removed, &a->path);
+	} else {
+		rc = titan_ckpt_save(a->folder, a->step, &a->st, a->flags, a->dtype, &a->path);
+		if (rc == 0 && a->keep_latest_k > 0)
+			rc = titan_ckpt_prune(a->folder, a->keep_latest_k, &a->removed);
+	}
 	if (rc < 0)
 		a->err = *titan_error_last();
 	a->rc = rc;
@@ -135,11 +149,16 @@ int titan_ckpt_async_save(struct titan_ckpt_async *a, const char *folder, int64_
 			  const struct titan_ckpt_state *st, unsigned flags,
 			  enum titan_ckpt_dtype dtype, int64_t keep_latest_k)
 {
-	const bool full = !(flags & TITAN_CKPT_MODEL_ONLY);
+	return titan_ckpt_async_save_dist(a, folder, step, st, flags, dtype, keep_latest_k, NULL,
+					  true);
+}
+
+/* Copy st into the staging buffers and a->st. */
+static int stage_state(struct titan_ckpt_async *a, const char *folder, int64_t step,
+		       const struct titan_ckpt_state *st, bool full)
+{
 	int rc;
 
-	if ((rc = titan_ckpt_async_wait(a, NULL)) < 0)
-		return rc;
 	if (!st->table || !st->params)
 		return titan_error(TITAN_E_INVALID, "checkpoint step %lld: no model to save",
 				   (long long)step);
@@ -177,10 +196,36 @@ int titan_ckpt_async_save(struct titan_ckpt_async *a, const char *folder, int64_
 	if (st->config_yaml && !(a->st.config_yaml = titan_strdup(st->config_yaml)))
 		return TITAN_E_NOMEM;
 	strcpy(a->folder, folder);
+	return 0;
+}
+
+int titan_ckpt_async_save_dist(struct titan_ckpt_async *a, const char *folder, int64_t step,
+			       const struct titan_ckpt_state *st, unsigned flags,
+			       enum titan_ckpt_dtype dtype, int64_t keep_latest_k, void *mpi_comm,
+			       bool write_rows)
+{
+	int rc;
+
+	if ((rc = titan_ckpt_async_wait(a, NULL)) < 0)
+		return rc;
+	/* every rank gets here for the same step, so every rank makes (or
+	 * keeps) the duplicate */
+	if (mpi_comm && (rc = titan_ckpt_comm_get_(&a->comm, mpi_comm, true)) < 0)
+		return rc;
+	rc = stage_state(a, folder, step, st, !(flags & TITAN_CKPT_MODEL_ONLY));
+	if (mpi_comm) /* a rank that cannot stage stops every rank's write */
+		rc = titan_ckpt_comm_agree_(a->comm, rc);
+	if (rc < 0) {
+		free((char *)a->st.config_yaml);
+		a->st.config_yaml = NULL;
+		return rc;
+	}
 	a->step = step;
 	a->flags = flags;
 	a->dtype = dtype;
 	a->keep_latest_k = keep_latest_k;
+	a->dist = mpi_comm != NULL;
+	a->write_rows = write_rows;
 	a->rc = 0;
 	a->path = NULL;
 	a->removed = 0;
@@ -248,5 +293,6 @@ void titan_ckpt_async_free(struct titan_ckpt_async *a)
 	titan_mem_free(a->alloc, a->exp_avg);
 	titan_mem_free(a->alloc, a->exp_avg_sq);
 	free(a->loader);
+	titan_ckpt_comm_free_(a->comm);
 	free(a);
 }

@@ -61,20 +61,13 @@ static int write_part(struct titan_ckpt_writer *w, const struct titan_param_tabl
 	return 0;
 }
 
-int titan_ckpt_write(const char *path, const struct titan_ckpt_state *st, unsigned flags,
-		     enum titan_ckpt_dtype dtype)
+int titan_ckpt_check_state_(const char *path, const struct titan_ckpt_state *st, unsigned flags,
+			    enum titan_ckpt_dtype dtype)
 {
-	const struct titan_param_table *t = st->table;
 	const bool full = !(flags & TITAN_CKPT_MODEL_ONLY);
-	struct titan_ckpt_writer *w;
-	int rc;
 
-	if (!t || !st->params)
+	if (!st->table || !st->params)
 		return titan_error(TITAN_E_INVALID, "checkpoint '%s': no model to save", path);
-	if (t->opts.shard_degree > 1)
-		return titan_error(TITAN_E_UNSUPPORTED, "checkpoint '%s': saving a sharded parameter "
-				   "table (shard %d of %d) needs multi-rank checkpoints", path,
-				   t->opts.shard_rank, t->opts.shard_degree);
 	if (full && dtype != TITAN_CKPT_FLOAT32)
 		return titan_error(TITAN_E_INVALID, "checkpoint '%s': %s weights only in a model-only "
 				   "checkpoint (a full checkpoint keeps float32 for exact resume)",
@@ -83,6 +76,23 @@ int titan_ckpt_write(const char *path, const struct titan_ckpt_state *st, unsign
 		     st->train.dp_world_size < 1))
 		return titan_error(TITAN_E_INVALID, "checkpoint '%s': a full checkpoint needs the "
 				   "AdamW moments and the data loader state", path);
+	return 0;
+}
+
+int titan_ckpt_write(const char *path, const struct titan_ckpt_state *st, unsigned flags,
+		     enum titan_ckpt_dtype dtype)
+{
+	const struct titan_param_table *t = st->table;
+	const bool full = !(flags & TITAN_CKPT_MODEL_ONLY);
+	struct titan_ckpt_writer *w;
+	int rc;
+
+	if ((rc = titan_ckpt_check_state_(path, st, flags, dtype)) < 0)
+		return rc;
+	if (t->opts.shard_degree > 1)
+		return titan_error(TITAN_E_UNSUPPORTED, "checkpoint '%s': saving a sharded parameter "
+				   "table (shard %d of %d) takes every rank: titan_ckpt_save_dist",
+				   path, t->opts.shard_rank, t->opts.shard_degree);
 	if ((rc = titan_ckpt_writer_open(path, &t->dims, st->config_yaml, &w)) < 0)
 		return rc;
 	rc = write_part(w, t, TITAN_CKPT_MODEL, st->params, dtype);
@@ -222,6 +232,20 @@ static int need(const struct titan_ckpt_info *in, bool has, const char *group, c
 			   "model-only or exclude %s from loading", in->path, group, what);
 }
 
+/* The data-loader state is global (positions count global rows, every
+ * data-parallel rank holds the same), so a checkpoint of any DP degree
+ * resumes on any other; the per-rank entries must agree. */
+static int loader_global(const struct titan_ckpt_info *in)
+{
+	for (int64_t r = 1; r < in->train.dp_world_size; r++)
+		if (memcmp(&in->train.loader[r], &in->train.loader[0], sizeof(in->train.loader[0])))
+			return titan_error(TITAN_E_FORMAT, "'%s': /dataloader/dp_rank_%lld differs from "
+					   "dp_rank_0 (the data loader state is global: every "
+					   "rank's entry is the same); exclude dataloader from "
+					   "loading to start the data over", in->path, (long long)r);
+	return 0;
+}
+
 int titan_ckpt_load(const char *path, struct titan_ckpt_state *st, unsigned flags)
 {
 	const struct titan_param_table *t = st->table;
@@ -253,14 +277,8 @@ int titan_ckpt_load(const char *path, struct titan_ckpt_state *st, unsigned flag
 	    (ts && (rc = need(in, in->has_train_state, "train_state", "train_state")) < 0) ||
 	    (rng && (rc = need(in, in->has_rng, "rng", "rng")) < 0))
 		goto done;
-	if (dl && in->train.dp_world_size != st->train.dp_world_size) {
-		rc = titan_error(TITAN_E_INVALID, "'%s': the data loader state was saved by %lld "
-				 "data-parallel ranks, this run has %lld: resharding it is not "
-				 "supported (exclude dataloader from loading to start the data over)",
-				 path, (long long)in->train.dp_world_size,
-				 (long long)st->train.dp_world_size);
+	if (dl && (rc = loader_global(in)) < 0)
 		goto done;
-	}
 	if ((rc = read_part(f, t, TITAN_CKPT_MODEL, st->params)) < 0 ||
 	    (opt && ((rc = read_part(f, t, TITAN_CKPT_EXP_AVG, st->exp_avg)) < 0 ||
 		     (rc = read_part(f, t, TITAN_CKPT_EXP_AVG_SQ, st->exp_avg_sq)) < 0)))
@@ -273,9 +291,8 @@ int titan_ckpt_load(const char *path, struct titan_ckpt_state *st, unsigned flag
 	}
 	if (lr)
 		st->train.lr_last_epoch = in->train.lr_last_epoch;
-	if (dl)
-		memcpy(st->train.loader, in->train.loader,
-		       (size_t)in->train.dp_world_size * sizeof(*st->train.loader));
+	for (int64_t r = 0; dl && r < st->train.dp_world_size; r++)
+		st->train.loader[r] = in->train.loader[0];
 	if (rng)
 		st->train.rng = in->train.rng;
 done:

@@ -1,7 +1,8 @@
 /*
  * ckpt_impl.h — private to lib/ckpt: the HDF5 helpers shared by the
- * checkpoint writer (h5.c) and reader (h5read.c), and the flavor match
- * shared by checkpoint.c and hf.c.
+ * checkpoint writer (h5.c), the multi-rank writer (dist.c) and the reader
+ * (h5read.c), the flavor match shared by checkpoint.c and hf.c, and the
+ * multi-rank save used by the asynchronous saver (async.c).
  */
 #ifndef TITAN_CKPT_IMPL_H
 #define TITAN_CKPT_IMPL_H
@@ -32,7 +33,77 @@ hid_t titan_h5_type_(enum titan_ckpt_dtype dt);
 #define quiet titan_h5_quiet_
 #define h5fail titan_h5_fail_
 #define file_type titan_h5_type_
+
+/* How titan_ckpt_writer_open_ opens the file. */
+struct titan_ckpt_writer_opts_ {
+	const char *tmp;  /* the temporary file, already made (dist.c: by rank 0),
+			     or NULL: PATH.tmp.XXXXXX is made here */
+	hid_t fapl;       /* file access list to copy (the MPI-IO driver), or -1 */
+	hid_t dxpl;       /* transfer list of the tensor writes (H5P_DEFAULT, or
+			     collective MPI-IO) */
+	bool owner;       /* titan_ckpt_writer_close commits (or removes) tmp;
+			     false: it only closes (the caller commits) */
+};
+/* titan_ckpt_writer_open with options.  *out is set whenever the writer
+ * was allocated, also on failure: titan_ckpt_writer_close it. */
+int titan_ckpt_writer_open_(const char *path, const struct titan_ckpt_writer_opts_ *o,
+			    const struct titan_model_dims *dims, const char *config_yaml,
+			    struct titan_ckpt_writer **out);
+/* Create dataset PART/NAME of the logical `shape` and write its rows
+ * [row0, row0 + rows) from `data` (rows · shape[1..] floats) in blocks of
+ * titan_ckpt_rows_per_block_ rows.  calls 0: as many writes as the rows
+ * need, stopping at the first error; calls > 0 (a collective write): exactly
+ * `calls` H5Dwrite calls (at least the blocks of `rows`), the extra ones and
+ * those after an error selecting nothing, so that every rank makes the same
+ * calls. */
+int titan_ckpt_writer_rows_(struct titan_ckpt_writer *w, enum titan_ckpt_part part,
+			    const char *name, int ndim, const int64_t *shape, int64_t row0,
+			    int64_t rows, const float *data, enum titan_ckpt_dtype dtype,
+			    int64_t calls);
+/* Rows of `row` elements per write call for `dtype` (>= 1). */
+int64_t titan_ckpt_rows_per_block_(int64_t row, enum titan_ckpt_dtype dtype);
+/* Close w's file (collective with MPI-IO) and property lists; w keeps its
+ * names for titan_ckpt_writer_close (which then only frees).  Returns rc or
+ * the close's error. */
+int titan_ckpt_writer_finish_(struct titan_ckpt_writer *w, int rc);
+/* Make PATH.tmp.XXXXXX (mkstemp) into *tmp (malloc'd). */
+int titan_ckpt_mktemp_(const char *path, char **tmp);
+/* rc == 0: fsync `tmp`, rename it to `path`, fsync the folder; otherwise
+ * (or when that fails) remove `tmp`.  Returns rc or the commit's error. */
+int titan_ckpt_commit_(const char *tmp, const char *path, int rc);
 #endif
+
+/* What titan_ckpt_write checks of a state before it writes (a model; 16-bit
+ * storage only model-only; a full checkpoint's moments and loader state):
+ * 0 or TITAN_E_INVALID naming `path`. */
+int titan_ckpt_check_state_(const char *path, const struct titan_ckpt_state *st, unsigned flags,
+			    enum titan_ckpt_dtype dtype);
+
+/* ---- dist.c */
+
+/* A private duplicate of a caller's MPI communicator. */
+struct titan_ckpt_comm;
+/* *c = a duplicate of *(MPI_Comm *)mpi_comm (collective over it), kept
+ * when *c already duplicates that communicator.  `threaded`: the duplicate
+ * is used by a background thread (needs MPI_THREAD_MULTIPLE, else
+ * TITAN_E_UNSUPPORTED).  TITAN_E_UNSUPPORTED without MPI, TITAN_E_INVALID
+ * when MPI is not initialized. */
+int titan_ckpt_comm_get_(struct titan_ckpt_comm **c, void *mpi_comm, bool threaded);
+void titan_ckpt_comm_free_(struct titan_ckpt_comm *c); /* NULL-safe */
+/* Every rank's rc -> one result on every rank: the lowest code, with the
+ * message of the (lowest) rank that had it ("rank R: ..."); TITAN_E_COMM
+ * when MPI fails. */
+int titan_ckpt_comm_agree_(const struct titan_ckpt_comm *c, int rc);
+/* titan_ckpt_save_dist on `c`, then (keep_latest_k > 0) rank 0 prunes the
+ * folder (*removed: its count on rank 0, 0 elsewhere); every rank returns
+ * the same result. */
+int titan_ckpt_save_dist_(const char *folder, int64_t step, const struct titan_ckpt_state *st,
+			  unsigned flags, enum titan_ckpt_dtype dtype, struct titan_ckpt_comm *c,
+			  bool write_rows, int64_t keep_latest_k, int *removed, char **path_out);
+/* Test hooks: the rank whose write of the second model tensor fails (-1:
+ * none), and forcing the gather-to-rank-0 path of serial HDF5 builds. */
+extern int titan_ckpt_dist_fail_rank_;
+extern bool titan_ckpt_dist_gather_;
 
 /* The titan flavor whose dims equal d's (dim, layers, heads, kv heads,
  * vocab, ffn hidden, tied) into name; "custom" when none does. */

@@ -1,9 +1,10 @@
 /*
- * h5.c — the HDF5 side of the checkpoint (layout in lib/titan/ckpt.h): a
- * streaming writer that commits by rename, and a reader that checks the
- * format, version, dims and every tensor before anything is loaded.  The
- * policy (what a save holds, names against the parameter table, folders)
- * is in checkpoint.c; this file is the only one that calls HDF5.
+ * h5.c — the HDF5 writer of the checkpoint (layout in lib/titan/ckpt.h): a
+ * streaming writer that commits by rename, whose pieces (open with a
+ * given driver, write a tensor's rows with every rank making the same
+ * calls, close, commit) also serve the multi-rank writer in dist.c.  The
+ * reader is h5read.c; the policy (what a save holds, names against the
+ * parameter table, folders) is in checkpoint.c.
  *
  * torchtitan counterpart: the DCP save/load of components/checkpoint.py,
  * with one HDF5 file in place of a .distcp directory.
@@ -102,6 +103,8 @@ hid_t file_type(enum titan_ckpt_dtype dt)
 struct titan_ckpt_writer {
 	char *path, *tmp;
 	hid_t file, gcpl, dcpl, lcpl;
+	hid_t dxpl;          /* tensor writes: H5P_DEFAULT, or collective MPI-IO */
+	bool owner;          /* close commits or removes tmp (dist.c: rank 0 does it) */
 };
 
 static int attr_write(hid_t loc, const char *name, hid_t ftype, hid_t mtype, const void *v)
@@ -181,36 +184,53 @@ static int write_dims(hid_t f, const struct titan_model_dims *d)
 	return 0;
 }
 
-int titan_ckpt_writer_open(const char *path, const struct titan_model_dims *dims,
-			   const char *config_yaml, struct titan_ckpt_writer **out)
+int titan_ckpt_mktemp_(const char *path, char **tmp)
+{
+	size_t n = strlen(path) + 16;
+	int fd;
+
+	if (!(*tmp = malloc(n)))
+		return titan_error(TITAN_E_NOMEM, "out of memory");
+	snprintf(*tmp, n, "%s.tmp.XXXXXX", path);
+	if ((fd = mkstemp(*tmp)) < 0) {
+		free(*tmp);
+		*tmp = NULL;
+		return titan_error(TITAN_E_IO, "cannot create checkpoint '%s': %s", path,
+				   strerror(errno));
+	}
+	close(fd);
+	return 0;
+}
+
+int titan_ckpt_writer_open_(const char *path, const struct titan_ckpt_writer_opts_ *o,
+			    const struct titan_model_dims *dims, const char *config_yaml,
+			    struct titan_ckpt_writer **out)
 {
 	struct titan_ckpt_writer *w;
 	hid_t fcpl = -1, fapl = -1;
-	size_t n = strlen(path) + 16;
-	int fd, rc = 0;
+	int rc = 0;
 
 	quiet();
 	*out = NULL;
-	if (!(w = calloc(1, sizeof(*w))) || !(w->path = strdup(path)) || !(w->tmp = malloc(n))) {
+	if (!(w = calloc(1, sizeof(*w))) || !(w->path = strdup(path)) ||
+	    (o->tmp && !(w->tmp = strdup(o->tmp)))) {
 		if (w)
 			free(w->path);
 		free(w);
 		return titan_error(TITAN_E_NOMEM, "out of memory");
 	}
 	w->file = w->gcpl = w->dcpl = w->lcpl = -1;
-	snprintf(w->tmp, n, "%s.tmp.XXXXXX", path);
-	if ((fd = mkstemp(w->tmp)) < 0) {
-		rc = titan_error(TITAN_E_IO, "cannot create checkpoint '%s': %s", path, strerror(errno));
-		free(w->tmp);
-		w->tmp = NULL;
-		goto fail;
-	}
-	close(fd);
+	w->dxpl = o->dxpl;
+	w->owner = o->owner;
+	*out = w;
+	if (!w->tmp && (rc = titan_ckpt_mktemp_(path, &w->tmp)) < 0)
+		return rc;
 	/* creation order kept in every group (h5py track_order, torchtitan's
 	 * order on iteration); no timestamps, so equal states give equal bytes */
 	if ((fcpl = H5Pcreate(H5P_FILE_CREATE)) < 0 ||
 	    H5Pset_link_creation_order(fcpl, H5P_CRT_ORDER_TRACKED | H5P_CRT_ORDER_INDEXED) < 0 ||
-	    H5Pset_obj_track_times(fcpl, 0) < 0 || (fapl = H5Pcreate(H5P_FILE_ACCESS)) < 0 ||
+	    H5Pset_obj_track_times(fcpl, 0) < 0 ||
+	    (fapl = o->fapl >= 0 ? H5Pcopy(o->fapl) : H5Pcreate(H5P_FILE_ACCESS)) < 0 ||
 	    H5Pset_libver_bounds(fapl, H5F_LIBVER_V18, H5F_LIBVER_LATEST) < 0 ||
 	    (w->gcpl = H5Pcreate(H5P_GROUP_CREATE)) < 0 ||
 	    H5Pset_link_creation_order(w->gcpl, H5P_CRT_ORDER_TRACKED | H5P_CRT_ORDER_INDEXED) < 0 ||
@@ -221,35 +241,50 @@ int titan_ckpt_writer_open(const char *path, const struct titan_model_dims *dims
 	    H5Pset_create_intermediate_group(w->lcpl, 1) < 0 ||
 	    H5Pset_char_encoding(w->lcpl, H5T_CSET_UTF8) < 0) {
 		rc = h5fail(TITAN_E_INTERNAL, "cannot set up HDF5 properties for '%s'", path);
-		goto fail;
+		goto done;
 	}
 	if ((w->file = H5Fcreate(w->tmp, H5F_ACC_TRUNC, fcpl, fapl)) < 0) {
 		rc = h5fail(TITAN_E_IO, "cannot create checkpoint '%s'", w->tmp);
-		goto fail;
+		goto done;
 	}
 	if (attr_str(w->file, "format", TITAN_CKPT_FORMAT) < 0 ||
 	    attr_i64(w->file, "format_version", TITAN_CKPT_VERSION) < 0 ||
 	    attr_str(w->file, "titan_version", titan_version()) < 0 ||
 	    attr_str(w->file, "config", config_yaml ? config_yaml : "") < 0 ||
-	    write_dims(w->file, dims) < 0) {
+	    write_dims(w->file, dims) < 0)
 		rc = h5fail(TITAN_E_IO, "cannot write the attributes of checkpoint '%s'", path);
-		goto fail;
-	}
-	H5Pclose(fcpl);
-	H5Pclose(fapl);
-	*out = w;
-	return 0;
-fail:
+done:
 	if (fcpl >= 0)
 		H5Pclose(fcpl);
 	if (fapl >= 0)
 		H5Pclose(fapl);
-	return titan_ckpt_writer_close(w, rc);
+	return rc;
 }
 
-int titan_ckpt_writer_tensor(struct titan_ckpt_writer *w, enum titan_ckpt_part part,
-			     const char *name, int ndim, const int64_t *shape,
-			     const float *data, enum titan_ckpt_dtype dtype)
+int titan_ckpt_writer_open(const char *path, const struct titan_model_dims *dims,
+			   const char *config_yaml, struct titan_ckpt_writer **out)
+{
+	const struct titan_ckpt_writer_opts_ o = {.fapl = -1, .dxpl = H5P_DEFAULT, .owner = true};
+	int rc = titan_ckpt_writer_open_(path, &o, dims, config_yaml, out);
+
+	if (rc < 0) {
+		titan_ckpt_writer_close(*out, rc);
+		*out = NULL;
+	}
+	return rc;
+}
+
+int64_t titan_ckpt_rows_per_block_(int64_t row, enum titan_ckpt_dtype dtype)
+{
+	const int64_t block = dtype == TITAN_CKPT_FLOAT32 ? BLOCK_BYTES / 4 : BLOCK_ELEMS;
+
+	return row && block / row > 0 ? block / row : 1;
+}
+
+int titan_ckpt_writer_rows_(struct titan_ckpt_writer *w, enum titan_ckpt_part part,
+			    const char *name, int ndim, const int64_t *shape, int64_t row0,
+			    int64_t rows, const float *data, enum titan_ckpt_dtype dtype,
+			    int64_t calls)
 {
 	hsize_t dims[4];
 	hid_t g = -1, s = -1, t = -1, d = -1, ms = -1, fs = -1;
@@ -269,6 +304,7 @@ int titan_ckpt_writer_tensor(struct titan_ckpt_writer *w, enum titan_ckpt_part p
 		numel *= shape[i];
 		row *= i ? shape[i] : 1;
 	}
+	TITAN_ASSERT(row0 >= 0 && rows >= 0 && row0 + rows <= shape[0]);
 	if ((g = group(w, titan_ckpt_part_name(part))) < 0 ||
 	    (s = H5Screate_simple(ndim, dims, NULL)) < 0 || (t = file_type(dtype)) < 0 ||
 	    (d = H5Dcreate2(g, name, t, s, w->lcpl, w->dcpl, H5P_DEFAULT)) < 0) {
@@ -281,31 +317,44 @@ int titan_ckpt_writer_tensor(struct titan_ckpt_writer *w, enum titan_ckpt_part p
 	/* in blocks of whole rows (one pwrite each: a single write of a
 	 * gigabyte tensor runs at half the disk speed under the kernel's
 	 * dirty-page throttling); 16-bit types are rounded here (HDF5's own
-	 * conversion does not round to nearest even) and written as raw bits */
+	 * conversion does not round to nearest even) and written as raw bits.
+	 * A collective write (calls > 0) makes exactly `calls` H5Dwrite calls
+	 * on every rank, selecting nothing once this rank's rows are done (or
+	 * after an error here: the other ranks still wait for the call). */
 	{
 		const bool f32 = dtype == TITAN_CKPT_FLOAT32;
-		const int64_t block = f32 ? BLOCK_BYTES / 4 : BLOCK_ELEMS;
-		int64_t rows_per = row ? (block / row > 0 ? block / row : 1) : 1;
-		hsize_t start[4] = {0}, count[4];
+		const int64_t rows_per = titan_ckpt_rows_per_block_(row, dtype);
+		const int64_t own = (rows + rows_per - 1) / rows_per;
+		const int64_t n_calls = calls > 0 ? calls : own;
+		hsize_t start[4] = {0}, count[4], one = 1;
 
-		if (!f32 && !(buf = malloc((size_t)(rows_per * row) * 2))) {
+		TITAN_ASSERT(n_calls >= own);
+		if (!f32 && rows && !(buf = malloc((size_t)(rows_per * row) * 2)))
 			rc = titan_error(TITAN_E_NOMEM, "out of memory converting %s", name);
-			goto done;
-		}
-		fs = H5Dget_space(d);
-		for (int64_t r0 = 0; r0 < shape[0] && rc == 0; r0 += rows_per) {
-			int64_t nr = shape[0] - r0 < rows_per ? shape[0] - r0 : rows_per;
-			hsize_t n = (hsize_t)(nr * row);
+		if ((fs = H5Dget_space(d)) < 0 && rc == 0)
+			rc = h5fail(TITAN_E_IO, "'%s': %s/%s: no dataspace", w->tmp,
+				    titan_ckpt_part_name(part), name);
+		for (int64_t b = 0; b < n_calls && (rc == 0 || calls > 0); b++) {
+			int64_t r0 = b * rows_per;
+			int64_t nr = rc < 0 || r0 >= rows ? 0 : rows - r0 < rows_per ? rows - r0 : rows_per;
+			hsize_t n = nr ? (hsize_t)(nr * row) : 1;
+			const void *src = &one; /* nothing is read from it when nr == 0 */
+			herr_t e = fs >= 0 && (ms = H5Screate_simple(1, &n, NULL)) >= 0 ? 0 : -1;
 
 			memcpy(count, dims, sizeof(count));
-			start[0] = (hsize_t)r0;
+			start[0] = (hsize_t)(row0 + r0);
 			count[0] = (hsize_t)nr;
-			if (!f32)
+			if (nr && !f32)
 				titan_ckpt_cast(dtype, data + r0 * row, buf, (size_t)n);
-			if (H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, NULL, count, NULL) < 0 ||
-			    (ms = H5Screate_simple(1, &n, NULL)) < 0 ||
-			    H5Dwrite(d, f32 ? H5T_NATIVE_FLOAT : t, ms, fs, H5P_DEFAULT,
-				     f32 ? (const void *)(data + r0 * row) : buf) < 0)
+			if (nr)
+				src = f32 ? (const void *)(data + r0 * row) : buf;
+			if (e >= 0 && nr)
+				e = H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, NULL, count, NULL);
+			else if (e >= 0 && (e = H5Sselect_none(fs)) >= 0)
+				e = H5Sselect_none(ms);
+			if (e >= 0)
+				e = H5Dwrite(d, f32 ? H5T_NATIVE_FLOAT : t, ms, fs, w->dxpl, src);
+			if (e < 0 && rc == 0)
 				rc = h5fail(TITAN_E_IO, "'%s': cannot write %s/%s", w->tmp,
 					    titan_ckpt_part_name(part), name);
 			if (ms >= 0)
@@ -326,6 +375,14 @@ done:
 	if (g >= 0)
 		H5Gclose(g);
 	return rc;
+}
+
+int titan_ckpt_writer_tensor(struct titan_ckpt_writer *w, enum titan_ckpt_part part,
+			     const char *name, int ndim, const int64_t *shape,
+			     const float *data, enum titan_ckpt_dtype dtype)
+{
+	return titan_ckpt_writer_rows_(w, part, name, ndim, shape, 0, ndim >= 1 && shape[0] > 0 ?
+				       shape[0] : 0, data, dtype, 0);
 }
 
 int titan_ckpt_writer_train_state(struct titan_ckpt_writer *w,
@@ -383,40 +440,57 @@ static int fsync_path(const char *path, int flags)
 	return rc;
 }
 
-int titan_ckpt_writer_close(struct titan_ckpt_writer *w, int rc)
+int titan_ckpt_commit_(const char *tmp, const char *path, int rc)
+{
+	if (rc == 0) {
+		mode_t mask = umask(0);
+		const char *slash = strrchr(path, '/');
+
+		umask(mask);
+		if (chmod(tmp, 0666 & ~mask) != 0 || fsync_path(tmp, O_RDONLY) != 0)
+			rc = titan_error(TITAN_E_IO, "cannot write checkpoint '%s': %s", tmp,
+					 strerror(errno));
+		else if (rename(tmp, path) != 0)
+			rc = titan_error(TITAN_E_IO, "cannot rename '%s' to '%s': %s", tmp, path,
+					 strerror(errno));
+		if (rc == 0) { /* the rename is on disk once the folder is */
+			char *dir = slash ? strndup(path, (size_t)(slash - path)) : NULL;
+
+			if (fsync_path(!slash ? "." : slash == path ? "/" : dir ? dir : ".",
+				       O_RDONLY | O_DIRECTORY) != 0)
+				titan_log_warn("cannot fsync the folder of '%s': %s", tmp,
+					       strerror(errno));
+			free(dir);
+		}
+	}
+	if (rc != 0)
+		unlink(tmp);
+	return rc;
+}
+
+int titan_ckpt_writer_finish_(struct titan_ckpt_writer *w, int rc)
 {
 	if (!w)
 		return rc;
 	if (w->file >= 0 && H5Fclose(w->file) < 0 && rc == 0)
 		rc = h5fail(TITAN_E_IO, "cannot write checkpoint '%s'", w->tmp);
-	if (w->tmp && rc == 0) {
-		mode_t mask = umask(0);
-		char *slash = strrchr(w->path, '/');
-
-		umask(mask);
-		if (chmod(w->tmp, 0666 & ~mask) != 0 || fsync_path(w->tmp, O_RDONLY) != 0)
-			rc = titan_error(TITAN_E_IO, "cannot write checkpoint '%s': %s", w->tmp,
-					 strerror(errno));
-		else if (rename(w->tmp, w->path) != 0)
-			rc = titan_error(TITAN_E_IO, "cannot rename '%s' to '%s': %s", w->tmp,
-					 w->path, strerror(errno));
-		if (rc == 0) { /* the rename is on disk once the folder is */
-			if (slash)
-				*slash = 0;
-			if (fsync_path(slash ? (slash == w->path ? "/" : w->path) : ".",
-				       O_RDONLY | O_DIRECTORY) != 0)
-				titan_log_warn("cannot fsync the folder of '%s': %s", w->tmp,
-					       strerror(errno));
-		}
-	}
-	if (w->tmp && rc != 0)
-		unlink(w->tmp);
 	if (w->gcpl >= 0)
 		H5Pclose(w->gcpl);
 	if (w->dcpl >= 0)
 		H5Pclose(w->dcpl);
 	if (w->lcpl >= 0)
 		H5Pclose(w->lcpl);
+	w->file = w->gcpl = w->dcpl = w->lcpl = -1;
+	return rc;
+}
+
+int titan_ckpt_writer_close(struct titan_ckpt_writer *w, int rc)
+{
+	if (!w)
+		return rc;
+	rc = titan_ckpt_writer_finish_(w, rc);
+	if (w->owner && w->tmp)
+		rc = titan_ckpt_commit_(w->tmp, w->path, rc);
 	free(w->tmp);
 	free(w->path);
 	free(w);

@@ -282,6 +282,10 @@ static const struct cfg_entry schema[] = {
 	  "flight recorder entries; 0 = off"),
 	K(comm, save_traces_folder, STRING, "comm_traces", NR, NULL, 0,
 	  "flight recorder folder under job.dump_folder"),
+	K(comm, bucket_size_mb, FLOAT, "-1", GE(-1), NULL, 0,
+	  "MiB per gradient/parameter bucket: consecutive blocks share one collective "
+	  "up to this size; 0 = one per block; -1 = 25 for DDP (torch's bucket_cap_mb), "
+	  "one per block for FSDP/HSDP (torchtitan's fully_shard units)"),
 
 	/* validation */
 	K(validation, enable, BOOL, "false", NR, NULL, 0, "run validation"),

@@ -111,11 +111,15 @@ int titan_param_table_init(struct titan_param_table *t, const struct titan_model
 		add(t, TITAN_PARAM_OUTPUT, -1, "output.weight", V, C, output);
 
 	/* Local rows (torch.chunk split) and aligned offsets. */
-	int64_t off = 0;
+	int64_t off = 0, full = 0;
 	for (int i = 0; i < t->n; i++) {
 		struct titan_param *p = &t->params[i];
 		int64_t chunk = (p->shape[0] + o->shard_degree - 1) / o->shard_degree;
 		int64_t r0 = chunk * o->shard_rank, r1 = r0 + chunk;
+
+		p->chunk_rows = chunk;
+		p->full_offset = full;
+		full += (p->numel + TITAN_PARAM_ALIGN - 1) / TITAN_PARAM_ALIGN * TITAN_PARAM_ALIGN;
 
 		if (r0 > p->shape[0])
 			r0 = p->shape[0];
@@ -131,6 +135,7 @@ int titan_param_table_init(struct titan_param_table *t, const struct titan_model
 		t->local_numel += p->local_numel;
 	}
 	t->arena_floats = off;
+	t->full_arena_floats = full;
 	return 0;
 }
 

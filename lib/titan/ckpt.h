@@ -238,6 +238,7 @@ void titan_ckpt_uncast(enum titan_ckpt_dtype dt, const void *in, float *out, siz
  *   /dataloader         attr world_size (int64: data-parallel ranks)
  *   /dataloader/dp_rank_R   attrs epoch, position, n_windows, seq_len,
  *                       shuffle, seed (uint64): struct titan_loader_state
+ *                       (global: the same for every R)
  *   /rng                attrs seed, stream, offset (uint64): struct titan_rng
  *
  * A model-only checkpoint (weights-only export, seed checkpoint step-0,
@@ -320,14 +321,45 @@ int titan_ckpt_exclude_parse(const struct titan_strlist *names, unsigned *flags)
  * checkpoint keeps float32 for exact resume).  Without MODEL_ONLY,
  * st->exp_avg and exp_avg_sq must be set and train.loader hold
  * train.dp_world_size entries.  The table must be unsharded
- * (TITAN_E_UNSUPPORTED otherwise: sharded saves come with multi-rank
- * checkpoints).  `path_out` (may be NULL) receives the final path
+ * (TITAN_E_UNSUPPORTED otherwise: a sharded table is saved by all ranks
+ * together, titan_ckpt_save_dist).  `path_out` (may be NULL) receives the final path
  * (malloc'd, the caller frees it).  Errors name the file and the object. */
 int titan_ckpt_save(const char *folder, int64_t step, const struct titan_ckpt_state *st,
 		    unsigned flags, enum titan_ckpt_dtype dtype, char **path_out);
 /* Same to an explicit path (PATH.tmp.XXXXXX, renamed to PATH). */
 int titan_ckpt_write(const char *path, const struct titan_ckpt_state *st, unsigned flags,
 		     enum titan_ckpt_dtype dtype);
+
+/* The multi-rank save: every rank of the communicator calls it with the
+ * same arguments but its own table and arenas, and together they write ONE
+ * FOLDER/step-STEP.h5, the file titan_ckpt_save writes for the unsharded
+ * state (same layout, attributes, dataset order; readers cannot tell).
+ *   mpi_comm    a pointer to the MPI_Comm of ALL ranks of the job (as
+ *               void *); NULL: a single process, exactly titan_ckpt_save
+ *               (write_rows ignored)
+ *   write_rows  this rank writes rows [row0, row0 + rows) of every tensor
+ *               of its table (params and, unless MODEL_ONLY, both moments);
+ *               the ranks with true must cover every row exactly once:
+ *               FSDP every rank (a sharded table each), DDP rank 0 only,
+ *               HSDP the ranks of replica 0.  The row counts are checked
+ *               (TITAN_E_INVALID when a tensor's do not add up).
+ * The metadata (/ attributes, /train_state, /dataloader, /rng, ...) comes
+ * from every rank's `st` with the same values.  With parallel HDF5
+ * (hdf5-mpich) the file is written through MPI-IO, each tensor by
+ * collective hyperslab writes; with a serial HDF5 each tensor is gathered
+ * to rank 0 (a buffer of the largest tensor there), which writes the file.
+ * Atomic across ranks: rank 0 makes the temporary file, every rank's
+ * result is agreed after the collective close, and only then rank 0
+ * renames it into place; on any error the temporary file is removed and
+ * every rank returns the same code with the failing rank's message
+ * ("rank 1: ...").  `path_out` as titan_ckpt_save, on every rank.  MPI is
+ * called on a duplicate of the communicator made at the first call
+ * (collective) and kept until the caller frees its communicator.
+ * TITAN_E_UNSUPPORTED with a communicator in a build without MPI;
+ * TITAN_E_COMM when MPI fails. */
+int titan_ckpt_save_dist(const char *folder, int64_t step, const struct titan_ckpt_state *st,
+			 unsigned flags, enum titan_ckpt_dtype dtype, void *mpi_comm,
+			 bool write_rows, char **path_out);
 
 /* Asynchronous saves (checkpoint.async_mode: async).  titan_ckpt_async_save
  * waits for the save in flight (if any), copies st's arenas, loader states
@@ -356,6 +388,18 @@ int titan_ckpt_async_reserve(struct titan_ckpt_async *a, int64_t arena_floats, b
 int titan_ckpt_async_save(struct titan_ckpt_async *a, const char *folder, int64_t step,
 			  const struct titan_ckpt_state *st, unsigned flags,
 			  enum titan_ckpt_dtype dtype, int64_t keep_latest_k);
+/* The same as a multi-rank save (titan_ckpt_save_dist's mpi_comm and
+ * write_rows; NULL: titan_ckpt_async_save).  Every rank calls it for the
+ * same steps; the staging buffers hold this rank's (sharded) arenas, and
+ * the writer threads of all ranks write collectively on a communicator
+ * the saver duplicates at its first such call (collective; the process
+ * must run MPI_THREAD_MULTIPLE, else TITAN_E_UNSUPPORTED).  Rank 0 prunes
+ * (res->removed counts there).  Every rank's wait returns the same
+ * result. */
+int titan_ckpt_async_save_dist(struct titan_ckpt_async *a, const char *folder, int64_t step,
+			       const struct titan_ckpt_state *st, unsigned flags,
+			       enum titan_ckpt_dtype dtype, int64_t keep_latest_k, void *mpi_comm,
+			       bool write_rows);
 /* A save was started and not yet waited for / has finished writing
  * (titan_ckpt_async_wait then returns without blocking). */
 bool titan_ckpt_async_busy(const struct titan_ckpt_async *a);
@@ -379,8 +423,12 @@ void titan_ckpt_async_free(struct titan_ckpt_async *a);
  *                    differs ("'f.h5': model/layers.0.attention.wq.weight:
  *                    shape [64, 32], the model has [32, 32]"), a part that
  *                    is asked for but absent (a model-only checkpoint
- *                    loaded without MODEL_ONLY), a dataloader saved by a
- *                    different number of data-parallel ranks. */
+ *                    loaded without MODEL_ONLY).
+ * The data-loader state is global (positions count global rows; every DP
+ * rank holds the same), so a checkpoint saved by any number of
+ * data-parallel ranks loads into any other: dp_rank_0's state fills all
+ * train.dp_world_size entries (saved entries that differ from each other
+ * are TITAN_E_FORMAT naming the file). */
 int titan_ckpt_load(const char *path, struct titan_ckpt_state *st, unsigned flags);
 
 /* ---- checkpoint folders */

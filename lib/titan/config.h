@@ -173,6 +173,7 @@ struct titan_config {
 	struct {
 		int64_t init_timeout_seconds, train_timeout_seconds, trace_buf_size;
 		char *save_traces_folder;
+		double bucket_size_mb;   /* -1: 25 for DDP, per block for FSDP */
 	} comm;
 	struct {
 		bool enable;

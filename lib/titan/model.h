@@ -144,6 +144,8 @@ struct titan_param {
 	int64_t row0, rows;       /* rows of dim 0 held here (all when unsharded) */
 	int64_t local_numel;      /* rows·shape[1]: floats held in the arena */
 	int64_t offset;           /* floats from the arena start, multiple of 16 */
+	int64_t chunk_rows;       /* torch.chunk's rows per shard: ceil(shape[0] / degree) */
+	int64_t full_offset;      /* offset in an unsharded table's arena */
 	struct titan_param_init init;
 	bool is_norm;             /* RMSNorm weight */
 	bool is_embedding;        /* tok_embeddings (also the output when tied) */
@@ -163,6 +165,7 @@ struct titan_param_table {
 	int64_t numel;            /* logical unique elements (= titan_model_count_params total) */
 	int64_t local_numel;      /* elements held by this shard */
 	int64_t arena_floats;     /* arena size in floats, padding included */
+	int64_t full_arena_floats;/* the same for the unsharded table */
 };
 
 /* Defaults: depth_init true, unsharded. */

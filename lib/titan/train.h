@@ -74,6 +74,10 @@ struct titan_llama_opts {
 	int ac_every;                /* selective: every N-th block */
 	int64_t ce_chunk;            /* tokens per classifier/CE chunk (0: TITAN_CE_CHUNK) */
 	bool exclude_norms_embeddings_from_wd;
+	/* FSDP: the arenas hold dim-0 shard `shard_rank` of `shard_degree`
+	 * (titan/model.h); 0 or 1 degree: unsharded.  A sharded model computes
+	 * only with its groups bound to unsharded buffers (group hooks below). */
+	int shard_rank, shard_degree;
 };
 /* From activation_checkpoint.{mode, selective_ac_option}: an integer N or
  * "op"; anything else is TITAN_E_INVALID naming the key. */
@@ -134,14 +138,124 @@ struct titan_llama_hooks {
 };
 void titan_llama_set_hooks(struct titan_llama *m, const struct titan_llama_hooks *h);
 
+/* Parameter groups: FSDP's units (torchtitan fully_shards tok_embeddings,
+ * each TransformerBlock, and [norm, output]): group 0 is tok_embeddings,
+ * group 1 + l block l, group L + 1 norm (and output unless tied).  A
+ * group's parameters are consecutive in the table: [first, end).
+ *
+ * Group hooks let a data-parallel engine (lib/train/dp.c) gather a group's
+ * parameters before it computes and reduce its gradients after: in one
+ * titan_llama_step, pre_forward(g) / post_forward(g) bracket the group's
+ * forward for g = 0 .. L; the last group's pre_forward comes before the
+ * final norm, its post_forward after the loss; with backward, the last
+ * group's pre_backward comes before the loss (the classifier's gradient is
+ * computed with it) and its post_backward after the final norm's backward,
+ * then pre_backward(g) (before any recomputation) / post_backward(g) for
+ * g = L .. 0.  With tied embeddings the loss also uses group 0.  A hook
+ * returns 0 or a negative error, which the step returns.  A hook may bind
+ * the group's views to unsharded buffers laid out as the unsharded table's
+ * arena slice of the group (titan_param.full_offset relative to the first
+ * parameter's): the model then reads weights from `params` and adds
+ * gradients to `grads` (NULL: its own arenas, the default). */
+struct titan_llama_group_hooks {
+	int (*pre_forward)(void *ctx, int group);
+	int (*post_forward)(void *ctx, int group);
+	int (*pre_backward)(void *ctx, int group);
+	int (*post_backward)(void *ctx, int group);
+	void *ctx;
+};
+void titan_llama_set_group_hooks(struct titan_llama *m, const struct titan_llama_group_hooks *h);
+int titan_llama_ngroups(const struct titan_llama *m);
+void titan_llama_group_params(const struct titan_llama *m, int g, int *first, int *end);
+void titan_llama_bind_group(struct titan_llama *m, int g, float *params, float *grads);
+
 /* torch.nn.utils.clip_grad_norm_(max_norm, foreach): the total L2 norm of
  * all gradients (per-tensor norms in fp32, then the norm of those), and
  * the coefficient min(1, max_norm / (norm + 1e-6)) in fp32.  Gradients are
  * not changed: pass the coefficient to titan_llama_adamw. */
 int titan_llama_grad_norm(struct titan_llama *m, double max_norm, double *norm, float *coef);
+/* The parts of it: the sum of squares of each parameter's gradient (local
+ * rows; table->n doubles), and the norm and coefficient from the per-tensor
+ * sums (summed over shards first). */
+int titan_llama_grad_sumsq(struct titan_llama *m, double *sumsq);
+void titan_grad_norm_from_sumsq(const double *sumsq, int n, double max_norm, double *norm,
+				float *coef);
 /* One AdamW step over every parameter (step counted from 1). */
 int titan_llama_adamw(struct titan_llama *m, const struct titan_adamw_hparams *hp,
 		      int64_t step, float grad_mul);
+
+/* ------------------------------------------------------------ trainer */
+
+/* torchtitan's Trainer (lib/train/trainer.c): set-up from a resolved
+ * config on the ranks of `dist` (mesh already built), then the step loop.
+ * Rank 0 prints the log lines (when print_rank) and writes metrics.jsonl;
+ * every rank writes its own profiling and memory traces
+ * (rank<R>_trace.json, rank<R>.memtrace).  Errors are recorded and
+ * returned; the caller exits (and on several ranks takes the job down:
+ * titan_dist_finalize(d, false, status)). */
+struct titan_dist;
+struct titan_trainer;
+struct titan_trainer_opts {
+	struct titan_dist *dist;
+	int threads;          /* CPU threads per rank (0: all the rank's cores) */
+	int verbosity;        /* -1 quiet: no step lines */
+	bool print_rank;      /* this rank prints the step lines */
+	const char *line_prefix; /* before each step line ("[rank1]:" or "") */
+};
+int titan_trainer_new(const struct titan_config *c, const struct titan_trainer_opts *o,
+		      struct titan_trainer **out);
+/* Train from the resumed step to training.steps, or until SIGTERM, SIGINT
+ * or SIGUSR1 (after titan_trainer_catch_signals) reaches any rank: then
+ * every rank finishes the step, a checkpoint is saved when checkpointing
+ * is on, and titan_trainer_stopped_by() returns the signal. */
+int titan_trainer_run(struct titan_trainer *t);
+int titan_trainer_stopped_by(const struct titan_trainer *t);
+/* Close the metrics and memory trace files (their write errors). */
+int titan_trainer_close(struct titan_trainer *t);
+void titan_trainer_free(struct titan_trainer *t); /* NULL-safe */
+void titan_trainer_catch_signals(void);
+
+/* ------------------------------------------------ data parallelism */
+
+/* DDP, FSDP and HSDP over a model's parameter groups (lib/train/dp.c):
+ *   DDP   shard == NULL or size 1, replicate size > 1: the model is
+ *         unsharded; gradients all-reduced (sum) over `replicate` in
+ *         buckets as backward produces them, on the last microbatch of a
+ *         step (earlier ones accumulate locally, torch's no_sync).
+ *   FSDP  shard size > 1: the model must be built with shard_rank /
+ *         shard_degree = the shard communicator's rank / size; each unit
+ *         is all-gathered before its forward (the next one prefetched) and
+ *         before its backward (the previous one prefetched), freed after
+ *         forward when reshard_after_forward (never the last unit, as
+ *         torchtitan) and after backward; its gradients are reduce-
+ *         scattered (sum) after its backward, every microbatch.
+ *   HSDP  both: FSDP over `shard`, then the sharded gradients all-reduced
+ *         over `replicate` on the last microbatch.
+ * Sums, not means: the trainer scales the loss by 1 / (the step's valid
+ * tokens over every rank), torchtitan's gradient divide factor 1. */
+struct titan_dp_opts {
+	struct titan_comm *shard;      /* fsdp mesh (dp_shard × cp), or NULL */
+	struct titan_comm *replicate;  /* dp_replicate mesh, or NULL */
+	bool reshard_after_forward;
+	int64_t bucket_bytes;          /* merge groups into units up to this size; 0: per group */
+};
+struct titan_dp;
+int titan_dp_new(struct titan_llama *m, const struct titan_dp_opts *o, struct titan_dp **out);
+void titan_dp_free(struct titan_dp *dp); /* NULL-safe */
+/* Fill `h` with the engine's group hooks (install with
+ * titan_llama_set_group_hooks); returns h. */
+const struct titan_llama_group_hooks *titan_dp_hooks(struct titan_dp *dp,
+						      struct titan_llama_group_hooks *h);
+/* Before each titan_llama_step: with backward or not, and whether it is the
+ * step's last microbatch. */
+int titan_dp_begin_microbatch(struct titan_dp *dp, bool backward, bool last);
+/* After the step's last microbatch: wait for every reduction; every
+ * gathered copy is freed. */
+int titan_dp_finish_grads(struct titan_dp *dp);
+/* titan_llama_grad_norm over the whole model (sums of squares reduced over
+ * the shards). */
+int titan_dp_grad_norm(struct titan_dp *dp, double max_norm, double *norm, float *coef);
+int titan_dp_units(const struct titan_dp *dp);
 
 #ifdef __cplusplus
 }

@@ -43,7 +43,51 @@ struct titan_llama {
 	void **blocks;        /* every allocation, for free */
 	int nblocks, capblocks;
 	struct titan_llama_hooks hooks;
+	/* parameter and gradient views (the arenas' by default; a data-
+	 * parallel engine binds a group's views to its unsharded buffers) */
+	float **pv, **gv;
+	int *group_first;     /* [ngroups + 1]: first parameter of each group */
+	int ngroups;
+	struct titan_llama_group_hooks ghooks;
 };
+
+void titan_llama_set_group_hooks(struct titan_llama *m, const struct titan_llama_group_hooks *h)
+{
+	if (h)
+		m->ghooks = *h;
+	else
+		memset(&m->ghooks, 0, sizeof(m->ghooks));
+}
+
+int titan_llama_ngroups(const struct titan_llama *m)
+{
+	return m->ngroups;
+}
+
+void titan_llama_group_params(const struct titan_llama *m, int g, int *first, int *end)
+{
+	TITAN_ASSERT(g >= 0 && g < m->ngroups);
+	*first = m->group_first[g];
+	*end = m->group_first[g + 1];
+}
+
+void titan_llama_bind_group(struct titan_llama *m, int g, float *params, float *grads)
+{
+	TITAN_ASSERT(g >= 0 && g < m->ngroups);
+	for (int i = m->group_first[g]; i < m->group_first[g + 1]; i++) {
+		const struct titan_param *p = &m->table.params[i];
+		const int64_t base = m->table.params[m->group_first[g]].full_offset;
+
+		m->pv[i] = params ? params + (p->full_offset - base) : titan_param_view(&m->params, p);
+		m->gv[i] = grads ? grads + (p->full_offset - base) : titan_param_view(&m->grads, p);
+	}
+}
+
+/* Group hooks: 0 or the hook's error. */
+static int ghook(struct titan_llama *m, int (*fn)(void *, int), int g)
+{
+	return fn ? fn(m->ghooks.ctx, g) : 0;
+}
 
 void titan_llama_set_hooks(struct titan_llama *m, const struct titan_llama_hooks *h)
 {
@@ -171,6 +215,7 @@ int titan_llama_new(const struct titan_model_dims *d, const struct titan_llama_o
 	const int64_t L = d->n_layers, C = d->dim, F = d->ffn_hidden;
 	const int64_t q = d->n_heads * d->head_dim, kv = d->n_kv_heads * d->head_dim;
 	const enum titan_mem_tag ws = TITAN_MEM_WORKSPACE, act = TITAN_MEM_ACTIVATIONS;
+	struct titan_param_table_opts to;
 	int rc;
 
 	*out = NULL;
@@ -183,13 +228,32 @@ int titan_llama_new(const struct titan_model_dims *d, const struct titan_llama_o
 	m->be = be;
 	m->alloc = alloc ? alloc : titan_host_allocator();
 	m->n = o->batch * o->seq;
-	if ((rc = titan_param_table_init(&m->table, d, NULL)) < 0 ||
+	titan_param_table_opts_default(&to);
+	if (o->shard_degree > 1) {
+		to.shard_rank = o->shard_rank;
+		to.shard_degree = o->shard_degree;
+	}
+	if ((rc = titan_param_table_init(&m->table, d, &to)) < 0 ||
 	    (rc = titan_param_arena_init(&m->params, &m->table, m->alloc, TITAN_MEM_PARAMS)) < 0 ||
 	    (rc = titan_param_arena_init(&m->grads, &m->table, m->alloc, TITAN_MEM_GRADS)) < 0 ||
 	    (rc = titan_param_arena_init(&m->m, &m->table, m->alloc, TITAN_MEM_OPTIM)) < 0 ||
 	    (rc = titan_param_arena_init(&m->v, &m->table, m->alloc, TITAN_MEM_OPTIM)) < 0)
 		goto fail;
 	rc = TITAN_E_NOMEM;
+	/* groups: embeddings, each block, norm + output (FSDP's units) */
+	m->ngroups = (int)L + 2;
+	m->pv = calloc((size_t)m->table.n, sizeof(*m->pv));
+	m->gv = calloc((size_t)m->table.n, sizeof(*m->gv));
+	m->group_first = calloc((size_t)m->ngroups + 1, sizeof(*m->group_first));
+	if (!m->pv || !m->gv || !m->group_first)
+		goto fail;
+	m->group_first[0] = 0;
+	for (int g = 1; g <= (int)L; g++)
+		m->group_first[g] = 1 + (g - 1) * TITAN_PARAMS_PER_LAYER;
+	m->group_first[L + 1] = 1 + (int)L * TITAN_PARAMS_PER_LAYER;
+	m->group_first[L + 2] = m->table.n;
+	for (int g = 0; g < m->ngroups; g++)
+		titan_llama_bind_group(m, g, NULL, NULL);
 	if (!(m->freqs = buf(m, o->seq * d->head_dim, TITAN_MEM_OTHER)))
 		goto fail;
 	if ((rc = titan_rope_freqs(m->freqs, o->seq, d->head_dim, d->rope_theta,
@@ -263,6 +327,9 @@ void titan_llama_free(struct titan_llama *m)
 	for (int i = 0; i < m->nblocks; i++)
 		titan_mem_free(m->alloc, m->blocks[i]);
 	free(m->blocks);
+	free(m->pv);
+	free(m->gv);
+	free(m->group_first);
 	free(m->x);
 	free(m->acts);
 	free(m->ckpt);
@@ -305,23 +372,25 @@ int titan_llama_zero_grads(struct titan_llama *m)
 	return m->be->ops->zero(m->be, m->grads.data, m->table.arena_floats);
 }
 
-/* Parameter and gradient views by role. */
-static float *P(struct titan_llama *m, enum titan_param_role r, int layer)
+/* Parameter and gradient views by role (the output of a tied model is the
+ * embedding). */
+static int pindex(struct titan_llama *m, enum titan_param_role r, int layer)
 {
 	int i = titan_param_index(&m->table, r, layer);
 
 	if (i < 0 && r == TITAN_PARAM_OUTPUT) /* tied */
 		i = titan_param_index(&m->table, TITAN_PARAM_TOK_EMBEDDINGS, -1);
-	return titan_param_view(&m->params, &m->table.params[i]);
+	return i;
+}
+
+static float *P(struct titan_llama *m, enum titan_param_role r, int layer)
+{
+	return m->pv[pindex(m, r, layer)];
 }
 
 static float *G(struct titan_llama *m, enum titan_param_role r, int layer)
 {
-	int i = titan_param_index(&m->table, r, layer);
-
-	if (i < 0 && r == TITAN_PARAM_OUTPUT)
-		i = titan_param_index(&m->table, TITAN_PARAM_TOK_EMBEDDINGS, -1);
-	return titan_param_view(&m->grads, &m->table.params[i]);
+	return m->gv[pindex(m, r, layer)];
 }
 
 #define CK(call) do { if ((rc = (call)) < 0) return rc; } while (0)
@@ -427,40 +496,61 @@ static int load_ids(struct titan_llama *m, const int32_t *inputs)
 static int forward(struct titan_llama *m, const int32_t *inputs)
 {
 	const struct titan_backend_ops *op = m->be->ops;
+	const struct titan_llama_group_hooks *h = &m->ghooks;
 	const int64_t C = m->d.dim;
+	const int L = (int)m->d.n_layers;
 	int rc;
 
 	CK(load_ids(m, inputs));
 	span_begin(m, "forward", -1);
 	span_begin(m, "embedding", -1);
-	rc = op->embedding_fwd(m->be, m->x[0], m->ids, P(m, TITAN_PARAM_TOK_EMBEDDINGS, -1), m->n,
-			       m->d.vocab_size, C);
+	if ((rc = ghook(m, h->pre_forward, 0)) == 0)
+		rc = op->embedding_fwd(m->be, m->x[0], m->ids, P(m, TITAN_PARAM_TOK_EMBEDDINGS, -1),
+				       m->n, m->d.vocab_size, C);
+	if (rc == 0)
+		rc = ghook(m, h->post_forward, 0);
 	span_end(m, "embedding");
-	for (int l = 0; l < m->d.n_layers && rc == 0; l++) {
+	for (int l = 0; l < L && rc == 0; l++) {
 		span_begin(m, "forward", l);
-		rc = block_fwd(m, l, m->ckpt[l] ? &m->recompute : &m->acts[l], false);
+		if ((rc = ghook(m, h->pre_forward, 1 + l)) == 0)
+			rc = block_fwd(m, l, m->ckpt[l] ? &m->recompute : &m->acts[l], false);
+		if (rc == 0)
+			rc = ghook(m, h->post_forward, 1 + l);
 		span_end(m, "forward");
 	}
 	if (rc == 0)
-		rc = op->rmsnorm_fwd(m->be, m->xnf, m->rstdf, m->x[m->d.n_layers],
-				     P(m, TITAN_PARAM_NORM, -1), m->n, C, (float)m->d.norm_eps);
+		rc = ghook(m, h->pre_forward, L + 1);
+	if (rc == 0)
+		rc = op->rmsnorm_fwd(m->be, m->xnf, m->rstdf, m->x[L], P(m, TITAN_PARAM_NORM, -1),
+				     m->n, C, (float)m->d.norm_eps);
 	span_end(m, "forward");
 	return rc;
 }
 
+/* Group hooks around one step (titan/train.h): forward runs pre/post_forward
+ * of groups 0 .. L and pre_forward of the last group (norm + output), which
+ * stays in use through the loss; with backward its pre_backward comes before
+ * the loss (the classifier's gradient is computed there), then its
+ * post_forward, and post_backward after the final norm's backward. */
 int titan_llama_step(struct titan_llama *m, const int32_t *inputs, const int32_t *labels,
 		     float grad_scale, bool backward, double *loss_sum, int64_t *n_valid)
 {
 	const struct titan_backend_ops *op = m->be->ops;
+	const struct titan_llama_group_hooks *h = &m->ghooks;
 	const int64_t C = m->d.dim, L = m->d.n_layers;
+	const int last = (int)L + 1;
 	int rc;
 
 	CK(forward(m, inputs));
 	span_begin(m, "loss", -1);
-	rc = op->classifier_ce(m->be, loss_sum, n_valid, backward ? m->dxn : NULL,
-			       backward ? G(m, TITAN_PARAM_OUTPUT, -1) : NULL, m->xnf,
-			       P(m, TITAN_PARAM_OUTPUT, -1), labels, m->n, C, m->d.vocab_size,
-			       grad_scale, m->o.ce_chunk);
+	rc = backward ? ghook(m, h->pre_backward, last) : 0;
+	if (rc == 0)
+		rc = op->classifier_ce(m->be, loss_sum, n_valid, backward ? m->dxn : NULL,
+				       backward ? G(m, TITAN_PARAM_OUTPUT, -1) : NULL, m->xnf,
+				       P(m, TITAN_PARAM_OUTPUT, -1), labels, m->n, C,
+				       m->d.vocab_size, grad_scale, m->o.ce_chunk);
+	if (rc == 0)
+		rc = ghook(m, h->post_forward, last);
 	span_end(m, "loss");
 	if (rc < 0 || !backward)
 		return rc;
@@ -468,10 +558,14 @@ int titan_llama_step(struct titan_llama *m, const int32_t *inputs, const int32_t
 	span_begin(m, "norm backward", -1);
 	rc = op->rmsnorm_bwd(m->be, m->dx, G(m, TITAN_PARAM_NORM, -1), m->dxn, m->x[L],
 			     P(m, TITAN_PARAM_NORM, -1), m->rstdf, m->n, C, false);
+	if (rc == 0)
+		rc = ghook(m, h->post_backward, last);
 	span_end(m, "norm backward");
 	for (int64_t l = L - 1; l >= 0 && rc == 0; l--) {
 		struct acts *a = &m->acts[l];
 
+		if ((rc = ghook(m, h->pre_backward, 1 + (int)l)) < 0)
+			break;
 		if (m->ckpt[l] || m->o.ac == TITAN_AC_SELECTIVE_OP) {
 			/* recompute the block (or per op, what it did not keep) */
 			const bool rest_only = !m->ckpt[l];
@@ -486,12 +580,17 @@ int titan_llama_step(struct titan_llama *m, const int32_t *inputs, const int32_t
 		}
 		span_begin(m, "backward", (int)l);
 		rc = block_bwd(m, (int)l, a);
+		if (rc == 0)
+			rc = ghook(m, h->post_backward, 1 + (int)l);
 		span_end(m, "backward");
 	}
 	if (rc == 0) {
 		span_begin(m, "embedding backward", -1);
-		rc = op->embedding_bwd(m->be, G(m, TITAN_PARAM_TOK_EMBEDDINGS, -1), m->ids, m->dx,
-				       m->n, m->d.vocab_size, C);
+		if ((rc = ghook(m, h->pre_backward, 0)) == 0)
+			rc = op->embedding_bwd(m->be, G(m, TITAN_PARAM_TOK_EMBEDDINGS, -1), m->ids,
+					       m->dx, m->n, m->d.vocab_size, C);
+		if (rc == 0)
+			rc = ghook(m, h->post_backward, 0);
 		span_end(m, "embedding backward");
 	}
 	span_end(m, "backward");
@@ -503,23 +602,33 @@ int titan_llama_logits(struct titan_llama *m, const int32_t *inputs, float *logi
 	int rc;
 
 	CK(forward(m, inputs));
-	return m->be->ops->matmul_fwd(m->be, logits, m->xnf, P(m, TITAN_PARAM_OUTPUT, -1), m->n,
-				      m->d.dim, m->d.vocab_size, false);
+	CK(m->be->ops->matmul_fwd(m->be, logits, m->xnf, P(m, TITAN_PARAM_OUTPUT, -1), m->n,
+				  m->d.dim, m->d.vocab_size, false));
+	return ghook(m, m->ghooks.post_forward, (int)m->d.n_layers + 1);
 }
 
-int titan_llama_grad_norm(struct titan_llama *m, double max_norm, double *norm, float *coef)
+int titan_llama_grad_sumsq(struct titan_llama *m, double *sumsq)
 {
-	double total = 0;
 	int rc;
 
-	/* torch: per-tensor fp32 norms, then the norm of the stacked norms */
 	for (int i = 0; i < m->table.n; i++) {
 		const struct titan_param *p = &m->table.params[i];
-		double ss;
-		float ni;
 
-		CK(m->be->ops->sumsq(m->be, &ss, titan_param_view(&m->grads, p), p->local_numel));
-		ni = (float)sqrt(ss);
+		CK(m->be->ops->sumsq(m->be, &sumsq[i], titan_param_view(&m->grads, p),
+				     p->local_numel));
+	}
+	return 0;
+}
+
+void titan_grad_norm_from_sumsq(const double *sumsq, int n, double max_norm, double *norm,
+				float *coef)
+{
+	double total = 0;
+
+	/* torch: per-tensor fp32 norms, then the norm of the stacked norms */
+	for (int i = 0; i < n; i++) {
+		float ni = (float)sqrt(sumsq[i]);
+
 		total += (double)ni * (double)ni;
 	}
 	float tn = (float)sqrt(total);
@@ -527,7 +636,19 @@ int titan_llama_grad_norm(struct titan_llama *m, double max_norm, double *norm, 
 
 	*norm = tn;
 	*coef = c < 1.0f ? c : 1.0f;
-	return 0;
+}
+
+int titan_llama_grad_norm(struct titan_llama *m, double max_norm, double *norm, float *coef)
+{
+	double *ss = malloc((size_t)m->table.n * sizeof(*ss));
+	int rc;
+
+	if (!ss)
+		return titan_error(TITAN_E_NOMEM, "out of memory");
+	if ((rc = titan_llama_grad_sumsq(m, ss)) == 0)
+		titan_grad_norm_from_sumsq(ss, m->table.n, max_norm, norm, coef);
+	free(ss);
+	return rc;
 }
 
 int titan_llama_adamw(struct titan_llama *m, const struct titan_adamw_hparams *hp, int64_t step,

@@ -155,9 +155,10 @@ PY
 	[[ $stderr == *"optimizer step skipped"* ]]
 }
 
-@test "multi-rank layouts are refused in this version" {
-	run -1 --separate-stderr titan-train --config "$DATA/tiny.yaml" --parallelism.tensor_parallel_degree=2
-	[[ $stderr == *"one process"* ]]
+@test "a layout that does not match the number of ranks is a config error naming the numbers" {
+	run -2 --separate-stderr titan-train --config "$DATA/tiny.yaml" --parallelism.tensor_parallel_degree=2
+	[[ $stderr == *"tensor_parallel_degree 2"* ]]
+	[[ $stderr == *"1 rank"* ]]
 }
 
 @test "profiling: a Chrome trace per profiled step and the memory event log" {

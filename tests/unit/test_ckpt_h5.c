@@ -139,8 +139,9 @@ static void fill_state(struct titan_ckpt_state *st)
 	st->train.ntokens_seen = 123456789012345LL;
 	st->train.lr_last_epoch = 7;
 	st->train.optim_step = 6;
-	st->train.loader[0] = (struct titan_loader_state){3, 17, 1000, 2048, 1, UINT64_MAX};
-	st->train.loader[1] = (struct titan_loader_state){0, 1ULL << 63, 5, 7, 0, 42};
+	/* the loader state is global: every data-parallel rank holds the same */
+	st->train.loader[0] = (struct titan_loader_state){3, 1ULL << 63, 1000, 2048, 1, UINT64_MAX};
+	st->train.loader[1] = st->train.loader[0];
 	st->train.rng = (struct titan_ckpt_rng){0xdeadbeefcafebabeULL, 3, UINT64_MAX - 1};
 	st->config_yaml = "training:\n  steps: 7\n";
 }
@@ -660,11 +661,31 @@ static void test_bad_files(void **state)
 					  TITAN_CKPT_FLOAT32), 0);
 	expect_load_error("tied.h5", &b.st, TITAN_CKPT_MODEL_ONLY, TITAN_E_INVALID,
 			  "tied.h5': model/output.weight is missing", NULL);
-	/* data loader saved by 2 ranks, loaded by 1 */
-	b.st.train.dp_world_size = 1;
-	expect_load_error("good.h5", &b.st, 0, TITAN_E_INVALID, "2 data-parallel ranks", "1");
-	b.st.train.dp_world_size = 2;
-	assert_int_equal(titan_ckpt_load(path_of("good.h5"), &b.st, 0), 0);
+	/* the data loader state is global: saved by 2 ranks, it loads into 1
+	 * or 3 (every entry dp_rank_0's); saved entries that differ are a
+	 * damaged file */
+	{
+		struct titan_loader_state three[3];
+
+		memset(three, 0, sizeof(three));
+		b.st.train.dp_world_size = 1;
+		assert_int_equal(titan_ckpt_load(path_of("good.h5"), &b.st, 0), 0);
+		assert_memory_equal(&b.loader[0], &a.loader[0], sizeof(a.loader[0]));
+		b.st.train.loader = three;
+		b.st.train.dp_world_size = 3;
+		assert_int_equal(titan_ckpt_load(path_of("good.h5"), &b.st, 0), 0);
+		for (int r = 0; r < 3; r++)
+			assert_memory_equal(&three[r], &a.loader[0], sizeof(a.loader[0]));
+		b.st.train.loader = b.loader;
+		b.st.train.dp_world_size = 2;
+		a.loader[1].position = 5;
+		assert_int_equal(titan_ckpt_write(path_of("differ.h5"), &a.st, 0, TITAN_CKPT_FLOAT32), 0);
+		a.loader[1] = a.loader[0];
+		expect_load_error("differ.h5", &b.st, 0, TITAN_E_FORMAT, "differ.h5': "
+				  "/dataloader/dp_rank_1 differs from dp_rank_0", NULL);
+		assert_int_equal(titan_ckpt_load(path_of("differ.h5"), &b.st,
+						 TITAN_CKPT_EXCLUDE_DATALOADER), 0);
+	}
 
 #if TITAN_HAVE_HDF5
 	/* newer format version */

@@ -1,0 +1,220 @@
+/*
+ * titan/dist.h — ranks, the device mesh and communicators: torchtitan's
+ * ParallelDims (torchtitan/distributed/parallel_dims.py) over MPI, and a
+ * small communicator interface (all-reduce, all-gather, reduce-scatter,
+ * broadcast, send/recv, non-blocking with wait) that the NCCL backend will
+ * implement for device buffers.
+ *
+ * Process model.  titan_dist_init() starts MPI when the build has it and
+ * the process was started by a launcher (mpiexec/hydra, srun with pmi2, or
+ * an MPI singleton when TITAN_MPI=1); otherwise, and in builds without MPI
+ * (MPI=no), the run is one process and every communicator has size 1:
+ * collectives become copies, so single-rank code needs no special cases.
+ *
+ * Mesh.  Ranks are laid out as torchtitan's mesh, outermost first:
+ *     pp, dp_replicate, dp_shard, cp, tp        (tp innermost)
+ * rank = (((pp_i·R + r_i)·S + s_i)·CP + c_i)·TP + t_i.  Each dimension has
+ * a communicator over the ranks that differ only in that coordinate, plus
+ * the flattened ones torchtitan uses:
+ *     dp    = dp_replicate × dp_shard   (the data-loading "batch" mesh)
+ *     fsdp  = dp_shard × cp             (the ranks that shard parameters)
+ *     loss  = dp × cp                   (loss and token-count reductions)
+ *
+ * Progress and overlap.  Non-blocking operations are queued to a
+ * communicator's progress thread, which issues them in program order (so
+ * every rank issues the same sequence on a communicator, as MPI requires)
+ * and drives them to completion while the caller computes: a CPU cannot
+ * rely on MPI's own progress between calls.  A blocking call is a queued
+ * call plus a wait.  Buffers passed to a non-blocking call must not be
+ * touched until its wait returns.
+ *
+ * Timeouts (torchtitan's comm.init_timeout_seconds / train_timeout_seconds).
+ * Every wait has a deadline: titan_dist_set_timeout() sets it (the trainer
+ * uses the init timeout until the end of step 1, then the train timeout).
+ * When a wait expires the rank finds out which ranks no longer answer
+ * (a heartbeat exchange on a private communicator, a few seconds), logs
+ *   "comm timeout: all_gather 'layer 3 params' (fsdp, 1.2 MiB) at step 4
+ *    did not finish in 100 s; rank 2 does not answer (ranks 0,1,3 do)"
+ * dumps the flight recorder and exits the process with status
+ * TITAN_EXIT_COMM (after a short grace period so the other ranks can print
+ * theirs).  It never returns to the caller: a hang cannot be handled.
+ *
+ * Flight recorder (comm.trace_buf_size, comm.save_traces_folder): the last
+ * N operations of this rank (sequence number, communicator, op, name,
+ * bytes, step, enqueue/start/end times, state) in a ring; dumped as
+ * FOLDER/rank<R>.json on a timeout, on titan_dist_dump_traces() and by the
+ * fatal-signal handler.  Format: docs/formats.md "Flight recorder".
+ *
+ * Errors: functions return 0 or a negative enum titan_err (TITAN_E_COMM
+ * naming the operation and MPI's error string, TITAN_E_INVALID for bad
+ * arguments); none aborts.  Thread safety: one thread (the trainer's) calls
+ * these; the progress threads are internal.
+ */
+#ifndef TITAN_DIST_H
+#define TITAN_DIST_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "titan/config.h"
+#include "titan/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Exit status of a process that gave up on a collective (timeout). */
+#define TITAN_EXIT_COMM 3
+
+/* ------------------------------------------------------- parallel dims */
+
+enum titan_mesh_dim {
+	TITAN_DIM_PP = 0,
+	TITAN_DIM_DP_REPLICATE,
+	TITAN_DIM_DP_SHARD,
+	TITAN_DIM_CP,
+	TITAN_DIM_TP,
+	TITAN_DIM_NDIMS,
+	/* flattened */
+	TITAN_DIM_DP = TITAN_DIM_NDIMS, /* dp_replicate × dp_shard */
+	TITAN_DIM_FSDP,                  /* dp_shard × cp */
+	TITAN_DIM_LOSS,                  /* dp_replicate × dp_shard × cp */
+	TITAN_DIM_WORLD,
+	TITAN_DIM_NALL
+};
+/* "pp", "dp_replicate", "dp_shard", "cp", "tp", "dp", "fsdp", "loss", "world". */
+const char *titan_mesh_dim_name(enum titan_mesh_dim d);
+
+struct titan_parallel_dims {
+	int64_t degree[TITAN_DIM_NDIMS]; /* pp, dp_replicate, dp_shard, cp, tp */
+	int64_t world_size;
+};
+
+/* torchtitan's ParallelDims validation: every degree >= 1 except dp_shard,
+ * which may be -1 (= world / (the others' product)); the product must equal
+ * `world_size`: otherwise TITAN_E_INVALID naming the keys and the numbers
+ * ("parallelism: data_parallel_replicate_degree 2 x data_parallel_shard_degree
+ * 3 x ... = 6, but 4 ranks were started").  From the config's parallelism.*
+ * keys. */
+int titan_parallel_dims_from_config(struct titan_parallel_dims *pd,
+				    const struct titan_config *c, int64_t world_size);
+/* Coordinates of `rank` (world) in the mesh, and back. */
+void titan_parallel_dims_coords(const struct titan_parallel_dims *pd, int64_t rank,
+				int64_t coord[TITAN_DIM_NDIMS]);
+int64_t titan_parallel_dims_rank(const struct titan_parallel_dims *pd,
+				 const int64_t coord[TITAN_DIM_NDIMS]);
+/* Degree of a dimension, flattened ones included. */
+int64_t titan_parallel_dims_degree(const struct titan_parallel_dims *pd, enum titan_mesh_dim d);
+
+/* -------------------------------------------------------- communicator */
+
+enum titan_dtype { TITAN_DTYPE_F32 = 0, TITAN_DTYPE_F64, TITAN_DTYPE_I64, TITAN_DTYPE_U8 };
+enum titan_redop { TITAN_REDOP_SUM = 0, TITAN_REDOP_MAX, TITAN_REDOP_MIN };
+/* Bytes of one element. */
+size_t titan_dtype_size(enum titan_dtype t);
+
+struct titan_comm;     /* opaque */
+struct titan_comm_req; /* a non-blocking operation in flight */
+
+int titan_comm_rank(const struct titan_comm *c);
+int titan_comm_size(const struct titan_comm *c);
+/* World rank of rank `r` of `c`. */
+int titan_comm_world_rank(const struct titan_comm *c, int r);
+/* The communicator's name ("fsdp", "dp_replicate", "world", ...). */
+const char *titan_comm_name(const struct titan_comm *c);
+
+/* Pass as `send` for an in-place operation (the data is in `recv`). */
+#define TITAN_IN_PLACE ((const void *)1)
+
+/* Every operation takes `what`, a short description for the flight
+ * recorder and error messages ("layer 3 params", "grad norm"); the string
+ * is copied.  Counts are elements of `dt`.
+ *
+ * all_reduce:      recv[i] = op over ranks of send[i], count elements
+ * all_gather:      recv[r·count .. (r+1)·count) = send of rank r
+ * reduce_scatter:  recv[0..count) = sum over ranks of send[rank·count ..
+ *                  (rank+1)·count) (send holds size·count elements); SUM only
+ * broadcast:       buf of `root` to every rank
+ * send / recv:     point-to-point with a tag >= 0 */
+int titan_comm_iall_reduce(struct titan_comm *c, const void *send, void *recv, size_t count,
+			   enum titan_dtype dt, enum titan_redop op, const char *what,
+			   struct titan_comm_req **req);
+int titan_comm_iall_gather(struct titan_comm *c, const void *send, void *recv, size_t count,
+			   enum titan_dtype dt, const char *what, struct titan_comm_req **req);
+int titan_comm_ireduce_scatter(struct titan_comm *c, const void *send, void *recv, size_t count,
+			       enum titan_dtype dt, const char *what, struct titan_comm_req **req);
+int titan_comm_ibroadcast(struct titan_comm *c, void *buf, size_t count, enum titan_dtype dt,
+			  int root, const char *what, struct titan_comm_req **req);
+int titan_comm_isend(struct titan_comm *c, const void *buf, size_t count, enum titan_dtype dt,
+		     int dest, int tag, const char *what, struct titan_comm_req **req);
+int titan_comm_irecv(struct titan_comm *c, void *buf, size_t count, enum titan_dtype dt,
+		     int src, int tag, const char *what, struct titan_comm_req **req);
+/* Wait for `req` and free it (NULL: no-op, 0).  Returns the operation's
+ * error, if any.  On a timeout it does not return (see above). */
+int titan_comm_wait(struct titan_comm_req *req);
+/* Has it finished?  (Then titan_comm_wait returns at once.) */
+bool titan_comm_test(struct titan_comm_req *req);
+
+/* Blocking forms: the non-blocking call and its wait. */
+int titan_comm_all_reduce(struct titan_comm *c, const void *send, void *recv, size_t count,
+			  enum titan_dtype dt, enum titan_redop op, const char *what);
+int titan_comm_all_gather(struct titan_comm *c, const void *send, void *recv, size_t count,
+			  enum titan_dtype dt, const char *what);
+int titan_comm_reduce_scatter(struct titan_comm *c, const void *send, void *recv, size_t count,
+			      enum titan_dtype dt, const char *what);
+int titan_comm_broadcast(struct titan_comm *c, void *buf, size_t count, enum titan_dtype dt,
+			 int root, const char *what);
+int titan_comm_barrier(struct titan_comm *c, const char *what);
+
+/* The MPI communicator behind `c`: a pointer to its MPI_Comm (MPI_Comm *
+ * as void *, valid while `c` lives; for parallel HDF5 and
+ * titan_ckpt_save_dist), or NULL in a single-process run. */
+void *titan_comm_mpi_handle(const struct titan_comm *c);
+
+/* ------------------------------------------------------------ the world */
+
+struct titan_dist {
+	int rank, size;              /* world */
+	bool mpi;                    /* MPI is running (false: one process) */
+	int local_rank, local_size;  /* on this node (MPI_COMM_TYPE_SHARED) */
+	char host[64];
+	struct titan_parallel_dims dims;
+	int64_t coord[TITAN_DIM_NDIMS];
+	struct titan_comm *comm[TITAN_DIM_NALL]; /* every dimension, flattened ones too */
+};
+
+/* Start MPI if launched under one (see the top), record the rank for log
+ * lines (titan_set_rank) when size > 1, install the fatal-signal handler
+ * that dumps the flight recorder.  Call once, early in main.  The world
+ * communicator exists after this (dist->comm[TITAN_DIM_WORLD]); the mesh
+ * after titan_dist_mesh(). */
+int titan_dist_init(int *argc, char ***argv, struct titan_dist **out);
+/* Build the mesh of `pd` (pd->world_size must be dist->size): the
+ * per-dimension communicators (collective over the world). */
+int titan_dist_mesh(struct titan_dist *d, const struct titan_parallel_dims *pd);
+/* Flight recorder and timeouts from the config's comm.* keys and
+ * job.dump_folder. */
+int titan_dist_configure(struct titan_dist *d, const struct titan_config *c);
+/* The deadline of every later wait, in seconds (> 0). */
+void titan_dist_set_timeout(struct titan_dist *d, double seconds);
+/* The training step stamped on later operations (messages, recorder). */
+void titan_dist_set_step(struct titan_dist *d, int64_t step);
+/* Watch a blocking section that is not a titan_comm operation (a parallel
+ * HDF5 checkpoint write, an MPI call made elsewhere): if it has not ended
+ * within the timeout, the timeout path above runs with `what` as the
+ * operation.  Sections do not nest; end one before the next. */
+void titan_dist_watch_begin(struct titan_dist *d, const char *what);
+void titan_dist_watch_end(struct titan_dist *d);
+/* Write the flight recorder of this rank now (0 or TITAN_E_IO). */
+int titan_dist_dump_traces(struct titan_dist *d, const char *reason);
+/* Finish: stop the progress threads, free the communicators,
+ * MPI_Finalize when `ok` (otherwise MPI_Abort(status) so that a failed
+ * rank takes the job down instead of leaving the others in a collective).
+ * NULL-safe. */
+void titan_dist_finalize(struct titan_dist *d, bool ok, int status);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,572 @@
+/*
+ * dp.c — data parallelism over a titan_llama's parameter groups: DDP
+ * (torch's DistributedDataParallel / torchtitan's replicate: gradients
+ * all-reduced in buckets while backward still runs), FSDP (FSDP2's
+ * fully_shard per unit: dim-0 shards, all-gather before use with the next
+ * unit prefetched, reduce-scatter after backward) and HSDP (FSDP over the
+ * shard dimension, the sharded gradients all-reduced over the replicas).
+ *
+ * A unit is a run of consecutive parameter groups (titan/train.h) whose
+ * collectives go as one bucket: one group each by default (torchtitan's
+ * fully_shard per block), or merged until a unit holds comm.bucket_size_mb.
+ * Every rank issues the same collectives in the same order: the schedule
+ * depends only on the model, the options and the microbatch, never on
+ * timing (completion is polled at the hooks, in issue order).
+ *
+ * FSDP packing.  Parameter p of a unit holds rows [r·chunk, ...) on shard
+ * r (chunk = ceil(shape[0] / N), torch.chunk's split, so the last shards
+ * may be short or empty).  On the wire each rank's part of a unit is the
+ * unit's parameters one after another, each as chunk·cols floats (the rows
+ * a shard lacks are zeros): S floats per rank.  An all-gather then gives
+ * N·S floats, rank-major, copied out into the unsharded layout (the
+ * unsharded table's arena slice, which the model's views bind to); a
+ * reduce-scatter takes the gradients copied in rank-major and leaves this
+ * rank's S, which are added to its sharded gradients.
+ *
+ * Memory (tag comm): the gathered copy of a unit (its unsharded size), the
+ * all-gather buffers (S + N·S) while it is in flight, an unsharded
+ * gradient buffer from the unit's backward to its reduce-scatter, and the
+ * reduce-scatter buffers (N·S + S) until it completes.  titan-estimate
+ * models the same schedule.
+ */
+#include "titan/train.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "titan/core.h"
+#include "titan/dist.h"
+
+struct unit {
+	int g0, g1;              /* groups [g0, g1] */
+	int p0, p1;              /* parameters [p0, p1) */
+	int64_t full_floats;     /* unsharded slice: full_offset(p1) - full_offset(p0) */
+	int64_t shard_floats;    /* S: chunk·cols summed over the parameters */
+	char name[48];
+	/* FSDP state */
+	float *full;             /* gathered parameters, or NULL */
+	float *gsend, *grecv;    /* all-gather in flight */
+	struct titan_comm_req *greq;
+	float *grad;             /* unsharded gradients, or NULL */
+	/* reduction in flight (FSDP reduce-scatter, or DDP/HSDP all-reduce) */
+	float *rsend, *rrecv;
+	struct titan_comm_req *rreq;
+	bool rs_pending;         /* rrecv holds a reduce-scatter to add */
+	bool rs_last;            /* ... of the step's last microbatch */
+	struct titan_comm_req *areq; /* replicate all-reduce */
+};
+
+struct titan_dp {
+	struct titan_llama *m;
+	const struct titan_param_table *t;
+	struct titan_allocator *alloc;
+	struct titan_dp_opts o;
+	int nshard, shard_rank;  /* fsdp comm */
+	int nrep;                /* replicate comm */
+	bool fsdp;
+	int nunits;
+	struct unit *u;
+	int *unit_of;            /* group -> unit */
+	bool tied;
+	/* this microbatch */
+	bool backward, last;
+	/* units with a reduction in flight, in issue order */
+	int *pending;
+	int npending;
+	double *sumsq;
+};
+
+static float *mem(struct titan_dp *dp, int64_t floats)
+{
+	return titan_mem_alloc(dp->alloc, (size_t)floats * sizeof(float), TITAN_MEM_COMM);
+}
+
+static void unmem(struct titan_dp *dp, float **p)
+{
+	titan_mem_free(dp->alloc, *p);
+	*p = NULL;
+}
+
+static int64_t full_end(const struct titan_param_table *t, int p1)
+{
+	return p1 < t->n ? t->params[p1].full_offset : t->full_arena_floats;
+}
+
+static int build_units(struct titan_dp *dp)
+{
+	const int ng = titan_llama_ngroups(dp->m);
+	int first, end;
+
+	dp->u = calloc((size_t)ng, sizeof(*dp->u));
+	dp->unit_of = calloc((size_t)ng, sizeof(*dp->unit_of));
+	dp->pending = calloc((size_t)ng, sizeof(*dp->pending));
+	dp->sumsq = calloc((size_t)dp->t->n, sizeof(*dp->sumsq));
+	if (!dp->u || !dp->unit_of || !dp->pending || !dp->sumsq)
+		return titan_error(TITAN_E_NOMEM, "out of memory");
+	for (int g = 0; g < ng; g++) {
+		struct unit *u = dp->nunits ? &dp->u[dp->nunits - 1] : NULL;
+
+		titan_llama_group_params(dp->m, g, &first, &end);
+		/* a new unit unless the open one is below the bucket size
+		 * (the embeddings and the last group stay alone: they are used
+		 * out of order with tied weights and around the loss) */
+		if (!u || g == 1 || g == ng - 1 ||
+		    (u->g1 == ng - 1) ||
+		    (int64_t)(u->full_floats * (int64_t)sizeof(float)) >= dp->o.bucket_bytes) {
+			u = &dp->u[dp->nunits++];
+			u->g0 = g;
+			u->p0 = first;
+		}
+		u->g1 = g;
+		u->p1 = end;
+		u->full_floats = full_end(dp->t, end) - dp->t->params[u->p0].full_offset;
+		dp->unit_of[g] = dp->nunits - 1;
+	}
+	for (int i = 0; i < dp->nunits; i++) {
+		struct unit *u = &dp->u[i];
+
+		for (int p = u->p0; p < u->p1; p++)
+			u->shard_floats += dp->t->params[p].chunk_rows * dp->t->params[p].shape[1];
+		if (u->g0 == 0 && u->g1 == 0)
+			snprintf(u->name, sizeof(u->name), "tok_embeddings");
+		else if (u->g0 == ng - 1)
+			snprintf(u->name, sizeof(u->name), "norm+output");
+		else if (u->g0 == u->g1)
+			snprintf(u->name, sizeof(u->name), "layer %d", u->g0 - 1);
+		else
+			snprintf(u->name, sizeof(u->name), "layers %d-%d", u->g0 - 1, u->g1 - 1);
+	}
+	return 0;
+}
+
+int titan_dp_new(struct titan_llama *m, const struct titan_dp_opts *o, struct titan_dp **out)
+{
+	struct titan_dp *dp = calloc(1, sizeof(*dp));
+	int rc;
+
+	*out = NULL;
+	if (!dp)
+		return titan_error(TITAN_E_NOMEM, "out of memory");
+	dp->m = m;
+	dp->t = titan_llama_table(m);
+	dp->alloc = titan_host_allocator();
+	dp->o = *o;
+	dp->nshard = o->shard ? titan_comm_size(o->shard) : 1;
+	dp->shard_rank = o->shard ? titan_comm_rank(o->shard) : 0;
+	dp->nrep = o->replicate ? titan_comm_size(o->replicate) : 1;
+	dp->fsdp = dp->nshard > 1;
+	dp->tied = titan_param_index(dp->t, TITAN_PARAM_OUTPUT, -1) < 0;
+	if (dp->t->opts.shard_degree != (dp->fsdp ? dp->nshard : 1) ||
+	    (dp->fsdp && dp->t->opts.shard_rank != dp->shard_rank)) {
+		rc = titan_error(TITAN_E_INTERNAL, "model sharded %d of %d, the fsdp mesh is %d of %d",
+				 dp->t->opts.shard_rank, dp->t->opts.shard_degree, dp->shard_rank,
+				 dp->nshard);
+		goto fail;
+	}
+	if ((rc = build_units(dp)) < 0)
+		goto fail;
+	if (dp->fsdp)
+		for (int g = 0; g < titan_llama_ngroups(m); g++)
+			titan_llama_bind_group(m, g, NULL, NULL);
+	*out = dp;
+	return 0;
+fail:
+	titan_dp_free(dp);
+	return rc;
+}
+
+/* ------------------------------------------------------------ FSDP */
+
+static void bind_unit(struct titan_dp *dp, struct unit *u)
+{
+	const int64_t base = dp->t->params[u->p0].full_offset;
+
+	for (int g = u->g0; g <= u->g1; g++) {
+		int first, end;
+
+		titan_llama_group_params(dp->m, g, &first, &end);
+		const int64_t off = dp->t->params[first].full_offset - base;
+
+		titan_llama_bind_group(dp->m, g, u->full ? u->full + off : NULL,
+				       u->grad ? u->grad + off : NULL);
+	}
+}
+
+static int gather_start(struct titan_dp *dp, struct unit *u)
+{
+	const struct titan_param_arena *pa = titan_llama_params(dp->m);
+	char what[96];
+	int64_t off = 0;
+
+	if (u->full || u->greq)
+		return 0;
+	if (!(u->gsend = mem(dp, u->shard_floats)) ||
+	    !(u->grecv = mem(dp, u->shard_floats * dp->nshard)))
+		return TITAN_E_NOMEM;
+	for (int i = u->p0; i < u->p1; i++) {
+		const struct titan_param *p = &dp->t->params[i];
+		const int64_t slot = p->chunk_rows * p->shape[1];
+
+		memcpy(u->gsend + off, titan_param_view(pa, p), (size_t)p->local_numel * sizeof(float));
+		memset(u->gsend + off + p->local_numel, 0,
+		       (size_t)(slot - p->local_numel) * sizeof(float));
+		off += slot;
+	}
+	snprintf(what, sizeof(what), "%s params", u->name);
+	return titan_comm_iall_gather(dp->o.shard, u->gsend, u->grecv, (size_t)u->shard_floats,
+				      TITAN_DTYPE_F32, what, &u->greq);
+}
+
+static int gather_finish(struct titan_dp *dp, struct unit *u)
+{
+	const int64_t base = dp->t->params[u->p0].full_offset;
+	int rc;
+
+	if (u->full)
+		return 0;
+	if (!u->greq && (rc = gather_start(dp, u)) < 0)
+		return rc;
+	rc = titan_comm_wait(u->greq);
+	u->greq = NULL;
+	unmem(dp, &u->gsend);
+	if (rc < 0)
+		return rc;
+	if (!(u->full = mem(dp, u->full_floats)))
+		return TITAN_E_NOMEM;
+	for (int r = 0; r < dp->nshard; r++) {
+		const float *src = u->grecv + (int64_t)r * u->shard_floats;
+
+		for (int i = u->p0; i < u->p1; i++) {
+			const struct titan_param *p = &dp->t->params[i];
+			int64_t r0 = r * p->chunk_rows, rows = p->chunk_rows;
+
+			if (r0 > p->shape[0])
+				r0 = p->shape[0];
+			if (r0 + rows > p->shape[0])
+				rows = p->shape[0] - r0;
+			memcpy(u->full + (p->full_offset - base) + r0 * p->shape[1], src,
+			       (size_t)(rows * p->shape[1]) * sizeof(float));
+			src += p->chunk_rows * p->shape[1];
+		}
+	}
+	unmem(dp, &u->grecv);
+	bind_unit(dp, u);
+	return 0;
+}
+
+static void release_params(struct titan_dp *dp, struct unit *u)
+{
+	if (!u->full)
+		return;
+	unmem(dp, &u->full);
+	bind_unit(dp, u);
+}
+
+static int ensure_grad(struct titan_dp *dp, struct unit *u)
+{
+	if (u->grad)
+		return 0;
+	if (!(u->grad = titan_mem_calloc(dp->alloc, (size_t)u->full_floats * sizeof(float),
+					 TITAN_MEM_COMM)))
+		return TITAN_E_NOMEM;
+	bind_unit(dp, u);
+	return 0;
+}
+
+/* The sharded gradients of a unit: one contiguous slice of the arena. */
+static float *shard_grads(struct titan_dp *dp, struct unit *u, int64_t *n)
+{
+	const struct titan_param_arena *ga = titan_llama_grads(dp->m);
+	const struct titan_param *first = &dp->t->params[u->p0], *last = &dp->t->params[u->p1 - 1];
+
+	*n = last->offset + last->local_numel - first->offset;
+	return ga->data + first->offset;
+}
+
+static int reduce_start(struct titan_dp *dp, struct unit *u)
+{
+	char what[96];
+	int rc;
+
+	if (dp->fsdp) {
+		const int64_t base = dp->t->params[u->p0].full_offset;
+		float *dst;
+
+		if (!(u->rsend = mem(dp, u->shard_floats * dp->nshard)) ||
+		    !(u->rrecv = mem(dp, u->shard_floats)))
+			return TITAN_E_NOMEM;
+		dst = u->rsend;
+		for (int r = 0; r < dp->nshard; r++) {
+			for (int i = u->p0; i < u->p1; i++) {
+				const struct titan_param *p = &dp->t->params[i];
+				const int64_t slot = p->chunk_rows * p->shape[1];
+				int64_t r0 = r * p->chunk_rows, rows = p->chunk_rows;
+
+				if (r0 > p->shape[0])
+					r0 = p->shape[0];
+				if (r0 + rows > p->shape[0])
+					rows = p->shape[0] - r0;
+				memcpy(dst, u->grad + (p->full_offset - base) + r0 * p->shape[1],
+				       (size_t)(rows * p->shape[1]) * sizeof(float));
+				memset(dst + rows * p->shape[1], 0,
+				       (size_t)(slot - rows * p->shape[1]) * sizeof(float));
+				dst += slot;
+			}
+		}
+		unmem(dp, &u->grad);
+		bind_unit(dp, u);
+		snprintf(what, sizeof(what), "%s grads", u->name);
+		rc = titan_comm_ireduce_scatter(dp->o.shard, u->rsend, u->rrecv,
+						(size_t)u->shard_floats, TITAN_DTYPE_F32, what,
+						&u->rreq);
+		u->rs_pending = true;
+		u->rs_last = dp->last;
+	} else {
+		/* DDP: the unit's gradients are one slice of the full arena */
+		int64_t n;
+		float *g = shard_grads(dp, u, &n);
+
+		snprintf(what, sizeof(what), "%s grads", u->name);
+		rc = titan_comm_iall_reduce(dp->o.replicate, TITAN_IN_PLACE, g, (size_t)n,
+					    TITAN_DTYPE_F32, TITAN_REDOP_SUM, what, &u->areq);
+	}
+	if (rc < 0)
+		return rc;
+	dp->pending[dp->npending++] = (int)(u - dp->u);
+	return 0;
+}
+
+/* Advance the reductions in flight by one stage each, blocking, except
+ * the newest `keep` (issue order): a reduce-scatter is waited for and
+ * added to the sharded gradients (then, on the step's last microbatch
+ * under HSDP, the replicas' all-reduce starts), an all-reduce is waited
+ * for.  The schedule is fixed — a unit's reduction completes at the next
+ * unit's post_backward — so that the buffers live at each moment, and the
+ * memory peak, do not depend on timing (titan-estimate models them). */
+static int reduce_advance(struct titan_dp *dp, int keep)
+{
+	int n = dp->npending - keep, rc, w = 0;
+
+	for (int i = 0; i < dp->npending; i++) {
+		struct unit *u = &dp->u[dp->pending[i]];
+
+		if (i >= n) {
+			dp->pending[w++] = dp->pending[i];
+			continue;
+		}
+		if (u->rs_pending) {
+			rc = titan_comm_wait(u->rreq);
+			u->rreq = NULL;
+			u->rs_pending = false;
+			unmem(dp, &u->rsend);
+			if (rc < 0)
+				return rc;
+			/* add this rank's rows to the sharded gradients */
+			const struct titan_param_arena *ga = titan_llama_grads(dp->m);
+			const float *src = u->rrecv;
+
+			for (int j = u->p0; j < u->p1; j++) {
+				const struct titan_param *p = &dp->t->params[j];
+				float *g = titan_param_view(ga, p);
+
+				for (int64_t k = 0; k < p->local_numel; k++)
+					g[k] += src[k];
+				src += p->chunk_rows * p->shape[1];
+			}
+			unmem(dp, &u->rrecv);
+			if (u->rs_last && dp->nrep > 1) {
+				int64_t cnt;
+				float *g = shard_grads(dp, u, &cnt);
+				char what[96];
+
+				snprintf(what, sizeof(what), "%s grads (replicas)", u->name);
+				if ((rc = titan_comm_iall_reduce(dp->o.replicate, TITAN_IN_PLACE, g,
+								 (size_t)cnt, TITAN_DTYPE_F32,
+								 TITAN_REDOP_SUM, what, &u->areq)) < 0)
+					return rc;
+				dp->pending[w++] = dp->pending[i]; /* its next stage later */
+				continue;
+			}
+		} else if (u->areq) {
+			rc = titan_comm_wait(u->areq);
+			u->areq = NULL;
+			if (rc < 0)
+				return rc;
+		}
+	}
+	dp->npending = w;
+	return 0;
+}
+
+static int reduce_all(struct titan_dp *dp)
+{
+	int rc;
+
+	while (dp->npending > 0)
+		if ((rc = reduce_advance(dp, 0)) < 0)
+			return rc;
+	return 0;
+}
+
+/* ------------------------------------------------------------ hooks */
+
+static int pre_forward(void *ctx, int g)
+{
+	struct titan_dp *dp = ctx;
+	const int k = dp->unit_of[g];
+	struct unit *u = &dp->u[k];
+	int rc;
+
+	if (!dp->fsdp || g != u->g0)
+		return 0;
+	if ((rc = gather_finish(dp, u)) < 0)
+		return rc;
+	/* prefetch the next unit while this one computes */
+	if (k + 1 < dp->nunits && (rc = gather_start(dp, &dp->u[k + 1])) < 0)
+		return rc;
+	return 0;
+}
+
+static int post_forward(void *ctx, int g)
+{
+	struct titan_dp *dp = ctx;
+	const int k = dp->unit_of[g];
+	struct unit *u = &dp->u[k];
+
+	if (!dp->fsdp || g != u->g1)
+		return 0;
+	if (!dp->backward) {
+		/* forward only (validation): nothing stays gathered, except
+		 * the tied embeddings until the loss */
+		if (!(dp->tied && k == 0))
+			release_params(dp, u);
+		if (dp->tied && k == dp->nunits - 1)
+			release_params(dp, &dp->u[0]);
+		return 0;
+	}
+	if (k == dp->nunits - 1 || (dp->tied && k == 0) || !dp->o.reshard_after_forward)
+		return 0;
+	release_params(dp, u);
+	return 0;
+}
+
+static int pre_backward(void *ctx, int g)
+{
+	struct titan_dp *dp = ctx;
+	const int k = dp->unit_of[g];
+	struct unit *u = &dp->u[k];
+	int rc;
+
+	if (g != u->g1)
+		return 0;
+	if (dp->fsdp) {
+		if ((rc = gather_finish(dp, u)) < 0 || (rc = ensure_grad(dp, u)) < 0)
+			return rc;
+		/* the classifier of a tied model adds to the embedding's gradient */
+		if (dp->tied && k == dp->nunits - 1 && (rc = ensure_grad(dp, &dp->u[0])) < 0)
+			return rc;
+		if (k > 0 && (rc = gather_start(dp, &dp->u[k - 1])) < 0)
+			return rc;
+	}
+	return 0;
+}
+
+static int post_backward(void *ctx, int g)
+{
+	struct titan_dp *dp = ctx;
+	const int k = dp->unit_of[g];
+	struct unit *u = &dp->u[k];
+	int rc;
+
+	if (g != u->g0)
+		return 0;
+	if (dp->fsdp) {
+		release_params(dp, u);
+		if ((rc = reduce_start(dp, u)) < 0)
+			return rc;
+	} else if (dp->last) {
+		if ((rc = reduce_start(dp, u)) < 0)
+			return rc;
+	} else {
+		return 0;
+	}
+	/* the previous unit's reduction has had this unit's backward */
+	return reduce_advance(dp, 1);
+}
+
+const struct titan_llama_group_hooks *titan_dp_hooks(struct titan_dp *dp,
+						      struct titan_llama_group_hooks *h)
+{
+	h->pre_forward = pre_forward;
+	h->post_forward = post_forward;
+	h->pre_backward = pre_backward;
+	h->post_backward = post_backward;
+	h->ctx = dp;
+	return h;
+}
+
+int titan_dp_begin_microbatch(struct titan_dp *dp, bool backward, bool last)
+{
+	dp->backward = backward;
+	dp->last = last;
+	/* one reduction per unit in flight: the previous microbatch's finish
+	 * first (they have had a whole forward to complete) */
+	return reduce_all(dp);
+}
+
+int titan_dp_finish_grads(struct titan_dp *dp)
+{
+	int rc = reduce_all(dp);
+
+	for (int k = 0; k < dp->nunits && rc == 0; k++) {
+		TITAN_ASSERT(!dp->u[k].grad && !dp->u[k].greq);
+		release_params(dp, &dp->u[k]);
+	}
+	return rc;
+}
+
+int titan_dp_grad_norm(struct titan_dp *dp, double max_norm, double *norm, float *coef)
+{
+	int rc;
+
+	if ((rc = titan_llama_grad_sumsq(dp->m, dp->sumsq)) < 0)
+		return rc;
+	if (dp->fsdp && (rc = titan_comm_all_reduce(dp->o.shard, TITAN_IN_PLACE, dp->sumsq,
+						     (size_t)dp->t->n, TITAN_DTYPE_F64,
+						     TITAN_REDOP_SUM, "grad norm")) < 0)
+		return rc;
+	titan_grad_norm_from_sumsq(dp->sumsq, dp->t->n, max_norm, norm, coef);
+	return 0;
+}
+
+int titan_dp_units(const struct titan_dp *dp)
+{
+	return dp->nunits;
+}
+
+void titan_dp_free(struct titan_dp *dp)
+{
+	if (!dp)
+		return;
+	if (dp->u) {
+		for (int k = 0; k < dp->nunits; k++) {
+			struct unit *u = &dp->u[k];
+
+			/* an error left collectives in flight: the process ends
+			 * (buffers stay with MPI); otherwise nothing is left */
+			if (u->greq || u->rreq || u->areq)
+				continue;
+			unmem(dp, &u->full);
+			unmem(dp, &u->grad);
+			unmem(dp, &u->gsend);
+			unmem(dp, &u->grecv);
+			unmem(dp, &u->rsend);
+			unmem(dp, &u->rrecv);
+		}
+	}
+	free(dp->u);
+	free(dp->unit_of);
+	free(dp->pending);
+	free(dp->sumsq);
+	free(dp);
+}

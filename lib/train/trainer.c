@@ -1,0 +1,710 @@
+/*
+ * trainer.c — torchtitan's Trainer (train.py) on one or many ranks: set-up
+ * (mesh, data loader per DP rank, model sharded or replicated, checkpoint
+ * resume), the step loop (microbatches with the loss normalised by the
+ * step's valid tokens over every rank, gradient clipping with the global
+ * norm, AdamW, the warmup-stable-decay schedule), validation, checkpoints,
+ * the log line and metrics.jsonl (rank 0), per-rank profiling traces and
+ * memory traces, comm timeouts and SIGTERM.
+ */
+#include "titan/train.h"
+
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cblas.h>
+
+#include "titan/ckpt.h"
+#include "titan/core.h"
+#include "titan/data.h"
+#include "titan/dist.h"
+#include "titan/trace.h"
+#include "trainer_impl.h"
+
+/* ------------------------------------------------------------ signals */
+
+static volatile sig_atomic_t stop_signal;
+
+static void on_stop_signal(int sig)
+{
+	stop_signal = sig;
+}
+
+void titan_trainer_catch_signals(void)
+{
+	struct sigaction sa;
+
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_stop_signal;
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGUSR1, &sa, NULL);
+}
+
+/* ------------------------------------------------------------ helpers */
+
+/* Peak fp32 FLOP/s of this CPU for MFU: metrics.peak_flops, or a measured
+ * sgemm (1024^3, best of 3) on the threads the run uses: OpenBLAS's own
+ * threading for the probe (the training GEMMs run it on one thread per tile
+ * of C, lib/cpu/matmul.c). */
+static double measure_peak(int nthreads)
+{
+	const int n = 1024;
+	float *a = titan_malloc((size_t)n * n * 3 * sizeof(float), TITAN_MEM_WORKSPACE);
+	double best = 0;
+
+	if (!a)
+		return 0;
+	openblas_set_num_threads(nthreads);
+	for (size_t i = 0; i < (size_t)n * n * 3; i++)
+		a[i] = (float)(i % 7) * 0.1f;
+	for (int r = 0; r < 3; r++) {
+		uint64_t t0 = titan_time_ns();
+
+		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1.0f, a, n,
+			    a + (size_t)n * n, n, 0.0f, a + 2 * (size_t)n * n, n);
+		double s = (double)(titan_time_ns() - t0) * 1e-9;
+		double f = 2.0 * n * n * (double)n / s;
+
+		if (f > best)
+			best = f;
+	}
+	openblas_set_num_threads(1);
+	titan_free(a);
+	return best;
+}
+
+int titan_mkdirs(const char *path)
+{
+	char tmp[4096];
+
+	snprintf(tmp, sizeof(tmp), "%s", path);
+	for (char *p = tmp + 1; *p; p++) {
+		if (*p != '/')
+			continue;
+		*p = '\0';
+		if (mkdir(tmp, 0777) != 0 && errno != EEXIST)
+			return titan_error(TITAN_E_IO, "cannot create '%s': %s", tmp, strerror(errno));
+		*p = '/';
+	}
+	if (mkdir(tmp, 0777) != 0 && errno != EEXIST)
+		return titan_error(TITAN_E_IO, "cannot create '%s': %s", tmp, strerror(errno));
+	return 0;
+}
+
+static struct titan_comm *comm(const struct titan_trainer *t, enum titan_mesh_dim d)
+{
+	return t->dist->comm[d];
+}
+
+/* ------------------------------------------------------------ profiling */
+
+static void set_phase(struct titan_trainer *t, uint16_t phase)
+{
+	t->phase = phase;
+	titan_mem_set_step(titan_host_allocator(), (uint32_t)t->step, phase);
+}
+
+static void hook_begin(void *ctx, const char *name)
+{
+	struct titan_trainer *t = ctx;
+
+	if (!strcmp(name, "forward") && t->phase != TITAN_PHASE_VALIDATION)
+		set_phase(t, TITAN_PHASE_FORWARD);
+	else if (!strcmp(name, "loss") && t->phase != TITAN_PHASE_VALIDATION)
+		set_phase(t, TITAN_PHASE_LOSS);
+	else if (!strcmp(name, "backward"))
+		set_phase(t, TITAN_PHASE_BACKWARD);
+	titan_trace_begin(t->trace, name, "model", t->step);
+}
+
+static void hook_end(void *ctx, const char *name)
+{
+	struct titan_trainer *t = ctx;
+	struct titan_mem_stats ms;
+
+	(void)name;
+	if (!t->trace)
+		return;
+	titan_trace_end(t->trace);
+	titan_mem_get_stats(titan_host_allocator(), &ms);
+	titan_trace_counter(t->trace, "host memory (bytes)", (double)ms.total_cur);
+}
+
+/* profiling.profile_freq / profiler_warmup / profiler_active as torchtitan's
+ * schedule: in each window of profile_freq steps the last `active` steps are
+ * traced (wait = freq - warmup - active steps, then warmup, then active). */
+static bool profiled(const struct titan_config *c, int64_t step)
+{
+	int64_t f = c->profiling.profile_freq, pos = (step - 1) % f;
+
+	return c->profiling.enable_profiling && pos >= f - c->profiling.profiler_active;
+}
+
+static int trace_open(struct titan_trainer *t, int64_t step)
+{
+	const struct titan_config *c = &t->cfg;
+	char dir[4096], path[4200], meta[256];
+	int rc;
+
+	snprintf(dir, sizeof(dir), "%s/%s/iteration_%lld", c->job.dump_folder,
+		 c->profiling.save_traces_folder, (long long)step);
+	if ((rc = titan_mkdirs(dir)) < 0)
+		return rc;
+	snprintf(path, sizeof(path), "%s/rank%d_trace.json", dir, t->dist->rank);
+	snprintf(meta, sizeof(meta), "{\"tool\": \"titan-train\", \"version\": \"%s\", \"step\": %lld, "
+		 "\"world_size\": %d}", titan_version(), (long long)step, t->dist->size);
+	return titan_trace_open(&t->trace, path, t->dist->rank, meta);
+}
+
+/* ------------------------------------------------------------ validation */
+
+static int validate(struct titan_trainer *t, int64_t step)
+{
+	double sums[2] = {0, 0}, loss; /* loss sum, valid tokens */
+	int64_t steps = 0;
+	uint64_t t0 = titan_time_ns();
+	int rc;
+
+	set_phase(t, TITAN_PHASE_VALIDATION);
+	titan_loader_reset(t->val);
+	while (t->cfg.validation.steps < 0 || steps < t->cfg.validation.steps) {
+		struct titan_batch_info info;
+		double ls;
+		int64_t nv;
+
+		if ((rc = titan_loader_next(t->val, t->inputs, t->labels, &info)) < 0)
+			return rc;
+		/* every rank stops at the same call: global rows decide */
+		if (rc == 0 || info.global_rows == 0)
+			break;
+		if (t->dp && (rc = titan_dp_begin_microbatch(t->dp, false, true)) < 0)
+			return rc;
+		if ((rc = titan_llama_step(t->model, t->inputs, t->labels, 0.0f, false, &ls, &nv)) < 0)
+			return rc;
+		sums[0] += ls;
+		sums[1] += (double)nv;
+		steps++;
+	}
+	if ((rc = titan_comm_all_reduce(comm(t, TITAN_DIM_LOSS), TITAN_IN_PLACE, sums, 2,
+					TITAN_DTYPE_F64, TITAN_REDOP_SUM, "validation loss")) < 0)
+		return rc;
+	loss = sums[1] > 0 ? sums[0] / sums[1] : NAN;
+	if (t->verbosity >= 0 && t->print_rank)
+		printf("validate step: %2lld  loss: %8.5f  tps: %.0f\n", (long long)step, loss,
+		       (double)(steps * t->n) / ((double)(titan_time_ns() - t0) * 1e-9));
+	if (t->jsonl) {
+		struct titan_json j;
+
+		titan_json_init(&j);
+		titan_json_object_begin(&j);
+		titan_json_key(&j, "step");
+		titan_json_int(&j, step);
+		titan_json_key(&j, "validation_loss");
+		titan_json_double(&j, loss);
+		titan_json_key(&j, "validation_tokens");
+		titan_json_int(&j, (int64_t)sums[1]);
+		titan_json_object_end(&j);
+		rc = titan_json_write_line(&j, t->jsonl);
+		titan_json_release(&j);
+		if (rc < 0)
+			return rc;
+	}
+	return 0;
+}
+
+/* ------------------------------------------------------------ metrics */
+
+static int log_step(struct titan_trainer *t, int64_t step, double loss, double norm, double lr,
+		    int64_t tokens_seen)
+{
+	struct titan_allocator *host = titan_host_allocator();
+	struct titan_mem_stats ms;
+	uint64_t now = titan_time_ns();
+	double dt = (double)(now - t->t_last) * 1e-9;
+	double tps = (double)t->tokens_since / dt;
+	double tflops = t->flops_per_token * tps / 1e12;
+	double mfu = t->peak_flops > 0 ? 100.0 * t->flops_per_token * tps / t->peak_flops : 0;
+	double gib, mx[2];
+	char g[48];
+	int rc;
+
+	titan_mem_get_stats(host, &ms);
+	/* the slowest and the largest rank, for the metrics (one small
+	 * all-reduce per logged step) */
+	mx[0] = (double)ms.total_peak;
+	mx[1] = dt / (double)t->steps_since;
+	if ((rc = titan_comm_all_reduce(comm(t, TITAN_DIM_WORLD), TITAN_IN_PLACE, mx, 2,
+					TITAN_DTYPE_F64, TITAN_REDOP_MAX, "metrics")) < 0)
+		return rc;
+	gib = (double)ms.total_peak / 1073741824.0;
+	if (t->verbosity >= 0 && t->print_rank) {
+		printf("%sstep: %2lld  loss: %8.5f  grad_norm: %7.4f  memory: %5.2fGiB(%.2f%%)  "
+		       "tps: %s  tflops: %.2f  mfu: %.2f%%\n", t->line_prefix, (long long)step, loss,
+		       norm, gib, 100.0 * (double)ms.total_peak / t->total_mem,
+		       titan_format_grouped(g, sizeof(g), tps), tflops, mfu);
+		fflush(stdout);
+	}
+	if (t->jsonl) {
+		struct titan_json j;
+
+		titan_json_init(&j);
+		titan_json_object_begin(&j);
+		titan_json_key(&j, "step");
+		titan_json_int(&j, step);
+		titan_json_key(&j, "loss");
+		titan_json_double(&j, loss);
+		titan_json_key(&j, "grad_norm");
+		titan_json_double(&j, norm);
+		titan_json_key(&j, "lr");
+		titan_json_double(&j, lr);
+		titan_json_key(&j, "tokens_seen");
+		titan_json_int(&j, tokens_seen);
+		titan_json_key(&j, "tps");
+		titan_json_double(&j, tps);
+		titan_json_key(&j, "tflops");
+		titan_json_double(&j, tflops);
+		titan_json_key(&j, "mfu_pct");
+		titan_json_double(&j, mfu);
+		titan_json_key(&j, "step_time_s");
+		titan_json_double(&j, dt / (double)t->steps_since);
+		titan_json_key(&j, "data_time_s");
+		titan_json_double(&j, (double)t->data_ns * 1e-9 / (double)t->steps_since);
+		titan_json_key(&j, "checkpoint_blocked_s");
+		titan_json_double(&j, t->ckpt_blocked_s);
+		titan_json_key(&j, "memory_peak_bytes");
+		titan_json_int(&j, ms.total_peak);
+		titan_json_key(&j, "memory_peak_by_tag");
+		titan_json_object_begin(&j);
+		for (int k = 0; k < TITAN_MEM_NTAGS; k++) {
+			titan_json_key(&j, titan_mem_tag_name((enum titan_mem_tag)k));
+			titan_json_int(&j, ms.peak_at_total[k]);
+		}
+		titan_json_object_end(&j);
+		if (t->dist->size > 1) {
+			titan_json_key(&j, "world_size");
+			titan_json_int(&j, t->dist->size);
+			titan_json_key(&j, "memory_peak_bytes_max_rank");
+			titan_json_int(&j, (int64_t)mx[0]);
+			titan_json_key(&j, "step_time_s_max_rank");
+			titan_json_double(&j, mx[1]);
+		}
+		titan_json_object_end(&j);
+		rc = titan_json_write_line(&j, t->jsonl);
+		titan_json_release(&j);
+		if (rc < 0)
+			return rc;
+		if (fflush(t->jsonl) != 0)
+			return titan_error(TITAN_E_IO, "cannot write metrics: %s", strerror(errno));
+	}
+	titan_mem_reset_peak(host);
+	t->ckpt_blocked_s = 0;
+	t->t_last = titan_time_ns();
+	t->tokens_since = t->steps_since = 0;
+	t->data_ns = 0;
+	return 0;
+}
+
+/* ------------------------------------------------------------ the loop */
+
+/* Do all ranks agree to stop (a signal on any of them)?  One small
+ * all-reduce per step, so that every rank leaves the loop after the same
+ * step and takes part in the final checkpoint. */
+static int agree_stop(struct titan_trainer *t, int *sig)
+{
+	int64_t s = stop_signal;
+	int rc;
+
+	if ((rc = titan_comm_all_reduce(comm(t, TITAN_DIM_WORLD), TITAN_IN_PLACE, &s, 1,
+					TITAN_DTYPE_I64, TITAN_REDOP_MAX, "stop signal")) < 0)
+		return rc;
+	*sig = (int)s;
+	return 0;
+}
+
+int titan_trainer_run(struct titan_trainer *t)
+{
+	const struct titan_config *c = &t->cfg;
+	struct titan_lr_schedule sched;
+	struct titan_adamw_hparams hp = {c->optimizer.lr, c->optimizer.beta1, c->optimizer.beta2,
+					 c->optimizer.eps, c->optimizer.weight_decay};
+	int64_t opt_steps = t->opt_steps0, tokens_seen = t->tokens_seen0;
+	int rc, sig = 0;
+
+	titan_lr_schedule_init(&sched, c);
+	if (sched.clamped & 1)
+		titan_log_warn("lr_scheduler.warmup_steps %lld exceeds the %lld training steps: "
+			       "warmup over all of them", (long long)c->lr_scheduler.warmup_steps,
+			       (long long)sched.warmup);
+	t->t_last = titan_time_ns();
+	for (int64_t step = t->start_step + 1; step <= c->training.steps; step++) {
+		double loss_sum = 0, loss, norm, red[2];
+		int64_t valid = 0;
+		float coef;
+		uint64_t t0 = titan_time_ns();
+
+		t->step = step;
+		titan_dist_set_step(t->dist, step);
+		if (profiled(c, step) && (rc = trace_open(t, step)) < 0)
+			return rc;
+		titan_trace_begin(t->trace, "step", "train", step);
+		titan_trace_begin(t->trace, "data", "train", step);
+		set_phase(t, TITAN_PHASE_DATA);
+		/* all microbatches first: the loss is normalised by the step's
+		 * valid-token count over every DP rank (torchtitan's
+		 * global_valid_tokens; the loader knows the global batch) */
+		for (int64_t mb = 0; mb < t->accum; mb++) {
+			struct titan_batch_info info;
+
+			rc = titan_loader_next(t->train, t->inputs + mb * t->n, t->labels + mb * t->n,
+					       &info);
+			if (rc < 0)
+				return rc;
+			valid += info.global_valid_tokens;
+		}
+		t->data_ns += titan_time_ns() - t0;
+		titan_trace_end(t->trace);
+		if ((rc = titan_llama_zero_grads(t->model)) < 0)
+			return rc;
+		for (int64_t mb = 0; mb < t->accum; mb++) {
+			double ls;
+			int64_t nv;
+
+			if (t->dp && (rc = titan_dp_begin_microbatch(t->dp, true, mb == t->accum - 1)) < 0)
+				return rc;
+			rc = titan_llama_step(t->model, t->inputs + mb * t->n, t->labels + mb * t->n,
+					      valid ? 1.0f / (float)valid : 0.0f, true, &ls, &nv);
+			if (rc < 0)
+				return rc;
+			loss_sum += ls;
+		}
+		titan_trace_begin(t->trace, "grad sync", "comm", step);
+		if (t->dp && (rc = titan_dp_finish_grads(t->dp)) < 0)
+			return rc;
+		titan_trace_end(t->trace);
+		/* the global loss: Σ ranks' loss sums / global valid tokens */
+		red[0] = loss_sum;
+		red[1] = 0;
+		if ((rc = titan_comm_all_reduce(comm(t, TITAN_DIM_LOSS), TITAN_IN_PLACE, red, 1,
+						TITAN_DTYPE_F64, TITAN_REDOP_SUM, "loss")) < 0)
+			return rc;
+		loss = valid ? red[0] / (double)valid : NAN;
+		rc = t->dp ? titan_dp_grad_norm(t->dp, c->training.max_norm, &norm, &coef)
+			   : titan_llama_grad_norm(t->model, c->training.max_norm, &norm, &coef);
+		if (rc < 0)
+			return rc;
+		if (!isfinite(loss) || !isfinite(norm)) {
+			if (!c->training.skip_nonfinite)
+				return titan_error(TITAN_E_NUMERIC,
+						   "step %lld: loss %g, grad_norm %g is not finite; stopping "
+						   "(training.skip_nonfinite skips such steps instead)",
+						   (long long)step, loss, norm);
+			titan_log_warn("step %lld: loss %g, grad_norm %g is not finite: optimizer step "
+				       "skipped", (long long)step, loss, norm);
+		} else {
+			hp.lr = c->optimizer.lr * titan_lr_factor(&sched, step - 1);
+			set_phase(t, TITAN_PHASE_OPTIMIZER);
+			titan_trace_begin(t->trace, "optimizer", "train", step);
+			rc = titan_llama_adamw(t->model, &hp, ++opt_steps, coef);
+			titan_trace_end(t->trace);
+			if (rc < 0)
+				return rc;
+		}
+		titan_trace_end(t->trace); /* step */
+		if (t->trace) {
+			rc = titan_trace_close(t->trace);
+			t->trace = NULL;
+			if (rc < 0)
+				return rc;
+		}
+		t->tokens_since += t->accum * t->n;
+		tokens_seen += t->accum * t->n * t->dp_degree;
+		t->steps_since++;
+		if (step == 1)
+			titan_dist_set_timeout(t->dist, (double)c->comm.train_timeout_seconds);
+		if ((rc = agree_stop(t, &sig)) < 0)
+			return rc;
+		if ((step == 1 || step % c->metrics.log_freq == 0 || step == c->training.steps ||
+		     sig) && (rc = log_step(t, step, loss, norm, hp.lr, tokens_seen)) < 0)
+			return rc;
+		if ((rc = titan_trainer_ckpt_reap(t, false)) < 0)
+			return rc;
+		if (c->checkpoint.enable && !c->checkpoint.load_only &&
+		    (step % c->checkpoint.interval == 0 || step == c->training.steps || sig ||
+		     (step == 1 && c->checkpoint.enable_first_step_checkpoint)) &&
+		    (rc = titan_trainer_ckpt_save(t, step, step == c->training.steps, tokens_seen,
+						  opt_steps)) < 0)
+			return rc;
+		if (sig) {
+			titan_log_warn("%s received: stopped after step %lld of %lld%s", strsignal(sig),
+				       (long long)step, (long long)c->training.steps,
+				       c->checkpoint.enable && !c->checkpoint.load_only
+				       ? " (checkpoint saved)" : " (checkpointing is off: nothing saved)");
+			t->stopped_by = sig;
+			break;
+		}
+		if (t->val && (step == 1 || step % c->validation.freq == 0) &&
+		    (rc = validate(t, step)) < 0)
+			return rc;
+	}
+	return titan_trainer_ckpt_reap(t, true);
+}
+
+int titan_trainer_stopped_by(const struct titan_trainer *t)
+{
+	return t->stopped_by;
+}
+
+/* ------------------------------------------------------------ set-up */
+
+static int check_layout(const struct titan_trainer *t)
+{
+	const struct titan_parallel_dims *pd = &t->dist->dims;
+	static const char *const key[TITAN_DIM_NDIMS] = {
+		"pipeline_parallel_degree", NULL, NULL, "context_parallel_degree",
+		"tensor_parallel_degree",
+	};
+
+	for (int d = 0; d < TITAN_DIM_NDIMS; d++)
+		if (key[d] && pd->degree[d] > 1)
+			return titan_error(TITAN_E_UNSUPPORTED,
+					   "parallelism.%s %lld: tensor, pipeline and context "
+					   "parallelism are not implemented yet (set it to 1; the "
+					   "data-parallel degrees work)", key[d],
+					   (long long)pd->degree[d]);
+	if (t->cfg.parallelism.data_parallel_replicate_degree < 1)
+		return titan_error(TITAN_E_INVALID, "parallelism.data_parallel_replicate_degree");
+	return 0;
+}
+
+static int open_loaders(struct titan_trainer *t)
+{
+	const struct titan_config *c = &t->cfg;
+	struct titan_loader_opts lo;
+	int rc;
+
+	titan_loader_opts_default(&lo);
+	lo.dir = c->training.dataset_path;
+	lo.split = "train";
+	lo.seq_len = c->training.seq_len;
+	lo.local_batch_size = c->training.local_batch_size;
+	lo.dp_rank = (int)t->dp_rank;
+	lo.dp_degree = (int)t->dp_degree;
+	lo.shuffle = c->training.shuffle;
+	lo.seed = (uint64_t)c->training.seed;
+	lo.vocab_size = (uint32_t)t->dims.vocab_size;
+	if ((rc = titan_loader_open(&lo, &t->train)) < 0)
+		return rc;
+	if (c->validation.enable) {
+		lo.dir = *c->validation.dataset_path ? c->validation.dataset_path
+						     : c->training.dataset_path;
+		lo.split = "val";
+		lo.seq_len = c->validation.seq_len;
+		lo.local_batch_size = c->validation.local_batch_size;
+		lo.infinite = false;
+		lo.shuffle = false;
+		if (c->validation.seq_len != c->training.seq_len ||
+		    c->validation.local_batch_size != c->training.local_batch_size)
+			return titan_error(TITAN_E_UNSUPPORTED,
+					   "validation.seq_len and validation.local_batch_size must equal "
+					   "the training ones in this version");
+		if ((rc = titan_loader_open(&lo, &t->val)) < 0)
+			return rc;
+	}
+	return 0;
+}
+
+static int open_memtrace(struct titan_trainer *t)
+{
+	const struct titan_config *c = &t->cfg;
+	char dir[4096], path[4200];
+	int rc;
+
+	snprintf(dir, sizeof(dir), "%s/%s", c->job.dump_folder,
+		 c->profiling.save_memory_snapshot_folder);
+	if ((rc = titan_mkdirs(dir)) < 0)
+		return rc;
+	/* written as it goes (not renamed at the end): the events of a killed
+	 * run are what titan-memprof is asked to explain */
+	snprintf(path, sizeof(path), "%s/rank%d.memtrace", dir, t->dist->rank);
+	if (!(t->memtrace = fopen(path, "wb")))
+		return titan_error(TITAN_E_IO, "cannot create '%s': %s", path, strerror(errno));
+	return titan_mem_trace_start(titan_host_allocator(), t->memtrace);
+}
+
+static int open_jsonl(struct titan_trainer *t)
+{
+	const struct titan_config *c = &t->cfg;
+	char path[4200];
+	int rc;
+
+	if (!*c->metrics.save_jsonl_file || (t->dist->rank != 0 && !c->metrics.save_for_all_ranks))
+		return 0;
+	if ((rc = titan_mkdirs(c->job.dump_folder)) < 0)
+		return rc;
+	if (t->dist->rank == 0) {
+		snprintf(path, sizeof(path), "%s/%s", c->job.dump_folder, c->metrics.save_jsonl_file);
+	} else {
+		/* metrics.save_for_all_ranks: FILE.rankR.jsonl beside rank 0's */
+		const char *f = c->metrics.save_jsonl_file, *dot = strrchr(f, '.');
+		int stem = dot ? (int)(dot - f) : (int)strlen(f);
+
+		snprintf(path, sizeof(path), "%s/%.*s.rank%d%s", c->job.dump_folder, stem, f,
+			 t->dist->rank, dot ? dot : "");
+	}
+	/* a resumed run continues the file */
+	if (!(t->jsonl = fopen(path, t->start_step > 0 ? "a" : "w")))
+		return titan_error(TITAN_E_IO, "cannot create '%s': %s", path, strerror(errno));
+	return 0;
+}
+
+int titan_trainer_new(const struct titan_config *cfg, const struct titan_trainer_opts *o,
+		      struct titan_trainer **out)
+{
+	struct titan_trainer *t = calloc(1, sizeof(*t));
+	struct titan_config *c;
+	struct titan_model_params mp;
+	int rc;
+
+	*out = NULL;
+	if (!t)
+		return titan_error(TITAN_E_NOMEM, "out of memory");
+	*out = t;
+	t->dist = o->dist;
+	t->verbosity = o->verbosity;
+	t->print_rank = o->print_rank;
+	snprintf(t->line_prefix, sizeof(t->line_prefix), "%s", o->line_prefix ? o->line_prefix : "");
+	t->total_mem = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
+	if ((rc = titan_config_copy(&t->cfg, cfg)) < 0)
+		return rc;
+	c = &t->cfg;
+	titan_dist_set_timeout(t->dist, (double)c->comm.init_timeout_seconds);
+	if ((rc = titan_model_dims_from_config(c, &t->dims)) < 0 ||
+	    (rc = titan_llama_opts_from_config(&t->mo, c)) < 0 ||
+	    (rc = check_layout(t)) < 0)
+		return rc;
+	if (!*c->training.dataset_path)
+		return titan_error(TITAN_E_INVALID, "training.dataset_path: a folder of titan-shard "
+				   "shards is required (titan-tokenize | titan-shard --out DIR)");
+	t->dp_degree = titan_parallel_dims_degree(&t->dist->dims, TITAN_DIM_DP);
+	t->dp_rank = t->dist->coord[TITAN_DIM_DP_REPLICATE] *
+		     t->dist->dims.degree[TITAN_DIM_DP_SHARD] + t->dist->coord[TITAN_DIM_DP_SHARD];
+	t->fsdp_degree = titan_parallel_dims_degree(&t->dist->dims, TITAN_DIM_FSDP);
+	if ((rc = titan_grad_accum_steps(c, t->dp_degree, &t->accum)) < 0)
+		return rc;
+	t->n = c->training.local_batch_size * c->training.seq_len;
+	if ((rc = titan_backend_cpu_init(&t->be, o->threads)) < 0)
+		return rc;
+	t->be_ready = true;
+	if ((rc = open_loaders(t)) < 0)
+		return rc;
+	if (c->profiling.enable_memory_snapshot && (rc = open_memtrace(t)) < 0)
+		return rc;
+	/* the probe's 12 MiB before the model: never on top of its arenas */
+	t->peak_flops = isnan(c->metrics.peak_flops) ? measure_peak(t->be.nthreads)
+						     : c->metrics.peak_flops;
+	if (t->fsdp_degree > 1) {
+		t->mo.shard_rank = titan_comm_rank(comm(t, TITAN_DIM_FSDP));
+		t->mo.shard_degree = (int)t->fsdp_degree;
+	}
+	if ((rc = titan_llama_new(&t->dims, &t->mo, &t->be, NULL, &t->model)) < 0)
+		return rc;
+	titan_llama_set_hooks(t->model, &(struct titan_llama_hooks){hook_begin, hook_end, t});
+	/* each rank initialises its own rows: the same weights on any layout */
+	titan_llama_init_weights(t->model, (uint64_t)c->training.seed);
+	if (t->dp_degree > 1) {
+		struct titan_dp_opts dpo = {
+			.shard = t->fsdp_degree > 1 ? comm(t, TITAN_DIM_FSDP) : NULL,
+			.replicate = comm(t, TITAN_DIM_DP_REPLICATE),
+			.reshard_after_forward = strcmp(c->parallelism.fsdp_reshard_after_forward,
+							"never") != 0,
+			.bucket_bytes = (int64_t)(c->comm.bucket_size_mb * 1048576.0),
+		};
+		struct titan_llama_group_hooks gh;
+
+		if (t->fsdp_degree <= 1 && c->comm.bucket_size_mb < 0)
+			dpo.bucket_bytes = 25 << 20; /* torch DDP's bucket_cap_mb */
+		else if (c->comm.bucket_size_mb < 0)
+			dpo.bucket_bytes = 0;         /* FSDP: one unit per block */
+		if ((rc = titan_dp_new(t->model, &dpo, &t->dp)) < 0)
+			return rc;
+		titan_llama_set_group_hooks(t->model, titan_dp_hooks(t->dp, &gh));
+	}
+	if ((rc = titan_trainer_ckpt_setup(t)) < 0)
+		return rc;
+	t->inputs = titan_malloc((size_t)(t->accum * t->n) * sizeof(int32_t), TITAN_MEM_DATA);
+	t->labels = titan_malloc((size_t)(t->accum * t->n) * sizeof(int32_t), TITAN_MEM_DATA);
+	if (!t->inputs || !t->labels)
+		return TITAN_E_NOMEM;
+	titan_model_count_params(&t->dims, &mp);
+	t->flops_per_token = titan_model_flops_per_token(&t->dims, c->training.seq_len);
+	titan_log_info("Model llama3 %s size: %lld total parameters", t->dims.flavor,
+		       (long long)mp.total);
+	if (t->dist->size > 1)
+		titan_log_info("Parallelism: %d ranks, %s (dp_replicate %lld x dp_shard %lld), "
+			       "%d unit(s), %d thread(s) per rank", t->dist->size,
+			       t->fsdp_degree > 1 ? (t->dist->dims.degree[TITAN_DIM_DP_REPLICATE] > 1
+						     ? "HSDP" : "FSDP") : "DDP",
+			       (long long)t->dist->dims.degree[TITAN_DIM_DP_REPLICATE],
+			       (long long)t->dist->dims.degree[TITAN_DIM_DP_SHARD],
+			       t->dp ? titan_dp_units(t->dp) : 0, t->be.nthreads);
+	titan_log_info("Peak FLOPS used for computing MFU: %.3e (%s, %d threads)", t->peak_flops,
+		       isnan(c->metrics.peak_flops) ? "measured sgemm" : "metrics.peak_flops",
+		       t->be.nthreads);
+	titan_log_info("Training starts: %lld steps, %lld microbatch(es) of %lld x %lld tokens "
+		       "per rank, activation checkpointing %s", (long long)c->training.steps,
+		       (long long)t->accum, (long long)c->training.local_batch_size,
+		       (long long)c->training.seq_len, c->activation_checkpoint.mode);
+	return open_jsonl(t);
+}
+
+int titan_trainer_close(struct titan_trainer *t)
+{
+	int rc = 0;
+
+	if (!t)
+		return 0;
+	if (t->memtrace) {
+		rc = titan_mem_trace_stop(titan_host_allocator());
+		if (fclose(t->memtrace) != 0 && rc == 0)
+			rc = titan_error(TITAN_E_IO, "cannot write the memory trace: %s",
+					 strerror(errno));
+		t->memtrace = NULL;
+	}
+	if (t->jsonl) {
+		if (fclose(t->jsonl) != 0 && rc == 0)
+			rc = titan_error(TITAN_E_IO, "cannot write metrics: %s", strerror(errno));
+		t->jsonl = NULL;
+	}
+	return rc;
+}
+
+void titan_trainer_free(struct titan_trainer *t)
+{
+	if (!t)
+		return;
+	titan_trainer_ckpt_release(t); /* waits for a write in flight */
+	titan_trace_close(t->trace);
+	if (t->memtrace) {
+		titan_mem_trace_stop(titan_host_allocator());
+		fclose(t->memtrace);
+	}
+	if (t->jsonl)
+		fclose(t->jsonl);
+	titan_free(t->inputs);
+	titan_free(t->labels);
+	titan_dp_free(t->dp);
+	titan_llama_free(t->model);
+	titan_loader_close(t->train);
+	titan_loader_close(t->val);
+	if (t->be_ready)
+		titan_backend_release(&t->be);
+	titan_config_release(&t->cfg);
+	free(t);
+}

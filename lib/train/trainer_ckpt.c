@@ -1,0 +1,243 @@
+/*
+ * trainer_ckpt.c — the trainer's checkpoints (torchtitan's
+ * CheckpointManager): save every checkpoint.interval steps and at the end,
+ * one logical step-N.h5 whatever the layout (each rank writes the rows it
+ * holds: lib/ckpt/dist.c), async saves, keep_latest_k, and resume from the
+ * newest complete step on any layout (each rank reads its rows).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "titan/ckpt.h"
+#include "titan/core.h"
+#include "titan/dist.h"
+#include "trainer_impl.h"
+
+static void ckpt_state(struct titan_trainer *t, struct titan_ckpt_state *st)
+{
+	memset(st, 0, sizeof(*st));
+	st->table = titan_llama_table(t->model);
+	st->params = titan_llama_params(t->model)->data;
+	titan_llama_moments(t->model, &st->exp_avg, &st->exp_avg_sq);
+	st->train.dp_world_size = t->dp_degree;
+	st->train.loader = t->loader_states;
+}
+
+/* Does this rank write its rows?  Every row once: under FSDP the ranks of
+ * the first replica (each holds a shard), under DDP rank 0 (all hold all). */
+static bool writes_rows(const struct titan_trainer *t)
+{
+	if (t->fsdp_degree > 1)
+		return t->dist->coord[TITAN_DIM_DP_REPLICATE] == 0;
+	return t->dist->rank == 0;
+}
+
+static void *mpi_world(const struct titan_trainer *t)
+{
+	return t->dist->size > 1 ? titan_comm_mpi_handle(t->dist->comm[TITAN_DIM_WORLD]) : NULL;
+}
+
+int titan_trainer_ckpt_save(struct titan_trainer *t, int64_t step, bool last, int64_t tokens_seen,
+			    int64_t opt_steps)
+{
+	const struct titan_config *c = &t->cfg;
+	struct titan_ckpt_state st;
+	bool model_only = c->checkpoint.model_weights_only || (last && c->checkpoint.last_save_model_only);
+	enum titan_ckpt_dtype dt = TITAN_CKPT_FLOAT32;
+	unsigned flags = model_only ? TITAN_CKPT_MODEL_ONLY : 0;
+	char *yaml = NULL, *path = NULL;
+	size_t ylen = 0;
+	FILE *ym = open_memstream(&yaml, &ylen);
+	uint64_t t0 = titan_time_ns();
+	int removed = 0, rc;
+
+	if (model_only && titan_ckpt_dtype_parse(c->checkpoint.export_dtype, &dt) < 0)
+		dt = TITAN_CKPT_FLOAT32;
+	if (ym) {
+		titan_config_write_yaml(c, ym);
+		fclose(ym);
+	}
+	for (int64_t r = 0; r < t->dp_degree; r++)
+		titan_loader_get_state(t->train, &t->loader_states[r]);
+	ckpt_state(t, &st);
+	st.config_yaml = yaml;
+	st.train.step = step;
+	st.train.ntokens_seen = tokens_seen;
+	st.train.lr_last_epoch = step;
+	st.train.optim_step = opt_steps;
+	st.train.rng.seed = (uint64_t)c->training.seed;
+	if (t->ckpt_async) {
+		/* staged copy now, the write in the background (waits for the
+		 * previous save first: one write in flight) */
+		rc = titan_ckpt_async_save_dist(t->ckpt_async, t->ckpt_dir, step, &st, flags, dt,
+						c->checkpoint.keep_latest_k, mpi_world(t),
+						writes_rows(t));
+		free(yaml);
+		if (rc < 0)
+			return rc;
+		double blocked = (double)(titan_time_ns() - t0) * 1e-9;
+		t->ckpt_blocked_s += blocked;
+		titan_log_info("Staged %scheckpoint step %lld in %.3f s (training blocked); "
+			       "writing in the background", model_only ? "model-only " : "",
+			       (long long)step, blocked);
+		return 0;
+	}
+	titan_dist_watch_begin(t->dist, "checkpoint write");
+	rc = titan_ckpt_save_dist(t->ckpt_dir, step, &st, flags, dt, mpi_world(t), writes_rows(t),
+				  &path);
+	titan_dist_watch_end(t->dist);
+	free(yaml);
+	if (rc < 0)
+		return rc;
+	double took = (double)(titan_time_ns() - t0) * 1e-9;
+	t->ckpt_blocked_s += took;
+	titan_log_info("Saved %scheckpoint %s in %.2f s", model_only ? "model-only " : "", path, took);
+	free(path);
+	if (t->dist->rank == 0 && c->checkpoint.keep_latest_k > 0 &&
+	    (rc = titan_ckpt_prune(t->ckpt_dir, c->checkpoint.keep_latest_k, &removed)) < 0)
+		return rc;
+	return 0;
+}
+
+/* Report (and collect errors of) a background save: when it has finished,
+ * or always with `block`.  Every rank waits for its own writer thread (the
+ * write is collective, so they finish together). */
+int titan_trainer_ckpt_reap(struct titan_trainer *t, bool block)
+{
+	struct titan_ckpt_async_result res;
+	int rc;
+
+	if (!t->ckpt_async || !titan_ckpt_async_busy(t->ckpt_async) ||
+	    (!block && !titan_ckpt_async_done(t->ckpt_async)))
+		return 0;
+	titan_dist_watch_begin(t->dist, "checkpoint write (background)");
+	rc = titan_ckpt_async_wait(t->ckpt_async, &res);
+	titan_dist_watch_end(t->dist);
+	if (rc < 0)
+		return rc;
+	titan_log_info("Saved checkpoint %s in %.2f s (background write)", res.path, res.write_s);
+	free(res.path);
+	return 0;
+}
+
+/* The step to resume from: checkpoint.load_step, or the newest complete
+ * step of the folder, decided by rank 0 (a folder listing may race with
+ * nothing here, but every rank must load the same step). */
+static int resume_step(struct titan_trainer *t, int64_t *step)
+{
+	const struct titan_config *c = &t->cfg;
+	int64_t s[2] = {-1, 0}; /* step, error */
+	int rc;
+
+	if (c->checkpoint.load_step >= 0) {
+		*step = c->checkpoint.load_step;
+		return 0;
+	}
+	if (t->dist->rank == 0 && (rc = titan_ckpt_latest(t->ckpt_dir, &s[0])) < 0)
+		s[1] = 1;
+	if ((rc = titan_comm_broadcast(t->dist->comm[TITAN_DIM_WORLD], s, 2, TITAN_DTYPE_I64, 0,
+				       "checkpoint step")) < 0)
+		return rc;
+	if (s[1])
+		return t->dist->rank == 0 ? TITAN_E_IO
+					  : titan_error(TITAN_E_IO, "rank 0 cannot list '%s'",
+							t->ckpt_dir);
+	*step = s[0];
+	return 0;
+}
+
+/* Resume (torchtitan's CheckpointManager.load): checkpoint.load_step, or
+ * the newest complete step of the folder; step-0 (a seed checkpoint) is
+ * weights only.  Without a checkpoint: checkpoint.initial_load_path.  Each
+ * rank reads the rows it holds; the data-loader position is global, so a
+ * checkpoint of any DP degree resumes on any other. */
+static int resume(struct titan_trainer *t)
+{
+	const struct titan_config *c = &t->cfg;
+	struct titan_ckpt_state st;
+	unsigned flags = 0;
+	int64_t step = -1;
+	char path[4200];
+	int rc;
+
+	if ((rc = titan_ckpt_exclude_parse(&c->checkpoint.exclude_from_loading, &flags)) < 0 ||
+	    (rc = resume_step(t, &step)) < 0)
+		return rc;
+	ckpt_state(t, &st);
+	if (step >= 0) {
+		if ((rc = titan_ckpt_path(path, sizeof(path), t->ckpt_dir, step)) < 0)
+			return rc;
+		if (step == 0)
+			flags |= TITAN_CKPT_MODEL_ONLY;
+		titan_dist_watch_begin(t->dist, "checkpoint load");
+		rc = titan_ckpt_load(path, &st, flags);
+		titan_dist_watch_end(t->dist);
+		if (rc < 0)
+			return titan_error_prefix(c->checkpoint.load_step >= 0
+						  ? "checkpoint.load_step %lld" : "resuming from step %lld",
+						  (long long)step);
+		if (!(flags & (TITAN_CKPT_MODEL_ONLY | TITAN_CKPT_EXCLUDE_TRAIN_STATE))) {
+			t->start_step = st.train.step;
+			t->tokens_seen0 = st.train.ntokens_seen;
+		}
+		if (!(flags & (TITAN_CKPT_MODEL_ONLY | TITAN_CKPT_EXCLUDE_OPTIMIZER)))
+			t->opt_steps0 = st.train.optim_step;
+		if (!(flags & (TITAN_CKPT_MODEL_ONLY | TITAN_CKPT_EXCLUDE_DATALOADER)) &&
+		    (rc = titan_loader_set_state(t->train, &t->loader_states[0])) < 0)
+			return titan_error_prefix("%s: dataloader", path);
+		titan_log_info("Loaded checkpoint %s (step %lld)", path, (long long)st.train.step);
+		return 0;
+	}
+	if (*c->checkpoint.initial_load_path) {
+		flags = c->checkpoint.initial_load_model_only ? TITAN_CKPT_MODEL_ONLY : flags;
+		titan_dist_watch_begin(t->dist, "checkpoint load");
+		rc = titan_ckpt_load(c->checkpoint.initial_load_path, &st, flags);
+		titan_dist_watch_end(t->dist);
+		if (rc < 0)
+			return titan_error_prefix("checkpoint.initial_load_path");
+		titan_log_info("Loaded initial weights from %s", c->checkpoint.initial_load_path);
+	}
+	return 0;
+}
+
+int titan_trainer_ckpt_setup(struct titan_trainer *t)
+{
+	const struct titan_config *c = &t->cfg;
+	int rc;
+
+	snprintf(t->ckpt_dir, sizeof(t->ckpt_dir), "%s/%s", c->job.dump_folder, c->checkpoint.folder);
+	if (!(t->loader_states = calloc((size_t)t->dp_degree, sizeof(*t->loader_states))))
+		return titan_error(TITAN_E_NOMEM, "out of memory");
+	if (c->checkpoint.create_seed_checkpoint && t->dist->size > 1)
+		return titan_error(TITAN_E_INVALID, "checkpoint.create_seed_checkpoint: run it on one "
+				   "rank (%d were started); every layout loads the seed checkpoint",
+				   t->dist->size);
+	if (c->checkpoint.enable && !strcmp(c->checkpoint.async_mode, "async") &&
+	    ((rc = titan_ckpt_async_new(titan_host_allocator(), &t->ckpt_async)) < 0 ||
+	     (rc = titan_ckpt_async_reserve(t->ckpt_async, titan_llama_table(t->model)->arena_floats,
+					    !c->checkpoint.model_weights_only)) < 0))
+		return rc;
+	if ((c->checkpoint.enable || *c->checkpoint.initial_load_path) && (rc = resume(t)) < 0)
+		return rc;
+	if (c->checkpoint.create_seed_checkpoint) {
+		struct titan_ckpt_state st;
+		char *path = NULL;
+
+		ckpt_state(t, &st);
+		if ((rc = titan_ckpt_save(t->ckpt_dir, 0, &st, TITAN_CKPT_MODEL_ONLY, TITAN_CKPT_FLOAT32,
+					  &path)) < 0)
+			return rc;
+		titan_log_info("Created seed checkpoint %s", path);
+		free(path);
+		t->start_step = c->training.steps; /* nothing to train */
+	}
+	return 0;
+}
+
+void titan_trainer_ckpt_release(struct titan_trainer *t)
+{
+	titan_ckpt_async_free(t->ckpt_async); /* waits for a write in flight */
+	t->ckpt_async = NULL;
+	free(t->loader_states);
+	t->loader_states = NULL;
+}

@@ -1,0 +1,60 @@
+/*
+ * trainer_impl.h — the trainer's state, shared by trainer.c (set-up, loop,
+ * metrics) and trainer_ckpt.c (checkpoints).  Private to lib/train.
+ */
+#ifndef TITAN_TRAINER_IMPL_H
+#define TITAN_TRAINER_IMPL_H
+
+#include <stdio.h>
+
+#include "titan/ckpt.h"
+#include "titan/config.h"
+#include "titan/data.h"
+#include "titan/dist.h"
+#include "titan/ops.h"
+#include "titan/trace.h"
+#include "titan/train.h"
+
+struct titan_trainer {
+	struct titan_config cfg;
+	struct titan_dist *dist;       /* not owned */
+	struct titan_model_dims dims;
+	struct titan_llama_opts mo;
+	struct titan_backend be;
+	bool be_ready;
+	struct titan_llama *model;
+	struct titan_dp *dp;           /* NULL on one DP rank */
+	struct titan_loader *train, *val;
+	int64_t dp_degree, dp_rank, fsdp_degree;
+	int64_t accum, n;              /* microbatches per step, tokens per microbatch */
+	int32_t *inputs, *labels;      /* [accum][n] */
+	FILE *jsonl;                   /* rank 0 (all ranks with save_for_all_ranks) */
+	double peak_flops, flops_per_token, total_mem;
+	int verbosity;
+	bool print_rank;               /* this rank prints step lines */
+	char line_prefix[32];
+	/* metrics since the last log line */
+	uint64_t t_last, data_ns;
+	int64_t tokens_since, steps_since;
+	/* checkpoints */
+	char ckpt_dir[4096];
+	int64_t start_step, tokens_seen0, opt_steps0;
+	struct titan_ckpt_async *ckpt_async; /* checkpoint.async_mode: async */
+	double ckpt_blocked_s;         /* since the last log line */
+	struct titan_loader_state *loader_states; /* [dp_degree] */
+	/* profiling */
+	struct titan_trace *trace;     /* open during a profiled step */
+	FILE *memtrace;
+	int64_t step;
+	uint16_t phase;
+	int stopped_by;                /* signal that ended the run, or 0 */
+};
+
+int titan_mkdirs(const char *path);
+int titan_trainer_ckpt_setup(struct titan_trainer *t);
+int titan_trainer_ckpt_save(struct titan_trainer *t, int64_t step, bool last, int64_t tokens_seen,
+			    int64_t opt_steps);
+int titan_trainer_ckpt_reap(struct titan_trainer *t, bool block);
+void titan_trainer_ckpt_release(struct titan_trainer *t);
+
+#endif

@@ -1,0 +1,305 @@
+#!/usr/bin/env bats
+# titan-train on several ranks under MPICH's mpiexec (oversubscribed on the
+# machine's cores, a tiny model): DDP, FSDP (uneven shards), HSDP give the
+# 1-rank losses and grad norms; checkpoints reshard across layouts; memory
+# per rank is 1/N under FSDP; a dead or stopped rank ends the job with a
+# message instead of a hang; SIGTERM checkpoints and exits 143.
+
+bats_require_minimum_version 1.5.0
+
+setup_file() {
+	export DATA=$BATS_FILE_TMPDIR
+	PATH=${TITAN_BIN:-$BATS_TEST_DIRNAME/../../bin}:$PATH
+	if ! command -v mpiexec >/dev/null || ! titan-train --version | grep -q '+mpi'; then
+		export NO_MPI=1
+		return 0
+	fi
+	if command -v bible >/dev/null; then
+		bible -f gen1:1-gen50:26 > "$DATA/genesis.txt"
+	else
+		yes 'In the beginning God created the heaven and the earth.' | head -n 4000 > "$DATA/genesis.txt"
+	fi
+	titan-tokenize train --vocab-size 768 --format text "$DATA/genesis.txt" -o "$DATA/tok.tiktoken"
+	titan-tokenize -t "$DATA/tok.tiktoken" --doc-per-line "$DATA/genesis.txt" |
+		titan-shard -q -t "$DATA/tok.tiktoken" --out "$DATA/shards" --val-docs 40
+	# 2 blocks of width 64 (4 heads, 2 kv heads: wq 64 rows, wk/wv 32 rows,
+	# so 3 shards are uneven: 22/22/20 and 11/11/10 rows); a global batch of
+	# 12 sequences that every layout below divides
+	cat > "$DATA/tiny.yaml" <<YAML
+job:
+  dump_folder: $DATA/out
+model:
+  flavor: custom
+  dim: 64
+  n_layers: 2
+  n_heads: 4
+  n_kv_heads: 2
+  vocab_size: 768
+  multiple_of: 32
+optimizer:
+  lr: 3.0e-3
+lr_scheduler:
+  warmup_steps: 2
+training:
+  dataset_path: $DATA/shards
+  local_batch_size: 12
+  global_batch_size: 12
+  seq_len: 32
+  steps: 10
+metrics:
+  log_freq: 1
+  peak_flops: 1.0e+11
+activation_checkpoint:
+  mode: none
+comm:
+  init_timeout_seconds: 120
+  train_timeout_seconds: 60
+YAML
+	# the 1-rank reference
+	titan-train -q --threads 1 --config "$DATA/tiny.yaml" --job.dump_folder="$DATA/ref"
+}
+
+setup() {
+	load helpers
+	[ -z "${NO_MPI:-}" ] || skip "no MPI in this build (or no mpiexec)"
+	cd "$TITAN_SRCDIR"
+}
+
+# mpi N ARGS...: titan-train on N ranks, one thread each, under a time limit
+mpi() {
+	local n=$1
+	shift
+	timeout -k 5 300 mpiexec -n "$n" env OMP_NUM_THREADS=1 titan-train -q --config "$DATA/tiny.yaml" "$@"
+}
+
+losses() { /usr/bin/python3 -c '
+import json, sys
+for l in open(sys.argv[1]):
+    o = json.loads(l)
+    if "loss" in o: print(o["step"], repr(o["loss"]), repr(o["grad_norm"]))' "$1"; }
+
+# same_curve A.jsonl B.jsonl [FIRST LAST]: losses and grad norms of steps
+# FIRST..LAST equal within 1e-5 relative
+same_curve() { /usr/bin/python3 - "$@" <<'PY'
+import json, sys
+def load(p):
+    return {o["step"]: o for o in map(json.loads, open(p)) if "loss" in o}
+a, b = load(sys.argv[1]), load(sys.argv[2])
+first, last = (int(sys.argv[3]), int(sys.argv[4])) if len(sys.argv) > 3 else (1, 10)
+worst = 0.0
+for s in range(first, last + 1):
+    assert s in a and s in b, ("missing step", s, sorted(a), sorted(b))
+    for k in ("loss", "grad_norm"):
+        x, y = a[s][k], b[s][k]
+        rel = abs(x - y) / max(abs(x), 1e-30)
+        worst = max(worst, rel)
+        assert rel <= 1e-5, (s, k, x, y, rel)
+print("worst relative difference %.2e" % worst)
+PY
+}
+
+@test "DDP 2: the 1-rank losses and grad norms" {
+	run -0 mpi 2 --parallelism.data_parallel_replicate_degree=2 --parallelism.data_parallel_shard_degree=1 \
+		--training.local_batch_size=6 --job.dump_folder="$BATS_TEST_TMPDIR/o"
+	run -0 same_curve "$DATA/ref/metrics.jsonl" "$BATS_TEST_TMPDIR/o/metrics.jsonl"
+	echo "# $output" >&3
+}
+
+@test "DDP 2 with gradient accumulation (2 microbatches of 3) and buckets of several blocks" {
+	run -0 mpi 2 --parallelism.data_parallel_replicate_degree=2 --parallelism.data_parallel_shard_degree=1 \
+		--training.local_batch_size=3 --comm.bucket_size_mb=1 --job.dump_folder="$BATS_TEST_TMPDIR/o"
+	run -0 same_curve "$DATA/ref/metrics.jsonl" "$BATS_TEST_TMPDIR/o/metrics.jsonl"
+	echo "# $output" >&3
+}
+
+@test "FSDP 2: the 1-rank losses and grad norms" {
+	run -0 mpi 2 --training.local_batch_size=6 --job.dump_folder="$BATS_TEST_TMPDIR/o"
+	run -0 same_curve "$DATA/ref/metrics.jsonl" "$BATS_TEST_TMPDIR/o/metrics.jsonl"
+	echo "# $output" >&3
+}
+
+@test "FSDP 3 (uneven shards) with gradient accumulation and reshard_after_forward never" {
+	run -0 mpi 3 --training.local_batch_size=2 --parallelism.fsdp_reshard_after_forward=never \
+		--job.dump_folder="$BATS_TEST_TMPDIR/o"
+	run -0 same_curve "$DATA/ref/metrics.jsonl" "$BATS_TEST_TMPDIR/o/metrics.jsonl"
+	echo "# $output" >&3
+}
+
+@test "HSDP 2x2: the 1-rank losses and grad norms" {
+	run -0 mpi 4 --parallelism.data_parallel_replicate_degree=2 --training.local_batch_size=3 \
+		--job.dump_folder="$BATS_TEST_TMPDIR/o"
+	run -0 same_curve "$DATA/ref/metrics.jsonl" "$BATS_TEST_TMPDIR/o/metrics.jsonl"
+	echo "# $output" >&3
+}
+
+@test "FSDP 4 with tied embeddings and full activation checkpointing" {
+	run -0 titan-train -q --threads 1 --config "$DATA/tiny.yaml" --model.tie_word_embeddings=true \
+		--activation_checkpoint.mode=full --job.dump_folder="$BATS_TEST_TMPDIR/r"
+	run -0 mpi 4 --training.local_batch_size=3 --model.tie_word_embeddings=true \
+		--activation_checkpoint.mode=full --job.dump_folder="$BATS_TEST_TMPDIR/o"
+	run -0 same_curve "$BATS_TEST_TMPDIR/r/metrics.jsonl" "$BATS_TEST_TMPDIR/o/metrics.jsonl"
+	echo "# $output" >&3
+}
+
+@test "FSDP 2 memory: params, grads and optimizer state per rank are half the 1-rank bytes" {
+	run -0 mpi 2 --training.local_batch_size=6 --training.steps=2 --job.dump_folder="$BATS_TEST_TMPDIR/o" \
+		--metrics.save_for_all_ranks
+	/usr/bin/python3 - "$DATA/ref/metrics.jsonl" "$BATS_TEST_TMPDIR/o" <<'PY'
+import json, sys
+one = json.loads(open(sys.argv[1]).readline())["memory_peak_by_tag"]
+for f in ("metrics.jsonl", "metrics.rank1.jsonl"):
+    m = json.loads(open(sys.argv[2] + "/" + f).readline())["memory_peak_by_tag"]
+    for tag in ("params", "grads", "optim"):
+        # half the floats, up to one 64-byte alignment pad per tensor (21 tensors)
+        assert abs(m[tag] - one[tag] / 2) <= 21 * 64 * (2 if tag == "optim" else 1), (f, tag, m[tag], one[tag])
+print("ok")
+PY
+}
+
+@test "checkpoint resharding: FSDP 4 saves step 5, DDP 2 and 1 rank resume, steps 6-10 equal" {
+	local o=$BATS_TEST_TMPDIR
+	run -0 mpi 4 --training.local_batch_size=3 --checkpoint.enable --checkpoint.interval=5 \
+		--checkpoint.last_save_model_only=false --job.dump_folder="$o/f4"
+	assert_file_exists "$o/f4/checkpoint/step-5.h5"
+	run -0 same_curve "$DATA/ref/metrics.jsonl" "$o/f4/metrics.jsonl"
+	# h5py reads whole tensors of the logical shapes
+	/usr/bin/python3 -c '
+import h5py, sys
+f = h5py.File(sys.argv[1], "r")
+assert f["model/layers.0.attention.wq.weight"].shape == (64, 64)
+assert f["model/layers.0.attention.wk.weight"].shape == (32, 64)
+assert f["optimizer/exp_avg/tok_embeddings.weight"].shape == (768, 64)
+assert f["train_state"].attrs["step"] == 5' "$o/f4/checkpoint/step-5.h5"
+	for layout in ddp2 one; do
+		mkdir -p "$o/$layout/checkpoint"
+		cp "$o/f4/checkpoint/step-5.h5" "$o/$layout/checkpoint/"
+	done
+	run -0 mpi 2 --parallelism.data_parallel_replicate_degree=2 --parallelism.data_parallel_shard_degree=1 \
+		--training.local_batch_size=6 --checkpoint.enable --checkpoint.interval=100 --job.dump_folder="$o/ddp2"
+	run -0 same_curve "$DATA/ref/metrics.jsonl" "$o/ddp2/metrics.jsonl" 6 10
+	run -0 titan-train -q --threads 1 --config "$DATA/tiny.yaml" --checkpoint.enable \
+		--checkpoint.interval=100 --job.dump_folder="$o/one"
+	run -0 same_curve "$DATA/ref/metrics.jsonl" "$o/one/metrics.jsonl" 6 10
+	# the step-10 checkpoints of the three layouts hold the same weights
+	/usr/bin/python3 - "$o" <<'PY'
+import h5py, numpy as np, sys
+o = sys.argv[1]
+a = h5py.File(o + "/f4/checkpoint/step-10.h5", "r")["model"]
+for other in ("ddp2", "one"):
+    b = h5py.File(o + "/" + other + "/checkpoint/step-10.h5", "r")["model"]
+    assert list(a.keys()) == list(b.keys())
+    for k in a:
+        x, y = a[k][()], b[k][()]
+        assert np.allclose(x, y, rtol=1e-4, atol=1e-6), (other, k, np.abs(x - y).max())
+print("ok")
+PY
+}
+
+@test "async checkpoints on 2 ranks equal the synchronous ones" {
+	local o=$BATS_TEST_TMPDIR
+	run -0 mpi 2 --training.local_batch_size=6 --training.steps=4 --checkpoint.enable \
+		--checkpoint.interval=2 --checkpoint.last_save_model_only=false --job.dump_folder="$o/s"
+	run -0 mpi 2 --training.local_batch_size=6 --training.steps=4 --checkpoint.enable \
+		--checkpoint.interval=2 --checkpoint.last_save_model_only=false --checkpoint.async_mode=async \
+		--job.dump_folder="$o/a"
+	/usr/bin/python3 - "$o" <<'PY'
+import h5py, numpy as np, sys
+o = sys.argv[1]
+for step in (2, 4):
+    a = h5py.File("%s/s/checkpoint/step-%d.h5" % (o, step), "r")
+    b = h5py.File("%s/a/checkpoint/step-%d.h5" % (o, step), "r")
+    def walk(g, h):
+        for k in g:
+            if isinstance(g[k], h5py.Dataset):
+                assert np.array_equal(g[k][()], h[k][()]), k
+            else:
+                walk(g[k], h[k])
+    walk(a, b)
+print("ok")
+PY
+}
+
+@test "rank-prefixed logs: --log-rank all prints every rank's lines" {
+	run -0 --separate-stderr timeout -k 5 120 mpiexec -n 2 env OMP_NUM_THREADS=1 titan-train \
+		--config "$DATA/tiny.yaml" --training.local_batch_size=6 --training.steps=2 \
+		--log-rank all --job.dump_folder="$BATS_TEST_TMPDIR/o"
+	assert_line --regexp '^\[rank0\]:step:  1  loss: '
+	assert_line --regexp '^\[rank1\]:step:  1  loss: '
+	[[ $stderr == *"[rank1]:"* ]]
+	run -0 --separate-stderr timeout -k 5 120 mpiexec -n 2 env OMP_NUM_THREADS=1 titan-train \
+		--config "$DATA/tiny.yaml" --training.local_batch_size=6 --training.steps=2 \
+		--job.dump_folder="$BATS_TEST_TMPDIR/o2"
+	assert_line --regexp '^\[rank0\]:step:  2  loss: '
+	refute_line --partial '[rank1]:step:'
+	[[ $stderr != *"[rank1]:"*"INFO"* ]]
+}
+
+@test "bad layouts: the product of the degrees must be the number of ranks; TP/PP/CP are refused" {
+	run -2 --separate-stderr mpi 2 --parallelism.data_parallel_replicate_degree=3
+	[[ $stderr == *"data_parallel_replicate_degree 3"* ]]
+	run -1 --separate-stderr mpi 2 --parallelism.tensor_parallel_degree=2 --parallelism.data_parallel_shard_degree=1
+	[[ $stderr == *"tensor_parallel_degree 2"*"not implemented"* ]]
+	[ "$status" -ne 124 ]
+}
+
+@test "SIGTERM on one rank: every rank finishes the step, a checkpoint is saved, exit 143" {
+	local o=$BATS_TEST_TMPDIR
+	mpi 2 --training.local_batch_size=6 --training.steps=100000 --checkpoint.enable \
+		--checkpoint.interval=100000 --checkpoint.last_save_model_only=false --job.dump_folder="$o/t" \
+		> "$o/out" 2> "$o/err" &
+	local job=$!
+	for _ in $(seq 600); do
+		[ -s "$o/t/metrics.jsonl" ] && [ "$(wc -l < "$o/t/metrics.jsonl")" -ge 3 ] && break
+		sleep 0.1
+	done
+	pkill -TERM -f -n "titan-train -q --config $DATA/tiny.yaml" || true
+	run wait $job
+	[ "$status" -ne 0 ]
+	[ "$status" -ne 124 ]
+	grep -q "stopped after step" "$o/err"
+	run ls "$o/t/checkpoint"
+	assert_output --regexp '^step-[0-9]+\.h5$'
+	# it resumes from there
+	local s=${output#step-}
+	s=${s%.h5}
+	run -0 mpi 2 --training.local_batch_size=6 --training.steps=$((s + 1)) --checkpoint.enable \
+		--job.dump_folder="$o/t"
+	grep -q "Loaded checkpoint" "$o/t/metrics.jsonl" || true
+}
+
+@test "kill -9 of one of 4 ranks mid-run: every other rank exits within the timeout naming it; resume works" {
+	local o=$BATS_TEST_TMPDIR
+	# -disable-auto-cleanup: mpiexec does not kill the job when a rank dies
+	# (as srun without --kill-on-bad-exit): titan's own timeout must end it
+	timeout -k 5 300 mpiexec -disable-auto-cleanup -n 4 env OMP_NUM_THREADS=1 titan-train -q \
+		--config "$DATA/tiny.yaml" --training.local_batch_size=3 --training.steps=100000 \
+		--comm.train_timeout_seconds=10 --checkpoint.enable --checkpoint.interval=2 \
+		--checkpoint.last_save_model_only=false --job.dump_folder="$o/k" > "$o/out" 2> "$o/err" &
+	local job=$!
+	for _ in $(seq 900); do
+		[ -s "$o/k/metrics.jsonl" ] && [ "$(wc -l < "$o/k/metrics.jsonl")" -ge 4 ] && break
+		sleep 0.1
+	done
+	[ -s "$o/k/metrics.jsonl" ]
+	# rank 2: the third titan-train process of the job (ranks start in order)
+	local victim
+	victim=$(pgrep -f "titan-train -q --config $DATA/tiny.yaml" | sort -n | sed -n 3p)
+	[ -n "$victim" ]
+	local t0=$SECONDS
+	kill -9 "$victim"
+	run wait $job
+	local took=$((SECONDS - t0))
+	echo "# job ended ${took} s after the kill, status $status" >&3
+	[ "$status" -ne 0 ]
+	[ "$status" -ne 124 ]
+	[ "$took" -le 40 ]
+	grep -q "does not answer" "$o/err"
+	grep -E "comm timeout: .* at step [0-9]+" "$o/err" | head -1 >&3
+	# the flight recorder of the survivors
+	ls "$o/k/comm_traces/" >&3
+	/usr/bin/python3 -c 'import json, sys; [json.load(open(f)) for f in sys.argv[1:]]' "$o"/k/comm_traces/rank*.json
+	# the newest complete checkpoint resumes (a write cut by the kill left
+	# at most a temporary file, which is never taken for a step)
+	run -0 mpi 4 --training.local_batch_size=3 --training.steps=12 --checkpoint.enable \
+		--checkpoint.interval=100 --job.dump_folder="$o/k"
+}
