@@ -270,15 +270,23 @@ void dist_timeout_exit(struct titan_dist *d, const char *op, const char *what, c
 		snprintf(size, sizeof(size), "%.1f MiB", (double)bytes / 1048576.0);
 	else
 		snprintf(size, sizeof(size), "%zu bytes", bytes);
-	titan_log_error("comm timeout: %s '%s' (%s, %s) at step %lld did not finish in %.0f s; "
-			"%s %s not answer (ranks %s do); the flight recorder is in %s/rank%d.json",
-			op, what, comm, size, (long long)atomic_load(&w->step), timeout,
-			nm ? (strchr(missing, ',') ? "ranks" : "rank") : "every rank answers:",
-			nm ? (strchr(missing, ',') ? missing : missing) : "a collective mismatch?",
-			*answering ? answering : "none", w->traces_dir, w->pub.rank);
+	const bool several = strchr(missing, ',') != NULL;
+
 	if (nm)
-		fprintf(stderr, "titan: error: rank%s %s does not answer (%s at step %lld)\n",
-			strchr(missing, ',') ? "s" : "", missing, op, (long long)atomic_load(&w->step));
+		titan_log_error("comm timeout: %s '%s' (%s, %s) at step %lld did not finish in %.0f s; "
+				"%s %s %s not answer (ranks %s do); the flight recorder is in "
+				"%s/rank%d.json", op, what, comm, size, (long long)atomic_load(&w->step),
+				timeout, several ? "ranks" : "rank", missing, several ? "do" : "does",
+				*answering ? answering : "none", w->traces_dir, w->pub.rank);
+	else
+		titan_log_error("comm timeout: %s '%s' (%s, %s) at step %lld did not finish in %.0f s, "
+				"yet every rank answers (ranks issuing different collectives?); the "
+				"flight recorder is in %s/rank%d.json", op, what, comm, size,
+				(long long)atomic_load(&w->step), timeout, w->traces_dir, w->pub.rank);
+	if (nm)
+		fprintf(stderr, "titan: error: rank%s %s %s not answer (%s at step %lld)\n",
+			several ? "s" : "", missing, several ? "do" : "does", op,
+			(long long)atomic_load(&w->step));
 	dump(w, "comm timeout", false);
 	fflush(NULL);
 	sleep(1); /* the other ranks print theirs */

@@ -564,6 +564,33 @@ static int open_jsonl(struct titan_trainer *t)
 	return 0;
 }
 
+/* Which process is which rank: a launcher that kills the job reports PIDs
+ * and hosts ("BAD TERMINATION ... PID 1234 RUNNING AT node7"), the rest of
+ * titan speaks of ranks. */
+static int log_ranks(struct titan_trainer *t)
+{
+	struct who {
+		int64_t pid;
+		char host[56];
+	} me = {(int64_t)getpid(), ""}, *all = calloc((size_t)t->dist->size, sizeof(me));
+	char line[2048];
+	size_t k = 0;
+	int rc;
+
+	if (!all)
+		return titan_error(TITAN_E_NOMEM, "out of memory");
+	snprintf(me.host, sizeof(me.host), "%.55s", t->dist->host);
+	rc = titan_comm_all_gather(comm(t, TITAN_DIM_WORLD), &me, all, sizeof(me), TITAN_DTYPE_U8,
+				   "rank pids");
+	for (int r = 0; rc == 0 && r < t->dist->size && k < sizeof(line) - 96; r++)
+		k += (size_t)snprintf(line + k, sizeof(line) - k, "%s%d: pid %lld on %.56s",
+				      r ? ", " : "", r, (long long)all[r].pid, all[r].host);
+	if (rc == 0)
+		titan_log_info("Ranks: %s", line);
+	free(all);
+	return rc;
+}
+
 int titan_trainer_new(const struct titan_config *cfg, const struct titan_trainer_opts *o,
 		      struct titan_trainer **out)
 {
@@ -585,6 +612,8 @@ int titan_trainer_new(const struct titan_config *cfg, const struct titan_trainer
 		return rc;
 	c = &t->cfg;
 	titan_dist_set_timeout(t->dist, (double)c->comm.init_timeout_seconds);
+	if (t->dist->size > 1 && (rc = log_ranks(t)) < 0)
+		return rc;
 	if ((rc = titan_model_dims_from_config(c, &t->dims)) < 0 ||
 	    (rc = titan_llama_opts_from_config(&t->mo, c)) < 0 ||
 	    (rc = check_layout(t)) < 0)

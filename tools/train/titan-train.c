@@ -190,7 +190,7 @@ int main(int argc, char **argv)
 		logs = dist->rank == 0;
 	else if (!log_ranks)
 		logs = dist->rank == 0;
-	if (!logs && titan_log_get_level() < TITAN_LOG_WARN)
+	if (!logs && titan_log_get_level() > TITAN_LOG_WARN)
 		titan_log_set_level(TITAN_LOG_WARN);
 	if (dist->size > 1)
 		snprintf(prefix, sizeof(prefix), "[rank%d]:", dist->rank);
