@@ -24,7 +24,7 @@ struct rec {
 	int64_t seq, step;
 	char comm[32], op[16], what[96];
 	size_t bytes;
-	double t_enqueue, t_start, t_end;
+	uint64_t t_enqueue, t_start, t_end; /* titan_time_ns(); 0: not yet */
 	enum dist_rec_state state;
 };
 
@@ -78,7 +78,7 @@ int64_t dist_recorder_add(struct titan_dist *d, const char *comm, const char *op
 		snprintf(r->op, sizeof(r->op), "%s", op);
 		snprintf(r->what, sizeof(r->what), "%s", what);
 		r->bytes = bytes;
-		r->t_enqueue = now_s(w);
+		r->t_enqueue = titan_time_ns();
 		r->state = DIST_REC_QUEUED;
 	}
 	pthread_mutex_unlock(&w->rlock);
@@ -95,11 +95,38 @@ void dist_recorder_update(struct titan_dist *d, int64_t seq, enum dist_rec_state
 
 		r->state = st;
 		if (st == DIST_REC_STARTED)
-			r->t_start = now_s(w);
+			r->t_start = titan_time_ns();
 		else if (st == DIST_REC_COMPLETED)
-			r->t_end = now_s(w);
+			r->t_end = titan_time_ns();
 	}
 	pthread_mutex_unlock(&w->rlock);
+}
+
+/* Seconds since start-up, or -1 for "not yet". */
+static double rel(const struct world *w, uint64_t ns)
+{
+	return ns ? (double)(ns - w->t0) * 1e-9 : -1.0;
+}
+
+int64_t titan_dist_comm_spans(struct titan_dist *d, int64_t from,
+			      void (*fn)(void *ctx, const struct titan_comm_span *s), void *ctx)
+{
+	struct world *w = (struct world *)d;
+	int64_t next;
+
+	pthread_mutex_lock(&w->rlock);
+	next = w->next;
+	if (from < next - w->cap)
+		from = next - w->cap;
+	for (int64_t q = from < 0 ? 0 : from; fn && w->cap > 0 && q < next; q++) {
+		const struct rec *r = &w->ring[q % w->cap];
+		struct titan_comm_span s = {r->comm, r->op, r->what, r->bytes, r->step,
+					    r->t_enqueue, r->t_start, r->t_end};
+
+		fn(ctx, &s);
+	}
+	pthread_mutex_unlock(&w->rlock);
+	return next;
 }
 
 static const char *state_name(enum dist_rec_state s)
@@ -163,7 +190,8 @@ static int dump(struct world *w, const char *reason, bool locked)
 		put_str(f, r->what);
 		fprintf(f, ", \"bytes\": %zu, \"step\": %lld, \"state\": \"%s\", \"t_enqueue\": %.6f, "
 			"\"t_start\": %.6f, \"t_end\": %.6f}", r->bytes, (long long)r->step,
-			state_name(r->state), r->t_enqueue, r->t_start, r->t_end);
+			state_name(r->state), rel(w, r->t_enqueue), rel(w, r->t_start),
+			rel(w, r->t_end));
 	}
 	fprintf(f, "\n]}\n");
 	if (!locked)

@@ -206,6 +206,19 @@ void titan_dist_set_step(struct titan_dist *d, int64_t step);
  * operation.  Sections do not nest; end one before the next. */
 void titan_dist_watch_begin(struct titan_dist *d, const char *what);
 void titan_dist_watch_end(struct titan_dist *d);
+/* The operations of the flight recorder from sequence number `from` on
+ * that are still in the ring, in issue order, to `fn` (times from
+ * titan_time_ns(); start is when the progress thread issued it, 0 if it
+ * has not yet); returns the next sequence number.  For profiling traces:
+ * titan-train writes them as spans of a "comm" track. */
+struct titan_comm_span {
+	const char *comm, *op, *what;
+	size_t bytes;
+	int64_t step;
+	uint64_t enqueue_ns, start_ns, end_ns; /* end 0: not finished */
+};
+int64_t titan_dist_comm_spans(struct titan_dist *d, int64_t from,
+			      void (*fn)(void *ctx, const struct titan_comm_span *s), void *ctx);
 /* Write the flight recorder of this rank now (0 or TITAN_E_IO). */
 int titan_dist_dump_traces(struct titan_dist *d, const char *reason);
 /* Finish: stop the progress threads, free the communicators,

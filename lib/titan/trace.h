@@ -33,6 +33,10 @@ int titan_trace_open(struct titan_trace **out, const char *path, int rank, const
 /* Start / end a span; spans nest up to 64 deep.  `step` goes to args. */
 void titan_trace_begin(struct titan_trace *t, const char *name, const char *cat, int64_t step);
 void titan_trace_end(struct titan_trace *t);
+/* A finished span on track `tid` (> 0 for work of other threads, e.g. the
+ * communication thread), times from titan_time_ns(). */
+void titan_trace_complete(struct titan_trace *t, const char *name, const char *cat, int tid,
+			  uint64_t start_ns, uint64_t end_ns, int64_t step);
 /* A counter track sample ("ph": "C"), e.g. memory in bytes. */
 void titan_trace_counter(struct titan_trace *t, const char *name, double value);
 /* Ends open spans, writes the closing brackets and renames the file into

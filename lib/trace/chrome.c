@@ -70,38 +70,50 @@ void titan_trace_begin(struct titan_trace *t, const char *name, const char *cat,
 	s->t0 = titan_time_ns();
 }
 
+/* One complete event. */
+static void write_span(struct titan_trace *t, const char *name, const char *cat, int tid,
+		       uint64_t start_ns, uint64_t end_ns, int64_t step)
+{
+	titan_json_object_begin(&t->json);
+	titan_json_key(&t->json, "name");
+	titan_json_string(&t->json, name);
+	titan_json_key(&t->json, "cat");
+	titan_json_string(&t->json, cat);
+	titan_json_key(&t->json, "ph");
+	titan_json_string(&t->json, "X");
+	titan_json_key(&t->json, "ts");
+	titan_json_double(&t->json, ((double)start_ns - (double)t->t0) / 1e3);
+	titan_json_key(&t->json, "dur");
+	titan_json_double(&t->json, (double)(end_ns - start_ns) / 1e3);
+	titan_json_key(&t->json, "pid");
+	titan_json_int(&t->json, t->rank);
+	titan_json_key(&t->json, "tid");
+	titan_json_int(&t->json, tid);
+	titan_json_key(&t->json, "args");
+	titan_json_object_begin(&t->json);
+	titan_json_key(&t->json, "step");
+	titan_json_int(&t->json, step);
+	titan_json_object_end(&t->json);
+	titan_json_object_end(&t->json);
+	emit(t);
+}
+
 void titan_trace_end(struct titan_trace *t)
 {
 	struct span *s;
-	uint64_t now;
 
 	if (!t)
 		return;
 	TITAN_ASSERT(t->depth > 0);
-	now = titan_time_ns();
 	s = &t->stack[--t->depth];
-	titan_json_object_begin(&t->json);
-	titan_json_key(&t->json, "name");
-	titan_json_string(&t->json, s->name);
-	titan_json_key(&t->json, "cat");
-	titan_json_string(&t->json, s->cat);
-	titan_json_key(&t->json, "ph");
-	titan_json_string(&t->json, "X");
-	titan_json_key(&t->json, "ts");
-	titan_json_double(&t->json, (double)(s->t0 - t->t0) / 1e3);
-	titan_json_key(&t->json, "dur");
-	titan_json_double(&t->json, (double)(now - s->t0) / 1e3);
-	titan_json_key(&t->json, "pid");
-	titan_json_int(&t->json, t->rank);
-	titan_json_key(&t->json, "tid");
-	titan_json_int(&t->json, 0);
-	titan_json_key(&t->json, "args");
-	titan_json_object_begin(&t->json);
-	titan_json_key(&t->json, "step");
-	titan_json_int(&t->json, s->step);
-	titan_json_object_end(&t->json);
-	titan_json_object_end(&t->json);
-	emit(t);
+	write_span(t, s->name, s->cat, 0, s->t0, titan_time_ns(), s->step);
+}
+
+void titan_trace_complete(struct titan_trace *t, const char *name, const char *cat, int tid,
+			  uint64_t start_ns, uint64_t end_ns, int64_t step)
+{
+	if (t && end_ns >= start_ns)
+		write_span(t, name, cat, tid, start_ns, end_ns, step);
 }
 
 void titan_trace_counter(struct titan_trace *t, const char *name, double value)

@@ -160,7 +160,22 @@ static int trace_open(struct titan_trainer *t, int64_t step)
 	snprintf(path, sizeof(path), "%s/rank%d_trace.json", dir, t->dist->rank);
 	snprintf(meta, sizeof(meta), "{\"tool\": \"titan-train\", \"version\": \"%s\", \"step\": %lld, "
 		 "\"world_size\": %d}", titan_version(), (long long)step, t->dist->size);
+	t->trace_seq0 = titan_dist_comm_spans(t->dist, INT64_MAX, NULL, NULL);
 	return titan_trace_open(&t->trace, path, t->dist->rank, meta);
+}
+
+/* The step's collectives as spans of a "comm" track (tid 1), from when the
+ * progress thread issued them to their completion: titan-memprof time
+ * splits them into exposed and overlapped communication. */
+static void comm_span(void *ctx, const struct titan_comm_span *s)
+{
+	struct titan_trainer *t = ctx;
+	char name[160];
+
+	if (!s->start_ns || !s->end_ns || !strcmp(s->comm, "world"))
+		return;
+	snprintf(name, sizeof(name), "%s %s (%s)", s->op, s->what, s->comm);
+	titan_trace_complete(t->trace, name, "comm", 1, s->start_ns, s->end_ns, s->step);
 }
 
 /* ------------------------------------------------------------ validation */
@@ -416,6 +431,8 @@ int titan_trainer_run(struct titan_trainer *t)
 			if (rc < 0)
 				return rc;
 		}
+		if (t->trace && t->dist->size > 1)
+			titan_dist_comm_spans(t->dist, t->trace_seq0, comm_span, t);
 		titan_trace_end(t->trace); /* step */
 		if (t->trace) {
 			rc = titan_trace_close(t->trace);

@@ -44,6 +44,7 @@ struct titan_trainer {
 	struct titan_loader_state *loader_states; /* [dp_degree] */
 	/* profiling */
 	struct titan_trace *trace;     /* open during a profiled step */
+	int64_t trace_seq0;            /* first flight-recorder entry of the traced step */
 	FILE *memtrace;
 	int64_t step;
 	uint16_t phase;

@@ -12,7 +12,7 @@ setup() {
 	/usr/bin/python3 -c 'import torch' 2>/dev/null || fail "python3-torch is missing (make deps installs it)"
 }
 
-@test "golden files are reproduced byte for byte by tests/ref/make_golden.py" {
+@test "golden files are reproduced by tests/ref/make_golden.py (byte for byte, or within 1e-4 on another CPU)" {
 	run -0 /usr/bin/python3 tests/ref/make_golden.py --check
 }
 

@@ -5,7 +5,7 @@ small Python-written safetensors fixture the C reader is tested on
 (tests/fixtures/safetensors/python.safetensors), or check the reference.
 
   /usr/bin/python3 tests/ref/make_golden.py               # write all
-  /usr/bin/python3 tests/ref/make_golden.py --check       # regenerate to a temp dir, compare bytes
+  /usr/bin/python3 tests/ref/make_golden.py --check       # regenerate to a temp dir, compare (bytes, or 1e-4 across CPUs)
   /usr/bin/python3 tests/ref/make_golden.py --selfcheck   # verify llama_ref.py itself
   /usr/bin/python3 tests/ref/make_golden.py --config A --steps 1 --out /tmp/g   # ad hoc
 
@@ -590,6 +590,46 @@ def selfcheck(configs, fast=False):
 
 # --------------------------------------------------------------------- main
 
+# --check on a CPU other than the one that wrote the golden files: PyTorch
+# picks other kernels, and after 10 AdamW steps the weights differ by ~1e-5
+# of their largest value (measured on an AMD EPYC with AVX-512: 1.2e-5 at
+# most).  A real change of the reference moves them by far more.
+CHECK_RTOL = 1e-4
+
+
+def close_to(a, b):
+    """The worst difference between two golden files (safetensors: per
+    tensor, relative to its largest |value|; JSON: numbers, relative),
+    or None when their structure differs."""
+    if a.endswith(".json"):
+        def walk(x, y):
+            if isinstance(x, dict) and isinstance(y, dict) and x.keys() == y.keys():
+                return max([walk(x[k], y[k]) for k in x] or [0.0])
+            if isinstance(x, list) and isinstance(y, list) and len(x) == len(y):
+                return max([walk(p, q) for p, q in zip(x, y)] or [0.0])
+            if isinstance(x, (int, float)) and isinstance(y, (int, float)):
+                return abs(x - y) / max(abs(y), 1e-30) if x != y else 0.0
+            return 0.0 if x == y else float("inf")
+        with open(a) as fa, open(b) as fb:
+            w = walk(json.load(fa), json.load(fb))
+        return None if w == float("inf") else w
+    ta, tb = st.load(a), st.load(b)
+    ta, tb = (ta[0] if isinstance(ta, tuple) else ta), (tb[0] if isinstance(tb, tuple) else tb)
+    if ta.keys() != tb.keys():
+        return None
+    worst = 0.0
+    for k in tb:
+        x, y = ta[k], tb[k]
+        if x.dtype != y.dtype or x.shape != y.shape:
+            return None
+        if x.is_floating_point():
+            d = (x.double() - y.double()).abs().max().item() if x.numel() else 0.0
+            worst = max(worst, d / max(y.double().abs().max().item(), 1e-30) if d else 0.0)
+        elif not torch.equal(x, y):
+            return None
+    return worst
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -617,8 +657,17 @@ def main():
                 for ext in ("safetensors", "json"):
                     a, b = os.path.join(tmp, f"{n}.{ext}"), os.path.join(GOLDEN_DIR, f"{n}.{ext}")
                     same = os.path.exists(b) and filecmp.cmp(a, b, shallow=False)
-                    print(f"  {'same' if same else 'DIFFERS'}: {b}")
-                    bad += not same
+                    if same:
+                        print(f"  same: {b}")
+                        continue
+                    # PyTorch's CPU kernels round differently on other CPUs
+                    # (ISA dispatch): the same reference, not the same bits
+                    worst = close_to(a, b) if os.path.exists(b) else None
+                    ok = worst is not None and worst <= CHECK_RTOL
+                    print(f"  {'close' if ok else 'DIFFERS'}: {b}"
+                          + (f" (worst relative difference {worst:.2e}; bytes differ:"
+                             f" another CPU's rounding)" if worst is not None else ""))
+                    bad += not ok
             write_st_fixture(os.path.join(tmp, "python.safetensors"))
             same = filecmp.cmp(os.path.join(tmp, "python.safetensors"), ST_FIXTURE, shallow=False)
             print(f"  {'same' if same else 'DIFFERS'}: {ST_FIXTURE}")
