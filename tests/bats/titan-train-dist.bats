@@ -141,6 +141,31 @@ PY
 	echo "# $output" >&3
 }
 
+@test "validation on FSDP 2 and DDP 2 equals the 1-rank validation loss" {
+	local o=$BATS_TEST_TMPDIR v="--validation.enable --validation.freq=2 --validation.local_batch_size=12 --validation.seq_len=32 --training.steps=4"
+	# shellcheck disable=SC2086
+	run -0 titan-train -q --threads 1 --config "$DATA/tiny.yaml" $v --job.dump_folder="$o/r"
+	# shellcheck disable=SC2086
+	run -0 mpi 2 --training.local_batch_size=6 $v --validation.local_batch_size=6 --job.dump_folder="$o/f"
+	# shellcheck disable=SC2086
+	run -0 mpi 2 --parallelism.data_parallel_replicate_degree=2 --parallelism.data_parallel_shard_degree=1 \
+		--training.local_batch_size=6 $v --validation.local_batch_size=6 --job.dump_folder="$o/d"
+	/usr/bin/python3 - "$o" <<'PY'
+import json, sys
+def val(p):
+    return {o["step"]: (o["validation_loss"], o["validation_tokens"]) for o in map(json.loads, open(p)) if "validation_loss" in o}
+r = val(sys.argv[1] + "/r/metrics.jsonl")
+assert sorted(r) == [1, 2, 4], r
+for d in ("f", "d"):
+    x = val(sys.argv[1] + "/" + d + "/metrics.jsonl")
+    assert sorted(x) == sorted(r), (d, x)
+    for s in r:
+        assert x[s][1] == r[s][1], (d, s, x[s], r[s])
+        assert abs(x[s][0] - r[s][0]) <= 1e-5 * r[s][0], (d, s, x[s], r[s])
+print("ok")
+PY
+}
+
 @test "FSDP 2 memory: params, grads and optimizer state per rank are half the 1-rank bytes" {
 	run -0 mpi 2 --training.local_batch_size=6 --training.steps=2 --job.dump_folder="$BATS_TEST_TMPDIR/o" \
 		--metrics.save_for_all_ranks
