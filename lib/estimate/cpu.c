@@ -1,12 +1,20 @@
 /*
  * cpu.c — the memory of titan-train's CPU path, to the byte: what
- * tools/train/titan-train.c, lib/train/llama.c (titan_llama_new) and the
- * CPU ops of lib/cpu allocate through the host tagged allocator, under the
- * same tags, at the same moments of a step.  The sizes come from the same
- * macros the ops use (TITAN_ATTN_BLOCK, TITAN_SUMSQ_CHUNK in titan/ops.h,
- * TITAN_CE_CHUNK in titan/train.h); the buffer list mirrors the code, and
- * tests/bats/titan-estimate.bats runs titan-train and compares, so a change
- * there that is not mirrored here fails `make test`.
+ * lib/train (trainer.c, llama.c, dp.c) and the CPU ops of lib/cpu allocate
+ * through the host tagged allocator, under the same tags, at the same
+ * moments of a step, on one rank of a DDP/FSDP/HSDP job (rank 0 by
+ * default: it holds the largest shard and writes metrics.jsonl).  The
+ * sizes come from the same macros the ops use (TITAN_ATTN_BLOCK,
+ * TITAN_SUMSQ_CHUNK in titan/ops.h, TITAN_CE_CHUNK in titan/train.h); the
+ * buffer list mirrors the code, and tests/bats/titan-estimate.bats and
+ * titan-train-dist.bats run titan-train and compare, so a change there that
+ * is not mirrored here fails `make test`.
+ *
+ * FSDP's buffers (tag comm) change at every hook of a step; fsdp_sim
+ * replays lib/train/dp.c's schedule (the same units, the same order of
+ * allocations and frees) and keeps, for each moment, the most comm bytes
+ * live when it happens.  DDP and the replicas' all-reduce of HSDP reduce
+ * in place: no buffers.
  */
 #include "est_impl.h"
 #include "titan/ops.h"
@@ -18,6 +26,226 @@
 
 #define PROBE_N 1024           /* titan-train.c measure_peak: 3 n x n fp32 matrices */
 
+/* ---------------------------------------------------------- FSDP replay */
+
+enum { SIM_FWD_COMM, SIM_FWD_ATTN, SIM_LOSS, SIM_BWD_COMM, SIM_RECOMPUTE, SIM_BWD_ATTN,
+       SIM_NKINDS };
+
+struct sim_unit {
+	int g0, g1;
+	int64_t full, shard;       /* bytes: unsharded slice, S (one rank's part) */
+	bool gathered, gathering, grad, reducing;
+};
+
+struct fsdp_sim {
+	struct sim_unit *u;
+	int nunits, *unit_of, *pending, npending;
+	int64_t nshard;
+	bool tied, reshard;
+	int64_t live;              /* comm bytes live */
+	int kind;                  /* moment an allocation counts for */
+	int64_t max[SIM_NKINDS];
+};
+
+static void sim_alloc(struct fsdp_sim *s, int64_t b)
+{
+	s->live += b;
+	if (s->live > s->max[s->kind])
+		s->max[s->kind] = s->live;
+}
+
+static void sim_at(struct fsdp_sim *s, int kind)
+{
+	if (s->live > s->max[kind])
+		s->max[kind] = s->live;
+}
+
+/* dp.c gather_start / gather_finish / release_params / ensure_grad */
+static void sim_gather_start(struct fsdp_sim *s, struct sim_unit *u)
+{
+	if (u->gathered || u->gathering)
+		return;
+	sim_alloc(s, u->shard);                   /* gsend */
+	sim_alloc(s, u->shard * s->nshard);       /* grecv */
+	u->gathering = true;
+}
+
+static void sim_gather_finish(struct fsdp_sim *s, struct sim_unit *u)
+{
+	if (u->gathered)
+		return;
+	sim_gather_start(s, u);
+	s->live -= u->shard;                      /* gsend */
+	sim_alloc(s, u->full);                    /* the gathered copy, grecv still live */
+	s->live -= u->shard * s->nshard;
+	u->gathering = false;
+	u->gathered = true;
+}
+
+static void sim_release(struct fsdp_sim *s, struct sim_unit *u)
+{
+	if (u->gathered)
+		s->live -= u->full;
+	u->gathered = false;
+}
+
+static void sim_ensure_grad(struct fsdp_sim *s, struct sim_unit *u)
+{
+	if (!u->grad)
+		sim_alloc(s, u->full);
+	u->grad = true;
+}
+
+/* reduce_start, then reduce_advance(keep) as dp.c: the oldest reductions
+ * complete (rsend freed, added, rrecv freed); the replicas' all-reduce of
+ * HSDP is in place */
+static void sim_reduce_start(struct fsdp_sim *s, struct sim_unit *u)
+{
+	sim_alloc(s, u->shard * s->nshard);       /* rsend */
+	sim_alloc(s, u->shard);                   /* rrecv */
+	s->live -= u->full;                       /* the unsharded gradients */
+	u->grad = false;
+	u->reducing = true;
+	s->pending[s->npending++] = (int)(u - s->u);
+}
+
+static void sim_reduce_advance(struct fsdp_sim *s, int keep)
+{
+	int n = s->npending - keep, w = 0;
+
+	for (int i = 0; i < s->npending; i++) {
+		struct sim_unit *u = &s->u[s->pending[i]];
+
+		if (i >= n) {
+			s->pending[w++] = s->pending[i];
+			continue;
+		}
+		s->live -= u->shard * s->nshard + u->shard;
+		u->reducing = false;
+	}
+	s->npending = w;
+}
+
+static void sim_pre_forward(struct fsdp_sim *s, int g)
+{
+	const int k = s->unit_of[g];
+
+	if (g != s->u[k].g0)
+		return;
+	sim_gather_finish(s, &s->u[k]);
+	if (k + 1 < s->nunits)
+		sim_gather_start(s, &s->u[k + 1]);
+}
+
+static void sim_post_forward(struct fsdp_sim *s, int g)
+{
+	const int k = s->unit_of[g];
+
+	if (g != s->u[k].g1 || k == s->nunits - 1 || (s->tied && k == 0) || !s->reshard)
+		return;
+	sim_release(s, &s->u[k]);
+}
+
+static void sim_pre_backward(struct fsdp_sim *s, int g)
+{
+	const int k = s->unit_of[g];
+
+	if (g != s->u[k].g1)
+		return;
+	sim_gather_finish(s, &s->u[k]);
+	sim_ensure_grad(s, &s->u[k]);
+	if (s->tied && k == s->nunits - 1)
+		sim_ensure_grad(s, &s->u[0]);
+	if (k > 0)
+		sim_gather_start(s, &s->u[k - 1]);
+}
+
+static void sim_post_backward(struct fsdp_sim *s, int g)
+{
+	const int k = s->unit_of[g];
+
+	if (g != s->u[k].g0)
+		return;
+	sim_release(s, &s->u[k]);
+	sim_reduce_start(s, &s->u[k]);
+	sim_reduce_advance(s, 1);
+}
+
+/* The units of dp.c's build_units over the groups of lib/train/llama.c
+ * (0: the embeddings; 1 + l: block l; last: the final norm and the
+ * output), then one microbatch in titan_llama_step's order.  Every
+ * microbatch is the same: the previous one's reductions complete before
+ * the next forward (titan_dp_begin_microbatch), the last one's before the
+ * gradient norm (titan_dp_finish_grads). */
+static int fsdp_replay(const struct titan_param_table *t, const struct titan_est_opts *o,
+		       int64_t nshard, int64_t max[SIM_NKINDS])
+{
+	const int L = (int)t->dims.n_layers, ng = L + 2;
+	struct fsdp_sim s = {0};
+	struct sim_unit *u = NULL;
+
+	s.u = calloc((size_t)ng, sizeof(*s.u));
+	s.unit_of = calloc((size_t)ng, sizeof(*s.unit_of));
+	s.pending = calloc((size_t)ng, sizeof(*s.pending));
+	if (!s.u || !s.unit_of || !s.pending) {
+		free(s.u);
+		free(s.unit_of);
+		free(s.pending);
+		return titan_error(TITAN_E_NOMEM, "out of memory");
+	}
+	s.nshard = nshard;
+	s.tied = t->dims.tied;
+	s.reshard = o->reshard != TITAN_EST_RESHARD_NEVER;
+	for (int g = 0; g < ng; g++) {
+		const int p0 = g == 0 ? 0 : 1 + TITAN_PARAMS_PER_LAYER * (g - 1);
+		const int p1 = g == 0 ? 1 : g == ng - 1 ? t->n : p0 + TITAN_PARAMS_PER_LAYER;
+		const int64_t end = p1 < t->n ? t->params[p1].full_offset : t->full_arena_floats;
+
+		if (!u || g == 1 || g == ng - 1 || u->g1 == ng - 1 || u->full >= o->cpu_bucket_bytes) {
+			u = &s.u[s.nunits++];
+			u->g0 = g;
+			u->full = 0;
+		}
+		u->g1 = g;
+		u->full += (end - t->params[p0].full_offset) * 4;
+		for (int p = p0; p < p1; p++)
+			u->shard += t->params[p].chunk_rows * t->params[p].shape[1] * 4;
+		s.unit_of[g] = s.nunits - 1;
+	}
+
+	s.kind = SIM_FWD_COMM;
+	sim_pre_forward(&s, 0);
+	sim_post_forward(&s, 0);
+	for (int l = 0; l < L; l++) {
+		sim_pre_forward(&s, 1 + l);
+		sim_at(&s, SIM_FWD_ATTN);
+		sim_post_forward(&s, 1 + l);
+	}
+	sim_pre_forward(&s, L + 1);
+	s.kind = SIM_LOSS;       /* only allocations before the loss: its peak is later */
+	sim_pre_backward(&s, L + 1);
+	sim_at(&s, SIM_LOSS);
+	sim_post_forward(&s, L + 1);
+	s.kind = SIM_BWD_COMM;
+	sim_post_backward(&s, L + 1);
+	for (int l = L - 1; l >= 0; l--) {
+		sim_pre_backward(&s, 1 + l);
+		if (est_block_ckpt(o, l))
+			sim_at(&s, SIM_RECOMPUTE);
+		sim_at(&s, SIM_BWD_ATTN);
+		sim_post_backward(&s, 1 + l);
+	}
+	sim_pre_backward(&s, 0);
+	sim_post_backward(&s, 0);
+	sim_reduce_advance(&s, 0);
+	TITAN_ASSERT(s.live == 0);
+	memcpy(max, s.max, sizeof(s.max));
+	free(s.u);
+	free(s.unit_of);
+	free(s.pending);
+	return 0;
+}
+
 int est_cpu_model(const struct titan_model_dims *d, const struct titan_est_opts *o,
 		  struct titan_estimate *e)
 {
@@ -27,13 +255,28 @@ int est_cpu_model(const struct titan_model_dims *d, const struct titan_est_opts 
 	const int64_t B = o->local_batch, S = o->seq_len, L = d->n_layers, C = d->dim;
 	const int64_t H = d->n_heads, Hkv = d->n_kv_heads, D = d->head_dim, F = d->ffn_hidden;
 	const int64_t V = d->vocab_size, q = H * D, kv = Hkv * D, bq = TITAN_ATTN_BLOCK;
+	const struct titan_est_layout *l = &o->layout;
+	struct titan_param_table_opts po;
 	int64_t N, threads, kept = 0, nckpt = 0, set, arena, chunk, sumsq = 0, x;
+	int64_t comm[SIM_NKINDS] = {0};
 	int m_start = -1, m_fwd, m_loss, m_rec = -1, m_bwd, m_norm, m_opt, m_log = -1;
+	int m_fcomm = -1, m_bcomm = -1;
 	uint32_t all, rc_at;
 	int rc;
 
-	if ((rc = titan_param_table_init(&t, d, NULL)) < 0)
+	/* this rank's shard: mesh (pp, dp_replicate, dp_shard, cp, tp), tp
+	 * innermost (lib/dist/dims.c) */
+	titan_param_table_opts_default(&po);
+	if (l->dp_shard > 1) {
+		po.shard_degree = (int)l->dp_shard;
+		po.shard_rank = (int)((o->rank / (l->cp * l->tp)) % l->dp_shard);
+	}
+	if ((rc = titan_param_table_init(&t, d, &po)) < 0)
 		return rc;
+	if (l->dp_shard > 1 && (rc = fsdp_replay(&t, o, l->dp_shard, comm)) < 0) {
+		titan_param_table_release(&t);
+		return rc;
+	}
 	if (!(e->ranks = calloc(1, sizeof(*e->ranks)))) {
 		titan_param_table_release(&t);
 		return titan_error(TITAN_E_NOMEM, "out of memory");
@@ -69,6 +312,9 @@ int est_cpu_model(const struct titan_model_dims *d, const struct titan_est_opts 
 	/* moments in the order a step meets them */
 	if (o->cpu_peak_probe)
 		m_start = est_moment(r, TITAN_EST_PHASE_STARTUP, "startup", "sgemm peak probe (setup)");
+	if (comm[SIM_FWD_COMM])
+		m_fcomm = est_moment(r, TITAN_EST_PHASE_FORWARD, "fsdp fwd",
+				     "FSDP all-gather (forward)");
 	m_fwd = est_moment(r, TITAN_EST_PHASE_FORWARD, "forward", "attention forward");
 	m_loss = est_moment(r, TITAN_EST_PHASE_LOSS, "loss", "classifier + cross-entropy");
 	if (nckpt && est_block_ckpt(o, L - 1))
@@ -78,10 +324,13 @@ int est_cpu_model(const struct titan_model_dims *d, const struct titan_est_opts 
 	if (nckpt && m_rec < 0)
 		m_rec = est_moment(r, TITAN_EST_PHASE_BACKWARD, "recompute",
 				   "recompute: attention forward");
+	if (comm[SIM_BWD_COMM])
+		m_bcomm = est_moment(r, TITAN_EST_PHASE_BACKWARD, "fsdp bwd",
+				     "FSDP gather/reduce-scatter (backward)");
 	m_norm = est_moment(r, TITAN_EST_PHASE_BACKWARD, "gradnorm", "gradient norm");
 	m_opt = est_moment(r, TITAN_EST_PHASE_OPTIMIZER, "optim", "AdamW step");
 	(void)m_opt;
-	if (o->cpu_metrics_jsonl)
+	if (o->cpu_metrics_jsonl && (o->rank == 0 || o->cpu_metrics_all_ranks))
 		m_log = est_moment(r, TITAN_EST_PHASE_OPTIMIZER, "log", "metrics.jsonl row");
 	/* titan-train runs the probe before it builds the model: only the
 	 * probe is live at start-up */
@@ -153,6 +402,24 @@ int est_cpu_model(const struct titan_model_dims *d, const struct titan_est_opts 
 	if (m_log >= 0)
 		est_item(r, "metrics.jsonl row (JSON writer buffers)", TITAN_MEM_OTHER, 256 + 512,
 			 EST_AT(m_log));
+	/* FSDP (lib/train/dp.c): gathered copies, all-gather and
+	 * reduce-scatter buffers, unsharded gradients, the most live at each
+	 * moment */
+	if (m_fcomm >= 0)
+		est_item(r, "FSDP: all-gather copy-out (forward)", TITAN_MEM_COMM,
+			 comm[SIM_FWD_COMM], EST_AT(m_fcomm));
+	est_item(r, "FSDP: gathered units + prefetch (forward)", TITAN_MEM_COMM,
+		 comm[SIM_FWD_ATTN], EST_AT(m_fwd));
+	est_item(r, "FSDP: gathered + grads + prefetch (loss)", TITAN_MEM_COMM,
+		 comm[SIM_LOSS], EST_AT(m_loss));
+	if (m_rec >= 0)
+		est_item(r, "FSDP: gathered + grads + prefetch (recompute)", TITAN_MEM_COMM,
+			 comm[SIM_RECOMPUTE], EST_AT(m_rec));
+	est_item(r, "FSDP: gathered + grads + prefetch (backward)", TITAN_MEM_COMM,
+		 comm[SIM_BWD_ATTN], EST_AT(m_bwd));
+	if (m_bcomm >= 0)
+		est_item(r, "FSDP: copy-out / reduce-scatter (backward)", TITAN_MEM_COMM,
+			 comm[SIM_BWD_COMM], EST_AT(m_bcomm));
 	est_rank_finish(r, o->dev.alloc_overhead, &n);
 	if (n.overflow)
 		return titan_error(TITAN_E_INVALID, "the estimate does not fit in 64-bit byte counts "

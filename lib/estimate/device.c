@@ -21,8 +21,10 @@ static const struct titan_est_device devices[] = {
 	  450 * GB, 50 * GB, 1.0 * GiB, 0.10 },
 	{ "b200", "NVIDIA B200", false, 178.35 * GiB, 2250e12, 4500e12,
 	  900 * GB, 50 * GB, 1.0 * GiB, 0.10 },
+	/* cpu links: MPICH shared memory within a node (a memcpy-bound few
+	 * GB/s per rank), 100 Gb/s between nodes; --link-bandwidth overrides */
 	{ "cpu", "this machine's CPU (titan-train's CPU path)", true, 0, NAN, NAN,
-	  0, 0, 0, 0 },
+	  5 * GB, 12.5 * GB, 0, 0 },
 };
 #define NDEVICES ((int)(sizeof(devices) / sizeof(devices[0])))
 

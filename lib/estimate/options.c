@@ -107,6 +107,11 @@ int titan_est_opts_from_config(struct titan_est_opts *o, const struct titan_conf
 	o->mfu = 0.40;
 	o->cpu_peak_probe = isnan(c->metrics.peak_flops);
 	o->cpu_metrics_jsonl = *c->metrics.save_jsonl_file != '\0';
+	o->cpu_metrics_all_ranks = c->metrics.save_for_all_ranks;
+	/* lib/train/trainer.c: FSDP units are one block each unless the key
+	 * asks for buckets */
+	o->cpu_bucket_bytes = c->comm.bucket_size_mb < 0 ? 0 :
+			      (int64_t)(c->comm.bucket_size_mb * 1048576.0);
 	/* gradient accumulation as titan-train computes it */
 	shard = o->layout.dp_shard;
 	if (shard < 0) {
@@ -247,10 +252,18 @@ int titan_est_check(struct titan_est_opts *o, const struct titan_model_dims *d)
 				   PRId64 " x tp %" PRId64 " x pp %" PRId64 " x cp %" PRId64 " = %" PRId64
 				   " ranks, but --ngpu is %" PRId64, l->dp_replicate, l->dp_shard, l->tp,
 				   l->pp, l->cp, n.overflow ? INT64_MAX : prod, o->ngpu);
-	if (o->dev.cpu && o->ngpu != 1)
+	if (o->dev.cpu && (l->tp != 1 || l->pp != 1 || l->cp != 1))
 		return titan_error(TITAN_E_INVALID, "--device cpu models titan-train's CPU path, which "
-				   "runs one process: every parallel degree and --ngpu must be 1 "
-				   "(got %" PRId64 " ranks)", o->ngpu);
+				   "has data parallelism only (DDP, FSDP, HSDP): tensor, pipeline and "
+				   "context parallel degrees must be 1 (got tp %" PRId64 ", pp %" PRId64
+				   ", cp %" PRId64 ")", l->tp, l->pp, l->cp);
+	if (o->rank < 0 || o->rank >= o->ngpu)
+		return titan_error(TITAN_E_INVALID, "--rank: %" PRId64 " is not a rank of %" PRId64,
+				   o->rank, o->ngpu);
+	if (o->rank > 0 && !o->dev.cpu)
+		return titan_error(TITAN_E_INVALID, "--rank: the GPU model gives every pipeline rank "
+				   "already; --rank selects a rank of titan-train's CPU path "
+				   "(--device cpu)");
 	if (d->n_heads % l->tp)
 		return titan_error(TITAN_E_INVALID, "parallelism.tensor_parallel_degree: %" PRId64
 				   " does not divide the model's n_heads %" PRId64, l->tp, d->n_heads);

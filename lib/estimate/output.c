@@ -90,6 +90,8 @@ static void device_json(struct titan_json *j, const struct titan_est_opts *o)
 	kdbl(j, "alloc_overhead", o->dev.alloc_overhead);
 	titan_json_object_end(j);
 	kint(j, "ngpu", o->ngpu);
+	if (o->dev.cpu)
+		kint(j, "rank", o->rank);
 	kint(j, "gpus_per_node", o->gpus_per_node);
 }
 
@@ -290,8 +292,8 @@ static void header(FILE *fp, const struct titan_model_dims *d, const struct tita
 		(long long)d->dim, (long long)d->n_layers, (long long)d->n_heads,
 		(long long)d->n_kv_heads, (long long)d->ffn_hidden, (long long)d->vocab_size);
 	if (o->dev.cpu)
-		fprintf(fp, "device    cpu: titan-train's CPU path, %.2f GiB of memory\n",
-			gib(o->dev.memory));
+		fprintf(fp, "device    cpu: titan-train's CPU path, %.2f GiB of memory%s\n",
+			gib(o->dev.memory), o->ngpu > 1 ? " per node" : "");
 	else
 		fprintf(fp, "device    %lld x %s (%s, %.2f GiB), %d per node\n", (long long)o->ngpu,
 			o->dev.name, o->dev.description, gib(o->dev.memory), o->gpus_per_node);
@@ -335,9 +337,15 @@ int titan_estimate_print(const struct titan_estimate *e, FILE *fp)
 				r->first ? ", embedding" : "", r->last ? ", output" : "");
 		}
 	}
-	fprintf(fp, "\nmemory of pipeline rank %d (%lld layers%s%s), %s at each moment:\n",
-		w->pp_rank, (long long)w->layers, w->first ? ", embedding" : "",
-		w->last ? ", output" : "", u.name);
+	if (o->dev.cpu && o->ngpu > 1)
+		fprintf(fp, "\nmemory of rank %lld of %lld (%lld of %lld parameter elements%s), %s at "
+			"each moment:\n", (long long)o->rank, (long long)o->ngpu,
+			(long long)w->params_shard, (long long)w->params_local,
+			o->layout.dp_shard > 1 ? ", its FSDP shard" : "", u.name);
+	else
+		fprintf(fp, "\nmemory of pipeline rank %d (%lld layers%s%s), %s at each moment:\n",
+			w->pp_rank, (long long)w->layers, w->first ? ", embedding" : "",
+			w->last ? ", output" : "", u.name);
 	fprintf(fp, "  %-52s %-11s", "", "tag");
 	for (int m = 0; m < w->nmoments; m++)
 		fprintf(fp, " %9.9s", w->moments[m].label);

@@ -125,6 +125,9 @@ struct titan_est_opts {
 	int threads;              /* OpenMP threads of titan-train (0: this process's) */
 	bool cpu_peak_probe;      /* titan-train measures sgemm peak (metrics.peak_flops unset) */
 	bool cpu_metrics_jsonl;   /* titan-train writes metrics.jsonl rows (JSON writer buffer) */
+	bool cpu_metrics_all_ranks; /* ... on every rank (metrics.save_for_all_ranks) */
+	int64_t cpu_bucket_bytes; /* FSDP units merged up to this size (comm.bucket_size_mb) */
+	int64_t rank;             /* cpu: the world rank modelled (0: the largest shard) */
 };
 
 /* Defaults for `dev`, then the job config: batch, seq_len, degrees,
@@ -159,7 +162,7 @@ enum titan_est_phase {
 const char *titan_est_phase_name(enum titan_est_phase p); /* "forward", ... */
 
 #define TITAN_EST_MAX_ITEMS 40
-#define TITAN_EST_MAX_MOMENTS 10
+#define TITAN_EST_MAX_MOMENTS 12
 
 struct titan_est_item {
 	char name[72];            /* "saved activations, 2 microbatch(es)" */

@@ -86,8 +86,14 @@ print(json.dumps(o) if isinstance(o, (dict, list, bool)) or o is None else o)' "
 	run -2 --separate-stderr titan-estimate --config configs/llama3_8b.yaml --ngpu 64 \
 		--parallelism.pipeline_parallel_degree=64
 	[[ $stderr == *"at most 34 stages"* ]]
-	run -2 --separate-stderr titan-estimate --config configs/llama3_debug.yaml --device cpu --ngpu 2
-	[[ $stderr == *"runs one process"* ]]
+	run -2 --separate-stderr titan-estimate --config configs/llama3_debug.yaml --device cpu --ngpu 2 \
+		--parallelism.tensor_parallel_degree=2
+	[[ $stderr == *"data parallelism only (DDP, FSDP, HSDP)"*"got tp 2, pp 1, cp 1"* ]]
+	run -2 --separate-stderr titan-estimate --config configs/llama3_debug.yaml --device cpu --ngpu 2 \
+		--rank 2
+	[[ $stderr == *"--rank: 2 is not a rank of 2"* ]]
+	run -2 --separate-stderr titan-estimate --config configs/llama3_debug.yaml --ngpu 8 --rank 1
+	[[ $stderr == *"--rank selects a rank of titan-train's CPU path"* ]]
 	run -2 --separate-stderr titan-estimate --config configs/llama3_debug.yaml --device cpu \
 		--activation_checkpoint.selective_ac_option=ops
 	[[ $stderr == *"selective_ac_option: 'ops' is neither"* ]]

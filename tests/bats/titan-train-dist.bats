@@ -181,6 +181,49 @@ print("ok")
 PY
 }
 
+# est_vs_run N ARGS...: titan-train on N ranks (2 steps, metrics on every
+# rank), then titan-estimate --device cpu --rank R for each rank: the
+# first row's peak (start-up included) and its bytes by tag, and the second
+# row's peak (a step alone), to the byte
+est_vs_run() {
+	local n=$1 o=$BATS_TEST_TMPDIR/e$1
+	shift
+	rm -rf "$o"
+	mpi "$n" --training.steps=2 --metrics.save_for_all_ranks --job.dump_folder="$o" "$@"
+	/usr/bin/python3 - "$o" "$n" "$DATA/tiny.yaml" "$@" <<'PY'
+import json, subprocess, sys
+o, n, cfg, args = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4:]
+for r in range(n):
+    rows = [json.loads(l) for l in open(o + ("/metrics.jsonl" if r == 0 else "/metrics.rank%d.jsonl" % r))]
+    e = json.loads(subprocess.check_output(
+        ["titan-estimate", "--config", cfg, "--device", "cpu", "--threads", "1", "--json",
+         "--ngpu", str(n), "--rank", str(r), "--training.steps=2", "--metrics.save_for_all_ranks"] + args))
+    er = e["ranks"][0]
+    assert rows[0]["memory_peak_bytes"] == er["peak_bytes"], (r, rows[0]["memory_peak_bytes"], er["peak_bytes"], er["peak_moment"])
+    for tag, v in rows[0]["memory_peak_by_tag"].items():
+        assert er["at_peak"].get(tag, 0) == v, (r, tag, v, er["at_peak"])
+    assert rows[1]["memory_peak_bytes"] == er["step_peak_bytes"], (r, rows[1]["memory_peak_bytes"], er["step_peak_bytes"])
+    print(r, er["peak_bytes"], er["peak_moment"])
+PY
+}
+
+@test "titan-estimate --device cpu --rank R predicts each rank's memory to the byte (DDP, FSDP, HSDP)" {
+	# DDP 2: no buffers (the all-reduce is in place)
+	est_vs_run 2 --parallelism.data_parallel_replicate_degree=2 --parallelism.data_parallel_shard_degree=1 \
+		--training.local_batch_size=3
+	# FSDP 3: uneven shards (rank 2 holds less), accumulation, never resharded
+	est_vs_run 3 --training.local_batch_size=2 --parallelism.fsdp_reshard_after_forward=never
+	# HSDP 2x2 with tied weights and full AC
+	est_vs_run 4 --parallelism.data_parallel_replicate_degree=2 --training.local_batch_size=3 \
+		--model.tie_word_embeddings=true --activation_checkpoint.mode=full
+	# FSDP 2, wide and short: the peak is FSDP's buffers in backward;
+	# units merged by comm.bucket_size_mb
+	run -0 est_vs_run 2 --training.local_batch_size=1 --training.global_batch_size=4 \
+		--training.seq_len=8 --model.dim=256 --model.n_layers=3 --model.n_heads=4 --model.n_kv_heads=4
+	assert_line --partial "FSDP gather/reduce-scatter (backward)"
+	est_vs_run 2 --training.local_batch_size=6 --comm.bucket_size_mb=0.05
+}
+
 @test "checkpoint resharding: FSDP 4 saves step 5, DDP 2 and 1 rank resume, steps 6-10 equal" {
 	local o=$BATS_TEST_TMPDIR
 	run -0 mpi 4 --training.local_batch_size=3 --checkpoint.enable --checkpoint.interval=5 \

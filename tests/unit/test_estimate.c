@@ -309,8 +309,14 @@ static void test_layout_errors(void **state)
 	expect_invalid(&d, &o, "does not divide training.local_batch_size 6");
 	o = cpu_opts(1, 64, TITAN_EST_AC_NONE, 0, 1);
 	o.ngpu = 2;
+	o.layout.tp = 2;
+	expect_invalid(&d, &o, "data parallelism only");
+	o = cpu_opts(1, 64, TITAN_EST_AC_NONE, 0, 1);
+	o.ngpu = 2;
 	o.layout.dp_shard = 2;
-	expect_invalid(&d, &o, "runs one process");
+	assert_int_equal(titan_est_check(&o, &d), 0);
+	o.rank = 2;
+	expect_invalid(&d, &o, "--rank: 2 is not a rank of 2");
 	o = gpu_opts("h100-80g", 8);
 	o.mfu = 1.5;
 	expect_invalid(&d, &o, "--mfu");

@@ -32,6 +32,7 @@ enum {
 	OPT_TOP,
 	OPT_JSON,
 	OPT_CHECK,
+	OPT_RANK,
 };
 
 static void usage(FILE *fp)
@@ -68,6 +69,8 @@ static void usage(FILE *fp)
 "      --json               one JSON object on standard output\n"
 "      --check              exit 1 when the job does not fit\n"
 "      --threads N          cpu: titan-train's thread count (default: all cores)\n"
+"      --rank R             cpu: the rank of a DDP/FSDP/HSDP job to model (0, which\n"
+"                           holds the largest shard and writes metrics.jsonl)\n"
 "      --help-config        every config key with its type, default and meaning\n"
 "  -v, --verbose; -q, --quiet; -h, --help; --version\n"
 "\n"
@@ -80,7 +83,7 @@ static void usage(FILE *fp)
 }
 
 struct args {
-	int64_t ngpu, top;
+	int64_t ngpu, top, rank;
 	const char *device, *param_dtype, *master_dtype, *optim_dtype, *loss;
 	double device_memory, peak_flops, mfu, bw_intra, bw_inter, overhead;
 	int64_t gpus_per_node;
@@ -155,6 +158,7 @@ static int parse(struct titan_cli *cli, int argc, char **argv, struct args *a)
 		{"top", required_argument, NULL, OPT_TOP},
 		{"json", no_argument, NULL, OPT_JSON},
 		{"check", no_argument, NULL, OPT_CHECK},
+		{"rank", required_argument, NULL, OPT_RANK},
 		{0},
 	};
 	int opt, rc;
@@ -217,6 +221,9 @@ static int parse(struct titan_cli *cli, int argc, char **argv, struct args *a)
 		case OPT_JSON:
 			a->json = true;
 			break;
+		case OPT_RANK:
+			rc = count(cli, "--rank", optarg, 0, (1 << 24) - 1, &a->rank);
+			break;
 		case OPT_CHECK:
 			a->check = true;
 			break;
@@ -261,6 +268,7 @@ static int make_opts(const struct titan_cli *cli, const struct args *a,
 	if ((rc = titan_est_opts_from_config(o, cfg, &dev, a->ngpu)) < 0)
 		return rc;
 	o->threads = cli->threads;
+	o->rank = a->rank;
 	if (a->gpus_per_node > 0)
 		o->gpus_per_node = (int)a->gpus_per_node;
 	if (a->mfu > 0)
