@@ -106,3 +106,9 @@ C
 	run -0 mk/deps.sh "$BATS_TEST_TMPDIR/deps.txt"
 	assert_output "deps: all 1 packages present"
 }
+
+@test "shell scripts are shellcheck-clean: slurm/, the test fixtures, bench/" {
+	command -v shellcheck >/dev/null || skip "no shellcheck (make deps installs it)"
+	run -0 shellcheck slurm/multinode_trainer.slurm slurm/pipeline.slurm slurm/submit-pipeline \
+		tests/slurm/cluster.sh bench/train_dist.sh
+}
