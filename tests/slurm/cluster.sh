@@ -23,9 +23,8 @@ free_port() {
 stop() {
 	local dir=$1 f pid
 	for f in "$dir"/slurmd-n1.pid "$dir"/slurmd-n2.pid "$dir"/slurmctld.pid "$dir"/munged.pid; do
-		[ -s "$f" ] || continue
-		pid=$(cat "$f")
-		kill "$pid" 2>/dev/null || true
+		pid=$(cat "$f" 2>/dev/null) || continue
+		if [ -n "$pid" ]; then kill "$pid" 2>/dev/null || true; fi
 	done
 	# wait for them (slurmd ends its job steps first)
 	for _ in $(seq 50); do
