@@ -15,6 +15,9 @@
 #   titan 1x1        bin/titan-train alone, 1 thread
 #   titan DDP 2x1    mpiexec -n 2, dp_replicate 2 x dp_shard 1, 1 thread/rank
 #   titan FSDP 2x1   mpiexec -n 2, dp_replicate 1 x dp_shard 2, 1 thread/rank
+#   2 x titan 1x1    two independent 1-rank jobs at the same time, no
+#                    communication: the machine's own ceiling for 2-rank
+#                    scaling (shared memory bandwidth, caches, clocks)
 #   PyTorch DDP 2x1  train_dist_ref.py: torch.nn.parallel.DistributedDataParallel,
 #                    gloo, 2 processes (torch.multiprocessing.spawn), 1 thread
 #                    each, llama_ref.Trainer's step (forward, loss, backward,
@@ -68,7 +71,7 @@ while [ $# -gt 0 ]; do
 	--warmup) [ $# -ge 2 ] || usage; warmup=$2; shift ;;
 	--repeat) [ $# -ge 2 ] || usage; repeat=$2; shift ;;
 	--profile-steps) [ $# -ge 2 ] || usage; psteps=$2; shift ;;
-	-h | --help) sed -n '2,50p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	-h | --help) sed -n '2,53p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 	*) echo "$prog: error: unknown argument '$1'" >&2; usage ;;
 	esac
 	shift
@@ -166,9 +169,9 @@ titan_train() {
 		--parallelism.data_parallel_shard_degree="$shard" \
 		--training.dataset_path="$tmp/data8192" --training.steps="$n" \
 		--lr_scheduler.warmup_steps=2 --metrics.log_freq=1 --metrics.peak_flops="$peak" \
-		--job.dump_folder="$out" --threads "$threads" -q "$@" > "$tmp/titan.log" 2>&1 || rc=$?
+		--job.dump_folder="$out" --threads "$threads" -q "$@" > "$out.log" 2>&1 || rc=$?
 	if [ "$rc" -ne 0 ]; then
-		tail -n 40 "$tmp/titan.log" >&2
+		tail -n 40 "$out.log" >&2
 		[ "$rc" -ne 124 ] || die "$(layout_name "$lay") timed out after $titan_to s"
 		die "$(layout_name "$lay") failed (exit status $rc; log above)"
 	fi
@@ -179,14 +182,32 @@ titan_train() {
 titan_run() {
 	local out="$tmp/run-$1"
 	titan_train "$1" "$out" "$total"
+	step_median "$out" || die "$(layout_name "$1"): cannot read the step times"
+}
+
+# titan_pair -> median step seconds of the slower of two independent
+# 1-rank jobs run at the same time (no communication: what two processes
+# get from this machine's shared memory bandwidth and caches)
+titan_pair() {
+	local a b pa pb
+	titan_train one "$tmp/pair-a" "$total" & pa=$!
+	titan_train one "$tmp/pair-b" "$total" & pb=$!
+	wait "$pa" || die "the independent pair failed"
+	wait "$pb" || die "the independent pair failed"
+	a=$(step_median "$tmp/pair-a") || die "the independent pair: cannot read the step times"
+	b=$(step_median "$tmp/pair-b") || die "the independent pair: cannot read the step times"
+	awk -v a="$a" -v b="$b" 'BEGIN {print (a > b ? a : b)}'
+}
+
+# step_median OUT: the median of rank 0's step_time_s after warm-up
+step_median() {
 	$py -c '
 import json, sys, statistics
 w, n = int(sys.argv[2]), int(sys.argv[3])
 t = [json.loads(l)["step_time_s"] for l in open(sys.argv[1]) if "step_time_s" in l]
 if len(t) != w + n:
     sys.exit("metrics.jsonl has %d steps, expected %d" % (len(t), w + n))
-print(statistics.median(t[w:]))' "$out/metrics.jsonl" "$warmup" "$steps" ||
-		die "$(layout_name "$1"): cannot read the step times"
+print(statistics.median(t[w:]))' "$1/metrics.jsonl" "$warmup" "$steps"
 }
 
 # titan_prof LAYOUT -> "exposed_pct exposed_ms overlapped_pct" of the worst rank
@@ -261,11 +282,12 @@ echo "sgemm peak:        $(awk -v p="$peak" 'BEGIN {printf "%.1f", p / 1e9}') GF
 echo
 
 runs="one $layouts"
-for r in $runs ref; do : > "$tmp/$r.txt"; done
+for r in $runs ref pair; do : > "$tmp/$r.txt"; done
 for _ in $(seq "$repeat"); do
 	for r in $runs; do
 		titan_run "$r" >> "$tmp/$r.txt"
 	done
+	titan_pair >> "$tmp/pair.txt"
 	ref_run > "$tmp/ref.out"
 	cut -d' ' -f1 "$tmp/ref.out" >> "$tmp/ref.txt"
 done
@@ -296,6 +318,8 @@ for l in $layouts; do
 done
 ref_s=$(median < "$tmp/ref.txt")
 row "PyTorch DDP ${ranks}x1" "$ranks" "$ref_s"
+pair_s=$(median < "$tmp/pair.txt")
+row "2 x titan 1x1 at once (independent)" "$ranks" "$pair_s"
 echo
 echo "PyTorch DDP replicas: parameters identical after the run (SHA-256 ${ref_sha}...)"
 one_tps=$(tps 1 "$one_s")
@@ -314,3 +338,6 @@ for l in $layouts; do
 		e = 100 * t / (np * o)
 		printf "%-30s %6.1f%%  (goal >= 95%%: %s)\n", "scaling efficiency " n ":", e, (e >= 95 ? "met" : "NOT met") }'
 done
+awk -v t="$(tps "$ranks" "$pair_s")" -v o="$one_tps" -v np="$ranks" 'BEGIN {
+	printf "%-30s %6.1f%%  (two independent 1-rank jobs at once: this machine'"'"'s ceiling)\n",
+		"scaling without communication:", 100 * t / (np * o) }'
