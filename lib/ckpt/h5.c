@@ -50,8 +50,23 @@ static herr_t walk_cb(unsigned n, const H5E_error2_t *e, void *data)
 {
 	char *buf = data;
 
-	if (n == 0 && e->desc) /* upward: the innermost, most specific entry */
+	const char *m;
+
+	if (n != 0 || !e->desc) /* upward: the innermost, most specific entry */
+		return 0;
+	/* the file drivers' messages carry a time stamp, the file name and
+	 * the buffer: keep the system's reason ("... error message = 'No
+	 * space left on device', ...") */
+	if ((m = strstr(e->desc, "error message = '"))) {
+		const char *end = strchr(m + 17, '\'');
+
+		snprintf(buf, 256, "%.*s", end ? (int)(end - m - 17) : 200, m + 17);
+	} else {
 		snprintf(buf, 256, "%s", e->desc);
+		for (char *c = buf; *c; c++) /* one line */
+			if (*c == '\n')
+				*c = ' ';
+	}
 	return 0;
 }
 
@@ -472,6 +487,14 @@ int titan_ckpt_writer_finish_(struct titan_ckpt_writer *w, int rc)
 {
 	if (!w)
 		return rc;
+	/* A failed checkpoint is most often a full disk.  HDF5 still flushes
+	 * its metadata when the file closes, and a close that fails leaves
+	 * the library in a state that crashes at exit (1.10's H5F__close_cb
+	 * from its atexit handler: exit status 139 instead of our error).  The
+	 * partial file is removed anyway: give its space back first, so that
+	 * the close can write what it has to. */
+	if (w->file >= 0 && rc != 0 && w->owner && w->tmp && truncate(w->tmp, 0) != 0)
+		titan_log_debug("cannot truncate '%s': %s", w->tmp, strerror(errno));
 	if (w->file >= 0 && H5Fclose(w->file) < 0 && rc == 0)
 		rc = h5fail(TITAN_E_IO, "cannot write checkpoint '%s'", w->tmp);
 	if (w->gcpl >= 0)
