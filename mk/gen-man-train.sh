@@ -44,6 +44,9 @@ valid tokens, clips the gradients to
 (the logged grad_norm is the norm before clipping) and takes an AdamW step.
 Activation checkpointing (none, full, or every N-th block) recomputes blocks
 in backward and gives bit-identical losses and gradients.
+The first time a rank reads from a shard it checks the shard's payload
+CRC32C and its token ids; a corrupt shard stops the run (exit 1) naming the
+file, before any of its tokens are trained on.
 .PP
 It runs on the CPU (OpenBLAS + OpenMP), as one process or as N ranks started
 by MPICH's

@@ -22,6 +22,7 @@ struct titan_loader {
 	struct titan_shard **shards;
 	size_t n_shards;
 	uint64_t *starts;             /* n_shards + 1 token offsets */
+	bool *verified;               /* o.verify: shard checked (CRC, ids) */
 	uint64_t n_tokens, n_windows;
 	uint64_t epoch, position;
 	unsigned half_bits;           /* Feistel half width (shuffle) */
@@ -112,8 +113,6 @@ static int open_shards(struct titan_loader *l)
 					 l->o.vocab_size);
 			goto out;
 		}
-		if (l->o.verify && (rc = titan_shard_verify(s, NULL)) < 0)
-			goto out;
 		l->starts[i] = s->h.first_token_offset;
 		l->starts[i + 1] = s->h.first_token_offset + s->h.n_tokens;
 	}
@@ -143,6 +142,10 @@ int titan_loader_open(const struct titan_loader_opts *opts, struct titan_loader 
 	l->o.split = l->split;
 	if ((rc = open_shards(l)) < 0)
 		goto fail;
+	if (!(l->verified = calloc(l->n_shards, sizeof(*l->verified)))) {
+		rc = titan_error(TITAN_E_NOMEM, "out of memory");
+		goto fail;
+	}
 	l->n_windows = l->n_tokens / (uint64_t)(opts->seq_len + 1);
 	if (l->n_windows == 0) {
 		rc = titan_error(TITAN_E_INVALID, "'%s': the '%s' split has %" PRIu64 " tokens, "
@@ -169,6 +172,7 @@ void titan_loader_close(struct titan_loader *l)
 		titan_shard_close(l->shards[i]);
 	free(l->shards);
 	free(l->starts);
+	free(l->verified);
 	free(l->dir);
 	free(l->split);
 	free(l);
@@ -277,6 +281,24 @@ uint64_t titan_loader_window_at(const struct titan_loader *l, uint64_t epoch, ui
 
 /* ------------------------------------------------------------- batches */
 
+/* o.verify: the shards window w reads, checked the first time (a rank
+ * reads only the shards its windows fall in, at the CRC's GB/s). */
+static int verify_window(struct titan_loader *l, uint64_t w)
+{
+	const uint64_t start = w * (uint64_t)(l->o.seq_len + 1);
+	const size_t last = shard_of(l, start + (uint64_t)l->o.seq_len);
+	int rc;
+
+	for (size_t i = shard_of(l, start); i <= last; i++) {
+		if (l->verified[i])
+			continue;
+		if ((rc = titan_shard_verify(l->shards[i], NULL)) < 0)
+			return rc;
+		l->verified[i] = true;
+	}
+	return 0;
+}
+
 static void warn_reloop(const struct titan_loader *l, uint64_t new_epoch)
 {
 	titan_log_warn("data loader: reached the end of the '%s' split in '%s' (%" PRIu64
@@ -315,7 +337,12 @@ int titan_loader_next(struct titan_loader *l, int32_t *inputs, int32_t *labels,
 			continue;
 		}
 		uint64_t p = l->position + g;
-		titan_loader_window(l, titan_loader_window_at(l, l->epoch + p / W, p % W), in, lab);
+		uint64_t w = titan_loader_window_at(l, l->epoch + p / W, p % W);
+		int rc;
+
+		if (l->o.verify && (rc = verify_window(l, w)) < 0)
+			return rc;
+		titan_loader_window(l, w, in, lab);
 		rows++;
 	}
 	if (info) {

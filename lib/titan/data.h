@@ -249,8 +249,9 @@ struct titan_loader_opts {
 	uint64_t seed;
 	uint32_t vocab_size;      /* model vocab: shards with a larger vocab are
 				     refused; 0 = no check */
-	bool verify;              /* titan_shard_verify every shard at open (reads
-				     all data: CRC and ids) */
+	bool verify;              /* titan_shard_verify each shard the first time a
+				     batch reads from it (CRC and ids; a corrupt
+				     shard fails titan_loader_next naming it) */
 };
 
 /* Defaults: split "train", seq_len 2048, local batch 8, dp 0 of 1,

@@ -516,6 +516,7 @@ static int open_loaders(struct titan_trainer *t)
 	lo.shuffle = c->training.shuffle;
 	lo.seed = (uint64_t)c->training.seed;
 	lo.vocab_size = (uint32_t)t->dims.vocab_size;
+	lo.verify = true; /* payload CRC32C and ids, once per shard this rank reads */
 	if ((rc = titan_loader_open(&lo, &t->train)) < 0)
 		return rc;
 	if (c->validation.enable) {

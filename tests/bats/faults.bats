@@ -85,3 +85,19 @@ small_fs() {
 	run ls -A "$FS"
 	assert_output ""
 }
+
+@test "a corrupted shard payload stops titan-train naming the shard, before it trains on it" {
+	cp -r "$DATA/shards" bad
+	f=bad/train-00000.tok
+	# flip one byte in the middle of the payload (the header's CRC32C covers it)
+	off=$(($(stat -c %s "$f") / 2))
+	b=$(od -An -tu1 -j "$off" -N1 "$f" | tr -d ' ')
+	printf "$(printf '\\%03o' $(((b + 1) % 256)))" | dd of="$f" bs=1 seek="$off" conv=notrunc status=none
+	run -1 --separate-stderr titan-train -q --config "$DATA/tiny.yaml" --training.dataset_path=bad \
+		--job.dump_folder=out
+	refute_crash
+	[[ $stderr == *"bad/train-00000.tok': payload checksum mismatch"*"the shard is corrupt"* ]]
+	run -1 titan-shard verify bad
+	# the intact shards train
+	run -0 titan-train -q --config "$DATA/tiny.yaml" --training.steps=1 --job.dump_folder=ok
+}
