@@ -161,6 +161,8 @@ static const struct cfg_entry schema[] = {
 	  "shuffle the order of the sequences"),
 	K(training, skip_nonfinite, BOOL, "false", NR, NULL, 0,
 	  "skip the optimizer step when the loss or gradient norm is not finite"),
+	K(training, max_consecutive_nonfinite, INT, "10", GE(1), NULL, 0,
+	  "with skip_nonfinite: stop (exit 1) after this many non-finite steps in a row"),
 	K(training, enable_cpu_offload, BOOL, "false", NR, NULL, 0,
 	  "keep sharded parameters, gradients and optimizer state in host memory"),
 	K(training, dtype, ENUM, "float32", NR, ch_dtype, 0,

@@ -116,6 +116,7 @@ struct titan_config {
 		int64_t steps;
 		bool shuffle;
 		bool skip_nonfinite;
+		int64_t max_consecutive_nonfinite;
 		bool enable_cpu_offload;
 		char *dtype;             /* float32, bfloat16 */
 		char *mixed_precision_param, *mixed_precision_reduce;

@@ -420,9 +420,17 @@ int titan_trainer_run(struct titan_trainer *t)
 						   "step %lld: loss %g, grad_norm %g is not finite; stopping "
 						   "(training.skip_nonfinite skips such steps instead)",
 						   (long long)step, loss, norm);
+			if (++t->nonfinite_run >= c->training.max_consecutive_nonfinite)
+				return titan_error(TITAN_E_NUMERIC,
+						   "step %lld: loss %g, grad_norm %g: %lld non-finite steps "
+						   "in a row (training.max_consecutive_nonfinite); stopping "
+						   "(no checkpoint is written while the loss is not finite)",
+						   (long long)step, loss, norm, (long long)t->nonfinite_run);
 			titan_log_warn("step %lld: loss %g, grad_norm %g is not finite: optimizer step "
-				       "skipped", (long long)step, loss, norm);
+				       "skipped (%lld in a row)", (long long)step, loss, norm,
+				       (long long)t->nonfinite_run);
 		} else {
+			t->nonfinite_run = 0;
 			hp.lr = c->optimizer.lr * titan_lr_factor(&sched, step - 1);
 			set_phase(t, TITAN_PHASE_OPTIMIZER);
 			titan_trace_begin(t->trace, "optimizer", "train", step);
@@ -454,15 +462,23 @@ int titan_trainer_run(struct titan_trainer *t)
 			return rc;
 		if (c->checkpoint.enable && !c->checkpoint.load_only &&
 		    (step % c->checkpoint.interval == 0 || step == c->training.steps || sig ||
-		     (step == 1 && c->checkpoint.enable_first_step_checkpoint)) &&
-		    (rc = titan_trainer_ckpt_save(t, step, step == c->training.steps, tokens_seen,
-						  opt_steps)) < 0)
-			return rc;
+		     (step == 1 && c->checkpoint.enable_first_step_checkpoint))) {
+			/* weights whose loss is not finite are never saved: the
+			 * newest checkpoint stays the last healthy one */
+			if (t->nonfinite_run > 0)
+				titan_log_warn("step %lld: no checkpoint, the loss is not finite",
+					       (long long)step);
+			else if ((rc = titan_trainer_ckpt_save(t, step, step == c->training.steps,
+								tokens_seen, opt_steps)) < 0)
+				return rc;
+		}
 		if (sig) {
 			titan_log_warn("%s received: stopped after step %lld of %lld%s", strsignal(sig),
 				       (long long)step, (long long)c->training.steps,
-				       c->checkpoint.enable && !c->checkpoint.load_only
-				       ? " (checkpoint saved)" : " (checkpointing is off: nothing saved)");
+				       !c->checkpoint.enable || c->checkpoint.load_only
+				       ? " (checkpointing is off: nothing saved)"
+				       : t->nonfinite_run > 0 ? " (no checkpoint: the loss is not finite)"
+				       : " (checkpoint saved)");
 			t->stopped_by = sig;
 			break;
 		}

@@ -49,6 +49,7 @@ struct titan_trainer {
 	int64_t step;
 	uint16_t phase;
 	int stopped_by;                /* signal that ended the run, or 0 */
+	int64_t nonfinite_run;         /* non-finite steps in a row (skip_nonfinite) */
 };
 
 int titan_mkdirs(const char *path);

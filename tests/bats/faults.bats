@@ -101,3 +101,17 @@ small_fs() {
 	# the intact shards train
 	run -0 titan-train -q --config "$DATA/tiny.yaml" --training.steps=1 --job.dump_folder=ok
 }
+
+@test "training.skip_nonfinite gives up after max_consecutive_nonfinite steps, exit 1, and never checkpoints them" {
+	# lr 1e30: step 1 is finite, every later step is NaN
+	run -1 --separate-stderr titan-train --config "$DATA/tiny.yaml" --training.steps=40 \
+		--training.skip_nonfinite --training.max_consecutive_nonfinite=5 --optimizer.lr=1e30 \
+		--checkpoint.enable --checkpoint.interval=3 --job.dump_folder=nf
+	refute_crash
+	[[ $stderr == *"step 6: loss "*"5 non-finite steps in a row (training.max_consecutive_nonfinite); stopping"* ]]
+	[[ $stderr == *"step 3: no checkpoint, the loss is not finite"* ]]
+	[ -z "$(compgen -G 'nf/checkpoint/step-*' || true)" ]
+	# a finite run is untouched by the key
+	run -0 titan-train -q --config "$DATA/tiny.yaml" --training.skip_nonfinite \
+		--training.max_consecutive_nonfinite=1 --job.dump_folder=fine
+}
