@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <math.h>
 #include <signal.h>
+#include <stdio_ext.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -178,6 +179,27 @@ static void comm_span(void *ctx, const struct titan_comm_span *s)
 	titan_trace_complete(t->trace, name, "comm", 1, s->start_ns, s->end_ns, s->step);
 }
 
+/* One metrics.jsonl row, on disk when this returns.  A write that fails
+ * (a full disk) leaves the file at its last complete row — the partial
+ * one is cut off and stdio's buffer dropped, so that closing the file
+ * cannot append it later — and stops the run. */
+static int write_row(struct titan_trainer *t, struct titan_json *j)
+{
+	const off_t at = ftello(t->jsonl);
+	int rc = titan_json_write_line(j, t->jsonl), err;
+
+	if (rc == 0 && fflush(t->jsonl) == 0)
+		return 0;
+	err = errno ? errno : EIO;
+	titan_error_clear();
+	__fpurge(t->jsonl);
+	if (at < 0 || ftruncate(fileno(t->jsonl), at) != 0)
+		titan_log_warn("cannot cut the partial row off '%s': %s", t->jsonl_path,
+			       strerror(errno));
+	return titan_error(TITAN_E_IO, "cannot write metrics to '%s': %s (the file ends at the "
+			   "last complete row)", t->jsonl_path, strerror(err));
+}
+
 /* ------------------------------------------------------------ validation */
 
 static int validate(struct titan_trainer *t, int64_t step)
@@ -226,7 +248,7 @@ static int validate(struct titan_trainer *t, int64_t step)
 		titan_json_key(&j, "validation_tokens");
 		titan_json_int(&j, (int64_t)sums[1]);
 		titan_json_object_end(&j);
-		rc = titan_json_write_line(&j, t->jsonl);
+		rc = write_row(t, &j);
 		titan_json_release(&j);
 		if (rc < 0)
 			return rc;
@@ -311,12 +333,10 @@ static int log_step(struct titan_trainer *t, int64_t step, double loss, double n
 			titan_json_double(&j, mx[1]);
 		}
 		titan_json_object_end(&j);
-		rc = titan_json_write_line(&j, t->jsonl);
+		rc = write_row(t, &j);
 		titan_json_release(&j);
 		if (rc < 0)
 			return rc;
-		if (fflush(t->jsonl) != 0)
-			return titan_error(TITAN_E_IO, "cannot write metrics: %s", strerror(errno));
 	}
 	titan_mem_reset_peak(host);
 	t->ckpt_blocked_s = 0;
@@ -593,6 +613,7 @@ static int open_jsonl(struct titan_trainer *t)
 			 t->dist->rank, dot ? dot : "");
 	}
 	/* a resumed run continues the file */
+	snprintf(t->jsonl_path, sizeof(t->jsonl_path), "%s", path);
 	if (!(t->jsonl = fopen(path, t->start_step > 0 ? "a" : "w")))
 		return titan_error(TITAN_E_IO, "cannot create '%s': %s", path, strerror(errno));
 	return 0;
@@ -742,7 +763,8 @@ int titan_trainer_close(struct titan_trainer *t)
 	}
 	if (t->jsonl) {
 		if (fclose(t->jsonl) != 0 && rc == 0)
-			rc = titan_error(TITAN_E_IO, "cannot write metrics: %s", strerror(errno));
+			rc = titan_error(TITAN_E_IO, "cannot write metrics to '%s': %s", t->jsonl_path,
+					 strerror(errno));
 		t->jsonl = NULL;
 	}
 	return rc;

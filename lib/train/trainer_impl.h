@@ -29,6 +29,7 @@ struct titan_trainer {
 	int64_t accum, n;              /* microbatches per step, tokens per microbatch */
 	int32_t *inputs, *labels;      /* [accum][n] */
 	FILE *jsonl;                   /* rank 0 (all ranks with save_for_all_ranks) */
+	char jsonl_path[4200];         /* its path, for messages */
 	double peak_flops, flops_per_token, total_mem;
 	int verbosity;
 	bool print_rank;               /* this rank prints step lines */

@@ -115,3 +115,14 @@ small_fs() {
 	run -0 titan-train -q --config "$DATA/tiny.yaml" --training.skip_nonfinite \
 		--training.max_consecutive_nonfinite=1 --job.dump_folder=fine
 }
+
+@test "full disk under metrics.jsonl: exit 1 naming the file, the file ends at its last complete row" {
+	small_fs 4k
+	run -1 --separate-stderr titan-train -q --config "$DATA/tiny.yaml" --training.steps=30 \
+		--checkpoint.enable=false --job.dump_folder="$FS/m"
+	refute_crash
+	[[ $stderr == *"cannot write metrics to '$FS/m/metrics.jsonl': No space left on device (the file ends at the last complete row)"* ]]
+	# every line is whole JSON
+	/usr/bin/python3 -c 'import json, sys; n = sum(1 for l in open(sys.argv[1]) if json.loads(l)); assert n > 1, n' \
+		"$FS/m/metrics.jsonl"
+}
