@@ -210,7 +210,8 @@ As every titan tool (error, warn, info, debug, trace; 0 drops timestamps).
 SIGTERM (what SLURM sends before the time limit), SIGINT and SIGUSR1 on any
 rank make every rank finish the current step; a checkpoint is saved when
 .B checkpoint.enable
-is set, and the exit status is 128 + the signal number.
+is set, and the exit status is 128 + the signal number.  A second signal
+stops the process at once, removing the checkpoint file being written.
 .SH EXIT STATUS
 0 when all steps ran, 1 on a runtime failure (including a non-finite loss),
 2 on a usage error or an invalid configuration, 3 when a rank stopped

@@ -163,9 +163,24 @@ static int attr_str(hid_t loc, const char *name, const char *v)
 	return rc;
 }
 
-/* Open group `path` ("optimizer/exp_avg"), creating missing levels. */
+/* Open group `path` ("optimizer/exp_avg"), creating missing levels one by
+ * one with our gcpl: an intermediate group that the link creation property
+ * makes gets the default gcpl, which stores the creation time (the same
+ * state saved twice then differed when a second passed in between). */
 static hid_t group(struct titan_ckpt_writer *w, const char *path)
 {
+	char level[256];
+
+	for (const char *slash = strchr(path, '/'); slash; slash = strchr(slash + 1, '/')) {
+		hid_t g;
+
+		snprintf(level, sizeof(level), "%.*s", (int)(slash - path), path);
+		if (H5Lexists(w->file, level, H5P_DEFAULT) > 0)
+			continue;
+		if ((g = H5Gcreate2(w->file, level, w->lcpl, w->gcpl, H5P_DEFAULT)) < 0)
+			return g;
+		H5Gclose(g);
+	}
 	if (H5Lexists(w->file, path, H5P_DEFAULT) > 0)
 		return H5Gopen2(w->file, path, H5P_DEFAULT);
 	return H5Gcreate2(w->file, path, w->lcpl, w->gcpl, H5P_DEFAULT);
@@ -214,6 +229,7 @@ int titan_ckpt_mktemp_(const char *path, char **tmp)
 				   strerror(errno));
 	}
 	close(fd);
+	titan_tmp_track(*tmp); /* titan_ckpt_commit_ forgets it */
 	return 0;
 }
 
@@ -480,6 +496,7 @@ int titan_ckpt_commit_(const char *tmp, const char *path, int rc)
 	}
 	if (rc != 0)
 		unlink(tmp);
+	titan_tmp_forget(tmp);
 	return rc;
 }
 

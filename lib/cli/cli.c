@@ -15,6 +15,9 @@ int titan_cli_init(struct titan_cli *cli, const char *prog, int *argc, char **ar
 {
 	memset(cli, 0, sizeof(*cli));
 	cli->prog = prog;
+	/* Ctrl-C or SLURM's SIGTERM removes the outputs being written
+	 * (titan-train replaces this with its finish-the-step handler) */
+	titan_tmp_catch_signals();
 	cli->progress = isatty(STDERR_FILENO);
 	if (with_config && titan_config_extract_overrides(argc, argv, &cli->overrides) < 0)
 		return titan_cli_fail(cli, TITAN_E_NOMEM);

@@ -223,6 +223,7 @@ int titan_afile_open(struct titan_afile *f, const char *path)
 		f->path = NULL;
 		return TITAN_E_IO;
 	}
+	f->track = titan_tmp_track(f->tmp);
 	return 0;
 }
 
@@ -248,6 +249,7 @@ int titan_afile_close(struct titan_afile *f, int rc)
 				 strerror(errno));
 	if (rc != 0)
 		unlink(f->tmp);
+	titan_tmp_untrack(f->track);
 	free(f->tmp);
 	free(f->path);
 	memset(f, 0, sizeof(*f));

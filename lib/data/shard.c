@@ -163,9 +163,11 @@ struct titan_shard_writer {
 	size_t buf_len;
 	int fd;                   /* the shard being written, -1 between shards */
 	char *cur_tmp;
+	struct titan_tmp *cur_track;  /* cur_tmp, removed on a stop signal */
 	uint64_t cur_tokens, cur_docs, cur_first;
 	uint32_t cur_crc;
 	char **tmps;              /* finished shards, index i at tmps[i] */
+	struct titan_tmp **tracks; /* ... and their titan_tmp_track */
 	size_t ntmps, cap;
 	struct titan_shard_writer_stats st;
 	bool finished, committed, failed;
@@ -251,6 +253,7 @@ static int start_shard(struct titan_shard_writer *w)
 		w->cur_tmp = NULL;
 		return rc;
 	}
+	w->cur_track = titan_tmp_track(w->cur_tmp);
 	if (lseek(w->fd, HDR, SEEK_SET) != HDR)
 		return fail_io(w, "seek in", errno);
 	w->cur_tokens = w->cur_docs = 0;
@@ -329,14 +332,20 @@ static int end_shard(struct titan_shard_writer *w)
 	if (w->ntmps == w->cap) {
 		size_t cap = w->cap ? 2 * w->cap : 16;
 		char **t = realloc(w->tmps, cap * sizeof(*t));
+		struct titan_tmp **k;
 
 		if (!t)
 			return titan_error(TITAN_E_NOMEM, "out of memory");
 		w->tmps = t;
+		if (!(k = realloc(w->tracks, cap * sizeof(*k))))
+			return titan_error(TITAN_E_NOMEM, "out of memory");
+		w->tracks = k;
 		w->cap = cap;
 	}
+	w->tracks[w->ntmps] = w->cur_track;
 	w->tmps[w->ntmps++] = w->cur_tmp;
 	w->cur_tmp = NULL;
+	w->cur_track = NULL;
 	return 0;
 }
 
@@ -449,6 +458,7 @@ int titan_shard_writer_commit(struct titan_shard_writer *w)
 			return rc;
 		}
 		free(name);
+		titan_tmp_untrack(w->tracks[i]);
 		free(w->tmps[i]);
 		w->tmps[i] = NULL;
 	}
@@ -480,13 +490,16 @@ void titan_shard_writer_discard(struct titan_shard_writer *w)
 		close(w->fd);
 	if (w->cur_tmp)
 		unlink(w->cur_tmp);
+	titan_tmp_untrack(w->cur_track);
 	free(w->cur_tmp);
 	for (size_t i = 0; i < w->ntmps; i++) {
 		if (w->tmps[i])
 			unlink(w->tmps[i]);
+		titan_tmp_untrack(w->tracks[i]);
 		free(w->tmps[i]);
 	}
 	free(w->tmps);
+	free(w->tracks);
 	titan_free(w->buf);
 	free(w->dir);
 	free(w);

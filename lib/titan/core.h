@@ -346,6 +346,22 @@ int titan_map_file(const char *path, const void **map, size_t *size);
 /* NULL (an empty file's map) is a no-op. */
 void titan_unmap_file(const void *map, size_t size);
 
+/* Temporary files removed when a signal stops the process.  Outputs are
+ * written under temporary names and renamed when complete; tracked ones
+ * are unlinked by the handler of titan_tmp_catch_signals (SIGINT, SIGTERM,
+ * SIGHUP: remove them, then die of the signal).  Track right after the
+ * file is created, untrack after the rename or unlink; both are cheap and
+ * thread-safe.  titan_tmp_track returns NULL when out of memory (the file
+ * is then simply not removed on a signal). */
+struct titan_tmp;
+struct titan_tmp *titan_tmp_track(const char *path);
+void titan_tmp_untrack(struct titan_tmp *t); /* NULL-safe */
+void titan_tmp_forget(const char *path);     /* untrack by path */
+void titan_tmp_catch_signals(void);
+/* Unlink every tracked file now (async-signal-safe: titan-train's second
+ * stop signal). */
+void titan_tmp_remove_all(void);
+
 /* Write `n` bytes to `path` atomically: a temporary file in the same folder,
  * fsync, rename.  On failure nothing exists under `path` that was not there. */
 int titan_write_file_atomic(const char *path, const void *data, size_t n);
@@ -357,6 +373,7 @@ struct titan_afile {
 	FILE *fp;     /* write here */
 	char *path;   /* NULL for standard output */
 	char *tmp;
+	struct titan_tmp *track; /* tmp, removed on a stop signal */
 };
 int titan_afile_open(struct titan_afile *f, const char *path);
 /* Commit when `rc` == 0 (flush, fsync, rename), otherwise remove the

@@ -31,8 +31,16 @@
 
 static volatile sig_atomic_t stop_signal;
 
+/* The first stop signal finishes the step (and checkpoints); a second one
+ * stops at once, removing the files being written. */
 static void on_stop_signal(int sig)
 {
+	if (stop_signal) {
+		titan_tmp_remove_all();
+		signal(sig, SIG_DFL);
+		raise(sig);
+		return;
+	}
 	stop_signal = sig;
 }
 

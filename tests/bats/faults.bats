@@ -126,3 +126,29 @@ small_fs() {
 	/usr/bin/python3 -c 'import json, sys; n = sum(1 for l in open(sys.argv[1]) if json.loads(l)); assert n > 1, n' \
 		"$FS/m/metrics.jsonl"
 }
+
+@test "SIGTERM stops titan-shard and titan-tokenize -o without leaving temporary files" {
+	titan-tokenize -t "$DATA/tok.tiktoken" --doc-per-line "$DATA/genesis.txt" > toks.bin
+	mkdir d
+	# the input stays open: titan-shard has shards in progress when the signal comes
+	{ cat toks.bin; sleep 60; } | titan-shard -q -t "$DATA/tok.tiktoken" --out d --shard-tokens 20000 &
+	pid=$!
+	timeout 20 bash -c 'until compgen -G "d/.*tmp*" >/dev/null; do sleep 0.1; done'
+	kill -TERM "$pid"
+	st=0
+	wait "$pid" || st=$?
+	[ "$st" -eq 143 ]
+	run ls -A d
+	assert_output ""
+	# titan-tokenize -o writes DIR/out.tmp.XXXXXX until done
+	mkdir t
+	{ cat "$DATA/genesis.txt"; sleep 60; } | titan-tokenize -t "$DATA/tok.tiktoken" --doc-per-line -o t/out.bin - &
+	pid=$!
+	timeout 20 bash -c 'until compgen -G "t/out.bin.tmp.*" >/dev/null; do sleep 0.1; done'
+	kill -TERM "$pid"
+	st=0
+	wait "$pid" || st=$?
+	[ "$st" -eq 143 ]
+	run ls -A t
+	assert_output ""
+}
