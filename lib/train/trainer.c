@@ -15,6 +15,8 @@
 #include <stdio_ext.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -544,6 +546,33 @@ static int check_layout(const struct titan_trainer *t)
 	return 0;
 }
 
+/* Keys torchtitan has that this trainer cannot honour are refused, never
+ * accepted and ignored; each message says what to do instead. */
+static int check_supported(const struct titan_config *c)
+{
+	if (c->model.converters.n > 0)
+		return titan_error(TITAN_E_INVALID, "model.converters: '%s' needs the CUDA "
+				   "backend; titan-train's CPU path has no converters (remove the key)",
+				   c->model.converters.items[0]);
+	if (strcmp(c->training.dtype, "float32") != 0)
+		return titan_error(TITAN_E_INVALID, "training.dtype: '%s' master weights need "
+				   "the CUDA backend; the CPU path keeps them in float32",
+				   c->training.dtype);
+	if (c->optimizer.early_step_in_backward)
+		return titan_error(TITAN_E_INVALID, "optimizer.early_step_in_backward: not "
+				   "supported (AdamW steps once the global gradient norm is known, "
+				   "after backward); set it to false");
+	if (c->checkpoint.initial_load_in_hf)
+		return titan_error(TITAN_E_INVALID, "checkpoint.initial_load_in_hf: convert the "
+				   "HuggingFace folder first (titan-ckpt-convert --from hf HF_DIR "
+				   "init.h5) and set checkpoint.initial_load_path=init.h5");
+	if (c->checkpoint.last_save_in_hf)
+		return titan_error(TITAN_E_INVALID, "checkpoint.last_save_in_hf: export after "
+				   "training instead (titan-ckpt-convert --to hf DUMP/checkpoint "
+				   "HF_DIR, which takes the newest step)");
+	return 0;
+}
+
 static int open_loaders(struct titan_trainer *t)
 {
 	const struct titan_config *c = &t->cfg;
@@ -598,6 +627,43 @@ static int open_memtrace(struct titan_trainer *t)
 	if (!(t->memtrace = fopen(path, "wb")))
 		return titan_error(TITAN_E_IO, "cannot create '%s': %s", path, strerror(errno));
 	return titan_mem_trace_start(titan_host_allocator(), t->memtrace);
+}
+
+/* One job per dump folder: two titan-train processes appending to one
+ * metrics.jsonl and replacing each other's checkpoints corrupt both.  Rank
+ * 0 holds an exclusive flock on DUMP/.titan-train.lock for the life of the
+ * process (the kernel drops it when the process ends, however it ends);
+ * the file says who holds it. */
+static int lock_dump_folder(struct titan_trainer *t)
+{
+	const char *dir = t->cfg.job.dump_folder;
+	char path[4200], who[256] = "", host[64] = "?";
+	int fd, rc, err;
+	ssize_t n;
+
+	if ((rc = titan_mkdirs(dir)) < 0)
+		return rc;
+	snprintf(path, sizeof(path), "%s/.titan-train.lock", dir);
+	if ((fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0666)) < 0)
+		return titan_error(TITAN_E_IO, "cannot create '%s': %s", path, strerror(errno));
+	if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+		err = errno;
+		if ((n = pread(fd, who, sizeof(who) - 1, 0)) > 0)
+			who[n] = '\0';
+		who[strcspn(who, "\n")] = '\0';
+		close(fd);
+		if (err == EWOULDBLOCK)
+			return titan_error(TITAN_E_IO, "job.dump_folder '%s' is in use by another "
+					   "titan-train (%s): two runs in one folder would corrupt its "
+					   "metrics and checkpoints; give this one its own "
+					   "job.dump_folder", dir, *who ? who : "which one is unknown");
+		return titan_error(TITAN_E_IO, "cannot lock '%s': %s", path, strerror(err));
+	}
+	gethostname(host, sizeof(host) - 1);
+	if (ftruncate(fd, 0) == 0)
+		dprintf(fd, "pid %lld on %s\n", (long long)getpid(), host);
+	t->lock_fd = fd + 1;
+	return 0;
 }
 
 static int open_jsonl(struct titan_trainer *t)
@@ -679,11 +745,13 @@ int titan_trainer_new(const struct titan_config *cfg, const struct titan_trainer
 		return rc;
 	if ((rc = titan_model_dims_from_config(c, &t->dims)) < 0 ||
 	    (rc = titan_llama_opts_from_config(&t->mo, c)) < 0 ||
-	    (rc = check_layout(t)) < 0)
+	    (rc = check_layout(t)) < 0 || (rc = check_supported(c)) < 0)
 		return rc;
 	if (!*c->training.dataset_path)
 		return titan_error(TITAN_E_INVALID, "training.dataset_path: a folder of titan-shard "
 				   "shards is required (titan-tokenize | titan-shard --out DIR)");
+	if (t->dist->rank == 0 && (rc = lock_dump_folder(t)) < 0)
+		return rc;
 	t->dp_degree = titan_parallel_dims_degree(&t->dist->dims, TITAN_DIM_DP);
 	t->dp_rank = t->dist->coord[TITAN_DIM_DP_REPLICATE] *
 		     t->dist->dims.degree[TITAN_DIM_DP_SHARD] + t->dist->coord[TITAN_DIM_DP_SHARD];
@@ -790,6 +858,8 @@ void titan_trainer_free(struct titan_trainer *t)
 	}
 	if (t->jsonl)
 		fclose(t->jsonl);
+	if (t->lock_fd > 0)
+		close(t->lock_fd - 1); /* the lock goes with it */
 	titan_free(t->inputs);
 	titan_free(t->labels);
 	titan_dp_free(t->dp);

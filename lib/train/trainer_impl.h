@@ -29,7 +29,8 @@ struct titan_trainer {
 	int64_t accum, n;              /* microbatches per step, tokens per microbatch */
 	int32_t *inputs, *labels;      /* [accum][n] */
 	FILE *jsonl;                   /* rank 0 (all ranks with save_for_all_ranks) */
-	char jsonl_path[4200];         /* its path, for messages */
+	char jsonl_path[4200];
+	int lock_fd;                   /* job.dump_folder's lock + 1 (rank 0), 0: none */         /* its path, for messages */
 	double peak_flops, flops_per_token, total_mem;
 	int verbosity;
 	bool print_rank;               /* this rank prints step lines */

@@ -117,8 +117,8 @@ small_fs() {
 }
 
 @test "full disk under metrics.jsonl: exit 1 naming the file, the file ends at its last complete row" {
-	small_fs 4k
-	run -1 --separate-stderr titan-train -q --config "$DATA/tiny.yaml" --training.steps=30 \
+	small_fs 12k # a page for the folder's lock file, two for metrics
+	run -1 --separate-stderr titan-train -q --config "$DATA/tiny.yaml" --training.steps=60 \
 		--checkpoint.enable=false --job.dump_folder="$FS/m"
 	refute_crash
 	[[ $stderr == *"cannot write metrics to '$FS/m/metrics.jsonl': No space left on device (the file ends at the last complete row)"* ]]
@@ -151,4 +151,36 @@ small_fs() {
 	[ "$st" -eq 143 ]
 	run ls -A t
 	assert_output ""
+}
+
+@test "one titan-train per dump folder: a second one is refused naming the first (flock)" {
+	# hold the lock as a running titan-train does
+	mkdir -p run
+	exec 9> run/.titan-train.lock
+	flock -x 9
+	echo "pid 4242 on elsewhere" >&9
+	run -1 --separate-stderr titan-train -q --config "$DATA/tiny.yaml" --job.dump_folder=run
+	[[ $stderr == *"job.dump_folder 'run' is in use by another titan-train (pid 4242 on elsewhere)"* ]]
+	assert_file_not_exists run/metrics.jsonl
+	exec 9>&-
+	# the lock goes with the process: now it runs
+	run -0 titan-train -q --config "$DATA/tiny.yaml" --training.steps=1 --job.dump_folder=run
+	run -0 cat run/.titan-train.lock
+	assert_output --regexp '^pid [0-9]+ on '
+}
+
+@test "torchtitan keys titan-train cannot honour are refused with what to do instead, never ignored" {
+	for kv in "--model.converters=float8:needs the CUDA backend" \
+		"--training.dtype=bfloat16:need the CUDA backend" \
+		"--optimizer.early_step_in_backward=true:set it to false" \
+		"--checkpoint.initial_load_in_hf=true:titan-ckpt-convert --from hf" \
+		"--checkpoint.last_save_in_hf=true:titan-ckpt-convert --to hf"; do
+		run -2 --separate-stderr titan-train -q --config "$DATA/tiny.yaml" "${kv%%:*}" \
+			--checkpoint.last_save_model_only=true --job.dump_folder=x
+		[[ $stderr == *"${kv#*:}"* ]] || fail "${kv%%:*}: $stderr"
+	done
+	run -0 titan-train --version
+	if titan-train --version | grep -q '+cuda'; then
+		assert_line --partial "trains on: cpu (the CUDA and NCCL libraries are built in"
+	fi
 }
