@@ -5,9 +5,9 @@
  * resolving defaults < YAML file < overrides, then the cross-key checks.
  *
  * An argument is an override when it starts with "--", has a '.' before
- * any '=', and the text between "--" and the '.' is a section of the
- * schema.  A known section with an unknown key is still taken (the error,
- * with a suggestion, comes from titan_config_resolve).  `--section.key`
+ * any '=', and the text between "--" and the '.' is a name (letters,
+ * digits, '_').  Unknown sections and keys are still taken: the error,
+ * with a suggestion, comes from titan_config_resolve.  `--section.key`
  * without '=' takes the next argument as its value, except for a boolean
  * key (which takes it only when it is true/false/yes/no/on/off) and when
  * the next argument is "--" or another override.
@@ -25,8 +25,15 @@ static bool is_override(const char *arg, size_t *namelen)
 	const char *s = arg + 2;
 	size_t eq = strcspn(s, "=");
 	const char *dot = memchr(s, '.', eq);
-	if (!dot || dot == s || !cfg_is_section(s, (size_t)(dot - s)))
+	if (!dot || dot == s)
 		return false;
+	/* a section-like name (an unknown one is taken too: resolving it
+	 * says "unknown section (did you mean ...)" instead of getopt's
+	 * "unrecognized option") */
+	for (const char *c = s; c < dot; c++)
+		if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') ||
+		      (*c >= '0' && *c <= '9') || *c == '_'))
+			return false;
 	*namelen = eq;
 	return true;
 }

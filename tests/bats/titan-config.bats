@@ -219,3 +219,10 @@ assert c["lr_scheduler"]["decay_ratio"] == 0.8
 	run -2 --separate-stderr titan-config --get training.setps
 	[[ $stderr == *"did you mean 'training.steps'"* ]]
 }
+
+@test "an unknown section on the command line gets the same 'did you mean' as in YAML" {
+	run -2 --separate-stderr titan-config --trainng.steps=3 --check
+	[[ $stderr == *"command line: trainng.steps: unknown section 'trainng' (did you mean 'training'?)"* ]]
+	run -2 --separate-stderr titan-train --config configs/llama3_debug.yaml --optimiser.lr=1
+	[[ $stderr == *"unknown section 'optimiser' (did you mean 'optimizer'?)"* ]]
+}
