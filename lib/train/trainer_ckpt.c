@@ -146,6 +146,54 @@ static int resume_step(struct titan_trainer *t, int64_t *step)
 	return 0;
 }
 
+/* The newest complete step older than `step` (-1: none), decided by rank 0. */
+static int older_step(struct titan_trainer *t, int64_t step, int64_t *older)
+{
+	int64_t s[2] = {-1, 0}, *steps = NULL; /* step, error */
+	size_t n = 0;
+	int rc;
+
+	if (t->dist->rank == 0) {
+		if (titan_ckpt_list(t->ckpt_dir, &steps, &n) < 0)
+			s[1] = 1;
+		for (size_t i = 0; i < n; i++)
+			if (steps[i] < step)
+				s[0] = steps[i];
+		free(steps);
+	}
+	if ((rc = titan_comm_broadcast(t->dist->comm[TITAN_DIM_WORLD], s, 2, TITAN_DTYPE_I64, 0,
+				       "checkpoint step")) < 0)
+		return rc;
+	if (s[1])
+		return t->dist->rank == 0 ? TITAN_E_IO
+					  : titan_error(TITAN_E_IO, "rank 0 cannot list '%s'",
+							t->ckpt_dir);
+	*older = s[0];
+	return 0;
+}
+
+/* Load step `step` on every rank; all ranks agree on the outcome (a rank
+ * whose rows are damaged fails alone).  *why: this rank's reason, or
+ * another rank's failure. */
+static int load_agreed(struct titan_trainer *t, const char *path, struct titan_ckpt_state *st,
+		       unsigned flags, char *why, size_t whylen)
+{
+	int64_t bad;
+	int rc, arc;
+
+	titan_dist_watch_begin(t->dist, "checkpoint load");
+	rc = titan_ckpt_load(path, st, flags);
+	titan_dist_watch_end(t->dist);
+	bad = rc < 0 ? (rc == TITAN_E_NOMEM ? 2 : 1) : 0;
+	snprintf(why, whylen, "%s", rc < 0 ? titan_errmsg() : "another rank cannot read it");
+	if ((arc = titan_comm_all_reduce(t->dist->comm[TITAN_DIM_WORLD], TITAN_IN_PLACE, &bad, 1,
+					 TITAN_DTYPE_I64, TITAN_REDOP_MAX, "checkpoint load")) < 0)
+		return arc;
+	if (bad == 0)
+		return 0;
+	return rc < 0 ? rc : titan_error(TITAN_E_FORMAT, "%s", why);
+}
+
 /* Resume (torchtitan's CheckpointManager.load): checkpoint.load_step, or
  * the newest complete step of the folder; step-0 (a seed checkpoint) is
  * weights only.  Without a checkpoint: checkpoint.initial_load_path.  Each
@@ -165,17 +213,35 @@ static int resume(struct titan_trainer *t)
 		return rc;
 	ckpt_state(t, &st);
 	if (step >= 0) {
-		if ((rc = titan_ckpt_path(path, sizeof(path), t->ckpt_dir, step)) < 0)
-			return rc;
-		if (step == 0)
-			flags |= TITAN_CKPT_MODEL_ONLY;
-		titan_dist_watch_begin(t->dist, "checkpoint load");
-		rc = titan_ckpt_load(path, &st, flags);
-		titan_dist_watch_end(t->dist);
-		if (rc < 0)
-			return titan_error_prefix(c->checkpoint.load_step >= 0
-						  ? "checkpoint.load_step %lld" : "resuming from step %lld",
-						  (long long)step);
+		const unsigned base = flags;
+		char why[1024];
+
+		/* the newest complete step, or the one before it when it cannot
+		 * be read (truncated, damaged): a crash must not cost the run */
+		for (;;) {
+			int64_t older = -1;
+
+			if ((rc = titan_ckpt_path(path, sizeof(path), t->ckpt_dir, step)) < 0)
+				return rc;
+			flags = base | (step == 0 ? TITAN_CKPT_MODEL_ONLY : 0);
+			if ((rc = load_agreed(t, path, &st, flags, why, sizeof(why))) == 0)
+				break;
+			/* a damaged file, not a config that does not fit it */
+			if (c->checkpoint.load_step >= 0 || (rc != TITAN_E_IO && rc != TITAN_E_FORMAT))
+				return titan_error_prefix(c->checkpoint.load_step >= 0
+							  ? "checkpoint.load_step %lld"
+							  : "resuming from step %lld", (long long)step);
+			titan_error_clear();
+			if ((rc = older_step(t, step, &older)) < 0)
+				return rc;
+			if (older < 0)
+				return titan_error(TITAN_E_FORMAT, "resuming from step %lld: %s; no "
+						   "older complete checkpoint in '%s'",
+						   (long long)step, why, t->ckpt_dir);
+			titan_log_warn("cannot resume from %s (%s): falling back to step %lld, the "
+				       "newest complete step before it", path, why, (long long)older);
+			step = older;
+		}
 		if (!(flags & (TITAN_CKPT_MODEL_ONLY | TITAN_CKPT_EXCLUDE_TRAIN_STATE))) {
 			t->start_step = st.train.step;
 			t->tokens_seen0 = st.train.ntokens_seen;

@@ -184,3 +184,43 @@ small_fs() {
 		assert_line --partial "trains on: cpu (the CUDA and NCCL libraries are built in"
 	fi
 }
+
+@test "a damaged newest checkpoint: resume falls back to the step before it, naming both, and goes on" {
+	titan-train -q --config "$DATA/tiny.yaml" --training.steps=6 --checkpoint.enable --job.dump_folder=run
+	# the reference: the same folder resumed from step 4 on purpose
+	cp -r run ref
+	rm ref/checkpoint/step-6.h5
+	titan-train -q --config "$DATA/tiny.yaml" --training.steps=8 --checkpoint.enable --job.dump_folder=ref
+	: > run/checkpoint/step-6.h5 # a crash left it empty
+	run -0 --separate-stderr titan-train --config "$DATA/tiny.yaml" --training.steps=8 \
+		--checkpoint.enable --job.dump_folder=run
+	[[ $stderr == *"cannot resume from run/checkpoint/step-6.h5 ("*"): falling back to step 4, the newest complete step before it"* ]]
+	# steps 5-8 are those of a run resumed from step 4
+	[ "$(grep '"step":8,' run/metrics.jsonl | grep -o '"loss":[^,]*')" = \
+		"$(grep '"step":8,' ref/metrics.jsonl | grep -o '"loss":[^,]*')" ]
+	# nothing older to fall back to: the error says so
+	rm run/checkpoint/step-[24].h5 run/checkpoint/step-8.h5
+	truncate -s 1000 run/checkpoint/step-6.h5
+	run -1 --separate-stderr titan-train -q --config "$DATA/tiny.yaml" --training.steps=9 \
+		--checkpoint.enable --job.dump_folder=run
+	[[ $stderr == *"resuming from step 6: "*"no older complete checkpoint in 'run/checkpoint'"* ]]
+	# an explicit checkpoint.load_step never falls back
+	titan-train -q --config "$DATA/tiny.yaml" --training.steps=4 --checkpoint.enable --job.dump_folder=x
+	: > x/checkpoint/step-4.h5
+	run -1 --separate-stderr titan-train -q --config "$DATA/tiny.yaml" --training.steps=6 \
+		--checkpoint.enable --checkpoint.load_step=4 --job.dump_folder=x
+	[[ $stderr == *"checkpoint.load_step 4: "* ]]
+}
+
+@test "a damaged newest checkpoint on 2 ranks (FSDP): every rank falls back to the same step" {
+	command -v mpiexec >/dev/null && titan-train --version | grep -q '+mpi' || skip "no MPI"
+	mpi2() { timeout -k 5 300 mpiexec -n 2 env OMP_NUM_THREADS=1 titan-train --config "$DATA/tiny.yaml" \
+		--training.local_batch_size=1 --checkpoint.enable "$@"; }
+	mpi2 --training.steps=6 --job.dump_folder=run
+	truncate -s $(($(stat -c %s run/checkpoint/step-6.h5) / 2)) run/checkpoint/step-6.h5
+	run -0 --separate-stderr mpi2 --training.steps=8 --job.dump_folder=run
+	[[ $stderr == *"[rank0]:"*"falling back to step 4"* ]]
+	[[ $stderr == *"[rank0]:"*"Loaded checkpoint run/checkpoint/step-4.h5 (step 4)"* ]]
+	run -0 grep -c '"step":[78],' run/metrics.jsonl
+	assert_output 2
+}
