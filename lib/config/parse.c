@@ -92,6 +92,42 @@ static yaml_node_t *earlier_key(yaml_document_t *doc, yaml_node_pair_t *first,
 	return NULL;
 }
 
+/* A config nests two levels (section, key; a list value three); libyaml's
+ * loader takes quadratic time in the nesting depth (a 400 KB line of
+ * brackets took a minute): refuse deep documents in one linear pass of
+ * events first. */
+#define CONFIG_MAX_DEPTH 16
+
+static int check_depth(const char *name, const char *yaml, size_t len)
+{
+	yaml_parser_t p;
+	yaml_event_t ev;
+	int depth = 0, rc = 0;
+
+	if (!yaml_parser_initialize(&p))
+		return titan_error(TITAN_E_NOMEM, "%s: out of memory reading YAML", name);
+	yaml_parser_set_input_string(&p, (const unsigned char *)(yaml ? yaml : ""), yaml ? len : 0);
+	for (;;) {
+		if (!yaml_parser_parse(&p, &ev))
+			break; /* the loader reports syntax errors with their place */
+		if (ev.type == YAML_SEQUENCE_START_EVENT || ev.type == YAML_MAPPING_START_EVENT) {
+			if (++depth > CONFIG_MAX_DEPTH)
+				rc = titan_error(TITAN_E_INVALID, "%s:%zu:%zu: nested deeper than %d "
+						 "levels: not a job config", name,
+						 ev.start_mark.line + 1, ev.start_mark.column + 1,
+						 CONFIG_MAX_DEPTH);
+		} else if (ev.type == YAML_SEQUENCE_END_EVENT || ev.type == YAML_MAPPING_END_EVENT) {
+			depth--;
+		}
+		const bool end = ev.type == YAML_STREAM_END_EVENT;
+		yaml_event_delete(&ev);
+		if (end || rc < 0)
+			break;
+	}
+	yaml_parser_delete(&p);
+	return rc;
+}
+
 /* Apply one "key: value" pair of a section. */
 static int apply_value(struct titan_config *c, const struct titan_config_key *k,
 		       yaml_document_t *doc, yaml_node_t *val, const char *name)
@@ -238,6 +274,8 @@ int titan_config_load_string(struct titan_config *c, const char *yaml, size_t le
 
 	if (!name)
 		name = "<string>";
+	if ((rc = check_depth(name, yaml, len)) < 0)
+		return rc;
 	if (!yaml_parser_initialize(&p))
 		return titan_error(TITAN_E_NOMEM, "%s: out of memory reading YAML", name);
 	yaml_parser_set_input_string(&p, (const unsigned char *)(yaml ? yaml : ""),
@@ -278,7 +316,11 @@ int titan_config_load_string(struct titan_config *c, const char *yaml, size_t le
 	return rc;
 }
 
-/* The whole file in memory ("-" = stdin). */
+/* A job config is a few kilobytes; anything this large is the wrong
+ * file (--config /dev/zero read gigabytes before). */
+#define CONFIG_MAX_BYTES (4u << 20)
+
+/* The whole file in memory ("-" = stdin), at most CONFIG_MAX_BYTES. */
 static int slurp(const char *path, char **out, size_t *outlen)
 {
 	bool std = !strcmp(path, "-");
@@ -294,6 +336,11 @@ static int slurp(const char *path, char **out, size_t *outlen)
 	}
 	errno = 0;
 	for (;;) {
+		if (len > CONFIG_MAX_BYTES) {
+			rc = titan_error(TITAN_E_INVALID, "'%s': larger than %u MiB: not a job config",
+					 path, CONFIG_MAX_BYTES >> 20);
+			goto out;
+		}
 		if (len == cap) {
 			char *nb = realloc(buf, cap * 2);
 			if (!nb) {

@@ -285,6 +285,16 @@ int titan_trainer_ckpt_setup(struct titan_trainer *t)
 		return rc;
 	if ((c->checkpoint.enable || *c->checkpoint.initial_load_path) && (rc = resume(t)) < 0)
 		return rc;
+	/* a run that would do nothing says why instead of exiting 0 quietly */
+	if (t->start_step > c->training.steps)
+		return titan_error(TITAN_E_INVALID, "training.steps %lld is below the step of the "
+				   "checkpoint it resumes (%lld in '%s'): raise training.steps, or "
+				   "choose an older step with checkpoint.load_step",
+				   (long long)c->training.steps, (long long)t->start_step,
+				   t->ckpt_dir);
+	if (t->start_step > 0 && t->start_step == c->training.steps)
+		titan_log_info("the checkpoint is at training.steps (%lld): nothing left to train",
+			       (long long)c->training.steps);
 	if (c->checkpoint.create_seed_checkpoint) {
 		struct titan_ckpt_state st;
 		char *path = NULL;

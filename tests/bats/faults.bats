@@ -224,3 +224,15 @@ small_fs() {
 	run -0 grep -c '"step":[78],' run/metrics.jsonl
 	assert_output 2
 }
+
+@test "a config that is not one: /dev/zero and deep nesting are refused at once; steps below the checkpoint's is an error" {
+	run -2 --separate-stderr timeout 20 titan-config --config /dev/zero --check
+	[[ $stderr == *"'/dev/zero': larger than 4 MiB: not a job config"* ]]
+	/usr/bin/python3 -c 'n = 200000; print("x: " + "[" * n + "]" * n)' > deep.yaml
+	run -2 --separate-stderr timeout 20 titan-config --config deep.yaml --check
+	[[ $stderr == *"deep.yaml:1:"*"nested deeper than 16 levels"* ]]
+	titan-train -q --config "$DATA/tiny.yaml" --training.steps=4 --checkpoint.enable --job.dump_folder=run
+	run -2 --separate-stderr titan-train -q --config "$DATA/tiny.yaml" --training.steps=3 \
+		--checkpoint.enable --job.dump_folder=run
+	[[ $stderr == *"training.steps 3 is below the step of the checkpoint it resumes (4 in 'run/checkpoint')"* ]]
+}
