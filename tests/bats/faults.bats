@@ -236,3 +236,9 @@ small_fs() {
 		--checkpoint.enable --job.dump_folder=run
 	[[ $stderr == *"training.steps 3 is below the step of the checkpoint it resumes (4 in 'run/checkpoint')"* ]]
 }
+
+@test "titan-shard info on a missing path prints only the error, no empty table" {
+	run -1 --separate-stderr titan-shard info /nonexistent
+	assert_output ""
+	[[ $stderr == *"cannot open '/nonexistent': No such file or directory"* ]]
+}

@@ -509,6 +509,7 @@ struct totals {
 
 struct report {
 	bool json, verify, verify_cmd;
+	bool header;           /* the table's header line is out */
 	struct titan_json js;
 	struct totals t[17]; /* per split, [0] = all */
 	int nt;
@@ -594,6 +595,13 @@ static void report_shard(struct report *r, const struct titan_shard *s, const ui
 		printf("%s: ok (%" PRIu64 " tokens, max id %" PRIu32 " < vocab %" PRIu32 ")\n",
 		       s->path, h->n_tokens, *max_id, h->vocab_size);
 	} else {
+		/* the header comes with the first row: a bad path alone prints
+		 * only its error */
+		if (!r->header)
+			printf("#path\tsplit\tindex\tversion\tdtype\tvocab_size\tbos_id\teos_id\t"
+			       "fingerprint\tn_tokens\tn_docs\tfirst_token_offset\tpayload_crc32c\t"
+			       "bytes%s\n", r->verify ? "\tmax_id\tverify" : "");
+		r->header = true;
 		printf("%s\t%s\t%" PRIu64 "\t%" PRIu32 "\tu%" PRIu32 "\t%" PRIu32 "\t%" PRId64 "\t%"
 		       PRId64 "\t0x%016" PRIx64 "\t%" PRIu64 "\t%" PRIu64 "\t%" PRIu64 "\t0x%08" PRIx32
 		       "\t%zu", s->path, h->split, h->shard_index, h->version, 8 * h->token_bytes,
@@ -638,10 +646,6 @@ static int run_info(struct titan_cli *cli, struct report *r, int npaths, char **
 		titan_json_object_begin(&r->js);
 		titan_json_key(&r->js, "shards");
 		titan_json_array_begin(&r->js);
-	} else if (!r->verify_cmd) {
-		printf("#path\tsplit\tindex\tversion\tdtype\tvocab_size\tbos_id\teos_id\tfingerprint\t"
-		       "n_tokens\tn_docs\tfirst_token_offset\tpayload_crc32c\tbytes%s\n",
-		       r->verify ? "\tmax_id\tverify" : "");
 	}
 	r->nt = 1;
 	strcpy(r->t[0].split, "all");
@@ -694,7 +698,7 @@ static int run_info(struct titan_cli *cli, struct report *r, int npaths, char **
 		titan_json_release(&r->js);
 	} else if (r->verify_cmd) {
 		printf("%" PRIu64 " shards ok, %d bad\n", r->t[0].shards, r->bad);
-	} else {
+	} else if (r->header) {
 		for (int k = 1; k <= r->nt; k++) {
 			const struct totals *t = &r->t[k == r->nt ? 0 : k];
 
