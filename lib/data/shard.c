@@ -622,18 +622,37 @@ static uint32_t max_id_of(const void *q, size_t n, uint32_t tb)
 	return m;
 }
 
+/* Tokens equal to `id` among n (the writer's document count). */
+static uint64_t count_id(const void *q, size_t n, uint32_t tb, uint32_t id)
+{
+	const uint16_t *p16 = q;
+	const uint32_t *p32 = q;
+	uint64_t c = 0;
+
+	for (size_t i = 0; tb == 2 && i < n; i++)
+		c += p16[i] == id;
+	for (size_t i = 0; tb == 4 && i < n; i++)
+		c += p32[i] == id;
+	return c;
+}
+
 int titan_shard_verify(const struct titan_shard *s, uint32_t *max_id)
 {
 	const uint32_t tb = s->h.token_bytes, vocab = s->h.vocab_size;
 	const uint64_t n = s->h.n_tokens;
 	const size_t chunk = (size_t)1 << 20; /* tokens: CRC and max while in cache */
-	uint64_t bad = UINT64_MAX;
+	/* documents end at EOS (or start at BOS when there is no EOS) */
+	const int64_t doc = s->h.eos_id >= 0 ? s->h.eos_id : s->h.bos_id;
+	uint64_t bad = UINT64_MAX, docs = 0;
 	uint32_t crc = 0, mx = 0;
 
 	for (uint64_t i = 0; i < n; i += chunk) {
 		size_t k = (size_t)(n - i < chunk ? n - i : chunk);
 		const uint8_t *q = s->map + HDR + i * tb;
 		uint32_t m = max_id_of(q, k, tb);
+
+		if (doc >= 0)
+			docs += count_id(q, k, tb, (uint32_t)doc);
 
 		crc = titan_crc32c(crc, q, k * tb);
 		for (uint64_t j = i; m >= vocab && bad == UINT64_MAX; j++)
@@ -650,6 +669,10 @@ int titan_shard_verify(const struct titan_shard *s, uint32_t *max_id)
 		return titan_error(TITAN_E_FORMAT, "'%s': token id %" PRIu32 " at position %" PRIu64
 				   " is >= the vocab size %" PRIu32, s->path,
 				   titan_shard_token(s, bad), bad, vocab);
+	if (doc >= 0 && docs != s->h.n_docs)
+		return titan_error(TITAN_E_FORMAT, "'%s': the header counts %" PRIu64 " documents, "
+				   "the payload holds %" PRIu64 " (id %" PRId64 " ends one)", s->path,
+				   s->h.n_docs, docs, doc);
 	if (max_id)
 		*max_id = mx;
 	return 0;

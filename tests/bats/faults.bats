@@ -242,3 +242,10 @@ small_fs() {
 	assert_output ""
 	[[ $stderr == *"cannot open '/nonexistent': No such file or directory"* ]]
 }
+
+@test "titan-shard verify: a shard renamed to another split is refused" {
+	mkdir s
+	cp "$DATA/shards/train-00000.tok" s/val-00000.tok
+	run -1 --separate-stderr titan-shard verify s/val-00000.tok
+	[[ $stderr == *"s/val-00000.tok': the header's split is 'train' but the file name is not 'train-NNNNN.tok'"* ]]
+}

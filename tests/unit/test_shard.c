@@ -357,6 +357,20 @@ static void test_reader_checks(void **state)
 	assert_non_null(strstr(titan_errmsg(), want));
 	titan_shard_close(s);
 
+	/* a document count that the payload does not hold (header forged) */
+	memcpy(bad, raw, n);
+	assert_int_equal(titan_shard_header_decode(bad, n, "x", &h), 0);
+	h.n_docs += 1;
+	titan_shard_header_encode(&h, bad);
+	write_file("docs.tok", bad, n);
+	assert_int_equal(titan_shard_open(path_of("docs.tok"), &s), 0);
+	assert_int_equal(titan_shard_verify(s, NULL), TITAN_E_FORMAT);
+	snprintf(want, sizeof(want), "the header counts %llu documents, the payload holds %llu",
+		 (unsigned long long)h.n_docs, (unsigned long long)h.n_docs - 1);
+	if (!strstr(titan_errmsg(), want))
+		fail_msg("'%s' does not say '%s'", titan_errmsg(), want);
+	titan_shard_close(s);
+
 	/* a valid CRC over nonsense fields is still refused */
 	memcpy(bad, raw, n);
 	assert_int_equal(titan_shard_header_decode(bad, n, "x", &h), 0);

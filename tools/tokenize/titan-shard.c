@@ -626,6 +626,16 @@ static void one_shard(struct report *r, const struct titan_cli *cli, const char 
 		rc = titan_shard_check_next(prev, prev_path, &s->h, path);
 	if (rc == 0 && r->verify)
 		rc = titan_shard_verify(s, &max_id);
+	if (rc == 0 && r->verify) {
+		/* the loader finds a split by file name: train-00000.tok holds "train" */
+		const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+		const size_t sl = strlen(s->h.split);
+
+		if (strncmp(base, s->h.split, sl) != 0 || base[sl] != '-')
+			rc = titan_error(TITAN_E_FORMAT, "'%s': the header's split is '%s' but the "
+					 "file name is not '%s-NNNNN.tok' (renamed?)", path,
+					 s->h.split, s->h.split);
+	}
 	*have_prev = false;
 	if (s) {
 		*prev = s->h;
