@@ -249,3 +249,12 @@ small_fs() {
 	run -1 --separate-stderr titan-shard verify s/val-00000.tok
 	[[ $stderr == *"s/val-00000.tok': the header's split is 'train' but the file name is not 'train-NNNNN.tok'"* ]]
 }
+
+@test "titan-shard with another encoding than the stream's: an error, no shards of 0 documents" {
+	titan-tokenize -t "$DATA/tok.tiktoken" --doc-per-line "$DATA/genesis.txt" > toks.bin
+	run --separate-stderr titan-shard -q -t "$DATA/tok.tiktoken" -e cl100k_base --out s < toks.bin
+	[ "$status" -ne 0 ]
+	refute_crash
+	[[ $stderr == *"hold no end-of-document id 100257: it was made with another tokenizer or encoding"* ]]
+	[ -z "$(ls -A s 2>/dev/null)" ]
+}

@@ -466,6 +466,14 @@ static int run_write(struct job *j, int nfiles, char **files)
 		rc = read_input(j, nfiles ? files[i] : "-", buf);
 	if (rc == 0 && j->tokens == 0)
 		rc = titan_error(TITAN_E_FORMAT, "no input tokens (empty input)");
+	/* not one end of document: the stream was made with another tokenizer
+	 * or encoding than -t/-e say (a 768-id tokenizer read as cl100k_base
+	 * made shards of 0 documents) */
+	if (rc == 0 && j->eos >= 0 && j->docs == 0 && j->tokens > 1)
+		rc = titan_error(TITAN_E_INVALID, "the input's %" PRIu64 " tokens hold no "
+				 "end-of-document id %" PRId64 ": it was made with another tokenizer "
+				 "or encoding than this one (titan-tokenize's -t and -e)",
+				 j->tokens, j->eos);
 	if (rc == 0 && j->eos >= 0 && j->last_id != (uint32_t)j->eos)
 		titan_log_warn("the input does not end with EOS (id %" PRId64 "): its last document "
 			       "is incomplete (truncated stream?)", j->eos);
