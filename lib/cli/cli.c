@@ -123,11 +123,13 @@ int titan_cli_load_config(const struct titan_cli *cli, struct titan_config *cfg)
 
 int titan_cli_finish(const struct titan_cli *cli, int status)
 {
-	/* fflush + ferror catches buffered write errors; fclose the rest. */
+	/* fflush + ferror catches buffered write errors; fclose the rest
+	 * (an error recorded earlier leaves errno stale: never "Success") */
+	errno = 0;
 	if (fflush(stdout) != 0 || ferror(stdout) || fclose(stdout) != 0) {
 		if (errno != EPIPE)
 			fprintf(stderr, "%s: error: cannot write to standard output: %s\n",
-				cli->prog, strerror(errno));
+				cli->prog, strerror(errno ? errno : EIO));
 		return 1;
 	}
 	return status;

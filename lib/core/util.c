@@ -238,9 +238,11 @@ int titan_afile_close(struct titan_afile *f, int rc)
 		mode_t mask = umask(0);
 
 		umask(mask);
+		errno = 0;
 		if (fflush(f->fp) != 0 || ferror(f->fp) || fchmod(fileno(f->fp), 0666 & ~mask) != 0 ||
 		    fsync(fileno(f->fp)) != 0)
-			rc = titan_error(TITAN_E_IO, "cannot write '%s': %s", f->path, strerror(errno));
+			rc = titan_error(TITAN_E_IO, "cannot write '%s': %s", f->path,
+					 strerror(errno ? errno : EIO));
 	}
 	if (fclose(f->fp) != 0 && rc == 0)
 		rc = titan_error(TITAN_E_IO, "cannot write '%s': %s", f->path, strerror(errno));

@@ -337,7 +337,8 @@ static int write_svg(FILE *fp, const struct mp_inputs *in, int width)
 	fprintf(fp, "<text x=\"%d\" y=\"%d\" font-size=\"11\" fill=\"#555\">titan-memprof timeline: bytes "
 		"live per tag, stacked (each pixel column shows its highest total)</text>\n</svg>\n",
 		ML, y + 16);
-	return ferror(fp) ? titan_error(TITAN_E_IO, "cannot write the SVG: %s", strerror(errno)) : 0;
+	return ferror(fp) ? titan_error(TITAN_E_IO, "cannot write the SVG: %s",
+					strerror(errno ? errno : EIO)) : 0;
 }
 
 static bool on_path(const char *name)
