@@ -11,6 +11,24 @@
 static _Thread_local struct titan_error_info last_error;
 static int process_rank = -1;
 
+/* Messages quote names and bytes from the user's files: control
+ * characters (a terminal escape in a corrupt file) are shown as \xNN
+ * instead of reaching the terminal.  Newlines and tabs stay. */
+static void escape_controls(char *msg, size_t size)
+{
+	char buf[sizeof(last_error.msg)];
+	size_t o = 0;
+
+	for (const unsigned char *c = (const unsigned char *)msg; *c && o + 5 < sizeof(buf); c++) {
+		if ((*c < 0x20 && *c != '\n' && *c != '\t') || *c == 0x7f)
+			o += (size_t)snprintf(buf + o, sizeof(buf) - o, "\\x%02x", *c);
+		else
+			buf[o++] = (char)*c;
+	}
+	buf[o] = '\0';
+	snprintf(msg, size, "%s", buf);
+}
+
 int titan_error_set_(int code, const char *file, int line, const char *func,
 		     const char *fmt, ...)
 {
@@ -19,6 +37,7 @@ int titan_error_set_(int code, const char *file, int line, const char *func,
 	va_start(ap, fmt);
 	vsnprintf(last_error.msg, sizeof(last_error.msg), fmt, ap);
 	va_end(ap);
+	escape_controls(last_error.msg, sizeof(last_error.msg));
 	last_error.code = code;
 	last_error.file = file;
 	last_error.line = line;

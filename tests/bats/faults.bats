@@ -258,3 +258,9 @@ small_fs() {
 	[[ $stderr == *"hold no end-of-document id 100257: it was made with another tokenizer or encoding"* ]]
 	[ -z "$(ls -A s 2>/dev/null)" ]
 }
+
+@test "terminal escapes from names and files are shown escaped in errors, not sent to the terminal" {
+	run -1 --separate-stderr titan-shard info $'bad\033[31mred'
+	[[ $stderr == *"cannot open 'bad\\x1b[31mred'"* ]]
+	[[ $stderr != *$'\033'* ]]
+}
