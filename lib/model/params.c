@@ -20,6 +20,8 @@ void titan_param_table_opts_default(struct titan_param_table_opts *o)
 	o->depth_init = true;
 	o->shard_rank = 0;
 	o->shard_degree = 1;
+	o->tp_rank = 0;
+	o->tp_degree = 1;
 }
 
 static struct titan_param_init trunc_init(double std, double a, double b)
@@ -45,6 +47,9 @@ static void add(struct titan_param_table *t, enum titan_param_role role, int lay
 	p->shape[0] = d0;
 	p->shape[1] = d1 > 0 ? d1 : 1;
 	p->numel = p->shape[0] * p->shape[1];
+	p->tp_dim = -1;
+	p->gshape[0] = p->shape[0];
+	p->gshape[1] = p->shape[1];
 	p->init = init;
 	p->is_norm = role == TITAN_PARAM_ATTENTION_NORM || role == TITAN_PARAM_FFN_NORM ||
 		     role == TITAN_PARAM_NORM;
@@ -74,6 +79,16 @@ int titan_param_table_init(struct titan_param_table *t, const struct titan_model
 	if (o->shard_degree < 1 || o->shard_rank < 0 || o->shard_rank >= o->shard_degree)
 		return titan_error(TITAN_E_INVALID, "parameter shard %d of %d is not a shard",
 				   o->shard_rank, o->shard_degree);
+	if (o->tp_degree < 1 || o->tp_rank < 0 || o->tp_rank >= o->tp_degree)
+		return titan_error(TITAN_E_INVALID, "tensor-parallel rank %d of %d is not a rank",
+				   o->tp_rank, o->tp_degree);
+	if (d->n_heads % o->tp_degree || d->n_kv_heads % o->tp_degree || F % o->tp_degree ||
+	    V < o->tp_degree)
+		return titan_error(TITAN_E_INVALID,
+				   "parallelism.tensor_parallel_degree %d must divide n_heads %lld, "
+				   "n_kv_heads %lld and the FFN hidden size %lld (and not exceed "
+				   "the vocabulary, %lld)", o->tp_degree, (long long)d->n_heads,
+				   (long long)d->n_kv_heads, (long long)F, (long long)V);
 
 	const int L = (int)d->n_layers;
 	const int nmax = 3 + TITAN_PARAMS_PER_LAYER * L;
@@ -110,7 +125,39 @@ int titan_param_table_init(struct titan_param_table *t, const struct titan_model
 	if (!d->tied)
 		add(t, TITAN_PARAM_OUTPUT, -1, "output.weight", V, C, output);
 
-	/* Local rows (torch.chunk split) and aligned offsets. */
+	/* TP slices (torchtitan's Llama plan; the vocabulary with torch.chunk's
+	 * split, the head and hidden dims evenly), then local rows (torch.chunk
+	 * split) and aligned offsets. */
+	for (int i = 0; o->tp_degree > 1 && i < t->n; i++) {
+		struct titan_param *p = &t->params[i];
+		const int64_t tp = o->tp_degree;
+
+		switch (p->role) {
+		case TITAN_PARAM_TOK_EMBEDDINGS: case TITAN_PARAM_OUTPUT: {
+			int64_t chunk = (V + tp - 1) / tp, r0 = chunk * o->tp_rank;
+
+			r0 = r0 < V ? r0 : V;
+			p->tp_dim = 0;
+			p->tp_off = r0;
+			p->shape[0] = (r0 + chunk < V ? r0 + chunk : V) - r0;
+			break;
+		}
+		case TITAN_PARAM_WQ: case TITAN_PARAM_WK: case TITAN_PARAM_WV:
+		case TITAN_PARAM_W1: case TITAN_PARAM_W3:
+			p->tp_dim = 0;
+			p->shape[0] = p->gshape[0] / tp;
+			p->tp_off = p->shape[0] * o->tp_rank;
+			break;
+		case TITAN_PARAM_WO: case TITAN_PARAM_W2:
+			p->tp_dim = 1;
+			p->shape[1] = p->gshape[1] / tp;
+			p->tp_off = p->shape[1] * o->tp_rank;
+			break;
+		default:
+			break;
+		}
+		p->numel = p->shape[0] * p->shape[1];
+	}
 	int64_t off = 0, full = 0;
 	for (int i = 0; i < t->n; i++) {
 		struct titan_param *p = &t->params[i];
@@ -254,6 +301,14 @@ void titan_model_init_param_rows(const struct titan_param *p, uint64_t seed, int
 				 int64_t nrows, float *out)
 {
 	TITAN_ASSERT(row0 >= 0 && nrows >= 0 && row0 + nrows <= p->shape[0]);
+	if (p->tp_dim == 1) { /* a column window of each global row */
+		for (int64_t r = 0; r < nrows; r++)
+			init_elems(p, seed, (row0 + r) * p->gshape[1] + p->tp_off, p->shape[1],
+				   out + r * p->shape[1]);
+		return;
+	}
+	if (p->tp_dim == 0)
+		row0 += p->tp_off;
 	init_elems(p, seed, row0 * p->shape[1], nrows * p->shape[1], out);
 }
 

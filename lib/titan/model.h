@@ -146,6 +146,15 @@ struct titan_param {
 	int64_t offset;           /* floats from the arena start, multiple of 16 */
 	int64_t chunk_rows;       /* torch.chunk's rows per shard: ceil(shape[0] / degree) */
 	int64_t full_offset;      /* offset in an unsharded table's arena */
+	/* Tensor parallelism (torchtitan's Llama plan): `shape` above is the
+	 * TP-local tensor, a slice of the global (checkpoint) tensor `gshape`
+	 * on dim `tp_dim` (-1: replicated, the norms), starting at `tp_off`:
+	 * rows of tok_embeddings/output (vocabulary, torch.chunk split),
+	 * wq/wk/wv/w1/w3 (column-parallel: output features), columns of
+	 * wo/w2 (row-parallel: input features).  Without TP, gshape = shape. */
+	int tp_dim;
+	int64_t tp_off;
+	int64_t gshape[2];
 	struct titan_param_init init;
 	bool is_norm;             /* RMSNorm weight */
 	bool is_embedding;        /* tok_embeddings (also the output when tied) */
@@ -155,6 +164,8 @@ struct titan_param_table_opts {
 	bool depth_init;          /* wo/w2/w3 std 0.02/sqrt(2(layer+1)) (torchtitan's
 				     default); false: 0.02/sqrt(2·n_layers) */
 	int shard_rank, shard_degree; /* dim-0 shard held by this table (0, 1: all) */
+	int tp_rank, tp_degree;   /* tensor-parallel slice (0, 1: none), see above;
+				     FSDP's dim-0 shard is taken of the TP slice */
 };
 
 struct titan_param_table {
@@ -168,7 +179,7 @@ struct titan_param_table {
 	int64_t full_arena_floats;/* the same for the unsharded table */
 };
 
-/* Defaults: depth_init true, unsharded. */
+/* Defaults: depth_init true, unsharded, no TP. */
 void titan_param_table_opts_default(struct titan_param_table_opts *o);
 /* Build the table for `d`; `o` may be NULL (defaults).  TITAN_E_INVALID for
  * non-positive dims or a bad shard rank/degree, TITAN_E_NOMEM.  On failure
@@ -212,7 +223,8 @@ static inline float *titan_param_view(const struct titan_param_arena *a,
  * whole tensor, whatever the sharding or thread count.
  *
  * titan_model_init_param_rows fills `out` with rows [row0, row0 + nrows)
- * of p's logical tensor (nrows·shape[1] floats); the range must lie inside
+ * of p's logical tensor (nrows·shape[1] floats; with TP the rows of its
+ * TP slice, taking the global tensor's elements); the range must lie inside
  * shape[0] (an assert: callers compute it).  titan_model_init_params
  * fills every parameter's local rows of a TITAN_MEM_PARAMS arena (OpenMP
  * over chunks; the result does not depend on the thread count).  Host

@@ -66,6 +66,8 @@ int titan_grad_accum_steps(const struct titan_config *c, int64_t dp_degree, int6
  * chunk are the loss's workspace). */
 #define TITAN_CE_CHUNK 1024
 
+struct titan_comm;
+
 enum titan_ac_mode { TITAN_AC_NONE, TITAN_AC_FULL, TITAN_AC_SELECTIVE, TITAN_AC_SELECTIVE_OP };
 
 struct titan_llama_opts {
@@ -78,6 +80,18 @@ struct titan_llama_opts {
 	 * (titan/model.h); 0 or 1 degree: unsharded.  A sharded model computes
 	 * only with its groups bound to unsharded buffers (group hooks below). */
 	int shard_rank, shard_degree;
+	/* Tensor parallelism (torchtitan's Llama plan with sequence
+	 * parallelism): `tp` is the TP group (NULL or one rank: none).  The
+	 * table holds this rank's TP slice of every parameter (titan/model.h);
+	 * the residual stream and the norms hold tokens [r·N/tp, (r+1)·N/tp) of
+	 * the microbatch's N (flattened batch × sequence), all-gathered before
+	 * attention, the FFN and the output layer and reduce-scattered after
+	 * wo, w2 and the embedding.  `loss_parallel`: cross-entropy on the
+	 * vocabulary-sharded logits (max, sum of exponentials and the target
+	 * logit all-reduced); false (disable_loss_parallel) gathers each
+	 * chunk's logits instead.  The same losses either way. */
+	struct titan_comm *tp;
+	bool loss_parallel;
 };
 /* From activation_checkpoint.{mode, selective_ac_option}: an integer N or
  * "op"; anything else is TITAN_E_INVALID naming the key. */
@@ -175,9 +189,14 @@ void titan_llama_bind_group(struct titan_llama *m, int g, float *params, float *
  * not changed: pass the coefficient to titan_llama_adamw. */
 int titan_llama_grad_norm(struct titan_llama *m, double max_norm, double *norm, float *coef);
 /* The parts of it: the sum of squares of each parameter's gradient (local
- * rows; table->n doubles), and the norm and coefficient from the per-tensor
- * sums (summed over shards first). */
+ * rows; table->n doubles; with TP already summed over the TP group, the
+ * replicated norms counted once), and the norm and coefficient from the
+ * per-tensor sums (summed over shards first). */
 int titan_llama_grad_sumsq(struct titan_llama *m, double *sumsq);
+/* With TP: the gradients of the replicated parameters (the norms, each
+ * rank's sum over its tokens) summed over the TP group; call once per step
+ * after the last microbatch (and the data-parallel reduction).  0 without. */
+int titan_llama_tp_reduce_grads(struct titan_llama *m);
 void titan_grad_norm_from_sumsq(const double *sumsq, int n, double max_norm, double *norm,
 				float *coef);
 /* One AdamW step over every parameter (step counted from 1). */

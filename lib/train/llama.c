@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "titan/core.h"
+#include "titan/dist.h"
 
 /* What one block keeps for backward. */
 struct acts {
@@ -49,6 +50,16 @@ struct titan_llama {
 	int *group_first;     /* [ngroups + 1]: first parameter of each group */
 	int ngroups;
 	struct titan_llama_group_hooks ghooks;
+	/* tensor parallelism (titan_llama_opts): this rank's heads, kv heads,
+	 * FFN hidden size and vocabulary rows [v0, v0 + V); nl tokens of the
+	 * residual stream (n without TP) */
+	struct titan_comm *tp;
+	int tpr, tpn;
+	int64_t H, Hkv, F, V, v0, nl;
+	float *xn_loc, *part, *dfull, *dxn_loc;  /* TP scratch: [nl,C], [n,C], [n,C], [nl,C] */
+	float *cz, *czg, *czf;                    /* TP loss: logits [chunk,V], gathered, full */
+	float *cmx;
+	double *cst;
 };
 
 void titan_llama_set_group_hooks(struct titan_llama *m, const struct titan_llama_group_hooks *h)
@@ -136,22 +147,22 @@ static float *buf(struct titan_llama *m, int64_t nfloats, enum titan_mem_tag tag
 static int alloc_acts(struct titan_llama *m, struct acts *a)
 {
 	const struct titan_model_dims *d = &m->d;
-	const int64_t n = m->n, q = d->n_heads * d->head_dim, kv = d->n_kv_heads * d->head_dim;
+	const int64_t n = m->n, nl = m->nl, q = m->H * d->head_dim, kv = m->Hkv * d->head_dim;
 	const enum titan_mem_tag t = TITAN_MEM_ACTIVATIONS;
 
 	a->xn1 = buf(m, n * d->dim, t);
-	a->rstd1 = buf(m, n, t);
+	a->rstd1 = buf(m, nl, t);
 	a->q = buf(m, n * q, t);
 	a->k = buf(m, n * kv, t);
 	a->v = buf(m, n * kv, t);
 	a->att = buf(m, n * q, t);
-	a->lse = buf(m, n * d->n_heads, t);
-	a->h = buf(m, n * d->dim, t);
+	a->lse = buf(m, n * m->H, t);
+	a->h = buf(m, nl * d->dim, t);
 	a->xn2 = buf(m, n * d->dim, t);
-	a->rstd2 = buf(m, n, t);
-	a->a = buf(m, n * d->ffn_hidden, t);
-	a->b = buf(m, n * d->ffn_hidden, t);
-	a->g = buf(m, n * d->ffn_hidden, t);
+	a->rstd2 = buf(m, nl, t);
+	a->a = buf(m, n * m->F, t);
+	a->b = buf(m, n * m->F, t);
+	a->g = buf(m, n * m->F, t);
 	if (!a->xn1 || !a->rstd1 || !a->q || !a->k || !a->v || !a->att || !a->lse || !a->h ||
 	    !a->xn2 || !a->rstd2 || !a->a || !a->b || !a->g)
 		return TITAN_E_NOMEM;
@@ -163,15 +174,15 @@ static int alloc_acts(struct titan_llama *m, struct acts *a)
 static int alloc_acts_op(struct titan_llama *m, struct acts *a, const struct acts *rc)
 {
 	const struct titan_model_dims *d = &m->d;
-	const int64_t n = m->n, q = d->n_heads * d->head_dim, kv = d->n_kv_heads * d->head_dim;
+	const int64_t n = m->n, q = m->H * d->head_dim, kv = m->Hkv * d->head_dim;
 	const enum titan_mem_tag t = TITAN_MEM_ACTIVATIONS;
 
 	*a = *rc;
 	a->q = buf(m, n * q, t);
 	a->v = buf(m, n * kv, t);
 	a->att = buf(m, n * q, t);
-	a->lse = buf(m, n * d->n_heads, t);
-	a->a = buf(m, n * d->ffn_hidden, t);
+	a->lse = buf(m, n * m->H, t);
+	a->a = buf(m, n * m->F, t);
 	if (!a->q || !a->v || !a->att || !a->lse || !a->a)
 		return TITAN_E_NOMEM;
 	return 0;
@@ -212,10 +223,10 @@ int titan_llama_new(const struct titan_model_dims *d, const struct titan_llama_o
 	struct titan_rope_scaling sc = {d->rope_scaling_factor, d->rope_low_freq_factor,
 					d->rope_high_freq_factor,
 					(double)d->rope_original_max_position};
-	const int64_t L = d->n_layers, C = d->dim, F = d->ffn_hidden;
-	const int64_t q = d->n_heads * d->head_dim, kv = d->n_kv_heads * d->head_dim;
+	const int64_t L = d->n_layers, C = d->dim;
 	const enum titan_mem_tag ws = TITAN_MEM_WORKSPACE, act = TITAN_MEM_ACTIVATIONS;
 	struct titan_param_table_opts to;
+	int64_t F, q, kv;
 	int rc;
 
 	*out = NULL;
@@ -228,11 +239,30 @@ int titan_llama_new(const struct titan_model_dims *d, const struct titan_llama_o
 	m->be = be;
 	m->alloc = alloc ? alloc : titan_host_allocator();
 	m->n = o->batch * o->seq;
+	m->tp = o->tp && titan_comm_size(o->tp) > 1 ? o->tp : NULL;
+	m->tpr = m->tp ? titan_comm_rank(m->tp) : 0;
+	m->tpn = m->tp ? titan_comm_size(m->tp) : 1;
 	titan_param_table_opts_default(&to);
 	if (o->shard_degree > 1) {
 		to.shard_rank = o->shard_rank;
 		to.shard_degree = o->shard_degree;
 	}
+	to.tp_rank = m->tpr;
+	to.tp_degree = m->tpn;
+	if (m->n % m->tpn) {
+		rc = titan_error(TITAN_E_INVALID, "sequence parallelism: the %lld tokens of a "
+				 "microbatch (batch %lld x seq %lld) do not split over "
+				 "tensor_parallel_degree %d", (long long)m->n, (long long)o->batch,
+				 (long long)o->seq, m->tpn);
+		goto fail;
+	}
+	m->nl = m->n / m->tpn;
+	m->H = d->n_heads / m->tpn;
+	m->Hkv = d->n_kv_heads / m->tpn;
+	m->F = d->ffn_hidden / m->tpn;
+	F = m->F;
+	q = m->H * d->head_dim;
+	kv = m->Hkv * d->head_dim;
 	if ((rc = titan_param_table_init(&m->table, d, &to)) < 0 ||
 	    (rc = titan_param_arena_init(&m->params, &m->table, m->alloc, TITAN_MEM_PARAMS)) < 0 ||
 	    (rc = titan_param_arena_init(&m->grads, &m->table, m->alloc, TITAN_MEM_GRADS)) < 0 ||
@@ -254,6 +284,8 @@ int titan_llama_new(const struct titan_model_dims *d, const struct titan_llama_o
 	m->group_first[L + 2] = m->table.n;
 	for (int g = 0; g < m->ngroups; g++)
 		titan_llama_bind_group(m, g, NULL, NULL);
+	m->v0 = m->table.params[0].tp_off;
+	m->V = m->table.params[0].shape[0];
 	if (!(m->freqs = buf(m, o->seq * d->head_dim, TITAN_MEM_OTHER)))
 		goto fail;
 	if ((rc = titan_rope_freqs(m->freqs, o->seq, d->head_dim, d->rope_theta,
@@ -266,7 +298,7 @@ int titan_llama_new(const struct titan_model_dims *d, const struct titan_llama_o
 	if (!m->x || !m->acts || !m->ckpt)
 		goto fail;
 	for (int64_t i = 0; i <= L; i++)
-		if (!(m->x[i] = buf(m, m->n * C, act)))
+		if (!(m->x[i] = buf(m, m->nl * C, act)))
 			goto fail;
 	for (int64_t i = 0; i < L; i++) {
 		m->ckpt[i] = o->ac == TITAN_AC_FULL ||
@@ -282,11 +314,11 @@ int titan_llama_new(const struct titan_model_dims *d, const struct titan_llama_o
 		const enum titan_mem_tag t = TITAN_MEM_ACTIVATIONS;
 
 		r->xn1 = buf(m, m->n * C, t);
-		r->rstd1 = buf(m, m->n, t);
+		r->rstd1 = buf(m, m->nl, t);
 		r->k = buf(m, m->n * kv, t);
-		r->h = buf(m, m->n * C, t);
+		r->h = buf(m, m->nl * C, t);
 		r->xn2 = buf(m, m->n * C, t);
-		r->rstd2 = buf(m, m->n, t);
+		r->rstd2 = buf(m, m->nl, t);
 		r->b = buf(m, m->n * F, t);
 		r->g = buf(m, m->n * F, t);
 		if (!r->xn1 || !r->rstd1 || !r->k || !r->h || !r->xn2 || !r->rstd2 || !r->b || !r->g)
@@ -298,10 +330,10 @@ int titan_llama_new(const struct titan_model_dims *d, const struct titan_llama_o
 		goto fail;
 	}
 	m->xnf = buf(m, m->n * C, act);
-	m->rstdf = buf(m, m->n, act);
+	m->rstdf = buf(m, m->nl, act);
 	m->ids = (uint32_t *)buf(m, m->n, TITAN_MEM_DATA);
-	m->dx = buf(m, m->n * C, ws);
-	m->dh = buf(m, m->n * C, ws);
+	m->dx = buf(m, m->nl * C, ws);
+	m->dh = buf(m, m->nl * C, ws);
 	m->dxn = buf(m, m->n * C, ws);
 	m->datt = buf(m, m->n * q, ws);
 	m->dq = buf(m, m->n * q, ws);
@@ -311,6 +343,25 @@ int titan_llama_new(const struct titan_model_dims *d, const struct titan_llama_o
 	if (!m->xnf || !m->rstdf || !m->ids || !m->dx || !m->dh || !m->dxn || !m->datt ||
 	    !m->dq || !m->dk || !m->dv || !m->dg)
 		goto fail;
+	if (m->tp) {
+		const int64_t ch = m->o.ce_chunk < m->n ? m->o.ce_chunk : m->n;
+		const int64_t vc = (d->vocab_size + m->tpn - 1) / m->tpn;
+
+		m->xn_loc = buf(m, m->nl * C, ws);
+		m->part = buf(m, m->n * C, ws);
+		m->dfull = buf(m, m->n * C, ws);
+		m->dxn_loc = buf(m, m->nl * C, ws);
+		m->cz = buf(m, ch * vc, ws);
+		m->cmx = buf(m, ch, ws);
+		m->cst = (double *)buf(m, 4 * ch, ws);
+		if (!m->xn_loc || !m->part || !m->dfull || !m->dxn_loc || !m->cz || !m->cmx ||
+		    !m->cst)
+			goto fail;
+		if (!o->loss_parallel &&
+		    (!(m->czg = buf(m, m->tpn * ch * vc, ws)) ||
+		     !(m->czf = buf(m, ch * d->vocab_size, ws))))
+			goto fail;
+	}
 	*out = m;
 	return 0;
 fail:
@@ -395,89 +446,294 @@ static float *G(struct titan_llama *m, enum titan_param_role r, int layer)
 
 #define CK(call) do { if ((rc = (call)) < 0) return rc; } while (0)
 
+/* ---------------------------------------------- tensor-parallel moves */
+
+/* full[n,C] = the TP group's local rows [nl,C] in rank order. */
+static int tp_gather(struct titan_llama *m, float *full, const float *loc, const char *what)
+{
+	return titan_comm_all_gather(m->tp, loc, full, (size_t)(m->nl * m->d.dim),
+				     TITAN_DTYPE_F32, what);
+}
+
+/* loc[nl,C] = this rank's rows of the sum over the group of full[n,C]. */
+static int tp_scatter(struct titan_llama *m, float *loc, const float *full, const char *what)
+{
+	return titan_comm_reduce_scatter(m->tp, full, loc, (size_t)(m->nl * m->d.dim),
+					 TITAN_DTYPE_F32, what);
+}
+
 /* Block `l` forward: x[l] -> x[l+1], keeping activations in `a`.  With
  * `rest_only` (selective "op" in backward) `a` already holds what the block
  * kept (q, v, att, lse, w1·x, and x[l+1]): only the rest is computed, by
- * the same calls on the same inputs, so with the same bits. */
+ * the same calls on the same inputs, so with the same bits.  With TP the
+ * residual stream (x, h, y) and the norms' statistics hold this rank's nl
+ * tokens; xn1/xn2 are gathered to all n tokens, and the outputs of wo and
+ * w2 (partial sums over this rank's heads / hidden units) are
+ * reduce-scattered back to nl tokens. */
 static int block_fwd(struct titan_llama *m, int l, struct acts *a, bool rest_only)
 {
 	const struct titan_backend_ops *op = m->be->ops;
 	struct titan_backend *be = m->be;
 	const struct titan_model_dims *d = &m->d;
-	const int64_t n = m->n, C = d->dim, F = d->ffn_hidden;
-	const int64_t q = d->n_heads * d->head_dim, kv = d->n_kv_heads * d->head_dim;
-	const struct titan_attn_dims ad = {m->o.batch, m->o.seq, d->n_heads, d->n_kv_heads,
-					   d->head_dim};
+	const int64_t n = m->n, nl = m->nl, C = d->dim, F = m->F;
+	const int64_t q = m->H * d->head_dim, kv = m->Hkv * d->head_dim;
+	const struct titan_attn_dims ad = {m->o.batch, m->o.seq, m->H, m->Hkv, d->head_dim};
 	const float *x = m->x[l];
 	float *y = m->x[l + 1];
 	int rc;
 
-	CK(op->rmsnorm_fwd(be, a->xn1, a->rstd1, x, P(m, TITAN_PARAM_ATTENTION_NORM, l), n, C,
-			   (float)d->norm_eps));
+	CK(op->rmsnorm_fwd(be, m->tp ? m->xn_loc : a->xn1, a->rstd1, x,
+			   P(m, TITAN_PARAM_ATTENTION_NORM, l), nl, C, (float)d->norm_eps));
+	if (m->tp)
+		CK(tp_gather(m, a->xn1, m->xn_loc, "tp attention input"));
 	if (!rest_only)
 		CK(op->matmul_fwd(be, a->q, a->xn1, P(m, TITAN_PARAM_WQ, l), n, C, q, false));
 	CK(op->matmul_fwd(be, a->k, a->xn1, P(m, TITAN_PARAM_WK, l), n, C, kv, false));
 	if (!rest_only) {
 		CK(op->matmul_fwd(be, a->v, a->xn1, P(m, TITAN_PARAM_WV, l), n, C, kv, false));
-		CK(op->rope_fwd(be, a->q, m->freqs, m->o.batch, m->o.seq, d->n_heads, d->head_dim));
+		CK(op->rope_fwd(be, a->q, m->freqs, m->o.batch, m->o.seq, m->H, d->head_dim));
 	}
-	CK(op->rope_fwd(be, a->k, m->freqs, m->o.batch, m->o.seq, d->n_kv_heads, d->head_dim));
+	CK(op->rope_fwd(be, a->k, m->freqs, m->o.batch, m->o.seq, m->Hkv, d->head_dim));
 	if (!rest_only)
 		CK(op->attention_fwd(be, a->att, a->lse, a->q, a->k, a->v, &ad));
-	CK(op->copy(be, a->h, x, n * C));
-	CK(op->matmul_fwd(be, a->h, a->att, P(m, TITAN_PARAM_WO, l), n, q, C, true));
-	CK(op->rmsnorm_fwd(be, a->xn2, a->rstd2, a->h, P(m, TITAN_PARAM_FFN_NORM, l), n, C,
-			   (float)d->norm_eps));
+	if (m->tp) {
+		CK(op->matmul_fwd(be, m->part, a->att, P(m, TITAN_PARAM_WO, l), n, q, C, false));
+		CK(tp_scatter(m, a->h, m->part, "tp attention output"));
+		CK(op->add(be, a->h, x, a->h, nl * C));
+	} else {
+		CK(op->copy(be, a->h, x, n * C));
+		CK(op->matmul_fwd(be, a->h, a->att, P(m, TITAN_PARAM_WO, l), n, q, C, true));
+	}
+	CK(op->rmsnorm_fwd(be, m->tp ? m->xn_loc : a->xn2, a->rstd2, a->h,
+			   P(m, TITAN_PARAM_FFN_NORM, l), nl, C, (float)d->norm_eps));
+	if (m->tp)
+		CK(tp_gather(m, a->xn2, m->xn_loc, "tp ffn input"));
 	if (!rest_only)
 		CK(op->matmul_fwd(be, a->a, a->xn2, P(m, TITAN_PARAM_W1, l), n, C, F, false));
 	CK(op->matmul_fwd(be, a->b, a->xn2, P(m, TITAN_PARAM_W3, l), n, C, F, false));
 	CK(op->swiglu_fwd(be, a->g, a->a, a->b, n * F));
-	if (!rest_only) {
+	if (!rest_only && m->tp) {
+		CK(op->matmul_fwd(be, m->part, a->g, P(m, TITAN_PARAM_W2, l), n, F, C, false));
+		CK(tp_scatter(m, y, m->part, "tp ffn output"));
+		CK(op->add(be, y, a->h, y, nl * C));
+	} else if (!rest_only) {
 		CK(op->copy(be, y, a->h, n * C));
 		CK(op->matmul_fwd(be, y, a->g, P(m, TITAN_PARAM_W2, l), n, F, C, true));
 	}
 	return 0;
 }
 
-/* Block `l` backward: m->dx holds dL/dx[l+1] on entry and dL/dx[l] on exit. */
+/* Block `l` backward: m->dx holds dL/dx[l+1] on entry and dL/dx[l] on exit
+ * (this rank's nl tokens with TP: gathered before the matmuls whose
+ * forward outputs were scattered, the input gradients of the gathered
+ * norms' outputs reduce-scattered). */
 static int block_bwd(struct titan_llama *m, int l, struct acts *a)
 {
 	const struct titan_backend_ops *op = m->be->ops;
 	struct titan_backend *be = m->be;
 	const struct titan_model_dims *d = &m->d;
-	const int64_t n = m->n, C = d->dim, F = d->ffn_hidden;
-	const int64_t q = d->n_heads * d->head_dim, kv = d->n_kv_heads * d->head_dim;
-	const struct titan_attn_dims ad = {m->o.batch, m->o.seq, d->n_heads, d->n_kv_heads,
-					   d->head_dim};
+	const int64_t n = m->n, nl = m->nl, C = d->dim, F = m->F;
+	const int64_t q = m->H * d->head_dim, kv = m->Hkv * d->head_dim;
+	const struct titan_attn_dims ad = {m->o.batch, m->o.seq, m->H, m->Hkv, d->head_dim};
+	float *dy = m->dx, *dh = m->dh, *dxn = m->tp ? m->dxn_loc : m->dxn;
 	int rc;
 
 	/* feed-forward: y = h + w2(silu(w1 xn2) * w3 xn2), xn2 = norm(h) */
-	CK(op->matmul_bwd(be, m->dg, G(m, TITAN_PARAM_W2, l), m->dx, a->g,
+	if (m->tp) {
+		CK(tp_gather(m, m->dfull, m->dx, "tp ffn output grad"));
+		dy = m->dfull;
+	}
+	CK(op->matmul_bwd(be, m->dg, G(m, TITAN_PARAM_W2, l), dy, a->g,
 			  P(m, TITAN_PARAM_W2, l), n, F, C, false));
 	CK(op->swiglu_bwd(be, a->a, a->b, m->dg, a->a, a->b, n * F)); /* da, db in place */
 	CK(op->matmul_bwd(be, m->dxn, G(m, TITAN_PARAM_W1, l), a->a, a->xn2,
 			  P(m, TITAN_PARAM_W1, l), n, C, F, false));
 	CK(op->matmul_bwd(be, m->dxn, G(m, TITAN_PARAM_W3, l), a->b, a->xn2,
 			  P(m, TITAN_PARAM_W3, l), n, C, F, true));
-	CK(op->copy(be, m->dh, m->dx, n * C));
-	CK(op->rmsnorm_bwd(be, m->dh, G(m, TITAN_PARAM_FFN_NORM, l), m->dxn, a->h,
-			   P(m, TITAN_PARAM_FFN_NORM, l), a->rstd2, n, C, true));
+	if (m->tp)
+		CK(tp_scatter(m, m->dxn_loc, m->dxn, "tp ffn input grad"));
+	CK(op->copy(be, m->dh, m->dx, nl * C));
+	CK(op->rmsnorm_bwd(be, m->dh, G(m, TITAN_PARAM_FFN_NORM, l), dxn, a->h,
+			   P(m, TITAN_PARAM_FFN_NORM, l), a->rstd2, nl, C, true));
 	/* attention: h = x + wo(attn(rope(wq xn1), rope(wk xn1), wv xn1)), xn1 = norm(x) */
-	CK(op->matmul_bwd(be, m->datt, G(m, TITAN_PARAM_WO, l), m->dh, a->att,
+	if (m->tp) {
+		CK(tp_gather(m, m->dfull, m->dh, "tp attention output grad"));
+		dh = m->dfull;
+	}
+	CK(op->matmul_bwd(be, m->datt, G(m, TITAN_PARAM_WO, l), dh, a->att,
 			  P(m, TITAN_PARAM_WO, l), n, q, C, false));
 	CK(op->attention_bwd(be, m->dq, m->dk, m->dv, m->datt, a->q, a->k, a->v, a->att, a->lse,
 			     &ad));
-	CK(op->rope_bwd(be, m->dq, m->freqs, m->o.batch, m->o.seq, d->n_heads, d->head_dim));
-	CK(op->rope_bwd(be, m->dk, m->freqs, m->o.batch, m->o.seq, d->n_kv_heads, d->head_dim));
+	CK(op->rope_bwd(be, m->dq, m->freqs, m->o.batch, m->o.seq, m->H, d->head_dim));
+	CK(op->rope_bwd(be, m->dk, m->freqs, m->o.batch, m->o.seq, m->Hkv, d->head_dim));
 	CK(op->matmul_bwd(be, m->dxn, G(m, TITAN_PARAM_WQ, l), m->dq, a->xn1,
 			  P(m, TITAN_PARAM_WQ, l), n, C, q, false));
 	CK(op->matmul_bwd(be, m->dxn, G(m, TITAN_PARAM_WK, l), m->dk, a->xn1,
 			  P(m, TITAN_PARAM_WK, l), n, C, kv, true));
 	CK(op->matmul_bwd(be, m->dxn, G(m, TITAN_PARAM_WV, l), m->dv, a->xn1,
 			  P(m, TITAN_PARAM_WV, l), n, C, kv, true));
-	CK(op->copy(be, m->dx, m->dh, n * C));
-	CK(op->rmsnorm_bwd(be, m->dx, G(m, TITAN_PARAM_ATTENTION_NORM, l), m->dxn, m->x[l],
-			   P(m, TITAN_PARAM_ATTENTION_NORM, l), a->rstd1, n, C, true));
+	if (m->tp)
+		CK(tp_scatter(m, m->dxn_loc, m->dxn, "tp attention input grad"));
+	CK(op->copy(be, m->dx, m->dh, nl * C));
+	CK(op->rmsnorm_bwd(be, m->dx, G(m, TITAN_PARAM_ATTENTION_NORM, l), dxn, m->x[l],
+			   P(m, TITAN_PARAM_ATTENTION_NORM, l), a->rstd1, nl, C, true));
+	return 0;
+}
+
+/* TP embedding (torchtitan: RowwiseParallel on the vocabulary, output
+ * sharded on the sequence): each rank looks up the ids in its rows, zeros
+ * for the others, and the sum is reduce-scattered to nl tokens. */
+static int tp_embedding_fwd(struct titan_llama *m)
+{
+	const int64_t C = m->d.dim;
+	const float *w = P(m, TITAN_PARAM_TOK_EMBEDDINGS, -1);
+
+	for (int64_t i = 0; i < m->n; i++) {
+		const int64_t r = (int64_t)m->ids[i] - m->v0;
+
+		if (r >= 0 && r < m->V)
+			memcpy(m->part + i * C, w + r * C, (size_t)C * sizeof(float));
+		else
+			memset(m->part + i * C, 0, (size_t)C * sizeof(float));
+	}
+	return tp_scatter(m, m->x[0], m->part, "tp embedding");
+}
+
+static int tp_embedding_bwd(struct titan_llama *m)
+{
+	const int64_t C = m->d.dim;
+	float *dw = G(m, TITAN_PARAM_TOK_EMBEDDINGS, -1);
+	int rc;
+
+	CK(tp_gather(m, m->dfull, m->dx, "tp embedding grad"));
+	for (int64_t i = 0; i < m->n; i++) { /* token order, as embedding_bwd */
+		const int64_t r = (int64_t)m->ids[i] - m->v0;
+
+		if (r >= 0 && r < m->V)
+			for (int64_t c = 0; c < C; c++)
+				dw[r * C + c] += m->dfull[i * C + c];
+	}
+	return 0;
+}
+
+/* TP classifier + cross-entropy on h[n,C] (gathered) and this rank's
+ * vocabulary rows W[V,C], `chunk` tokens at a time.  Loss parallel: the
+ * row max, the sum of exponentials and the target logit are all-reduced
+ * over the group; otherwise each chunk's logits are all-gathered and every
+ * rank computes the whole rows (torchtitan without loss_parallel).  The
+ * loss is the same on every rank; dh is this rank's partial sum (reduce-
+ * scattered by the caller), dW its rows' gradient. */
+static int tp_classifier_ce(struct titan_llama *m, double *loss_sum, int64_t *n_valid,
+			    float *dh, float *dw, const float *h, const float *w,
+			    const int32_t *labels, float gs)
+{
+	const struct titan_backend_ops *op = m->be->ops;
+	const int64_t n = m->n, C = m->d.dim, V = m->V, Vg = m->d.vocab_size, v0 = m->v0;
+	const int64_t vc = (Vg + m->tpn - 1) / m->tpn;
+	const int64_t chunk = m->o.ce_chunk < n ? m->o.ce_chunk : n;
+	const bool lp = m->o.loss_parallel, grads = dh != NULL;
+	double total = 0;
+	int64_t count = 0;
+	int rc;
+
+	for (int64_t i = 0; i < n; i++)
+		if (labels[i] >= Vg)
+			return titan_error(TITAN_E_INVALID, "label %d at position %lld is outside "
+					   "the vocabulary (size %lld)", (int)labels[i],
+					   (long long)i, (long long)Vg);
+	for (int64_t n0 = 0; n0 < n; n0 += chunk) {
+		const int64_t cn = n0 + chunk < n ? chunk : n - n0;
+		const int32_t *lc = labels + n0;
+		float *z = m->cz, *mx = m->cmx;
+		double *st = m->cst;
+
+		if (V > 0)
+			CK(op->matmul_fwd(m->be, z, h + n0 * C, w, cn, C, V, false));
+		if (lp) {
+			for (int64_t r = 0; r < cn; r++) {
+				float x = -INFINITY;
+
+				for (int64_t j = 0; j < V; j++)
+					x = z[r * V + j] > x ? z[r * V + j] : x;
+				mx[r] = x;
+			}
+			CK(titan_comm_all_reduce(m->tp, TITAN_IN_PLACE, mx, (size_t)cn,
+						 TITAN_DTYPE_F32, TITAN_REDOP_MAX, "tp loss max"));
+			for (int64_t r = 0; r < cn; r++) {
+				double sum = 0;
+				const int64_t y = (int64_t)lc[r] - v0;
+
+				/* the target logit, from the rank that holds it */
+				st[2 * r + 1] = lc[r] >= 0 && y >= 0 && y < V ? z[r * V + y] : 0;
+				for (int64_t j = 0; j < V; j++) {
+					z[r * V + j] = expf(z[r * V + j] - mx[r]);
+					sum += z[r * V + j];
+				}
+				st[2 * r] = sum;
+			}
+			CK(titan_comm_all_reduce(m->tp, TITAN_IN_PLACE, st, (size_t)(2 * cn),
+						 TITAN_DTYPE_F64, TITAN_REDOP_SUM, "tp loss sums"));
+		} else {
+			/* gather the chunk's logits: [tp][cn][vc], the last ranks' padded */
+			float *zg = m->czg, *zf = m->czf;
+
+			for (int64_t r = cn - 1; r >= 0; r--) /* widen rows V -> vc in place */
+				memmove(z + r * vc, z + r * V, (size_t)V * sizeof(float));
+			CK(titan_comm_all_gather(m->tp, z, zg, (size_t)(cn * vc), TITAN_DTYPE_F32,
+						 "tp logits"));
+			for (int k = 0; k < m->tpn; k++) {
+				const int64_t c0 = k * vc, nc = c0 + vc <= Vg ? vc : Vg > c0 ? Vg - c0 : 0;
+
+				for (int64_t r = 0; r < cn; r++)
+					memcpy(zf + r * Vg + c0, zg + ((int64_t)k * cn + r) * vc,
+					       (size_t)nc * sizeof(float));
+			}
+			for (int64_t r = 0; r < cn; r++) {
+				float *zr = zf + r * Vg, x = -INFINITY;
+				double sum = 0;
+
+				for (int64_t j = 0; j < Vg; j++)
+					x = zr[j] > x ? zr[j] : x;
+				mx[r] = x;
+				st[2 * r + 1] = lc[r] >= 0 ? zr[lc[r]] : 0;
+				for (int64_t j = 0; j < Vg; j++) {
+					zr[j] = expf(zr[j] - x);
+					sum += zr[j];
+				}
+				st[2 * r] = sum;
+				/* this rank's columns back, compact */
+				memcpy(z + r * V, zr + v0, (size_t)V * sizeof(float));
+			}
+		}
+		/* loss and, with grads, dz = (softmax − onehot)·gs in z */
+		for (int64_t r = 0; r < cn; r++) {
+			const int64_t y = (int64_t)lc[r] - v0;
+			const float inv = (float)(1.0 / st[2 * r]);
+
+			if (lc[r] < 0) {
+				if (grads)
+					memset(z + r * V, 0, (size_t)V * sizeof(float));
+				continue;
+			}
+			total += ((double)mx[r] + log(st[2 * r])) - st[2 * r + 1];
+			count++;
+			if (!grads)
+				continue;
+			for (int64_t j = 0; j < V; j++)
+				z[r * V + j] = z[r * V + j] * inv * gs;
+			if (y >= 0 && y < V)
+				z[r * V + y] -= gs;
+		}
+		if (grads) {
+			if (V > 0)
+				CK(op->matmul_bwd(m->be, dh + n0 * C, dw, z, h + n0 * C, w, cn, C, V,
+						  false));
+			else
+				CK(op->zero(m->be, dh + n0 * C, cn * C));
+		}
+	}
+	*loss_sum = total;
+	*n_valid = count;
 	return 0;
 }
 
@@ -505,7 +761,8 @@ static int forward(struct titan_llama *m, const int32_t *inputs)
 	span_begin(m, "forward", -1);
 	span_begin(m, "embedding", -1);
 	if ((rc = ghook(m, h->pre_forward, 0)) == 0)
-		rc = op->embedding_fwd(m->be, m->x[0], m->ids, P(m, TITAN_PARAM_TOK_EMBEDDINGS, -1),
+		rc = m->tp ? tp_embedding_fwd(m) :
+		     op->embedding_fwd(m->be, m->x[0], m->ids, P(m, TITAN_PARAM_TOK_EMBEDDINGS, -1),
 				       m->n, m->d.vocab_size, C);
 	if (rc == 0)
 		rc = ghook(m, h->post_forward, 0);
@@ -521,8 +778,10 @@ static int forward(struct titan_llama *m, const int32_t *inputs)
 	if (rc == 0)
 		rc = ghook(m, h->pre_forward, L + 1);
 	if (rc == 0)
-		rc = op->rmsnorm_fwd(m->be, m->xnf, m->rstdf, m->x[L], P(m, TITAN_PARAM_NORM, -1),
-				     m->n, C, (float)m->d.norm_eps);
+		rc = op->rmsnorm_fwd(m->be, m->tp ? m->xn_loc : m->xnf, m->rstdf, m->x[L],
+				     P(m, TITAN_PARAM_NORM, -1), m->nl, C, (float)m->d.norm_eps);
+	if (rc == 0 && m->tp)
+		rc = tp_gather(m, m->xnf, m->xn_loc, "tp output input");
 	span_end(m, "forward");
 	return rc;
 }
@@ -544,7 +803,11 @@ int titan_llama_step(struct titan_llama *m, const int32_t *inputs, const int32_t
 	CK(forward(m, inputs));
 	span_begin(m, "loss", -1);
 	rc = backward ? ghook(m, h->pre_backward, last) : 0;
-	if (rc == 0)
+	if (rc == 0 && m->tp)
+		rc = tp_classifier_ce(m, loss_sum, n_valid, backward ? m->dxn : NULL,
+				      backward ? G(m, TITAN_PARAM_OUTPUT, -1) : NULL, m->xnf,
+				      P(m, TITAN_PARAM_OUTPUT, -1), labels, grad_scale);
+	else if (rc == 0)
 		rc = op->classifier_ce(m->be, loss_sum, n_valid, backward ? m->dxn : NULL,
 				       backward ? G(m, TITAN_PARAM_OUTPUT, -1) : NULL, m->xnf,
 				       P(m, TITAN_PARAM_OUTPUT, -1), labels, m->n, C,
@@ -556,8 +819,11 @@ int titan_llama_step(struct titan_llama *m, const int32_t *inputs, const int32_t
 		return rc;
 	span_begin(m, "backward", -1);
 	span_begin(m, "norm backward", -1);
-	rc = op->rmsnorm_bwd(m->be, m->dx, G(m, TITAN_PARAM_NORM, -1), m->dxn, m->x[L],
-			     P(m, TITAN_PARAM_NORM, -1), m->rstdf, m->n, C, false);
+	rc = m->tp ? tp_scatter(m, m->dxn_loc, m->dxn, "tp output input grad") : 0;
+	if (rc == 0)
+		rc = op->rmsnorm_bwd(m->be, m->dx, G(m, TITAN_PARAM_NORM, -1),
+				     m->tp ? m->dxn_loc : m->dxn, m->x[L],
+				     P(m, TITAN_PARAM_NORM, -1), m->rstdf, m->nl, C, false);
 	if (rc == 0)
 		rc = ghook(m, h->post_backward, last);
 	span_end(m, "norm backward");
@@ -586,7 +852,9 @@ int titan_llama_step(struct titan_llama *m, const int32_t *inputs, const int32_t
 	}
 	if (rc == 0) {
 		span_begin(m, "embedding backward", -1);
-		if ((rc = ghook(m, h->pre_backward, 0)) == 0)
+		if ((rc = ghook(m, h->pre_backward, 0)) == 0 && m->tp)
+			rc = tp_embedding_bwd(m);
+		else if (rc == 0)
 			rc = op->embedding_bwd(m->be, G(m, TITAN_PARAM_TOK_EMBEDDINGS, -1), m->ids,
 					       m->dx, m->n, m->d.vocab_size, C);
 		if (rc == 0)
@@ -601,6 +869,9 @@ int titan_llama_logits(struct titan_llama *m, const int32_t *inputs, float *logi
 {
 	int rc;
 
+	if (m->tp)
+		return titan_error(TITAN_E_UNSUPPORTED, "logits of a tensor-parallel model: "
+				   "load the checkpoint on one rank");
 	CK(forward(m, inputs));
 	CK(m->be->ops->matmul_fwd(m->be, logits, m->xnf, P(m, TITAN_PARAM_OUTPUT, -1), m->n,
 				  m->d.dim, m->d.vocab_size, false));
@@ -616,8 +887,51 @@ int titan_llama_grad_sumsq(struct titan_llama *m, double *sumsq)
 
 		CK(m->be->ops->sumsq(m->be, &sumsq[i], titan_param_view(&m->grads, p),
 				     p->local_numel));
+		if (m->tp && p->tp_dim < 0 && m->tpr > 0)
+			sumsq[i] = 0; /* replicated: counted on TP rank 0 */
 	}
+	if (m->tp)
+		return titan_comm_all_reduce(m->tp, TITAN_IN_PLACE, sumsq, (size_t)m->table.n,
+					     TITAN_DTYPE_F64, TITAN_REDOP_SUM, "tp grad norm");
 	return 0;
+}
+
+int titan_llama_tp_reduce_grads(struct titan_llama *m)
+{
+	int64_t total = 0, at = 0;
+	float *pack;
+	int rc;
+
+	if (!m->tp)
+		return 0;
+	for (int i = 0; i < m->table.n; i++)
+		if (m->table.params[i].tp_dim < 0)
+			total += m->table.params[i].local_numel;
+	if (!(pack = malloc((size_t)(total ? total : 1) * sizeof(*pack))))
+		return titan_error(TITAN_E_NOMEM, "out of memory");
+	for (int i = 0; i < m->table.n; i++) {
+		const struct titan_param *p = &m->table.params[i];
+
+		if (p->tp_dim < 0) {
+			memcpy(pack + at, titan_param_view(&m->grads, p),
+			       (size_t)p->local_numel * sizeof(float));
+			at += p->local_numel;
+		}
+	}
+	rc = titan_comm_all_reduce(m->tp, TITAN_IN_PLACE, pack, (size_t)total, TITAN_DTYPE_F32,
+				   TITAN_REDOP_SUM, "tp norm grads");
+	at = 0;
+	for (int i = 0; i < m->table.n && rc == 0; i++) {
+		const struct titan_param *p = &m->table.params[i];
+
+		if (p->tp_dim < 0) {
+			memcpy(titan_param_view(&m->grads, p), pack + at,
+			       (size_t)p->local_numel * sizeof(float));
+			at += p->local_numel;
+		}
+	}
+	free(pack);
+	return rc;
 }
 
 void titan_grad_norm_from_sumsq(const double *sumsq, int n, double max_norm, double *norm,

@@ -432,6 +432,8 @@ int titan_trainer_run(struct titan_trainer *t)
 		titan_trace_begin(t->trace, "grad sync", "comm", step);
 		if (t->dp && (rc = titan_dp_finish_grads(t->dp)) < 0)
 			return rc;
+		if ((rc = titan_llama_tp_reduce_grads(t->model)) < 0)
+			return rc;
 		titan_trace_end(t->trace);
 		/* the global loss: Σ ranks' loss sums / global valid tokens */
 		red[0] = loss_sum;
@@ -529,18 +531,33 @@ int titan_trainer_stopped_by(const struct titan_trainer *t)
 static int check_layout(const struct titan_trainer *t)
 {
 	const struct titan_parallel_dims *pd = &t->dist->dims;
+	const struct titan_config *c = &t->cfg;
+	const int64_t tp = pd->degree[TITAN_DIM_TP];
 	static const char *const key[TITAN_DIM_NDIMS] = {
-		"pipeline_parallel_degree", NULL, NULL, "context_parallel_degree",
-		"tensor_parallel_degree",
+		"pipeline_parallel_degree", NULL, NULL, "context_parallel_degree", NULL,
 	};
 
 	for (int d = 0; d < TITAN_DIM_NDIMS; d++)
 		if (key[d] && pd->degree[d] > 1)
 			return titan_error(TITAN_E_UNSUPPORTED,
-					   "parallelism.%s %lld: tensor, pipeline and context "
-					   "parallelism are not implemented yet (set it to 1; the "
-					   "data-parallel degrees work)", key[d],
+					   "parallelism.%s %lld: pipeline and context parallelism "
+					   "are not implemented yet (set it to 1; the data-parallel "
+					   "and tensor-parallel degrees work)", key[d],
 					   (long long)pd->degree[d]);
+	if (tp > 1 && (t->dims.n_heads % tp || t->dims.n_kv_heads % tp ||
+		       t->dims.ffn_hidden % tp))
+		return titan_error(TITAN_E_INVALID, "parallelism.tensor_parallel_degree %lld must "
+				   "divide model n_heads %lld, n_kv_heads %lld and the FFN hidden "
+				   "size %lld", (long long)tp, (long long)t->dims.n_heads,
+				   (long long)t->dims.n_kv_heads, (long long)t->dims.ffn_hidden);
+	if (tp > 1 && c->training.seq_len % tp)
+		return titan_error(TITAN_E_INVALID, "parallelism.tensor_parallel_degree %lld must "
+				   "divide training.seq_len %lld (sequence parallelism shards "
+				   "the sequence)", (long long)tp, (long long)c->training.seq_len);
+	if (tp > 1 && c->parallelism.enable_async_tensor_parallel)
+		return titan_error(TITAN_E_INVALID, "parallelism.enable_async_tensor_parallel: "
+				   "not supported (the CPU path runs TP's collectives between the "
+				   "matmuls); set it to false");
 	if (t->cfg.parallelism.data_parallel_replicate_degree < 1)
 		return titan_error(TITAN_E_INVALID, "parallelism.data_parallel_replicate_degree");
 	return 0;
@@ -773,6 +790,8 @@ int titan_trainer_new(const struct titan_config *cfg, const struct titan_trainer
 		t->mo.shard_rank = titan_comm_rank(comm(t, TITAN_DIM_FSDP));
 		t->mo.shard_degree = (int)t->fsdp_degree;
 	}
+	t->mo.tp = comm(t, TITAN_DIM_TP);
+	t->mo.loss_parallel = !c->parallelism.disable_loss_parallel;
 	if ((rc = titan_llama_new(&t->dims, &t->mo, &t->be, NULL, &t->model)) < 0)
 		return rc;
 	titan_llama_set_hooks(t->model, &(struct titan_llama_hooks){hook_begin, hook_end, t});
