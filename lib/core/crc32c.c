@@ -3,6 +3,9 @@
  * and checkpoint checksums: a slicing-by-8 software path and the SSE4.2
  * crc32 instruction, chosen at run time.  Both use the standard pre/post
  * inversion, so results chain: crc(crc(0, a), b) == crc(0, a || b).
+ * titan_crc32c_combine joins the CRCs of pieces computed apart (zlib's
+ * crc32_combine): ranks checksum their slices of a tensor without
+ * gathering the data.
  */
 #include "titan/core.h"
 
@@ -32,6 +35,38 @@ static void table_init(void)
 			uint32_t c = crc_table[t - 1][i];
 			crc_table[t][i] = (c >> 8) ^ crc_table[0][c & 0xff];
 		}
+}
+
+/* a * b modulo P, bit-reflected (zlib's multmodp); a must be nonzero. */
+static uint32_t multmodp(uint32_t a, uint32_t b)
+{
+	uint32_t m = 1u << 31, p = 0;
+
+	for (;;) {
+		if (a & m) {
+			p ^= b;
+			if ((a & (m - 1)) == 0)
+				break;
+		}
+		m >>= 1;
+		b = (b & 1) ? (b >> 1) ^ POLY : b >> 1;
+	}
+	return p;
+}
+
+/* x^(8n) modulo P, by squaring. */
+static uint32_t x8nmodp(uint64_t n)
+{
+	uint32_t p = 1u << 31, sq = 1u << 30; /* x^0, x^1 */
+
+	for (int k = 0; k < 3; k++)
+		sq = multmodp(sq, sq); /* x^8 */
+	for (; n; n >>= 1) {
+		if (n & 1)
+			p = multmodp(sq, p);
+		sq = multmodp(sq, sq);
+	}
+	return p;
 }
 
 uint32_t titan_crc32c_sw(uint32_t crc, const void *data, size_t n)
@@ -70,38 +105,6 @@ uint32_t titan_crc32c_sw(uint32_t crc, const void *data, size_t n)
 #define SHORT_BLOCK 256
 
 static uint32_t shift_long[4][256], shift_short[4][256];
-
-/* a * b modulo P, bit-reflected (zlib's multmodp); a must be nonzero. */
-static uint32_t multmodp(uint32_t a, uint32_t b)
-{
-	uint32_t m = 1u << 31, p = 0;
-
-	for (;;) {
-		if (a & m) {
-			p ^= b;
-			if ((a & (m - 1)) == 0)
-				break;
-		}
-		m >>= 1;
-		b = (b & 1) ? (b >> 1) ^ POLY : b >> 1;
-	}
-	return p;
-}
-
-/* x^(8n) modulo P, by squaring. */
-static uint32_t x8nmodp(size_t n)
-{
-	uint32_t p = 1u << 31, sq = 1u << 30; /* x^0, x^1 */
-
-	for (int k = 0; k < 3; k++)
-		sq = multmodp(sq, sq); /* x^8 */
-	for (; n; n >>= 1) {
-		if (n & 1)
-			p = multmodp(sq, p);
-		sq = multmodp(sq, sq);
-	}
-	return p;
-}
 
 static void shift_table(uint32_t t[4][256], size_t bytes)
 {
@@ -195,4 +198,23 @@ uint32_t titan_crc32c(uint32_t crc, const void *data, size_t n)
 		return crc32c_hw(crc, data, n);
 #endif
 	return titan_crc32c_sw(crc, data, n);
+}
+
+/* The same n many times in a row (the rows of a tensor-parallel slice):
+ * x^(8n) is computed once per thread and length. */
+static _Thread_local uint64_t shift_n = 0;
+static _Thread_local uint32_t shift_op = 1u << 31; /* x^0 */
+
+uint32_t titan_crc32c_shift(uint32_t crc, uint64_t n)
+{
+	if (n != shift_n) {
+		shift_op = x8nmodp(n);
+		shift_n = n;
+	}
+	return crc ? multmodp(shift_op, crc) : 0;
+}
+
+uint32_t titan_crc32c_combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b)
+{
+	return titan_crc32c_shift(crc_a, len_b) ^ crc_b;
 }

@@ -101,7 +101,7 @@ enum titan_log_level titan_log_get_level(void);
 int titan_log_parse_level(const char *s, enum titan_log_level *out);
 void titan_log_set_stream(FILE *fp); /* NULL = stderr */
 void titan_log(enum titan_log_level level, const char *fmt, ...) TITAN_PRINTF(2, 3);
-void titan_vlog(enum titan_log_level level, const char *fmt, va_list ap);
+void titan_vlog(enum titan_log_level level, const char *fmt, va_list ap) TITAN_PRINTF(2, 0);
 #define titan_log_error(...) titan_log(TITAN_LOG_ERROR, __VA_ARGS__)
 #define titan_log_warn(...) titan_log(TITAN_LOG_WARN, __VA_ARGS__)
 #define titan_log_info(...) titan_log(TITAN_LOG_INFO, __VA_ARGS__)
@@ -279,6 +279,16 @@ static inline double titan_timer_seconds(const struct titan_timer *t)
  * both give the same value.  Chain calls by passing the previous result. */
 uint32_t titan_crc32c(uint32_t crc, const void *data, size_t n);
 uint32_t titan_crc32c_sw(uint32_t crc, const void *data, size_t n);
+/* crc32c(A || B) from crc32c(A), crc32c(B) and B's length in bytes (zlib's
+ * crc32_combine), in O(log len_b) without the data.  Pieces of a buffer
+ * checksummed apart (by ranks, by threads) join in any grouping. */
+uint32_t titan_crc32c_combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b);
+/* crc · x^(8n) mod P: crc32c(A) moved past n more bytes, so that
+ * crc32c(A || B) = titan_crc32c_shift(crc32c(A), |B|) ^ crc32c(B).  The CRC
+ * of a buffer is then the XOR over any pieces that tile it of
+ * shift(crc32c(piece), bytes after the piece): ranks holding disjoint
+ * pieces reduce their terms with a bitwise XOR, in any order. */
+uint32_t titan_crc32c_shift(uint32_t crc, uint64_t n);
 
 /* --------------------------------------------------------------- json out */
 

@@ -2,7 +2,8 @@
  * test_crc32c.c — CRC32C known answers (the check value and RFC 3720 B.4),
  * hardware == software on random buffers of many lengths and alignments
  * (including the 3-way interleaved block sizes of the hardware path),
- * and chaining.
+ * chaining, and combining pieces checksummed apart (crc32c_combine, and
+ * the XOR of shifted pieces that ranks reduce).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -144,6 +145,49 @@ static void test_chaining(void **state)
 	assert_int_equal(titan_crc32c(titan_crc32c(0, "1234", 4), "56789", 5), 0xE3069283u);
 }
 
+static void test_combine(void **state)
+{
+	enum { N = 70000 };
+	static unsigned char buf[N];
+	(void)state;
+
+	for (size_t i = 0; i < N; i++)
+		buf[i] = (unsigned char)xorshift();
+	uint32_t whole = titan_crc32c(0, buf, N);
+	for (size_t cut = 0; cut <= N; cut += 1231) {
+		uint32_t a = titan_crc32c(0, buf, cut), b = titan_crc32c(0, buf + cut, N - cut);
+		assert_int_equal(titan_crc32c_combine(a, b, N - cut), whole);
+	}
+	assert_int_equal(titan_crc32c_combine(titan_crc32c(0, "1234", 4),
+					      titan_crc32c(0, "56789", 5), 5), 0xE3069283u);
+	/* an empty piece on either side changes nothing */
+	assert_int_equal(titan_crc32c_combine(whole, 0, 0), whole);
+	assert_int_equal(titan_crc32c_combine(0, whole, N), whole);
+	/* pieces of random lengths, each shifted to the end of the buffer and
+	 * XOR-ed in any order (what ranks holding slices reduce) */
+	for (int k = 0; k < 20; k++) {
+		size_t at = 0;
+		uint32_t x = 0;
+
+		while (at < N) {
+			size_t n = (size_t)(xorshift() % 9000);
+
+			if (n > N - at)
+				n = N - at;
+			x ^= titan_crc32c_shift(titan_crc32c(0, buf + at, n), N - at - n);
+			/* the same length twice in a row (a cached shift) */
+			assert_int_equal(titan_crc32c_shift(titan_crc32c(0, buf + at, n), N - at - n),
+					 titan_crc32c_shift(titan_crc32c(0, buf + at, n), N - at - n));
+			at += n;
+		}
+		assert_int_equal(x, whole);
+	}
+	/* a shift by 0 bytes is the identity; large lengths stay exact */
+	assert_int_equal(titan_crc32c_shift(0xE3069283u, 0), 0xE3069283u);
+	assert_int_equal(titan_crc32c_shift(titan_crc32c_shift(whole, 3000000000ull), 5),
+			 titan_crc32c_shift(whole, 3000000005ull));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -153,6 +197,7 @@ int main(void)
 		cmocka_unit_test(test_hw_equals_sw),
 		cmocka_unit_test(test_hw_long_buffers),
 		cmocka_unit_test(test_chaining),
+		cmocka_unit_test(test_combine),
 	};
 	return cmocka_run_group_tests_name("crc32c", tests, NULL, NULL);
 }
