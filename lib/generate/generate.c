@@ -1,0 +1,376 @@
+/*
+ * generate.c — the inference forward of a Llama 3 with a KV cache, and the
+ * generation loop (prefill, then sample / emit / feed one token at a
+ * time).  The block is lib/train/llama.c's block_fwd on the same backend
+ * ops, for the tokens at positions pos .. pos+n−1 of one sequence; keys and
+ * values (after RoPE) are appended to a per-layer cache.  torchtitan
+ * counterpart: scripts/generate/_generation.py (generate, generate_next_token)
+ * with the KV cache of transformers' LlamaForCausalLM.
+ */
+#include "titan/generate.h"
+
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define DEFAULT_BATCH 256
+
+struct titan_generator {
+	const struct titan_param_table *t;
+	const float *params;
+	struct titan_model_dims d;
+	struct titan_backend *be;
+	struct titan_allocator *alloc;
+	int64_t capacity, batch, pos;
+	int64_t q, kv;           /* H·D, Hkv·D */
+	int nthreads;
+	float *freqs;            /* [capacity, D/2, 2] */
+	float **kc, **vc;        /* per layer [capacity, Hkv·D] */
+	float *x, *xn, *qb, *att, *lse, *rstd, *a, *b, *xl; /* activations of one chunk */
+	float *scores;           /* [nthreads, capacity] */
+	uint32_t *ids;           /* [batch] */
+	void **blocks;           /* every allocation, for free */
+	int nblocks;
+};
+
+static const float *W(const struct titan_generator *g, enum titan_param_role r, int layer)
+{
+	int i = titan_param_index(g->t, r, layer);
+
+	if (i < 0 && r == TITAN_PARAM_OUTPUT) /* tied: the embedding */
+		i = titan_param_index(g->t, TITAN_PARAM_TOK_EMBEDDINGS, -1);
+	TITAN_ASSERT(i >= 0);
+	return g->params + g->t->params[i].offset;
+}
+
+static void *galloc(struct titan_generator *g, int64_t bytes, enum titan_mem_tag tag)
+{
+	void *p = titan_mem_alloc(g->alloc, (size_t)bytes, tag);
+
+	if (p)
+		g->blocks[g->nblocks++] = p;
+	return p;
+}
+
+int titan_generator_new(const struct titan_param_table *t, const float *params,
+			const struct titan_generator_opts *o, struct titan_backend *be,
+			struct titan_allocator *alloc, struct titan_generator **out)
+{
+	struct titan_generator *g;
+	const struct titan_model_dims *d = &t->dims;
+	struct titan_rope_scaling sc = {d->rope_scaling_factor, d->rope_low_freq_factor,
+					d->rope_high_freq_factor,
+					(double)d->rope_original_max_position};
+	const enum titan_mem_tag ws = TITAN_MEM_WORKSPACE, act = TITAN_MEM_ACTIVATIONS;
+	int64_t B, C, F, L;
+	int rc = TITAN_E_NOMEM;
+
+	*out = NULL;
+	if (strcmp(be->ops->name, "cpu") != 0)
+		return titan_error(TITAN_E_UNSUPPORTED, "generation runs on the cpu backend, not %s",
+				   be->ops->name);
+	if (t->opts.shard_degree > 1 || t->opts.tp_degree > 1 || t->local_numel != t->numel)
+		return titan_error(TITAN_E_INVALID, "generation needs the whole model: the "
+				   "parameter table is a shard");
+	if (o->capacity < 1 || o->batch < 0)
+		return titan_error(TITAN_E_INVALID, "generator: capacity %lld must be >= 1 and "
+				   "batch %lld >= 0", (long long)o->capacity, (long long)o->batch);
+	if (!(g = calloc(1, sizeof(*g))))
+		return titan_error(TITAN_E_NOMEM, "out of memory");
+	g->t = t;
+	g->params = params;
+	g->d = *d;
+	g->be = be;
+	g->alloc = alloc ? alloc : titan_host_allocator();
+	g->capacity = o->capacity;
+	g->batch = o->batch ? o->batch : DEFAULT_BATCH;
+	if (g->batch > g->capacity)
+		g->batch = g->capacity;
+	g->nthreads = be->nthreads > 0 ? be->nthreads : 1;
+	B = g->batch;
+	C = d->dim;
+	F = d->ffn_hidden;
+	L = d->n_layers;
+	g->q = d->n_heads * d->head_dim;
+	g->kv = d->n_kv_heads * d->head_dim;
+	if (!(g->blocks = calloc((size_t)(2 * L + 16), sizeof(*g->blocks))) ||
+	    !(g->kc = calloc((size_t)L, sizeof(*g->kc))) ||
+	    !(g->vc = calloc((size_t)L, sizeof(*g->vc))))
+		goto fail;
+	for (int64_t l = 0; l < L; l++)
+		if (!(g->kc[l] = galloc(g, g->capacity * g->kv * 4, act)) ||
+		    !(g->vc[l] = galloc(g, g->capacity * g->kv * 4, act)))
+			goto fail;
+	if (!(g->freqs = galloc(g, g->capacity * d->head_dim * 4, TITAN_MEM_OTHER)) ||
+	    !(g->x = galloc(g, B * C * 4, ws)) || !(g->xn = galloc(g, B * C * 4, ws)) ||
+	    !(g->qb = galloc(g, B * g->q * 4, ws)) || !(g->att = galloc(g, B * g->q * 4, ws)) ||
+	    !(g->lse = galloc(g, B * d->n_heads * 4, ws)) || !(g->rstd = galloc(g, B * 4, ws)) ||
+	    !(g->a = galloc(g, B * F * 4, ws)) ||
+	    !(g->b = galloc(g, B * F * 4, ws)) || !(g->xl = galloc(g, C * 4, ws)) ||
+	    !(g->scores = galloc(g, (int64_t)g->nthreads * (g->capacity + d->head_dim) * 4, ws)) ||
+	    !(g->ids = galloc(g, B * 4, TITAN_MEM_DATA)))
+		goto fail;
+	if ((rc = titan_rope_freqs(g->freqs, g->capacity, d->head_dim, d->rope_theta,
+				   d->rope_scaling ? &sc : NULL)) < 0)
+		goto fail;
+	*out = g;
+	return 0;
+fail:
+	if (rc == TITAN_E_NOMEM && !titan_error_last()->code)
+		titan_error(rc, "out of memory for the generator (KV cache of %lld positions)",
+			    (long long)o->capacity);
+	titan_generator_free(g);
+	return rc;
+}
+
+void titan_generator_free(struct titan_generator *g)
+{
+	if (!g)
+		return;
+	for (int i = 0; i < g->nblocks; i++)
+		titan_mem_free(g->alloc, g->blocks[i]);
+	free(g->blocks);
+	free(g->kc);
+	free(g->vc);
+	free(g);
+}
+
+void titan_generator_reset(struct titan_generator *g)
+{
+	g->pos = 0;
+}
+
+int64_t titan_generator_pos(const struct titan_generator *g)
+{
+	return g->pos;
+}
+
+int64_t titan_generator_capacity(const struct titan_generator *g)
+{
+	return g->capacity;
+}
+
+int64_t titan_generator_vocab(const struct titan_generator *g)
+{
+	return g->d.vocab_size;
+}
+
+/* att[i, h, :] for the n queries q[i, h, :] at positions p0 + i, each
+ * against the cached keys/values 0 .. p0 + i of kv head h / (H/Hkv):
+ * softmax(q·k / sqrt(D)) v with the scores max-shifted, their exponentials
+ * summed in double.  One task per (query, head); host memory. */
+static void attend_cache(struct titan_generator *g, const float *kc, const float *vc,
+			 int64_t p0, int64_t n)
+{
+	const int64_t H = g->d.n_heads, D = g->d.head_dim, rep = H / g->d.n_kv_heads;
+	const int64_t kvd = g->kv, qd = g->q, stride = g->capacity + D;
+	const float scale = 1.0f / sqrtf((float)D);
+	const int64_t ntask = n * H, work = n * H * (p0 + n) * D;
+	const int nt = work < 65536 ? 1 : (int)(ntask < g->nthreads ? ntask : g->nthreads);
+
+	#pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
+	for (int64_t task = 0; task < ntask; task++) {
+		const int64_t i = task / H, h = task % H, hk = h / rep, nk = p0 + i + 1;
+		const float *qv = g->qb + i * qd + h * D;
+		float *s = g->scores + (int64_t)omp_get_thread_num() * stride;
+		float *acc = s + g->capacity;
+		float *o = g->att + i * qd + h * D;
+		float mx = -INFINITY;
+		double sum = 0;
+
+		for (int64_t j = 0; j < nk; j++) {
+			const float *kr = kc + j * kvd + hk * D;
+			float dot = 0;
+
+			for (int64_t e = 0; e < D; e++)
+				dot += qv[e] * kr[e];
+			s[j] = dot * scale;
+			if (s[j] > mx)
+				mx = s[j];
+		}
+		for (int64_t e = 0; e < D; e++)
+			acc[e] = 0;
+		for (int64_t j = 0; j < nk; j++) {
+			const float *vr = vc + j * kvd + hk * D;
+			const float w = expf(s[j] - mx);
+
+			sum += w;
+			for (int64_t e = 0; e < D; e++)
+				acc[e] += w * vr[e];
+		}
+		for (int64_t e = 0; e < D; e++)
+			o[e] = (float)(acc[e] / sum);
+	}
+}
+
+#define CK(call) do { if ((rc = (call)) < 0) return rc; } while (0)
+
+/* Tokens ids[0..n) at positions pos .. pos+n−1 through every block; the
+ * residual stream of the chunk ends in g->x. */
+static int chunk_fwd(struct titan_generator *g, int64_t n)
+{
+	const struct titan_backend_ops *op = g->be->ops;
+	struct titan_backend *be = g->be;
+	const struct titan_model_dims *d = &g->d;
+	const int64_t C = d->dim, F = d->ffn_hidden, D = d->head_dim, p0 = g->pos;
+	const float eps = (float)d->norm_eps;
+	int rc;
+
+	CK(op->embedding_fwd(be, g->x, g->ids, W(g, TITAN_PARAM_TOK_EMBEDDINGS, -1), n,
+			     d->vocab_size, C));
+	for (int l = 0; l < (int)d->n_layers; l++) {
+		float *k = g->kc[l] + p0 * g->kv, *v = g->vc[l] + p0 * g->kv;
+
+		CK(op->rmsnorm_fwd(be, g->xn, g->rstd, g->x, W(g, TITAN_PARAM_ATTENTION_NORM, l),
+				   n, C, eps));
+		CK(op->matmul_fwd(be, g->qb, g->xn, W(g, TITAN_PARAM_WQ, l), n, C, g->q, false));
+		CK(op->matmul_fwd(be, k, g->xn, W(g, TITAN_PARAM_WK, l), n, C, g->kv, false));
+		CK(op->matmul_fwd(be, v, g->xn, W(g, TITAN_PARAM_WV, l), n, C, g->kv, false));
+		CK(op->rope_fwd(be, g->qb, g->freqs + p0 * D, 1, n, d->n_heads, D));
+		CK(op->rope_fwd(be, k, g->freqs + p0 * D, 1, n, d->n_kv_heads, D));
+		if (p0 == 0) {
+			const struct titan_attn_dims ad = {1, n, d->n_heads, d->n_kv_heads, D};
+
+			CK(op->attention_fwd(be, g->att, g->lse, g->qb, k, v, &ad));
+		} else {
+			attend_cache(g, g->kc[l], g->vc[l], p0, n);
+		}
+		/* x += att·woᵀ: the training block's copy-then-accumulate */
+		CK(op->matmul_fwd(be, g->x, g->att, W(g, TITAN_PARAM_WO, l), n, g->q, C, true));
+		CK(op->rmsnorm_fwd(be, g->xn, g->rstd, g->x, W(g, TITAN_PARAM_FFN_NORM, l), n, C,
+				   eps));
+		CK(op->matmul_fwd(be, g->a, g->xn, W(g, TITAN_PARAM_W1, l), n, C, F, false));
+		CK(op->matmul_fwd(be, g->b, g->xn, W(g, TITAN_PARAM_W3, l), n, C, F, false));
+		CK(op->swiglu_fwd(be, g->a, g->a, g->b, n * F));
+		CK(op->matmul_fwd(be, g->x, g->a, W(g, TITAN_PARAM_W2, l), n, F, C, true));
+	}
+	return 0;
+}
+
+int titan_generator_forward(struct titan_generator *g, const int32_t *tokens, int64_t n,
+			    float *logits, bool all)
+{
+	const struct titan_backend_ops *op = g->be->ops;
+	const int64_t C = g->d.dim, V = g->d.vocab_size;
+	const float eps = (float)g->d.norm_eps;
+	int rc;
+
+	if (n < 0 || g->pos + n > g->capacity)
+		return titan_error(TITAN_E_INVALID, "%lld more tokens at position %lld exceed the "
+				   "generator's capacity of %lld positions", (long long)n,
+				   (long long)g->pos, (long long)g->capacity);
+	for (int64_t c0 = 0; c0 < n; c0 += g->batch) {
+		const int64_t m = n - c0 < g->batch ? n - c0 : g->batch;
+		const bool last = c0 + m == n;
+
+		for (int64_t i = 0; i < m; i++) {
+			if (tokens[c0 + i] < 0 || tokens[c0 + i] >= V)
+				return titan_error(TITAN_E_INVALID, "token %lld is id %d, outside the "
+						   "vocabulary (size %lld)", (long long)(c0 + i),
+						   tokens[c0 + i], (long long)V);
+			g->ids[i] = (uint32_t)tokens[c0 + i];
+		}
+		CK(chunk_fwd(g, m));
+		g->pos += m;
+		if (!logits)
+			continue;
+		if (all) {
+			CK(op->rmsnorm_fwd(g->be, g->xn, g->rstd, g->x, W(g, TITAN_PARAM_NORM, -1), m,
+					   C, eps));
+			CK(op->matmul_fwd(g->be, logits + c0 * V, g->xn, W(g, TITAN_PARAM_OUTPUT, -1),
+					  m, C, V, false));
+		} else if (last) {
+			CK(op->rmsnorm_fwd(g->be, g->xl, g->rstd, g->x + (m - 1) * C,
+					   W(g, TITAN_PARAM_NORM, -1), 1, C, eps));
+			CK(op->matmul_fwd(g->be, logits, g->xl, W(g, TITAN_PARAM_OUTPUT, -1), 1, C, V,
+					  false));
+		}
+	}
+	return 0;
+}
+
+/* ------------------------------------------------------------- the loop */
+
+const char *titan_gen_stop_name(enum titan_gen_stop s)
+{
+	switch (s) {
+	case TITAN_GEN_STOP_EOS: return "eos";
+	case TITAN_GEN_STOP_LENGTH: return "max_new_tokens";
+	case TITAN_GEN_STOP_CONTEXT: return "context";
+	case TITAN_GEN_STOP_CALLBACK: return "callback";
+	}
+	return "?";
+}
+
+int titan_generate(struct titan_generator *g, const int32_t *prompt, int64_t n,
+		   const struct titan_gen_opts *o, titan_gen_token_fn fn, void *ctx,
+		   struct titan_gen_result *res)
+{
+	struct titan_gen_result r = {.n_prompt = n, .stop = TITAN_GEN_STOP_LENGTH};
+	struct titan_sampler s = {0};
+	float *logits = NULL;
+	uint64_t t0 = titan_time_ns(), t1 = t0;
+	int rc;
+
+	if (n < 1 || n > g->capacity) {
+		rc = titan_error(TITAN_E_INVALID, "the prompt is %lld tokens: expected 1 to %lld "
+				 "(the generator's capacity)", (long long)n, (long long)g->capacity);
+		goto done;
+	}
+	if (o->max_new_tokens < 0) {
+		rc = titan_error(TITAN_E_INVALID, "max_new_tokens %lld must be >= 0",
+				 (long long)o->max_new_tokens);
+		goto done;
+	}
+	if ((rc = titan_sampler_init(&s, &o->sampling, g->d.vocab_size)) < 0)
+		goto done;
+	if (!(logits = titan_mem_alloc(g->alloc, (size_t)g->d.vocab_size * sizeof(float),
+				       TITAN_MEM_WORKSPACE))) {
+		rc = TITAN_E_NOMEM;
+		goto done;
+	}
+	titan_generator_reset(g);
+	if ((rc = titan_generator_forward(g, prompt, n, logits, false)) < 0)
+		goto done;
+	t1 = titan_time_ns();
+	for (;;) {
+		int32_t id;
+
+		if (r.n_new == o->max_new_tokens) {
+			r.stop = TITAN_GEN_STOP_LENGTH;
+			break;
+		}
+		if (n + r.n_new == g->capacity) {
+			r.stop = TITAN_GEN_STOP_CONTEXT;
+			break;
+		}
+		if ((rc = titan_sampler_sample(&s, logits, &id)) < 0)
+			break;
+		if (id == o->eos_id) {
+			r.stop = TITAN_GEN_STOP_EOS;
+			break;
+		}
+		r.n_new++;
+		if (fn && (rc = fn(ctx, id)) != 0) {
+			if (rc > 0) {
+				r.stop = TITAN_GEN_STOP_CALLBACK;
+				rc = 0;
+			}
+			break;
+		}
+		/* the token's successor is only needed when there is room for it */
+		if (r.n_new == o->max_new_tokens || n + r.n_new == g->capacity)
+			continue;
+		if ((rc = titan_generator_forward(g, &id, 1, logits, false)) < 0)
+			break;
+	}
+done:
+	r.prefill_s = (double)(t1 - t0) * 1e-9;
+	r.decode_s = (double)(titan_time_ns() - t1) * 1e-9;
+	if (res)
+		*res = r;
+	titan_mem_free(g->alloc, logits);
+	titan_sampler_release(&s);
+	return rc;
+}
