@@ -191,12 +191,12 @@ static int check_part(struct titan_ckpt_file *f, const struct titan_param_table 
 		if (!ti)
 			return titan_error(TITAN_E_INVALID, "'%s': %s/%s is missing (a checkpoint of "
 					   "another model?)", in->path, pn, p->name);
-		if (ti->ndim != p->ndim || ti->shape[0] != p->shape[0] ||
-		    (p->ndim == 2 && ti->shape[1] != p->shape[1]))
+		if (ti->ndim != p->ndim || ti->shape[0] != p->gshape[0] ||
+		    (p->ndim == 2 && ti->shape[1] != p->gshape[1]))
 			return titan_error(TITAN_E_INVALID, "'%s': %s/%s: shape %s, the model has %s",
 					   in->path, pn, p->name,
 					   shape_str(a, sizeof(a), ti->ndim, ti->shape),
-					   shape_str(b, sizeof(b), p->ndim, p->shape));
+					   shape_str(b, sizeof(b), p->ndim, p->gshape));
 	}
 	for (size_t i = 0; i < in->n_tensors; i++) {
 		const struct titan_ckpt_tensor_info *ti = &in->tensors[i];
@@ -215,8 +215,13 @@ static int read_part(struct titan_ckpt_file *f, const struct titan_param_table *
 {
 	for (int i = 0; i < t->n; i++) {
 		const struct titan_param *p = &t->params[i];
-		int rc = titan_ckpt_read(f, titan_ckpt_find(f, part, p->name), p->row0, p->rows,
-					 arena + p->offset);
+		const struct titan_ckpt_tensor_info *ti = titan_ckpt_find(f, part, p->name);
+		/* a TP slice: rows of the vocabulary / column-parallel weights, a
+		 * window of the columns of wo and w2 */
+		int rc = p->tp_dim < 0 ? titan_ckpt_read(f, ti, p->row0, p->rows, arena + p->offset) :
+			 titan_ckpt_read_window(f, ti, p->row0 + (p->tp_dim == 0 ? p->tp_off : 0),
+						p->rows, p->tp_dim == 1 ? p->tp_off : 0,
+						p->shape[1], arena + p->offset);
 
 		if (rc < 0)
 			return rc;

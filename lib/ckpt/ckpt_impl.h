@@ -60,6 +60,13 @@ int titan_ckpt_writer_rows_(struct titan_ckpt_writer *w, enum titan_ckpt_part pa
 			    const char *name, int ndim, const int64_t *shape, int64_t row0,
 			    int64_t rows, const float *data, enum titan_ckpt_dtype dtype,
 			    int64_t calls);
+/* The same for a window of a 2-d tensor: rows [row0, row0 + rows) x
+ * columns [col0, col0 + cols) from `data` (rows · cols floats): a
+ * tensor-parallel slice of the columns. */
+int titan_ckpt_writer_window_(struct titan_ckpt_writer *w, enum titan_ckpt_part part,
+			      const char *name, int ndim, const int64_t *shape, int64_t row0,
+			      int64_t rows, int64_t col0, int64_t cols, const float *data,
+			      enum titan_ckpt_dtype dtype, int64_t calls);
 /* Rows of `row` elements per write call for `dtype` (>= 1). */
 int64_t titan_ckpt_rows_per_block_(int64_t row, enum titan_ckpt_dtype dtype);
 /* Close w's file (collective with MPI-IO) and property lists; w keeps its

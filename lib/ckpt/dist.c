@@ -216,7 +216,8 @@ struct job {
 
 static int64_t rows_of(const struct job *j, const struct titan_param *p)
 {
-	return j->write_rows ? p->rows : 0;
+	/* replicated over TP (the norms): TP rank 0's copy */
+	return j->write_rows && (p->tp_dim >= 0 || j->t->opts.tp_rank == 0) ? p->rows : 0;
 }
 
 /* The same model on every rank, the row counts of every tensor adding up
@@ -240,12 +241,12 @@ static int plan(struct job *j)
 					j->c->comm))) < 0)
 		return rc;
 	for (int i = 0; i < t->n; i++)
-		if (rows[i] != t->params[i].shape[0])
+		if (rows[i] != t->params[i].gshape[0] * t->params[i].gshape[1])
 			return titan_error(TITAN_E_INVALID, "checkpoint '%s': the ranks that write "
-					   "hold %lld rows of %s, which has %lld (write_rows must "
-					   "cover every row exactly once)", j->path,
+					   "hold %lld elements of %s, which has %lld (write_rows "
+					   "must cover every element exactly once)", j->path,
 					   (long long)rows[i], t->params[i].name,
-					   (long long)t->params[i].shape[0]);
+					   (long long)(t->params[i].gshape[0] * t->params[i].gshape[1]));
 	return 0;
 }
 
@@ -264,10 +265,14 @@ static int prepare(struct job *j, const char *folder)
 		rc = titan_error(TITAN_E_NOMEM, "out of memory");
 	for (int i = 0; rc == 0 && i < t->n; i++) {
 		const struct titan_param *p = &t->params[i];
-		int64_t per = titan_ckpt_rows_per_block_(p->numel / p->shape[0], j->dtype);
+		int64_t per = titan_ckpt_rows_per_block_(p->shape[1], j->dtype);
 
-		j->calls[t->n + i] = rows_of(j, p);
+		j->calls[t->n + i] = rows_of(j, p) * p->shape[1]; /* elements */
 		j->calls[i] = (rows_of(j, p) + per - 1) / per;
+		if (p->tp_dim >= 0 && j->gather && rc == 0)
+			rc = titan_error(TITAN_E_UNSUPPORTED, "checkpoint '%s': a tensor-parallel "
+					 "model is saved with parallel HDF5 only (this build's "
+					 "HDF5 is serial: install libhdf5-mpich-dev)", j->path);
 	}
 	if (rc == 0 && j->gather && c->rank == 0) {
 		int64_t most = 0;
@@ -373,12 +378,16 @@ static int write_file(const struct job *j)
 
 			if (j->gather)
 				rc = gather_one(j, w, part, p);
-			else
-				rc = titan_ckpt_writer_rows_(w, part, p->name, p->ndim, p->shape,
-							     p->row0, rows_of(j, p),
-							     arena(j, part) + p->offset,
-							     part == TITAN_CKPT_MODEL ? j->dtype :
-							     TITAN_CKPT_FLOAT32, j->calls[i]);
+			else /* TP: the slice's place in the global tensor */
+				rc = titan_ckpt_writer_window_(w, part, p->name, p->ndim, p->gshape,
+							       p->row0 + (p->tp_dim == 0 ?
+									  p->tp_off : 0),
+							       rows_of(j, p),
+							       p->tp_dim == 1 ? p->tp_off : 0,
+							       p->ndim == 2 ? p->shape[1] : 0,
+							       arena(j, part) + p->offset,
+							       part == TITAN_CKPT_MODEL ? j->dtype :
+							       TITAN_CKPT_FLOAT32, j->calls[i]);
 			rc = agree(c, injected(j, part, i, rc));
 		}
 	}

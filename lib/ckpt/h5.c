@@ -317,6 +317,15 @@ int titan_ckpt_writer_rows_(struct titan_ckpt_writer *w, enum titan_ckpt_part pa
 			    int64_t rows, const float *data, enum titan_ckpt_dtype dtype,
 			    int64_t calls)
 {
+	return titan_ckpt_writer_window_(w, part, name, ndim, shape, row0, rows, 0,
+					 ndim == 2 ? shape[1] : 0, data, dtype, calls);
+}
+
+int titan_ckpt_writer_window_(struct titan_ckpt_writer *w, enum titan_ckpt_part part,
+			      const char *name, int ndim, const int64_t *shape, int64_t row0,
+			      int64_t rows, int64_t col0, int64_t cols, const float *data,
+			      enum titan_ckpt_dtype dtype, int64_t calls)
+{
 	hsize_t dims[4];
 	hid_t g = -1, s = -1, t = -1, d = -1, ms = -1, fs = -1;
 	int64_t numel = 1, row = 1;
@@ -336,6 +345,10 @@ int titan_ckpt_writer_rows_(struct titan_ckpt_writer *w, enum titan_ckpt_part pa
 		row *= i ? shape[i] : 1;
 	}
 	TITAN_ASSERT(row0 >= 0 && rows >= 0 && row0 + rows <= shape[0]);
+	if (ndim == 2) { /* a window of columns (tensor parallelism) */
+		TITAN_ASSERT(col0 >= 0 && cols >= 0 && col0 + cols <= shape[1]);
+		row = cols;
+	}
 	if ((g = group(w, titan_ckpt_part_name(part))) < 0 ||
 	    (s = H5Screate_simple(ndim, dims, NULL)) < 0 || (t = file_type(dtype)) < 0 ||
 	    (d = H5Dcreate2(g, name, t, s, w->lcpl, w->dcpl, H5P_DEFAULT)) < 0) {
@@ -375,6 +388,10 @@ int titan_ckpt_writer_rows_(struct titan_ckpt_writer *w, enum titan_ckpt_part pa
 			memcpy(count, dims, sizeof(count));
 			start[0] = (hsize_t)(row0 + r0);
 			count[0] = (hsize_t)nr;
+			if (ndim == 2) {
+				start[1] = (hsize_t)col0;
+				count[1] = (hsize_t)cols;
+			}
 			if (nr && !f32)
 				titan_ckpt_cast(dtype, data + r0 * row, buf, (size_t)n);
 			if (nr)

@@ -488,6 +488,12 @@ void titan_ckpt_close(struct titan_ckpt_file *f)
 int titan_ckpt_read(struct titan_ckpt_file *f, const struct titan_ckpt_tensor_info *t,
 		    int64_t row0, int64_t rows, float *out)
 {
+	return titan_ckpt_read_window(f, t, row0, rows, 0, t->ndim == 2 ? t->shape[1] : 0, out);
+}
+
+int titan_ckpt_read_window(struct titan_ckpt_file *f, const struct titan_ckpt_tensor_info *t,
+			   int64_t row0, int64_t rows, int64_t col0, int64_t cols, float *out)
+{
 	const char *pn = titan_ckpt_part_name(t->part);
 	char path[sizeof(t->name) + 32];
 	int64_t n0 = t->ndim ? t->shape[0] : 1, row = n0 ? t->numel / n0 : 0;
@@ -502,6 +508,14 @@ int titan_ckpt_read(struct titan_ckpt_file *f, const struct titan_ckpt_tensor_in
 		return titan_error(TITAN_E_INVALID, "'%s': %s/%s: rows [%lld, %lld) outside [0, %lld)",
 				   f->info.path, pn, t->name, (long long)row0,
 				   (long long)(row0 + rows), (long long)n0);
+	if (t->ndim == 2) {
+		if (col0 < 0 || cols < 0 || col0 + cols > t->shape[1])
+			return titan_error(TITAN_E_INVALID, "'%s': %s/%s: columns [%lld, %lld) "
+					   "outside [0, %lld)", f->info.path, pn, t->name,
+					   (long long)col0, (long long)(col0 + cols),
+					   (long long)t->shape[1]);
+		row = cols;
+	}
 	if (rows == 0 || row == 0)
 		return 0;
 	snprintf(path, sizeof(path), "%s/%s", pn, t->name);
@@ -525,6 +539,10 @@ int titan_ckpt_read(struct titan_ckpt_file *f, const struct titan_ckpt_tensor_in
 		if (t->ndim) {
 			start[0] = (hsize_t)r;
 			count[0] = (hsize_t)nr;
+			if (t->ndim == 2) {
+				start[1] = (hsize_t)col0;
+				count[1] = (hsize_t)cols;
+			}
 			if (H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, NULL, count, NULL) < 0)
 				rc = -1;
 		}
@@ -587,6 +605,12 @@ int titan_ckpt_read(struct titan_ckpt_file *f, const struct titan_ckpt_tensor_in
 		    int64_t row0, int64_t rows, float *out)
 {
 	(void)f, (void)t, (void)row0, (void)rows, (void)out;
+	return NO_HDF5;
+}
+int titan_ckpt_read_window(struct titan_ckpt_file *f, const struct titan_ckpt_tensor_info *t,
+			   int64_t row0, int64_t rows, int64_t col0, int64_t cols, float *out)
+{
+	(void)f, (void)t, (void)row0, (void)rows, (void)col0, (void)cols, (void)out;
 	return NO_HDF5;
 }
 #endif

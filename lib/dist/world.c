@@ -545,7 +545,14 @@ void titan_dist_finalize(struct titan_dist *d, bool ok, int status)
 		return;
 #if TITAN_HAVE_MPI
 	if (d->mpi && !ok && d->size > 1) {
+		/* the other ranks usually fail the same way within milliseconds:
+		 * a moment for their messages to reach the launcher before the
+		 * abort kills them (a bad config named by one rank only, or
+		 * by none, when the first abort came too soon) */
+		struct timespec grace = {0, 200 * 1000 * 1000};
+
 		fflush(NULL);
+		nanosleep(&grace, NULL);
 		MPI_Abort(MPI_COMM_WORLD, status ? status : 1);
 	}
 #else

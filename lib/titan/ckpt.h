@@ -505,6 +505,10 @@ const struct titan_ckpt_tensor_info *titan_ckpt_find(const struct titan_ckpt_fil
  * as float32 into out (rows · numel / shape[0] floats). */
 int titan_ckpt_read(struct titan_ckpt_file *f, const struct titan_ckpt_tensor_info *t,
 		    int64_t row0, int64_t rows, float *out);
+/* Of a 2-d tensor, rows [row0, row0 + rows) x columns [col0, col0 + cols)
+ * into out (rows · cols floats): a tensor-parallel slice. */
+int titan_ckpt_read_window(struct titan_ckpt_file *f, const struct titan_ckpt_tensor_info *t,
+			   int64_t row0, int64_t rows, int64_t col0, int64_t cols, float *out);
 
 /* ================================================ HuggingFace Llama layout */
 

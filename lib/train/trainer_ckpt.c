@@ -23,13 +23,14 @@ static void ckpt_state(struct titan_trainer *t, struct titan_ckpt_state *st)
 	st->train.loader = t->loader_states;
 }
 
-/* Does this rank write its rows?  Every row once: under FSDP the ranks of
- * the first replica (each holds a shard), under DDP rank 0 (all hold all). */
+/* Does this rank write its rows?  Every element once: the ranks of the
+ * first replica, under FSDP every shard of it, under DDP the first shard
+ * coordinate (all hold all); with TP each TP rank its slice. */
 static bool writes_rows(const struct titan_trainer *t)
 {
-	if (t->fsdp_degree > 1)
-		return t->dist->coord[TITAN_DIM_DP_REPLICATE] == 0;
-	return t->dist->rank == 0;
+	if (t->dist->coord[TITAN_DIM_DP_REPLICATE] != 0)
+		return false;
+	return t->fsdp_degree > 1 || t->dist->coord[TITAN_DIM_DP_SHARD] == 0;
 }
 
 static void *mpi_world(const struct titan_trainer *t)

@@ -1,0 +1,180 @@
+#!/usr/bin/env bats
+# titan-train with tensor parallelism under MPICH's mpiexec (oversubscribed,
+# a tiny model): TP 2 and TP 4 (sequence parallel, loss parallel on and
+# off), composed with FSDP, DDP and HSDP, reproduce the 1-rank losses and
+# grad norms; TP checkpoints are whole tensors and reshard to and from
+# other layouts; layouts TP cannot split exit 2 naming the numbers.
+
+bats_require_minimum_version 1.5.0
+
+setup_file() {
+	export DATA=$BATS_FILE_TMPDIR
+	PATH=${TITAN_BIN:-$BATS_TEST_DIRNAME/../../bin}:$PATH
+	if ! command -v mpiexec >/dev/null || ! titan-train --version | grep -q '+mpi'; then
+		export NO_MPI=1
+		return 0
+	fi
+	yes 'In the beginning God created the heaven and the earth. And the earth was without form.' |
+		head -n 3000 > "$DATA/text.txt"
+	titan-tokenize train --vocab-size 520 --format text "$DATA/text.txt" -o "$DATA/tok.tiktoken"
+	titan-tokenize -t "$DATA/tok.tiktoken" --doc-per-line "$DATA/text.txt" |
+		titan-shard -q -t "$DATA/tok.tiktoken" --out "$DATA/shards" --val-docs 40
+	# 4 heads / 2 kv heads of 16, FFN 192: TP 2 splits every one; a
+	# vocabulary of 520 rows is no multiple of 4 (TP 4: 130 rows each) nor
+	# of 3 (uneven vocabulary shards)
+	cat > "$DATA/tiny.yaml" <<YAML
+job:
+  dump_folder: $DATA/out
+model:
+  flavor: custom
+  dim: 64
+  n_layers: 2
+  n_heads: 4
+  n_kv_heads: 2
+  vocab_size: 520
+  multiple_of: 32
+optimizer:
+  lr: 3.0e-3
+lr_scheduler:
+  warmup_steps: 2
+training:
+  dataset_path: $DATA/shards
+  local_batch_size: 8
+  global_batch_size: 8
+  seq_len: 32
+  steps: 10
+metrics:
+  log_freq: 1
+  peak_flops: 1.0e+11
+activation_checkpoint:
+  mode: none
+comm:
+  init_timeout_seconds: 120
+  train_timeout_seconds: 60
+YAML
+	titan-train -q --threads 1 --config "$DATA/tiny.yaml" --checkpoint.enable --checkpoint.interval=5 \
+		--job.dump_folder="$DATA/ref"
+}
+
+setup() {
+	load helpers
+	[ -z "${NO_MPI:-}" ] || skip "no MPI in this build (or no mpiexec)"
+	cd "$TITAN_SRCDIR"
+}
+
+# mpi N ARGS...: titan-train on N ranks, one thread each, under a time limit
+mpi() {
+	local n=$1
+	shift
+	timeout -k 5 300 mpiexec -n "$n" env OMP_NUM_THREADS=1 titan-train -q --config "$DATA/tiny.yaml" "$@"
+}
+
+# same_curve A.jsonl B.jsonl: the losses and grad norms of every step of B
+# equal A's within 1e-5 relative (B may start later: a resumed run)
+same_curve() { /usr/bin/python3 - "$@" <<'PY'
+import json, sys
+def load(p):
+    return {o["step"]: o for o in map(json.loads, open(p)) if "loss" in o}
+a, b = load(sys.argv[1]), load(sys.argv[2])
+assert b and max(b) == 10, sorted(b)
+worst = 0.0
+for s in sorted(b):
+    for k in ("loss", "grad_norm"):
+        x, y = a[s][k], b[s][k]
+        rel = abs(x - y) / max(abs(x), 1e-30)
+        worst = max(worst, rel)
+        assert rel <= 1e-5, (s, k, x, y, rel)
+print("steps %d-%d, worst relative difference %.2e" % (min(b), max(b), worst))
+PY
+}
+
+TP2="--parallelism.tensor_parallel_degree=2"
+
+@test "TP 2 (sequence and loss parallel): the 1-rank losses and grad norms" {
+	run -0 mpi 2 $TP2 --job.dump_folder="$BATS_TEST_TMPDIR/o"
+	run -0 same_curve "$DATA/ref/metrics.jsonl" "$BATS_TEST_TMPDIR/o/metrics.jsonl"
+	echo "# $output" >&3
+}
+
+@test "TP 2 without loss parallel (gathered logits) gives the same losses" {
+	run -0 mpi 2 $TP2 --parallelism.disable_loss_parallel --job.dump_folder="$BATS_TEST_TMPDIR/o"
+	run -0 same_curve "$DATA/ref/metrics.jsonl" "$BATS_TEST_TMPDIR/o/metrics.jsonl"
+	echo "# $output" >&3
+}
+
+@test "TP 4 (4 kv heads, 130 vocabulary rows each) with tied embeddings and per-op AC" {
+	local x="--model.n_kv_heads=4 --model.tie_word_embeddings=true --activation_checkpoint.mode=selective --activation_checkpoint.selective_ac_option=op"
+	# shellcheck disable=SC2086
+	run -0 titan-train -q --threads 1 --config "$DATA/tiny.yaml" $x --job.dump_folder="$BATS_TEST_TMPDIR/r"
+	# shellcheck disable=SC2086
+	run -0 mpi 4 --parallelism.tensor_parallel_degree=4 $x --job.dump_folder="$BATS_TEST_TMPDIR/o"
+	run -0 same_curve "$BATS_TEST_TMPDIR/r/metrics.jsonl" "$BATS_TEST_TMPDIR/o/metrics.jsonl"
+	echo "# $output" >&3
+}
+
+@test "FSDP 2 x TP 2 and DDP 2 x TP 2 with full AC and gradient accumulation" {
+	run -0 mpi 4 $TP2 --training.local_batch_size=4 --job.dump_folder="$BATS_TEST_TMPDIR/f"
+	run -0 same_curve "$DATA/ref/metrics.jsonl" "$BATS_TEST_TMPDIR/f/metrics.jsonl"
+	echo "# FSDP 2 x TP 2: $output" >&3
+	run -0 mpi 4 $TP2 --parallelism.data_parallel_replicate_degree=2 --parallelism.data_parallel_shard_degree=1 \
+		--training.local_batch_size=2 --activation_checkpoint.mode=full --job.dump_folder="$BATS_TEST_TMPDIR/d"
+	run -0 same_curve "$DATA/ref/metrics.jsonl" "$BATS_TEST_TMPDIR/d/metrics.jsonl"
+	echo "# DDP 2 x TP 2, 2 microbatches, full AC: $output" >&3
+}
+
+@test "HSDP 2 x 2 x TP 2 on 8 ranks" {
+	run -0 mpi 8 $TP2 --parallelism.data_parallel_replicate_degree=2 --training.local_batch_size=2 \
+		--job.dump_folder="$BATS_TEST_TMPDIR/o"
+	run -0 same_curve "$DATA/ref/metrics.jsonl" "$BATS_TEST_TMPDIR/o/metrics.jsonl"
+	echo "# $output" >&3
+}
+
+@test "TP 3: uneven vocabulary shards (174, 174, 172 rows)" {
+	local x="--model.n_heads=6 --model.n_kv_heads=3 --model.dim=96 --model.multiple_of=96 --training.seq_len=48"
+	# shellcheck disable=SC2086
+	run -0 titan-train -q --threads 1 --config "$DATA/tiny.yaml" $x --job.dump_folder="$BATS_TEST_TMPDIR/r"
+	# shellcheck disable=SC2086
+	run -0 mpi 3 --parallelism.tensor_parallel_degree=3 $x --job.dump_folder="$BATS_TEST_TMPDIR/o"
+	run -0 same_curve "$BATS_TEST_TMPDIR/r/metrics.jsonl" "$BATS_TEST_TMPDIR/o/metrics.jsonl"
+	echo "# $output" >&3
+}
+
+@test "a TP 2 checkpoint holds whole tensors and resumes on 1 rank; a 1-rank one on FSDP 2 x TP 2" {
+	local o=$BATS_TEST_TMPDIR
+	run -0 mpi 2 $TP2 --checkpoint.enable --checkpoint.interval=5 --job.dump_folder="$o/tp"
+	# every tensor has the 1-rank checkpoint's shape and (nearly) its values
+	/usr/bin/python3 - "$DATA/ref/checkpoint/step-5.h5" "$o/tp/checkpoint/step-5.h5" <<'PY'
+import sys, h5py, numpy as np
+a, b = h5py.File(sys.argv[1], "r"), h5py.File(sys.argv[2], "r")
+assert sorted(a["model"]) == sorted(b["model"])
+for k in a["model"]:
+    x, y = a["model"][k][...], b["model"][k][...]
+    assert x.shape == y.shape, (k, x.shape, y.shape)
+    assert np.abs(x - y).max() <= 1e-3 * np.abs(x).max(), k
+PY
+	mkdir -p "$o/one/checkpoint" "$o/mix/checkpoint"
+	cp "$o/tp/checkpoint/step-5.h5" "$o/one/checkpoint/"
+	run -0 titan-train -q --threads 1 --config "$DATA/tiny.yaml" --checkpoint.enable --job.dump_folder="$o/one"
+	run -0 same_curve "$DATA/ref/metrics.jsonl" "$o/one/metrics.jsonl"
+	echo "# TP 2 -> 1 rank: $output" >&3
+	cp "$DATA/ref/checkpoint/step-5.h5" "$o/mix/checkpoint/"
+	run -0 mpi 4 $TP2 --training.local_batch_size=4 --checkpoint.enable --checkpoint.async_mode=async \
+		--job.dump_folder="$o/mix"
+	run -0 same_curve "$DATA/ref/metrics.jsonl" "$o/mix/metrics.jsonl"
+	echo "# 1 rank -> FSDP 2 x TP 2: $output" >&3
+	[ -f "$o/mix/checkpoint/step-10.h5" ]
+	run -0 titan-ckpt-convert info "$o/mix/checkpoint/step-10.h5"
+}
+
+@test "layouts TP cannot split exit 2 naming the numbers" {
+	run -2 mpi 2 $TP2 --model.n_kv_heads=1 --job.dump_folder="$BATS_TEST_TMPDIR/o"
+	[[ $output == *"tensor_parallel_degree 2 must divide model n_heads 4, n_kv_heads 1"* ]]
+	run -2 mpi 2 $TP2 --training.seq_len=31 --job.dump_folder="$BATS_TEST_TMPDIR/o"
+	[[ $output == *"seq_len: 31 is not divisible by 2"* ]] || { echo "$output"; false; }
+	run -2 mpi 2 $TP2 --parallelism.enable_async_tensor_parallel --job.dump_folder="$BATS_TEST_TMPDIR/o"
+	[[ $output == *"enable_async_tensor_parallel: not supported"* ]]
+	run -2 mpi 2 --parallelism.tensor_parallel_degree=3 --training.seq_len=48 --job.dump_folder="$BATS_TEST_TMPDIR/o"
+	[[ $output == *"tensor_parallel_degree 3 = 3 does not divide the 2 ranks"* ]]
+	run -1 mpi 2 --parallelism.pipeline_parallel_degree=2 --job.dump_folder="$BATS_TEST_TMPDIR/o"
+	[[ $output == *"pipeline_parallel_degree 2: pipeline and context parallelism are not implemented yet"* ]]
+}
