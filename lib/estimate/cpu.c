@@ -252,12 +252,15 @@ int est_cpu_model(const struct titan_model_dims *d, const struct titan_est_opts 
 	struct titan_param_table t;
 	struct titan_est_rank *r;
 	struct est_num n = {false};
-	const int64_t B = o->local_batch, S = o->seq_len, L = d->n_layers, C = d->dim;
-	const int64_t H = d->n_heads, Hkv = d->n_kv_heads, D = d->head_dim, F = d->ffn_hidden;
-	const int64_t V = d->vocab_size, q = H * D, kv = Hkv * D, bq = TITAN_ATTN_BLOCK;
 	const struct titan_est_layout *l = &o->layout;
+	/* TP (lib/train/llama.c): this rank's heads, hidden units and
+	 * vocabulary rows; the residual stream holds nl = N / tp tokens */
+	const int64_t tp = l->tp, B = o->local_batch, S = o->seq_len, L = d->n_layers, C = d->dim;
+	const int64_t H = d->n_heads / tp, Hkv = d->n_kv_heads / tp, D = d->head_dim;
+	const int64_t F = d->ffn_hidden / tp, V = d->vocab_size, q = H * D, kv = Hkv * D;
+	const int64_t bq = TITAN_ATTN_BLOCK, vc = (V + tp - 1) / tp;
 	struct titan_param_table_opts po;
-	int64_t N, threads, kept = 0, nckpt = 0, set, arena, chunk, sumsq = 0, x;
+	int64_t N, nl, threads, kept = 0, nckpt = 0, set, arena, chunk, sumsq = 0, x;
 	int64_t comm[SIM_NKINDS] = {0};
 	int m_start = -1, m_fwd, m_loss, m_rec = -1, m_bwd, m_norm, m_opt, m_log = -1;
 	int m_fcomm = -1, m_bcomm = -1;
@@ -271,6 +274,8 @@ int est_cpu_model(const struct titan_model_dims *d, const struct titan_est_opts 
 		po.shard_degree = (int)l->dp_shard;
 		po.shard_rank = (int)((o->rank / (l->cp * l->tp)) % l->dp_shard);
 	}
+	po.tp_degree = (int)tp;
+	po.tp_rank = (int)(o->rank % tp);
 	if ((rc = titan_param_table_init(&t, d, &po)) < 0)
 		return rc;
 	if (l->dp_shard > 1 && (rc = fsdp_replay(&t, o, l->dp_shard, comm)) < 0) {
@@ -301,6 +306,7 @@ int est_cpu_model(const struct titan_model_dims *d, const struct titan_est_opts 
 	if (threads < 1)
 		threads = 1;
 	N = est_mul(&n, B, S);
+	nl = N / tp;
 	e->tokens_per_step = est_mul(&n, N, o->accum);
 	for (int64_t b = 0; b < L; b++) {
 		if (est_block_ckpt(o, b))
@@ -343,9 +349,11 @@ int est_cpu_model(const struct titan_model_dims *d, const struct titan_est_opts 
 		 est_mul(&n, arena, 2), all);
 	est_item(r, "RoPE table", TITAN_MEM_OTHER, est_mul(&n, est_mul(&n, S, D), 4), all);
 	est_item(r, "block inputs (n_layers + 1)", TITAN_MEM_ACTIVATIONS,
-		 est_mul(&n, est_mul(&n, est_mul(&n, L + 1, N), C), 4), all);
-	/* struct acts: xn1 rstd1 q k v att lse h xn2 rstd2 a b g */
-	set = est_add(&n, est_mul(&n, N, 3 * C + 2 * q + 2 * kv + H + 3 * F), est_mul(&n, N, 2));
+		 est_mul(&n, est_mul(&n, est_mul(&n, L + 1, nl), C), 4), all);
+	/* struct acts: xn1 rstd1 q k v att lse h xn2 rstd2 a b g (h and the
+	 * norms' 1/rms of nl tokens, the rest of all N) */
+	set = est_add(&n, est_mul(&n, N, 2 * C + 2 * q + 2 * kv + H + 3 * F),
+		      est_mul(&n, nl, C + 2));
 	set = est_mul(&n, set, 4);
 	if (o->ac == TITAN_EST_AC_OP) {
 		/* selective 'op': each block keeps q v att lse a; one shared set
@@ -356,7 +364,8 @@ int est_cpu_model(const struct titan_model_dims *d, const struct titan_est_opts 
 		snprintf(what, sizeof(what), "per-op saved tensors of %lld block(s)", (long long)L);
 		est_item(r, what, TITAN_MEM_ACTIVATIONS, est_mul(&n, keep, L), all);
 		est_item(r, "per-op recompute set (one block)", TITAN_MEM_ACTIVATIONS,
-			 est_mul(&n, est_mul(&n, N, 3 * C + kv + 2 * F + 2), 4), all);
+			 est_mul(&n, est_add(&n, est_mul(&n, N, 2 * C + kv + 2 * F),
+					     est_mul(&n, nl, C + 2)), 4), all);
 	} else {
 		if (kept) {
 			char what[72];
@@ -369,10 +378,28 @@ int est_cpu_model(const struct titan_model_dims *d, const struct titan_est_opts 
 			est_item(r, "recompute set (one block)", TITAN_MEM_ACTIVATIONS, set, all);
 	}
 	est_item(r, "final norm output + 1/rms", TITAN_MEM_ACTIVATIONS,
-		 est_mul(&n, est_add(&n, est_mul(&n, N, C), N), 4), all);
+		 est_mul(&n, est_add(&n, est_mul(&n, N, C), nl), 4), all);
 	est_item(r, "token ids", TITAN_MEM_DATA, est_mul(&n, N, 4), all);
 	est_item(r, "backward scratch", TITAN_MEM_WORKSPACE,
-		 est_mul(&n, est_mul(&n, N, 3 * C + 2 * q + 2 * kv + F), 4), all);
+		 est_mul(&n, est_add(&n, est_mul(&n, N, C + 2 * q + 2 * kv + F),
+				     est_mul(&n, nl, 2 * C)), 4), all);
+	chunk = N < TITAN_CE_CHUNK ? N : TITAN_CE_CHUNK;
+	if (tp > 1) {
+		/* norm outputs before the gather, partial sums before the
+		 * reduce-scatter, gathered gradients, their scattered sums; the
+		 * loss's chunk logits, row maxima and sums (and without loss
+		 * parallel every rank's logits and the whole rows) */
+		est_item(r, "TP: sequence-parallel buffers", TITAN_MEM_WORKSPACE,
+			 est_mul(&n, est_add(&n, est_mul(&n, N, 2 * C), est_mul(&n, nl, 2 * C)), 4),
+			 all);
+		est_item(r, "TP: loss chunk buffers", TITAN_MEM_WORKSPACE,
+			 est_mul(&n, est_add(&n, est_mul(&n, chunk, vc), est_mul(&n, chunk, 5)), 4),
+			 all);
+		if (!o->loss_parallel)
+			est_item(r, "TP: gathered logits (no loss parallel)", TITAN_MEM_WORKSPACE,
+				 est_mul(&n, est_add(&n, est_mul(&n, est_mul(&n, tp, chunk), vc),
+						     est_mul(&n, chunk, V)), 4), all);
+	}
 	/* titan-train: inputs and labels of every microbatch of a step */
 	est_item(r, "inputs + labels (all microbatches)", TITAN_MEM_DATA,
 		 est_mul(&n, est_mul(&n, e->tokens_per_step, 2), 4), all);
@@ -386,10 +413,10 @@ int est_cpu_model(const struct titan_model_dims *d, const struct titan_est_opts 
 	rc_at = EST_AT(m_fwd) | (m_rec >= 0 ? EST_AT(m_rec) : 0);
 	est_item(r, "attention forward tiles (per thread)", TITAN_MEM_WORKSPACE,
 		 est_mul(&n, est_mul(&n, x, bq * bq + D * bq + 2 * bq), 4), rc_at);
-	chunk = N < TITAN_CE_CHUNK ? N : TITAN_CE_CHUNK;
-	est_item(r, "classifier/CE chunk logits + row losses", TITAN_MEM_WORKSPACE,
-		 est_add(&n, est_mul(&n, est_mul(&n, chunk, V), 4), est_mul(&n, chunk, 8)),
-		 EST_AT(m_loss));
+	if (tp == 1)
+		est_item(r, "classifier/CE chunk logits + row losses", TITAN_MEM_WORKSPACE,
+			 est_add(&n, est_mul(&n, est_mul(&n, chunk, V), 4), est_mul(&n, chunk, 8)),
+			 EST_AT(m_loss));
 	x = est_mul(&n, B, Hkv);                             /* attention backward tasks */
 	x = x < threads ? x : threads;
 	est_item(r, "attention backward tiles (per thread)", TITAN_MEM_WORKSPACE,

@@ -252,11 +252,11 @@ int titan_est_check(struct titan_est_opts *o, const struct titan_model_dims *d)
 				   PRId64 " x tp %" PRId64 " x pp %" PRId64 " x cp %" PRId64 " = %" PRId64
 				   " ranks, but --ngpu is %" PRId64, l->dp_replicate, l->dp_shard, l->tp,
 				   l->pp, l->cp, n.overflow ? INT64_MAX : prod, o->ngpu);
-	if (o->dev.cpu && (l->tp != 1 || l->pp != 1 || l->cp != 1))
+	if (o->dev.cpu && (l->pp != 1 || l->cp != 1))
 		return titan_error(TITAN_E_INVALID, "--device cpu models titan-train's CPU path, which "
-				   "has data parallelism only (DDP, FSDP, HSDP): tensor, pipeline and "
-				   "context parallel degrees must be 1 (got tp %" PRId64 ", pp %" PRId64
-				   ", cp %" PRId64 ")", l->tp, l->pp, l->cp);
+				   "has data and tensor parallelism (DDP, FSDP, HSDP, TP): pipeline and "
+				   "context parallel degrees must be 1 (got pp %" PRId64 ", cp %" PRId64
+				   ")", l->pp, l->cp);
 	if (o->rank < 0 || o->rank >= o->ngpu)
 		return titan_error(TITAN_E_INVALID, "--rank: %" PRId64 " is not a rank of %" PRId64,
 				   o->rank, o->ngpu);

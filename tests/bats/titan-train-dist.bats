@@ -224,6 +224,15 @@ PY
 	est_vs_run 2 --training.local_batch_size=6 --comm.bucket_size_mb=0.05
 }
 
+@test "titan-estimate --device cpu --rank R predicts each rank's memory to the byte (TP)" {
+	# TP 2 (sequence and loss parallel), per-op AC
+	est_vs_run 2 --parallelism.tensor_parallel_degree=2 --activation_checkpoint.mode=selective \
+		--activation_checkpoint.selective_ac_option=op
+	# FSDP 2 x TP 2 without loss parallel, full AC, accumulation
+	est_vs_run 4 --parallelism.tensor_parallel_degree=2 --parallelism.disable_loss_parallel \
+		--training.local_batch_size=3 --activation_checkpoint.mode=full
+}
+
 @test "checkpoint resharding: FSDP 4 saves step 5, DDP 2 and 1 rank resume, steps 6-10 equal" {
 	local o=$BATS_TEST_TMPDIR
 	run -0 mpi 4 --training.local_batch_size=3 --checkpoint.enable --checkpoint.interval=5 \
