@@ -1,20 +1,23 @@
 #!/usr/bin/env bash
-# bench/train_dist.sh — titan-train's data-parallel layouts on 2 MPI ranks
+# bench/train_dist.sh — titan-train's parallel layouts on 2 MPI ranks
 # against one rank and against PyTorch DDP (bench/train_dist_ref.py), on the
 # 25m model, in the same run, with 1 thread per rank.
 #
-#   bench/train_dist.sh [--layouts "ddp fsdp"] [--steps N] [--warmup W]
+#   bench/train_dist.sh [--layouts "ddp fsdp tp"] [--steps N] [--warmup W]
 #                       [--repeat R] [--profile-steps P]
 #
 # Model: 25m (dim 512, 8 layers, 8 heads, 4 kv heads, vocab 8192), fp32,
 # activation checkpointing none, seq 512, local batch 4 per rank, no gradient
-# accumulation (global batch = 4 x ranks).  R times (default 1), each for
+# accumulation (global batch = 4 x data-parallel ranks).  R times (default 1), each for
 # W + N steps (defaults 2 + 6; the first W are warm-up and not counted, a
 # run's time is the median of its N steps, the table shows the median over
 # the R runs):
 #   titan 1x1        bin/titan-train alone, 1 thread
 #   titan DDP 2x1    mpiexec -n 2, dp_replicate 2 x dp_shard 1, 1 thread/rank
 #   titan FSDP 2x1   mpiexec -n 2, dp_replicate 1 x dp_shard 2, 1 thread/rank
+#   titan TP 2x1     mpiexec -n 2, tensor_parallel 2 (sequence and loss
+#                    parallel): both ranks work on one batch of 4, so its
+#                    global batch is the 1-rank one's
 #   2 x titan 1x1    two independent 1-rank jobs at the same time, no
 #                    communication: the machine's own ceiling for 2-rank
 #                    scaling (shared memory bandwidth, caches, clocks)
@@ -63,7 +66,7 @@ usage() {
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 
-layouts="ddp fsdp" steps=6 warmup=2 repeat=1 psteps=3
+layouts="ddp fsdp tp" steps=6 warmup=2 repeat=1 psteps=3
 while [ $# -gt 0 ]; do
 	case "$1" in
 	--layouts) [ $# -ge 2 ] || usage; layouts=$2; shift ;;
@@ -81,7 +84,7 @@ for v in "$steps" "$repeat" "$psteps"; do
 done
 case "$warmup" in '' | *[!0-9]*) die "--warmup needs an integer >= 0" ;; esac
 for l in $layouts; do
-	case "$l" in ddp | fsdp) ;; *) die "unknown layout '$l' (ddp, fsdp)" ;; esac
+	case "$l" in ddp | fsdp | tp) ;; *) die "unknown layout '$l' (ddp, fsdp, tp)" ;; esac
 done
 
 bin=${TITAN_BIN:-$root/bin}
@@ -149,24 +152,27 @@ common="--training.seq_len=$seq --training.local_batch_size=$batch --activation_
 
 median() { sort -g | awk '{a[NR] = $1} END {if (NR % 2) print a[(NR + 1) / 2]; else print (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
 
-# layout -> "ranks dp_replicate dp_shard"
-layout_mesh() { case "$1" in one) echo "1 1 1" ;; ddp) echo "$ranks $ranks 1" ;; fsdp) echo "$ranks 1 $ranks" ;; esac; }
-layout_name() { case "$1" in one) echo "titan 1x1" ;; ddp) echo "titan DDP ${ranks}x1" ;; fsdp) echo "titan FSDP ${ranks}x1" ;; esac; }
+# layout -> "ranks dp_replicate dp_shard tp"
+layout_mesh() { case "$1" in one) echo "1 1 1 1" ;; ddp) echo "$ranks $ranks 1 1" ;; fsdp) echo "$ranks 1 $ranks 1" ;; tp) echo "$ranks 1 1 $ranks" ;; esac; }
+layout_name() { case "$1" in one) echo "titan 1x1" ;; ddp) echo "titan DDP ${ranks}x1" ;; fsdp) echo "titan FSDP ${ranks}x1" ;; tp) echo "titan TP ${ranks}x1" ;; esac; }
+# layout -> data-parallel degree (batches of $batch sequences per step)
+layout_dp() { local np rep shard tpd; read -r np rep shard tpd <<< "$(layout_mesh "$1")"; echo $((rep * shard)); }
 
 # titan_train LAYOUT OUT STEPS [ARGS...]: one titan-train job into OUT
 titan_train() {
-	local lay=$1 out=$2 n=$3 np rep shard launch rc=0
+	local lay=$1 out=$2 n=$3 np rep shard tpd launch rc=0
 	shift 3
-	read -r np rep shard <<< "$(layout_mesh "$lay")"
+	read -r np rep shard tpd <<< "$(layout_mesh "$lay")"
 	launch=()
 	[ "$np" -eq 1 ] || launch=(mpiexec -n "$np")
 	rm -rf "$out"
 	# shellcheck disable=SC2086
 	timeout "$titan_to" "${launch[@]}" "$bin/titan-train" \
 		--config configs/llama3_debug.yaml $model_titan $common \
-		--training.global_batch_size=$((batch * np)) \
+		--training.global_batch_size=$((batch * rep * shard)) \
 		--parallelism.data_parallel_replicate_degree="$rep" \
 		--parallelism.data_parallel_shard_degree="$shard" \
+		--parallelism.tensor_parallel_degree="$tpd" \
 		--training.dataset_path="$tmp/data8192" --training.steps="$n" \
 		--lr_scheduler.warmup_steps=2 --metrics.log_freq=1 --metrics.peak_flops="$peak" \
 		--job.dump_folder="$out" --threads "$threads" -q "$@" > "$out.log" 2>&1 || rc=$?
@@ -296,11 +302,12 @@ for l in $layouts; do
 	titan_prof "$l" > "$tmp/$l.prof"
 done
 
-# row NAME NP STEP_S [EXPOSED_PCT EXPOSED_MS OVERLAPPED_PCT]
+# row NAME NP DP STEP_S [EXPOSED_PCT EXPOSED_MS OVERLAPPED_PCT]: NP ranks
+# training DP batches per step
 row() {
-	awk -v name="$1" -v np="$2" -v s="$3" -v e="${4:-}" -v ems="${5:-}" -v o="${6:-}" \
+	awk -v name="$1" -v np="$2" -v dp="$3" -v s="$4" -v e="${5:-}" -v ems="${6:-}" -v o="${7:-}" \
 		-v tok=$((batch * seq)) -v fpt="$fpt" -v peak="$peak" 'BEGIN {
-		tps = np * tok / s
+		tps = dp * tok / s
 		c = e == "" ? "-" : sprintf("%.1f%% (%.0f ms)", e, ems)
 		ov = o == "" ? "-" : sprintf("%.1f%%", o)
 		printf "| %s | %d x 1 | %.3f | %.0f | %.0f | %.1f%% | %s | %s |\n",
@@ -311,20 +318,21 @@ tps() { awk -v np="$1" -v s="$2" -v tok=$((batch * seq)) 'BEGIN {printf "%.6f", 
 echo "| run | ranks x threads | s/step | tokens/s | tokens/s per rank | % peak per rank | comm exposed / step | comm overlapped / step |"
 echo "|---|---|---|---|---|---|---|---|"
 one_s=$(median < "$tmp/one.txt")
-row "$(layout_name one)" 1 "$one_s"
+row "$(layout_name one)" 1 1 "$one_s"
 for l in $layouts; do
 	read -r e ems o < "$tmp/$l.prof"
-	row "$(layout_name "$l")" "$ranks" "$(median < "$tmp/$l.txt")" "$e" "$ems" "$o"
+	row "$(layout_name "$l")" "$ranks" "$(layout_dp "$l")" "$(median < "$tmp/$l.txt")" "$e" "$ems" "$o"
 done
 ref_s=$(median < "$tmp/ref.txt")
-row "PyTorch DDP ${ranks}x1" "$ranks" "$ref_s"
+row "PyTorch DDP ${ranks}x1" "$ranks" "$ranks" "$ref_s"
 pair_s=$(median < "$tmp/pair.txt")
-row "2 x titan 1x1 at once (independent)" "$ranks" "$pair_s"
+row "2 x titan 1x1 at once (independent)" "$ranks" "$ranks" "$pair_s"
 echo
 echo "PyTorch DDP replicas: parameters identical after the run (SHA-256 ${ref_sha}...)"
 one_tps=$(tps 1 "$one_s")
 ref_tps=$(tps "$ranks" "$ref_s")
 for l in $layouts; do
+	[ "$l" != tp ] || continue # TP trains the 1-rank batch: not DDP's peer
 	t=$(tps "$ranks" "$(median < "$tmp/$l.txt")")
 	name=$(echo "$l" | tr '[:lower:]' '[:upper:]')
 	awk -v n="$name" -v t="$t" -v r="$ref_tps" 'BEGIN {
@@ -332,7 +340,7 @@ for l in $layouts; do
 		printf "%-30s %6.2fx  (goal >= 1.30x: %s)\n", "titan " n " / PyTorch DDP:", x, (x >= 1.3 ? "met" : "NOT met") }'
 done
 for l in $layouts; do
-	t=$(tps "$ranks" "$(median < "$tmp/$l.txt")")
+	t=$(tps "$(layout_dp "$l")" "$(median < "$tmp/$l.txt")")
 	name=$(echo "$l" | tr '[:lower:]' '[:upper:]')
 	awk -v n="$name" -v t="$t" -v o="$one_tps" -v np="$ranks" 'BEGIN {
 		e = 100 * t / (np * o)
@@ -341,3 +349,10 @@ done
 awk -v t="$(tps "$ranks" "$pair_s")" -v o="$one_tps" -v np="$ranks" 'BEGIN {
 	printf "%-30s %6.1f%%  (two independent 1-rank jobs at once: this machine'"'"'s ceiling)\n",
 		"scaling without communication:", 100 * t / (np * o) }'
+case " $layouts " in *" tp "*)
+	case " $layouts " in *" fsdp "*)
+		awk -v t="$(tps 1 "$(median < "$tmp/tp.txt")")" -v f="$(tps "$ranks" "$(median < "$tmp/fsdp.txt")")" 'BEGIN {
+			printf "%-30s %6.2fx  (TP splits every matmul and adds 4 collectives per block; FSDP splits the batch)\n",
+				"titan TP / titan FSDP:", t / f }' ;;
+	esac ;;
+esac
