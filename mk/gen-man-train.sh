@@ -83,6 +83,23 @@ them, on the last microbatch of a step.
 .B HSDP \fR(both > 1)
 FSDP within each replica, then the sharded gradients are all-reduced across
 the replicas.
+.TP
+.B TP \fR(tensor_parallel_degree > 1, composes with all of the above)
+torchtitan's Llama plan with sequence parallelism: wq, wk, wv, w1, w3 split
+on their output features (each rank computes n_heads/tp heads and
+ffn_hidden/tp hidden units), wo and w2 on their input features, the
+embedding and the output layer on the vocabulary (torch.chunk's split);
+the residual stream and the norms hold seq/tp of the tokens, all-gathered
+before attention, the feed-forward and the output layer and
+reduce-scattered after wo, w2 and the embedding.  With loss parallelism
+(the default) the cross-entropy reduces the row maximum, the sum of
+exponentials and the target logit over the TP ranks instead of gathering
+the logits
+.RB ( parallelism.disable_loss_parallel
+gathers them).  tp must divide n_heads, n_kv_heads, the FFN hidden size and
+seq_len; FSDP shards each rank's TP slice.
+.B enable_async_tensor_parallel
+is refused; pipeline and context parallelism are not implemented yet (exit 1).
 .PP
 Collectives run on a progress thread per communicator, so they overlap
 the computation.  Every layout trains on the same sequences as one rank
@@ -127,7 +144,17 @@ to
 .BR metrics.save_for_all_ranks ).
 On several ranks, tps, tflops and mfu are per rank (as torchtitan's),
 memory is rank 0's, and metrics.jsonl adds the slowest rank's step time and
-the largest rank's peak memory.  Profiling traces and memory traces are
+the largest rank's peak memory.  With
+.BR metrics.enable_tensorboard ,
+the same scalars under torchtitan's TensorBoard tags
+(loss_metrics/global_avg_loss, grad_norm, lr, throughput(tps), mfu(%),
+memory/max_reserved(GiB), ...) go to a TensorBoard event file,
+.IR job.dump_folder / metrics.save_tb_folder /YYYYmmdd-HHMM/events.out.tfevents. *
+(a folder per run; rank 0, every rank in
+.RI rank_ R /
+with
+.BR metrics.save_for_all_ranks ).
+Profiling traces and memory traces are
 written per rank
 .RI ( rank R _trace.json ,
 .IR rank R .memtrace ).

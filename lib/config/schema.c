@@ -258,6 +258,10 @@ static const struct cfg_entry schema[] = {
 	  "JSONL metrics file under job.dump_folder; '' = none"),
 	K(metrics, peak_flops, FLOAT, "", GE(0), NULL, NUL | NZ,
 	  "peak FLOP/s per device for MFU; null = device table"),
+	K(metrics, enable_tensorboard, BOOL, "false", NR, NULL, 0,
+	  "write TensorBoard event files (rank 0; all ranks with save_for_all_ranks)"),
+	K(metrics, save_tb_folder, STRING, "tb", NR, NULL, 0,
+	  "TensorBoard folder under job.dump_folder"),
 
 	/* profiling */
 	K(profiling, enable_profiling, BOOL, "false", NR, NULL, 0,

@@ -163,6 +163,8 @@ struct titan_config {
 		bool save_for_all_ranks;
 		char *save_jsonl_file;   /* under dump_folder; "" disables */
 		double peak_flops;       /* NAN: device table / measured sgemm */
+		bool enable_tensorboard;
+		char *save_tb_folder;    /* under dump_folder */
 	} metrics;
 	struct {
 		bool enable_profiling;

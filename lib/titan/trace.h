@@ -1,7 +1,8 @@
 /*
  * titan/trace.h — timing traces as Chrome trace-event JSON (opens in
  * Perfetto and chrome://tracing), the format torchtitan's profiler writes
- * per rank (profile_traces/iteration_N/rankR_trace.json):
+ * per rank (profile_traces/iteration_N/rankR_trace.json), and TensorBoard
+ * event files of scalars (further below):
  *
  *   {"traceEvents": [
  *     {"name": "layer 3 forward", "cat": "model", "ph": "X", "ts": 1234.5,
@@ -43,6 +44,48 @@ void titan_trace_counter(struct titan_trace *t, const char *name, double value);
  * place.  Returns 0 or TITAN_E_IO (then nothing is left under PATH).
  * NULL-safe. */
 int titan_trace_close(struct titan_trace *t);
+
+/* ------------------------------------------------------- TensorBoard events */
+
+/*
+ * An event file as torch.utils.tensorboard's SummaryWriter writes it
+ * (TensorBoard, tbparse and TensorFlow's summary_iterator read it): a
+ * TFRecord stream, each record
+ *
+ *   u64 length (little-endian), u32 masked CRC32C of those 8 bytes,
+ *   length bytes of data, u32 masked CRC32C of the data,
+ *   masked(c) = ((c >> 15) | (c << 17)) + 0xa282ead8 (mod 2^32),
+ *
+ * whose data is a tensorflow.Event protocol buffer:
+ *
+ *   Event   { double wall_time = 1; int64 step = 2;
+ *             oneof { string file_version = 3; Summary summary = 5; } }
+ *   Summary { repeated Value value = 1; }
+ *   Value   { string tag = 1; float simple_value = 2; }
+ *
+ * The first record has file_version "brain.Event:2"; each later one the
+ * scalars of one step (several values in one Summary).  Fields come in
+ * field order, step 0 is left out (proto3's encoding: the bytes equal what
+ * protobuf serializes for the same message).  Seconds since the epoch as
+ * wall_time.  Errors as titan/core.h; the writer is not thread-safe.
+ */
+struct titan_tfevents;
+/* Create DIR/events.out.tfevents.<10-digit wall_time>.<host>.<pid>.<n> (the
+ * folder must exist; n counts the files this process opened) and write
+ * the file_version record.  TITAN_E_IO naming the file (then no file is
+ * left), TITAN_E_NOMEM. */
+int titan_tfevents_open(struct titan_tfevents **out, const char *dir, double wall_time);
+/* The file's path (owned by w). */
+const char *titan_tfevents_path(const struct titan_tfevents *w);
+/* Add a scalar (stored as float) to the pending event.  NULL w: no-op. */
+void titan_tfevents_scalar(struct titan_tfevents *w, const char *tag, double value);
+/* Write the pending scalars as one event of `step` (>= 0); nothing when
+ * there are none.  On disk (write(2)) when it returns.  A failed write (a
+ * full disk) cuts the file back to its last complete record and returns
+ * TITAN_E_IO naming the file and the system's reason. */
+int titan_tfevents_write(struct titan_tfevents *w, int64_t step, double wall_time);
+/* Close and free (NULL-safe); TITAN_E_IO when close(2) fails. */
+int titan_tfevents_close(struct titan_tfevents *w);
 
 #ifdef __cplusplus
 }

@@ -18,6 +18,7 @@
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cblas.h>
@@ -263,10 +264,55 @@ static int validate(struct titan_trainer *t, int64_t step)
 		if (rc < 0)
 			return rc;
 	}
+	if (t->tb) {
+		titan_tfevents_scalar(t->tb, "validation_metrics/loss", loss);
+		titan_tfevents_scalar(t->tb, "validation_metrics/tokens", sums[1]);
+		if ((rc = titan_tfevents_write(t->tb, step, (double)titan_unix_time_ns() * 1e-9)) < 0)
+			return rc;
+	}
 	return 0;
 }
 
 /* ------------------------------------------------------------ metrics */
+
+/* The step's metrics as TensorBoard scalars, under torchtitan's tags
+ * (MetricsProcessor.log) where it has the metric, the values of the
+ * metrics.jsonl row.  The tagged allocator's peak is both max_active and
+ * max_reserved: the host allocator caches nothing. */
+static int log_tensorboard(struct titan_trainer *t, int64_t step, const double *v,
+			   const struct titan_mem_stats *ms, const double *mx)
+{
+	struct titan_tfevents *e = t->tb;
+	const double gib = (double)ms->total_peak / 1073741824.0;
+	const double pct = 100.0 * (double)ms->total_peak / t->total_mem;
+	char tag[96];
+
+	titan_tfevents_scalar(e, "loss_metrics/global_avg_loss", v[0]);
+	titan_tfevents_scalar(e, "grad_norm", v[1]);
+	titan_tfevents_scalar(e, "lr", v[2]);
+	titan_tfevents_scalar(e, "n_tokens_seen", v[3]);
+	titan_tfevents_scalar(e, "throughput(tps)", v[4]);
+	titan_tfevents_scalar(e, "tflops", v[5]);
+	titan_tfevents_scalar(e, "mfu(%)", v[6]);
+	titan_tfevents_scalar(e, "time_metrics/end_to_end(s)", v[7]);
+	titan_tfevents_scalar(e, "time_metrics/data_loading(s)", v[8]);
+	titan_tfevents_scalar(e, "time_metrics/data_loading(%)", v[7] > 0 ? 100.0 * v[8] / v[7] : 0);
+	titan_tfevents_scalar(e, "time_metrics/checkpoint_blocked(s)", t->ckpt_blocked_s);
+	titan_tfevents_scalar(e, "memory/max_active(GiB)", gib);
+	titan_tfevents_scalar(e, "memory/max_active(%)", pct);
+	titan_tfevents_scalar(e, "memory/max_reserved(GiB)", gib);
+	titan_tfevents_scalar(e, "memory/max_reserved(%)", pct);
+	for (int k = 0; k < TITAN_MEM_NTAGS; k++) {
+		snprintf(tag, sizeof(tag), "memory/by_tag/%s(GiB)",
+			 titan_mem_tag_name((enum titan_mem_tag)k));
+		titan_tfevents_scalar(e, tag, (double)ms->peak_at_total[k] / 1073741824.0);
+	}
+	if (t->dist->size > 1) {
+		titan_tfevents_scalar(e, "memory/max_reserved_max_rank(GiB)", mx[0] / 1073741824.0);
+		titan_tfevents_scalar(e, "time_metrics/end_to_end_max_rank(s)", mx[1]);
+	}
+	return titan_tfevents_write(e, step, (double)titan_unix_time_ns() * 1e-9);
+}
 
 static int log_step(struct titan_trainer *t, int64_t step, double loss, double norm, double lr,
 		    int64_t tokens_seen)
@@ -346,6 +392,14 @@ static int log_step(struct titan_trainer *t, int64_t step, double loss, double n
 		rc = write_row(t, &j);
 		titan_json_release(&j);
 		if (rc < 0)
+			return rc;
+	}
+	if (t->tb) {
+		const double v[] = {loss, norm, lr, (double)tokens_seen, tps, tflops, mfu,
+				    dt / (double)t->steps_since,
+				    (double)t->data_ns * 1e-9 / (double)t->steps_since};
+
+		if ((rc = log_tensorboard(t, step, v, &ms, mx)) < 0)
 			return rc;
 	}
 	titan_mem_reset_peak(host);
@@ -710,6 +764,41 @@ static int open_jsonl(struct titan_trainer *t)
 	return 0;
 }
 
+/* metrics.enable_tensorboard: DUMP/save_tb_folder/YYYYmmdd-HHMM/ (the
+ * minute the run started, torchtitan's folders: a resumed run is a new
+ * TensorBoard run), on rank 0; with metrics.save_for_all_ranks every rank
+ * in rank_R/ of rank 0's folder. */
+static int open_tensorboard(struct titan_trainer *t)
+{
+	const struct titan_config *c = &t->cfg;
+	int64_t now = (int64_t)(titan_unix_time_ns() / 1000000000u);
+	char dir[4200], when[32];
+	struct tm tm;
+	time_t secs;
+	int rc;
+
+	if (!c->metrics.enable_tensorboard)
+		return 0;
+	if (c->metrics.save_for_all_ranks && t->dist->size > 1 &&
+	    (rc = titan_comm_broadcast(comm(t, TITAN_DIM_WORLD), &now, 1, TITAN_DTYPE_I64, 0,
+				       "tensorboard folder")) < 0)
+		return rc;
+	if (t->dist->rank != 0 && !c->metrics.save_for_all_ranks)
+		return 0;
+	secs = (time_t)now;
+	if (!localtime_r(&secs, &tm) || !strftime(when, sizeof(when), "%Y%m%d-%H%M", &tm))
+		snprintf(when, sizeof(when), "%lld", (long long)now);
+	snprintf(dir, sizeof(dir), "%s/%s%s%s", c->job.dump_folder, c->metrics.save_tb_folder,
+		 *c->metrics.save_tb_folder ? "/" : "", when);
+	if (c->metrics.save_for_all_ranks)
+		snprintf(dir + strlen(dir), sizeof(dir) - strlen(dir), "/rank_%d", t->dist->rank);
+	if ((rc = titan_mkdirs(dir)) < 0 ||
+	    (rc = titan_tfevents_open(&t->tb, dir, (double)titan_unix_time_ns() * 1e-9)) < 0)
+		return rc;
+	titan_log_info("TensorBoard events: %s", titan_tfevents_path(t->tb));
+	return 0;
+}
+
 /* Which process is which rank: a launcher that kills the job reports PIDs
  * and hosts ("BAD TERMINATION ... PID 1234 RUNNING AT node7"), the rest of
  * titan speaks of ranks. */
@@ -840,7 +929,9 @@ int titan_trainer_new(const struct titan_config *cfg, const struct titan_trainer
 		       "per rank, activation checkpointing %s", (long long)c->training.steps,
 		       (long long)t->accum, (long long)c->training.local_batch_size,
 		       (long long)c->training.seq_len, c->activation_checkpoint.mode);
-	return open_jsonl(t);
+	if ((rc = open_jsonl(t)) < 0)
+		return rc;
+	return open_tensorboard(t);
 }
 
 int titan_trainer_close(struct titan_trainer *t)
@@ -862,6 +953,12 @@ int titan_trainer_close(struct titan_trainer *t)
 					 strerror(errno));
 		t->jsonl = NULL;
 	}
+	if (t->tb) {
+		int e = titan_tfevents_close(t->tb);
+
+		rc = rc < 0 ? rc : e;
+		t->tb = NULL;
+	}
 	return rc;
 }
 
@@ -877,6 +974,7 @@ void titan_trainer_free(struct titan_trainer *t)
 	}
 	if (t->jsonl)
 		fclose(t->jsonl);
+	titan_tfevents_close(t->tb);
 	if (t->lock_fd > 0)
 		close(t->lock_fd - 1); /* the lock goes with it */
 	titan_free(t->inputs);

@@ -30,6 +30,7 @@ struct titan_trainer {
 	int32_t *inputs, *labels;      /* [accum][n] */
 	FILE *jsonl;                   /* rank 0 (all ranks with save_for_all_ranks) */
 	char jsonl_path[4200];
+	struct titan_tfevents *tb;     /* metrics.enable_tensorboard (rank 0, or all ranks) */
 	int lock_fd;                   /* job.dump_folder's lock + 1 (rank 0), 0: none */         /* its path, for messages */
 	double peak_flops, flops_per_token, total_mem;
 	int verbosity;

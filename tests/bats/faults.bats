@@ -127,6 +127,26 @@ small_fs() {
 		"$FS/m/metrics.jsonl"
 }
 
+@test "full disk under the TensorBoard events: exit 1 naming the file, the file ends at its last complete record" {
+	/usr/bin/python3 -c 'import google.protobuf' 2>/dev/null || skip "python3-protobuf is not installed"
+	small_fs 12k # a page for the folder's lock file, two for the events
+	run -1 --separate-stderr titan-train -q --config "$DATA/tiny.yaml" --training.steps=60 \
+		--checkpoint.enable=false --metrics.save_jsonl_file= --metrics.enable_tensorboard \
+		--job.dump_folder="$FS/m"
+	refute_crash
+	ev=$(compgen -G "$FS/m/tb/*/events.out.tfevents.*")
+	[[ $stderr == *"cannot write TensorBoard events to '$ev': No space left on device (the file ends at the last complete event)"* ]]
+	# whole records only, both CRCs right, some steps in
+	/usr/bin/python3 - "$ev" "$TITAN_SRCDIR/tests/ref" <<'PY'
+import sys
+sys.path.insert(0, sys.argv[2])
+import tfevents_read as tr
+ev = tr.load(sys.argv[1])
+assert ev[0].file_version == "brain.Event:2" and len(ev) > 2, len(ev)
+assert [e.step for e in ev[1:]] == list(range(1, len(ev))), [e.step for e in ev]
+PY
+}
+
 @test "SIGTERM stops titan-shard and titan-tokenize -o without leaving temporary files" {
 	titan-tokenize -t "$DATA/tok.tiktoken" --doc-per-line "$DATA/genesis.txt" > toks.bin
 	mkdir d

@@ -147,6 +147,77 @@ PY
 	assert_line --regexp '^validate step:  6  loss: +[0-9.]+'
 }
 
+@test "metrics.enable_tensorboard: TFRecords of Event protos with the scalars of metrics.jsonl, torchtitan's tags" {
+	/usr/bin/python3 -c 'import google.protobuf' 2>/dev/null || skip "python3-protobuf is not installed"
+	d=$BATS_TEST_TMPDIR/tb
+	run -0 --separate-stderr titan-train --config "$DATA/tiny.yaml" --training.steps=5 \
+		--validation.enable --validation.freq=2 --validation.local_batch_size=2 \
+		--validation.seq_len=64 --metrics.enable_tensorboard --job.dump_folder="$d"
+	# one file, where torchtitan puts it: DUMP/tb/YYYYmmdd-HHMM/events.out.tfevents.*
+	run -0 compgen -G "$d/tb/*/events.out.tfevents.*"
+	[ "${#lines[@]}" -eq 1 ]
+	ev=${lines[0]}
+	[[ $ev =~ /tb/[0-9]{8}-[0-9]{4}/events\.out\.tfevents\.[0-9]{10}\.$(hostname)\.[0-9]+\.0$ ]]
+	[[ $stderr == *"TensorBoard events: $ev"* ]]
+	# framing and both CRCs checked by a reader written from the spec, the
+	# Event/Summary messages decoded by python3-protobuf; every scalar is
+	# metrics.jsonl's value as a float32
+	/usr/bin/python3 - "$ev" "$d/metrics.jsonl" tests/ref <<'PY'
+import json, math, struct, sys
+sys.path.insert(0, sys.argv[3])
+import tfevents_read as tr
+ev = tr.load(sys.argv[1])
+assert ev[0].WhichOneof("what") == "file_version" and ev[0].file_version == "brain.Event:2", ev[0]
+assert all(e.WhichOneof("what") == "summary" for e in ev[1:])
+wall = [e.wall_time for e in ev]
+assert wall == sorted(wall) and abs(wall[0] - int(sys.argv[1].split(".")[3])) < 1, wall
+f32 = lambda x: struct.unpack("f", struct.pack("f", x))[0]
+G = 1073741824.0
+train, val = {}, {}
+for e in ev[1:]:
+    tags = {v.tag: v.simple_value for v in e.summary.value}
+    (val if "validation_metrics/loss" in tags else train)[e.step] = tags
+rows = [json.loads(l) for l in open(sys.argv[2])]
+n = 0
+for r in rows:
+    if "validation_loss" in r:
+        t = val.pop(r["step"])
+        assert t == {"validation_metrics/loss": f32(r["validation_loss"]),
+                     "validation_metrics/tokens": f32(r["validation_tokens"])}, (r, t)
+        continue
+    t = train.pop(r["step"])
+    want = {"loss_metrics/global_avg_loss": r["loss"], "grad_norm": r["grad_norm"], "lr": r["lr"],
+            "n_tokens_seen": r["tokens_seen"], "throughput(tps)": r["tps"], "tflops": r["tflops"],
+            "mfu(%)": r["mfu_pct"], "time_metrics/end_to_end(s)": r["step_time_s"],
+            "time_metrics/data_loading(s)": r["data_time_s"],
+            "time_metrics/checkpoint_blocked(s)": r["checkpoint_blocked_s"],
+            "memory/max_reserved(GiB)": r["memory_peak_bytes"] / G,
+            "memory/max_active(GiB)": r["memory_peak_bytes"] / G}
+    want.update({f"memory/by_tag/{k}(GiB)": v / G for k, v in r["memory_peak_by_tag"].items()})
+    for k, v in want.items():
+        assert t[k] == f32(v), (r["step"], k, t[k], v)
+    assert math.isclose(t["time_metrics/data_loading(%)"], 100 * r["data_time_s"] / r["step_time_s"],
+                        rel_tol=1e-6), t
+    assert t["memory/max_reserved(%)"] == t["memory/max_active(%)"] > 0, t
+    assert set(t) == set(want) | {"time_metrics/data_loading(%)", "memory/max_reserved(%)",
+                                  "memory/max_active(%)"}, sorted(t)
+    n += 1
+assert n == 5 and not train and not val, (n, train, val)
+# the reader does check: one flipped bit in a record's data
+raw = bytearray(open(sys.argv[1], "rb").read())
+raw[60] ^= 1
+open(sys.argv[1] + ".bad", "wb").write(raw)
+try:
+    tr.load(sys.argv[1] + ".bad")
+    raise AssertionError("a flipped bit was not found")
+except ValueError as e:
+    assert "data CRC" in str(e), e
+PY
+	# off by default
+	run -0 titan-train -q --config "$DATA/tiny.yaml" --training.steps=1 --job.dump_folder="$d/off"
+	assert_file_not_exists "$d/off/tb"
+}
+
 @test "a non-finite loss stops the run with the step, or is skipped on request" {
 	run -1 --separate-stderr titan-train --config "$DATA/tiny.yaml" --optimizer.lr=1e30 --training.max_norm=1e30
 	[[ $stderr == *"is not finite; stopping"* ]]
