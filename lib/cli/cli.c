@@ -32,6 +32,24 @@ int titan_cli_init(struct titan_cli *cli, const char *prog, int *argc, char **ar
 	return 0;
 }
 
+void titan_cli_thread_defaults(char **argv)
+{
+	static const char *const vars[][2] = {
+		{"OMP_WAIT_POLICY", "PASSIVE"},
+		{"OPENBLAS_THREAD_TIMEOUT", "4"},
+	};
+	const char *off = getenv("TITAN_THREAD_DEFAULTS");
+	bool changed = false;
+
+	if (off && !strcmp(off, "0"))
+		return;
+	for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++)
+		if (!getenv(vars[i][0]) && setenv(vars[i][0], vars[i][1], 0) == 0)
+			changed = true;
+	if (changed)
+		execv("/proc/self/exe", argv);
+}
+
 void titan_cli_release(struct titan_cli *cli)
 {
 	if (cli)

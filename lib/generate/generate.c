@@ -303,6 +303,19 @@ const char *titan_gen_stop_name(enum titan_gen_stop s)
 	return "?";
 }
 
+/* log softmax(logits)[id], max-shifted, the sum in double */
+static double log_softmax_at(const float *logits, int64_t V, int32_t id)
+{
+	double mx = logits[0], sum = 0;
+
+	for (int64_t i = 1; i < V; i++)
+		if (logits[i] > mx)
+			mx = logits[i];
+	for (int64_t i = 0; i < V; i++)
+		sum += exp((double)logits[i] - mx);
+	return (double)logits[id] - mx - log(sum);
+}
+
 int titan_generate(struct titan_generator *g, const int32_t *prompt, int64_t n,
 		   const struct titan_gen_opts *o, titan_gen_token_fn fn, void *ctx,
 		   struct titan_gen_result *res)
@@ -352,6 +365,7 @@ int titan_generate(struct titan_generator *g, const int32_t *prompt, int64_t n,
 			break;
 		}
 		r.n_new++;
+		r.logprob += log_softmax_at(logits, g->d.vocab_size, id);
 		if (fn && (rc = fn(ctx, id)) != 0) {
 			if (rc > 0) {
 				r.stop = TITAN_GEN_STOP_CALLBACK;

@@ -69,6 +69,24 @@ static int alloc_weights(struct titan_gen_model *m)
 
 /* ------------------------------------------------------- checkpoint */
 
+/* N of a file named step-N.h5 (a model-only save has no train_state), or -1. */
+static int64_t step_of_name(const char *path)
+{
+	const char *b = strrchr(path, '/');
+	char num[24];
+	size_t n;
+	int64_t v;
+
+	b = b ? b + 1 : path;
+	n = strlen(b);
+	if (strncmp(b, "step-", 5) != 0 || n < 9 || n - 8 >= sizeof(num) ||
+	    strcmp(b + n - 3, ".h5") != 0)
+		return -1;
+	memcpy(num, b + 5, n - 8);
+	num[n - 8] = 0;
+	return titan_parse_i64(num, &v) == 0 && v >= 0 ? v : -1;
+}
+
 static int load_h5(struct titan_gen_model *m, const char *path, const struct titan_config *cfg)
 {
 	struct titan_ckpt_file *f = NULL;
@@ -83,7 +101,7 @@ static int load_h5(struct titan_gen_model *m, const char *path, const struct tit
 		const struct titan_ckpt_info *in = titan_ckpt_file_info(f);
 
 		m->dims = in->dims;
-		m->step = in->has_train_state ? in->train.step : -1;
+		m->step = in->has_train_state ? in->train.step : step_of_name(path);
 		/* the resolved config titan-train stored: seq_len, tokenizer */
 		if (!cfg && in->config_yaml[0]) {
 			if ((rc = titan_config_init(&stored)) < 0)

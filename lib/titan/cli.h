@@ -60,6 +60,17 @@ struct titan_cli {
 	struct titan_config_overrides overrides;
 };
 
+/* Threading defaults for tools that alternate OpenBLAS sgemm with OpenMP
+ * regions (titan-train, titan-generate): idle threads that spin steal the
+ * cores the working ones need (libgomp spins between parallel regions,
+ * OpenBLAS's workers for 2^28 cycles after every sgemm).  Unless the
+ * environment sets them, OMP_WAIT_POLICY=PASSIVE and
+ * OPENBLAS_THREAD_TIMEOUT=4; both libraries read them when loaded, so the
+ * process re-executes itself once (/proc/self/exe; on failure it goes on
+ * with the libraries' defaults).  TITAN_THREAD_DEFAULTS=0 turns this off.
+ * Call first in main, with the untouched argv. */
+void titan_cli_thread_defaults(char **argv);
+
 /* Set up logging from the environment and record the program name.  With
  * `with_config`, removes `--section.key[=value]` overrides from argv (so
  * call it before getopt_long).  Returns 0, or an exit status (1) after

@@ -178,6 +178,10 @@ struct titan_gen_opts {
 struct titan_gen_result {
 	int64_t n_prompt, n_new;    /* tokens prefilled and emitted */
 	enum titan_gen_stop stop;
+	/* Σ log p(token) of the emitted tokens under the model's distribution
+	 * (softmax of the logits, no temperature or filtering): −logprob/n_new
+	 * is the continuation's cross-entropy, the loss titan-train logs */
+	double logprob;
 	double prefill_s, decode_s; /* wall time of the prompt and of the rest */
 };
 

@@ -215,9 +215,12 @@ static int on_token(void *ctx, int32_t id)
 	return c->n == c->stop_after;
 }
 
-/* greedy by recomputing the whole (right-padded: causal) sequence */
-static int greedy_reference(struct fixture *f, int n_prompt, int32_t *seq, int n_total)
+/* greedy by recomputing the whole (right-padded: causal) sequence; the
+ * sum of the chosen tokens' log-probabilities */
+static double greedy_reference(struct fixture *f, int n_prompt, int32_t *seq, int n_total)
 {
+	double logprob = 0;
+
 	float *lg = malloc((size_t)(T * f->V) * sizeof(float));
 	int32_t buf[T];
 
@@ -228,13 +231,19 @@ static int greedy_reference(struct fixture *f, int n_prompt, int32_t *seq, int n
 
 		memcpy(buf, seq, (size_t)pos * sizeof(*seq));
 		assert_int_equal(titan_llama_logits(f->m, buf, lg), 0);
+		const float *row = lg + (pos - 1) * f->V;
+		double sum = 0;
+
 		for (int64_t v = 1; v < f->V; v++)
-			if (lg[(pos - 1) * f->V + v] > lg[(pos - 1) * f->V + best])
+			if (row[v] > row[best])
 				best = v;
 		seq[pos] = (int32_t)best;
+		for (int64_t v = 0; v < f->V; v++)
+			sum += exp((double)row[v] - row[best]);
+		logprob -= log(sum);
 	}
 	free(lg);
-	return 0;
+	return logprob;
 }
 
 static void test_generate_greedy_and_stops(void **state)
@@ -246,11 +255,12 @@ static void test_generate_greedy_and_stops(void **state)
 	struct collect c = {0};
 	int32_t seq[T];
 	int eos_at = -1;
+	double logprob;
 
 	(void)state;
 	fixture_init(&f, false, 1);
 	titan_sampler_opts_default(&o.sampling);
-	greedy_reference(&f, 6, seq, 16);
+	logprob = greedy_reference(&f, 6, seq, 16);
 	g = gen_new(&f, T, 4);
 	assert_int_equal(titan_generate(g, f.tok, 6, &o, on_token, &c, &res), 0);
 	assert_int_equal(res.stop, TITAN_GEN_STOP_LENGTH);
@@ -258,6 +268,7 @@ static void test_generate_greedy_and_stops(void **state)
 	assert_int_equal(res.n_new, 10);
 	assert_int_equal(c.n, 10);
 	assert_memory_equal(c.ids, seq + 6, 10 * sizeof(int32_t));
+	assert_true(logprob < 0 && fabs(res.logprob - logprob) <= 1e-5 * fabs(logprob));
 	/* the last token is emitted, never fed */
 	assert_int_equal(titan_generator_pos(g), 6 + 9);
 
