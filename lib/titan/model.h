@@ -166,6 +166,13 @@ struct titan_param_table_opts {
 	int shard_rank, shard_degree; /* dim-0 shard held by this table (0, 1: all) */
 	int tp_rank, tp_degree;   /* tensor-parallel slice (0, 1: none), see above;
 				     FSDP's dim-0 shard is taken of the TP slice */
+	/* Pipeline stage: with `staged`, only the parameters of blocks
+	 * [stage_l0, stage_l1), tok_embeddings when stage_first and norm +
+	 * output when stage_last are held; the others stay in the table
+	 * (names, shapes, full_offset) with no rows (local_numel 0), so every
+	 * stage's table lists the same parameters (checkpoints, grad norm). */
+	bool staged, stage_first, stage_last;
+	int stage_l0, stage_l1;
 };
 
 struct titan_param_table {

@@ -92,6 +92,16 @@ struct titan_llama_opts {
 	 * chunk's logits instead.  The same losses either way. */
 	struct titan_comm *tp;
 	bool loss_parallel;
+	/* Pipeline parallelism: with stage_l1 > 0 the model is one stage:
+	 * blocks [stage_l0, stage_l1), the embedding when stage_first, the
+	 * final norm, output and loss when stage_last (the table holds only
+	 * those parameters, titan/model.h); pp_microbatches sets of
+	 * activations (a schedule's microbatches in flight); `pp` the stage
+	 * group (grad norm). */
+	int stage_l0, stage_l1;
+	bool stage_first, stage_last;
+	int64_t pp_microbatches;
+	struct titan_comm *pp;
 };
 /* From activation_checkpoint.{mode, selective_ac_option}: an integer N or
  * "op"; anything else is TITAN_E_INVALID naming the key. */
@@ -126,6 +136,24 @@ int titan_llama_zero_grads(struct titan_llama *m);
  * loss only (validation), gradients untouched. */
 int titan_llama_step(struct titan_llama *m, const int32_t *inputs, const int32_t *labels,
 		     float grad_scale, bool backward, double *loss_sum, int64_t *n_valid);
+/* Pipeline stages (opts.stage_l1 > 0): microbatch k (0 .. pp_microbatches
+ * - 1) forward — from `inputs` on the first stage, else from the buffer
+ * titan_llama_pp_input(m, k), which the caller fills with the previous
+ * stage's output (titan_llama_pp_boundary_floats floats) — and on the last
+ * stage the loss (its gradient kept for the microbatch's backward when
+ * `backward`); other stages return a loss of 0 over 0 tokens and leave
+ * their output in titan_llama_pp_output(m, k).  Backward of microbatch k:
+ * on the last stage from its loss, else from titan_llama_pp_grad(m), which
+ * the caller fills with the next stage's gradient; it leaves the gradient
+ * of the stage's input there (send it before the next backward). */
+int titan_llama_pp_forward(struct titan_llama *m, int k, const int32_t *inputs,
+			   const int32_t *labels, float grad_scale, bool backward,
+			   double *loss_sum, int64_t *n_valid);
+int titan_llama_pp_backward(struct titan_llama *m, int k);
+float *titan_llama_pp_input(struct titan_llama *m, int k);
+float *titan_llama_pp_output(struct titan_llama *m, int k);
+float *titan_llama_pp_grad(struct titan_llama *m);
+int64_t titan_llama_pp_boundary_floats(const struct titan_llama *m);
 /* Logits of the last forward are not kept (the classifier is fused with
  * the loss); for tests, titan_llama_logits computes them for one forward. */
 int titan_llama_logits(struct titan_llama *m, const int32_t *inputs, float *logits);

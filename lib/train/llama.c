@@ -33,12 +33,26 @@ struct titan_llama {
 	struct titan_param_arena params, grads, m, v;
 	float *freqs;         /* [T, D/2, 2] */
 	int64_t n;            /* tokens per microbatch */
-	float **x;            /* block inputs x[0..L] [N,C] (x[L]: final norm input) */
+	/* the microbatch in use (select_mb): */
+	float **x;            /* block inputs x[l0..l1] [N,C] (x[L]: final norm input) */
 	struct acts *acts;    /* per block; NULL pointers for checkpointed blocks */
 	bool *ckpt;           /* block is recomputed in backward */
 	struct acts recompute;
 	float *xnf, *rstdf;   /* final norm */
 	uint32_t *ids;
+	float *dxn_out;       /* PP last stage: the loss's gradient of xnf */
+	/* Pipeline stage: blocks [l0, l1), the embedding when `first`, norm,
+	 * output and loss when `last`; one set of the above per microbatch of
+	 * a step (nmb: 1 without PP) */
+	int l0, l1, nmb;
+	bool first, last;
+	struct mb {
+		float **x;
+		struct acts *acts;
+		float *xnf, *rstdf, *dxn_out;
+		uint32_t *ids;
+	} *mb;
+	struct titan_comm *pp;
 	/* backward scratch */
 	float *dx, *dh, *dxn, *datt, *dq, *dk, *dv, *dg, *da, *db;
 	void **blocks;        /* every allocation, for free */
@@ -188,6 +202,54 @@ static int alloc_acts_op(struct titan_llama *m, struct acts *a, const struct act
 	return 0;
 }
 
+/* One microbatch's state: the stage's block inputs (and x[l1]), kept
+ * activations, final-norm output, ids, and under PP the loss gradient. */
+static int alloc_mb(struct titan_llama *m, struct mb *b)
+{
+	const int64_t L = m->d.n_layers, C = m->d.dim;
+	const enum titan_mem_tag act = TITAN_MEM_ACTIVATIONS;
+	int rc;
+
+	b->x = calloc((size_t)L + 1, sizeof(*b->x));
+	b->acts = calloc((size_t)L, sizeof(*b->acts));
+	if (!b->x || !b->acts)
+		return TITAN_E_NOMEM;
+	for (int64_t i = m->l0; i <= m->l1; i++)
+		if (!(b->x[i] = buf(m, m->nl * C, act)))
+			return TITAN_E_NOMEM;
+	for (int64_t i = m->l0; i < m->l1; i++) {
+		if (m->o.ac == TITAN_AC_SELECTIVE_OP)
+			rc = alloc_acts_op(m, &b->acts[i], &m->recompute);
+		else
+			rc = m->ckpt[i] ? 0 : alloc_acts(m, &b->acts[i]);
+		if (rc < 0)
+			return rc;
+	}
+	if (!(b->ids = (uint32_t *)buf(m, m->n, TITAN_MEM_DATA)))
+		return TITAN_E_NOMEM;
+	if (!m->last)
+		return 0;
+	b->xnf = buf(m, m->n * C, act);
+	b->rstdf = buf(m, m->nl, act);
+	if (!b->xnf || !b->rstdf)
+		return TITAN_E_NOMEM;
+	if (m->nmb > 1 && !(b->dxn_out = buf(m, m->n * C, act)))
+		return TITAN_E_NOMEM;
+	return 0;
+}
+
+static void select_mb(struct titan_llama *m, int k)
+{
+	struct mb *b = &m->mb[k];
+
+	m->x = b->x;
+	m->acts = b->acts;
+	m->xnf = b->xnf;
+	m->rstdf = b->rstdf;
+	m->ids = b->ids;
+	m->dxn_out = b->dxn_out;
+}
+
 int titan_llama_opts_from_config(struct titan_llama_opts *o, const struct titan_config *c)
 {
 	const char *mode = c->activation_checkpoint.mode;
@@ -224,7 +286,7 @@ int titan_llama_new(const struct titan_model_dims *d, const struct titan_llama_o
 					d->rope_high_freq_factor,
 					(double)d->rope_original_max_position};
 	const int64_t L = d->n_layers, C = d->dim;
-	const enum titan_mem_tag ws = TITAN_MEM_WORKSPACE, act = TITAN_MEM_ACTIVATIONS;
+	const enum titan_mem_tag ws = TITAN_MEM_WORKSPACE;
 	struct titan_param_table_opts to;
 	int64_t F, q, kv;
 	int rc;
@@ -257,6 +319,22 @@ int titan_llama_new(const struct titan_model_dims *d, const struct titan_llama_o
 		goto fail;
 	}
 	m->nl = m->n / m->tpn;
+	m->pp = o->pp;
+	m->nmb = o->pp_microbatches > 1 ? (int)o->pp_microbatches : 1;
+	m->first = m->last = true;
+	m->l0 = 0;
+	m->l1 = (int)L;
+	if (o->stage_l1 > 0) {
+		m->l0 = o->stage_l0;
+		m->l1 = o->stage_l1;
+		m->first = o->stage_first;
+		m->last = o->stage_last;
+		to.staged = true;
+		to.stage_l0 = m->l0;
+		to.stage_l1 = m->l1;
+		to.stage_first = m->first;
+		to.stage_last = m->last;
+	}
 	m->H = d->n_heads / m->tpn;
 	m->Hkv = d->n_kv_heads / m->tpn;
 	m->F = d->ffn_hidden / m->tpn;
@@ -292,22 +370,13 @@ int titan_llama_new(const struct titan_model_dims *d, const struct titan_llama_o
 				   d->rope_scaling ? &sc : NULL)) < 0)
 		goto fail;
 	rc = TITAN_E_NOMEM;
-	m->x = calloc((size_t)L + 1, sizeof(*m->x));
-	m->acts = calloc((size_t)L, sizeof(*m->acts));
 	m->ckpt = calloc((size_t)L, sizeof(*m->ckpt));
-	if (!m->x || !m->acts || !m->ckpt)
+	m->mb = calloc((size_t)m->nmb, sizeof(*m->mb));
+	if (!m->ckpt || !m->mb)
 		goto fail;
-	for (int64_t i = 0; i <= L; i++)
-		if (!(m->x[i] = buf(m, m->nl * C, act)))
-			goto fail;
-	for (int64_t i = 0; i < L; i++) {
+	for (int64_t i = 0; i < L; i++)
 		m->ckpt[i] = o->ac == TITAN_AC_FULL ||
 			     (o->ac == TITAN_AC_SELECTIVE && (i + 1) % o->ac_every == 0);
-		if (!m->ckpt[i] && o->ac != TITAN_AC_SELECTIVE_OP &&
-		    (rc = alloc_acts(m, &m->acts[i])) < 0)
-			goto fail;
-	}
-	rc = TITAN_E_NOMEM;
 	if (o->ac == TITAN_AC_SELECTIVE_OP) {
 		/* the shared set holds only what every block recomputes */
 		struct acts *r = &m->recompute;
@@ -323,15 +392,14 @@ int titan_llama_new(const struct titan_model_dims *d, const struct titan_llama_o
 		r->g = buf(m, m->n * F, t);
 		if (!r->xn1 || !r->rstd1 || !r->k || !r->h || !r->xn2 || !r->rstd2 || !r->b || !r->g)
 			goto fail;
-		for (int64_t i = 0; i < L; i++)
-			if ((rc = alloc_acts_op(m, &m->acts[i], r)) < 0)
-				goto fail;
 	} else if (o->ac != TITAN_AC_NONE && alloc_acts(m, &m->recompute) < 0) {
 		goto fail;
 	}
-	m->xnf = buf(m, m->n * C, act);
-	m->rstdf = buf(m, m->nl, act);
-	m->ids = (uint32_t *)buf(m, m->n, TITAN_MEM_DATA);
+	for (int k = 0; k < m->nmb; k++)
+		if ((rc = alloc_mb(m, &m->mb[k])) < 0)
+			goto fail;
+	select_mb(m, 0);
+	rc = TITAN_E_NOMEM;
 	m->dx = buf(m, m->nl * C, ws);
 	m->dh = buf(m, m->nl * C, ws);
 	m->dxn = buf(m, m->n * C, ws);
@@ -340,8 +408,7 @@ int titan_llama_new(const struct titan_model_dims *d, const struct titan_llama_o
 	m->dk = buf(m, m->n * kv, ws);
 	m->dv = buf(m, m->n * kv, ws);
 	m->dg = buf(m, m->n * F, ws);
-	if (!m->xnf || !m->rstdf || !m->ids || !m->dx || !m->dh || !m->dxn || !m->datt ||
-	    !m->dq || !m->dk || !m->dv || !m->dg)
+	if (!m->dx || !m->dh || !m->dxn || !m->datt || !m->dq || !m->dk || !m->dv || !m->dg)
 		goto fail;
 	if (m->tp) {
 		const int64_t ch = m->o.ce_chunk < m->n ? m->o.ce_chunk : m->n;
@@ -381,8 +448,11 @@ void titan_llama_free(struct titan_llama *m)
 	free(m->pv);
 	free(m->gv);
 	free(m->group_first);
-	free(m->x);
-	free(m->acts);
+	for (int k = 0; m->mb && k < m->nmb; k++) {
+		free(m->mb[k].x);
+		free(m->mb[k].acts);
+	}
+	free(m->mb);
 	free(m->ckpt);
 	titan_param_arena_release(&m->params);
 	titan_param_arena_release(&m->grads);
@@ -755,25 +825,37 @@ static int forward(struct titan_llama *m, const int32_t *inputs)
 	const struct titan_llama_group_hooks *h = &m->ghooks;
 	const int64_t C = m->d.dim;
 	const int L = (int)m->d.n_layers;
-	int rc;
+	int rc = 0;
 
-	CK(load_ids(m, inputs));
+	if (m->first)
+		CK(load_ids(m, inputs));
 	span_begin(m, "forward", -1);
-	span_begin(m, "embedding", -1);
-	if ((rc = ghook(m, h->pre_forward, 0)) == 0)
-		rc = m->tp ? tp_embedding_fwd(m) :
-		     op->embedding_fwd(m->be, m->x[0], m->ids, P(m, TITAN_PARAM_TOK_EMBEDDINGS, -1),
-				       m->n, m->d.vocab_size, C);
-	if (rc == 0)
-		rc = ghook(m, h->post_forward, 0);
-	span_end(m, "embedding");
-	for (int l = 0; l < L && rc == 0; l++) {
+	if (m->first) {
+		span_begin(m, "embedding", -1);
+		if ((rc = ghook(m, h->pre_forward, 0)) == 0)
+			rc = m->tp ? tp_embedding_fwd(m) :
+			     op->embedding_fwd(m->be, m->x[0], m->ids,
+					       P(m, TITAN_PARAM_TOK_EMBEDDINGS, -1), m->n,
+					       m->d.vocab_size, C);
+		if (rc == 0)
+			rc = ghook(m, h->post_forward, 0);
+		span_end(m, "embedding");
+		if (rc < 0) {
+			span_end(m, "forward");
+			return rc;
+		}
+	}
+	for (int l = m->l0; l < m->l1 && rc == 0; l++) {
 		span_begin(m, "forward", l);
 		if ((rc = ghook(m, h->pre_forward, 1 + l)) == 0)
 			rc = block_fwd(m, l, m->ckpt[l] ? &m->recompute : &m->acts[l], false);
 		if (rc == 0)
 			rc = ghook(m, h->post_forward, 1 + l);
 		span_end(m, "forward");
+	}
+	if (!m->last) {
+		span_end(m, "forward");
+		return rc;
 	}
 	if (rc == 0)
 		rc = ghook(m, h->pre_forward, L + 1);
@@ -791,43 +873,57 @@ static int forward(struct titan_llama *m, const int32_t *inputs)
  * stays in use through the loss; with backward its pre_backward comes before
  * the loss (the classifier's gradient is computed there), then its
  * post_forward, and post_backward after the final norm's backward. */
-int titan_llama_step(struct titan_llama *m, const int32_t *inputs, const int32_t *labels,
-		     float grad_scale, bool backward, double *loss_sum, int64_t *n_valid)
+/* The loss on the last stage's xnf; with `dxn`, its gradient goes there
+ * (and the classifier's into the gradient arena). */
+static int loss_fwd(struct titan_llama *m, const int32_t *labels, float grad_scale, float *dxn,
+		    double *loss_sum, int64_t *n_valid)
 {
 	const struct titan_backend_ops *op = m->be->ops;
 	const struct titan_llama_group_hooks *h = &m->ghooks;
-	const int64_t C = m->d.dim, L = m->d.n_layers;
-	const int last = (int)L + 1;
+	const int last = (int)m->d.n_layers + 1;
 	int rc;
 
-	CK(forward(m, inputs));
 	span_begin(m, "loss", -1);
-	rc = backward ? ghook(m, h->pre_backward, last) : 0;
+	rc = dxn ? ghook(m, h->pre_backward, last) : 0;
 	if (rc == 0 && m->tp)
-		rc = tp_classifier_ce(m, loss_sum, n_valid, backward ? m->dxn : NULL,
-				      backward ? G(m, TITAN_PARAM_OUTPUT, -1) : NULL, m->xnf,
+		rc = tp_classifier_ce(m, loss_sum, n_valid, dxn,
+				      dxn ? G(m, TITAN_PARAM_OUTPUT, -1) : NULL, m->xnf,
 				      P(m, TITAN_PARAM_OUTPUT, -1), labels, grad_scale);
 	else if (rc == 0)
-		rc = op->classifier_ce(m->be, loss_sum, n_valid, backward ? m->dxn : NULL,
-				       backward ? G(m, TITAN_PARAM_OUTPUT, -1) : NULL, m->xnf,
-				       P(m, TITAN_PARAM_OUTPUT, -1), labels, m->n, C,
+		rc = op->classifier_ce(m->be, loss_sum, n_valid, dxn,
+				       dxn ? G(m, TITAN_PARAM_OUTPUT, -1) : NULL, m->xnf,
+				       P(m, TITAN_PARAM_OUTPUT, -1), labels, m->n, m->d.dim,
 				       m->d.vocab_size, grad_scale, m->o.ce_chunk);
 	if (rc == 0)
 		rc = ghook(m, h->post_forward, last);
 	span_end(m, "loss");
-	if (rc < 0 || !backward)
-		return rc;
+	return rc;
+}
+
+/* Backward through the stage: from `dxn` (the loss's gradient of the
+ * final norm output) on the last stage, otherwise from m->dx (the next
+ * stage's gradient of this stage's output); leaves the gradient of the
+ * stage's input in m->dx (unused on the first stage). */
+static int backward_pass(struct titan_llama *m, const float *dxn)
+{
+	const struct titan_backend_ops *op = m->be->ops;
+	const struct titan_llama_group_hooks *h = &m->ghooks;
+	const int64_t C = m->d.dim, L = m->d.n_layers;
+	int rc = 0;
+
 	span_begin(m, "backward", -1);
-	span_begin(m, "norm backward", -1);
-	rc = m->tp ? tp_scatter(m, m->dxn_loc, m->dxn, "tp output input grad") : 0;
-	if (rc == 0)
-		rc = op->rmsnorm_bwd(m->be, m->dx, G(m, TITAN_PARAM_NORM, -1),
-				     m->tp ? m->dxn_loc : m->dxn, m->x[L],
-				     P(m, TITAN_PARAM_NORM, -1), m->rstdf, m->nl, C, false);
-	if (rc == 0)
-		rc = ghook(m, h->post_backward, last);
-	span_end(m, "norm backward");
-	for (int64_t l = L - 1; l >= 0 && rc == 0; l--) {
+	if (m->last) {
+		span_begin(m, "norm backward", -1);
+		rc = m->tp ? tp_scatter(m, m->dxn_loc, dxn, "tp output input grad") : 0;
+		if (rc == 0)
+			rc = op->rmsnorm_bwd(m->be, m->dx, G(m, TITAN_PARAM_NORM, -1),
+					     m->tp ? m->dxn_loc : dxn, m->x[L],
+					     P(m, TITAN_PARAM_NORM, -1), m->rstdf, m->nl, C, false);
+		if (rc == 0)
+			rc = ghook(m, h->post_backward, (int)L + 1);
+		span_end(m, "norm backward");
+	}
+	for (int64_t l = m->l1 - 1; l >= m->l0 && rc == 0; l--) {
 		struct acts *a = &m->acts[l];
 
 		if ((rc = ghook(m, h->pre_backward, 1 + (int)l)) < 0)
@@ -850,7 +946,7 @@ int titan_llama_step(struct titan_llama *m, const int32_t *inputs, const int32_t
 			rc = ghook(m, h->post_backward, 1 + (int)l);
 		span_end(m, "backward");
 	}
-	if (rc == 0) {
+	if (rc == 0 && m->first) {
 		span_begin(m, "embedding backward", -1);
 		if ((rc = ghook(m, h->pre_backward, 0)) == 0 && m->tp)
 			rc = tp_embedding_bwd(m);
@@ -863,6 +959,66 @@ int titan_llama_step(struct titan_llama *m, const int32_t *inputs, const int32_t
 	}
 	span_end(m, "backward");
 	return rc;
+}
+
+/* Group hooks around one step (titan/train.h): forward runs pre/post_forward
+ * of groups 0 .. L and pre_forward of the last group (norm + output), which
+ * stays in use through the loss; with backward its pre_backward comes before
+ * the loss (the classifier's gradient is computed there), then its
+ * post_forward, and post_backward after the final norm's backward. */
+int titan_llama_step(struct titan_llama *m, const int32_t *inputs, const int32_t *labels,
+		     float grad_scale, bool backward, double *loss_sum, int64_t *n_valid)
+{
+	int rc;
+
+	TITAN_ASSERT(m->first && m->last);
+	CK(forward(m, inputs));
+	CK(loss_fwd(m, labels, grad_scale, backward ? m->dxn : NULL, loss_sum, n_valid));
+	return backward ? backward_pass(m, m->dxn) : 0;
+}
+
+int titan_llama_pp_forward(struct titan_llama *m, int k, const int32_t *inputs,
+			   const int32_t *labels, float grad_scale, bool backward,
+			   double *loss_sum, int64_t *n_valid)
+{
+	int rc;
+
+	TITAN_ASSERT(k >= 0 && k < m->nmb);
+	select_mb(m, k);
+	*loss_sum = 0;
+	*n_valid = 0;
+	CK(forward(m, inputs));
+	if (!m->last)
+		return 0;
+	return loss_fwd(m, labels, grad_scale,
+			backward ? (m->dxn_out ? m->dxn_out : m->dxn) : NULL, loss_sum, n_valid);
+}
+
+int titan_llama_pp_backward(struct titan_llama *m, int k)
+{
+	TITAN_ASSERT(k >= 0 && k < m->nmb);
+	select_mb(m, k);
+	return backward_pass(m, m->last ? (m->dxn_out ? m->dxn_out : m->dxn) : NULL);
+}
+
+float *titan_llama_pp_input(struct titan_llama *m, int k)
+{
+	return m->mb[k].x[m->l0];
+}
+
+float *titan_llama_pp_output(struct titan_llama *m, int k)
+{
+	return m->mb[k].x[m->l1];
+}
+
+float *titan_llama_pp_grad(struct titan_llama *m)
+{
+	return m->dx;
+}
+
+int64_t titan_llama_pp_boundary_floats(const struct titan_llama *m)
+{
+	return m->nl * m->d.dim;
 }
 
 int titan_llama_logits(struct titan_llama *m, const int32_t *inputs, float *logits)
@@ -890,9 +1046,14 @@ int titan_llama_grad_sumsq(struct titan_llama *m, double *sumsq)
 		if (m->tp && p->tp_dim < 0 && m->tpr > 0)
 			sumsq[i] = 0; /* replicated: counted on TP rank 0 */
 	}
-	if (m->tp)
-		return titan_comm_all_reduce(m->tp, TITAN_IN_PLACE, sumsq, (size_t)m->table.n,
-					     TITAN_DTYPE_F64, TITAN_REDOP_SUM, "tp grad norm");
+	if (m->tp && (rc = titan_comm_all_reduce(m->tp, TITAN_IN_PLACE, sumsq, (size_t)m->table.n,
+						  TITAN_DTYPE_F64, TITAN_REDOP_SUM,
+						  "tp grad norm")) < 0)
+		return rc;
+	/* pipeline stages: every parameter on one stage, zero elsewhere */
+	if (m->pp && titan_comm_size(m->pp) > 1)
+		return titan_comm_all_reduce(m->pp, TITAN_IN_PLACE, sumsq, (size_t)m->table.n,
+					     TITAN_DTYPE_F64, TITAN_REDOP_SUM, "pp grad norm");
 	return 0;
 }
 
