@@ -231,6 +231,41 @@ void titan_grad_norm_from_sumsq(const double *sumsq, int n, double max_norm, dou
 int titan_llama_adamw(struct titan_llama *m, const struct titan_adamw_hparams *hp,
 		      int64_t step, float grad_mul);
 
+/* ------------------------------------------------- pipeline parallelism */
+
+/* One stage's part of the model: blocks [l0, l1), the embedding on the
+ * first stage, norm + output on the last. */
+struct titan_pp_stage {
+	int l0, l1;
+	bool first, last;
+};
+/* torchtitan's split: parallelism.pipeline_parallel_split_points
+ * ("layers.N" starts a stage), or layers_per_stage, or automatic
+ * (generate_llm_fqn_per_model_part: n_layers + 2 units — the embedding and
+ * norm + output weigh one block each — evenly, the first stages one more).
+ * TITAN_E_INVALID naming the key and the numbers when it cannot. */
+int titan_pp_split(const struct titan_config *c, int64_t n_layers, int nstages, int stage,
+		   struct titan_pp_stage *out);
+
+enum titan_pp_schedule { TITAN_PP_GPIPE = 0, TITAN_PP_1F1B };
+/* From parallelism.pipeline_parallel_schedule: TITAN_E_INVALID for the
+ * schedules not implemented. */
+int titan_pp_schedule_parse(const char *name, enum titan_pp_schedule *out);
+
+/* A stage's schedule runner over the pipeline communicator `c` (stage =
+ * its rank) for a model built as that stage with nmb microbatch sets. */
+struct titan_pp;
+int titan_pp_new(struct titan_llama *m, struct titan_comm *c, enum titan_pp_schedule sched,
+		 int nmb, struct titan_pp **out);
+void titan_pp_free(struct titan_pp *p);
+/* One local batch as nmb microbatches of mb_tokens (inputs/labels of all
+ * of them, one after another): the schedule's forwards (and backwards),
+ * gradients added to the model's arena; the loss sum and valid tokens of
+ * the last stage, on every stage. */
+int titan_pp_step(struct titan_pp *p, const int32_t *inputs, const int32_t *labels,
+		  int64_t mb_tokens, float grad_scale, bool backward, double *loss_sum,
+		  int64_t *n_valid);
+
 /* ------------------------------------------------------------ trainer */
 
 /* torchtitan's Trainer (lib/train/trainer.c): set-up from a resolved

@@ -477,8 +477,14 @@ int titan_trainer_run(struct titan_trainer *t)
 
 			if (t->dp && (rc = titan_dp_begin_microbatch(t->dp, true, mb == t->accum - 1)) < 0)
 				return rc;
-			rc = titan_llama_step(t->model, t->inputs + mb * t->n, t->labels + mb * t->n,
-					      valid ? 1.0f / (float)valid : 0.0f, true, &ls, &nv);
+			if (t->pp)
+				rc = titan_pp_step(t->pp, t->inputs + mb * t->n, t->labels + mb * t->n,
+						   t->n / t->mo.pp_microbatches,
+						   valid ? 1.0f / (float)valid : 0.0f, true, &ls, &nv);
+			else
+				rc = titan_llama_step(t->model, t->inputs + mb * t->n,
+						      t->labels + mb * t->n,
+						      valid ? 1.0f / (float)valid : 0.0f, true, &ls, &nv);
 			if (rc < 0)
 				return rc;
 			loss_sum += ls;
@@ -587,17 +593,39 @@ static int check_layout(const struct titan_trainer *t)
 	const struct titan_parallel_dims *pd = &t->dist->dims;
 	const struct titan_config *c = &t->cfg;
 	const int64_t tp = pd->degree[TITAN_DIM_TP];
+	const int64_t pp = pd->degree[TITAN_DIM_PP];
+	enum titan_pp_schedule sched;
 	static const char *const key[TITAN_DIM_NDIMS] = {
-		"pipeline_parallel_degree", NULL, NULL, "context_parallel_degree", NULL,
+		NULL, NULL, NULL, "context_parallel_degree", NULL,
 	};
+	int rc;
 
 	for (int d = 0; d < TITAN_DIM_NDIMS; d++)
 		if (key[d] && pd->degree[d] > 1)
 			return titan_error(TITAN_E_UNSUPPORTED,
-					   "parallelism.%s %lld: pipeline and context parallelism "
-					   "are not implemented yet (set it to 1; the data-parallel "
-					   "and tensor-parallel degrees work)", key[d],
+					   "parallelism.%s %lld: context parallelism is not "
+					   "implemented yet (set it to 1; the data-parallel, tensor- "
+					   "and pipeline-parallel degrees work)", key[d],
 					   (long long)pd->degree[d]);
+	if (pp > 1) {
+		if ((rc = titan_pp_schedule_parse(c->parallelism.pipeline_parallel_schedule,
+						  &sched)) < 0)
+			return rc;
+		if (titan_parallel_dims_degree(pd, TITAN_DIM_DP) > 1)
+			return titan_error(TITAN_E_UNSUPPORTED, "parallelism.pipeline_parallel_degree "
+					   "%lld with data parallelism (degree %lld) is not "
+					   "implemented yet: pipeline x tensor parallelism is",
+					   (long long)pp,
+					   (long long)titan_parallel_dims_degree(pd, TITAN_DIM_DP));
+		if (t->dims.tied)
+			return titan_error(TITAN_E_INVALID, "model.tie_word_embeddings with "
+					   "parallelism.pipeline_parallel_degree %lld: the embedding "
+					   "and the output live on different stages", (long long)pp);
+		if (c->validation.enable)
+			return titan_error(TITAN_E_UNSUPPORTED, "validation.enable with "
+					   "parallelism.pipeline_parallel_degree %lld is not "
+					   "implemented yet", (long long)pp);
+	}
 	if (tp > 1 && (t->dims.n_heads % tp || t->dims.n_kv_heads % tp ||
 		       t->dims.ffn_hidden % tp))
 		return titan_error(TITAN_E_INVALID, "parallelism.tensor_parallel_degree %lld must "
@@ -881,9 +909,39 @@ int titan_trainer_new(const struct titan_config *cfg, const struct titan_trainer
 	}
 	t->mo.tp = comm(t, TITAN_DIM_TP);
 	t->mo.loss_parallel = !c->parallelism.disable_loss_parallel;
+	if (t->dist->dims.degree[TITAN_DIM_PP] > 1) {
+		struct titan_pp_stage st;
+		const int nst = (int)t->dist->dims.degree[TITAN_DIM_PP];
+
+		if ((rc = titan_pp_split(c, t->dims.n_layers, nst,
+					 (int)t->dist->coord[TITAN_DIM_PP], &st)) < 0)
+			return rc;
+		t->mo.stage_l0 = st.l0;
+		t->mo.stage_l1 = st.l1;
+		t->mo.stage_first = st.first;
+		t->mo.stage_last = st.last;
+		t->mo.batch = c->parallelism.pipeline_parallel_microbatch_size;
+		t->mo.pp_microbatches = c->training.local_batch_size /
+					c->parallelism.pipeline_parallel_microbatch_size;
+		t->mo.pp = comm(t, TITAN_DIM_PP);
+		titan_log_info("Pipeline stage %lld of %d: layers %d-%d%s%s, %lld microbatches of %lld",
+			       (long long)t->dist->coord[TITAN_DIM_PP], nst, st.l0, st.l1 - 1,
+			       st.first ? ", embedding" : "", st.last ? ", norm + output" : "",
+			       (long long)t->mo.pp_microbatches,
+			       (long long)c->parallelism.pipeline_parallel_microbatch_size);
+	}
 	if ((rc = titan_llama_new(&t->dims, &t->mo, &t->be, NULL, &t->model)) < 0)
 		return rc;
 	titan_llama_set_hooks(t->model, &(struct titan_llama_hooks){hook_begin, hook_end, t});
+	if (t->mo.stage_l1 > 0) {
+		enum titan_pp_schedule sched;
+
+		if ((rc = titan_pp_schedule_parse(c->parallelism.pipeline_parallel_schedule,
+						  &sched)) < 0 ||
+		    (rc = titan_pp_new(t->model, comm(t, TITAN_DIM_PP), sched,
+				       (int)t->mo.pp_microbatches, &t->pp)) < 0)
+			return rc;
+	}
 	/* each rank initialises its own rows: the same weights on any layout */
 	titan_llama_init_weights(t->model, (uint64_t)c->training.seed);
 	if (t->dp_degree > 1) {
@@ -980,6 +1038,7 @@ void titan_trainer_free(struct titan_trainer *t)
 	titan_free(t->inputs);
 	titan_free(t->labels);
 	titan_dp_free(t->dp);
+	titan_pp_free(t->pp);
 	titan_llama_free(t->model);
 	titan_loader_close(t->train);
 	titan_loader_close(t->val);

@@ -24,6 +24,7 @@ struct titan_trainer {
 	bool be_ready;
 	struct titan_llama *model;
 	struct titan_dp *dp;           /* NULL on one DP rank */
+	struct titan_pp *pp;           /* NULL without pipeline parallelism */
 	struct titan_loader *train, *val;
 	int64_t dp_degree, dp_rank, fsdp_degree;
 	int64_t accum, n;              /* microbatches per step, tokens per microbatch */
