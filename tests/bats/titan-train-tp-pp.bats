@@ -1,9 +1,10 @@
 #!/usr/bin/env bats
-# titan-train with tensor parallelism under MPICH's mpiexec (oversubscribed,
-# a tiny model): TP 2 and TP 4 (sequence parallel, loss parallel on and
-# off), composed with FSDP, DDP and HSDP, reproduce the 1-rank losses and
-# grad norms; TP checkpoints are whole tensors and reshard to and from
-# other layouts; layouts TP cannot split exit 2 naming the numbers.
+# titan-train with tensor and pipeline parallelism under MPICH's mpiexec
+# (oversubscribed, a tiny model): TP 2, 3 and 4 (sequence parallel, loss
+# parallel on and off), composed with FSDP, DDP and HSDP, PP 2 and 4 with
+# GPipe and 1F1B, PP x TP, reproduce the 1-rank losses and grad norms;
+# their checkpoints are whole tensors and reshard to and from other
+# layouts; layouts that cannot be split exit 2 naming the numbers.
 
 bats_require_minimum_version 1.5.0
 
@@ -54,6 +55,9 @@ comm:
 YAML
 	titan-train -q --threads 1 --config "$DATA/tiny.yaml" --checkpoint.enable --checkpoint.interval=5 \
 		--job.dump_folder="$DATA/ref"
+	# 6 blocks for 4 pipeline stages
+	titan-train -q --threads 1 --config "$DATA/tiny.yaml" --model.n_layers=6 --checkpoint.enable \
+		--checkpoint.interval=5 --job.dump_folder="$DATA/ref6"
 }
 
 setup() {
@@ -175,6 +179,61 @@ PY
 	[[ $output == *"enable_async_tensor_parallel: not supported"* ]]
 	run -2 mpi 2 --parallelism.tensor_parallel_degree=3 --training.seq_len=48 --job.dump_folder="$BATS_TEST_TMPDIR/o"
 	[[ $output == *"tensor_parallel_degree 3 = 3 does not divide the 2 ranks"* ]]
-	run -1 mpi 2 --parallelism.pipeline_parallel_degree=2 --job.dump_folder="$BATS_TEST_TMPDIR/o"
-	[[ $output == *"pipeline_parallel_degree 2: pipeline and context parallelism are not implemented yet"* ]]
+}
+
+PP="--parallelism.pipeline_parallel_degree"
+
+@test "PP 2 with GPipe and 1F1B (8 microbatches of 1): the 1-rank losses and grad norms" {
+	run -0 mpi 2 $PP=2 --parallelism.pipeline_parallel_schedule=GPipe --job.dump_folder="$BATS_TEST_TMPDIR/g"
+	run -0 same_curve "$DATA/ref/metrics.jsonl" "$BATS_TEST_TMPDIR/g/metrics.jsonl"
+	echo "# GPipe: $output" >&3
+	run -0 mpi 2 $PP=2 --parallelism.pipeline_parallel_schedule=1F1B --job.dump_folder="$BATS_TEST_TMPDIR/o"
+	run -0 same_curve "$DATA/ref/metrics.jsonl" "$BATS_TEST_TMPDIR/o/metrics.jsonl"
+	echo "# 1F1B: $output" >&3
+}
+
+@test "PP 4 (6 blocks: 1+2+2+1 with the embedding and output) with microbatches of 2 and full AC" {
+	for s in GPipe 1F1B; do
+		run -0 mpi 4 --model.n_layers=6 $PP=4 --parallelism.pipeline_parallel_schedule=$s \
+			--parallelism.pipeline_parallel_microbatch_size=2 --activation_checkpoint.mode=full \
+			--job.dump_folder="$BATS_TEST_TMPDIR/$s"
+		run -0 same_curve "$DATA/ref6/metrics.jsonl" "$BATS_TEST_TMPDIR/$s/metrics.jsonl"
+		echo "# $s: $output" >&3
+	done
+	# explicit split points: blocks 0-3 and 4-5
+	run -0 mpi 2 --model.n_layers=6 $PP=2 --parallelism.pipeline_parallel_split_points=layers.4 \
+		--job.dump_folder="$BATS_TEST_TMPDIR/sp"
+	run -0 same_curve "$DATA/ref6/metrics.jsonl" "$BATS_TEST_TMPDIR/sp/metrics.jsonl"
+	echo "# split at layers.4: $output" >&3
+}
+
+@test "PP 2 x TP 2; a PP 4 checkpoint resumes on 1 rank, a 1-rank one on PP 2 x TP 2" {
+	local o=$BATS_TEST_TMPDIR
+	run -0 mpi 4 --model.n_layers=6 $PP=2 $TP2 --job.dump_folder="$o/pt"
+	run -0 same_curve "$DATA/ref6/metrics.jsonl" "$o/pt/metrics.jsonl"
+	echo "# PP 2 x TP 2: $output" >&3
+	run -0 mpi 4 --model.n_layers=6 $PP=4 --checkpoint.enable --checkpoint.interval=5 --job.dump_folder="$o/p4"
+	mkdir -p "$o/one/checkpoint" "$o/mix/checkpoint"
+	cp "$o/p4/checkpoint/step-5.h5" "$o/one/checkpoint/"
+	run -0 titan-train -q --threads 1 --config "$DATA/tiny.yaml" --model.n_layers=6 --checkpoint.enable \
+		--job.dump_folder="$o/one"
+	run -0 same_curve "$DATA/ref6/metrics.jsonl" "$o/one/metrics.jsonl"
+	echo "# PP 4 -> 1 rank: $output" >&3
+	cp "$DATA/ref6/checkpoint/step-5.h5" "$o/mix/checkpoint/"
+	run -0 mpi 4 --model.n_layers=6 $PP=2 $TP2 --checkpoint.enable --job.dump_folder="$o/mix"
+	run -0 same_curve "$DATA/ref6/metrics.jsonl" "$o/mix/metrics.jsonl"
+	echo "# 1 rank -> PP 2 x TP 2: $output" >&3
+}
+
+@test "pipeline layouts that cannot run exit with the reason" {
+	run -2 mpi 4 $PP=4 --job.dump_folder="$BATS_TEST_TMPDIR/o"
+	[[ $output == *"pipeline_parallel_degree 4: 2 blocks cannot give every stage one"* ]]
+	run -2 mpi 2 $PP=2 --parallelism.pipeline_parallel_microbatch_size=3 --job.dump_folder="$BATS_TEST_TMPDIR/o"
+	[[ $output == *"pipeline_parallel_microbatch_size: 3"* ]]
+	run -2 mpi 2 $PP=2 --parallelism.pipeline_parallel_schedule=Interleaved1F1B --job.dump_folder="$BATS_TEST_TMPDIR/o"
+	[[ $output == *"'Interleaved1F1B' is not implemented yet"* ]]
+	run -2 mpi 2 $PP=2 --parallelism.pipeline_parallel_split_points=layers.5 --job.dump_folder="$BATS_TEST_TMPDIR/o"
+	[[ $output == *"'layers.5' is not layers.N with N increasing in 1 .. 1"* ]]
+	run -1 mpi 4 $PP=2 --training.local_batch_size=4 --job.dump_folder="$BATS_TEST_TMPDIR/o"
+	[[ $output == *"with data parallelism (degree 2) is not implemented yet"* ]]
 }
