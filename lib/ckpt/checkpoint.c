@@ -251,7 +251,8 @@ static int loader_global(const struct titan_ckpt_info *in)
 	return 0;
 }
 
-int titan_ckpt_load(const char *path, struct titan_ckpt_state *st, unsigned flags)
+int titan_ckpt_load_(const char *path, struct titan_ckpt_state *st, unsigned flags,
+		     struct titan_ckpt_comm *c, bool verify_rows)
 {
 	const struct titan_param_table *t = st->table;
 	const bool mo = flags & TITAN_CKPT_MODEL_ONLY;
@@ -260,17 +261,22 @@ int titan_ckpt_load(const char *path, struct titan_ckpt_state *st, unsigned flag
 	const bool lr = !mo && !(flags & TITAN_CKPT_EXCLUDE_LR_SCHEDULER);
 	const bool ts = !mo && !(flags & TITAN_CKPT_EXCLUDE_TRAIN_STATE);
 	const bool rng = !mo && !(flags & TITAN_CKPT_EXCLUDE_RNG);
-	const struct titan_ckpt_info *in;
-	struct titan_ckpt_file *f;
+	const bool parts[TITAN_CKPT_NPARTS] = {true, opt, opt};
+	const struct titan_ckpt_info *in = NULL;
+	struct titan_ckpt_file *f = NULL;
 	int rc;
 
+	/* with a communicator every rank goes on to the checksum agreement,
+	 * whatever failed here */
 	if (!t || !st->params || (opt && (!st->exp_avg || !st->exp_avg_sq)) ||
-	    (dl && (!st->train.loader || st->train.dp_world_size < 1)))
-		return titan_error(TITAN_E_INVALID, "loading '%s': no place for the %s", path,
-				   !t || !st->params ? "model" : opt && (!st->exp_avg ||
-				   !st->exp_avg_sq) ? "AdamW moments" : "data loader state");
+	    (dl && (!st->train.loader || st->train.dp_world_size < 1))) {
+		rc = titan_error(TITAN_E_INVALID, "loading '%s': no place for the %s", path,
+				 !t || !st->params ? "model" : opt && (!st->exp_avg ||
+				 !st->exp_avg_sq) ? "AdamW moments" : "data loader state");
+		goto sums;
+	}
 	if ((rc = titan_ckpt_open(path, &f)) < 0)
-		return rc;
+		goto sums;
 	in = titan_ckpt_file_info(f);
 	/* check everything first: a failed load leaves the caller's state alone */
 	if ((rc = check_part(f, t, TITAN_CKPT_MODEL)) < 0 ||
@@ -281,12 +287,19 @@ int titan_ckpt_load(const char *path, struct titan_ckpt_state *st, unsigned flag
 	    (lr && (rc = need(in, in->has_lr_scheduler, "lr_scheduler", "lr_scheduler")) < 0) ||
 	    (ts && (rc = need(in, in->has_train_state, "train_state", "train_state")) < 0) ||
 	    (rng && (rc = need(in, in->has_rng, "rng", "rng")) < 0))
-		goto done;
+		goto sums;
 	if (dl && (rc = loader_global(in)) < 0)
-		goto done;
-	if ((rc = read_part(f, t, TITAN_CKPT_MODEL, st->params)) < 0 ||
-	    (opt && ((rc = read_part(f, t, TITAN_CKPT_EXP_AVG, st->exp_avg)) < 0 ||
-		     (rc = read_part(f, t, TITAN_CKPT_EXP_AVG_SQ, st->exp_avg_sq)) < 0)))
+		goto sums;
+	/* the tensors read whole are checked against their crc32c as they are
+	 * read; the shards of a multi-rank load together below.  A mismatch
+	 * leaves the arenas holding part of the data. */
+	if ((rc = read_part(f, t, TITAN_CKPT_MODEL, st->params)) == 0 && opt &&
+	    (rc = read_part(f, t, TITAN_CKPT_EXP_AVG, st->exp_avg)) == 0)
+		rc = read_part(f, t, TITAN_CKPT_EXP_AVG_SQ, st->exp_avg_sq);
+sums:
+	if (c)
+		rc = titan_ckpt_load_sums_(c, f, t, parts, verify_rows, rc);
+	if (rc < 0)
 		goto done;
 	if (opt)
 		st->train.optim_step = in->train.optim_step;
@@ -303,6 +316,11 @@ int titan_ckpt_load(const char *path, struct titan_ckpt_state *st, unsigned flag
 done:
 	titan_ckpt_close(f);
 	return rc;
+}
+
+int titan_ckpt_load(const char *path, struct titan_ckpt_state *st, unsigned flags)
+{
+	return titan_ckpt_load_(path, st, flags, NULL, false);
 }
 
 /* ------------------------------------------------------------ folders */

@@ -67,6 +67,26 @@ int titan_ckpt_writer_window_(struct titan_ckpt_writer *w, enum titan_ckpt_part 
 			      const char *name, int ndim, const int64_t *shape, int64_t row0,
 			      int64_t rows, int64_t col0, int64_t cols, const float *data,
 			      enum titan_ckpt_dtype dtype, int64_t calls);
+/* Checksums.  The CRC32C term of a window of a C-order tensor of `nrows`
+ * rows of `ncols` elements of `esz` bytes: rows [row0, row0 + rows) x
+ * columns [col0, col0 + cols), whose stored bytes `data` holds packed
+ * (rows · cols · esz), moved to the end of the tensor: the XOR over its
+ * rows of titan_crc32c_shift(crc32c(row piece), bytes after the piece).
+ * The terms of windows that tile a tensor XOR to its CRC32C (cols ==
+ * ncols: one contiguous piece). */
+uint32_t titan_ckpt_crc_window_(const void *data, int64_t row0, int64_t rows, int64_t col0,
+				int64_t cols, int64_t ncols, int64_t nrows, int esz);
+/* The writer's datasets so far, in creation order: *n CRC terms of what
+ * this process wrote into each, writable.  titan_ckpt_writer_finish_
+ * stores them as the crc32c attributes; a multi-rank writer XOR-reduces
+ * them over the ranks first. */
+uint32_t *titan_ckpt_writer_sums_(struct titan_ckpt_writer *w, size_t *n);
+/* The XOR of the CRC terms of every read of t since the file was opened
+ * (titan_ckpt_read_window); the tensor's CRC32C when it was read once
+ * whole, or one rank's share of it. */
+uint32_t titan_ckpt_file_sum_(const struct titan_ckpt_file *f,
+			      const struct titan_ckpt_tensor_info *t);
+
 /* Rows of `row` elements per write call for `dtype` (>= 1). */
 int64_t titan_ckpt_rows_per_block_(int64_t row, enum titan_ckpt_dtype dtype);
 /* Close w's file (collective with MPI-IO) and property lists; w keeps its
@@ -107,6 +127,18 @@ int titan_ckpt_comm_agree_(const struct titan_ckpt_comm *c, int rc);
 int titan_ckpt_save_dist_(const char *folder, int64_t step, const struct titan_ckpt_state *st,
 			  unsigned flags, enum titan_ckpt_dtype dtype, struct titan_ckpt_comm *c,
 			  bool write_rows, int64_t keep_latest_k, int *removed, char **path_out);
+/* titan_ckpt_load, and with a communicator titan_ckpt_load_dist's: every
+ * rank reaches titan_ckpt_load_sums_ before it returns. */
+int titan_ckpt_load_(const char *path, struct titan_ckpt_state *st, unsigned flags,
+		     struct titan_ckpt_comm *c, bool verify_rows);
+/* The multi-rank checksum check of a load: rc agreed; then, when every rank
+ * read its part, the CRC terms of the tensors of `parts` read by the ranks
+ * with verify_rows (TP-replicated tensors: TP rank 0's) XOR-reduced and
+ * compared with the crc32c attributes.  f may be NULL when rc < 0.  The
+ * same result on every rank. */
+int titan_ckpt_load_sums_(const struct titan_ckpt_comm *c, struct titan_ckpt_file *f,
+			  const struct titan_param_table *t, const bool *parts, bool verify_rows,
+			  int rc);
 /* Test hooks: the rank whose write of the second model tensor fails (-1:
  * none), and forcing the gather-to-rank-0 path of serial HDF5 builds. */
 extern int titan_ckpt_dist_fail_rank_;

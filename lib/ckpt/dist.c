@@ -393,6 +393,15 @@ static int write_file(const struct job *j)
 	}
 	if (rc == 0 && j->full)
 		rc = agree(c, writes ? titan_ckpt_writer_train_state(w, &j->st->train) : 0);
+	if (rc == 0 && !j->gather) {
+		/* each dataset's crc32c: the XOR of the ranks' terms (every rank
+		 * made the same datasets; the close writes the attributes) */
+		size_t n;
+		uint32_t *sums = titan_ckpt_writer_sums_(w, &n);
+
+		rc = agree(c, MPI_TRY(MPI_Allreduce(MPI_IN_PLACE, sums, (int)n, MPI_UINT32_T, MPI_BXOR,
+						    c->comm)));
+	}
 	if (rc < 0) { /* agreed: close without another agreement */
 		titan_ckpt_writer_close(w, rc);
 	} else {
@@ -403,6 +412,57 @@ static int write_file(const struct job *j)
 		H5Pclose(o.fapl);
 	if (dxpl >= 0)
 		H5Pclose(dxpl);
+	return rc;
+}
+
+/* ------------------------------------------------------------ load */
+
+int titan_ckpt_load_sums_(const struct titan_ckpt_comm *c, struct titan_ckpt_file *f,
+			  const struct titan_param_table *t, const bool *parts, bool verify_rows,
+			  int rc)
+{
+	const struct titan_ckpt_info *in = f ? titan_ckpt_file_info(f) : NULL;
+	int n[2] = {in ? (int)in->n_tensors : 0, in ? -(int)in->n_tensors : 0}, bad = 0;
+	const struct titan_ckpt_tensor_info *first = NULL;
+	uint32_t *sums = NULL, got = 0;
+
+	if (rc == 0 && !(sums = calloc(in->n_tensors + 1, sizeof(*sums))))
+		rc = titan_error(TITAN_E_NOMEM, "out of memory");
+	if ((rc = agree(c, rc)) < 0)
+		goto done;
+	/* the same file on every rank: the same tensors */
+	if ((rc = MPI_TRY(MPI_Allreduce(MPI_IN_PLACE, n, 2, MPI_INT, MPI_MAX, c->comm))) < 0)
+		goto done;
+	if (n[0] != -n[1]) {
+		rc = titan_error(TITAN_E_FORMAT, "'%s': the ranks see %d and %d tensors in it (the "
+				 "file changed while it was loaded?)", in->path, -n[1], n[0]);
+		goto done;
+	}
+	for (size_t i = 0; i < in->n_tensors; i++) {
+		const struct titan_ckpt_tensor_info *ti = &in->tensors[i];
+		const struct titan_param *p = titan_param_find(t, ti->name);
+
+		if (parts[ti->part] && verify_rows && p && (p->tp_dim >= 0 || t->opts.tp_rank == 0))
+			sums[i] = titan_ckpt_file_sum_(f, ti);
+	}
+	if ((rc = MPI_TRY(MPI_Allreduce(MPI_IN_PLACE, sums, n[0], MPI_UINT32_T, MPI_BXOR,
+					c->comm))) < 0)
+		goto done;
+	for (size_t i = 0; i < in->n_tensors; i++) {
+		const struct titan_ckpt_tensor_info *ti = &in->tensors[i];
+
+		if (parts[ti->part] && ti->has_crc32c && sums[i] != ti->crc32c && !bad++) {
+			first = ti;
+			got = sums[i];
+		}
+	}
+	if (bad)
+		rc = titan_error(TITAN_E_FORMAT, "'%s': %s/%s: checksum mismatch (crc32c attribute "
+				 "%08x, the data's %08x)%s: the file is damaged", in->path,
+				 titan_ckpt_part_name(first->part), first->name, first->crc32c, got,
+				 bad > 1 ? ", and more datasets" : "");
+done:
+	free(sums);
 	return rc;
 }
 
@@ -481,6 +541,14 @@ int titan_ckpt_save_dist_(const char *folder, int64_t step, const struct titan_c
 		*path_out = NULL;
 	return NO_HDF5;
 }
+
+int titan_ckpt_load_sums_(const struct titan_ckpt_comm *c, struct titan_ckpt_file *f,
+			  const struct titan_param_table *t, const bool *parts, bool verify_rows,
+			  int rc)
+{
+	(void)c, (void)f, (void)t, (void)parts, (void)verify_rows;
+	return rc;
+}
 #endif
 
 int titan_ckpt_save_dist(const char *folder, int64_t step, const struct titan_ckpt_state *st,
@@ -505,5 +573,26 @@ int titan_ckpt_save_dist(const char *folder, int64_t step, const struct titan_ck
 		return rc;
 	return titan_ckpt_save_dist_(folder, step, st, flags, dtype, c, write_rows, 0, NULL,
 				     path_out);
+#endif
+}
+
+int titan_ckpt_load_dist(const char *path, struct titan_ckpt_state *st, unsigned flags,
+			 void *mpi_comm, bool verify_rows)
+{
+	if (!mpi_comm)
+		return titan_ckpt_load(path, st, flags);
+#if !TITAN_HAVE_MPI
+	(void)path, (void)st, (void)flags, (void)verify_rows;
+	return titan_ckpt_comm_get_(NULL, mpi_comm, false); /* the error */
+#elif !TITAN_HAVE_HDF5
+	(void)path, (void)st, (void)flags, (void)verify_rows;
+	return NO_HDF5;
+#else
+	struct titan_ckpt_comm *c;
+	int rc;
+
+	if ((rc = cached_comm(mpi_comm, &c)) < 0)
+		return rc;
+	return titan_ckpt_load_(path, st, flags, c, verify_rows);
 #endif
 }

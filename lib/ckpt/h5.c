@@ -113,6 +113,28 @@ hid_t file_type(enum titan_ckpt_dtype dt)
 	return -1;
 }
 
+/* ------------------------------------------------------------ checksums */
+
+uint32_t titan_ckpt_crc_window_(const void *data, int64_t row0, int64_t rows, int64_t col0,
+				int64_t cols, int64_t ncols, int64_t nrows, int esz)
+{
+	const uint64_t rb = (uint64_t)ncols * (uint64_t)esz, wb = (uint64_t)cols * (uint64_t)esz;
+	const uint64_t total = (uint64_t)nrows * rb;
+	const unsigned char *p = data;
+	uint32_t acc = 0;
+
+	if (rows <= 0 || cols <= 0)
+		return 0;
+	if (cols == ncols) /* whole rows: one contiguous piece */
+		return titan_crc32c_shift(titan_crc32c(0, p, (size_t)((uint64_t)rows * rb)),
+					  total - (uint64_t)(row0 + rows) * rb);
+	/* a column window: a piece per row, each a row's length after the last */
+	for (int64_t r = 0; r < rows; r++)
+		acc = titan_crc32c_shift(acc, rb) ^ titan_crc32c(0, p + (uint64_t)r * wb, (size_t)wb);
+	return titan_crc32c_shift(acc, total - ((uint64_t)(row0 + rows - 1) * rb +
+						(uint64_t)(col0 + cols) * (uint64_t)esz));
+}
+
 /* ------------------------------------------------------------ writer */
 
 struct titan_ckpt_writer {
@@ -120,6 +142,12 @@ struct titan_ckpt_writer {
 	hid_t file, gcpl, dcpl, lcpl;
 	hid_t dxpl;          /* tensor writes: H5P_DEFAULT, or collective MPI-IO */
 	bool owner;          /* close commits or removes tmp (dist.c: rank 0 does it) */
+	/* the datasets made so far ("model/NAME"), each with the CRC32C term of
+	 * the elements this process wrote (titan_ckpt_crc_window_); their
+	 * crc32c attributes are written when the file is finished */
+	char **sum_names;
+	uint32_t *sums;
+	size_t n_sums, cap_sums;
 };
 
 static int attr_write(hid_t loc, const char *name, hid_t ftype, hid_t mtype, const void *v)
@@ -305,6 +333,57 @@ int titan_ckpt_writer_open(const char *path, const struct titan_model_dims *dims
 	return rc;
 }
 
+/* Register dataset PART/NAME; *sum: its CRC term, 0 so far. */
+static int add_sum(struct titan_ckpt_writer *w, enum titan_ckpt_part part, const char *name,
+		   uint32_t **sum)
+{
+	size_t n = strlen(titan_ckpt_part_name(part)) + strlen(name) + 2;
+
+	if (w->n_sums == w->cap_sums) {
+		size_t cap = w->cap_sums ? 2 * w->cap_sums : 64;
+		char **names = realloc(w->sum_names, cap * sizeof(*names));
+		uint32_t *sums = names ? realloc(w->sums, cap * sizeof(*sums)) : NULL;
+
+		if (names)
+			w->sum_names = names;
+		if (sums)
+			w->sums = sums;
+		if (!names || !sums)
+			return titan_error(TITAN_E_NOMEM, "out of memory");
+		w->cap_sums = cap;
+	}
+	if (!(w->sum_names[w->n_sums] = malloc(n)))
+		return titan_error(TITAN_E_NOMEM, "out of memory");
+	snprintf(w->sum_names[w->n_sums], n, "%s/%s", titan_ckpt_part_name(part), name);
+	w->sums[w->n_sums] = 0;
+	*sum = &w->sums[w->n_sums++];
+	return 0;
+}
+
+uint32_t *titan_ckpt_writer_sums_(struct titan_ckpt_writer *w, size_t *n)
+{
+	*n = w ? w->n_sums : 0;
+	return w ? w->sums : NULL;
+}
+
+/* Every dataset's crc32c attribute (collective with MPI-IO: the same values
+ * on every rank). */
+static int write_sums(struct titan_ckpt_writer *w)
+{
+	for (size_t i = 0; i < w->n_sums; i++) {
+		hid_t d = H5Dopen2(w->file, w->sum_names[i], H5P_DEFAULT);
+		int ok = d >= 0 && attr_write(d, TITAN_CKPT_CRC_ATTR, H5T_STD_U32LE, H5T_NATIVE_UINT32,
+					      &w->sums[i]) == 0;
+
+		if (d >= 0)
+			H5Dclose(d);
+		if (!ok)
+			return h5fail(TITAN_E_IO, "'%s': cannot write the checksum of %s", w->tmp,
+				      w->sum_names[i]);
+	}
+	return 0;
+}
+
 int64_t titan_ckpt_rows_per_block_(int64_t row, enum titan_ckpt_dtype dtype)
 {
 	const int64_t block = dtype == TITAN_CKPT_FLOAT32 ? BLOCK_BYTES / 4 : BLOCK_ELEMS;
@@ -328,7 +407,8 @@ int titan_ckpt_writer_window_(struct titan_ckpt_writer *w, enum titan_ckpt_part 
 {
 	hsize_t dims[4];
 	hid_t g = -1, s = -1, t = -1, d = -1, ms = -1, fs = -1;
-	int64_t numel = 1, row = 1;
+	int64_t numel = 1, row = 1, full_row;
+	uint32_t *sum = NULL;
 	uint16_t *buf = NULL;
 	int rc = 0;
 
@@ -345,6 +425,7 @@ int titan_ckpt_writer_window_(struct titan_ckpt_writer *w, enum titan_ckpt_part 
 		row *= i ? shape[i] : 1;
 	}
 	TITAN_ASSERT(row0 >= 0 && rows >= 0 && row0 + rows <= shape[0]);
+	full_row = row;
 	if (ndim == 2) { /* a window of columns (tensor parallelism) */
 		TITAN_ASSERT(col0 >= 0 && cols >= 0 && col0 + cols <= shape[1]);
 		row = cols;
@@ -356,7 +437,7 @@ int titan_ckpt_writer_window_(struct titan_ckpt_writer *w, enum titan_ckpt_part 
 			    titan_ckpt_part_name(part), name);
 		goto done;
 	}
-	if (numel == 0)
+	if ((rc = add_sum(w, part, name, &sum)) < 0 || numel == 0)
 		goto done;
 	/* in blocks of whole rows (one pwrite each: a single write of a
 	 * gigabyte tensor runs at half the disk speed under the kernel's
@@ -396,6 +477,9 @@ int titan_ckpt_writer_window_(struct titan_ckpt_writer *w, enum titan_ckpt_part 
 				titan_ckpt_cast(dtype, data + r0 * row, buf, (size_t)n);
 			if (nr)
 				src = f32 ? (const void *)(data + r0 * row) : buf;
+			if (nr && rc == 0) /* the bytes as stored */
+				*sum ^= titan_ckpt_crc_window_(src, row0 + r0, nr, ndim == 2 ? col0 : 0,
+							       row, full_row, shape[0], f32 ? 4 : 2);
 			if (e >= 0 && nr)
 				e = H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, NULL, count, NULL);
 			else if (e >= 0 && (e = H5Sselect_none(fs)) >= 0)
@@ -527,6 +611,8 @@ int titan_ckpt_writer_finish_(struct titan_ckpt_writer *w, int rc)
 	 * from its atexit handler: exit status 139 instead of our error).  The
 	 * partial file is removed anyway: give its space back first, so that
 	 * the close can write what it has to. */
+	if (w->file >= 0 && rc == 0)
+		rc = write_sums(w);
 	if (w->file >= 0 && rc != 0 && w->owner && w->tmp && truncate(w->tmp, 0) != 0)
 		titan_log_debug("cannot truncate '%s': %s", w->tmp, strerror(errno));
 	if (w->file >= 0 && H5Fclose(w->file) < 0 && rc == 0)
@@ -548,6 +634,10 @@ int titan_ckpt_writer_close(struct titan_ckpt_writer *w, int rc)
 	rc = titan_ckpt_writer_finish_(w, rc);
 	if (w->owner && w->tmp)
 		rc = titan_ckpt_commit_(w->tmp, w->path, rc);
+	for (size_t i = 0; i < w->n_sums; i++)
+		free(w->sum_names[i]);
+	free(w->sum_names);
+	free(w->sums);
 	free(w->tmp);
 	free(w->path);
 	free(w);

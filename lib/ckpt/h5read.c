@@ -21,6 +21,7 @@ struct titan_ckpt_file {
 	struct titan_ckpt_info info;
 	hid_t file;
 	size_t cap;
+	uint32_t *sums;      /* per tensor: the XOR of the CRC terms of its reads */
 };
 
 /* Attribute `name` of `loc` into *out with memory type `mt`; 1 when
@@ -292,12 +293,17 @@ static int add_tensor(struct titan_ckpt_file *f, enum titan_ckpt_part part, hid_
 	if (in->n_tensors == f->cap) {
 		size_t cap = f->cap ? 2 * f->cap : 256;
 		void *p = realloc(in->tensors, cap * sizeof(*in->tensors));
+		void *q = p ? realloc(f->sums, cap * sizeof(*f->sums)) : NULL;
 
-		if (!p)
+		if (p)
+			in->tensors = p;
+		if (q)
+			f->sums = q;
+		if (!p || !q)
 			return titan_error(TITAN_E_NOMEM, "out of memory");
-		in->tensors = p;
 		f->cap = cap;
 	}
+	f->sums[in->n_tensors] = 0;
 	t = &in->tensors[in->n_tensors];
 	memset(t, 0, sizeof(*t));
 	t->part = part;
@@ -355,6 +361,15 @@ static int add_tensor(struct titan_ckpt_file *f, enum titan_ckpt_part part, hid_
 				 "(damaged or incomplete file)", in->path, pn, name,
 				 (unsigned long long)t->storage_bytes,
 				 (unsigned long long)t->numel * (unsigned long long)esz);
+		goto done;
+	}
+	switch (attr_read(d, TITAN_CKPT_CRC_ATTR, H5T_NATIVE_UINT32, H5T_INTEGER, &t->crc32c)) {
+	case 0: t->has_crc32c = true; break;
+	case 1: break; /* an older titan's or another writer's file */
+	default:
+		rc = titan_error(TITAN_E_FORMAT, "'%s': %s/%s: bad attribute '" TITAN_CKPT_CRC_ATTR
+				 "' (not an integer)", in->path, pn, name);
+		H5Eclear2(H5E_DEFAULT);
 		goto done;
 	}
 	off = H5Dget_offset(d);
@@ -482,7 +497,22 @@ void titan_ckpt_close(struct titan_ckpt_file *f)
 	free(f->info.config_yaml);
 	free(f->info.train.loader);
 	free(f->info.tensors);
+	free(f->sums);
 	free(f);
+}
+
+uint32_t titan_ckpt_file_sum_(const struct titan_ckpt_file *f,
+			      const struct titan_ckpt_tensor_info *t)
+{
+	return f->sums[t - f->info.tensors];
+}
+
+static int mismatch(const struct titan_ckpt_file *f, const struct titan_ckpt_tensor_info *t,
+		    uint32_t crc)
+{
+	return titan_error(TITAN_E_FORMAT, "'%s': %s/%s: checksum mismatch (crc32c attribute "
+			   "%08x, the data's %08x): the file is damaged", f->info.path,
+			   titan_ckpt_part_name(t->part), t->name, t->crc32c, crc);
 }
 
 int titan_ckpt_read(struct titan_ckpt_file *f, const struct titan_ckpt_tensor_info *t,
@@ -500,8 +530,10 @@ int titan_ckpt_read_window(struct titan_ckpt_file *f, const struct titan_ckpt_te
 	int64_t block = t->dtype == TITAN_CKPT_FLOAT32 ? BLOCK_BYTES / 4 : BLOCK_ELEMS;
 	int64_t rows_per = row && block / row > 0 ? block / row : 1;
 	hsize_t start[4] = {0}, count[4];
+	const int64_t full_row = row;
 	hid_t d = -1, fs = -1, ms = -1, mt = -1;
 	uint16_t *buf = NULL;
+	uint32_t sum = 0;
 	int rc = 0;
 
 	if (row0 < 0 || rows < 0 || row0 + rows > n0)
@@ -552,13 +584,88 @@ int titan_ckpt_read_window(struct titan_ckpt_file *f, const struct titan_ckpt_te
 		if (ms >= 0)
 			H5Sclose(ms);
 		ms = -1;
-		if (rc < 0)
+		if (rc < 0) {
 			rc = h5fail(TITAN_E_IO, "'%s': cannot read %s", f->info.path, path);
-		else if (buf)
+			break;
+		}
+		/* the bytes as stored (little-endian), before any widening */
+		sum ^= titan_ckpt_crc_window_(buf ? (const void *)buf : dst, r, nr,
+					      t->ndim == 2 ? col0 : 0, row, full_row, n0,
+					      buf ? 2 : 4);
+		if (buf)
 			titan_ckpt_uncast(t->dtype, buf, dst, (size_t)n);
+	}
+	if (rc == 0) {
+		f->sums[t - f->info.tensors] ^= sum;
+		if (t->has_crc32c && row0 == 0 && rows == n0 && row == full_row && sum != t->crc32c)
+			rc = mismatch(f, t, sum);
 	}
 done:
 	free(buf);
+	if (mt >= 0)
+		H5Tclose(mt);
+	if (fs >= 0)
+		H5Sclose(fs);
+	if (d >= 0)
+		H5Dclose(d);
+	return rc;
+}
+
+int titan_ckpt_verify(struct titan_ckpt_file *f, const struct titan_ckpt_tensor_info *t,
+		      uint32_t *crc)
+{
+	const char *pn = titan_ckpt_part_name(t->part);
+	const int esz = t->dtype == TITAN_CKPT_FLOAT32 ? 4 : 2;
+	const int64_t n0 = t->ndim ? t->shape[0] : 1, row = n0 ? t->numel / n0 : 0;
+	const int64_t rows_per = row && BLOCK_BYTES / esz / row > 0 ? BLOCK_BYTES / esz / row : 1;
+	char path[sizeof(t->name) + 32];
+	hsize_t start[4] = {0}, count[4];
+	hid_t d = -1, fs = -1, ms = -1, mt = -1;
+	void *buf = NULL;
+	uint32_t c = 0;
+	int rc = 0;
+
+	if (crc)
+		*crc = 0;
+	if (t->numel == 0)
+		goto check;
+	snprintf(path, sizeof(path), "%s/%s", pn, t->name);
+	if ((d = H5Dopen2(f->file, path, H5P_DEFAULT)) < 0 || (fs = H5Dget_space(d)) < 0 ||
+	    (mt = t->dtype == TITAN_CKPT_FLOAT32 ? H5Tcopy(H5T_NATIVE_FLOAT) : file_type(t->dtype)) < 0) {
+		rc = h5fail(TITAN_E_IO, "'%s': cannot open %s", f->info.path, path);
+		goto done;
+	}
+	if (!(buf = malloc((size_t)(rows_per * row * esz)))) {
+		rc = titan_error(TITAN_E_NOMEM, "out of memory reading %s", path);
+		goto done;
+	}
+	for (int i = 0; i < t->ndim; i++)
+		count[i] = (hsize_t)t->shape[i];
+	for (int64_t r = 0; r < n0; r += rows_per) {
+		int64_t nr = n0 - r < rows_per ? n0 - r : rows_per;
+		hsize_t n = (hsize_t)(nr * row);
+
+		start[0] = (hsize_t)r;
+		count[0] = (hsize_t)nr;
+		if ((t->ndim && H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, NULL, count, NULL) < 0) ||
+		    (ms = H5Screate_simple(1, &n, NULL)) < 0 ||
+		    H5Dread(d, mt, ms, fs, H5P_DEFAULT, buf) < 0) {
+			rc = h5fail(TITAN_E_IO, "'%s': cannot read %s", f->info.path, path);
+			break;
+		}
+		H5Sclose(ms);
+		ms = -1;
+		c = titan_crc32c(c, buf, (size_t)n * (size_t)esz);
+	}
+check:
+	if (rc == 0 && crc)
+		*crc = c;
+	if (rc == 0 && t->has_crc32c && c != t->crc32c)
+		rc = mismatch(f, t, c);
+done:
+	free(buf);
+	if (ms >= 0)
+		H5Sclose(ms);
 	if (mt >= 0)
 		H5Tclose(mt);
 	if (fs >= 0)
@@ -611,6 +718,14 @@ int titan_ckpt_read_window(struct titan_ckpt_file *f, const struct titan_ckpt_te
 			   int64_t row0, int64_t rows, int64_t col0, int64_t cols, float *out)
 {
 	(void)f, (void)t, (void)row0, (void)rows, (void)col0, (void)cols, (void)out;
+	return NO_HDF5;
+}
+int titan_ckpt_verify(struct titan_ckpt_file *f, const struct titan_ckpt_tensor_info *t,
+		      uint32_t *crc)
+{
+	(void)f, (void)t;
+	if (crc)
+		*crc = 0;
 	return NO_HDF5;
 }
 #endif

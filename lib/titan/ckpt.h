@@ -241,6 +241,13 @@ void titan_ckpt_uncast(enum titan_ckpt_dtype dt, const void *in, float *out, siz
  *                       (global: the same for every R)
  *   /rng                attrs seed, stream, offset (uint64): struct titan_rng
  *
+ * Every dataset carries attribute crc32c (uint32): the CRC32C of its
+ * elements' bytes as stored (C order, little-endian, the stored dtype:
+ * h5py's ds[...].tobytes() for float32/float16), whichever ranks wrote
+ * which rows and columns (each rank's term XOR-reduced, titan/core.h's
+ * titan_crc32c_shift).  Files without it (older titan, h5py-made) are
+ * read without a check: the attribute is optional, format_version stays 1.
+ *
  * A model-only checkpoint (weights-only export, seed checkpoint step-0,
  * --from hf) has only / and /model.  Groups keep their creation order
  * (h5py: f["model"].keys() in torchtitan's order with track_order).
@@ -261,6 +268,7 @@ void titan_ckpt_uncast(enum titan_ckpt_dtype dt, const void *in, float *out, siz
  */
 #define TITAN_CKPT_FORMAT "titan-checkpoint"
 #define TITAN_CKPT_VERSION 1
+#define TITAN_CKPT_CRC_ATTR "crc32c" /* a dataset's checksum (above) */
 
 /* Which part of the checkpoint a tensor belongs to. */
 enum titan_ckpt_part {
@@ -418,7 +426,9 @@ void titan_ckpt_async_free(struct titan_ckpt_async *a);
  * guaranteed about st's contents after one):
  *   TITAN_E_IO       cannot open / read (the file and the HDF5 message)
  *   TITAN_E_FORMAT   not HDF5, not a titan checkpoint, newer format_version,
- *                    damaged objects, a parameter with an unknown dtype
+ *                    damaged objects, a parameter with an unknown dtype, a
+ *                    tensor read whole whose bytes do not match its crc32c
+ *                    ("'f.h5': model/norm.weight: checksum mismatch ...")
  *   TITAN_E_INVALID  a missing tensor, an extra tensor, a shape that
  *                    differs ("'f.h5': model/layers.0.attention.wq.weight:
  *                    shape [64, 32], the model has [32, 32]"), a part that
@@ -430,6 +440,20 @@ void titan_ckpt_async_free(struct titan_ckpt_async *a);
  * train.dp_world_size entries (saved entries that differ from each other
  * are TITAN_E_FORMAT naming the file). */
 int titan_ckpt_load(const char *path, struct titan_ckpt_state *st, unsigned flags);
+/* The same on every rank of a communicator (as titan_ckpt_save_dist:
+ * mpi_comm a pointer to the MPI_Comm of all ranks; NULL: titan_ckpt_load),
+ * each rank with its own (sharded) table, also checking the checksums of
+ * the tensors no rank reads whole: the ranks with `verify_rows` must
+ * together read every element of every tensor exactly once (those that
+ * would write it: FSDP every shard of one replica, DDP one rank, with TP
+ * each TP rank its slice, the replicated norms TP rank 0's); their CRC
+ * terms are XOR-reduced (one MPI_Allreduce) and compared with the
+ * crc32c attributes.  Collective; every rank returns the same result
+ * (a rank's own failure as "rank R: ..."), a mismatch naming the file
+ * and the dataset.  The training state is set only when everything
+ * matched. */
+int titan_ckpt_load_dist(const char *path, struct titan_ckpt_state *st, unsigned flags,
+			 void *mpi_comm, bool verify_rows);
 
 /* ---- checkpoint folders */
 
@@ -476,6 +500,8 @@ struct titan_ckpt_tensor_info {
 	int64_t shape[4];
 	int64_t numel;
 	uint64_t storage_bytes;               /* bytes in the file */
+	bool has_crc32c;                      /* the crc32c attribute is there */
+	uint32_t crc32c;                      /* its value */
 };
 
 struct titan_ckpt_info {
@@ -502,13 +528,24 @@ void titan_ckpt_close(struct titan_ckpt_file *f); /* NULL-safe */
 const struct titan_ckpt_tensor_info *titan_ckpt_find(const struct titan_ckpt_file *f,
 						     enum titan_ckpt_part part, const char *name);
 /* Rows [row0, row0 + rows) of dim 0 (all: 0, shape[0]; a 0-d tensor: 0, 1)
- * as float32 into out (rows · numel / shape[0] floats). */
+ * as float32 into out (rows · numel / shape[0] floats).  A read of the
+ * whole tensor checks its crc32c attribute when it has one: a mismatch is
+ * TITAN_E_FORMAT "'FILE': model/NAME: checksum mismatch (...): the file
+ * is damaged" (out then holds the damaged values).  Partial reads are
+ * checked together by titan_ckpt_load_dist. */
 int titan_ckpt_read(struct titan_ckpt_file *f, const struct titan_ckpt_tensor_info *t,
 		    int64_t row0, int64_t rows, float *out);
 /* Of a 2-d tensor, rows [row0, row0 + rows) x columns [col0, col0 + cols)
  * into out (rows · cols floats): a tensor-parallel slice. */
 int titan_ckpt_read_window(struct titan_ckpt_file *f, const struct titan_ckpt_tensor_info *t,
 			   int64_t row0, int64_t rows, int64_t col0, int64_t cols, float *out);
+/* Check t's stored bytes against its crc32c attribute, reading them in
+ * blocks (no copy for the caller).  0 when they match or when t has no
+ * checksum (t->has_crc32c says which); TITAN_E_FORMAT naming the file and
+ * the dataset on a mismatch; TITAN_E_IO when reading fails.  *crc (may be
+ * NULL): the CRC32C of the bytes read. */
+int titan_ckpt_verify(struct titan_ckpt_file *f, const struct titan_ckpt_tensor_info *t,
+		      uint32_t *crc);
 
 /* ================================================ HuggingFace Llama layout */
 

@@ -174,8 +174,8 @@ static int older_step(struct titan_trainer *t, int64_t step, int64_t *older)
 }
 
 /* Load step `step` on every rank; all ranks agree on the outcome (a rank
- * whose rows are damaged fails alone).  *why: this rank's reason, or
- * another rank's failure. */
+ * whose rows are damaged fails alone; a checksum mismatch in any rank's
+ * rows fails all).  *why: this rank's reason, or another rank's failure. */
 static int load_agreed(struct titan_trainer *t, const char *path, struct titan_ckpt_state *st,
 		       unsigned flags, char *why, size_t whylen)
 {
@@ -183,7 +183,8 @@ static int load_agreed(struct titan_trainer *t, const char *path, struct titan_c
 	int rc, arc;
 
 	titan_dist_watch_begin(t->dist, "checkpoint load");
-	rc = titan_ckpt_load(path, st, flags);
+	/* the ranks that would write each element check its checksum */
+	rc = titan_ckpt_load_dist(path, st, flags, mpi_world(t), writes_rows(t));
 	titan_dist_watch_end(t->dist);
 	bad = rc < 0 ? (rc == TITAN_E_NOMEM ? 2 : 1) : 0;
 	snprintf(why, whylen, "%s", rc < 0 ? titan_errmsg() : "another rank cannot read it");
@@ -258,7 +259,8 @@ static int resume(struct titan_trainer *t)
 	if (*c->checkpoint.initial_load_path) {
 		flags = c->checkpoint.initial_load_model_only ? TITAN_CKPT_MODEL_ONLY : flags;
 		titan_dist_watch_begin(t->dist, "checkpoint load");
-		rc = titan_ckpt_load(c->checkpoint.initial_load_path, &st, flags);
+		rc = titan_ckpt_load_dist(c->checkpoint.initial_load_path, &st, flags, mpi_world(t),
+					  writes_rows(t));
 		titan_dist_watch_end(t->dist);
 		if (rc < 0)
 			return titan_error_prefix("checkpoint.initial_load_path");

@@ -27,11 +27,12 @@ enum {
 	OPT_JSON,
 	OPT_NO_CHECKSUMS,
 	OPT_MAX_POS,
+	OPT_VERIFY,
 };
 
 struct opts {
 	const char *to, *from, *tokenizer;
-	bool dtype_set, weights_only, json, checksums;
+	bool dtype_set, weights_only, json, checksums, verify;
 	enum titan_ckpt_dtype dtype;
 	uint64_t max_shard;
 	int64_t max_pos;
@@ -40,7 +41,7 @@ struct opts {
 static void usage(FILE *fp)
 {
 	fprintf(fp,
-"Usage: titan-ckpt-convert info [--json] [--no-checksums] CKPT|FILE.gguf\n"
+"Usage: titan-ckpt-convert info [--json] [--no-checksums] [--verify] CKPT|FILE.gguf\n"
 "       titan-ckpt-convert --to hf [OPTIONS] CKPT OUTDIR\n"
 "       titan-ckpt-convert --to gguf [OPTIONS] CKPT OUT.gguf\n"
 "       titan-ckpt-convert --from hf [--dtype D] HFDIR OUT.h5\n"
@@ -52,7 +53,8 @@ static void usage(FILE *fp)
 "\n"
 "Modes:\n"
 "  info CKPT               tensors (dtype, shape, bytes, CRC32C of the float32\n"
-"                          values), dims, training state and the config\n"
+"                          values), dims, training state and the config; a\n"
+"                          tensor whose stored checksum differs is an error\n"
 "  info FILE.gguf          GGUF metadata and tensors (type, shape, CRC32C)\n"
 "  --to hf CKPT OUTDIR     model.safetensors (or shards + index), config.json,\n"
 "                          generation_config.json [, the tokenizer]; q/k rows\n"
@@ -75,6 +77,9 @@ static void usage(FILE *fp)
 "      --weights-only       IN.h5 OUT.h5: model tensors only (needed for --dtype)\n"
 "      --json               info: one JSON object\n"
 "      --no-checksums       info: do not read the tensors\n"
+"      --verify             info: check every dataset against its stored crc32c,\n"
+"                           report each (ok, MISMATCH, no checksum); exit 1 on\n"
+"                           a mismatch, naming the datasets\n"
 "  -v, --verbose; -q, --quiet; -h, --help; --version\n"
 "\n"
 "Exit status: 0 ok, 1 a bad or missing input or a failed write, 2 usage.\n"
@@ -494,11 +499,17 @@ static int cmd_info(const struct opts *o, const char *arg)
 	uint32_t *crc = NULL;
 	float *buf = NULL;
 	int64_t biggest = 0, nparams = 0;
+	size_t count[3] = {0, 0, 0}; /* --verify: ok, mismatch, no checksum */
+	enum { V_OK, V_BAD, V_NONE } *ver = NULL;
 	int rc, w = 0;
 
 	titan_json_init(&j);
-	if (is_gguf(arg))
+	if (is_gguf(arg)) {
+		if (o->verify)
+			return titan_error(TITAN_E_INVALID, "'%s': --verify checks titan checkpoints; "
+					   "a GGUF file stores no checksums", arg);
 		return cmd_info_gguf(o, arg);
+	}
 	if ((rc = resolve_ckpt(arg, path, sizeof(path))) < 0 || (rc = titan_ckpt_open(path, &f)) < 0)
 		goto done;
 	in = titan_ckpt_file_info(f);
@@ -513,6 +524,29 @@ static int cmd_info(const struct opts *o, const char *arg)
 		if (t->part == TITAN_CKPT_MODEL)
 			nparams += t->numel;
 	}
+	/* --verify: every dataset's stored bytes against its crc32c, all of
+	 * them (a damaged one is reported, not the end) */
+	if (o->verify) {
+		if (!(ver = calloc(in->n_tensors + 1, sizeof(*ver)))) {
+			rc = titan_error(TITAN_E_NOMEM, "out of memory");
+			goto done;
+		}
+		for (size_t i = 0; i < in->n_tensors; i++) {
+			const struct titan_ckpt_tensor_info *t = &in->tensors[i];
+
+			rc = titan_ckpt_verify(f, t, NULL);
+			if (rc == TITAN_E_FORMAT && t->has_crc32c) {
+				titan_log_debug("%s", titan_errmsg());
+				titan_error_clear();
+				ver[i] = V_BAD;
+			} else if (rc < 0) {
+				goto done;
+			} else {
+				ver[i] = t->has_crc32c ? V_OK : V_NONE;
+			}
+			count[ver[i]]++;
+		}
+	}
 	if (o->checksums) {
 		if (!(crc = calloc(in->n_tensors + 1, sizeof(*crc))) ||
 		    !(buf = malloc((size_t)(biggest ? biggest : 1) * sizeof(float)))) {
@@ -522,6 +556,8 @@ static int cmd_info(const struct opts *o, const char *arg)
 		for (size_t i = 0; i < in->n_tensors; i++) {
 			const struct titan_ckpt_tensor_info *t = &in->tensors[i];
 
+			if (ver && ver[i] == V_BAD) /* reading it whole is that error */
+				continue;
 			if ((rc = titan_ckpt_read(f, t, 0, t->ndim ? t->shape[0] : 1, buf)) < 0)
 				goto done;
 			crc[i] = titan_crc32c(0, buf, (size_t)t->numel * sizeof(float));
@@ -555,15 +591,38 @@ static int cmd_info(const struct opts *o, const char *arg)
 			titan_json_key(&j, "bytes"); titan_json_uint(&j, t->storage_bytes);
 			if (crc) {
 				snprintf(b1, sizeof(b1), "%08" PRIx32, crc[i]);
-				titan_json_key(&j, "crc32c"); titan_json_string(&j, b1);
+				titan_json_key(&j, "crc32c");
+				if (ver && ver[i] == V_BAD)
+					titan_json_null(&j);
+				else
+					titan_json_string(&j, b1);
+			}
+			snprintf(b1, sizeof(b1), "%08" PRIx32, t->crc32c);
+			titan_json_key(&j, "stored_crc32c");
+			if (t->has_crc32c)
+				titan_json_string(&j, b1);
+			else
+				titan_json_null(&j);
+			if (ver) {
+				titan_json_key(&j, "verify");
+				titan_json_string(&j, ver[i] == V_OK ? "ok" : ver[i] == V_BAD ?
+						  "mismatch" : "no checksum");
 			}
 			titan_json_object_end(&j);
 		}
 		titan_json_array_end(&j);
+		if (ver) {
+			titan_json_key(&j, "verify");
+			titan_json_object_begin(&j);
+			titan_json_key(&j, "ok"); titan_json_uint(&j, count[V_OK]);
+			titan_json_key(&j, "mismatch"); titan_json_uint(&j, count[V_BAD]);
+			titan_json_key(&j, "no_checksum"); titan_json_uint(&j, count[V_NONE]);
+			titan_json_object_end(&j);
+		}
 		titan_json_key(&j, "config"); titan_json_string(&j, in->config_yaml);
 		titan_json_object_end(&j);
 		rc = titan_json_write_line(&j, stdout);
-		goto done;
+		goto verdict;
 	}
 	{
 		const struct titan_model_dims *d = &in->dims;
@@ -612,10 +671,18 @@ static int cmd_info(const struct opts *o, const char *arg)
 			printf("  %-*s  %-8s  %-14s  %10s", w, path, titan_ckpt_dtype_name(ti->dtype),
 			       shape_str(b2, sizeof(b2), ti),
 			       titan_format_bytes(b1, sizeof(b1), (double)ti->storage_bytes));
-			if (crc)
+			if (crc && ver && ver[i] == V_BAD)
+				printf("  crc32c --------");
+			else if (crc)
 				printf("  crc32c %08" PRIx32, crc[i]);
+			if (ver)
+				printf("  %s", ver[i] == V_OK ? "ok" : ver[i] == V_BAD ? "MISMATCH" :
+				       "no checksum");
 			printf("\n");
 		}
+		if (ver)
+			printf("verify:        %zu ok, %zu mismatched, %zu without a checksum\n",
+			       count[V_OK], count[V_BAD], count[V_NONE]);
 		printf("config:%s\n", in->config_yaml[0] ? "" : " (none)");
 		for (const char *p = in->config_yaml; *p;) {
 			const char *e = strchr(p, '\n');
@@ -625,10 +692,25 @@ static int cmd_info(const struct opts *o, const char *arg)
 			p += n + (e != NULL);
 		}
 	}
+verdict:
+	if (rc == 0 && count[V_BAD]) { /* the listing is out; now the error */
+		char names[700] = "";
+		size_t k = 0;
+
+		for (size_t i = 0; i < in->n_tensors && k < sizeof(names) - 1; i++)
+			if (ver[i] == V_BAD)
+				k += (size_t)snprintf(names + k, sizeof(names) - k, "%s%s/%s",
+						      k ? ", " : "", titan_ckpt_part_name(in->tensors[i].part),
+						      in->tensors[i].name);
+		rc = titan_error(TITAN_E_FORMAT, "'%s': checksum mismatch in %zu dataset%s: %s (the "
+				 "file is damaged)", in->path, count[V_BAD],
+				 count[V_BAD] == 1 ? "" : "s", names);
+	}
 done:
 	titan_json_release(&j);
 	free(crc);
 	free(buf);
+	free(ver);
 	titan_ckpt_close(f);
 	return rc;
 }
@@ -837,6 +919,7 @@ int main(int argc, char **argv)
 		{"weights-only", no_argument, NULL, OPT_WEIGHTS_ONLY},
 		{"json", no_argument, NULL, OPT_JSON},
 		{"no-checksums", no_argument, NULL, OPT_NO_CHECKSUMS},
+		{"verify", no_argument, NULL, OPT_VERIFY},
 		{0},
 	};
 	struct titan_cli cli;
@@ -881,6 +964,7 @@ int main(int argc, char **argv)
 		case OPT_WEIGHTS_ONLY: o.weights_only = true; break;
 		case OPT_JSON: o.json = true; break;
 		case OPT_NO_CHECKSUMS: o.checksums = false; break;
+		case OPT_VERIFY: o.verify = true; break;
 		default:
 			rc = titan_cli_option(&cli, opt, optarg);
 			if (rc == TITAN_CLI_HANDLED)
@@ -919,8 +1003,8 @@ int main(int argc, char **argv)
 						   npos, npos == 1 ? "" : "s");
 		goto out;
 	}
-	if ((o.json || !o.checksums) && !info) {
-		rc = titan_cli_usage_error(&cli, "--json and --no-checksums go with info");
+	if ((o.json || !o.checksums || o.verify) && !info) {
+		rc = titan_cli_usage_error(&cli, "--json, --no-checksums and --verify go with info");
 		goto out;
 	}
 	if ((o.tokenizer || o.max_shard || o.max_pos) && !o.to) {
