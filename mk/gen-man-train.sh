@@ -60,8 +60,9 @@ dp_shard, cp, tp.  The product of the
 .B parallelism.*_degree
 keys must equal the number of ranks;
 .B data_parallel_shard_degree
-\-1 takes the ranks left over.  Tensor, pipeline and context parallel
-degrees above 1 are refused in this version.
+\-1 takes the ranks left over.  Context parallel degrees above 1 are
+refused in this version, and so is pipeline parallelism combined with data
+parallelism.
 .TP
 .B FSDP \fR(data_parallel_shard_degree > 1)
 FSDP2's per-parameter sharding: every rank stores rows
@@ -99,7 +100,26 @@ the logits
 gathers them).  tp must divide n_heads, n_kv_heads, the FFN hidden size and
 seq_len; FSDP shards each rank's TP slice.
 .B enable_async_tensor_parallel
-is refused; pipeline and context parallelism are not implemented yet (exit 1).
+is refused.
+.TP
+.B PP \fR(pipeline_parallel_degree > 1, composes with TP)
+One stage per rank, split as torchtitan: the blocks of
+.B parallelism.pipeline_parallel_split_points
+(layers.N starts a stage), or
+.B pipeline_parallel_layers_per_stage,
+or n_layers + 2 units evenly (the embedding counts as a block of the first
+stage, norm and output as one of the last; the first stages take the
+remainder).  The local batch runs as local_batch_size /
+.B pipeline_parallel_microbatch_size
+microbatches under
+.B pipeline_parallel_schedule
+GPipe (every forward, then every backward) or 1F1B (stage s runs
+pp \- 1 \- s forwards, then one forward and one backward in turn);
+activations and gradients move by non-blocking MPI point-to-point, every
+receive of a step posted at its start.  The loss comes from the last
+stage; the gradient norm sums the stages'.  Interleaved1F1B, LoopedBFS and
+the zero-bubble schedules are refused (exit 2), as are tied embeddings and
+validation under PP.
 .PP
 Collectives run on a progress thread per communicator, so they overlap
 the computation.  Every layout trains on the same sequences as one rank
