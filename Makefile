@@ -199,4 +199,5 @@ uninstall:
 	rm -rf $(DESTDIR)$(PREFIX)/include/titan $(DESTDIR)$(PREFIX)/share/titan
 
 -include $(LIB_OBJS:.o=.d) $(UNIT_SRCS:%.c=$(BUILD)/%.d) $(TOOL_MAINS:%.c=$(BUILD)/%.d)
+include mk/fuzz.mk
 endif

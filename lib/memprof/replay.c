@@ -337,6 +337,15 @@ int titan_memreplay_feed(struct titan_memreplay *m, const struct titan_memtrace_
 
 	TITAN_ASSERT(!m->finished);
 	TITAN_ASSERT(rec->tag < TITAN_MEM_NTAGS);
+	/* live bytes are summed as int64 (never negative: a free subtracts
+	 * what its alloc added); a size that would pass 2^63 is no allocation */
+	if (rec->kind == TITAN_MEMTRACE_ALLOC && rec->bytes > (uint64_t)(INT64_MAX - r->total_cur))
+		return titan_error(TITAN_E_FORMAT, "'%s': corrupt record at byte %llu (record %llu): "
+				   "an allocation of %llu bytes with %lld bytes live", r->path,
+				   (unsigned long long)offset,
+				   (unsigned long long)((offset - TITAN_MEMTRACE_HEADER_BYTES) /
+							TITAN_MEMTRACE_RECORD_BYTES),
+				   (unsigned long long)rec->bytes, (long long)r->total_cur);
 	if ((rc = step_entry(m, rec)) < 0)
 		return rc;
 	st = &r->steps[r->n_steps - 1];
@@ -423,7 +432,8 @@ int titan_memreplay_file(const char *path, const struct titan_memreplay_opts *o,
 	struct titan_memreplay *m = NULL;
 	struct titan_memtrace_record rec;
 	struct titan_memreplay_result *r;
-	uint64_t off;
+	uint64_t off = 0;
+	bool refused = false;
 	int rc;
 
 	*out = NULL;
@@ -434,9 +444,12 @@ int titan_memreplay_file(const char *path, const struct titan_memreplay_opts *o,
 	r = &m->r;
 	r->header = *titan_memtrace_header(rd);
 	snprintf(r->path, sizeof(r->path), "%s", path);
-	while ((rc = titan_memtrace_next(rd, &rec, &off)) > 0)
-		if ((rc = titan_memreplay_feed(m, &rec, off)) < 0)
-			goto fail;
+	while ((rc = titan_memtrace_next(rd, &rec, &off)) > 0) {
+		if ((rc = titan_memreplay_feed(m, &rec, off)) < 0) {
+			refused = true; /* the record at `off` */
+			break;
+		}
+	}
 	if (rc == TITAN_E_FORMAT) {
 		r->corrupt = true;
 		snprintf(r->corrupt_msg, sizeof(r->corrupt_msg), "%s", titan_errmsg());
@@ -444,7 +457,7 @@ int titan_memreplay_file(const char *path, const struct titan_memreplay_opts *o,
 	} else if (rc < 0) {
 		goto fail;
 	}
-	r->stop_offset = titan_memtrace_offset(rd);
+	r->stop_offset = refused ? off : titan_memtrace_offset(rd);
 	r->tail_bytes = titan_memtrace_tail_bytes(rd);
 	r->truncated = r->tail_bytes > 0;
 	r->file_bytes = r->stop_offset + r->tail_bytes;

@@ -191,14 +191,17 @@ struct titan_memreplay;
 int titan_memreplay_new(struct titan_memreplay **out, const struct titan_memreplay_opts *o);
 void titan_memreplay_free(struct titan_memreplay *m);
 /* Apply one record read at `offset`.  Anomalies are counted; exceeding
- * max_live is TITAN_E_UNSUPPORTED ("raise --max-live"). */
+ * max_live is TITAN_E_UNSUPPORTED ("raise --max-live"); an allocation that
+ * would make more than 2^63 bytes live is a corrupt record (TITAN_E_FORMAT
+ * naming its offset; nothing is applied). */
 int titan_memreplay_feed(struct titan_memreplay *m, const struct titan_memtrace_record *rec,
 			 uint64_t offset);
 /* Close the books (the peak's live blocks, the timeline); then read. */
 const struct titan_memreplay_result *titan_memreplay_finish(struct titan_memreplay *m);
 
-/* Replay a whole file.  A truncated file or a corrupt record ends the
- * replay with the result flagged (truncated / corrupt, stop_offset) and
+/* Replay a whole file.  A truncated file or a corrupt record (one the
+ * reader or titan_memreplay_feed refuses) ends the replay with the result
+ * flagged (truncated / corrupt, stop_offset: the corrupt record's) and
  * returns 0; a bad header, a read error or too many live blocks return the
  * error.  On success *out owns the result (free with _free). */
 int titan_memreplay_file(const char *path, const struct titan_memreplay_opts *o,

@@ -195,6 +195,34 @@ static void test_truncated_and_corrupt(void **state)
 	assert_non_null(strstr(r->corrupt_msg, "byte 96 (record 1): unknown tag 8"));
 	titan_memreplay_free(m);
 
+	/* sizes whose sum passes 2^63 (found by tests/fuzz/fuzz_memtrace: the
+	 * live totals overflowed) are a corrupt record, stopping at it */
+	w_open(&w, "huge.memtrace", 0);
+	AL(&w, TITAN_MEM_PARAMS, 100, 0x1000);
+	AL(&w, TITAN_MEM_GRADS, 5764607523067790083ull, 0x2000);
+	AL(&w, TITAN_MEM_GRADS, 4035225266157519876ull, 0x3000);
+	AL(&w, TITAN_MEM_GRADS, 50, 0x4000);
+	fclose(w.fp);
+	m = replay("huge.memtrace", 3, 16);
+	r = titan_memreplay_get(m);
+	assert_true(r->corrupt);
+	assert_int_equal(r->n_records, 2);
+	assert_int_equal(r->stop_offset, OFF(2));
+	assert_int_equal(r->total_peak, 5764607523067790183ll);
+	assert_non_null(strstr(r->corrupt_msg, "corrupt record at byte 128 (record 2): an "
+				"allocation of 4035225266157519876 bytes"));
+	titan_memreplay_free(m);
+	/* one size past INT64_MAX alone */
+	w_open(&w, "huge1.memtrace", 0);
+	AL(&w, TITAN_MEM_PARAMS, UINT64_MAX, 0x1000);
+	fclose(w.fp);
+	m = replay("huge1.memtrace", 3, 0);
+	r = titan_memreplay_get(m);
+	assert_true(r->corrupt);
+	assert_int_equal(r->n_records, 0);
+	assert_int_equal(r->total_peak, 0);
+	titan_memreplay_free(m);
+
 	/* an empty trace (header only) is complete and has no peak */
 	w_open(&w, "empty.memtrace", 0);
 	fclose(w.fp);
