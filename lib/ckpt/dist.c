@@ -40,6 +40,13 @@
  * in the call), as with any MPI collective: the trainer's watchdog ends
  * such a job.
  *
+ * Checksums: every rank computes the CRC32C term of the rows (TP: column
+ * windows) it writes into each dataset (h5.c), one MPI_Allreduce(BXOR)
+ * before the close gives every rank each dataset's crc32c, which the close
+ * writes (collectively: the same values everywhere); the gather path's
+ * rank 0 has whole tensors.  titan_ckpt_load_dist checks a multi-rank
+ * load the same way: the terms of what the owning ranks read, XOR-reduced.
+ *
  * MPI is called on a private duplicate of the caller's communicator
  * (cached on it as an MPI attribute, freed with it; an asynchronous saver
  * owns its own), with MPI_ERRORS_RETURN, so that other threads may use

@@ -3,7 +3,9 @@
  * format, version, dims and training state are checked and every tensor's
  * type, shape, size and place in the file are validated at open, so a
  * load fails before it changes anything the caller holds; tensors are
- * then read as float32, whole or by rows of dim 0 (a dim-0 shard).
+ * then read as float32, whole or by rows of dim 0 (a dim-0 shard), their
+ * stored bytes checked against the crc32c attribute when read whole (a
+ * shard's CRC term kept for titan_ckpt_load_dist).
  */
 #include "ckpt_impl.h"
 

@@ -6,7 +6,8 @@
 # files are then checked here with h5py (every dataset's bits, dtype,
 # shape, contiguous layout, the members' order and every attribute equal
 # to a single-process titan_ckpt_save of the unsharded state) and h5dump
-# (the whole dump equal to the reference's).  A write failing on one rank
+# (the whole dump equal to the reference's, the crc32c attributes included;
+# titan-ckpt-convert info --verify passes).  A write failing on one rank
 # returns the error on every rank and leaves only the previous step.
 
 bats_require_minimum_version 1.5.0
@@ -122,6 +123,12 @@ check_run() { # N: the run's files against the references
 	diff -u <(h5dump "$d/ref/step-1.h5" | tail -n +2) <(h5dump "$d/fsdp/step-1.h5" | tail -n +2)
 	diff -u <(h5dump "$d/ref/step-3.h5" | tail -n +2) <(h5dump "$d/bf16/step-3.h5" | tail -n +2)
 	h5dump -d /model/norm.weight "$d/ddp/step-1.h5" | grep -q 'DATASPACE  SIMPLE { ( 32 ) / ( 32 ) }'
+	# every dataset's crc32c (each rank's rows, XOR-reduced) is the whole
+	# tensor's: every file verifies clean
+	for f in $(find "$d" -name 'step-*.h5'); do
+		run -0 titan-ckpt-convert info --verify --no-checksums "$f"
+		assert_line --regexp '^verify: +[1-9][0-9]* ok, 0 mismatched, 0 without a checksum$'
+	done
 }
 
 @test "plain run: no communicator is titan_ckpt_save" {

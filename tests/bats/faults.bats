@@ -245,6 +245,74 @@ PY
 	assert_output 2
 }
 
+# flip FILE DATASET [FROM_END]: one bit of DATASET's data in FILE flipped
+# (1000 bytes into it, or FROM_END bytes before its end)
+flip() {
+	/usr/bin/python3 - "$@" <<'PY'
+import sys, h5py
+with h5py.File(sys.argv[1], "r") as f:
+    d = f[sys.argv[2]]
+    at = d.id.get_offset() + (d.id.get_storage_size() - int(sys.argv[3]) if len(sys.argv) > 3 else 1000)
+with open(sys.argv[1], "r+b") as f:
+    f.seek(at); b = f.read(1); f.seek(at); f.write(bytes([b[0] ^ 0x20]))
+PY
+}
+
+@test "a flipped byte in the newest checkpoint fails its checksum: resume falls back to the step before it, naming both" {
+	titan-train -q --config "$DATA/tiny.yaml" --training.steps=6 --checkpoint.enable --job.dump_folder=run
+	cp -r run ref
+	rm ref/checkpoint/step-6.h5
+	titan-train -q --config "$DATA/tiny.yaml" --training.steps=8 --checkpoint.enable --job.dump_folder=ref
+	flip run/checkpoint/step-6.h5 model/layers.1.feed_forward.w3.weight
+	run -1 --separate-stderr titan-ckpt-convert info --verify run/checkpoint/step-6.h5
+	[[ $stderr == *"checksum mismatch in 1 dataset: model/layers.1.feed_forward.w3.weight"* ]]
+	# an explicit load_step names the file and the dataset, and stops
+	run -1 --separate-stderr titan-train -q --config "$DATA/tiny.yaml" --training.steps=8 \
+		--checkpoint.enable --checkpoint.load_step=6 --job.dump_folder=run
+	[[ $stderr == *"checkpoint.load_step 6: 'run/checkpoint/step-6.h5': model/layers.1.feed_forward.w3.weight: checksum mismatch (crc32c attribute "*"): the file is damaged"* ]]
+	run -0 --separate-stderr titan-train --config "$DATA/tiny.yaml" --training.steps=8 \
+		--checkpoint.enable --job.dump_folder=run
+	[[ $stderr == *"WARNING - cannot resume from run/checkpoint/step-6.h5 ('run/checkpoint/step-6.h5': model/layers.1.feed_forward.w3.weight: checksum mismatch"*"): falling back to step 4, the newest complete step before it"* ]]
+	[[ $stderr == *"Loaded checkpoint run/checkpoint/step-4.h5 (step 4)"* ]]
+	[ "$(grep '"step":8,' run/metrics.jsonl | grep -o '"loss":[^,]*')" = \
+		"$(grep '"step":8,' ref/metrics.jsonl | grep -o '"loss":[^,]*')" ]
+	# the steps saved since verify clean
+	run -0 titan-ckpt-convert info --verify --no-checksums run/checkpoint/step-8.h5
+	assert_line "verify:        63 ok, 0 mismatched, 0 without a checksum"
+}
+
+@test "2 ranks (FSDP): the checkpoint verifies clean; a flipped byte in rank 1's rows makes every rank fall back" {
+	command -v mpiexec >/dev/null && titan-train --version | grep -q '+mpi' || skip "no MPI"
+	mpi2() { timeout -k 5 300 mpiexec -n 2 env OMP_NUM_THREADS=1 titan-train --config "$DATA/tiny.yaml" \
+		--training.local_batch_size=1 --checkpoint.enable "$@"; }
+	mpi2 -q --training.steps=4 --job.dump_folder=run
+	# each rank wrote its rows; the attributes are the whole tensors' CRC32C
+	for s in 2 4; do
+		run -0 titan-ckpt-convert info --verify --no-checksums run/checkpoint/step-$s.h5
+		assert_line "verify:        63 ok, 0 mismatched, 0 without a checksum"
+	done
+	cp run/checkpoint/step-4.h5 clean.h5
+	# 8 bytes before the end of exp_avg_sq of w1: rank 1's shard, which
+	# rank 0 never reads
+	flip run/checkpoint/step-4.h5 optimizer/exp_avg_sq/layers.0.feed_forward.w1.weight 8
+	run -0 --separate-stderr mpi2 --training.steps=6 --job.dump_folder=run
+	for r in 0 1; do
+		[[ $stderr == *"[rank$r]:"*"cannot resume from run/checkpoint/step-4.h5 ('run/checkpoint/step-4.h5': optimizer/exp_avg_sq/layers.0.feed_forward.w1.weight: checksum mismatch"*"falling back to step 2"* ]]
+	done
+	[[ $stderr == *"[rank0]:"*"Loaded checkpoint run/checkpoint/step-2.h5 (step 2)"* ]]
+	# steps 3 and 4 again (from step 2), then 5 and 6
+	run -0 grep -c '"step":[34],' run/metrics.jsonl
+	assert_output 4
+	run -0 grep -c '"step":[56],' run/metrics.jsonl
+	assert_output 2
+	# the undamaged file resumes on 2 ranks without a word about checksums
+	rm -r run/checkpoint/step-[56].h5
+	cp clean.h5 run/checkpoint/step-4.h5
+	run -0 --separate-stderr mpi2 --training.steps=5 --job.dump_folder=run
+	[[ $stderr == *"[rank0]:"*"Loaded checkpoint run/checkpoint/step-4.h5 (step 4)"* ]]
+	[[ $stderr != *checksum* ]]
+}
+
 @test "a config that is not one: /dev/zero and deep nesting are refused at once; steps below the checkpoint's is an error" {
 	run -2 --separate-stderr timeout 20 titan-config --config /dev/zero --check
 	[[ $stderr == *"'/dev/zero': larger than 4 MiB: not a job config"* ]]

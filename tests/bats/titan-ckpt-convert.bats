@@ -117,7 +117,9 @@ need_hdf5() { titan-ckpt-convert --version | grep -q '+hdf5' || skip "built with
 	run -2 --separate-stderr titan-ckpt-convert --to hf --from hf a b
 	[[ $stderr == *"exclusive"* ]]
 	run -2 --separate-stderr titan-ckpt-convert --json a b
-	[[ $stderr == *"--json and --no-checksums go with info"* ]]
+	[[ $stderr == *"--json, --no-checksums and --verify go with info"* ]]
+	run -2 --separate-stderr titan-ckpt-convert --verify --to hf a b
+	[[ $stderr == *"--json, --no-checksums and --verify go with info"* ]]
 	run -2 --separate-stderr titan-ckpt-convert --weights-only --to hf a b
 	[[ $stderr == *"--weights-only"* ]]
 }
@@ -191,6 +193,93 @@ assert all(len(x["crc32c"]) == 8 for x in j["tensors"])
 assert j["parameters"] == sum(x["bytes"] // 4 for x in j["tensors"])
 assert "flavor: custom" in j["config"]
 EOF
+}
+
+@test "info --verify: each dataset's crc32c is the CRC32C of its stored bytes; a flipped byte is named (exit 1)" {
+	need_hdf5
+	need_hf
+	need_h5py
+	titan-ckpt-convert --from hf "$HF" "$T/a.h5"
+	titan-ckpt-convert --weights-only --dtype bfloat16 "$T/a.h5" "$T/bf.h5"
+	# the attribute, checked from the spec: CRC32C (computed here) of the
+	# bytes in the file at the dataset's offset, float32 and bfloat16
+	$PY - "$T/a.h5" "$T/bf.h5" tests/ref <<'EOF'
+import sys, h5py
+sys.path.insert(0, sys.argv[3])
+from tfevents_read import crc32c
+for path in sys.argv[1:3]:
+    raw = open(path, "rb").read()
+    f = h5py.File(path, "r")
+    names = []
+    f.visit(lambda k: names.append(k) if isinstance(f[k], h5py.Dataset) else None)
+    assert len(names) == 21, names
+    for k in names:
+        d = f[k]
+        at, n = d.id.get_offset(), d.id.get_storage_size()
+        assert d.attrs["crc32c"].dtype == "uint32", k
+        assert int(d.attrs["crc32c"]) == crc32c(raw[at:at + n]), (path, k)
+EOF
+	run -0 --separate-stderr titan-ckpt-convert info --verify "$T/bf.h5"
+	assert_line --regexp '^  model/layers\.1\.feed_forward\.w2\.weight +bfloat16 +\[32, 96\] +6\.00 KiB +crc32c [0-9a-f]{8}  ok$'
+	assert_line "verify:        21 ok, 0 mismatched, 0 without a checksum"
+	# one bit of w2's data flipped
+	cp "$T/a.h5" "$T/bad.h5"
+	$PY - "$T/bad.h5" <<'EOF'
+import sys, h5py
+with h5py.File(sys.argv[1], "r") as f:
+    at = f["model/layers.1.feed_forward.w2.weight"].id.get_offset() + 1000
+with open(sys.argv[1], "r+b") as f:
+    f.seek(at); b = f.read(1); f.seek(at); f.write(bytes([b[0] ^ 4]))
+EOF
+	run -1 --separate-stderr titan-ckpt-convert info --verify "$T/bad.h5"
+	refute_crash
+	assert_line --regexp '^  model/layers\.1\.feed_forward\.w2\.weight +float32 +\[32, 96\] +12\.00 KiB +crc32c --------  MISMATCH$'
+	assert_line --regexp '^  model/layers\.1\.feed_forward\.w1\.weight +.*  ok$'
+	assert_line "verify:        20 ok, 1 mismatched, 0 without a checksum"
+	[ "$stderr" = "titan-ckpt-convert: error: '$T/bad.h5': checksum mismatch in 1 dataset: model/layers.1.feed_forward.w2.weight (the file is damaged)" ]
+	run -1 --separate-stderr titan-ckpt-convert info --verify --json --no-checksums "$T/bad.h5"
+	$PY -c 'import json, sys
+j = json.loads(sys.argv[1])
+assert j["verify"] == {"ok": 20, "mismatch": 1, "no_checksum": 0}, j["verify"]
+bad = [t["name"] for t in j["tensors"] if t["verify"] != "ok"]
+assert bad == ["model/layers.1.feed_forward.w2.weight"], bad
+assert all(len(t["stored_crc32c"]) == 8 and "crc32c" not in t for t in j["tensors"])' "$output"
+	# reading it is an error naming the file and the dataset, and leaves nothing
+	bad() {
+		refute_crash
+		[[ $stderr == *"'$T/bad.h5': model/layers.1.feed_forward.w2.weight: checksum mismatch (crc32c attribute "*", the data's "*"): the file is damaged"* ]]
+	}
+	run -1 --separate-stderr titan-ckpt-convert info "$T/bad.h5"
+	bad
+	run -1 --separate-stderr titan-ckpt-convert -q --to hf "$T/bad.h5" "$T/hfbad"
+	bad
+	run -1 --separate-stderr titan-ckpt-convert -q --to gguf "$T/bad.h5" "$T/bad.gguf"
+	bad
+	run -1 --separate-stderr titan-ckpt-convert --weights-only "$T/bad.h5" "$T/copy.h5"
+	bad
+	[ ! -e "$T/copy.h5" ] && [ ! -e "$T/bad.gguf" ] && [ ! -e "$T/hfbad/model.safetensors" ]
+}
+
+@test "a checkpoint without checksums (h5py-made, an older titan's) loads; info --verify says 'no checksum'" {
+	need_hdf5
+	need_hf
+	need_h5py
+	titan-ckpt-convert --from hf "$HF" "$T/a.h5"
+	$PY - "$T/a.h5" "$T/old.h5" <<'EOF'
+import sys, h5py
+with h5py.File(sys.argv[1], "r") as a, h5py.File(sys.argv[2], "w") as b:
+    for k, v in a.attrs.items():
+        b.attrs[k] = v
+    g = b.create_group("model")
+    for k in a["model"]:
+        g[k] = a["model"][k][...]      # data only: no crc32c attribute
+EOF
+	run -0 --separate-stderr titan-ckpt-convert info --verify "$T/old.h5"
+	assert_line --regexp '^  model/norm\.weight +float32 +\[32\] +128 B +crc32c [0-9a-f]{8}  no checksum$'
+	assert_line "verify:        0 ok, 0 mismatched, 21 without a checksum"
+	run -0 titan-ckpt-convert --to hf "$T/old.h5" "$T/hf2"
+	titan-ckpt-convert --from hf "$T/hf2" "$T/b.h5"
+	cmp "$T/a.h5" "$T/b.h5"
 }
 
 # ------------------------------------------------------------- HF round trip
