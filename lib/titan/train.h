@@ -208,6 +208,8 @@ struct titan_llama_group_hooks {
 };
 void titan_llama_set_group_hooks(struct titan_llama *m, const struct titan_llama_group_hooks *h);
 int titan_llama_ngroups(const struct titan_llama *m);
+/* Does this pipeline stage compute group g?  (Always true without PP.) */
+bool titan_llama_group_active(const struct titan_llama *m, int g);
 void titan_llama_group_params(const struct titan_llama *m, int g, int *first, int *end);
 void titan_llama_bind_group(struct titan_llama *m, int g, float *params, float *grads);
 
@@ -257,14 +259,19 @@ int titan_pp_schedule_parse(const char *name, enum titan_pp_schedule *out);
 struct titan_pp;
 int titan_pp_new(struct titan_llama *m, struct titan_comm *c, enum titan_pp_schedule sched,
 		 int nmb, struct titan_pp **out);
+/* With data parallelism over the stage: the runner tells `dp` before each
+ * forward and backward which microbatch is the step's last backward (DDP
+ * and HSDP reduce after it).  NULL: none. */
+struct titan_dp;
+void titan_pp_set_dp(struct titan_pp *p, struct titan_dp *dp);
 void titan_pp_free(struct titan_pp *p);
 /* One local batch as nmb microbatches of mb_tokens (inputs/labels of all
  * of them, one after another): the schedule's forwards (and backwards),
  * gradients added to the model's arena; the loss sum and valid tokens of
  * the last stage, on every stage. */
 int titan_pp_step(struct titan_pp *p, const int32_t *inputs, const int32_t *labels,
-		  int64_t mb_tokens, float grad_scale, bool backward, double *loss_sum,
-		  int64_t *n_valid);
+		  int64_t mb_tokens, float grad_scale, bool backward, bool last_accum,
+		  double *loss_sum, int64_t *n_valid);
 
 /* ------------------------------------------------------------ trainer */
 

@@ -106,6 +106,9 @@ static int build_units(struct titan_dp *dp)
 	for (int g = 0; g < ng; g++) {
 		struct unit *u = dp->nunits ? &dp->u[dp->nunits - 1] : NULL;
 
+		dp->unit_of[g] = -1;
+		if (!titan_llama_group_active(dp->m, g))
+			continue; /* another pipeline stage's */
 		titan_llama_group_params(dp->m, g, &first, &end);
 		/* a new unit unless the open one is below the bucket size
 		 * (the embeddings and the last group stay alone: they are used

@@ -89,6 +89,15 @@ int titan_llama_ngroups(const struct titan_llama *m)
 	return m->ngroups;
 }
 
+bool titan_llama_group_active(const struct titan_llama *m, int g)
+{
+	if (g == 0)
+		return m->first;
+	if (g == m->ngroups - 1)
+		return m->last;
+	return g - 1 >= m->l0 && g - 1 < m->l1;
+}
+
 void titan_llama_group_params(const struct titan_llama *m, int g, int *first, int *end)
 {
 	TITAN_ASSERT(g >= 0 && g < m->ngroups);

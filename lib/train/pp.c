@@ -24,6 +24,7 @@
 
 struct titan_pp {
 	struct titan_llama *m;
+	struct titan_dp *dp;
 	struct titan_comm *c;
 	int stage, nstages, nmb;
 	enum titan_pp_schedule sched;
@@ -157,6 +158,11 @@ nomem:
 	return titan_error(TITAN_E_NOMEM, "out of memory for the pipeline buffers");
 }
 
+void titan_pp_set_dp(struct titan_pp *p, struct titan_dp *dp)
+{
+	p->dp = dp;
+}
+
 void titan_pp_free(struct titan_pp *p)
 {
 	if (!p)
@@ -217,8 +223,8 @@ static int wait_all(struct titan_pp *p)
 }
 
 int titan_pp_step(struct titan_pp *p, const int32_t *inputs, const int32_t *labels,
-		  int64_t mb_tokens, float grad_scale, bool backward, double *loss_sum,
-		  int64_t *n_valid)
+		  int64_t mb_tokens, float grad_scale, bool backward, bool last_accum,
+		  double *loss_sum, int64_t *n_valid)
 {
 	struct titan_llama *m = p->m;
 	const int M = p->nmb, prev = p->stage - 1, next = p->stage + 1;
@@ -241,6 +247,12 @@ int titan_pp_step(struct titan_pp *p, const int32_t *inputs, const int32_t *labe
 	}
 	for (int i = 0; i < n && rc == 0; i++) {
 		const int k = (act[i] > 0 ? act[i] : -act[i]) - 1;
+
+		/* data parallelism: the step's last backward reduces (DDP) */
+		if (p->dp && (rc = titan_dp_begin_microbatch(p->dp, backward,
+							     last_accum && act[i] < 0 &&
+							     i == n - 1)) < 0)
+			break;
 
 		if (act[i] > 0) {
 			double ls;

@@ -480,7 +480,8 @@ int titan_trainer_run(struct titan_trainer *t)
 			if (t->pp)
 				rc = titan_pp_step(t->pp, t->inputs + mb * t->n, t->labels + mb * t->n,
 						   t->n / t->mo.pp_microbatches,
-						   valid ? 1.0f / (float)valid : 0.0f, true, &ls, &nv);
+						   valid ? 1.0f / (float)valid : 0.0f, true,
+						   mb == t->accum - 1, &ls, &nv);
 			else
 				rc = titan_llama_step(t->model, t->inputs + mb * t->n,
 						      t->labels + mb * t->n,
@@ -611,12 +612,6 @@ static int check_layout(const struct titan_trainer *t)
 		if ((rc = titan_pp_schedule_parse(c->parallelism.pipeline_parallel_schedule,
 						  &sched)) < 0)
 			return rc;
-		if (titan_parallel_dims_degree(pd, TITAN_DIM_DP) > 1)
-			return titan_error(TITAN_E_UNSUPPORTED, "parallelism.pipeline_parallel_degree "
-					   "%lld with data parallelism (degree %lld) is not "
-					   "implemented yet: pipeline x tensor parallelism is",
-					   (long long)pp,
-					   (long long)titan_parallel_dims_degree(pd, TITAN_DIM_DP));
 		if (t->dims.tied)
 			return titan_error(TITAN_E_INVALID, "model.tie_word_embeddings with "
 					   "parallelism.pipeline_parallel_degree %lld: the embedding "
@@ -961,6 +956,8 @@ int titan_trainer_new(const struct titan_config *cfg, const struct titan_trainer
 		if ((rc = titan_dp_new(t->model, &dpo, &t->dp)) < 0)
 			return rc;
 		titan_llama_set_group_hooks(t->model, titan_dp_hooks(t->dp, &gh));
+		if (t->pp)
+			titan_pp_set_dp(t->pp, t->dp);
 	}
 	if ((rc = titan_trainer_ckpt_setup(t)) < 0)
 		return rc;
