@@ -212,7 +212,13 @@ steps are kept.  A run whose folder holds checkpoints resumes from the newest
 (or
 .BR checkpoint.load_step )
 and continues with bit-identical losses (on the same layout; a checkpoint
-of any layout resumes on any other, the data position included);
+of any layout resumes on any other, the data position included).  Every
+tensor's bytes are checked against the crc32c attribute it was saved with
+(on several ranks each rank its rows, combined); a damaged newest step
+\(em a checksum mismatch, a truncated file \(em gives way to the complete
+step before it, with a warning naming both (an explicit
+.B checkpoint.load_step
+fails instead);
 .B checkpoint.initial_load_path
 starts from other weights,
 .B checkpoint.create_seed_checkpoint
