@@ -118,8 +118,8 @@ pp \- 1 \- s forwards, then one forward and one backward in turn);
 activations and gradients move by non-blocking MPI point-to-point, every
 receive of a step posted at its start.  The loss comes from the last
 stage; the gradient norm sums the stages'.  Interleaved1F1B, LoopedBFS and
-the zero-bubble schedules are refused (exit 2), as are tied embeddings and
-validation under PP.
+the zero-bubble schedules are refused (exit 2), as are tied embeddings under
+PP.  Validation runs the schedule's forwards.
 .PP
 Collectives run on a progress thread per communicator, so they overlap
 the computation.  Every layout trains on the same sequences as one rank

@@ -234,7 +234,10 @@ static int validate(struct titan_trainer *t, int64_t step)
 			break;
 		if (t->dp && (rc = titan_dp_begin_microbatch(t->dp, false, true)) < 0)
 			return rc;
-		if ((rc = titan_llama_step(t->model, t->inputs, t->labels, 0.0f, false, &ls, &nv)) < 0)
+		rc = t->pp ? titan_pp_step(t->pp, t->inputs, t->labels, t->n / t->mo.pp_microbatches,
+					   0.0f, false, true, &ls, &nv)
+			   : titan_llama_step(t->model, t->inputs, t->labels, 0.0f, false, &ls, &nv);
+		if (rc < 0)
 			return rc;
 		sums[0] += ls;
 		sums[1] += (double)nv;
@@ -616,10 +619,6 @@ static int check_layout(const struct titan_trainer *t)
 			return titan_error(TITAN_E_INVALID, "model.tie_word_embeddings with "
 					   "parallelism.pipeline_parallel_degree %lld: the embedding "
 					   "and the output live on different stages", (long long)pp);
-		if (c->validation.enable)
-			return titan_error(TITAN_E_UNSUPPORTED, "validation.enable with "
-					   "parallelism.pipeline_parallel_degree %lld is not "
-					   "implemented yet", (long long)pp);
 	}
 	if (tp > 1 && (t->dims.n_heads % tp || t->dims.n_kv_heads % tp ||
 		       t->dims.ffn_hidden % tp))

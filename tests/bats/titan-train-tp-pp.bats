@@ -262,3 +262,27 @@ PP="--parallelism.pipeline_parallel_degree"
 	run -0 same_curve "$DATA/ref6/metrics.jsonl" "$o/one/metrics.jsonl"
 	echo "# PP 2 x FSDP 2 -> 1 rank: $output" >&3
 }
+
+@test "validation under PP 2 x FSDP 2 and under TP 2 equals the 1-rank validation loss" {
+	local o=$BATS_TEST_TMPDIR v="--validation.enable --validation.freq=2 --validation.seq_len=32 --training.steps=4"
+	# shellcheck disable=SC2086
+	run -0 titan-train -q --threads 1 --config "$DATA/tiny.yaml" $v --validation.local_batch_size=8 --job.dump_folder="$o/r"
+	# shellcheck disable=SC2086
+	run -0 mpi 4 $PP=2 --training.local_batch_size=4 $v --validation.local_batch_size=4 --job.dump_folder="$o/p"
+	# shellcheck disable=SC2086
+	run -0 mpi 2 $TP2 $v --validation.local_batch_size=8 --job.dump_folder="$o/t"
+	/usr/bin/python3 - "$o" <<'PY'
+import json, sys
+def val(p):
+    return {o["step"]: (o["validation_loss"], o["validation_tokens"]) for o in map(json.loads, open(p)) if "validation_loss" in o}
+r = val(sys.argv[1] + "/r/metrics.jsonl")
+assert sorted(r) == [1, 2, 4], r
+for d in ("p", "t"):
+    x = val(sys.argv[1] + "/" + d + "/metrics.jsonl")
+    assert sorted(x) == sorted(r), (d, x)
+    for s in r:
+        assert x[s][1] == r[s][1], (d, s, x[s], r[s])
+        assert abs(x[s][0] - r[s][0]) <= 1e-5 * r[s][0], (d, s, x[s], r[s])
+print("ok")
+PY
+}
