@@ -296,6 +296,42 @@ print("ok")
 PY
 }
 
+@test "TensorBoard on 2 ranks: rank 0's events, every rank's under rank_R/ with save_for_all_ranks" {
+	/usr/bin/python3 -c 'import google.protobuf' 2>/dev/null || skip "python3-protobuf is not installed"
+	o=$BATS_TEST_TMPDIR
+	mpi 2 --training.local_batch_size=6 --training.steps=3 --metrics.enable_tensorboard \
+		--job.dump_folder="$o/a"
+	run -0 compgen -G "$o/a/tb/*/events.out.tfevents.*"
+	[ "${#lines[@]}" -eq 1 ]
+	mpi 2 --training.local_batch_size=6 --training.steps=3 --metrics.enable_tensorboard \
+		--metrics.save_for_all_ranks --job.dump_folder="$o/b"
+	# one folder (rank 0's minute) with a file per rank; each rank's scalars
+	# are its metrics file's, the slowest and largest rank's included
+	/usr/bin/python3 - "$o/a" "$o/b" tests/ref <<'PY'
+import glob, json, struct, sys
+sys.path.insert(0, sys.argv[3])
+import tfevents_read as tr
+f32 = lambda x: struct.unpack("f", struct.pack("f", x))[0]
+def check(ev, jsonl):
+    got = tr.scalars(tr.load(ev))
+    rows = [json.loads(l) for l in open(jsonl)]
+    assert sorted(got) == [r["step"] for r in rows] == [1, 2, 3], (sorted(got), rows)
+    for r in rows:
+        t = got[r["step"]]
+        assert t["loss_metrics/global_avg_loss"] == f32(r["loss"]), (t, r)
+        assert t["throughput(tps)"] == f32(r["tps"]), (t, r)
+        assert t["time_metrics/end_to_end_max_rank(s)"] == f32(r["step_time_s_max_rank"]), (t, r)
+        assert t["memory/max_reserved_max_rank(GiB)"] == f32(r["memory_peak_bytes_max_rank"] / 2**30)
+(a,) = glob.glob(sys.argv[1] + "/tb/*/events.out.tfevents.*")
+check(a, sys.argv[1] + "/metrics.jsonl")
+b = sorted(glob.glob(sys.argv[2] + "/tb/*/rank_*/events.out.tfevents.*"))
+assert len(b) == 2 and b[0].split("/rank_")[0] == b[1].split("/rank_")[0], b
+assert "/rank_0/" in b[0] and "/rank_1/" in b[1], b
+check(b[0], sys.argv[2] + "/metrics.jsonl")
+check(b[1], sys.argv[2] + "/metrics.rank1.jsonl")
+PY
+}
+
 @test "rank-prefixed logs: --log-rank all prints every rank's lines" {
 	run -0 --separate-stderr timeout -k 5 120 mpiexec -n 2 env OMP_NUM_THREADS=1 titan-train \
 		--config "$DATA/tiny.yaml" --training.local_batch_size=6 --training.steps=2 \
