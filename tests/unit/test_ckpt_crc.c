@@ -22,16 +22,6 @@
 
 #include "ckpt/ckpt_impl.h" /* the window terms, per-file sums, block sizes */
 
-static uint64_t xs = 0x243F6A8885A308D3ull;
-
-static uint32_t rnd(void)
-{
-	xs ^= xs << 13;
-	xs ^= xs >> 7;
-	xs ^= xs << 17;
-	return (uint32_t)(xs >> 32);
-}
-
 static int setup(void **state)
 {
 	(void)state;
@@ -45,6 +35,16 @@ static int teardown(void **state)
 }
 
 #if TITAN_HAVE_HDF5
+static uint64_t xs = 0x243F6A8885A308D3ull;
+
+static uint32_t rnd(void)
+{
+	xs ^= xs << 13;
+	xs ^= xs >> 7;
+	xs ^= xs << 17;
+	return (uint32_t)(xs >> 32);
+}
+
 /* Windows [r0, r1) x [c0, c1) cut out of a row-major buffer, packed. */
 static void window(const unsigned char *t, int64_t ncols, int esz, int64_t r0, int64_t r1,
 		   int64_t c0, int64_t c1, unsigned char *out)
