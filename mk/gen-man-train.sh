@@ -113,13 +113,17 @@ remainder).  The local batch runs as local_batch_size /
 .B pipeline_parallel_microbatch_size
 microbatches under
 .B pipeline_parallel_schedule
-GPipe (every forward, then every backward) or 1F1B (stage s runs
-pp \- 1 \- s forwards, then one forward and one backward in turn);
+GPipe (every forward, then every backward), 1F1B (stage s runs
+pp \- 1 \- s forwards, then one forward and one backward in turn) or
+Interleaved1F1B (V stages per rank, loop style: stage s on rank s mod pp;
+V = 2 or from
+.BR pipeline_parallel_layers_per_stage ;
+torch's ScheduleInterleaved1F1B order; the microbatches must be a multiple
+of pp; not yet with data parallelism, exit 1);
 activations and gradients move by non-blocking MPI point-to-point, every
 receive of a step posted at its start.  The loss comes from the last
-stage; the gradient norm sums the stages'.  Interleaved1F1B, LoopedBFS and
-the zero-bubble schedules are refused (exit 2), as are tied embeddings under
-PP.  Validation runs the schedule's forwards.
+stage; the gradient norm sums the stages'.  LoopedBFS and the zero-bubble
+schedules are refused (exit 2), as are tied embeddings under PP.  Validation runs the schedule's forwards.
 .PP
 Collectives run on a progress thread per communicator, so they overlap
 the computation.  Every layout trains on the same sequences as one rank

@@ -172,9 +172,15 @@ int titan_param_table_init(struct titan_param_table *t, const struct titan_model
 			r0 = p->shape[0];
 		if (r1 > p->shape[0])
 			r1 = p->shape[0];
-		if (o->staged && !(p->layer >= 0 ? p->layer >= o->stage_l0 && p->layer < o->stage_l1 :
-				   p->role == TITAN_PARAM_TOK_EMBEDDINGS ? o->stage_first : o->stage_last))
-			r0 = r1 = 0; /* another pipeline stage's */
+		if (o->staged) {
+			bool mine = p->layer >= 0 ? p->layer >= o->stage_l0 && p->layer < o->stage_l1 :
+				    p->role == TITAN_PARAM_TOK_EMBEDDINGS ? o->stage_first : o->stage_last;
+
+			for (int k = 0; k < o->nmore && p->layer >= 0; k++)
+				mine = mine || (p->layer >= o->more_l0[k] && p->layer < o->more_l1[k]);
+			if (!mine)
+				r0 = r1 = 0; /* another pipeline stage's */
+		}
 		p->row0 = r0;
 		p->rows = r1 - r0;
 		p->local_numel = p->rows * p->shape[1];

@@ -173,6 +173,9 @@ struct titan_param_table_opts {
 	 * stage's table lists the same parameters (checkpoints, grad norm). */
 	bool staged, stage_first, stage_last;
 	int stage_l0, stage_l1;
+	/* further block ranges of the same rank (interleaved schedules'
+	 * virtual stages): [more_l0[i], more_l1[i]) for i < nmore */
+	int nmore, more_l0[7], more_l1[7];
 };
 
 struct titan_param_table {

@@ -102,6 +102,10 @@ struct titan_llama_opts {
 	bool stage_first, stage_last;
 	int64_t pp_microbatches;
 	struct titan_comm *pp;
+	/* interleaved schedules: this rank's further stages (virtual stages
+	 * 1 .. nmore, in order; stage_first applies to stage 0 only,
+	 * stage_last to the rank's last) */
+	int nmore, more_l0[7], more_l1[7];
 };
 /* From activation_checkpoint.{mode, selective_ac_option}: an integer N or
  * "op"; anything else is TITAN_E_INVALID naming the key. */
@@ -146,12 +150,15 @@ int titan_llama_step(struct titan_llama *m, const int32_t *inputs, const int32_t
  * on the last stage from its loss, else from titan_llama_pp_grad(m), which
  * the caller fills with the next stage's gradient; it leaves the gradient
  * of the stage's input there (send it before the next backward). */
-int titan_llama_pp_forward(struct titan_llama *m, int k, const int32_t *inputs,
+/* `v`: the rank's stage (0 .. titan_llama_pp_nstages - 1, interleaved
+ * schedules hold several; 0 otherwise). */
+int titan_llama_pp_nstages(const struct titan_llama *m);
+int titan_llama_pp_forward(struct titan_llama *m, int v, int k, const int32_t *inputs,
 			   const int32_t *labels, float grad_scale, bool backward,
 			   double *loss_sum, int64_t *n_valid);
-int titan_llama_pp_backward(struct titan_llama *m, int k);
-float *titan_llama_pp_input(struct titan_llama *m, int k);
-float *titan_llama_pp_output(struct titan_llama *m, int k);
+int titan_llama_pp_backward(struct titan_llama *m, int v, int k);
+float *titan_llama_pp_input(struct titan_llama *m, int v, int k);
+float *titan_llama_pp_output(struct titan_llama *m, int v, int k);
 float *titan_llama_pp_grad(struct titan_llama *m);
 int64_t titan_llama_pp_boundary_floats(const struct titan_llama *m);
 /* Logits of the last forward are not kept (the classifier is fused with
@@ -249,7 +256,12 @@ struct titan_pp_stage {
 int titan_pp_split(const struct titan_config *c, int64_t n_layers, int nstages, int stage,
 		   struct titan_pp_stage *out);
 
-enum titan_pp_schedule { TITAN_PP_GPIPE = 0, TITAN_PP_1F1B };
+enum titan_pp_schedule { TITAN_PP_GPIPE = 0, TITAN_PP_1F1B, TITAN_PP_INTERLEAVED_1F1B };
+/* Stages per rank of a schedule: 1, or for Interleaved1F1B 2 (torchtitan's
+ * default) or as many as pipeline_parallel_layers_per_stage gives
+ * (TITAN_E_INVALID when that is no multiple of the degree). */
+int titan_pp_stages_per_rank(const struct titan_config *c, enum titan_pp_schedule sched,
+			     int64_t n_layers, int pp);
 /* From parallelism.pipeline_parallel_schedule: TITAN_E_INVALID for the
  * schedules not implemented. */
 int titan_pp_schedule_parse(const char *name, enum titan_pp_schedule *out);

@@ -46,6 +46,10 @@ struct titan_llama {
 	 * a step (nmb: 1 without PP) */
 	int l0, l1, nmb;
 	bool first, last;
+	/* the rank's stages (virtual stages of interleaved schedules):
+	 * blocks [sl0[v], sl1[v]); select_stage sets l0, l1, first, last */
+	int nst, sl0[8], sl1[8];
+	bool sfirst, slast;
 	struct mb {
 		float **x;
 		struct acts *acts;
@@ -95,7 +99,18 @@ bool titan_llama_group_active(const struct titan_llama *m, int g)
 		return m->first;
 	if (g == m->ngroups - 1)
 		return m->last;
-	return g - 1 >= m->l0 && g - 1 < m->l1;
+	for (int v = 0; v < m->nst; v++)
+		if (g - 1 >= m->sl0[v] && g - 1 < m->sl1[v])
+			return true;
+	return false;
+}
+
+static void select_stage(struct titan_llama *m, int v)
+{
+	m->l0 = m->sl0[v];
+	m->l1 = m->sl1[v];
+	m->first = m->sfirst && v == 0;
+	m->last = m->slast && v == m->nst - 1;
 }
 
 void titan_llama_group_params(const struct titan_llama *m, int g, int *first, int *end)
@@ -223,20 +238,22 @@ static int alloc_mb(struct titan_llama *m, struct mb *b)
 	b->acts = calloc((size_t)L, sizeof(*b->acts));
 	if (!b->x || !b->acts)
 		return TITAN_E_NOMEM;
-	for (int64_t i = m->l0; i <= m->l1; i++)
-		if (!(b->x[i] = buf(m, m->nl * C, act)))
-			return TITAN_E_NOMEM;
-	for (int64_t i = m->l0; i < m->l1; i++) {
-		if (m->o.ac == TITAN_AC_SELECTIVE_OP)
-			rc = alloc_acts_op(m, &b->acts[i], &m->recompute);
-		else
-			rc = m->ckpt[i] ? 0 : alloc_acts(m, &b->acts[i]);
-		if (rc < 0)
-			return rc;
+	for (int v = 0; v < m->nst; v++) {
+		for (int64_t i = m->sl0[v]; i <= m->sl1[v]; i++)
+			if (!(b->x[i] = buf(m, m->nl * C, act)))
+				return TITAN_E_NOMEM;
+		for (int64_t i = m->sl0[v]; i < m->sl1[v]; i++) {
+			if (m->o.ac == TITAN_AC_SELECTIVE_OP)
+				rc = alloc_acts_op(m, &b->acts[i], &m->recompute);
+			else
+				rc = m->ckpt[i] ? 0 : alloc_acts(m, &b->acts[i]);
+			if (rc < 0)
+				return rc;
+		}
 	}
 	if (!(b->ids = (uint32_t *)buf(m, m->n, TITAN_MEM_DATA)))
 		return TITAN_E_NOMEM;
-	if (!m->last)
+	if (!m->slast)
 		return 0;
 	b->xnf = buf(m, m->n * C, act);
 	b->rstdf = buf(m, m->nl, act);
@@ -330,20 +347,31 @@ int titan_llama_new(const struct titan_model_dims *d, const struct titan_llama_o
 	m->nl = m->n / m->tpn;
 	m->pp = o->pp;
 	m->nmb = o->pp_microbatches > 1 ? (int)o->pp_microbatches : 1;
-	m->first = m->last = true;
-	m->l0 = 0;
-	m->l1 = (int)L;
+	m->sfirst = m->slast = true;
+	m->nst = 1;
+	m->sl0[0] = 0;
+	m->sl1[0] = (int)L;
 	if (o->stage_l1 > 0) {
-		m->l0 = o->stage_l0;
-		m->l1 = o->stage_l1;
-		m->first = o->stage_first;
-		m->last = o->stage_last;
+		TITAN_ASSERT(o->nmore >= 0 && o->nmore < 8);
+		m->nst = 1 + o->nmore;
+		m->sl0[0] = o->stage_l0;
+		m->sl1[0] = o->stage_l1;
+		for (int v = 1; v < m->nst; v++) {
+			m->sl0[v] = o->more_l0[v - 1];
+			m->sl1[v] = o->more_l1[v - 1];
+			to.more_l0[v - 1] = m->sl0[v];
+			to.more_l1[v - 1] = m->sl1[v];
+		}
+		to.nmore = o->nmore;
+		m->sfirst = o->stage_first;
+		m->slast = o->stage_last;
 		to.staged = true;
-		to.stage_l0 = m->l0;
-		to.stage_l1 = m->l1;
-		to.stage_first = m->first;
-		to.stage_last = m->last;
+		to.stage_l0 = m->sl0[0];
+		to.stage_l1 = m->sl1[0];
+		to.stage_first = m->sfirst;
+		to.stage_last = m->slast;
 	}
+	select_stage(m, 0);
 	m->H = d->n_heads / m->tpn;
 	m->Hkv = d->n_kv_heads / m->tpn;
 	m->F = d->ffn_hidden / m->tpn;
@@ -923,7 +951,13 @@ static int backward_pass(struct titan_llama *m, const float *dxn)
 	span_begin(m, "backward", -1);
 	if (m->last) {
 		span_begin(m, "norm backward", -1);
-		rc = m->tp ? tp_scatter(m, m->dxn_loc, dxn, "tp output input grad") : 0;
+		/* a pipeline schedule may have run other microbatches' backward
+		 * since this one's loss: the last group is gathered again (a
+		 * no-op right after the loss) */
+		if (m->o.stage_l1 > 0)
+			rc = ghook(m, h->pre_backward, (int)L + 1);
+		if (rc == 0 && m->tp)
+			rc = tp_scatter(m, m->dxn_loc, dxn, "tp output input grad");
 		if (rc == 0)
 			rc = op->rmsnorm_bwd(m->be, m->dx, G(m, TITAN_PARAM_NORM, -1),
 					     m->tp ? m->dxn_loc : dxn, m->x[L],
@@ -980,19 +1014,25 @@ int titan_llama_step(struct titan_llama *m, const int32_t *inputs, const int32_t
 {
 	int rc;
 
-	TITAN_ASSERT(m->first && m->last);
+	TITAN_ASSERT(m->nst == 1 && m->first && m->last);
 	CK(forward(m, inputs));
 	CK(loss_fwd(m, labels, grad_scale, backward ? m->dxn : NULL, loss_sum, n_valid));
 	return backward ? backward_pass(m, m->dxn) : 0;
 }
 
-int titan_llama_pp_forward(struct titan_llama *m, int k, const int32_t *inputs,
+int titan_llama_pp_nstages(const struct titan_llama *m)
+{
+	return m->nst;
+}
+
+int titan_llama_pp_forward(struct titan_llama *m, int v, int k, const int32_t *inputs,
 			   const int32_t *labels, float grad_scale, bool backward,
 			   double *loss_sum, int64_t *n_valid)
 {
 	int rc;
 
-	TITAN_ASSERT(k >= 0 && k < m->nmb);
+	TITAN_ASSERT(k >= 0 && k < m->nmb && v >= 0 && v < m->nst);
+	select_stage(m, v);
 	select_mb(m, k);
 	*loss_sum = 0;
 	*n_valid = 0;
@@ -1003,21 +1043,22 @@ int titan_llama_pp_forward(struct titan_llama *m, int k, const int32_t *inputs,
 			backward ? (m->dxn_out ? m->dxn_out : m->dxn) : NULL, loss_sum, n_valid);
 }
 
-int titan_llama_pp_backward(struct titan_llama *m, int k)
+int titan_llama_pp_backward(struct titan_llama *m, int v, int k)
 {
-	TITAN_ASSERT(k >= 0 && k < m->nmb);
+	TITAN_ASSERT(k >= 0 && k < m->nmb && v >= 0 && v < m->nst);
+	select_stage(m, v);
 	select_mb(m, k);
 	return backward_pass(m, m->last ? (m->dxn_out ? m->dxn_out : m->dxn) : NULL);
 }
 
-float *titan_llama_pp_input(struct titan_llama *m, int k)
+float *titan_llama_pp_input(struct titan_llama *m, int v, int k)
 {
-	return m->mb[k].x[m->l0];
+	return m->mb[k].x[m->sl0[v]];
 }
 
-float *titan_llama_pp_output(struct titan_llama *m, int k)
+float *titan_llama_pp_output(struct titan_llama *m, int v, int k)
 {
-	return m->mb[k].x[m->l1];
+	return m->mb[k].x[m->sl1[v]];
 }
 
 float *titan_llama_pp_grad(struct titan_llama *m)

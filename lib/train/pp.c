@@ -1,18 +1,20 @@
 /*
  * pp.c — pipeline parallelism: torchtitan's stage split
  * (generate_llm_fqn_per_model_part, or explicit split points / layers per
- * stage) and the single-stage schedules of torch.distributed.pipelining,
- * GPipe and 1F1B, run over a titan_llama stage (titan/train.h) with
- * activations and gradients moving by non-blocking MPI point-to-point on
- * the pipeline communicator.
+ * stage) and schedules of torch.distributed.pipelining — GPipe and 1F1B
+ * (one stage per rank), Interleaved1F1B (V stages per rank, loop style:
+ * global stage s on rank s mod pp) — run over a titan_llama holding the
+ * rank's stages (titan/train.h), with activations and gradients moving by
+ * non-blocking MPI point-to-point on the pipeline communicator.
  *
  * A step runs the local batch as M microbatches.  Every receive of the
  * step is posted at its start (each microbatch has its own input buffer on
  * the model and its own gradient buffer here), so a stage never waits for
  * a peer to reach a matching call and the transfers overlap the compute of
  * the microbatches in between; sends are non-blocking from per-microbatch
- * buffers and completed at the end of the step.  Tags: 2k for microbatch
- * k's activations, 2k + 1 for its gradient.
+ * buffers and completed at the end of the step.  Tags: 2(s·M + k) for
+ * microbatch k's activations from global stage s to s + 1, one more for
+ * its gradient from s + 1 back to s.
  */
 #include "titan/train.h"
 
@@ -26,14 +28,14 @@ struct titan_pp {
 	struct titan_llama *m;
 	struct titan_dp *dp;
 	struct titan_comm *c;
-	int stage, nstages, nmb;
+	int rank, pp, nv, nmb;      /* rank, ranks, stages per rank, microbatches */
 	enum titan_pp_schedule sched;
 	int64_t nb;                 /* floats at a stage boundary */
-	float **gin, **gout;        /* per microbatch: gradient received / sent */
-	struct titan_comm_req **req; /* 4 per microbatch: act in, act out, grad in, grad out */
+	float **gin, **gout;        /* per (v, k): gradient received / sent */
+	struct titan_comm_req **req; /* 4 per (v, k): act in, act out, grad in, grad out */
 };
 
-static const char *const sched_names[] = {"GPipe", "1F1B"};
+static const char *const sched_names[] = {"GPipe", "1F1B", "Interleaved1F1B"};
 
 int titan_pp_schedule_parse(const char *name, enum titan_pp_schedule *out)
 {
@@ -43,7 +45,7 @@ int titan_pp_schedule_parse(const char *name, enum titan_pp_schedule *out)
 			return 0;
 		}
 	return titan_error(TITAN_E_INVALID, "parallelism.pipeline_parallel_schedule: '%s' is not "
-			   "implemented yet (GPipe and 1F1B are; Interleaved1F1B, LoopedBFS and the "
+			   "implemented yet (GPipe, 1F1B and Interleaved1F1B are; LoopedBFS and the "
 			   "zero-bubble schedules are not)", name);
 }
 
@@ -92,8 +94,7 @@ int titan_pp_split(const struct titan_config *c, int64_t L, int nstages, int sta
 			if ((units + per - 1) / per != nstages)
 				rc = titan_error(TITAN_E_INVALID, "parallelism.pipeline_parallel_"
 						 "layers_per_stage %lld: %lld blocks + embedding + "
-						 "output make %lld stages, but pipeline_parallel_degree "
-						 "is %d (one stage per rank with GPipe/1F1B)",
+						 "output make %lld stages, but the schedule runs %d",
 						 (long long)per, (long long)L,
 						 (long long)((units + per - 1) / per), nstages);
 		} else if (per < 2 && nstages > 1) {
@@ -137,17 +138,27 @@ int titan_pp_new(struct titan_llama *m, struct titan_comm *c, enum titan_pp_sche
 		return titan_error(TITAN_E_NOMEM, "out of memory");
 	p->m = m;
 	p->c = c;
-	p->stage = titan_comm_rank(c);
-	p->nstages = titan_comm_size(c);
+	p->rank = titan_comm_rank(c);
+	p->pp = titan_comm_size(c);
+	p->nv = titan_llama_pp_nstages(m);
 	p->nmb = nmb;
 	p->sched = sched;
 	p->nb = titan_llama_pp_boundary_floats(m);
-	p->gin = calloc((size_t)nmb, sizeof(*p->gin));
-	p->gout = calloc((size_t)nmb, sizeof(*p->gout));
-	p->req = calloc(4 * (size_t)nmb, sizeof(*p->req));
+	if (sched == TITAN_PP_INTERLEAVED_1F1B && nmb % p->pp) {
+		const int pp = p->pp;
+
+		free(p);
+		return titan_error(TITAN_E_INVALID, "parallelism.pipeline_parallel_schedule "
+				   "Interleaved1F1B: the %d microbatches (local_batch_size / "
+				   "pipeline_parallel_microbatch_size) must be a multiple of "
+				   "pipeline_parallel_degree %d", nmb, pp);
+	}
+	p->gin = calloc((size_t)(nmb * p->nv), sizeof(*p->gin));
+	p->gout = calloc((size_t)(nmb * p->nv), sizeof(*p->gout));
+	p->req = calloc(4 * (size_t)(nmb * p->nv), sizeof(*p->req));
 	if (!p->gin || !p->gout || !p->req)
 		goto nomem;
-	for (int k = 0; k < nmb; k++)
+	for (int k = 0; k < nmb * p->nv; k++)
 		if (!(p->gin[k] = malloc((size_t)p->nb * sizeof(float))) ||
 		    !(p->gout[k] = malloc((size_t)p->nb * sizeof(float))))
 			goto nomem;
@@ -167,7 +178,7 @@ void titan_pp_free(struct titan_pp *p)
 {
 	if (!p)
 		return;
-	for (int k = 0; k < p->nmb; k++) {
+	for (int k = 0; k < p->nmb * p->nv; k++) {
 		if (p->gin)
 			free(p->gin[k]);
 		if (p->gout)
@@ -179,33 +190,64 @@ void titan_pp_free(struct titan_pp *p)
 	free(p);
 }
 
-/* The schedule's actions for this stage: +k+1 forward of microbatch k,
- * -(k+1) its backward; 2·nmb entries (nmb without backward). */
-static int actions(const struct titan_pp *p, bool backward, int *a)
+/* One action: forward (f) or backward of microbatch k on the rank's stage v. */
+struct action {
+	bool f;
+	int v, k;
+};
+
+/* The schedule's actions for this rank, in order; 2·V·M entries (V·M
+ * without backward). */
+static int actions(const struct titan_pp *p, bool backward, struct action *a)
 {
-	const int M = p->nmb;
+	const int M = p->nmb, V = p->nv, P = p->pp;
 	int n = 0;
 
 	if (!backward || p->sched == TITAN_PP_GPIPE) {
-		for (int k = 0; k < M; k++)
-			a[n++] = k + 1;
-		for (int k = 0; backward && k < M; k++)
-			a[n++] = -(k + 1);
+		for (int v = 0; v < V; v++)
+			for (int k = 0; k < M; k++)
+				a[n++] = (struct action){true, v, k};
+		for (int v = V - 1; backward && v >= 0; v--)
+			for (int k = 0; k < M; k++)
+				a[n++] = (struct action){false, v, k};
 		return n;
 	}
-	/* 1F1B: warm-up forwards (more on earlier stages), then one forward
-	 * and one backward in turn, then the remaining backwards */
-	int warm = p->nstages - p->stage - 1, f = 0, b = 0;
+	if (p->sched == TITAN_PP_1F1B) {
+		/* warm-up forwards (more on earlier stages), then one forward
+		 * and one backward in turn, then the remaining backwards */
+		int warm = P - p->rank - 1, f = 0, b = 0;
 
-	warm = warm < M ? warm : M;
-	while (f < warm)
-		a[n++] = ++f;
-	while (f < M) {
-		a[n++] = ++f;
-		a[n++] = -(++b);
+		warm = warm < M ? warm : M;
+		while (f < warm)
+			a[n++] = (struct action){true, 0, f++};
+		while (f < M) {
+			a[n++] = (struct action){true, 0, f++};
+			a[n++] = (struct action){false, 0, b++};
+		}
+		while (b < M)
+			a[n++] = (struct action){false, 0, b++};
+		return n;
 	}
-	while (b < M)
-		a[n++] = -(++b);
+	/* Interleaved1F1B (torch.distributed.pipelining's
+	 * ScheduleInterleaved1F1B): the rank's stages take microbatches in
+	 * rounds of pp; warm-up (V - 1)·pp + 2·(pp - 1 - rank) forwards, then
+	 * a forward and a backward in turn, then the backwards */
+	const int ops = V * M;
+	int warm = (V - 1) * P + 2 * (P - 1 - p->rank), fk[8] = {0}, bk[8] = {0};
+
+	warm = warm < ops ? warm : ops;
+	for (int op = 0; op < ops + warm; op++) {
+		if (op < ops) {
+			const int v = (op / P) % V;
+
+			a[n++] = (struct action){true, v, fk[v]++};
+		}
+		if (op >= warm) {
+			const int v = V - 1 - ((op - warm) / P) % V;
+
+			a[n++] = (struct action){false, v, bk[v]++};
+		}
+	}
 	return n;
 }
 
@@ -213,7 +255,7 @@ static int wait_all(struct titan_pp *p)
 {
 	int rc = 0;
 
-	for (int i = 0; i < 4 * p->nmb; i++) {
+	for (int i = 0; i < 4 * p->nmb * p->nv; i++) {
 		int r = titan_comm_wait(p->req[i]);
 
 		p->req[i] = NULL;
@@ -227,65 +269,78 @@ int titan_pp_step(struct titan_pp *p, const int32_t *inputs, const int32_t *labe
 		  double *loss_sum, int64_t *n_valid)
 {
 	struct titan_llama *m = p->m;
-	const int M = p->nmb, prev = p->stage - 1, next = p->stage + 1;
-	const bool first = p->stage == 0, last = p->stage == p->nstages - 1;
-	int *act = malloc(2 * (size_t)M * sizeof(*act)), n, rc = 0;
+	const int M = p->nmb, V = p->nv, P = p->pp, S = P * V;
+	struct action *act = malloc(2 * (size_t)(V * M) * sizeof(*act));
 	double red[2] = {0, 0};
+	int n, rc = 0;
 
 	if (!act)
 		return titan_error(TITAN_E_NOMEM, "out of memory");
 	n = actions(p, backward, act);
+	/* the last backward of each of the rank's stages: DDP reduces a
+	 * stage's gradients after it */
+	int lastb[8] = {0};
+	for (int i = 0; i < n; i++)
+		if (!act[i].f)
+			lastb[act[i].v] = i;
 	/* every receive of the step, posted now */
-	for (int k = 0; k < M && rc == 0; k++) {
-		if (!first)
-			rc = titan_comm_irecv(p->c, titan_llama_pp_input(m, k), (size_t)p->nb,
-					      TITAN_DTYPE_F32, prev, 2 * k, "pp activations",
-					      &p->req[4 * k]);
-		if (rc == 0 && backward && !last)
-			rc = titan_comm_irecv(p->c, p->gin[k], (size_t)p->nb, TITAN_DTYPE_F32, next,
-					      2 * k + 1, "pp gradients", &p->req[4 * k + 2]);
+	for (int v = 0; v < V && rc == 0; v++) {
+		const int s = p->rank + v * P;
+
+		for (int k = 0; k < M && rc == 0; k++) {
+			struct titan_comm_req **r = &p->req[4 * (v * M + k)];
+
+			if (s > 0)
+				rc = titan_comm_irecv(p->c, titan_llama_pp_input(m, v, k), (size_t)p->nb,
+						      TITAN_DTYPE_F32, (s - 1) % P,
+						      2 * ((s - 1) * M + k), "pp activations", &r[0]);
+			if (rc == 0 && backward && s < S - 1)
+				rc = titan_comm_irecv(p->c, p->gin[v * M + k], (size_t)p->nb,
+						      TITAN_DTYPE_F32, (s + 1) % P, 2 * (s * M + k) + 1,
+						      "pp gradients", &r[2]);
+		}
 	}
 	for (int i = 0; i < n && rc == 0; i++) {
-		const int k = (act[i] > 0 ? act[i] : -act[i]) - 1;
+		const int v = act[i].v, k = act[i].k, s = p->rank + v * P;
+		struct titan_comm_req **r = &p->req[4 * (v * M + k)];
 
 		/* data parallelism: the step's last backward reduces (DDP) */
 		if (p->dp && (rc = titan_dp_begin_microbatch(p->dp, backward,
-							     last_accum && act[i] < 0 &&
-							     i == n - 1)) < 0)
+							     last_accum && !act[i].f &&
+							     i == lastb[v])) < 0)
 			break;
-
-		if (act[i] > 0) {
+		if (act[i].f) {
 			double ls;
 			int64_t nv;
 
-			rc = titan_comm_wait(p->req[4 * k]);
-			p->req[4 * k] = NULL;
+			rc = titan_comm_wait(r[0]);
+			r[0] = NULL;
 			if (rc == 0)
-				rc = titan_llama_pp_forward(m, k, inputs + k * mb_tokens,
+				rc = titan_llama_pp_forward(m, v, k, inputs + k * mb_tokens,
 							    labels + k * mb_tokens, grad_scale,
 							    backward, &ls, &nv);
-			if (rc == 0 && last) {
+			if (rc == 0 && s == S - 1) {
 				red[0] += ls;
 				red[1] += (double)nv;
 			}
-			if (rc == 0 && !last)
-				rc = titan_comm_isend(p->c, titan_llama_pp_output(m, k), (size_t)p->nb,
-						      TITAN_DTYPE_F32, next, 2 * k, "pp activations",
-						      &p->req[4 * k + 1]);
+			if (rc == 0 && s < S - 1)
+				rc = titan_comm_isend(p->c, titan_llama_pp_output(m, v, k),
+						      (size_t)p->nb, TITAN_DTYPE_F32, (s + 1) % P,
+						      2 * (s * M + k), "pp activations", &r[1]);
 		} else {
 			float *g = titan_llama_pp_grad(m);
 
-			rc = titan_comm_wait(p->req[4 * k + 2]);
-			p->req[4 * k + 2] = NULL;
-			if (rc == 0 && !last)
-				memcpy(g, p->gin[k], (size_t)p->nb * sizeof(float));
+			rc = titan_comm_wait(r[2]);
+			r[2] = NULL;
+			if (rc == 0 && s < S - 1)
+				memcpy(g, p->gin[v * M + k], (size_t)p->nb * sizeof(float));
 			if (rc == 0)
-				rc = titan_llama_pp_backward(m, k);
-			if (rc == 0 && !first) {
-				memcpy(p->gout[k], g, (size_t)p->nb * sizeof(float));
-				rc = titan_comm_isend(p->c, p->gout[k], (size_t)p->nb, TITAN_DTYPE_F32,
-						      prev, 2 * k + 1, "pp gradients",
-						      &p->req[4 * k + 3]);
+				rc = titan_llama_pp_backward(m, v, k);
+			if (rc == 0 && s > 0) {
+				memcpy(p->gout[v * M + k], g, (size_t)p->nb * sizeof(float));
+				rc = titan_comm_isend(p->c, p->gout[v * M + k], (size_t)p->nb,
+						      TITAN_DTYPE_F32, (s - 1) % P,
+						      2 * ((s - 1) * M + k) + 1, "pp gradients", &r[3]);
 			}
 		}
 	}
@@ -301,4 +356,22 @@ int titan_pp_step(struct titan_pp *p, const int32_t *inputs, const int32_t *labe
 	*loss_sum = red[0];
 	*n_valid = (int64_t)red[1];
 	return 0;
+}
+
+int titan_pp_stages_per_rank(const struct titan_config *c, enum titan_pp_schedule sched,
+			     int64_t n_layers, int pp)
+{
+	const int64_t per = c->parallelism.pipeline_parallel_layers_per_stage;
+	int64_t stages;
+
+	if (sched != TITAN_PP_INTERLEAVED_1F1B)
+		return 1;
+	if (per <= 0)
+		return 2;
+	stages = (n_layers + 2 + per - 1) / per;
+	if (stages % pp || stages / pp > 8)
+		return titan_error(TITAN_E_INVALID, "parallelism.pipeline_parallel_layers_per_stage "
+				   "%lld: %lld stages, not a multiple of pipeline_parallel_degree %d "
+				   "(at most 8 per rank)", (long long)per, (long long)stages, pp);
+	return (int)(stages / pp);
 }

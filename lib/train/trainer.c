@@ -615,6 +615,13 @@ static int check_layout(const struct titan_trainer *t)
 		if ((rc = titan_pp_schedule_parse(c->parallelism.pipeline_parallel_schedule,
 						  &sched)) < 0)
 			return rc;
+		if (sched == TITAN_PP_INTERLEAVED_1F1B &&
+		    titan_parallel_dims_degree(pd, TITAN_DIM_DP) > 1)
+			return titan_error(TITAN_E_UNSUPPORTED, "parallelism.pipeline_parallel_schedule "
+					   "Interleaved1F1B with data parallelism (degree %lld) is not "
+					   "implemented yet: use 1F1B or GPipe, or interleave without "
+					   "DDP/FSDP", (long long)titan_parallel_dims_degree(pd,
+											   TITAN_DIM_DP));
 		if (t->dims.tied)
 			return titan_error(TITAN_E_INVALID, "model.tie_word_embeddings with "
 					   "parallelism.pipeline_parallel_degree %lld: the embedding "
@@ -904,27 +911,41 @@ int titan_trainer_new(const struct titan_config *cfg, const struct titan_trainer
 	t->mo.tp = comm(t, TITAN_DIM_TP);
 	t->mo.loss_parallel = !c->parallelism.disable_loss_parallel;
 	if (t->dist->dims.degree[TITAN_DIM_PP] > 1) {
-		struct titan_pp_stage st;
-		const int nst = (int)t->dist->dims.degree[TITAN_DIM_PP];
+		const int pp = (int)t->dist->dims.degree[TITAN_DIM_PP];
+		const int rank = (int)t->dist->coord[TITAN_DIM_PP];
+		enum titan_pp_schedule sched;
+		int nv;
 
-		if ((rc = titan_pp_split(c, t->dims.n_layers, nst,
-					 (int)t->dist->coord[TITAN_DIM_PP], &st)) < 0)
+		if ((rc = titan_pp_schedule_parse(c->parallelism.pipeline_parallel_schedule,
+						  &sched)) < 0 ||
+		    (rc = nv = titan_pp_stages_per_rank(c, sched, t->dims.n_layers, pp)) < 0)
 			return rc;
-		t->mo.stage_l0 = st.l0;
-		t->mo.stage_l1 = st.l1;
-		t->mo.stage_first = st.first;
-		t->mo.stage_last = st.last;
+		/* loop style: the rank's v-th stage is global stage rank + v·pp */
+		for (int v = 0; v < nv; v++) {
+			struct titan_pp_stage st;
+
+			if ((rc = titan_pp_split(c, t->dims.n_layers, pp * nv, rank + v * pp,
+						 &st)) < 0)
+				return rc;
+			if (v == 0) {
+				t->mo.stage_l0 = st.l0;
+				t->mo.stage_l1 = st.l1;
+				t->mo.stage_first = st.first;
+			} else {
+				t->mo.more_l0[v - 1] = st.l0;
+				t->mo.more_l1[v - 1] = st.l1;
+			}
+			t->mo.stage_last = st.last;
+			titan_log_info("Pipeline stage %d of %d (rank %d): layers %d-%d%s%s", rank + v * pp,
+				       pp * nv, rank, st.l0, st.l1 - 1, st.first ? ", embedding" : "",
+				       st.last ? ", norm + output" : "");
+		}
+		t->mo.nmore = nv - 1;
 		t->mo.batch = c->parallelism.pipeline_parallel_microbatch_size;
 		t->mo.pp_microbatches = c->training.local_batch_size /
 					c->parallelism.pipeline_parallel_microbatch_size;
 		t->mo.pp = comm(t, TITAN_DIM_PP);
-		titan_log_info("Pipeline stage %lld of %d: layers %d-%d%s%s, %lld microbatches of %lld",
-			       (long long)t->dist->coord[TITAN_DIM_PP], nst, st.l0, st.l1 - 1,
-			       st.first ? ", embedding" : "", st.last ? ", norm + output" : "",
-			       (long long)t->mo.pp_microbatches,
-			       (long long)c->parallelism.pipeline_parallel_microbatch_size);
-	}
-	if ((rc = titan_llama_new(&t->dims, &t->mo, &t->be, NULL, &t->model)) < 0)
+	}	if ((rc = titan_llama_new(&t->dims, &t->mo, &t->be, NULL, &t->model)) < 0)
 		return rc;
 	titan_llama_set_hooks(t->model, &(struct titan_llama_hooks){hook_begin, hook_end, t});
 	if (t->mo.stage_l1 > 0) {
