@@ -252,6 +252,10 @@ PP="--parallelism.pipeline_parallel_degree"
 	run -0 same_curve "$DATA/ref6/metrics.jsonl" "$o/pf/metrics.jsonl"
 	echo "# PP 2 x FSDP 2: $output" >&3
 	run -0 mpi 4 --model.n_layers=6 $PP=2 --parallelism.pipeline_parallel_schedule=GPipe \
+		--training.local_batch_size=4 --job.dump_folder="$o/pg"
+	run -0 same_curve "$DATA/ref6/metrics.jsonl" "$o/pg/metrics.jsonl"
+	echo "# PP 2 (GPipe) x FSDP 2: $output" >&3
+	run -0 mpi 4 --model.n_layers=6 $PP=2 --parallelism.pipeline_parallel_schedule=GPipe \
 		--parallelism.data_parallel_replicate_degree=2 --parallelism.data_parallel_shard_degree=1 \
 		--training.local_batch_size=2 --training.global_batch_size=8 --job.dump_folder="$o/pd"
 	run -0 same_curve "$DATA/ref6/metrics.jsonl" "$o/pd/metrics.jsonl"
