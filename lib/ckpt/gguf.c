@@ -507,7 +507,9 @@ static int parse(struct titan_gguf *f, struct cur *c)
 	str_at.p = NULL;
 	for (size_t i = 0; i < f->n_kv; i++) {
 		f->kv[i].key = f->pool_ + names[i];
-		if (f->kv[i].type == TITAN_GGUF_ARRAY && f->kv[i].elem == TITAN_GGUF_STRING)
+		/* (an empty string array has no offsets: str_at_ may be NULL) */
+		if (f->kv[i].type == TITAN_GGUF_ARRAY && f->kv[i].elem == TITAN_GGUF_STRING &&
+		    f->kv[i].n > 0)
 			f->kv[i].str_at_ = f->str_at_ + f->kv[i].str0_;
 	}
 	for (size_t i = 0; i < f->n_tensors; i++)

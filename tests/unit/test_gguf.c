@@ -545,6 +545,48 @@ static void test_round_trip(void **state)
 	titan_gguf_close(f);
 }
 
+/* A string array of no elements has no string offsets (found by
+ * tests/fuzz/fuzz_gguf: the reader computed NULL + 0 for them, undefined
+ * behaviour that UBSan reports; tests/fuzz/regress/gguf/empty-string-array
+ * is these bytes). */
+static void test_empty_string_array(void **state)
+{
+	static const uint8_t file[] = {
+		'G', 'G', 'U', 'F', 3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, /* version 3, no tensors */
+		1, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 'k',    /* 1 pair: key "k" */
+		9, 0, 0, 0, 8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,         /* array of 0 strings */
+	};
+	struct titan_gguf_writer *w = titan_gguf_writer_new();
+	const struct titan_gguf_kv *kv;
+	struct titan_gguf *f;
+	FILE *fp;
+	size_t n;
+	int64_t v;
+
+	(void)state;
+	fp = fopen(path_of("empty.gguf"), "wb");
+	assert_non_null(fp);
+	assert_int_equal(fwrite(file, sizeof(file), 1, fp), 1);
+	assert_int_equal(fclose(fp), 0);
+	assert_non_null(w);
+	assert_int_equal(titan_gguf_set_array_str(w, "none", NULL, NULL, 0), 0);
+	assert_int_equal(titan_gguf_write(w, path_of("written.gguf"), NULL, NULL), 0);
+	titan_gguf_writer_free(w);
+	for (int i = 0; i < 2; i++) {
+		f = titan_gguf_open(path_of(i ? "written.gguf" : "empty.gguf"));
+		assert_non_null(f);
+		assert_int_equal(f->n_kv, 1);
+		kv = &f->kv[0];
+		assert_int_equal(kv->type, TITAN_GGUF_ARRAY);
+		assert_int_equal(kv->elem, TITAN_GGUF_STRING);
+		assert_int_equal(kv->n, 0);
+		assert_null(titan_gguf_arr_str(kv, 0, &n));
+		assert_int_equal(titan_gguf_arr_int(kv, 0, &v), TITAN_E_INVALID);
+		titan_gguf_close(f);
+	}
+	titan_error_clear();
+}
+
 static void test_writer_errors(void **state)
 {
 	struct titan_gguf_writer *w = titan_gguf_writer_new();
@@ -806,6 +848,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_bad_files, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_bad_names, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_round_trip, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_empty_string_array, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_writer_errors, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_export, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_export_tokenizer, setup, teardown),
