@@ -119,7 +119,7 @@ Interleaved1F1B (V stages per rank, loop style: stage s on rank s mod pp;
 V = 2 or from
 .BR pipeline_parallel_layers_per_stage ;
 torch's ScheduleInterleaved1F1B order; the microbatches must be a multiple
-of pp; not yet with data parallelism, exit 1);
+of pp);
 activations and gradients move by non-blocking MPI point-to-point, every
 receive of a step posted at its start.  The loss comes from the last
 stage; the gradient norm sums the stages'.  LoopedBFS and the zero-bubble

@@ -418,6 +418,8 @@ static int pre_forward(void *ctx, int g)
 	struct titan_dp *dp = ctx;
 	const int k = dp->unit_of[g];
 	struct unit *u = &dp->u[k];
+
+	TITAN_ASSERT(k >= 0); /* a group of this pipeline stage */
 	int rc;
 
 	if (!dp->fsdp || g != u->g0)
@@ -435,6 +437,8 @@ static int post_forward(void *ctx, int g)
 	struct titan_dp *dp = ctx;
 	const int k = dp->unit_of[g];
 	struct unit *u = &dp->u[k];
+
+	TITAN_ASSERT(k >= 0); /* a group of this pipeline stage */
 
 	if (!dp->fsdp || g != u->g1)
 		return 0;
@@ -458,6 +462,8 @@ static int pre_backward(void *ctx, int g)
 	struct titan_dp *dp = ctx;
 	const int k = dp->unit_of[g];
 	struct unit *u = &dp->u[k];
+
+	TITAN_ASSERT(k >= 0); /* a group of this pipeline stage */
 	int rc;
 
 	if (g != u->g1)
@@ -479,6 +485,8 @@ static int post_backward(void *ctx, int g)
 	struct titan_dp *dp = ctx;
 	const int k = dp->unit_of[g];
 	struct unit *u = &dp->u[k];
+
+	TITAN_ASSERT(k >= 0); /* a group of this pipeline stage */
 	int rc;
 
 	if (g != u->g0)

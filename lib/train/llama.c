@@ -96,9 +96,9 @@ int titan_llama_ngroups(const struct titan_llama *m)
 bool titan_llama_group_active(const struct titan_llama *m, int g)
 {
 	if (g == 0)
-		return m->first;
+		return m->sfirst;
 	if (g == m->ngroups - 1)
-		return m->last;
+		return m->slast;
 	for (int v = 0; v < m->nst; v++)
 		if (g - 1 >= m->sl0[v] && g - 1 < m->sl1[v])
 			return true;

@@ -615,13 +615,6 @@ static int check_layout(const struct titan_trainer *t)
 		if ((rc = titan_pp_schedule_parse(c->parallelism.pipeline_parallel_schedule,
 						  &sched)) < 0)
 			return rc;
-		if (sched == TITAN_PP_INTERLEAVED_1F1B &&
-		    titan_parallel_dims_degree(pd, TITAN_DIM_DP) > 1)
-			return titan_error(TITAN_E_UNSUPPORTED, "parallelism.pipeline_parallel_schedule "
-					   "Interleaved1F1B with data parallelism (degree %lld) is not "
-					   "implemented yet: use 1F1B or GPipe, or interleave without "
-					   "DDP/FSDP", (long long)titan_parallel_dims_degree(pd,
-											   TITAN_DIM_DP));
 		if (t->dims.tied)
 			return titan_error(TITAN_E_INVALID, "model.tie_word_embeddings with "
 					   "parallelism.pipeline_parallel_degree %lld: the embedding "

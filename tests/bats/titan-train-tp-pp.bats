@@ -236,9 +236,7 @@ PP="--parallelism.pipeline_parallel_degree"
 		--parallelism.pipeline_parallel_microbatch_size=4 --training.local_batch_size=4 \
 		--training.global_batch_size=4 --job.dump_folder="$BATS_TEST_TMPDIR/o"
 	[[ $output == *"the 1 microbatches (local_batch_size / pipeline_parallel_microbatch_size) must be a multiple of pipeline_parallel_degree 2"* ]]
-	run -1 mpi 4 --model.n_layers=6 $PP=2 --parallelism.pipeline_parallel_schedule=Interleaved1F1B \
-		--training.local_batch_size=4 --job.dump_folder="$BATS_TEST_TMPDIR/o"
-	[[ $output == *"Interleaved1F1B with data parallelism (degree 2) is not implemented yet"* ]]
+
 	run -2 mpi 2 $PP=2 --parallelism.pipeline_parallel_split_points=layers.5 --job.dump_folder="$BATS_TEST_TMPDIR/o"
 	[[ $output == *"'layers.5' is not layers.N with N increasing in 1 .. 1"* ]]
 	run -2 mpi 2 $PP=2 --model.tie_word_embeddings=true --job.dump_folder="$BATS_TEST_TMPDIR/o"
@@ -298,7 +296,7 @@ print("ok")
 PY
 }
 
-@test "Interleaved1F1B: PP 2 with 2 stages per rank (x TP 2, full AC; its checkpoint on 1 rank), PP 4 with 14 blocks" {
+@test "Interleaved1F1B: PP 2 with 2 stages per rank (x TP 2, full AC, its checkpoint on 1 rank; x FSDP 2; x DDP 2), PP 4 with 14 blocks" {
 	local o=$BATS_TEST_TMPDIR I="--parallelism.pipeline_parallel_schedule=Interleaved1F1B"
 	run -0 mpi 2 --model.n_layers=6 $PP=2 $I --job.dump_folder="$o/i2"
 	run -0 same_curve "$DATA/ref6/metrics.jsonl" "$o/i2/metrics.jsonl"
@@ -314,6 +312,13 @@ PY
 	run -0 same_curve "$DATA/ref6/metrics.jsonl" "$o/one/metrics.jsonl"
 	echo "# -> 1 rank: $output" >&3
 	run -0 titan-train -q --threads 1 --config "$DATA/tiny.yaml" --model.n_layers=14 --job.dump_folder="$o/r14"
+	run -0 mpi 4 --model.n_layers=6 $PP=2 $I --training.local_batch_size=4 --job.dump_folder="$o/if"
+	run -0 same_curve "$DATA/ref6/metrics.jsonl" "$o/if/metrics.jsonl"
+	echo "# PP 2 x 2 stages x FSDP 2: $output" >&3
+	run -0 mpi 4 --model.n_layers=6 $PP=2 $I --parallelism.data_parallel_replicate_degree=2 \
+		--parallelism.data_parallel_shard_degree=1 --training.local_batch_size=4 --job.dump_folder="$o/id"
+	run -0 same_curve "$DATA/ref6/metrics.jsonl" "$o/id/metrics.jsonl"
+	echo "# PP 2 x 2 stages x DDP 2: $output" >&3
 	run -0 mpi 4 --model.n_layers=14 $PP=4 $I --job.dump_folder="$o/i4"
 	run -0 same_curve "$o/r14/metrics.jsonl" "$o/i4/metrics.jsonl"
 	echo "# PP 4 x 2 stages (14 blocks): $output" >&3
