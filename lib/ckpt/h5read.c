@@ -353,6 +353,14 @@ static int add_tensor(struct titan_ckpt_file *f, enum titan_ckpt_part part, hid_
 	t->ndim = nd;
 	t->numel = 1;
 	for (int i = 0; i < nd; i++) {
+		/* HDF5 takes any extent (a chunked dataset stores none up front):
+		 * the element count must fit in int64 with its bytes */
+		if (dims[i] && (uint64_t)t->numel > (uint64_t)INT64_MAX / (uint64_t)esz / dims[i]) {
+			rc = titan_error(TITAN_E_FORMAT, "'%s': %s/%s: dimension %d of %llu makes more "
+					 "elements than a file can hold (damaged file?)", in->path, pn,
+					 name, i, (unsigned long long)dims[i]);
+			goto done;
+		}
 		t->shape[i] = (int64_t)dims[i];
 		t->numel *= t->shape[i];
 	}

@@ -717,6 +717,28 @@ static void test_bad_files(void **state)
 	}
 	expect_load_error("plain.h5", &b.st, 0, TITAN_E_FORMAT, "plain.h5' is not a titan "
 			  "checkpoint", NULL);
+	/* a chunked dataset of 2^40 x 2^40 floats (HDF5 stores no chunk up
+	 * front): its element count overflowed int64 and wrapped to 0, so the
+	 * file opened (found by tests/fuzz/fuzz_ckpt) */
+	{
+		hsize_t dims[2] = {(hsize_t)1 << 40, (hsize_t)1 << 40}, chunk[2] = {16, 16};
+		hid_t f, s, p, ds;
+
+		copy_file(path_of("good.h5"), path_of("huge.h5"), -1);
+		f = H5Fopen(path_of("huge.h5"), H5F_ACC_RDWR, H5P_DEFAULT);
+		s = H5Screate_simple(2, dims, NULL);
+		p = H5Pcreate(H5P_DATASET_CREATE);
+		assert_true(f >= 0 && s >= 0 && p >= 0 && H5Pset_chunk(p, 2, chunk) >= 0);
+		ds = H5Dcreate2(f, "model/huge", H5T_IEEE_F32LE, s, H5P_DEFAULT, p, H5P_DEFAULT);
+		assert_true(ds >= 0);
+		H5Dclose(ds);
+		H5Pclose(p);
+		H5Sclose(s);
+		H5Fclose(f);
+		expect_load_error("huge.h5", &b.st, 0, TITAN_E_FORMAT, "huge.h5': model/huge: "
+				  "dimension 1 of 1099511627776 makes more elements than a file can "
+				  "hold", NULL);
+	}
 #endif
 	/* not HDF5, missing, truncated */
 	touch(path_of("text.h5"));
