@@ -56,26 +56,58 @@ static void add(struct titan_param_table *t, enum titan_param_role role, int lay
 	p->is_embedding = role == TITAN_PARAM_TOK_EMBEDDINGS;
 }
 
+/* *acc += a·b; false when that overflows int64. */
+static bool mul_add(int64_t *acc, int64_t a, int64_t b)
+{
+	int64_t p;
+
+	return !__builtin_mul_overflow(a, b, &p) && !__builtin_add_overflow(*acc, p, acc);
+}
+
+/* q and kv rows and the model's element count, all in int64 with room for
+ * the arena's alignment padding (dims from a file can be anything). */
+static bool model_fits(const struct titan_model_dims *d, int64_t *q, int64_t *kv)
+{
+	const int64_t C = d->dim, F = d->ffn_hidden;
+	int64_t block = 0, n = 0;
+
+	*q = *kv = 0;
+	return mul_add(q, d->n_heads, d->head_dim) && mul_add(kv, d->n_kv_heads, d->head_dim) &&
+	       mul_add(&block, *q, C) && mul_add(&block, *q, C) &&           /* wq, wo */
+	       mul_add(&block, *kv, C) && mul_add(&block, *kv, C) &&         /* wk, wv */
+	       mul_add(&block, F, C) && mul_add(&block, F, C) && mul_add(&block, F, C) &&
+	       mul_add(&block, 2, C) && mul_add(&n, d->n_layers, block) &&    /* norms */
+	       mul_add(&n, d->vocab_size, C) && mul_add(&n, d->vocab_size, C) &&
+	       mul_add(&n, 1, C) && n < INT64_MAX / 2;
+}
+
 int titan_param_table_init(struct titan_param_table *t, const struct titan_model_dims *d,
 			   const struct titan_param_table_opts *o)
 {
 	struct titan_param_table_opts def;
-	const int64_t C = d->dim, q = d->n_heads * d->head_dim;
-	const int64_t kv = d->n_kv_heads * d->head_dim, F = d->ffn_hidden, V = d->vocab_size;
+	const int64_t C = d->dim, F = d->ffn_hidden, V = d->vocab_size;
+	int64_t q = 0, kv = 0;
 
 	memset(t, 0, sizeof(*t));
 	if (!o) {
 		titan_param_table_opts_default(&def);
 		o = &def;
 	}
-	if (C <= 0 || d->n_layers <= 0 || q <= 0 || kv <= 0 || F <= 0 || V <= 0 ||
-	    d->n_layers > (1 << 20))
+	if (C <= 0 || d->n_layers <= 0 || d->n_heads <= 0 || d->n_kv_heads <= 0 ||
+	    d->head_dim <= 0 || F <= 0 || V <= 0 || d->n_layers > (1 << 20))
 		return titan_error(TITAN_E_INVALID,
 				   "model dims: dim %lld, n_layers %lld, heads %lld x %lld, "
 				   "kv heads %lld, ffn %lld, vocab %lld: every size must be positive",
 				   (long long)C, (long long)d->n_layers, (long long)d->n_heads,
 				   (long long)d->head_dim, (long long)d->n_kv_heads,
 				   (long long)F, (long long)V);
+	if (!model_fits(d, &q, &kv))
+		return titan_error(TITAN_E_INVALID,
+				   "model dims: dim %lld, n_layers %lld, heads %lld x %lld, "
+				   "kv heads %lld, ffn %lld, vocab %lld: too many parameters to "
+				   "count in 64 bits", (long long)C, (long long)d->n_layers,
+				   (long long)d->n_heads, (long long)d->head_dim,
+				   (long long)d->n_kv_heads, (long long)F, (long long)V);
 	if (o->shard_degree < 1 || o->shard_rank < 0 || o->shard_rank >= o->shard_degree)
 		return titan_error(TITAN_E_INVALID, "parameter shard %d of %d is not a shard",
 				   o->shard_rank, o->shard_degree);

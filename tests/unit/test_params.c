@@ -455,6 +455,39 @@ static void test_row_shards(void **state)
 	titan_param_table_release(&t);
 }
 
+/* Dims read from a file (config.json, checkpoint attributes) can be any
+ * int64: sizes whose element counts overflow int64 are refused (found by
+ * tests/fuzz/fuzz_hf: hidden_size 80000000000000 overflowed wq's numel). */
+static void test_huge_dims(void **state)
+{
+	struct titan_model_dims d;
+	struct titan_param_table t;
+
+	(void)state;
+	assert_int_equal(titan_model_flavor("debugmodel", &d), 0);
+	d.dim = 80000000000000;
+	d.head_dim = d.dim / d.n_heads;
+	assert_int_equal(titan_param_table_init(&t, &d, NULL), TITAN_E_INVALID);
+	assert_non_null(strstr(titan_errmsg(), "too many parameters to count in 64 bits"));
+	titan_param_table_release(&t);
+	/* heads x head_dim overflows by itself; negative factors are not sizes */
+	assert_int_equal(titan_model_flavor("debugmodel", &d), 0);
+	d.n_heads = d.n_kv_heads = (int64_t)1 << 32;
+	d.head_dim = (int64_t)1 << 32;
+	assert_int_equal(titan_param_table_init(&t, &d, NULL), TITAN_E_INVALID);
+	assert_non_null(strstr(titan_errmsg(), "too many parameters"));
+	assert_int_equal(titan_model_flavor("debugmodel", &d), 0);
+	d.n_heads = d.n_kv_heads = -2;
+	d.head_dim = -d.head_dim;
+	assert_int_equal(titan_param_table_init(&t, &d, NULL), TITAN_E_INVALID);
+	assert_non_null(strstr(titan_errmsg(), "every size must be positive"));
+	/* the largest flavor still fits */
+	assert_int_equal(titan_model_flavor("405B", &d), 0);
+	assert_int_equal(titan_param_table_init(&t, &d, NULL), 0);
+	titan_param_table_release(&t);
+	titan_error_clear();
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -464,6 +497,7 @@ int main(void)
 		cmocka_unit_test(test_init_stats),
 		cmocka_unit_test(test_init_determinism),
 		cmocka_unit_test(test_row_shards),
+		cmocka_unit_test(test_huge_dims),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
