@@ -191,10 +191,11 @@ static int read_config(const char *path, json_t *root, struct titan_model_dims *
 		d->multiple_of = f.multiple_of;
 		d->ffn_dim_multiplier = f.ffn_dim_multiplier;
 	} else {
-		int64_t h = (int64_t)(2.0 * (double)(4 * d->dim) / 3.0);
+		/* int(2·4·dim/3) in double: the file's dim can be any int64 */
+		double h = trunc(2.0 * (4.0 * (double)d->dim) / 3.0);
 
 		d->multiple_of = d->ffn_hidden;
-		d->ffn_dim_multiplier = h > d->ffn_hidden ? (double)d->ffn_hidden / (double)h : NAN;
+		d->ffn_dim_multiplier = h > (double)d->ffn_hidden ? (double)d->ffn_hidden / h : NAN;
 	}
 	return 0;
 }
