@@ -60,9 +60,8 @@ dp_shard, cp, tp.  The product of the
 .B parallelism.*_degree
 keys must equal the number of ranks;
 .B data_parallel_shard_degree
-\-1 takes the ranks left over.  Context parallel degrees above 1 are
-refused in this version, and so is pipeline parallelism combined with data
-parallelism.
+\-1 takes the ranks left over.  Every combination the mesh allows works;
+each reproduces the one-rank losses up to float rounding.
 .TP
 .B FSDP \fR(data_parallel_shard_degree > 1)
 FSDP2's per-parameter sharding: every rank stores rows
@@ -124,6 +123,15 @@ activations and gradients move by non-blocking MPI point-to-point, every
 receive of a step posted at its start.  The loss comes from the last
 stage; the gradient norm sums the stages'.  LoopedBFS and the zero-bubble
 schedules are refused (exit 2), as are tied embeddings under PP.  Validation runs the schedule's forwards.
+.TP
+.B CP \fR(context_parallel_degree > 1)
+Each sequence is cut into 2\(mucp chunks and rank r of the CP group holds
+chunks r and 2\(mucp \- 1 \- r (torchtitan's causal load balancing) of
+every row: norms, linears and the loss run on its tokens, RoPE at their
+positions, and attention all-gathers the keys and values of the sequence
+(context_parallel_rotate_method allgather; alltoall is refused, exit 1) and
+reduce-scatters their gradients back.  seq_len must divide into
+2\(mucp\(mutp pieces.  FSDP shards over dp_shard \(mu cp, as torchtitan.
 .PP
 Collectives run on a progress thread per communicator, so they overlap
 the computation.  Every layout trains on the same sequences as one rank

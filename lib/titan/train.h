@@ -92,6 +92,13 @@ struct titan_llama_opts {
 	 * chunk's logits instead.  The same losses either way. */
 	struct titan_comm *tp;
 	bool loss_parallel;
+	/* Context parallelism: `cp` the CP group (NULL or one rank: none); the
+	 * model takes whole microbatches (batch x seq tokens) and computes the
+	 * seq/cp tokens of each row it holds — chunks r and 2·cp − 1 − r of
+	 * 2·cp (torchtitan's causal load balancing) — with RoPE at their
+	 * positions and attention against the all-gathered keys and values;
+	 * the loss sum is over its tokens (sum it over the group). */
+	struct titan_comm *cp;
 	/* Pipeline parallelism: with stage_l1 > 0 the model is one stage:
 	 * blocks [stage_l0, stage_l1), the embedding when stage_first, the
 	 * final norm, output and loss when stage_last (the table holds only

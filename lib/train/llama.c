@@ -13,6 +13,7 @@
 
 #include "titan/core.h"
 #include "titan/dist.h"
+#include "cp_attn.h"
 
 /* What one block keeps for backward. */
 struct acts {
@@ -78,6 +79,14 @@ struct titan_llama {
 	float *cz, *czg, *czf;                    /* TP loss: logits [chunk,V], gathered, full */
 	float *cmx;
 	double *cst;
+	/* context parallelism: this rank holds, of each sequence, chunks cpr
+	 * and 2·cpn − 1 − cpr of 2·cpn (torchtitan's load balancing): seq_l
+	 * tokens at positions pos[], their labels in lab */
+	struct titan_comm *cp;
+	int cpr, cpn;
+	int64_t seq_l, *pos;
+	int32_t *lab;
+	float *kf, *vf, *dkf, *dvf, *cpg;  /* whole-sequence k, v, their grads; gather buffer */
 };
 
 void titan_llama_set_group_hooks(struct titan_llama *m, const struct titan_llama_group_hooks *h)
@@ -326,7 +335,17 @@ int titan_llama_new(const struct titan_model_dims *d, const struct titan_llama_o
 		m->o.ce_chunk = TITAN_CE_CHUNK;
 	m->be = be;
 	m->alloc = alloc ? alloc : titan_host_allocator();
-	m->n = o->batch * o->seq;
+	m->cp = o->cp && titan_comm_size(o->cp) > 1 ? o->cp : NULL;
+	m->cpr = m->cp ? titan_comm_rank(m->cp) : 0;
+	m->cpn = m->cp ? titan_comm_size(m->cp) : 1;
+	if (o->seq % (2 * m->cpn) && m->cp) {
+		rc = titan_error(TITAN_E_INVALID, "context parallelism: seq_len %lld does not split "
+				 "into 2 x context_parallel_degree %d chunks", (long long)o->seq,
+				 m->cpn);
+		goto fail;
+	}
+	m->seq_l = o->seq / m->cpn;
+	m->n = o->batch * m->seq_l;
 	m->tp = o->tp && titan_comm_size(o->tp) > 1 ? o->tp : NULL;
 	m->tpr = m->tp ? titan_comm_rank(m->tp) : 0;
 	m->tpn = m->tp ? titan_comm_size(m->tp) : 1;
@@ -401,11 +420,42 @@ int titan_llama_new(const struct titan_model_dims *d, const struct titan_llama_o
 		titan_llama_bind_group(m, g, NULL, NULL);
 	m->v0 = m->table.params[0].tp_off;
 	m->V = m->table.params[0].shape[0];
-	if (!(m->freqs = buf(m, o->seq * d->head_dim, TITAN_MEM_OTHER)))
+	if (!(m->freqs = buf(m, m->seq_l * d->head_dim, TITAN_MEM_OTHER)))
 		goto fail;
-	if ((rc = titan_rope_freqs(m->freqs, o->seq, d->head_dim, d->rope_theta,
-				   d->rope_scaling ? &sc : NULL)) < 0)
+	if (m->cp) {
+		/* the RoPE rows of this rank's positions */
+		float *full = malloc((size_t)(o->seq * d->head_dim) * sizeof(float));
+		const int64_t half = o->seq / (2 * m->cpn);
+		const int64_t kvf = o->batch * o->seq * m->Hkv * d->head_dim;
+
+		m->pos = (int64_t *)buf(m, 2 * m->seq_l, TITAN_MEM_OTHER);
+		m->lab = (int32_t *)buf(m, m->n, TITAN_MEM_DATA);
+		m->kf = buf(m, kvf, TITAN_MEM_WORKSPACE);
+		m->vf = buf(m, kvf, TITAN_MEM_WORKSPACE);
+		m->dkf = buf(m, kvf, TITAN_MEM_WORKSPACE);
+		m->dvf = buf(m, kvf, TITAN_MEM_WORKSPACE);
+		m->cpg = buf(m, kvf, TITAN_MEM_WORKSPACE);
+		if (!full || !m->pos || !m->lab || !m->kf || !m->vf || !m->dkf || !m->dvf ||
+		    !m->cpg) {
+			free(full);
+			rc = TITAN_E_NOMEM;
+			goto fail;
+		}
+		for (int64_t t = 0; t < m->seq_l; t++)
+			m->pos[t] = t < half ? m->cpr * half + t
+					     : (2 * m->cpn - 1 - m->cpr) * half + (t - half);
+		rc = titan_rope_freqs(full, o->seq, d->head_dim, d->rope_theta,
+				      d->rope_scaling ? &sc : NULL);
+		for (int64_t t = 0; rc == 0 && t < m->seq_l; t++)
+			memcpy(m->freqs + t * d->head_dim, full + m->pos[t] * d->head_dim,
+			       (size_t)d->head_dim * sizeof(float));
+		free(full);
+		if (rc < 0)
+			goto fail;
+	} else if ((rc = titan_rope_freqs(m->freqs, o->seq, d->head_dim, d->rope_theta,
+					  d->rope_scaling ? &sc : NULL)) < 0) {
 		goto fail;
+	}
 	rc = TITAN_E_NOMEM;
 	m->ckpt = calloc((size_t)L, sizeof(*m->ckpt));
 	m->mb = calloc((size_t)m->nmb, sizeof(*m->mb));
@@ -569,6 +619,75 @@ static int tp_scatter(struct titan_llama *m, float *loc, const float *full, cons
 					 TITAN_DTYPE_F32, what);
 }
 
+/* ------------------------------------------ context-parallel attention */
+
+/* Position in the sequence of rank r's local token t. */
+static int64_t cp_pos(const struct titan_llama *m, int r, int64_t t)
+{
+	const int64_t half = m->seq_l / 2;
+
+	return t < half ? r * half + t : (2 * m->cpn - 1 - r) * half + (t - half);
+}
+
+/* kf, vf: the whole sequence's keys and values from every rank's [B,Tl]. */
+static int cp_gather_kv(struct titan_llama *m, const struct acts *a)
+{
+	const int64_t B = m->o.batch, Tl = m->seq_l, T = Tl * m->cpn;
+	const int64_t kv = m->Hkv * m->d.head_dim;
+	const float *src[2] = {a->k, a->v};
+	float *dst[2] = {m->kf, m->vf};
+	int rc;
+
+	for (int w = 0; w < 2; w++) {
+		CK(titan_comm_all_gather(m->cp, src[w], m->cpg, (size_t)(m->n * kv), TITAN_DTYPE_F32,
+					 w ? "cp values" : "cp keys"));
+		for (int r = 0; r < m->cpn; r++)
+			for (int64_t b = 0; b < B; b++)
+				for (int64_t t = 0; t < Tl; t++)
+					memcpy(dst[w] + (b * T + cp_pos(m, r, t)) * kv,
+					       m->cpg + ((r * B + b) * Tl + t) * kv,
+					       (size_t)kv * sizeof(float));
+	}
+	return 0;
+}
+
+static int cp_attention_fwd(struct titan_llama *m, struct acts *a)
+{
+	const struct titan_cp_attn_dims cd = {m->o.batch, m->seq_l, m->seq_l * m->cpn, m->H,
+					      m->Hkv, m->d.head_dim};
+	int rc;
+
+	CK(cp_gather_kv(m, a));
+	return titan_cp_attn_fwd(a->att, a->lse, a->q, m->kf, m->vf, m->pos, &cd);
+}
+
+/* dq, and dk, dv of this rank's tokens: every rank's contributions to the
+ * whole sequence's key/value gradients reduce-scattered to their owners. */
+static int cp_attention_bwd(struct titan_llama *m, struct acts *a)
+{
+	const int64_t B = m->o.batch, Tl = m->seq_l, T = Tl * m->cpn;
+	const int64_t kv = m->Hkv * m->d.head_dim;
+	const struct titan_cp_attn_dims cd = {B, Tl, T, m->H, m->Hkv, m->d.head_dim};
+	const float *src[2] = {m->dkf, m->dvf};
+	float *dst[2] = {m->dk, m->dv};
+	int rc;
+
+	CK(cp_gather_kv(m, a));
+	CK(titan_cp_attn_bwd(m->dq, m->dkf, m->dvf, m->datt, a->q, m->kf, m->vf, a->att, a->lse,
+			     m->pos, &cd));
+	for (int w = 0; w < 2; w++) {
+		for (int r = 0; r < m->cpn; r++)
+			for (int64_t b = 0; b < B; b++)
+				for (int64_t t = 0; t < Tl; t++)
+					memcpy(m->cpg + ((r * B + b) * Tl + t) * kv,
+					       src[w] + (b * T + cp_pos(m, r, t)) * kv,
+					       (size_t)kv * sizeof(float));
+		CK(titan_comm_reduce_scatter(m->cp, m->cpg, dst[w], (size_t)(m->n * kv),
+					     TITAN_DTYPE_F32, w ? "cp value grads" : "cp key grads"));
+	}
+	return 0;
+}
+
 /* Block `l` forward: x[l] -> x[l+1], keeping activations in `a`.  With
  * `rest_only` (selective "op" in backward) `a` already holds what the block
  * kept (q, v, att, lse, w1·x, and x[l+1]): only the rest is computed, by
@@ -598,10 +717,12 @@ static int block_fwd(struct titan_llama *m, int l, struct acts *a, bool rest_onl
 	CK(op->matmul_fwd(be, a->k, a->xn1, P(m, TITAN_PARAM_WK, l), n, C, kv, false));
 	if (!rest_only) {
 		CK(op->matmul_fwd(be, a->v, a->xn1, P(m, TITAN_PARAM_WV, l), n, C, kv, false));
-		CK(op->rope_fwd(be, a->q, m->freqs, m->o.batch, m->o.seq, m->H, d->head_dim));
+		CK(op->rope_fwd(be, a->q, m->freqs, m->o.batch, m->seq_l, m->H, d->head_dim));
 	}
-	CK(op->rope_fwd(be, a->k, m->freqs, m->o.batch, m->o.seq, m->Hkv, d->head_dim));
-	if (!rest_only)
+	CK(op->rope_fwd(be, a->k, m->freqs, m->o.batch, m->seq_l, m->Hkv, d->head_dim));
+	if (!rest_only && m->cp)
+		CK(cp_attention_fwd(m, a));
+	else if (!rest_only)
 		CK(op->attention_fwd(be, a->att, a->lse, a->q, a->k, a->v, &ad));
 	if (m->tp) {
 		CK(op->matmul_fwd(be, m->part, a->att, P(m, TITAN_PARAM_WO, l), n, q, C, false));
@@ -669,10 +790,13 @@ static int block_bwd(struct titan_llama *m, int l, struct acts *a)
 	}
 	CK(op->matmul_bwd(be, m->datt, G(m, TITAN_PARAM_WO, l), dh, a->att,
 			  P(m, TITAN_PARAM_WO, l), n, q, C, false));
-	CK(op->attention_bwd(be, m->dq, m->dk, m->dv, m->datt, a->q, a->k, a->v, a->att, a->lse,
-			     &ad));
-	CK(op->rope_bwd(be, m->dq, m->freqs, m->o.batch, m->o.seq, m->H, d->head_dim));
-	CK(op->rope_bwd(be, m->dk, m->freqs, m->o.batch, m->o.seq, m->Hkv, d->head_dim));
+	if (m->cp)
+		CK(cp_attention_bwd(m, a));
+	else
+		CK(op->attention_bwd(be, m->dq, m->dk, m->dv, m->datt, a->q, a->k, a->v, a->att,
+				     a->lse, &ad));
+	CK(op->rope_bwd(be, m->dq, m->freqs, m->o.batch, m->seq_l, m->H, d->head_dim));
+	CK(op->rope_bwd(be, m->dk, m->freqs, m->o.batch, m->seq_l, m->Hkv, d->head_dim));
 	CK(op->matmul_bwd(be, m->dxn, G(m, TITAN_PARAM_WQ, l), m->dq, a->xn1,
 			  P(m, TITAN_PARAM_WQ, l), n, C, q, false));
 	CK(op->matmul_bwd(be, m->dxn, G(m, TITAN_PARAM_WK, l), m->dk, a->xn1,
@@ -844,14 +968,18 @@ static int tp_classifier_ce(struct titan_llama *m, double *loss_sum, int64_t *n_
 	return 0;
 }
 
+/* The microbatch's token ids (with CP, this rank's tokens of each row). */
 static int load_ids(struct titan_llama *m, const int32_t *inputs)
 {
 	for (int64_t i = 0; i < m->n; i++) {
-		if (inputs[i] < 0 || inputs[i] >= m->d.vocab_size)
+		const int64_t at = m->cp ? (i / m->seq_l) * m->seq_l * m->cpn + m->pos[i % m->seq_l]
+				     : i;
+
+		if (inputs[at] < 0 || inputs[at] >= m->d.vocab_size)
 			return titan_error(TITAN_E_INVALID, "input token %lld is id %d, outside the "
-					   "vocabulary (size %lld)", (long long)i, inputs[i],
+					   "vocabulary (size %lld)", (long long)at, inputs[at],
 					   (long long)m->d.vocab_size);
-		m->ids[i] = (uint32_t)inputs[i];
+		m->ids[i] = (uint32_t)inputs[at];
 	}
 	return 0;
 }
@@ -920,6 +1048,11 @@ static int loss_fwd(struct titan_llama *m, const int32_t *labels, float grad_sca
 	const int last = (int)m->d.n_layers + 1;
 	int rc;
 
+	if (m->cp) { /* this rank's tokens' labels */
+		for (int64_t i = 0; i < m->n; i++)
+			m->lab[i] = labels[(i / m->seq_l) * m->seq_l * m->cpn + m->pos[i % m->seq_l]];
+		labels = m->lab;
+	}
 	span_begin(m, "loss", -1);
 	rc = dxn ? ghook(m, h->pre_backward, last) : 0;
 	if (rc == 0 && m->tp)
@@ -1075,9 +1208,9 @@ int titan_llama_logits(struct titan_llama *m, const int32_t *inputs, float *logi
 {
 	int rc;
 
-	if (m->tp)
-		return titan_error(TITAN_E_UNSUPPORTED, "logits of a tensor-parallel model: "
-				   "load the checkpoint on one rank");
+	if (m->tp || m->cp)
+		return titan_error(TITAN_E_UNSUPPORTED, "logits of a tensor- or context-parallel "
+				   "model: load the checkpoint on one rank");
 	CK(forward(m, inputs));
 	CK(m->be->ops->matmul_fwd(m->be, logits, m->xnf, P(m, TITAN_PARAM_OUTPUT, -1), m->n,
 				  m->d.dim, m->d.vocab_size, false));

@@ -599,18 +599,13 @@ static int check_layout(const struct titan_trainer *t)
 	const int64_t tp = pd->degree[TITAN_DIM_TP];
 	const int64_t pp = pd->degree[TITAN_DIM_PP];
 	enum titan_pp_schedule sched;
-	static const char *const key[TITAN_DIM_NDIMS] = {
-		NULL, NULL, NULL, "context_parallel_degree", NULL,
-	};
 	int rc;
 
-	for (int d = 0; d < TITAN_DIM_NDIMS; d++)
-		if (key[d] && pd->degree[d] > 1)
-			return titan_error(TITAN_E_UNSUPPORTED,
-					   "parallelism.%s %lld: context parallelism is not "
-					   "implemented yet (set it to 1; the data-parallel, tensor- "
-					   "and pipeline-parallel degrees work)", key[d],
-					   (long long)pd->degree[d]);
+	if (pd->degree[TITAN_DIM_CP] > 1 &&
+	    strcmp(c->parallelism.context_parallel_rotate_method, "allgather") != 0)
+		return titan_error(TITAN_E_UNSUPPORTED, "parallelism.context_parallel_rotate_method "
+				   "'%s' is not implemented yet (allgather is)",
+				   c->parallelism.context_parallel_rotate_method);
 	if (pp > 1) {
 		if ((rc = titan_pp_schedule_parse(c->parallelism.pipeline_parallel_schedule,
 						  &sched)) < 0)
@@ -902,6 +897,7 @@ int titan_trainer_new(const struct titan_config *cfg, const struct titan_trainer
 		t->mo.shard_degree = (int)t->fsdp_degree;
 	}
 	t->mo.tp = comm(t, TITAN_DIM_TP);
+	t->mo.cp = comm(t, TITAN_DIM_CP);
 	t->mo.loss_parallel = !c->parallelism.disable_loss_parallel;
 	if (t->dist->dims.degree[TITAN_DIM_PP] > 1) {
 		const int pp = (int)t->dist->dims.degree[TITAN_DIM_PP];
@@ -952,7 +948,7 @@ int titan_trainer_new(const struct titan_config *cfg, const struct titan_trainer
 	}
 	/* each rank initialises its own rows: the same weights on any layout */
 	titan_llama_init_weights(t->model, (uint64_t)c->training.seed);
-	if (t->dp_degree > 1) {
+	if (t->dp_degree > 1 || t->fsdp_degree > 1) { /* FSDP's mesh includes cp */
 		struct titan_dp_opts dpo = {
 			.shard = t->fsdp_degree > 1 ? comm(t, TITAN_DIM_FSDP) : NULL,
 			.replicate = comm(t, TITAN_DIM_DP_REPLICATE),

@@ -347,11 +347,11 @@ PY
 	[[ $stderr != *"[rank1]:"*"INFO"* ]]
 }
 
-@test "bad layouts: the product of the degrees must be the number of ranks; PP/CP are refused" {
+@test "bad layouts: the product of the degrees must be the number of ranks" {
 	run -2 --separate-stderr mpi 2 --parallelism.data_parallel_replicate_degree=3
 	[[ $stderr == *"data_parallel_replicate_degree 3"* ]]
-	run -1 --separate-stderr mpi 2 --parallelism.context_parallel_degree=2 --parallelism.data_parallel_shard_degree=1
-	[[ $stderr == *"context_parallel_degree 2"*"not implemented"* ]]
+	run -2 --separate-stderr mpi 2 --parallelism.context_parallel_degree=4 --parallelism.data_parallel_shard_degree=1
+	[[ $stderr == *"context_parallel_degree 4"* ]]
 	[ "$status" -ne 124 ]
 }
 
