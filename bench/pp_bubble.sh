@@ -2,10 +2,10 @@
 # bench/pp_bubble.sh — the pipeline bubble of titan-train's schedules,
 # measured, next to the formula.
 #
-#   bench/pp_bubble.sh [--stages "2 4"] [--schedules "GPipe 1F1B"]
+#   bench/pp_bubble.sh [--stages "2 4"] [--schedules "GPipe 1F1B Interleaved1F1B"]
 #                      [--microbatches M] [--steps N] [--warmup W]
 #
-# Model: dim 256, 8 blocks, 8 heads (4 kv), vocab 2048, seq 256, fp32, no
+# Model: dim 256, 16 blocks, 8 heads (4 kv), vocab 2048, seq 256, fp32, no
 # activation checkpointing; the local batch is M sequences (default 8) run
 # as M microbatches of one.  For each stage count p and schedule, one
 # titan-train job under mpiexec -n p (1 thread per rank) runs W + N steps
@@ -16,7 +16,8 @@
 # neighbours: the bubble (plus the transfers themselves and two small
 # all-reduces per step).  The table shows, per run, the median over the N
 # steps after warm-up of that share of the step, averaged over the ranks,
-# and the 1F1B/GPipe formula (p - 1) / (M + p - 1).
+# and the formula: (p - 1) / (M + p - 1) for GPipe and 1F1B, (p - 1) /
+# (V·M + p - 1) for Interleaved1F1B with V = 2 stages per rank.
 #
 # With more ranks than cores (p = 4 on a 2-core machine) the ranks share
 # cores: a waiting rank yields its core (OMP_WAIT_POLICY=PASSIVE, MPICH's
@@ -31,7 +32,7 @@ usage() { sed -n '5,7p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
-stages="2 4" schedules="GPipe 1F1B" M=8 steps=3 warmup=2
+stages="2 4" schedules="GPipe 1F1B Interleaved1F1B" M=8 steps=3 warmup=2
 while [ $# -gt 0 ]; do
 	case "$1" in
 	--stages) [ $# -ge 2 ] || usage; stages=$2; shift ;;
@@ -49,7 +50,7 @@ for v in "$M" "$steps"; do
 done
 case "$warmup" in '' | *[!0-9]*) die "--warmup needs an integer >= 0" ;; esac
 for p in $stages; do
-	case "$p" in 2 | 4 | 8) ;; *) die "--stages: $p (2, 4 or 8: the model has 8 blocks)" ;; esac
+	case "$p" in 2 | 4) ;; *) die "--stages: $p (2 or 4)" ;; esac
 done
 bin=${TITAN_BIN:-$root/bin}
 py=/usr/bin/python3
@@ -67,17 +68,17 @@ echo "== environment"
 echo "date:   $(date -u '+%Y-%m-%d %H:%M UTC')"
 echo "cpu:    $(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //') ($(nproc) online)"
 echo "titan:  $("$bin/titan-train" --version 2>&1 | head -1)"
-echo "model:  dim 256, 8 blocks, vocab 2048, seq 256; $M microbatches of 1 sequence per step"
+echo "model:  dim 256, 16 blocks, vocab 2048, seq 256; $M microbatches of 1 sequence per step"
 echo "timing: warm-up $warmup + median of $steps profiled steps, mean over the ranks"
 echo
-echo "| stages | schedule | s/step | bubble measured | formula (p-1)/(M+p-1) |"
+echo "| ranks p | schedule | s/step | bubble measured (mean of ranks) | formula |"
 echo "|---|---|---|---|---|"
 for p in $stages; do
 	for s in $schedules; do
 		out=$tmp/run-$p-$s
 		rc=0
 		timeout 1200 mpiexec -n "$p" "$bin/titan-train" -q --threads 1 \
-			--config configs/llama3_debug.yaml --model.dim=256 --model.n_layers=8 \
+			--config configs/llama3_debug.yaml --model.dim=256 --model.n_layers=16 \
 			--model.n_heads=8 --model.n_kv_heads=4 --model.vocab_size=2048 \
 			--training.seq_len=256 --training.local_batch_size="$M" \
 			--training.global_batch_size="$M" --activation_checkpoint.mode=none \
@@ -108,9 +109,10 @@ for r in d["ranks"]:
     if not st:
         sys.exit("rank %d: no profiled step after warm-up" % r["rank"])
     per_rank.append(statistics.median(x["comm_exposed_ms"] / x["step_ms"] for x in st))
-print("| %d | %s | %.3f | %.1f%% (stages: %s) | %.1f%% |" % (
+v = 2 if s == "Interleaved1F1B" else 1
+print("| %d | %s | %.3f | %.1f%% (ranks: %s) | %.1f%% |" % (
     p, s, statistics.median(t), 100 * statistics.mean(per_rank),
-    " ".join("%.0f%%" % (100 * x) for x in per_rank), 100.0 * (p - 1) / (m + p - 1)))
+    " ".join("%.0f%%" % (100 * x) for x in per_rank), 100.0 * (p - 1) / (v * m + p - 1)))
 PY
 	done
 done
