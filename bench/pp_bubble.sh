@@ -58,6 +58,7 @@ for t in titan-train titan-memprof titan-tokenize titan-shard; do
 	[ -x "$bin/$t" ] || die "$bin/$t is not built: run make"
 done
 command -v mpiexec >/dev/null || die "mpiexec (MPICH) is needed"
+ncpu=$(nproc) # before OMP_NUM_THREADS=1, which nproc obeys
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE} OPENBLAS_THREAD_TIMEOUT=${OPENBLAS_THREAD_TIMEOUT:-4}
@@ -66,7 +67,7 @@ export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 
 echo "== environment"
 echo "date:   $(date -u '+%Y-%m-%d %H:%M UTC')"
-echo "cpu:    $(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //') ($(nproc) online)"
+echo "cpu:    $(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //') ($ncpu online)"
 echo "titan:  $("$bin/titan-train" --version 2>&1 | head -1)"
 echo "model:  dim 256, 16 blocks, vocab 2048, seq 256; $M microbatches of 1 sequence per step"
 echo "timing: warm-up $warmup + median of $steps profiled steps, mean over the ranks"
