@@ -26,8 +26,21 @@ struct titan_ckpt_file {
 	uint32_t *sums;      /* per tensor: the XOR of the CRC terms of its reads */
 };
 
+/* Does attribute `a` hold exactly one value?  (H5Aread writes every element
+ * of its dataspace: an array attribute would overrun the one we read.) */
+static bool one_value(hid_t a)
+{
+	hid_t s = H5Aget_space(a);
+	hssize_t n = s >= 0 ? H5Sget_simple_extent_npoints(s) : -1;
+
+	if (s >= 0)
+		H5Sclose(s);
+	return n == 1;
+}
+
 /* Attribute `name` of `loc` into *out with memory type `mt`; 1 when
- * absent (nothing written), 0 on success, negative on a bad attribute. */
+ * absent (nothing written), 0 on success, negative on a bad attribute
+ * (-2 the wrong type, -4 not a single value). */
 static int attr_read(hid_t loc, const char *name, hid_t mt, H5T_class_t want, void *out)
 {
 	hid_t a, t;
@@ -42,6 +55,8 @@ static int attr_read(hid_t loc, const char *name, hid_t mt, H5T_class_t want, vo
 	c = t >= 0 ? H5Tget_class(t) : H5T_NO_CLASS;
 	if (c != want && !(want == H5T_FLOAT && c == H5T_INTEGER))
 		rc = -2;
+	else if (!one_value(a))
+		rc = -4;
 	else if (H5Aread(a, mt, out) < 0)
 		rc = -1;
 	if (t >= 0)
@@ -63,6 +78,8 @@ static int attr_read_str(hid_t loc, const char *name, char **out)
 		return -1;
 	if ((t = H5Aget_type(a)) < 0 || H5Tget_class(t) != H5T_STRING) {
 		rc = -2;
+	} else if (!one_value(a)) {
+		rc = -4;
 	} else if (H5Tis_variable_str(t) > 0) {
 		char *v = NULL;
 
@@ -99,6 +116,9 @@ static int bad_attr(const struct titan_ckpt_file *f, const char *obj, const char
 				   "written by titan)", f->info.path, obj, name);
 	if (r == -2)
 		return titan_error(TITAN_E_FORMAT, "'%s': %s: attribute '%s' has the wrong type",
+				   f->info.path, obj, name);
+	if (r == -4)
+		return titan_error(TITAN_E_FORMAT, "'%s': %s: attribute '%s' is not a single value",
 				   f->info.path, obj, name);
 	return h5fail(TITAN_E_FORMAT, "'%s': %s: cannot read attribute '%s'", f->info.path, obj,
 		      name);
@@ -378,7 +398,7 @@ static int add_tensor(struct titan_ckpt_file *f, enum titan_ckpt_part part, hid_
 	case 1: break; /* an older titan's or another writer's file */
 	default:
 		rc = titan_error(TITAN_E_FORMAT, "'%s': %s/%s: bad attribute '" TITAN_CKPT_CRC_ATTR
-				 "' (not an integer)", in->path, pn, name);
+				 "' (not one integer)", in->path, pn, name);
 		H5Eclear2(H5E_DEFAULT);
 		goto done;
 	}

@@ -717,6 +717,38 @@ static void test_bad_files(void **state)
 	}
 	expect_load_error("plain.h5", &b.st, 0, TITAN_E_FORMAT, "plain.h5' is not a titan "
 			  "checkpoint", NULL);
+	/* attributes of two values where titan reads one: H5Aread wrote both,
+	 * the second over the pointer after format_version in the file info (a
+	 * crash when it was freed) or past a string pointer on the stack (found
+	 * by tests/fuzz/fuzz_ckpt: tests/fuzz/regress/ckpt/array-attribute) */
+	for (int k = 0; k < 3; k++) {
+		static const char *const names[] = {"format_version", "titan_version", "norm_eps"};
+		hsize_t two = 2;
+		const char *strs[2] = {"0.1", "0.2"};
+		int64_t ints[2] = {1, 1};
+		double dbls[2] = {1e-5, 1e-5};
+		hid_t hf, hs, ht, ha;
+		char file[32];
+
+		snprintf(file, sizeof(file), "two%d.h5", k);
+		copy_file(path_of("good.h5"), path_of(file), -1);
+		delete_object(path_of(file), names[k], true);
+		hf = H5Fopen(path_of(file), H5F_ACC_RDWR, H5P_DEFAULT);
+		hs = H5Screate_simple(1, &two, NULL);
+		ht = k == 1 ? H5Tcopy(H5T_C_S1) : H5Tcopy(k ? H5T_IEEE_F64LE : H5T_STD_I64LE);
+		if (k == 1)
+			H5Tset_size(ht, H5T_VARIABLE);
+		ha = H5Acreate2(hf, names[k], ht, hs, H5P_DEFAULT, H5P_DEFAULT);
+		assert_true(hf >= 0 && ha >= 0);
+		assert_true(H5Awrite(ha, k == 1 ? ht : k ? H5T_NATIVE_DOUBLE : H5T_NATIVE_INT64,
+				     k == 1 ? (const void *)strs : k ? (const void *)dbls :
+				     (const void *)ints) >= 0);
+		H5Aclose(ha);
+		H5Tclose(ht);
+		H5Sclose(hs);
+		H5Fclose(hf);
+		expect_load_error(file, &b.st, 0, TITAN_E_FORMAT, names[k], "is not a single value");
+	}
 	/* a chunked dataset of 2^40 x 2^40 floats (HDF5 stores no chunk up
 	 * front): its element count overflowed int64 and wrapped to 0, so the
 	 * file opened (found by tests/fuzz/fuzz_ckpt) */
