@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # tests/fuzz/run.sh [--tap] [--time SECONDS] [NAME...] — run the libFuzzer
 # harnesses (build/fuzz/bin/fuzz_NAME, made by make fuzz-build) one after
-# the other, each for SECONDS (default 300; with --tap FUZZ_CI_TIME or 10),
+# the other, each for SECONDS (default 300; with --tap FUZZ_CI_TIME or 8),
 # and report the executions of each.  docs/fuzzing.md tells more.
 #
 #   --tap   for tests/run: build the harnesses first (make fuzz-build),
@@ -11,17 +11,20 @@
 #   else    (make fuzz) the corpus grows in build/fuzz/corpus/NAME across
 #           runs; a table of executions at the end.
 #
-# A crash, a sanitizer report, a leak, a timeout (FUZZ_TIMEOUT seconds for
-# one input, default 25) or running out of memory fails the harness and
-# leaves the input under build/fuzz/crashes/NAME/ (reproduce it with
+# Before fuzzing, a harness replays the inputs of tests/fuzz/regress/NAME/
+# (what found the bugs fixed so far; one TAP line for them).  A crash, a
+# sanitizer report, a leak, a timeout (FUZZ_TIMEOUT seconds for one input,
+# default 25) or running out of memory fails the harness and leaves the
+# input under build/fuzz/crashes/NAME/ (reproduce it with
 # build/fuzz/bin/fuzz_NAME FILE).  Exit status: 0 when no harness failed.
 # Environment: FUZZ_BUILD (build/fuzz), FUZZ_CC (clang), FUZZ_CI_TIME,
 # FUZZ_TIMEOUT, FUZZ_JOBS (make -j, 2).
 set -u
+{ # read whole before running: editing this file during a run is harmless
 src=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$src" || exit 1
 fb=${FUZZ_BUILD:-build/fuzz}
-tap=0 time= names=()
+tap=0 time='' names=()
 while [ $# -gt 0 ]; do
 	case $1 in
 	--tap) tap=1 ;;
@@ -31,7 +34,7 @@ while [ $# -gt 0 ]; do
 	esac
 	shift
 done
-[ -n "$time" ] || time=$([ $tap = 1 ] && echo "${FUZZ_CI_TIME:-10}" || echo 300)
+[ -n "$time" ] || time=$([ $tap = 1 ] && echo "${FUZZ_CI_TIME:-8}" || echo 300)
 case $time in ''|*[!0-9]*) echo "tests/fuzz/run.sh: --time: '$time' is not a number of seconds" >&2; exit 2 ;; esac
 
 n=0
@@ -79,7 +82,7 @@ fi
 tmp=$(mktemp -d /dev/shm/titan-fuzz-run.XXXXXX 2> /dev/null || mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 export FUZZ_TMPDIR=$tmp
-export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1}
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:quarantine_size_mb=16}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 mkdir -p "$fb/logs"
 failed=0 table=()
@@ -91,7 +94,20 @@ for name in "${names[@]}"; do
 		continue
 	fi
 	seeds=$fb/seeds/$name
-	mkdir -p "$seeds" "$fb/crashes/$name"
+	mkdir -p "$seeds" "$fb/crashes/$name" "$fb/logs"
+	regress=(tests/fuzz/regress/"$name"/*) regress_dir=
+	if [ -f "${regress[0]}" ]; then
+		regress_dir=tests/fuzz/regress/$name
+		if "$bin" -timeout="${FUZZ_TIMEOUT:-25}" -rss_limit_mb=2048 "${regress[@]}" \
+			> "$fb/logs/$name.regress.log" 2>&1; then
+			result ok "$name: ${#regress[@]} regression input(s) of tests/fuzz/regress/$name"
+		else
+			failed=1
+			result "not ok" "$name: a regression input of tests/fuzz/regress/$name fails"
+			grep -E -m 6 'Running:|ERROR:|SUMMARY:|runtime error:|^fuzz: ' \
+				"$fb/logs/$name.regress.log" | sed 's/^/#   /'
+		fi
+	fi
 	if [ $tap = 1 ]; then
 		corpus=$tmp/corpus-$name
 		rm -rf "$corpus"
@@ -107,7 +123,7 @@ for name in "${names[@]}"; do
 	t0=$(date +%s.%N)
 	"$bin" -max_total_time="$time" -print_final_stats=1 -timeout="${FUZZ_TIMEOUT:-25}" \
 		-rss_limit_mb=2048 -artifact_prefix="$fb/crashes/$name/" "${dict[@]}" \
-		"$corpus" "$seeds" > "$log" 2>&1
+		"$corpus" "$seeds" ${regress_dir:+"$regress_dir"} > "$log" 2>&1
 	rc=$?
 	t1=$(date +%s.%N)
 	execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -n 1)
@@ -132,3 +148,4 @@ if [ $tap = 0 ]; then
 	printf '  %s\n' "${table[@]}"
 fi
 exit $failed
+}
