@@ -201,7 +201,7 @@ static int doc_segment(struct titan_doc_reader *r, struct titan_doc_segment *seg
 		if (p)
 			take = p;
 	}
-	seg->data = r->doc.p + r->doc_pos;
+	seg->data = r->doc.p ? r->doc.p + r->doc_pos : (const uint8_t *)""; /* "" if never grown */
 	seg->len = take;
 	seg->doc_start = r->doc_pos == 0;
 	r->doc_pos += take;

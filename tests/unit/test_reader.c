@@ -61,6 +61,7 @@ static char *read_all(const char *path, enum titan_doc_format f, size_t seg, int
 	assert_non_null(r);
 	*ndocs = *nsegs = 0;
 	while ((rc = titan_doc_reader_next(r, &g)) > 0) {
+		assert_non_null(g.data); /* even when empty: callers pass it to memcpy */
 		assert_true(g.doc_start == !in);
 		if (!g.doc_start) {
 			/* a continuation starts at a letter right after a newline */
@@ -141,6 +142,31 @@ static void test_lines(void **state)
 	free(path);
 }
 
+/* An empty first document (an empty first line, "text": "") comes with
+ * data "", not NULL + 0 (undefined behaviour, found by tests/fuzz/fuzz_docs:
+ * the document buffer had never grown). */
+static void test_empty_first_document(void **state)
+{
+	static const struct { enum titan_doc_format f; const char *in, *want; int docs; } cases[] = {
+		{TITAN_DOC_LINES, "\none", "\x01one\x01", 2},
+		{TITAN_DOC_LINES, "\r\n", "\x01", 1},
+		{TITAN_DOC_JSONL, "{\"text\": \"\"}\n{\"text\": \"b\"}\n", "\x01" "b\x01", 2},
+	};
+	int docs, segs;
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		char *path = write_tmp(cases[i].in, strlen(cases[i].in));
+		char *got = read_all(path, cases[i].f, 0, &docs, &segs);
+
+		assert_int_equal(docs, cases[i].docs);
+		assert_string_equal(got, cases[i].want);
+		titan_free(got);
+		unlink(path);
+		free(path);
+	}
+}
+
 static void test_jsonl(void **state)
 {
 	const char *in = "{\"text\": \"a\\nb\", \"x\": 1}\n  \n{\"x\": 2, \"text\": \"\\u00e9\\u0000z\"}\n";
@@ -199,6 +225,7 @@ int main(void)
 		cmocka_unit_test(test_safe_cut),
 		cmocka_unit_test(test_text_segments),
 		cmocka_unit_test(test_lines),
+		cmocka_unit_test(test_empty_first_document),
 		cmocka_unit_test(test_jsonl),
 		cmocka_unit_test(test_jsonl_errors),
 		cmocka_unit_test(test_missing_file),
