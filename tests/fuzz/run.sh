@@ -17,6 +17,7 @@
 # default 25) or running out of memory fails the harness and leaves the
 # input under build/fuzz/crashes/NAME/ (reproduce it with
 # build/fuzz/bin/fuzz_NAME FILE).  Exit status: 0 when no harness failed.
+# Logs: build/fuzz/logs/NAME.log (build/fuzz/logs-ci/ with --tap).
 # Environment: FUZZ_BUILD (build/fuzz), FUZZ_CC (clang), FUZZ_CI_TIME,
 # FUZZ_TIMEOUT, FUZZ_JOBS (make -j, 2).
 set -u
@@ -84,7 +85,9 @@ trap 'rm -rf "$tmp"' EXIT
 export FUZZ_TMPDIR=$tmp
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:quarantine_size_mb=16}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
-mkdir -p "$fb/logs"
+logs=$fb/logs # make fuzz's; tests/run's short runs do not overwrite them
+[ $tap = 1 ] && logs=$fb/logs-ci
+mkdir -p "$logs"
 failed=0 table=()
 for name in "${names[@]}"; do
 	bin=$fb/bin/fuzz_$name
@@ -94,18 +97,18 @@ for name in "${names[@]}"; do
 		continue
 	fi
 	seeds=$fb/seeds/$name
-	mkdir -p "$seeds" "$fb/crashes/$name" "$fb/logs"
+	mkdir -p "$seeds" "$fb/crashes/$name"
 	regress=(tests/fuzz/regress/"$name"/*) regress_dir=
 	if [ -f "${regress[0]}" ]; then
 		regress_dir=tests/fuzz/regress/$name
 		if "$bin" -timeout="${FUZZ_TIMEOUT:-25}" -rss_limit_mb=2048 "${regress[@]}" \
-			> "$fb/logs/$name.regress.log" 2>&1; then
+			> "$logs/$name.regress.log" 2>&1; then
 			result ok "$name: ${#regress[@]} regression input(s) of tests/fuzz/regress/$name"
 		else
 			failed=1
 			result "not ok" "$name: a regression input of tests/fuzz/regress/$name fails"
 			grep -E -m 6 'Running:|ERROR:|SUMMARY:|runtime error:|^fuzz: ' \
-				"$fb/logs/$name.regress.log" | sed 's/^/#   /'
+				"$logs/$name.regress.log" | sed 's/^/#   /'
 		fi
 	fi
 	if [ $tap = 1 ]; then
@@ -119,7 +122,7 @@ for name in "${names[@]}"; do
 	for d in "tests/fuzz/$name.dict" "$fb/seeds/$name.dict"; do # written, or made by mkseeds
 		[ -f "$d" ] && dict=(-dict="$d") && break
 	done
-	log=$fb/logs/$name.log
+	log=$logs/$name.log
 	t0=$(date +%s.%N)
 	"$bin" -max_total_time="$time" -print_final_stats=1 -timeout="${FUZZ_TIMEOUT:-25}" \
 		-rss_limit_mb=2048 -artifact_prefix="$fb/crashes/$name/" "${dict[@]}" \
@@ -144,7 +147,7 @@ for name in "${names[@]}"; do
 	fi
 done
 if [ $tap = 0 ]; then
-	echo "fuzz: executions per harness (${time} s each, $(date -u +%Y-%m-%d), logs in $fb/logs):"
+	echo "fuzz: executions per harness (${time} s each, $(date -u +%Y-%m-%d), logs in $logs):"
 	printf '  %s\n' "${table[@]}"
 fi
 exit $failed
