@@ -209,6 +209,11 @@ static void timeline_add(struct titan_memreplay *m, uint64_t t)
 	while (idx >= (uint64_t)r->n_cols) {
 		int n = r->n_cols;
 
+		if (r->col_ns > UINT64_MAX / 2) { /* no wider column: 2^63 ns is 292 years */
+			idx = (uint64_t)n - 1;
+			break;
+		}
+
 		for (int i = 0; i < (n + 1) / 2; i++) {
 			struct titan_memcol none = {0};
 

@@ -223,6 +223,26 @@ static void test_truncated_and_corrupt(void **state)
 	assert_int_equal(r->total_peak, 0);
 	titan_memreplay_free(m);
 
+	/* a time stamp near 2^64 ns on a timeline of one column: the column
+	 * widened until its width wrapped around to 0 and divided by it
+	 * (SIGFPE; found by tests/fuzz/fuzz_memtrace); the last column takes
+	 * what no column can reach */
+	w_open(&w, "late.memtrace", 0);
+	AL(&w, TITAN_MEM_PARAMS, 100, 0x1000);
+	w.t = UINT64_MAX - 1000;
+	AL(&w, TITAN_MEM_PARAMS, 200, 0x2000);
+	fclose(w.fp);
+	for (int cols = 1; cols <= 16; cols *= 4) {
+		m = replay("late.memtrace", 3, cols);
+		r = titan_memreplay_get(m);
+		assert_false(r->truncated || r->corrupt);
+		assert_int_equal(r->n_records, 2);
+		assert_int_equal(r->n_cols, cols);
+		assert_true(r->cols[0].used);
+		assert_int_equal(r->cols[0].max_total, cols == 1 ? 300 : 100);
+		titan_memreplay_free(m);
+	}
+
 	/* an empty trace (header only) is complete and has no peak */
 	w_open(&w, "empty.memtrace", 0);
 	fclose(w.fp);
