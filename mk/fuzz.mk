@@ -27,8 +27,8 @@ FUZZ_COMMON := tests/fuzz/fuzz_common.c
 FUZZ_HARNESS_SRCS := $(filter-out $(FUZZ_COMMON),$(FUZZ_SRCS))
 FUZZ_NAMES := $(FUZZ_HARNESS_SRCS:tests/fuzz/fuzz_%.c=%)
 FUZZ_BINS := $(FUZZ_NAMES:%=$(FUZZ_DIR)/bin/fuzz_%)
-# tool sources a harness compiles in (a parser that lives in a tool)
-FUZZ_TOOL_SRCS_memprof := tools/memprof/inputs.c
+# tool sources a harness compiles in (parsers that live in a tool)
+FUZZ_TOOL_SRCS_memprof := $(filter-out %/titan-memprof.c,$(sort $(wildcard tools/memprof/*.c)))
 
 FUZZ_SAN := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 FUZZ_CFLAGS := -std=c17 -D_GNU_SOURCE $(WARN) -fopenmp -pthread -O1 -g -Ilib -I$(FUZZ_DIR) \
@@ -97,4 +97,4 @@ $(FUZZ_DIR)/seeds.stamp: $(FUZZ_DIR)/bin/mkseeds tests/fuzz/seeds.sh $(wildcard 
 		tests/fuzz/seeds.sh $(FUZZ_DIR)/bin/mkseeds $(FUZZ_DIR)/seeds && touch $@
 
 -include $(FUZZ_LIB_OBJS:.o=.d) $(FUZZ_SRCS:%.c=$(FUZZ_DIR)/%.d) \
-	$(FUZZ_DIR)/tests/fuzz/mkseeds.d $(FUZZ_DIR)/tools/memprof/inputs.d
+	$(FUZZ_DIR)/tests/fuzz/mkseeds.d $(FUZZ_TOOL_SRCS_memprof:%.c=$(FUZZ_DIR)/%.d)

@@ -598,15 +598,30 @@ static void traces(void)
 	append_file(&b, scratch("trace.json"));
 	seed_done("chrome", "written", &b);
 	unlink(scratch("trace.json"));
-	/* memprof: a memory trace and timing traces of rank 0, a rank 1 trace */
-	memtrace_file(&b, 0, 2);
-	sep(&b);
-	chrome_file(&b, 0);
-	sep(&b);
-	chrome_file(&b, 0);
-	sep(&b);
-	memtrace_file(&b, 1, 1);
-	seed_done("memprof", "two-ranks", &b);
+	/* memprof: a memory trace and timing traces of rank 0, a rank 1 trace,
+	 * metrics.jsonl, an estimate; each subcommand once */
+	for (unsigned cmd = 0; cmd < 5; cmd++) {
+		static const char *const names[] = {"summary", "timeline", "time", "export", "compare"};
+
+		put8(&b, cmd | (cmd == 4 ? 0x08 : 0));
+		memtrace_file(&b, 0, 2);
+		sep(&b);
+		chrome_file(&b, 0);
+		sep(&b);
+		chrome_file(&b, 0);
+		sep(&b);
+		memtrace_file(&b, 1, 1);
+		sep(&b);
+		for (int s = 1; s <= 2; s++)
+			putf(&b, "{\"step\": %d, \"loss\": 5.5, \"memory_peak_bytes\": %d, \"tflops\": "
+			     "1.5, \"step_time_s\": 0.25, \"mfu_pct\": 3.0}\n", s, 1500 + s);
+		sep(&b);
+		putf(&b, "{\"format\": \"titan-estimate\", \"version\": 1, \"ranks\": [{\"stage\": 0, "
+		     "\"peak_bytes\": 5000, \"step_peak_bytes\": 4500, \"peak_phase\": \"backward\", "
+		     "\"at_peak\": {\"params\": 1000, \"optim\": 2000, \"activations\": 1000}, "
+		     "\"tag_peak\": {\"params\": 1000, \"workspace\": 1200}}]}");
+		seed_done("memprof", names[cmd], &b);
+	}
 }
 
 int main(int argc, char **argv)
