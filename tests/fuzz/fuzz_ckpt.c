@@ -4,8 +4,10 @@
  * libhdf5's decoder.  The input is a program in the language of
  * ckpt_ops.h that builds the file with the HDF5 API; the harness then
  * opens it (titan_ckpt_open, as titan-ckpt-convert info), reads every
- * tensor whole and by rows, and loads it into the parameter table its dims
- * describe (titan_ckpt_load, as titan-train resumes), whole or as a shard.
+ * tensor whole, by rows and by columns, checks its crc32c
+ * (titan_ckpt_verify), and loads the file into the parameter table its
+ * dims describe (titan_ckpt_load, as titan-train resumes), whole or as a
+ * shard.
  */
 #include <hdf5.h>
 #include <stdlib.h>
