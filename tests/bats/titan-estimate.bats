@@ -87,8 +87,8 @@ print(json.dumps(o) if isinstance(o, (dict, list, bool)) or o is None else o)' "
 		--parallelism.pipeline_parallel_degree=64
 	[[ $stderr == *"at most 34 stages"* ]]
 	run -2 --separate-stderr titan-estimate --config configs/llama3_debug.yaml --device cpu --ngpu 2 \
-		--parallelism.tensor_parallel_degree=2
-	[[ $stderr == *"data parallelism only (DDP, FSDP, HSDP)"*"got tp 2, pp 1, cp 1"* ]]
+		--parallelism.pipeline_parallel_degree=2
+	[[ $stderr == *"pipeline and context parallel degrees must be 1 (got pp 2, cp 1)"* ]]
 	run -2 --separate-stderr titan-estimate --config configs/llama3_debug.yaml --device cpu --ngpu 2 \
 		--rank 2
 	[[ $stderr == *"--rank: 2 is not a rank of 2"* ]]

@@ -309,8 +309,12 @@ static void test_layout_errors(void **state)
 	expect_invalid(&d, &o, "does not divide training.local_batch_size 6");
 	o = cpu_opts(1, 64, TITAN_EST_AC_NONE, 0, 1);
 	o.ngpu = 2;
+	o.layout.pp = 2;
+	expect_invalid(&d, &o, "pipeline and context parallel degrees must be 1");
+	o = cpu_opts(1, 64, TITAN_EST_AC_NONE, 0, 1);
+	o.ngpu = 2;
 	o.layout.tp = 2;
-	expect_invalid(&d, &o, "data parallelism only");
+	assert_int_equal(titan_est_check(&o, &d), 0);
 	o = cpu_opts(1, 64, TITAN_EST_AC_NONE, 0, 1);
 	o.ngpu = 2;
 	o.layout.dp_shard = 2;
