@@ -419,7 +419,9 @@ titan_job() {
 	grep -E "comm timeout: .* at step [0-9]+ did not finish in 5 s; rank 2 does not answer \(ranks 0,1,3 do\)" "$o/s.err" |
 		head -1 | sed 's/^/# /' >&3
 	[ "$(grep -c 'rank 2 does not answer' "$o/s.err")" -ge 3 ]
-	# the survivors' flight recorders: the collective they were stuck in is the last one
+	# the survivors' flight recorders: the collective they were stuck in is
+	# one of the last three (FSDP prefetches: a later reduce-scatter can
+	# complete while the all-gather issued before it waits for rank 2)
 	/usr/bin/python3 - "$o/s/comm_traces" <<'PY'
 import json, sys
 for r in (0, 1, 3):
@@ -427,7 +429,7 @@ for r in (0, 1, 3):
     assert t["format"] == "titan-flight-recorder" and t["rank"] == r and t["world_size"] == 4
     assert t["reason"] == "comm timeout"
     e = t["entries"]
-    assert e and e[-1]["state"] != "completed", e[-1]
+    assert e and any(x["state"] != "completed" for x in e[-3:]), e[-3:]
     assert all(x["state"] == "completed" for x in e[:-3]), "older entries completed"
 print("ok")
 PY
