@@ -361,6 +361,23 @@ assert max(sum(row[1:]) for row in r["series"]) == 4500, r["series"]'
 	[[ $output == *"</svg>"* ]]
 }
 
+@test "timeline: steps far apart in a tiny part of the time axis (it looped forever; found by fuzz_memprof)" {
+	$PY - "$T/far.memtrace" "$BATS_TEST_DIRNAME" <<'EOF'
+import sys
+sys.path.insert(0, sys.argv[2])
+import memprof_fixtures as fx
+m = fx.Mem(sys.argv[1])
+m.step = 1
+m.alloc(fx.P, 100, 0xA, dt=1)
+m.step = 4000000000
+m.alloc(fx.P, 100, 0xB, dt=1)
+m.free(fx.P, 100, 0xA, dt=2**62)
+m.close()
+EOF
+	run -0 --separate-stderr timeout 60 titan-memprof timeline --svg "$T/far.svg" "$T/far.memtrace"
+	grep -q '</svg>' "$T/far.svg"
+}
+
 @test "timeline --png: through rsvg-convert, or a clear error without a converter" {
 	if command -v rsvg-convert >/dev/null; then
 		run -0 titan-memprof timeline --png "$T/m.png" "$DATA/known.memtrace"

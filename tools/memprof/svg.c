@@ -240,14 +240,18 @@ static void panel(FILE *fp, const struct mp_rank *r, const struct titan_memrepla
 			span = (double)(m->steps[m->n_steps - 1].t_first_ns - m->steps[first].t_first_ns) / t_axis * pw;
 			per = span / (double)(last_step - m->steps[first].step);
 		}
-		for (uint64_t p10 = 1; per > 0 && per * (double)k < 8; p10 *= 10)
+		/* k stops past the largest step (2^32): more steps apart than
+		 * that is no line at all, and p10 would wrap around to 0 (steps
+		 * far apart in a tiny part of the time axis looped forever) */
+		for (uint64_t p10 = 1; per > 0 && per * (double)k < 8 && p10 <= UINT32_MAX; p10 *= 10)
 			for (int f = 0; f < 3 && per * (double)k < 8; f++)
 				k = p10 * (uint64_t)(f == 0 ? 1 : f == 1 ? 2 : 5);
 		kl = k;
 		{
 			double lw = 6.5 * (double)(6 + snprintf(NULL, 0, "%u", last_step)) + 10;
 
-			for (uint64_t p10 = 1; per > 0 && per * (double)kl < lw; p10 *= 10)
+			for (uint64_t p10 = 1; per > 0 && per * (double)kl < lw && p10 <= UINT32_MAX;
+			     p10 *= 10)
 				for (int f = 0; f < 3 && per * (double)kl < lw; f++)
 					kl = p10 * (uint64_t)(f == 0 ? 1 : f == 1 ? 2 : 5);
 			if (kl % k)
