@@ -106,3 +106,9 @@ extern "C" int titan_cuda_memcpy(void *dst, const void *src, size_t bytes)
 	TITAN_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault));
 	return 0;
 }
+
+extern "C" int titan_cuda_synchronize(void)
+{
+	TITAN_CUDA_CHECK(cudaDeviceSynchronize());
+	return 0;
+}

@@ -42,6 +42,20 @@ int titan_cuda_memcpy(void *dst, const void *src, size_t bytes)
 	(void)bytes;
 	return NOT_BUILT();
 }
+
+int titan_cuda_synchronize(void)
+{
+	return NOT_BUILT();
+}
+
+int titan_backend_cuda_init(struct titan_backend *be, const struct titan_cuda_opts *o,
+			    struct titan_allocator *alloc)
+{
+	(void)be;
+	(void)o;
+	(void)alloc;
+	return NOT_BUILT();
+}
 #else
 /* ISO C forbids an empty translation unit. */
 typedef int titan_cuda_built_with_nvcc;

@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "titan/core.h"
+#include "titan/ops.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -37,6 +38,35 @@ int titan_cuda_device_info(int device, struct titan_cuda_device_info *out);
 int titan_cuda_mem_backend(int device, struct titan_mem_backend *out);
 /* Copy between host and device memory (kind inferred by CUDA's UVA). */
 int titan_cuda_memcpy(void *dst, const void *src, size_t bytes);
+/* Waits for the work queued on the current device. */
+int titan_cuda_synchronize(void);
+
+/* ---- the CUDA backend of titan/ops.h ------------------------------------
+ * Same ops and semantics as the CPU table, on device pointers (fp32
+ * storage).  GEMMs run through cuBLAS with the compute mode below; every
+ * other op is a kernel of lib/cuda with the CPU op as its test oracle.
+ * Differences from the CPU contract: reductions run in a fixed order per
+ * launch configuration (run-to-run identical on one GPU model) but not in
+ * the CPU's order; embedding_bwd adds repeated ids with atomics (order not
+ * fixed); ids/labels are not range-checked on the device (the caller
+ * checks them on the host, as lib/train does). */
+enum titan_cuda_matmul {
+	TITAN_CUDA_MATMUL_FP32 = 0, /* fp32 FMA (CUBLAS_COMPUTE_32F) */
+	TITAN_CUDA_MATMUL_TF32,     /* tensor cores, tf32 inputs, fp32 accumulate */
+	TITAN_CUDA_MATMUL_BF16,     /* tensor cores, bf16 inputs, fp32 accumulate */
+};
+
+struct titan_cuda_opts {
+	int device;                   /* CUDA device index */
+	enum titan_cuda_matmul matmul;
+};
+
+/* Fills *be with the CUDA table on o->device: a stream, cuBLAS handles,
+ * and `alloc` (a device allocator, e.g. over titan_cuda_mem_backend) for
+ * workspace.  TITAN_E_UNSUPPORTED without CUDA in the build, TITAN_E_DEVICE
+ * without a usable device. */
+int titan_backend_cuda_init(struct titan_backend *be, const struct titan_cuda_opts *o,
+			    struct titan_allocator *alloc);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,167 @@
+/*
+ * backend.cu — the CUDA backend table (titan/ops.h): set-up of the stream
+ * and cuBLAS handles, the scratch buffers ops share, and the table itself.
+ * The ops live in gemm.cu, elementwise.cu, attention.cu and loss.cu.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_impl.h"
+
+bool cuda_sync_debug(void)
+{
+	static int on = -1;
+
+	if (on < 0) {
+		const char *e = getenv("TITAN_CUDA_SYNC");
+
+		on = e && *e && strcmp(e, "0") != 0;
+	}
+	return on;
+}
+
+void *cuda_scratch(struct titan_backend *be, size_t bytes)
+{
+	struct cuda_impl *c = cuda_of(be);
+
+	if (bytes <= c->scratch_bytes)
+		return c->scratch;
+	if (c->scratch) {
+		/* the old buffer may still be read by queued work */
+		cudaStreamSynchronize(c->stream);
+		cudaFree(c->scratch);
+		c->scratch = NULL;
+		c->scratch_bytes = 0;
+	}
+	bytes = bytes < (1u << 20) ? (1u << 20) : bytes + bytes / 4;
+	if (cudaMalloc(&c->scratch, bytes) != cudaSuccess) {
+		(void)cudaGetLastError();
+		c->scratch = NULL;
+		titan_error(TITAN_E_NOMEM, "CUDA: out of device memory for %zu bytes of "
+			    "workspace", bytes);
+		return NULL;
+	}
+	c->scratch_bytes = bytes;
+	return c->scratch;
+}
+
+void *cuda_host_scratch(struct titan_backend *be, size_t bytes)
+{
+	struct cuda_impl *c = cuda_of(be);
+
+	if (bytes <= c->host_scratch_bytes)
+		return c->host_scratch;
+	if (c->host_scratch) {
+		cudaStreamSynchronize(c->stream);
+		cudaFreeHost(c->host_scratch);
+		c->host_scratch = NULL;
+		c->host_scratch_bytes = 0;
+	}
+	bytes = bytes < 4096 ? 4096 : bytes;
+	if (cudaMallocHost(&c->host_scratch, bytes) != cudaSuccess) {
+		(void)cudaGetLastError();
+		c->host_scratch = NULL;
+		titan_error(TITAN_E_NOMEM, "CUDA: out of pinned host memory (%zu bytes)", bytes);
+		return NULL;
+	}
+	c->host_scratch_bytes = bytes;
+	return c->host_scratch;
+}
+
+static void cuda_release(struct titan_backend *be)
+{
+	struct cuda_impl *c;
+
+	if (!be || !(c = cuda_of(be)))
+		return;
+	if (c->stream)
+		cudaStreamSynchronize(c->stream);
+	if (c->blas)
+		cublasDestroy(c->blas);
+	if (c->lt)
+		cublasLtDestroy(c->lt);
+	cudaFree(c->blas_ws);
+	cudaFree(c->scratch);
+	if (c->host_scratch)
+		cudaFreeHost(c->host_scratch);
+	if (c->stream)
+		cudaStreamDestroy(c->stream);
+	free(c);
+	be->impl = NULL;
+}
+
+static const struct titan_backend_ops cuda_ops = {
+	.name = "cuda",
+	.release = cuda_release,
+	.matmul_fwd = cuda_matmul_fwd,
+	.matmul_bwd = cuda_matmul_bwd,
+	.embedding_fwd = cuda_embedding_fwd,
+	.embedding_bwd = cuda_embedding_bwd,
+	.rmsnorm_fwd = cuda_rmsnorm_fwd,
+	.rmsnorm_bwd = cuda_rmsnorm_bwd,
+	.rope_fwd = cuda_rope_fwd,
+	.rope_bwd = cuda_rope_bwd,
+	.swiglu_fwd = cuda_swiglu_fwd,
+	.swiglu_bwd = cuda_swiglu_bwd,
+	.attention_fwd = cuda_attention_fwd,
+	.attention_bwd = cuda_attention_bwd,
+	.classifier_ce = cuda_classifier_ce,
+	.adamw_step = cuda_adamw_step,
+	.sumsq = cuda_sumsq,
+	.scale = cuda_scale,
+	.add = cuda_add,
+	.copy = cuda_copy,
+	.zero = cuda_zero,
+};
+
+extern "C" int titan_backend_cuda_init(struct titan_backend *be, const struct titan_cuda_opts *o,
+				       struct titan_allocator *alloc)
+{
+	struct cuda_impl *c;
+	cudaDeviceProp p;
+	int n = 0, rc;
+
+	memset(be, 0, sizeof(*be));
+	if ((rc = titan_cuda_device_count(&n)) < 0)
+		return rc;
+	if (o->device < 0 || o->device >= n)
+		return titan_error(TITAN_E_DEVICE, "CUDA device %d requested, %d present", o->device,
+				   n);
+	CU_CHECK(cudaSetDevice(o->device));
+	CU_CHECK(cudaGetDeviceProperties(&p, o->device));
+	if (!(c = (struct cuda_impl *)calloc(1, sizeof(*c))))
+		return titan_error(TITAN_E_NOMEM, "out of memory");
+	*be = (struct titan_backend){
+		.ops = &cuda_ops,
+		.alloc = alloc,
+		.nthreads = 1,
+		.attn_block_q = TITAN_ATTN_BLOCK,
+		.attn_block_k = TITAN_ATTN_BLOCK,
+		.impl = c,
+	};
+	c->device = o->device;
+	c->sm_count = p.multiProcessorCount;
+	c->matmul = o->matmul;
+	c->blas_ws_bytes = 32u << 20; /* cuBLAS asks for 32 MiB on Hopper */
+	if ((rc = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) != cudaSuccess ||
+	    (rc = cudaMalloc(&c->blas_ws, c->blas_ws_bytes)) != cudaSuccess) {
+		rc = titan_error(TITAN_E_DEVICE, "CUDA set-up on device %d: %s", o->device,
+				 cudaGetErrorString((cudaError_t)rc));
+		goto fail;
+	}
+	if (cublasCreate(&c->blas) != CUBLAS_STATUS_SUCCESS ||
+	    cublasLtCreate(&c->lt) != CUBLAS_STATUS_SUCCESS ||
+	    cublasSetStream(c->blas, c->stream) != CUBLAS_STATUS_SUCCESS ||
+	    cublasSetWorkspace(c->blas, c->blas_ws, c->blas_ws_bytes) != CUBLAS_STATUS_SUCCESS ||
+	    cublasSetMathMode(c->blas, o->matmul == TITAN_CUDA_MATMUL_FP32
+					      ? CUBLAS_PEDANTIC_MATH
+					      : CUBLAS_DEFAULT_MATH) != CUBLAS_STATUS_SUCCESS) {
+		rc = titan_error(TITAN_E_DEVICE, "cuBLAS set-up on device %d failed", o->device);
+		goto fail;
+	}
+	return 0;
+fail:
+	cuda_release(be);
+	be->ops = NULL;
+	return rc;
+}

@@ -1,0 +1,139 @@
+/*
+ * cuda_impl.h — what the .cu files of the CUDA backend share: the backend's
+ * private state (stream, cuBLAS handles, a grow-only scratch buffer), the
+ * error macros, and the op functions each file defines (signatures of
+ * struct titan_backend_ops in titan/ops.h, on device pointers).
+ */
+#ifndef TITAN_CUDA_IMPL_H
+#define TITAN_CUDA_IMPL_H
+
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "titan/core.h"
+#include "titan/cuda.h"
+#include "titan/ops.h"
+
+struct cuda_impl {
+	int device;
+	int sm_count;
+	cudaStream_t stream;           /* every op's kernels and GEMMs */
+	cublasHandle_t blas;
+	cublasLtHandle_t lt;
+	enum titan_cuda_matmul matmul;
+	void *blas_ws;                 /* cuBLAS workspace */
+	size_t blas_ws_bytes;
+	void *scratch;                 /* cuda_scratch(): grow-only */
+	size_t scratch_bytes;
+	void *host_scratch;            /* pinned host memory for results */
+	size_t host_scratch_bytes;
+};
+
+static inline struct cuda_impl *cuda_of(struct titan_backend *be)
+{
+	return (struct cuda_impl *)be->impl;
+}
+
+/* Returns from the calling function with TITAN_E_DEVICE and CUDA's message. */
+#define CU_CHECK(call)                                                                \
+	do {                                                                          \
+		cudaError_t e_ = (call);                                              \
+		if (e_ != cudaSuccess) {                                              \
+			(void)cudaGetLastError();                                     \
+			return titan_error(TITAN_E_DEVICE, "%s: %s (%s)", #call,      \
+					   cudaGetErrorString(e_), cudaGetErrorName(e_)); \
+		}                                                                     \
+	} while (0)
+
+/* After a kernel launch: launch-configuration errors (and, with
+ * TITAN_CUDA_SYNC=1 in the environment, errors of the kernel itself). */
+#define CU_LAUNCHED(what)                                                                \
+	do {                                                                             \
+		cudaError_t e_ = cudaGetLastError();                                     \
+		if (e_ == cudaSuccess && cuda_sync_debug())                              \
+			e_ = cudaDeviceSynchronize();                                    \
+		if (e_ != cudaSuccess)                                                   \
+			return titan_error(TITAN_E_DEVICE, "%s kernel: %s (%s)", what,   \
+					   cudaGetErrorString(e_), cudaGetErrorName(e_)); \
+	} while (0)
+
+#define BLAS_CHECK(call)                                                           \
+	do {                                                                       \
+		cublasStatus_t s_ = (call);                                        \
+		if (s_ != CUBLAS_STATUS_SUCCESS)                                   \
+			return titan_error(TITAN_E_DEVICE, "%s: %s (%s)", #call,   \
+					   cublasGetStatusString(s_),              \
+					   cublasGetStatusName(s_));               \
+	} while (0)
+
+/* true when TITAN_CUDA_SYNC=1: synchronize after every launch. */
+bool cuda_sync_debug(void);
+/* Device scratch of at least `bytes` (valid until the next call; ops run in
+ * stream order, so one op's scratch is free once it has queued its work).
+ * NULL + TITAN_E_NOMEM recorded when cudaMalloc fails. */
+void *cuda_scratch(struct titan_backend *be, size_t bytes);
+/* Pinned host scratch of at least `bytes` (same rules). */
+void *cuda_host_scratch(struct titan_backend *be, size_t bytes);
+
+static inline unsigned cuda_blocks(int64_t n, int threads)
+{
+	int64_t b = (n + threads - 1) / threads; /* kernels loop grid-stride past this */
+
+	return (unsigned)(b > (1LL << 20) ? (1LL << 20) : (b < 1 ? 1 : b));
+}
+
+/* ---- ops (titan/ops.h signatures) ---------------------------------------- */
+/* gemm.cu */
+int cuda_matmul_fwd(struct titan_backend *be, float *y, const float *x, const float *w,
+		    int64_t n, int64_t in, int64_t out, bool accumulate);
+int cuda_matmul_bwd(struct titan_backend *be, float *dx, float *dw, const float *dy,
+		    const float *x, const float *w, int64_t n, int64_t in, int64_t out,
+		    bool accumulate_dx);
+/* Row-major C[m,n] (=, or += when beta = 1) alpha·op(A)·op(B) with the
+ * backend's compute mode; ta/tb: the operand is stored transposed
+ * (A[k,m] / B[n,k] row-major).  lda/ldb/ldc are row strides. */
+int cuda_gemm(struct titan_backend *be, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+	      float alpha, const float *a, int64_t lda, const float *b, int64_t ldb,
+	      float beta, float *c, int64_t ldc);
+/* elementwise.cu */
+int cuda_embedding_fwd(struct titan_backend *be, float *out, const uint32_t *ids,
+		       const float *table, int64_t n, int64_t v, int64_t c);
+int cuda_embedding_bwd(struct titan_backend *be, float *dtable, const uint32_t *ids,
+		       const float *dout, int64_t n, int64_t v, int64_t c);
+int cuda_rmsnorm_fwd(struct titan_backend *be, float *y, float *rstd, const float *x,
+		     const float *w, int64_t n, int64_t c, float eps);
+int cuda_rmsnorm_bwd(struct titan_backend *be, float *dx, float *dw, const float *dy,
+		     const float *x, const float *w, const float *rstd, int64_t n, int64_t c,
+		     bool accumulate_dx);
+int cuda_rope_fwd(struct titan_backend *be, float *x, const float *freqs, int64_t batch,
+		  int64_t seq, int64_t nh, int64_t head_dim);
+int cuda_rope_bwd(struct titan_backend *be, float *dx, const float *freqs, int64_t batch,
+		  int64_t seq, int64_t nh, int64_t head_dim);
+int cuda_swiglu_fwd(struct titan_backend *be, float *h, const float *a, const float *b,
+		    int64_t n);
+int cuda_swiglu_bwd(struct titan_backend *be, float *da, float *db, const float *dh,
+		    const float *a, const float *b, int64_t n);
+int cuda_adamw_step(struct titan_backend *be, float *p, float *m, float *v, const float *g,
+		    int64_t n, const struct titan_adamw_hparams *hp, int64_t step,
+		    float grad_mul);
+int cuda_sumsq(struct titan_backend *be, double *out, const float *x, int64_t n);
+int cuda_scale(struct titan_backend *be, float *x, int64_t n, float alpha);
+int cuda_add(struct titan_backend *be, float *y, const float *a, const float *b, int64_t n);
+int cuda_copy(struct titan_backend *be, float *dst, const float *src, int64_t n);
+int cuda_zero(struct titan_backend *be, float *x, int64_t n);
+/* attention.cu */
+int cuda_attention_fwd(struct titan_backend *be, float *out, float *lse, const float *q,
+		       const float *k, const float *v, const struct titan_attn_dims *d);
+int cuda_attention_bwd(struct titan_backend *be, float *dq, float *dk, float *dv,
+		       const float *dout, const float *q, const float *k, const float *v,
+		       const float *out, const float *lse, const struct titan_attn_dims *d);
+/* loss.cu */
+int cuda_classifier_ce(struct titan_backend *be, double *loss_sum, int64_t *n_valid,
+		       float *dh, float *dw, const float *h, const float *w,
+		       const int32_t *labels, int64_t n, int64_t c, int64_t v,
+		       float grad_scale, int64_t chunk);
+
+#endif
