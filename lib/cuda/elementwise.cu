@@ -1,0 +1,687 @@
+/*
+ * elementwise.cu — the memory-bound ops of the CUDA backend: token
+ * embedding, RMSNorm, RoPE, SwiGLU, AdamW, the sum of squares of the
+ * gradient norm and the vector helpers.  Twins of lib/cpu/elementwise.c,
+ * norm.c, rope.c and optim.c with the same fp32 arithmetic: where a product
+ * feeds a sum it is written with __fmul_rn/__fadd_rn, which nvcc never
+ * contracts into an FMA (the CPU ops never do either; fmaf appears only
+ * where the CPU writes it), and expf/sqrtf/division are CUDA's accurate
+ * ones (expf ≤ 2 ulp, the CPU's own ≤ 1 ulp).
+ *
+ * Row ops (embedding, norms, RoPE) run one block per row; flat ops a
+ * grid-stride loop; both use float4 accesses (float2 for RoPE pairs) when
+ * every pointer is aligned and rows are whole vectors.  Reductions are in
+ * double, in an order fixed by the shape and the alignment (block sizes and
+ * chunk counts depend on n and c only), so results repeat run to run, but
+ * the order is not the CPU's: rstd, the backward mean and dw may differ
+ * from the CPU's in the last bit of their float, sumsq in the last bits of
+ * its double.  RMSNorm dw sums row chunks per column, then the chunks in
+ * order (no atomics); embedding_bwd adds repeated ids with atomicAdd (their
+ * order is not fixed; titan/cuda.h says so).  ids are not range-checked on
+ * the device (the caller checks them on the host); an id >= V gives a NaN
+ * row forward and is skipped backward rather than read or write out of
+ * bounds.
+ */
+#include <math.h>
+#include <stdint.h>
+
+#include "cuda_impl.h"
+
+#define THREADS 256       /* flat kernels */
+#define ROW_THREADS 256   /* at most, per row of the row kernels */
+#define SUMSQ_BLOCKS 1024 /* partial sums of sumsq, at most */
+#define SUMSQ_PER_THREAD 16
+#define DW_CHUNKS 128     /* row chunks of the RMSNorm dw reduction, at most */
+#define DW_ROWS 32        /* rows per chunk, at least */
+
+#define GRID_TID ((int64_t)blockIdx.x * blockDim.x + threadIdx.x)
+#define GRID_STRIDE ((int64_t)gridDim.x * blockDim.x)
+
+static bool aligned(const void *p, uintptr_t bytes)
+{
+	return ((uintptr_t)p & (bytes - 1)) == 0;
+}
+
+/* Threads of a row kernel with `items` per row: a multiple of 32 in
+ * [32, ROW_THREADS] (block_sum needs whole warps). */
+static int row_threads(int64_t items)
+{
+	int64_t t = (items + 31) / 32 * 32;
+
+	return t < 32 ? 32 : t > ROW_THREADS ? ROW_THREADS : (int)t;
+}
+
+/* Blocks of a flat kernel over n elements, n4 of whose float4s it reads. */
+static unsigned flat_blocks(int64_t n, int64_t n4)
+{
+	return cuda_blocks(n4 > 0 ? n4 : n, THREADS);
+}
+
+/* Σ v over the block (every thread gets it), in a fixed order; blockDim.x a
+ * multiple of 32.  sh: 32 doubles of shared memory, free again on return. */
+static __device__ double block_sum(double v, double *sh)
+{
+	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+
+	for (int o = 16; o > 0; o >>= 1)
+		v += __shfl_xor_sync(0xffffffffu, v, o);
+	if (lane == 0)
+		sh[warp] = v;
+	__syncthreads();
+	if (warp == 0) {
+		v = lane < (int)(blockDim.x >> 5) ? sh[lane] : 0.0;
+		for (int o = 16; o > 0; o >>= 1)
+			v += __shfl_xor_sync(0xffffffffu, v, o);
+		if (lane == 0)
+			sh[0] = v;
+	}
+	__syncthreads();
+	v = sh[0];
+	__syncthreads();
+	return v;
+}
+
+static __device__ float4 ld4(const float *p, int64_t k)
+{
+	return reinterpret_cast<const float4 *>(p)[k];
+}
+
+static __device__ void st4(float *p, int64_t k, float4 v)
+{
+	reinterpret_cast<float4 *>(p)[k] = v;
+}
+
+/* ---- embedding ------------------------------------------------------------ */
+
+static __global__ void embedding_fwd_kernel(float *out, const uint32_t *ids, const float *table,
+					    int64_t n, int64_t v, int64_t c, bool vec)
+{
+	const int64_t c4 = vec ? c / 4 : 0;
+
+	for (int64_t i = blockIdx.x; i < n; i += gridDim.x) {
+		const int64_t id = ids[i];
+		float *dst = out + i * c;
+
+		if (id >= v) {
+			for (int64_t j = threadIdx.x; j < c; j += blockDim.x)
+				dst[j] = __int_as_float(0x7fc00000); /* NaN */
+			continue;
+		}
+		const float *src = table + id * c;
+		for (int64_t k = threadIdx.x; k < c4; k += blockDim.x)
+			st4(dst, k, ld4(src, k));
+		for (int64_t j = 4 * c4 + threadIdx.x; j < c; j += blockDim.x)
+			dst[j] = src[j];
+	}
+}
+
+static __global__ void embedding_bwd_kernel(float *dtable, const uint32_t *ids, const float *dout,
+					    int64_t n, int64_t v, int64_t c)
+{
+	for (int64_t i = blockIdx.x; i < n; i += gridDim.x) {
+		const int64_t id = ids[i];
+
+		if (id >= v)
+			continue;
+		const float *src = dout + i * c;
+		float *dst = dtable + id * c;
+		for (int64_t j = threadIdx.x; j < c; j += blockDim.x)
+			atomicAdd(dst + j, src[j]);
+	}
+}
+
+int cuda_embedding_fwd(struct titan_backend *be, float *out, const uint32_t *ids,
+		       const float *table, int64_t n, int64_t v, int64_t c)
+{
+	if (n <= 0 || c <= 0)
+		return 0;
+	const bool vec = c % 4 == 0 && aligned(out, 16) && aligned(table, 16);
+	embedding_fwd_kernel<<<cuda_blocks(n, 1), row_threads(vec ? c / 4 : c), 0,
+			       cuda_of(be)->stream>>>(out, ids, table, n, v, c, vec);
+	CU_LAUNCHED("embedding_fwd");
+	return 0;
+}
+
+int cuda_embedding_bwd(struct titan_backend *be, float *dtable, const uint32_t *ids,
+		       const float *dout, int64_t n, int64_t v, int64_t c)
+{
+	if (n <= 0 || c <= 0)
+		return 0;
+	embedding_bwd_kernel<<<cuda_blocks(n, 1), row_threads(c), 0, cuda_of(be)->stream>>>(
+		dtable, ids, dout, n, v, c);
+	CU_LAUNCHED("embedding_bwd");
+	return 0;
+}
+
+/* ---- RMSNorm -------------------------------------------------------------- */
+
+/* y may alias x: each thread reads x[j] before writing y[j], and the whole
+ * row has been read (block_sum's barrier) before the first write. */
+static __global__ void rmsnorm_fwd_kernel(float *y, float *rstd, const float *x, const float *w,
+					  int64_t n, int64_t c, float eps, bool vec)
+{
+	__shared__ double sh[32];
+	const int64_t c4 = vec ? c / 4 : 0;
+
+	for (int64_t i = blockIdx.x; i < n; i += gridDim.x) {
+		const float *xi = x + i * c;
+		float *yi = y + i * c;
+		double ss = 0.0;
+
+		for (int64_t k = threadIdx.x; k < c4; k += blockDim.x) {
+			const float4 a = ld4(xi, k);
+			ss += (double)a.x * a.x + (double)a.y * a.y + (double)a.z * a.z +
+			      (double)a.w * a.w;
+		}
+		for (int64_t j = 4 * c4 + threadIdx.x; j < c; j += blockDim.x)
+			ss += (double)xi[j] * xi[j];
+		ss = block_sum(ss, sh);
+		const float r = (float)(1.0 / sqrt(ss / (double)c + (double)eps));
+
+		if (threadIdx.x == 0)
+			rstd[i] = r;
+		for (int64_t k = threadIdx.x; k < c4; k += blockDim.x) {
+			const float4 a = ld4(xi, k), g = ld4(w, k);
+			st4(yi, k, make_float4(a.x * r * g.x, a.y * r * g.y, a.z * r * g.z,
+					       a.w * r * g.w));
+		}
+		for (int64_t j = 4 * c4 + threadIdx.x; j < c; j += blockDim.x)
+			yi[j] = xi[j] * r * w[j];
+	}
+}
+
+/* (dy·w)·x̂ of one element, both products rounded to float as the CPU */
+static __device__ double rms_gx(float dy, float w, float x, float r)
+{
+	return (double)__fmul_rn(dy, w) * (double)__fmul_rn(x, r);
+}
+
+/* r·(g − x̂·mean), no contraction */
+static __device__ float rms_dx(float dy, float w, float x, float r, float mean)
+{
+	return __fmul_rn(r, __fsub_rn(__fmul_rn(dy, w), __fmul_rn(__fmul_rn(x, r), mean)));
+}
+
+/* dx may alias dy: as in the forward, a row is read whole before any of it
+ * is written, and each element is read and written by the same thread. */
+static __global__ void rmsnorm_bwd_kernel(float *dx, const float *dy, const float *x,
+					  const float *w, const float *rstd, int64_t n, int64_t c,
+					  bool accumulate, bool vec)
+{
+	__shared__ double sh[32];
+	const int64_t c4 = vec ? c / 4 : 0;
+
+	for (int64_t i = blockIdx.x; i < n; i += gridDim.x) {
+		const float *gi = dy + i * c, *xi = x + i * c;
+		float *di = dx + i * c;
+		const float r = rstd[i];
+		double dot = 0.0;
+
+		for (int64_t k = threadIdx.x; k < c4; k += blockDim.x) {
+			const float4 g = ld4(gi, k), a = ld4(xi, k), ww = ld4(w, k);
+			dot += rms_gx(g.x, ww.x, a.x, r) + rms_gx(g.y, ww.y, a.y, r) +
+			       rms_gx(g.z, ww.z, a.z, r) + rms_gx(g.w, ww.w, a.w, r);
+		}
+		for (int64_t j = 4 * c4 + threadIdx.x; j < c; j += blockDim.x)
+			dot += rms_gx(gi[j], w[j], xi[j], r);
+		dot = block_sum(dot, sh);
+		const float mean = (float)(dot / (double)c);
+
+		for (int64_t k = threadIdx.x; k < c4; k += blockDim.x) {
+			const float4 g = ld4(gi, k), a = ld4(xi, k), ww = ld4(w, k);
+			float4 d = make_float4(rms_dx(g.x, ww.x, a.x, r, mean),
+					       rms_dx(g.y, ww.y, a.y, r, mean),
+					       rms_dx(g.z, ww.z, a.z, r, mean),
+					       rms_dx(g.w, ww.w, a.w, r, mean));
+			if (accumulate) {
+				const float4 o = ld4(di, k);
+				d = make_float4(__fadd_rn(o.x, d.x), __fadd_rn(o.y, d.y),
+						__fadd_rn(o.z, d.z), __fadd_rn(o.w, d.w));
+			}
+			st4(di, k, d);
+		}
+		for (int64_t j = 4 * c4 + threadIdx.x; j < c; j += blockDim.x) {
+			const float d = rms_dx(gi[j], w[j], xi[j], r, mean);
+			di[j] = accumulate ? __fadd_rn(di[j], d) : d;
+		}
+	}
+}
+
+/* dw, first stage: part[chunk][j] = Σ dy[i][j]·(x[i][j]·rstd[i]) over the
+ * chunk's rows in order (double); a thread per column, blockIdx.y the chunk. */
+static __global__ void rmsnorm_dw_part_kernel(double *part, const float *dy, const float *x,
+					      const float *rstd, int64_t n, int64_t c,
+					      int64_t rows)
+{
+	const int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+	const int64_t i0 = (int64_t)blockIdx.y * rows;
+	const int64_t i1 = i0 + rows < n ? i0 + rows : n;
+	double acc = 0.0;
+
+	if (j >= c)
+		return;
+	for (int64_t i = i0; i < i1; i++)
+		acc += (double)(dy[i * c + j] * (x[i * c + j] * rstd[i]));
+	part[(int64_t)blockIdx.y * c + j] = acc;
+}
+
+/* dw, second stage: dw[j] += Σ_chunk part[chunk][j], chunks in order */
+static __global__ void rmsnorm_dw_sum_kernel(float *dw, const double *part, int64_t c, int nchunk)
+{
+	for (int64_t j = GRID_TID; j < c; j += GRID_STRIDE) {
+		double s = 0.0;
+
+		for (int k = 0; k < nchunk; k++)
+			s += part[(int64_t)k * c + j];
+		dw[j] += (float)s;
+	}
+}
+
+int cuda_rmsnorm_fwd(struct titan_backend *be, float *y, float *rstd, const float *x,
+		     const float *w, int64_t n, int64_t c, float eps)
+{
+	if (c <= 0)
+		return titan_error(TITAN_E_INVALID, "rmsnorm: dim %lld", (long long)c);
+	if (n <= 0)
+		return 0;
+	const bool vec = c % 4 == 0 && aligned(y, 16) && aligned(x, 16) && aligned(w, 16);
+	rmsnorm_fwd_kernel<<<cuda_blocks(n, 1), row_threads(vec ? c / 4 : c), 0,
+			     cuda_of(be)->stream>>>(y, rstd, x, w, n, c, eps, vec);
+	CU_LAUNCHED("rmsnorm_fwd");
+	return 0;
+}
+
+int cuda_rmsnorm_bwd(struct titan_backend *be, float *dx, float *dw, const float *dy,
+		     const float *x, const float *w, const float *rstd, int64_t n, int64_t c,
+		     bool accumulate_dx)
+{
+	cudaStream_t s = cuda_of(be)->stream;
+
+	if (c <= 0)
+		return titan_error(TITAN_E_INVALID, "rmsnorm: dim %lld", (long long)c);
+	if (n <= 0)
+		return 0;
+	/* dw first: dx may overwrite dy (the stream keeps the order) */
+	if (dw) {
+		int64_t rows = (n + DW_CHUNKS - 1) / DW_CHUNKS;
+
+		rows = rows < DW_ROWS ? DW_ROWS : rows;
+		const int64_t nchunk = (n + rows - 1) / rows;
+		double *part = (double *)cuda_scratch(be, (size_t)(nchunk * c) * sizeof(double));
+		if (!part)
+			return TITAN_E_NOMEM;
+		const int t = row_threads(c);
+		const dim3 grid((unsigned)((c + t - 1) / t), (unsigned)nchunk);
+		rmsnorm_dw_part_kernel<<<grid, t, 0, s>>>(part, dy, x, rstd, n, c, rows);
+		CU_LAUNCHED("rmsnorm_bwd dw");
+		rmsnorm_dw_sum_kernel<<<cuda_blocks(c, THREADS), THREADS, 0, s>>>(dw, part, c,
+										  (int)nchunk);
+		CU_LAUNCHED("rmsnorm_bwd dw sum");
+	}
+	const bool vec = c % 4 == 0 && aligned(dx, 16) && aligned(dy, 16) && aligned(x, 16) &&
+			 aligned(w, 16);
+	rmsnorm_bwd_kernel<<<cuda_blocks(n, 1), row_threads(vec ? c / 4 : c), 0, s>>>(
+		dx, dy, x, w, rstd, n, c, accumulate_dx, vec);
+	CU_LAUNCHED("rmsnorm_bwd");
+	return 0;
+}
+
+/* ---- RoPE ----------------------------------------------------------------- */
+
+/* One block per (b, t) row of nh·D floats = `pairs` pairs; pair p is
+ * element i = p % half of its head.  vec: x and freqs 8-byte aligned, so
+ * every pair (an even float offset) is one float2. */
+template <bool INVERSE>
+static __global__ void rope_kernel(float *x, const float *freqs, int64_t rows, int64_t seq,
+				   int half, int pairs, bool vec)
+{
+	for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+		const float *fc = freqs + (r % seq) * half * 2;
+		float *xr = x + r * pairs * 2;
+
+		for (int p = threadIdx.x; p < pairs; p += blockDim.x) {
+			const int i = p % half;
+			float a, b, co, si, o0, o1;
+
+			if (vec) {
+				const float2 xv = reinterpret_cast<const float2 *>(xr)[p];
+				const float2 f = reinterpret_cast<const float2 *>(fc)[i];
+				a = xv.x;
+				b = xv.y;
+				co = f.x;
+				si = f.y;
+			} else {
+				a = xr[2 * p];
+				b = xr[2 * p + 1];
+				co = fc[2 * i];
+				si = fc[2 * i + 1];
+			}
+			if (!INVERSE) {
+				/* (a + ib)(c + is) */
+				o0 = __fsub_rn(__fmul_rn(a, co), __fmul_rn(b, si));
+				o1 = __fadd_rn(__fmul_rn(a, si), __fmul_rn(b, co));
+			} else {
+				/* (a + ib)(c − is) */
+				o0 = __fadd_rn(__fmul_rn(a, co), __fmul_rn(b, si));
+				o1 = __fsub_rn(__fmul_rn(b, co), __fmul_rn(a, si));
+			}
+			if (vec) {
+				reinterpret_cast<float2 *>(xr)[p] = make_float2(o0, o1);
+			} else {
+				xr[2 * p] = o0;
+				xr[2 * p + 1] = o1;
+			}
+		}
+	}
+}
+
+static int rope_apply(struct titan_backend *be, float *x, const float *freqs, int64_t batch,
+		      int64_t seq, int64_t nh, int64_t head_dim, bool inverse)
+{
+	if (head_dim <= 0 || head_dim % 2 != 0)
+		return titan_error(TITAN_E_INVALID, "rope: head_dim %lld must be even",
+				   (long long)head_dim);
+	if (batch <= 0 || seq <= 0 || nh <= 0)
+		return 0;
+	if (nh > INT32_MAX / head_dim)
+		return titan_error(TITAN_E_INVALID, "rope: %lld heads of %lld is too large a row",
+				   (long long)nh, (long long)head_dim);
+	const int half = (int)(head_dim / 2), pairs = (int)(nh * half);
+	const bool vec = aligned(x, 8) && aligned(freqs, 8);
+	const int64_t rows = batch * seq;
+	const unsigned blocks = cuda_blocks(rows, 1);
+	const int t = row_threads(pairs);
+	cudaStream_t s = cuda_of(be)->stream;
+
+	if (!inverse)
+		rope_kernel<false><<<blocks, t, 0, s>>>(x, freqs, rows, seq, half, pairs, vec);
+	else
+		rope_kernel<true><<<blocks, t, 0, s>>>(x, freqs, rows, seq, half, pairs, vec);
+	CU_LAUNCHED(inverse ? "rope_bwd" : "rope_fwd");
+	return 0;
+}
+
+int cuda_rope_fwd(struct titan_backend *be, float *x, const float *freqs, int64_t batch,
+		  int64_t seq, int64_t nh, int64_t head_dim)
+{
+	return rope_apply(be, x, freqs, batch, seq, nh, head_dim, false);
+}
+
+int cuda_rope_bwd(struct titan_backend *be, float *dx, const float *freqs, int64_t batch,
+		  int64_t seq, int64_t nh, int64_t head_dim)
+{
+	return rope_apply(be, dx, freqs, batch, seq, nh, head_dim, true);
+}
+
+/* ---- SwiGLU --------------------------------------------------------------- */
+
+/* silu(a)·b = a/(1 + exp(−a))·b */
+static __device__ float swiglu_h(float a, float b)
+{
+	return __fmul_rn(__fdiv_rn(a, __fadd_rn(1.0f, expf(-a))), b);
+}
+
+/* da = dh·b·σ·(1 + a·(1 − σ)), db = dh·silu(a) */
+static __device__ void swiglu_d(float *da, float *db, float g, float a, float b)
+{
+	const float e = expf(-a);
+	const float silu = __fdiv_rn(a, __fadd_rn(1.0f, e));
+	const float sig = __fdiv_rn(1.0f, __fadd_rn(1.0f, e));
+
+	*da = __fmul_rn(__fmul_rn(__fmul_rn(g, b), sig),
+			__fadd_rn(1.0f, __fmul_rn(a, __fsub_rn(1.0f, sig))));
+	*db = __fmul_rn(g, silu);
+}
+
+/* h may alias a or b: each element is read and written by one thread */
+static __global__ void swiglu_fwd_kernel(float *h, const float *a, const float *b, int64_t n,
+					 int64_t n4)
+{
+	for (int64_t k = GRID_TID; k < n4; k += GRID_STRIDE) {
+		const float4 x = ld4(a, k), y = ld4(b, k);
+		st4(h, k, make_float4(swiglu_h(x.x, y.x), swiglu_h(x.y, y.y), swiglu_h(x.z, y.z),
+				      swiglu_h(x.w, y.w)));
+	}
+	for (int64_t i = 4 * n4 + GRID_TID; i < n; i += GRID_STRIDE)
+		h[i] = swiglu_h(a[i], b[i]);
+}
+
+static __global__ void swiglu_bwd_kernel(float *da, float *db, const float *dh, const float *a,
+					 const float *b, int64_t n, int64_t n4)
+{
+	for (int64_t k = GRID_TID; k < n4; k += GRID_STRIDE) {
+		const float4 g = ld4(dh, k), x = ld4(a, k), y = ld4(b, k);
+		float4 oa, ob;
+
+		swiglu_d(&oa.x, &ob.x, g.x, x.x, y.x);
+		swiglu_d(&oa.y, &ob.y, g.y, x.y, y.y);
+		swiglu_d(&oa.z, &ob.z, g.z, x.z, y.z);
+		swiglu_d(&oa.w, &ob.w, g.w, x.w, y.w);
+		st4(da, k, oa);
+		st4(db, k, ob);
+	}
+	for (int64_t i = 4 * n4 + GRID_TID; i < n; i += GRID_STRIDE) {
+		float oa, ob;
+
+		swiglu_d(&oa, &ob, dh[i], a[i], b[i]);
+		da[i] = oa;
+		db[i] = ob;
+	}
+}
+
+int cuda_swiglu_fwd(struct titan_backend *be, float *h, const float *a, const float *b,
+		    int64_t n)
+{
+	if (n <= 0)
+		return 0;
+	const int64_t n4 = aligned(h, 16) && aligned(a, 16) && aligned(b, 16) ? n / 4 : 0;
+	swiglu_fwd_kernel<<<flat_blocks(n, n4), THREADS, 0, cuda_of(be)->stream>>>(h, a, b, n, n4);
+	CU_LAUNCHED("swiglu_fwd");
+	return 0;
+}
+
+int cuda_swiglu_bwd(struct titan_backend *be, float *da, float *db, const float *dh,
+		    const float *a, const float *b, int64_t n)
+{
+	if (n <= 0)
+		return 0;
+	const int64_t n4 = aligned(da, 16) && aligned(db, 16) && aligned(dh, 16) &&
+				   aligned(a, 16) && aligned(b, 16)
+			   ? n / 4
+			   : 0;
+	swiglu_bwd_kernel<<<flat_blocks(n, n4), THREADS, 0, cuda_of(be)->stream>>>(da, db, dh, a,
+										    b, n, n4);
+	CU_LAUNCHED("swiglu_bwd");
+	return 0;
+}
+
+/* ---- AdamW ---------------------------------------------------------------- */
+
+/* The float constants of lib/cpu/optim.c (same names, same rounding). */
+struct adamw_consts {
+	bool small;
+	float keep, lc, b2, c2, neg_step, bc2_sqrt, eps, grad_mul;
+};
+
+static __device__ void adamw_elem(float *p, float *m, float *v, float g,
+				  const struct adamw_consts &k)
+{
+	const float gi = __fmul_rn(g, k.grad_mul);
+	const float pi = __fmul_rn(*p, k.keep); /* × 1 is exact when wd = 0 */
+	const float mo = *m;
+	const float mi = fmaf(k.lc, __fsub_rn(gi, mo), k.small ? mo : gi);
+	const float vi = __fadd_rn(__fmul_rn(*v, k.b2), __fmul_rn(__fmul_rn(k.c2, gi), gi));
+	const float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(vi), k.bc2_sqrt), k.eps);
+
+	*p = __fadd_rn(pi, __fdiv_rn(__fmul_rn(k.neg_step, mi), denom));
+	*m = mi;
+	*v = vi;
+}
+
+static __global__ void adamw_kernel(float *p, float *m, float *v, const float *g, int64_t n,
+				    int64_t n4, struct adamw_consts k)
+{
+	for (int64_t j = GRID_TID; j < n4; j += GRID_STRIDE) {
+		float4 pp = ld4(p, j), mm = ld4(m, j), vv = ld4(v, j);
+		const float4 gg = ld4(g, j);
+
+		adamw_elem(&pp.x, &mm.x, &vv.x, gg.x, k);
+		adamw_elem(&pp.y, &mm.y, &vv.y, gg.y, k);
+		adamw_elem(&pp.z, &mm.z, &vv.z, gg.z, k);
+		adamw_elem(&pp.w, &mm.w, &vv.w, gg.w, k);
+		st4(p, j, pp);
+		st4(m, j, mm);
+		st4(v, j, vv);
+	}
+	for (int64_t i = 4 * n4 + GRID_TID; i < n; i += GRID_STRIDE)
+		adamw_elem(p + i, m + i, v + i, g[i], k);
+}
+
+int cuda_adamw_step(struct titan_backend *be, float *p, float *m, float *v, const float *g,
+		    int64_t n, const struct titan_adamw_hparams *hp, int64_t step,
+		    float grad_mul)
+{
+	if (step < 1)
+		return titan_error(TITAN_E_INVALID, "adamw: step %lld (must be >= 1)",
+				   (long long)step);
+	if (n <= 0)
+		return 0;
+	/* exp_avg.lerp_(grad, 1 − β1) as ATen: fma(w, g − m, m) for |w| < 0.5,
+	 * else fma(w − 1, g − m, g) */
+	const float lw = (float)(1.0 - hp->beta1);
+	const double bc1 = 1.0 - pow(hp->beta1, (double)step);
+	const double bc2 = 1.0 - pow(hp->beta2, (double)step);
+	struct adamw_consts k;
+
+	k.small = fabsf(lw) < 0.5f;
+	k.keep = hp->weight_decay != 0.0 ? (float)(1.0 - hp->lr * hp->weight_decay) : 1.0f;
+	k.lc = k.small ? lw : lw - 1.0f;
+	k.b2 = (float)hp->beta2;
+	k.c2 = (float)(1.0 - hp->beta2);
+	k.neg_step = (float)(-(hp->lr / bc1));
+	k.bc2_sqrt = (float)sqrt(bc2);
+	k.eps = (float)hp->eps;
+	k.grad_mul = grad_mul;
+	const int64_t n4 =
+		aligned(p, 16) && aligned(m, 16) && aligned(v, 16) && aligned(g, 16) ? n / 4 : 0;
+	adamw_kernel<<<flat_blocks(n, n4), THREADS, 0, cuda_of(be)->stream>>>(p, m, v, g, n, n4,
+									       k);
+	CU_LAUNCHED("adamw_step");
+	return 0;
+}
+
+/* ---- sum of squares --------------------------------------------------------- */
+
+/* part[block] = Σ x² over the block's grid-stride share, in double */
+static __global__ void sumsq_part_kernel(double *part, const float *x, int64_t n, int64_t n4)
+{
+	__shared__ double sh[32];
+	double s = 0.0;
+
+	for (int64_t k = GRID_TID; k < n4; k += GRID_STRIDE) {
+		const float4 a = ld4(x, k);
+		s += (double)a.x * a.x + (double)a.y * a.y + (double)a.z * a.z + (double)a.w * a.w;
+	}
+	for (int64_t i = 4 * n4 + GRID_TID; i < n; i += GRID_STRIDE)
+		s += (double)x[i] * x[i];
+	s = block_sum(s, sh);
+	if (threadIdx.x == 0)
+		part[blockIdx.x] = s;
+}
+
+/* *out = Σ part[0..np), one block */
+static __global__ void sum_final_kernel(double *out, const double *part, int np)
+{
+	__shared__ double sh[32];
+	double s = 0.0;
+
+	for (int i = threadIdx.x; i < np; i += blockDim.x)
+		s += part[i];
+	s = block_sum(s, sh);
+	if (threadIdx.x == 0)
+		*out = s;
+}
+
+int cuda_sumsq(struct titan_backend *be, double *out, const float *x, int64_t n)
+{
+	cudaStream_t s = cuda_of(be)->stream;
+
+	*out = 0.0;
+	if (n <= 0)
+		return 0;
+	int64_t nb = (n + THREADS * SUMSQ_PER_THREAD - 1) / (THREADS * SUMSQ_PER_THREAD);
+	nb = nb > SUMSQ_BLOCKS ? SUMSQ_BLOCKS : nb;
+	const int64_t n4 = aligned(x, 16) ? n / 4 : 0;
+	double *host = (double *)cuda_host_scratch(be, sizeof(double));
+	if (!host)
+		return TITAN_E_NOMEM;
+	double *part = (double *)cuda_scratch(be, (size_t)(nb + 1) * sizeof(double));
+	if (!part)
+		return TITAN_E_NOMEM;
+	sumsq_part_kernel<<<(unsigned)nb, THREADS, 0, s>>>(part, x, n, n4);
+	CU_LAUNCHED("sumsq");
+	sum_final_kernel<<<1, THREADS, 0, s>>>(part + nb, part, (int)nb);
+	CU_LAUNCHED("sumsq final");
+	CU_CHECK(cudaMemcpyAsync(host, part + nb, sizeof(double), cudaMemcpyDeviceToHost, s));
+	CU_CHECK(cudaStreamSynchronize(s));
+	*out = *host;
+	return 0;
+}
+
+/* ---- vector helpers --------------------------------------------------------- */
+
+static __global__ void scale_kernel(float *x, int64_t n, int64_t n4, float alpha)
+{
+	for (int64_t k = GRID_TID; k < n4; k += GRID_STRIDE) {
+		const float4 a = ld4(x, k);
+		st4(x, k, make_float4(a.x * alpha, a.y * alpha, a.z * alpha, a.w * alpha));
+	}
+	for (int64_t i = 4 * n4 + GRID_TID; i < n; i += GRID_STRIDE)
+		x[i] *= alpha;
+}
+
+/* y may alias a or b */
+static __global__ void add_kernel(float *y, const float *a, const float *b, int64_t n, int64_t n4)
+{
+	for (int64_t k = GRID_TID; k < n4; k += GRID_STRIDE) {
+		const float4 u = ld4(a, k), w = ld4(b, k);
+		st4(y, k, make_float4(u.x + w.x, u.y + w.y, u.z + w.z, u.w + w.w));
+	}
+	for (int64_t i = 4 * n4 + GRID_TID; i < n; i += GRID_STRIDE)
+		y[i] = a[i] + b[i];
+}
+
+int cuda_scale(struct titan_backend *be, float *x, int64_t n, float alpha)
+{
+	if (n <= 0)
+		return 0;
+	const int64_t n4 = aligned(x, 16) ? n / 4 : 0;
+	scale_kernel<<<flat_blocks(n, n4), THREADS, 0, cuda_of(be)->stream>>>(x, n, n4, alpha);
+	CU_LAUNCHED("scale");
+	return 0;
+}
+
+int cuda_add(struct titan_backend *be, float *y, const float *a, const float *b, int64_t n)
+{
+	if (n <= 0)
+		return 0;
+	const int64_t n4 = aligned(y, 16) && aligned(a, 16) && aligned(b, 16) ? n / 4 : 0;
+	add_kernel<<<flat_blocks(n, n4), THREADS, 0, cuda_of(be)->stream>>>(y, a, b, n, n4);
+	CU_LAUNCHED("add");
+	return 0;
+}
+
+int cuda_copy(struct titan_backend *be, float *dst, const float *src, int64_t n)
+{
+	if (n > 0)
+		CU_CHECK(cudaMemcpyAsync(dst, src, (size_t)n * sizeof(float),
+					 cudaMemcpyDeviceToDevice, cuda_of(be)->stream));
+	return 0;
+}
+
+int cuda_zero(struct titan_backend *be, float *x, int64_t n)
+{
+	if (n > 0)
+		CU_CHECK(cudaMemsetAsync(x, 0, (size_t)n * sizeof(float), cuda_of(be)->stream));
+	return 0;
+}
