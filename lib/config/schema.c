@@ -59,6 +59,7 @@ static const char *const ch_impl[] = { "fused", "foreach", "for-loop", NULL };
 static const char *const ch_decay[] = { "linear", "sqrt", "cosine", NULL };
 static const char *const ch_dtype[] = { "float32", "bfloat16", NULL };
 static const char *const ch_mp_param[] = { "bfloat16", "float32", NULL };
+static const char *const ch_device[] = { "auto", "cpu", "cuda", NULL };
 static const char *const ch_mp_reduce[] = { "float32", NULL };
 static const char *const ch_reshard[] = { "default", "always", "never", NULL };
 static const char *const ch_schedule[] = { "GPipe", "1F1B", "Interleaved1F1B",
@@ -165,6 +166,9 @@ static const struct cfg_entry schema[] = {
 	  "with skip_nonfinite: stop (exit 1) after this many non-finite steps in a row"),
 	K(training, enable_cpu_offload, BOOL, "false", NR, NULL, 0,
 	  "keep sharded parameters, gradients and optimizer state in host memory"),
+	K(training, device, ENUM, "auto", NR, ch_device, 0,
+	  "where one rank trains: cuda (GPU 0 of the rank), cpu, or auto (cuda on a "
+	  "single rank when a GPU is present)"),
 	K(training, dtype, ENUM, "float32", NR, ch_dtype, 0,
 	  "dtype of master weights, gradients and optimizer state"),
 	K(training, mixed_precision_param, ENUM, "bfloat16", NR, ch_mp_param, 0,

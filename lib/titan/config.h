@@ -118,6 +118,7 @@ struct titan_config {
 		bool skip_nonfinite;
 		int64_t max_consecutive_nonfinite;
 		bool enable_cpu_offload;
+		char *device;            /* auto, cpu, cuda */
 		char *dtype;             /* float32, bfloat16 */
 		char *mixed_precision_param, *mixed_precision_reduce;
 		int64_t gc_freq;

@@ -113,6 +113,12 @@ struct titan_llama_opts {
 	 * 1 .. nmore, in order; stage_first applies to stage 0 only,
 	 * stage_last to the rank's last) */
 	int nmore, more_l0[7], more_l1[7];
+	/* The allocator given to titan_llama_new is device memory (the CUDA
+	 * backend): the model stages ids, labels, the RoPE table and
+	 * initial weights through the host, and titan_llama_params/moments
+	 * return host shadows that titan_llama_sync copies (single rank, no
+	 * TP/CP/PP/FSDP in this version). */
+	bool device_memory;
 };
 /* From activation_checkpoint.{mode, selective_ac_option}: an integer N or
  * "op"; anything else is TITAN_E_INVALID naming the key. */
@@ -137,7 +143,11 @@ struct titan_param_arena *titan_llama_grads(struct titan_llama *m);
 /* The AdamW moments (arenas of the parameters' layout), for checkpoints. */
 void titan_llama_moments(struct titan_llama *m, float **exp_avg, float **exp_avg_sq);
 /* torchtitan init_weights from `seed` (lib/model). */
-void titan_llama_init_weights(struct titan_llama *m, uint64_t seed);
+int titan_llama_init_weights(struct titan_llama *m, uint64_t seed);
+/* With opts.device_memory: copy parameters and AdamW moments from the
+ * device to the host shadows (to_device false: before a checkpoint is
+ * written) or back (true: after one is read).  A no-op otherwise. */
+int titan_llama_sync(struct titan_llama *m, bool to_device);
 int titan_llama_zero_grads(struct titan_llama *m);
 
 /* One microbatch: inputs/labels [batch·seq] (labels < 0 are ignored).

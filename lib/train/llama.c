@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "titan/core.h"
+#include "titan/cuda.h"
 #include "titan/dist.h"
 #include "cp_attn.h"
 
@@ -32,6 +33,12 @@ struct titan_llama {
 	struct titan_allocator *alloc;
 	struct titan_param_table table;
 	struct titan_param_arena params, grads, m, v;
+	/* opts.device_memory: host shadows of params, m and v; staging of
+	 * ids and labels */
+	bool dev;
+	struct titan_param_arena hparams, hm, hv;
+	uint32_t *ids_host;
+	int32_t *lab_dev;
 	float *freqs;         /* [T, D/2, 2] */
 	int64_t n;            /* tokens per microbatch */
 	/* the microbatch in use (select_mb): */
@@ -335,6 +342,13 @@ int titan_llama_new(const struct titan_model_dims *d, const struct titan_llama_o
 		m->o.ce_chunk = TITAN_CE_CHUNK;
 	m->be = be;
 	m->alloc = alloc ? alloc : titan_host_allocator();
+	m->dev = o->device_memory;
+	if (m->dev && ((o->tp && titan_comm_size(o->tp) > 1) || (o->cp && titan_comm_size(o->cp) > 1) ||
+		       o->stage_l1 > 0 || o->shard_degree > 1)) {
+		rc = titan_error(TITAN_E_UNSUPPORTED, "the CUDA backend trains on one rank in this "
+				 "version (no TP, CP, PP or FSDP)");
+		goto fail;
+	}
 	m->cp = o->cp && titan_comm_size(o->cp) > 1 ? o->cp : NULL;
 	m->cpr = m->cp ? titan_comm_rank(m->cp) : 0;
 	m->cpn = m->cp ? titan_comm_size(m->cp) : 1;
@@ -403,6 +417,18 @@ int titan_llama_new(const struct titan_model_dims *d, const struct titan_llama_o
 	    (rc = titan_param_arena_init(&m->m, &m->table, m->alloc, TITAN_MEM_OPTIM)) < 0 ||
 	    (rc = titan_param_arena_init(&m->v, &m->table, m->alloc, TITAN_MEM_OPTIM)) < 0)
 		goto fail;
+	if (m->dev) {
+		struct titan_allocator *h = titan_host_allocator();
+
+		if ((rc = titan_param_arena_init(&m->hparams, &m->table, h, TITAN_MEM_OTHER)) < 0 ||
+		    (rc = titan_param_arena_init(&m->hm, &m->table, h, TITAN_MEM_OTHER)) < 0 ||
+		    (rc = titan_param_arena_init(&m->hv, &m->table, h, TITAN_MEM_OTHER)) < 0)
+			goto fail;
+		rc = TITAN_E_NOMEM;
+		if (!(m->ids_host = malloc((size_t)m->n * sizeof(*m->ids_host))) ||
+		    !(m->lab_dev = (int32_t *)buf(m, m->n, TITAN_MEM_DATA)))
+			goto fail;
+	}
 	rc = TITAN_E_NOMEM;
 	/* groups: embeddings, each block, norm + output (FSDP's units) */
 	m->ngroups = (int)L + 2;
@@ -450,6 +476,18 @@ int titan_llama_new(const struct titan_model_dims *d, const struct titan_llama_o
 			memcpy(m->freqs + t * d->head_dim, full + m->pos[t] * d->head_dim,
 			       (size_t)d->head_dim * sizeof(float));
 		free(full);
+		if (rc < 0)
+			goto fail;
+	} else if (m->dev) {
+		float *f = malloc((size_t)(o->seq * d->head_dim) * sizeof(float));
+
+		rc = f ? titan_rope_freqs(f, o->seq, d->head_dim, d->rope_theta,
+					  d->rope_scaling ? &sc : NULL)
+		       : titan_error(TITAN_E_NOMEM, "out of memory");
+		if (rc == 0)
+			rc = titan_cuda_memcpy(m->freqs, f,
+					       (size_t)(o->seq * d->head_dim) * sizeof(float));
+		free(f);
 		if (rc < 0)
 			goto fail;
 	} else if ((rc = titan_rope_freqs(m->freqs, o->seq, d->head_dim, d->rope_theta,
@@ -545,6 +583,10 @@ void titan_llama_free(struct titan_llama *m)
 	titan_param_arena_release(&m->grads);
 	titan_param_arena_release(&m->m);
 	titan_param_arena_release(&m->v);
+	titan_param_arena_release(&m->hparams);
+	titan_param_arena_release(&m->hm);
+	titan_param_arena_release(&m->hv);
+	free(m->ids_host);
 	titan_param_table_release(&m->table);
 	free(m);
 }
@@ -556,7 +598,7 @@ const struct titan_param_table *titan_llama_table(const struct titan_llama *m)
 
 struct titan_param_arena *titan_llama_params(struct titan_llama *m)
 {
-	return &m->params;
+	return m->dev ? &m->hparams : &m->params;
 }
 
 struct titan_param_arena *titan_llama_grads(struct titan_llama *m)
@@ -566,13 +608,34 @@ struct titan_param_arena *titan_llama_grads(struct titan_llama *m)
 
 void titan_llama_moments(struct titan_llama *m, float **exp_avg, float **exp_avg_sq)
 {
-	*exp_avg = m->m.data;
-	*exp_avg_sq = m->v.data;
+	*exp_avg = m->dev ? m->hm.data : m->m.data;
+	*exp_avg_sq = m->dev ? m->hv.data : m->v.data;
 }
 
-void titan_llama_init_weights(struct titan_llama *m, uint64_t seed)
+int titan_llama_sync(struct titan_llama *m, bool to_device)
 {
-	titan_model_init_params(&m->params, seed);
+	const size_t bytes = (size_t)m->table.arena_floats * sizeof(float);
+	struct titan_param_arena *d[3] = {&m->params, &m->m, &m->v};
+	struct titan_param_arena *h[3] = {&m->hparams, &m->hm, &m->hv};
+	int rc;
+
+	if (!m->dev)
+		return 0;
+	for (int i = 0; i < 3; i++)
+		if ((rc = to_device ? titan_cuda_memcpy(d[i]->data, h[i]->data, bytes)
+				    : titan_cuda_memcpy(h[i]->data, d[i]->data, bytes)) < 0)
+			return titan_error_prefix("copying the model state %s the GPU",
+						  to_device ? "to" : "from");
+	return 0;
+}
+
+int titan_llama_init_weights(struct titan_llama *m, uint64_t seed)
+{
+	titan_model_init_params(m->dev ? &m->hparams : &m->params, seed);
+	if (!m->dev)
+		return 0;
+	return titan_cuda_memcpy(m->params.data, m->hparams.data,
+				 (size_t)m->table.arena_floats * sizeof(float));
 }
 
 int titan_llama_zero_grads(struct titan_llama *m)
@@ -979,9 +1042,9 @@ static int load_ids(struct titan_llama *m, const int32_t *inputs)
 			return titan_error(TITAN_E_INVALID, "input token %lld is id %d, outside the "
 					   "vocabulary (size %lld)", (long long)at, inputs[at],
 					   (long long)m->d.vocab_size);
-		m->ids[i] = (uint32_t)inputs[at];
+		(m->dev ? m->ids_host : m->ids)[i] = (uint32_t)inputs[at];
 	}
-	return 0;
+	return m->dev ? titan_cuda_memcpy(m->ids, m->ids_host, (size_t)m->n * sizeof(*m->ids)) : 0;
 }
 
 static int forward(struct titan_llama *m, const int32_t *inputs)
@@ -1052,6 +1115,15 @@ static int loss_fwd(struct titan_llama *m, const int32_t *labels, float grad_sca
 		for (int64_t i = 0; i < m->n; i++)
 			m->lab[i] = labels[(i / m->seq_l) * m->seq_l * m->cpn + m->pos[i % m->seq_l]];
 		labels = m->lab;
+	}
+	if (m->dev) { /* the CUDA loss does not range-check labels */
+		for (int64_t i = 0; i < m->n; i++)
+			if (labels[i] >= m->d.vocab_size)
+				return titan_error(TITAN_E_INVALID, "label %lld is id %d, outside the "
+						   "vocabulary (size %lld)", (long long)i, labels[i],
+						   (long long)m->d.vocab_size);
+		CK(titan_cuda_memcpy(m->lab_dev, labels, (size_t)m->n * sizeof(*labels)));
+		labels = m->lab_dev;
 	}
 	span_begin(m, "loss", -1);
 	rc = dxn ? ghook(m, h->pre_backward, last) : 0;

@@ -25,6 +25,7 @@
 
 #include "titan/ckpt.h"
 #include "titan/core.h"
+#include "titan/cuda.h"
 #include "titan/data.h"
 #include "titan/dist.h"
 #include "titan/trace.h"
@@ -120,7 +121,7 @@ static struct titan_comm *comm(const struct titan_trainer *t, enum titan_mesh_di
 static void set_phase(struct titan_trainer *t, uint16_t phase)
 {
 	t->phase = phase;
-	titan_mem_set_step(titan_host_allocator(), (uint32_t)t->step, phase);
+	titan_mem_set_step(t->mem, (uint32_t)t->step, phase);
 }
 
 static void hook_begin(void *ctx, const char *name)
@@ -145,8 +146,9 @@ static void hook_end(void *ctx, const char *name)
 	if (!t->trace)
 		return;
 	titan_trace_end(t->trace);
-	titan_mem_get_stats(titan_host_allocator(), &ms);
-	titan_trace_counter(t->trace, "host memory (bytes)", (double)ms.total_cur);
+	titan_mem_get_stats(t->mem, &ms);
+	titan_trace_counter(t->trace, t->cuda ? "device memory (bytes)" : "host memory (bytes)",
+			    (double)ms.total_cur);
 }
 
 /* profiling.profile_freq / profiler_warmup / profiler_active as torchtitan's
@@ -320,7 +322,7 @@ static int log_tensorboard(struct titan_trainer *t, int64_t step, const double *
 static int log_step(struct titan_trainer *t, int64_t step, double loss, double norm, double lr,
 		    int64_t tokens_seen)
 {
-	struct titan_allocator *host = titan_host_allocator();
+	struct titan_allocator *host = t->mem;
 	struct titan_mem_stats ms;
 	uint64_t now = titan_time_ns();
 	double dt = (double)(now - t->t_last) * 1e-9;
@@ -661,6 +663,76 @@ static int check_supported(const struct titan_config *c)
 	return 0;
 }
 
+/* bf16 dense peak FLOP/s of a GPU by name (torchtitan's
+ * get_peak_flops), 0 when unknown. */
+static double gpu_peak_flops(const char *name)
+{
+	if (strstr(name, "H100") || strstr(name, "H200") || strstr(name, "H800") ||
+	    strstr(name, "H20"))
+		return strstr(name, "H20") && !strstr(name, "H200") ? 148e12 : 989e12;
+	if (strstr(name, "B200"))
+		return 2.25e15;
+	if (strstr(name, "A100") || strstr(name, "A800"))
+		return 312e12;
+	if (strstr(name, "L40S"))
+		return 362e12;
+	return 0;
+}
+
+/* training.device: cuda needs a GPU and one rank with no model parallelism
+ * (this version); auto picks cuda when that holds and a GPU is there. */
+static int open_backend(struct titan_trainer *t, const struct titan_trainer_opts *o)
+{
+	const struct titan_config *c = &t->cfg;
+	const bool want = !strcmp(c->training.device, "cuda");
+	const bool parallel = t->dist->size > 1;
+	struct titan_cuda_opts co = {0};
+	struct titan_cuda_device_info info;
+	struct titan_mem_backend mb;
+	int n = 0, rc;
+
+	t->mem = titan_host_allocator();
+	if (!strcmp(c->training.device, "cpu") || (!want && (parallel || !titan_cuda_built() ||
+							      titan_cuda_device_count(&n) < 0 ||
+							      n == 0))) {
+		titan_error_clear();
+		if ((rc = titan_backend_cpu_init(&t->be, o->threads)) < 0)
+			return rc;
+		t->be_ready = true;
+		return 0;
+	}
+	if (parallel)
+		return titan_error(TITAN_E_UNSUPPORTED, "training.device: cuda trains on one rank "
+				   "in this version (%d ranks here); use training.device: cpu for "
+				   "multi-rank runs", t->dist->size);
+	if (c->training.enable_cpu_offload)
+		return titan_error(TITAN_E_UNSUPPORTED, "training.enable_cpu_offload: not with "
+				   "training.device: cuda on one rank");
+	co.device = 0;
+	co.matmul = strcmp(c->training.mixed_precision_param, "bfloat16") == 0
+			    ? TITAN_CUDA_MATMUL_BF16 : TITAN_CUDA_MATMUL_FP32;
+	if ((rc = titan_cuda_device_info(co.device, &info)) < 0 ||
+	    (rc = titan_cuda_mem_backend(co.device, &mb)) < 0)
+		return titan_error_prefix("training.device: cuda");
+	if (!(t->dev_alloc = titan_allocator_new("cuda:0", &mb)))
+		return titan_error(TITAN_E_NOMEM, "out of memory");
+	if ((rc = titan_backend_cuda_init(&t->be, &co, t->dev_alloc)) < 0)
+		return titan_error_prefix("training.device: cuda");
+	t->be_ready = true;
+	t->cuda = true;
+	t->mem = t->dev_alloc;
+	t->total_mem = (double)info.total_memory;
+	t->peak_flops = gpu_peak_flops(info.name);
+	titan_log_info("Device: %s (cuda:%d, compute capability %d.%d, %.1f GiB), GEMMs in %s",
+		       info.name, co.device, info.cc_major, info.cc_minor,
+		       (double)info.total_memory / 1073741824.0,
+		       co.matmul == TITAN_CUDA_MATMUL_BF16 ? "bf16 (fp32 accumulate)" : "fp32");
+	if (t->peak_flops == 0 && isnan(c->metrics.peak_flops))
+		titan_log_warn("no bf16 peak known for '%s': MFU reads 0 (set "
+			       "metrics.peak_flops)", info.name);
+	return 0;
+}
+
 static int open_loaders(struct titan_trainer *t)
 {
 	const struct titan_config *c = &t->cfg;
@@ -882,16 +954,18 @@ int titan_trainer_new(const struct titan_config *cfg, const struct titan_trainer
 	if ((rc = titan_grad_accum_steps(c, t->dp_degree, &t->accum)) < 0)
 		return rc;
 	t->n = c->training.local_batch_size * c->training.seq_len;
-	if ((rc = titan_backend_cpu_init(&t->be, o->threads)) < 0)
+	if ((rc = open_backend(t, o)) < 0)
 		return rc;
-	t->be_ready = true;
 	if ((rc = open_loaders(t)) < 0)
 		return rc;
 	if (c->profiling.enable_memory_snapshot && (rc = open_memtrace(t)) < 0)
 		return rc;
 	/* the probe's 12 MiB before the model: never on top of its arenas */
-	t->peak_flops = isnan(c->metrics.peak_flops) ? measure_peak(t->be.nthreads)
-						     : c->metrics.peak_flops;
+	if (!isnan(c->metrics.peak_flops))
+		t->peak_flops = c->metrics.peak_flops;
+	else if (!t->cuda)
+		t->peak_flops = measure_peak(t->be.nthreads);
+	t->mo.device_memory = t->cuda;
 	if (t->fsdp_degree > 1) {
 		t->mo.shard_rank = titan_comm_rank(comm(t, TITAN_DIM_FSDP));
 		t->mo.shard_degree = (int)t->fsdp_degree;
@@ -934,7 +1008,8 @@ int titan_trainer_new(const struct titan_config *cfg, const struct titan_trainer
 		t->mo.pp_microbatches = c->training.local_batch_size /
 					c->parallelism.pipeline_parallel_microbatch_size;
 		t->mo.pp = comm(t, TITAN_DIM_PP);
-	}	if ((rc = titan_llama_new(&t->dims, &t->mo, &t->be, NULL, &t->model)) < 0)
+	}
+	if ((rc = titan_llama_new(&t->dims, &t->mo, &t->be, t->dev_alloc, &t->model)) < 0)
 		return rc;
 	titan_llama_set_hooks(t->model, &(struct titan_llama_hooks){hook_begin, hook_end, t});
 	if (t->mo.stage_l1 > 0) {
@@ -947,7 +1022,8 @@ int titan_trainer_new(const struct titan_config *cfg, const struct titan_trainer
 			return rc;
 	}
 	/* each rank initialises its own rows: the same weights on any layout */
-	titan_llama_init_weights(t->model, (uint64_t)c->training.seed);
+	if ((rc = titan_llama_init_weights(t->model, (uint64_t)c->training.seed)) < 0)
+		return rc;
 	if (t->dp_degree > 1 || t->fsdp_degree > 1) { /* FSDP's mesh includes cp */
 		struct titan_dp_opts dpo = {
 			.shard = t->fsdp_degree > 1 ? comm(t, TITAN_DIM_FSDP) : NULL,
@@ -986,9 +1062,15 @@ int titan_trainer_new(const struct titan_config *cfg, const struct titan_trainer
 			       (long long)t->dist->dims.degree[TITAN_DIM_DP_REPLICATE],
 			       (long long)t->dist->dims.degree[TITAN_DIM_DP_SHARD],
 			       t->dp ? titan_dp_units(t->dp) : 0, t->be.nthreads);
-	titan_log_info("Peak FLOPS used for computing MFU: %.3e (%s, %d threads)", t->peak_flops,
-		       isnan(c->metrics.peak_flops) ? "measured sgemm" : "metrics.peak_flops",
-		       t->be.nthreads);
+	if (t->cuda)
+		titan_log_info("Peak FLOPS used for computing MFU: %.3e (%s)", t->peak_flops,
+			       isnan(c->metrics.peak_flops) ? "bf16 dense peak of the GPU"
+							    : "metrics.peak_flops");
+	else
+		titan_log_info("Peak FLOPS used for computing MFU: %.3e (%s, %d threads)",
+			       t->peak_flops, isnan(c->metrics.peak_flops) ? "measured sgemm"
+									 : "metrics.peak_flops",
+			       t->be.nthreads);
 	titan_log_info("Training starts: %lld steps, %lld microbatch(es) of %lld x %lld tokens "
 		       "per rank, activation checkpointing %s", (long long)c->training.steps,
 		       (long long)t->accum, (long long)c->training.local_batch_size,
@@ -1050,6 +1132,7 @@ void titan_trainer_free(struct titan_trainer *t)
 	titan_loader_close(t->val);
 	if (t->be_ready)
 		titan_backend_release(&t->be);
+	titan_allocator_free(t->dev_alloc);
 	titan_config_release(&t->cfg);
 	free(t);
 }

@@ -13,7 +13,9 @@
 #include "titan/dist.h"
 #include "trainer_impl.h"
 
-static void ckpt_state(struct titan_trainer *t, struct titan_ckpt_state *st)
+/* The state checkpoints read and write: on the CUDA backend the model's
+ * host shadows, made current here (titan_llama_sync). */
+static int ckpt_state(struct titan_trainer *t, struct titan_ckpt_state *st)
 {
 	memset(st, 0, sizeof(*st));
 	st->table = titan_llama_table(t->model);
@@ -21,6 +23,7 @@ static void ckpt_state(struct titan_trainer *t, struct titan_ckpt_state *st)
 	titan_llama_moments(t->model, &st->exp_avg, &st->exp_avg_sq);
 	st->train.dp_world_size = t->dp_degree;
 	st->train.loader = t->loader_states;
+	return titan_llama_sync(t->model, false);
 }
 
 /* Does this rank write its rows?  Every element once: the ranks of the
@@ -60,7 +63,10 @@ int titan_trainer_ckpt_save(struct titan_trainer *t, int64_t step, bool last, in
 	}
 	for (int64_t r = 0; r < t->dp_degree; r++)
 		titan_loader_get_state(t->train, &t->loader_states[r]);
-	ckpt_state(t, &st);
+	if ((rc = ckpt_state(t, &st)) < 0) {
+		free(yaml);
+		return rc;
+	}
 	st.config_yaml = yaml;
 	st.train.step = step;
 	st.train.ntokens_seen = tokens_seen;
@@ -213,7 +219,8 @@ static int resume(struct titan_trainer *t)
 	if ((rc = titan_ckpt_exclude_parse(&c->checkpoint.exclude_from_loading, &flags)) < 0 ||
 	    (rc = resume_step(t, &step)) < 0)
 		return rc;
-	ckpt_state(t, &st);
+	if ((rc = ckpt_state(t, &st)) < 0)
+		return rc;
 	if (step >= 0) {
 		const unsigned base = flags;
 		char why[1024];
@@ -286,7 +293,8 @@ int titan_trainer_ckpt_setup(struct titan_trainer *t)
 	     (rc = titan_ckpt_async_reserve(t->ckpt_async, titan_llama_table(t->model)->arena_floats,
 					    !c->checkpoint.model_weights_only)) < 0))
 		return rc;
-	if ((c->checkpoint.enable || *c->checkpoint.initial_load_path) && (rc = resume(t)) < 0)
+	if ((c->checkpoint.enable || *c->checkpoint.initial_load_path) &&
+	    ((rc = resume(t)) < 0 || (rc = titan_llama_sync(t->model, true)) < 0))
 		return rc;
 	/* a run that would do nothing says why instead of exiting 0 quietly */
 	if (t->start_step > c->training.steps)
@@ -302,7 +310,8 @@ int titan_trainer_ckpt_setup(struct titan_trainer *t)
 		struct titan_ckpt_state st;
 		char *path = NULL;
 
-		ckpt_state(t, &st);
+		if ((rc = ckpt_state(t, &st)) < 0)
+			return rc;
 		if ((rc = titan_ckpt_save(t->ckpt_dir, 0, &st, TITAN_CKPT_MODEL_ONLY, TITAN_CKPT_FLOAT32,
 					  &path)) < 0)
 			return rc;

@@ -22,6 +22,9 @@ struct titan_trainer {
 	struct titan_llama_opts mo;
 	struct titan_backend be;
 	bool be_ready;
+	bool cuda;                     /* training.device resolved to cuda */
+	struct titan_allocator *dev_alloc; /* cuda: device memory of the model */
+	struct titan_allocator *mem;   /* what the memory line reports */
 	struct titan_llama *model;
 	struct titan_dp *dp;           /* NULL on one DP rank */
 	struct titan_pp *pp;           /* NULL without pipeline parallelism */

@@ -95,6 +95,25 @@ for l in open(sys.argv[1]):
 	/usr/bin/python3 -c "import math,sys; f,l=float(sys.argv[1]),float(sys.argv[2]); assert abs(f-math.log(768))<0.7, f; assert l<f-0.5, (f,l)" "$first" "$last"
 }
 
+@test "training.device: cuda without a GPU is an error naming the key; auto and cpu train on the CPU" {
+	if nvidia-smi -L >/dev/null 2>&1; then
+		skip "a GPU is present (make cuda-test covers it)"
+	fi
+	run -1 --separate-stderr titan-train --config "$DATA/tiny.yaml" --training.device=cuda \
+		--job.dump_folder="$BATS_TEST_TMPDIR/c"
+	refute_crash
+	[[ $stderr == *"training.device: cuda"* ]]
+	[ ! -e "$BATS_TEST_TMPDIR/c/metrics.jsonl" ]
+	run -0 --separate-stderr titan-train --config "$DATA/tiny.yaml" --training.device=auto \
+		--training.steps=2 --job.dump_folder="$BATS_TEST_TMPDIR/a"
+	assert_equal "${#lines[@]}" 2
+	run -0 --separate-stderr titan-train --config "$DATA/tiny.yaml" --training.device=cpu \
+		--training.steps=2 --job.dump_folder="$BATS_TEST_TMPDIR/b"
+	cmp <(losses "$BATS_TEST_TMPDIR/a/metrics.jsonl") <(losses "$BATS_TEST_TMPDIR/b/metrics.jsonl")
+	run -2 --separate-stderr titan-train --config "$DATA/tiny.yaml" --training.device=tpu
+	[[ $stderr == *"training.device"* ]]
+}
+
 @test "same config and seed: the same losses bit for bit; any thread count" {
 	titan-train -q --config "$DATA/tiny.yaml" --threads 1 --job.dump_folder="$BATS_TEST_TMPDIR/a"
 	titan-train -q --config "$DATA/tiny.yaml" --threads 2 --job.dump_folder="$BATS_TEST_TMPDIR/b"

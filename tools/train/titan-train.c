@@ -200,9 +200,10 @@ int main(int argc, char **argv)
 		goto done;
 	cfg_ready = true;
 	/* runs describe themselves: version, features and the config they used */
-	titan_log_info("titan-train %s (%s), built with %s; this run: CPU (fp32, OpenBLAS), "
+	titan_log_info("titan-train %s (%s), built with %s; this run: training.device %s, "
 		       "%d rank(s)%s, config %s", titan_version(), titan_git_revision(),
-		       titan_features(), dist->size, dist->size > 1 ? " over MPI" : "",
+		       titan_features(), cfg.training.device, dist->size,
+		       dist->size > 1 ? " over MPI" : "",
 		       cli.config_path ? cli.config_path : "(defaults)");
 	if (cfg.job.print_config && logs)
 		titan_config_write_yaml(&cfg, stderr);
