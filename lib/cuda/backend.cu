@@ -20,6 +20,14 @@ bool cuda_sync_debug(void)
 	return on;
 }
 
+static void scratch_free(struct titan_backend *be, void *p)
+{
+	if (be->alloc)
+		titan_mem_free(be->alloc, p);
+	else
+		cudaFree(p);
+}
+
 void *cuda_scratch(struct titan_backend *be, size_t bytes)
 {
 	struct cuda_impl *c = cuda_of(be);
@@ -29,14 +37,19 @@ void *cuda_scratch(struct titan_backend *be, size_t bytes)
 	if (c->scratch) {
 		/* the old buffer may still be read by queued work */
 		cudaStreamSynchronize(c->stream);
-		cudaFree(c->scratch);
+		scratch_free(be, c->scratch);
 		c->scratch = NULL;
 		c->scratch_bytes = 0;
 	}
 	bytes = bytes < (1u << 20) ? (1u << 20) : bytes + bytes / 4;
-	if (cudaMalloc(&c->scratch, bytes) != cudaSuccess) {
-		(void)cudaGetLastError();
+	/* through the tagged allocator when there is one: the memory line
+	 * and the memory trace count it as workspace */
+	if (be->alloc)
+		c->scratch = titan_mem_alloc(be->alloc, bytes, TITAN_MEM_WORKSPACE);
+	else if (cudaMalloc(&c->scratch, bytes) != cudaSuccess)
 		c->scratch = NULL;
+	if (!c->scratch) {
+		(void)cudaGetLastError();
 		titan_error(TITAN_E_NOMEM, "CUDA: out of device memory for %zu bytes of "
 			    "workspace", bytes);
 		return NULL;
@@ -81,7 +94,8 @@ static void cuda_release(struct titan_backend *be)
 	if (c->lt)
 		cublasLtDestroy(c->lt);
 	cudaFree(c->blas_ws);
-	cudaFree(c->scratch);
+	if (c->scratch)
+		scratch_free(be, c->scratch);
 	if (c->host_scratch)
 		cudaFreeHost(c->host_scratch);
 	if (c->stream)
