@@ -1,0 +1,695 @@
+/*
+ * attention.cu — causal grouped-query scaled-dot-product attention on the
+ * GPU, forward and backward, flash-attention style (Dao et al. 2022,
+ * FlashAttention-2's loop order): keys are visited in tiles with an online
+ * softmax, the log-sum-exp of every query row is saved, and backward
+ * recomputes the probabilities from it.  The CPU twin is lib/cpu/attention.c
+ * (same formulas, same order of the online-softmax updates); results differ
+ * from it by rounding only (reduction trees, expf's last bit).
+ *
+ * fp32 in and out, fp32 FMA math (no tensor cores yet).  Scores are scaled
+ * in fp32 as on the CPU: p = expf(s·scale − m) with scale = 1/sqrt(D) (full
+ * precision expf, ≤ 2 ulp; no log2e pre-scaling, so no extra rounding of the
+ * exponent; --use_fast_math would break the 1e-5 agreement with the CPU).  Tiles are 64 queries × 64 keys whatever be->attn_block_q/k
+ * say (those only change rounding).  Head dims up to 128: D is padded with
+ * zeros to DP = 16, 32, 64 or 128 in shared memory (padded columns add 0 to
+ * the scores and are never stored).  Any T: the last tile is partial; its
+ * rows past T are zero-filled and masked, never stored.
+ *
+ * Thread layout, the same in every kernel: threads (ty, tx), tx in 0..15,
+ * 16·RY threads.  In a 64×64 score tile a thread holds rows ty + RY·i
+ * (RM = 64/RY of them) and columns tx + 16·j (j < 4) in registers; in a
+ * 64×DP output tile it holds the same rows and DP/16 columns (tx·VW..+VW,
+ * then +16·VW, VW = min(DP/16, 4)).  The 16 threads of a row are one
+ * half-warp, so row max/sum are 4 shuffles.  Shared tiles of width DP have
+ * row stride DP + 4: the score product reads rows of the column operand
+ * as float4 at stride (DP+4)/4 (odd) 16-byte units, conflict-free.
+ *
+ *  forward    grid (B·H, query tiles, heaviest first), 128 threads (RM 8).
+ *             Per block Q tile resident; per key tile at or before the
+ *             query tile: S = Q·Kᵀ, online softmax, P to shared (over the
+ *             K tile), O += P·V.  Shared: Q, K/P, V = 3 × 64·(DP+4)
+ *             floats (51 KiB at D 64, 99 KiB at D 128).  168 registers
+ *             at D 64 (3 blocks per SM), 214 at D 128.
+ *  backward   1. Di[b,h,t] = rowsum(dout·out) (double sum, one warp per
+ *                row) into cuda_scratch: B·H·T floats.
+ *             2. dK/dV: grid (B·Hkv, key tiles), 256 threads (RM 4).  A
+ *                block owns a key tile of one kv head (K, V resident) and
+ *                loops over the query heads of its group, then the query
+ *                tiles at or after the key tile: Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ,
+ *                P = exp(S·scale − lse), dS = P·(dP − Di)·scale, dV +=
+ *                Pᵀ·dO, dK += dSᵀ·Q, accumulated in registers in the
+ *                CPU's order (head, query tile, query row); no atomics.
+ *                Shared: K, V, Q, dO, one 64×68 tile for Pᵀ then dSᵀ,
+ *                lse and Di = 86 KiB at D 64, 150 KiB at D 128.
+ *                128 registers at D 64 (2 blocks per SM), ≤ 204 at 128.
+ *             3. dQ: grid (B·H, query tiles), 256 threads.  A block owns a
+ *                query tile (Q, dO, lse, Di resident) and loops over the
+ *                key tiles at or before it: S, dP, dS again, dQ += dS·K.
+ *                Recomputing S and dP costs two more 64×64×D products per
+ *                tile pair than atomics would, but dq is deterministic.
+ *                Shared: Q, dO, K, V/dS = 68 KiB at D 64, 132 KiB at 128;
+ *                128 registers at D 64 (2 blocks per SM), ≤ 160 at 128.
+ * (ptxas, sm_80 and sm_90: no spills.)  No double buffering yet: a
+ * tile's global loads are hidden only by the other blocks of the SM.
+ * Every kernel is deterministic: fixed loop orders, no atomics.  Backward
+ * at D > 64 needs up to 150 KiB of shared memory per block: A100 and H100
+ * have it; sm_86/89 parts (99 KiB) do not, and the op fails with a message
+ * there.
+ */
+#include <math.h>
+
+#include "cuda_impl.h"
+
+#define TILE 64  /* queries and keys per tile */
+#define XS 68    /* row stride of the 64×64 P / dS tile in shared memory */
+
+/* max/sum over the 16 lanes of a half-warp (the threads of one row) */
+static __device__ __forceinline__ float row_max16(float x)
+{
+	x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 8));
+	x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 4));
+	x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+	return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+}
+
+static __device__ __forceinline__ float row_sum16(float x)
+{
+	x += __shfl_xor_sync(0xffffffffu, x, 8);
+	x += __shfl_xor_sync(0xffffffffu, x, 4);
+	x += __shfl_xor_sync(0xffffffffu, x, 2);
+	return x + __shfl_xor_sync(0xffffffffu, x, 1);
+}
+
+/* Shared tile dst[64][ld] = rows src[r·stride + c] for r < rows, c < D, 0
+ * elsewhere (c < DP).  vec4: D % 4 == 0 and src 16-byte aligned. */
+template <int DP, int NT>
+static __device__ __forceinline__ void load_tile(float *dst, int ld, const float *__restrict__ src,
+						 int64_t stride, int rows, int D, bool vec4)
+{
+	const int tid = threadIdx.x;
+
+	if (vec4) {
+		constexpr int W = DP / 4;
+#pragma unroll 4
+		for (int e = tid; e < TILE * W; e += NT) {
+			const int r = e / W, c = e % W * 4;
+			float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+
+			if (r < rows && c < D)
+				x = __ldg((const float4 *)(src + r * stride + c));
+			*(float4 *)(dst + r * ld + c) = x;
+		}
+	} else {
+#pragma unroll 4
+		for (int e = tid; e < TILE * DP; e += NT) {
+			const int r = e / DP, c = e % DP;
+
+			dst[r * ld + c] = r < rows && c < D ? __ldg(src + r * stride + c) : 0.0f;
+		}
+	}
+}
+
+/* acc[i][j] = Σ_d A[ty+RY·i][d]·B[tx+16·j][d], d = 0..DP−1 in order, one
+ * FMA each (the CPU's order).  A, B shared, row strides lda, ldb (multiples
+ * of 4; ldb/4 odd for conflict-free B reads). */
+template <int DP, int RM>
+static __device__ __forceinline__ void mm_abt(float (&acc)[RM][4], const float *A, int lda,
+					      const float *B, int ldb, int ty, int tx)
+{
+	constexpr int RY = TILE / RM;
+	const float *a0 = A + ty * lda, *b0 = B + tx * ldb;
+
+#pragma unroll
+	for (int i = 0; i < RM; i++)
+#pragma unroll
+		for (int j = 0; j < 4; j++)
+			acc[i][j] = 0.0f;
+#pragma unroll 1
+	for (int d = 0; d < DP; d += 4) {
+		float4 a[RM], b[4];
+
+#pragma unroll
+		for (int i = 0; i < RM; i++)
+			a[i] = *(const float4 *)(a0 + RY * i * lda + d);
+#pragma unroll
+		for (int j = 0; j < 4; j++)
+			b[j] = *(const float4 *)(b0 + 16 * j * ldb + d);
+#pragma unroll
+		for (int i = 0; i < RM; i++)
+#pragma unroll
+			for (int j = 0; j < 4; j++) {
+				acc[i][j] = fmaf(a[i].x, b[j].x, acc[i][j]);
+				acc[i][j] = fmaf(a[i].y, b[j].y, acc[i][j]);
+				acc[i][j] = fmaf(a[i].z, b[j].z, acc[i][j]);
+				acc[i][j] = fmaf(a[i].w, b[j].w, acc[i][j]);
+			}
+	}
+}
+
+/* Column of the u-th of the OC output columns a thread holds. */
+template <int OC>
+static __device__ __forceinline__ int out_col(int u, int tx)
+{
+	constexpr int VW = OC < 4 ? OC : 4;
+
+	return u / VW * 16 * VW + tx * VW + u % VW;
+}
+
+/* acc[i][u] += Σ_c P[ty+RY·i][c]·B[c][out_col(u)], c = 0..63 in order.  P
+ * (row stride ldp) and B (ldb) shared, strides multiples of 4. */
+template <int RM, int OC>
+static __device__ __forceinline__ void mm_ab(float (&acc)[RM][OC], const float *P, int ldp,
+					     const float *B, int ldb, int ty, int tx)
+{
+	constexpr int RY = TILE / RM, VW = OC < 4 ? OC : 4;
+	const float *p0 = P + ty * ldp, *bc = B + tx * VW;
+
+#pragma unroll 1
+	for (int c = 0; c < TILE; c += 4) {
+		float4 p[RM];
+
+#pragma unroll
+		for (int i = 0; i < RM; i++)
+			p[i] = *(const float4 *)(p0 + RY * i * ldp + c);
+#pragma unroll
+		for (int cc = 0; cc < 4; cc++) {
+			const float *br = bc + (c + cc) * ldb;
+			float bv[OC];
+
+#pragma unroll
+			for (int w = 0; w < OC / VW; w++) {
+				if (VW == 4) {
+					const float4 x = *(const float4 *)(br + 64 * w);
+
+					bv[4 * w] = x.x;
+					bv[4 * w + 1] = x.y;
+					bv[4 * w + 2] = x.z;
+					bv[4 * w + 3] = x.w;
+				} else if (VW == 2) {
+					const float2 x = *(const float2 *)br;
+
+					bv[0] = x.x;
+					bv[1] = x.y;
+				} else {
+					bv[0] = br[0];
+				}
+			}
+#pragma unroll
+			for (int i = 0; i < RM; i++) {
+				const float pv = cc == 0 ? p[i].x : cc == 1 ? p[i].y
+							  : cc == 2 ? p[i].z : p[i].w;
+#pragma unroll
+				for (int u = 0; u < OC; u++)
+					acc[i][u] = fmaf(pv, bv[u], acc[i][u]);
+			}
+		}
+	}
+}
+
+/* Row stride of D-wide shared tiles, and of the buffer the 64×64 P/dS tile
+ * may share with one of them. */
+template <int DP>
+struct attn_geom {
+	static constexpr int LD = DP + 4;
+	static constexpr int LDX = LD > XS ? LD : XS;
+	static constexpr size_t fwd_smem = (size_t)TILE * (2 * LD + LDX) * sizeof(float);
+	static constexpr size_t dq_smem = (size_t)TILE * (3 * LD + LDX) * sizeof(float);
+	static constexpr size_t dkdv_smem = (size_t)TILE * (4 * LD + XS + 2) * sizeof(float);
+};
+
+/* Threads per block (16·RY) and blocks per SM the register budget aims at. */
+#define FWD_RM 8
+#define BWD_RM 4
+#define NT_OF(rm) (16 * (TILE / (rm)))
+#define MINB_FWD(dp) ((dp) >= 128 ? 2 : (dp) >= 64 ? 3 : 4)
+#define MINB_BWD(dp) ((dp) >= 128 ? 1 : 2)
+
+struct attn_args {
+	int T, H, Hkv, D, rep, nqt;
+	float scale;
+	bool vec4;
+};
+
+template <int DP>
+static __global__ void __launch_bounds__(NT_OF(FWD_RM), MINB_FWD(DP))
+attn_fwd_kernel(float *__restrict__ out, float *__restrict__ lse, const float *__restrict__ q,
+		const float *__restrict__ k, const float *__restrict__ v, struct attn_args a)
+{
+	constexpr int RM = FWD_RM, RY = TILE / RM, NT = NT_OF(RM), OC = DP / 16;
+	constexpr int LD = attn_geom<DP>::LD, LDX = attn_geom<DP>::LDX;
+	extern __shared__ float4 smem4[];
+	float *qs = (float *)smem4, *ks = qs + TILE * LD, *vs = ks + TILE * LDX;
+	float *ps = ks; /* P overwrites K once the scores are in registers */
+	const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
+	const int b = blockIdx.x / a.H, h = blockIdx.x % a.H, g = h / a.rep;
+	const int qt = a.nqt - 1 - (int)blockIdx.y, t0 = qt * TILE; /* later tiles first */
+	const int64_t qstr = (int64_t)a.H * a.D, kstr = (int64_t)a.Hkv * a.D;
+	const float *kb = k + (int64_t)b * a.T * kstr + g * a.D;
+	const float *vb = v + (int64_t)b * a.T * kstr + g * a.D;
+	float o[RM][OC], m[RM], l[RM];
+
+	load_tile<DP, NT>(qs, LD, q + ((int64_t)b * a.T + t0) * qstr + h * a.D, qstr,
+			  min(TILE, a.T - t0), a.D, a.vec4);
+#pragma unroll
+	for (int i = 0; i < RM; i++) {
+		m[i] = -INFINITY;
+		l[i] = 0.0f;
+#pragma unroll
+		for (int u = 0; u < OC; u++)
+			o[i][u] = 0.0f;
+	}
+	/* key tiles 0..qt: later keys are masked for every row */
+	for (int kt = 0; kt <= qt; kt++) {
+		const int s0 = kt * TILE;
+		float s[RM][4];
+
+		load_tile<DP, NT>(ks, LD, kb + s0 * kstr, kstr, min(TILE, a.T - s0), a.D, a.vec4);
+		load_tile<DP, NT>(vs, LD, vb + s0 * kstr, kstr, min(TILE, a.T - s0), a.D, a.vec4);
+		__syncthreads();
+		mm_abt<DP, RM>(s, qs, LD, ks, LD, ty, tx); /* S = Q·Kᵀ */
+		/* Online softmax.  Row t sees keys s <= t: only the diagonal tile
+		 * (s0 == t0) masks, and there key s0 (column 0) is visible to
+		 * every row, so the new max is finite and corr = exp(m − mx) is
+		 * 0 on the first tile (m = −inf), as on the CPU. */
+#pragma unroll
+		for (int i = 0; i < RM; i++) {
+			const int t = t0 + ty + RY * i;
+			float mx = -INFINITY, sum = 0.0f;
+
+#pragma unroll
+			for (int j = 0; j < 4; j++) {
+				const bool vis = kt < qt || s0 + tx + 16 * j <= t;
+
+				s[i][j] = vis ? s[i][j] * a.scale : -INFINITY;
+				mx = fmaxf(mx, s[i][j]);
+			}
+			mx = fmaxf(row_max16(mx), m[i]);
+			const float corr = expf(m[i] - mx);
+#pragma unroll
+			for (int j = 0; j < 4; j++) {
+				s[i][j] = s[i][j] == -INFINITY ? 0.0f : expf(s[i][j] - mx);
+				sum += s[i][j];
+			}
+			l[i] = l[i] * corr + row_sum16(sum);
+			m[i] = mx;
+#pragma unroll
+			for (int u = 0; u < OC; u++)
+				o[i][u] *= corr;
+		}
+		__syncthreads(); /* every thread is done reading K */
+#pragma unroll
+		for (int i = 0; i < RM; i++)
+#pragma unroll
+			for (int j = 0; j < 4; j++)
+				ps[(ty + RY * i) * LDX + tx + 16 * j] = s[i][j];
+		__syncthreads();
+		mm_ab<RM, OC>(o, ps, LDX, vs, LD, ty, tx); /* O += P·V */
+		__syncthreads(); /* before the next tile overwrites K/P and V */
+	}
+#pragma unroll
+	for (int i = 0; i < RM; i++) {
+		const int t = t0 + ty + RY * i;
+
+		if (t >= a.T)
+			continue;
+		const float inv = 1.0f / l[i];
+		float *orow = out + ((int64_t)b * a.T + t) * qstr + h * a.D;
+
+#pragma unroll
+		for (int u = 0; u < OC; u++) {
+			const int c = out_col<OC>(u, tx);
+
+			if (c < a.D)
+				orow[c] = o[i][u] * inv;
+		}
+		if (tx == 0)
+			lse[((int64_t)b * a.H + h) * a.T + t] = m[i] + logf(l[i]);
+	}
+}
+
+/* Di[b,h,t] = Σ_d dout·out (products and sum in double, rounded once, as
+ * the CPU's dot8d), one warp per token row n = (b·T + t)·H + h. */
+static __global__ void attn_di_kernel(float *__restrict__ di, const float *__restrict__ dout,
+			       const float *__restrict__ out, int64_t rows, int T, int H, int D)
+{
+	const int lane = threadIdx.x & 31;
+	const int64_t nw = (int64_t)gridDim.x * blockDim.x / 32;
+
+	for (int64_t n = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / 32; n < rows; n += nw) {
+		const float *go = dout + n * D, *o = out + n * D;
+		double acc = 0.0;
+
+		for (int c = lane; c < D; c += 32)
+			acc += (double)go[c] * (double)o[c];
+		for (int s = 16; s > 0; s >>= 1)
+			acc += __shfl_xor_sync(0xffffffffu, acc, s);
+		if (lane == 0) {
+			const int64_t bt = n / H, h = n % H, b = bt / T, t = bt % T;
+
+			di[(b * H + h) * T + t] = (float)acc;
+		}
+	}
+}
+
+/* dK and dV of one key tile of one kv head: see the top of the file. */
+template <int DP>
+static __global__ void __launch_bounds__(NT_OF(BWD_RM), MINB_BWD(DP))
+attn_dkdv_kernel(float *__restrict__ dk, float *__restrict__ dv, const float *__restrict__ dout,
+		 const float *__restrict__ q, const float *__restrict__ k,
+		 const float *__restrict__ v, const float *__restrict__ lse,
+		 const float *__restrict__ di, struct attn_args a)
+{
+	constexpr int RM = BWD_RM, RY = TILE / RM, NT = NT_OF(RM), OC = DP / 16;
+	constexpr int LD = attn_geom<DP>::LD;
+	extern __shared__ float4 smem4[];
+	float *ks = (float *)smem4, *vs = ks + TILE * LD, *qs = vs + TILE * LD;
+	float *dos = qs + TILE * LD, *xs = dos + TILE * LD, *lses = xs + TILE * XS;
+	float *dis = lses + TILE;
+	const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
+	const int b = blockIdx.x / a.Hkv, g = blockIdx.x % a.Hkv;
+	const int kt = (int)blockIdx.y, s0 = kt * TILE; /* earlier tiles (more work) first */
+	const int64_t qstr = (int64_t)a.H * a.D, kstr = (int64_t)a.Hkv * a.D;
+	const int64_t koff = ((int64_t)b * a.T + s0) * kstr + g * a.D;
+	float dka[RM][OC], dva[RM][OC];
+
+	load_tile<DP, NT>(ks, LD, k + koff, kstr, min(TILE, a.T - s0), a.D, a.vec4);
+	load_tile<DP, NT>(vs, LD, v + koff, kstr, min(TILE, a.T - s0), a.D, a.vec4);
+#pragma unroll
+	for (int i = 0; i < RM; i++)
+#pragma unroll
+		for (int u = 0; u < OC; u++)
+			dka[i][u] = dva[i][u] = 0.0f;
+	/* the CPU's order: head, then query tile (dk/dv get their terms in it) */
+	for (int h = g * a.rep; h < (g + 1) * a.rep; h++) {
+		const float *lrow = lse + ((int64_t)b * a.H + h) * a.T;
+		const float *drow = di + ((int64_t)b * a.H + h) * a.T;
+
+		/* query tiles that see a key of this tile: t0 + 63 >= s0 */
+		for (int qt = kt; qt < a.nqt; qt++) {
+			const int t0 = qt * TILE;
+			const int64_t qoff = ((int64_t)b * a.T + t0) * qstr + h * a.D;
+			float st[RM][4], dpt[RM][4];
+
+			/* (the previous iteration ended with a barrier) */
+			load_tile<DP, NT>(qs, LD, q + qoff, qstr, min(TILE, a.T - t0), a.D, a.vec4);
+			load_tile<DP, NT>(dos, LD, dout + qoff, qstr, min(TILE, a.T - t0), a.D,
+					  a.vec4);
+			if (threadIdx.x < TILE) {
+				const int t = t0 + threadIdx.x;
+
+				lses[threadIdx.x] = t < a.T ? lrow[t] : 0.0f;
+				dis[threadIdx.x] = t < a.T ? drow[t] : 0.0f;
+			}
+			__syncthreads();
+			mm_abt<DP, RM>(st, ks, LD, qs, LD, ty, tx);   /* Sᵀ = K·Qᵀ */
+			mm_abt<DP, RM>(dpt, vs, LD, dos, LD, ty, tx); /* dPᵀ = V·dOᵀ */
+			/* key s = s0 + row is seen by query t = t0 + column when
+			 * s <= t < T (only the diagonal and the last tile mask) */
+			float lc[4], dc[4];
+
+#pragma unroll
+			for (int j = 0; j < 4; j++) {
+				lc[j] = lses[tx + 16 * j];
+				dc[j] = dis[tx + 16 * j];
+			}
+#pragma unroll
+			for (int i = 0; i < RM; i++) {
+				const int s = s0 + ty + RY * i;
+
+#pragma unroll
+				for (int j = 0; j < 4; j++) {
+					const int t = t0 + tx + 16 * j;
+					const bool vis = (qt > kt || s <= t) && t < a.T;
+					const float p = vis ? expf(st[i][j] * a.scale - lc[j]) : 0.0f;
+
+					dpt[i][j] = p * (dpt[i][j] - dc[j]) * a.scale;
+					xs[(ty + RY * i) * XS + tx + 16 * j] = p;
+				}
+			}
+			__syncthreads();
+			mm_ab<RM, OC>(dva, xs, XS, dos, LD, ty, tx); /* dV += Pᵀ·dO */
+			__syncthreads();
+#pragma unroll
+			for (int i = 0; i < RM; i++)
+#pragma unroll
+				for (int j = 0; j < 4; j++)
+					xs[(ty + RY * i) * XS + tx + 16 * j] = dpt[i][j];
+			__syncthreads();
+			mm_ab<RM, OC>(dka, xs, XS, qs, LD, ty, tx); /* dK += dSᵀ·Q */
+			__syncthreads();
+		}
+	}
+#pragma unroll
+	for (int i = 0; i < RM; i++) {
+		const int s = s0 + ty + RY * i;
+
+		if (s >= a.T)
+			continue;
+		float *dkrow = dk + ((int64_t)b * a.T + s) * kstr + g * a.D;
+		float *dvrow = dv + ((int64_t)b * a.T + s) * kstr + g * a.D;
+
+#pragma unroll
+		for (int u = 0; u < OC; u++) {
+			const int c = out_col<OC>(u, tx);
+
+			if (c < a.D) {
+				dkrow[c] = dka[i][u];
+				dvrow[c] = dva[i][u];
+			}
+		}
+	}
+}
+
+/* dQ of one query tile of one head: see the top of the file. */
+template <int DP>
+static __global__ void __launch_bounds__(NT_OF(BWD_RM), MINB_BWD(DP))
+attn_dq_kernel(float *__restrict__ dq, const float *__restrict__ dout,
+	       const float *__restrict__ q, const float *__restrict__ k,
+	       const float *__restrict__ v, const float *__restrict__ lse,
+	       const float *__restrict__ di, struct attn_args a)
+{
+	constexpr int RM = BWD_RM, RY = TILE / RM, NT = NT_OF(RM), OC = DP / 16;
+	constexpr int LD = attn_geom<DP>::LD, LDX = attn_geom<DP>::LDX;
+	extern __shared__ float4 smem4[];
+	float *qs = (float *)smem4, *dos = qs + TILE * LD, *ks = dos + TILE * LD;
+	float *vs = ks + TILE * LD;
+	float *xs = vs; /* dS overwrites V once dP is in registers */
+	const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
+	const int b = blockIdx.x / a.H, h = blockIdx.x % a.H, g = h / a.rep;
+	const int qt = a.nqt - 1 - (int)blockIdx.y, t0 = qt * TILE; /* later tiles first */
+	const int64_t qstr = (int64_t)a.H * a.D, kstr = (int64_t)a.Hkv * a.D;
+	const int64_t qoff = ((int64_t)b * a.T + t0) * qstr + h * a.D;
+	const float *kb = k + (int64_t)b * a.T * kstr + g * a.D;
+	const float *vb = v + (int64_t)b * a.T * kstr + g * a.D;
+	const float *lrow = lse + ((int64_t)b * a.H + h) * a.T;
+	const float *drow = di + ((int64_t)b * a.H + h) * a.T;
+	float dqa[RM][OC], lr[RM], dr[RM];
+
+	load_tile<DP, NT>(qs, LD, q + qoff, qstr, min(TILE, a.T - t0), a.D, a.vec4);
+	load_tile<DP, NT>(dos, LD, dout + qoff, qstr, min(TILE, a.T - t0), a.D, a.vec4);
+#pragma unroll
+	for (int i = 0; i < RM; i++) {
+		const int t = t0 + ty + RY * i;
+
+		lr[i] = t < a.T ? lrow[t] : 0.0f;
+		dr[i] = t < a.T ? drow[t] : 0.0f;
+#pragma unroll
+		for (int u = 0; u < OC; u++)
+			dqa[i][u] = 0.0f;
+	}
+	/* key tiles 0..qt, ascending: the CPU's order of dq's terms */
+	for (int kt = 0; kt <= qt; kt++) {
+		const int s0 = kt * TILE;
+		float s[RM][4], dp[RM][4];
+
+		load_tile<DP, NT>(ks, LD, kb + s0 * kstr, kstr, min(TILE, a.T - s0), a.D, a.vec4);
+		load_tile<DP, NT>(vs, LD, vb + s0 * kstr, kstr, min(TILE, a.T - s0), a.D, a.vec4);
+		__syncthreads();
+		mm_abt<DP, RM>(s, qs, LD, ks, LD, ty, tx);   /* S = Q·Kᵀ */
+		mm_abt<DP, RM>(dp, dos, LD, vs, LD, ty, tx); /* dP = dO·Vᵀ */
+#pragma unroll
+		for (int i = 0; i < RM; i++) {
+			const int t = t0 + ty + RY * i;
+
+#pragma unroll
+			for (int j = 0; j < 4; j++) {
+				const bool vis = kt < qt || s0 + tx + 16 * j <= t;
+				const float p = vis ? expf(s[i][j] * a.scale - lr[i]) : 0.0f;
+
+				dp[i][j] = p * (dp[i][j] - dr[i]) * a.scale;
+			}
+		}
+		__syncthreads(); /* every thread is done reading V */
+#pragma unroll
+		for (int i = 0; i < RM; i++)
+#pragma unroll
+			for (int j = 0; j < 4; j++)
+				xs[(ty + RY * i) * LDX + tx + 16 * j] = dp[i][j];
+		__syncthreads();
+		mm_ab<RM, OC>(dqa, xs, LDX, ks, LD, ty, tx); /* dQ += dS·K */
+		__syncthreads(); /* before the next tile overwrites K and V/dS */
+	}
+#pragma unroll
+	for (int i = 0; i < RM; i++) {
+		const int t = t0 + ty + RY * i;
+
+		if (t >= a.T)
+			continue;
+		float *dqrow = dq + ((int64_t)b * a.T + t) * qstr + h * a.D;
+
+#pragma unroll
+		for (int u = 0; u < OC; u++) {
+			const int c = out_col<OC>(u, tx);
+
+			if (c < a.D)
+				dqrow[c] = dqa[i][u];
+		}
+	}
+}
+
+/* ---- host side ------------------------------------------------------------ */
+
+static bool aligned16(const void *p)
+{
+	return ((uintptr_t)p & 15) == 0;
+}
+
+/* Checks the dims (as the CPU op, plus the CUDA limits) and fills *a.
+ * Returns 1 when there is nothing to do (B or T is 0). */
+static int attn_prepare(const struct titan_attn_dims *d, struct attn_args *a, int *dp)
+{
+	if (d->batch < 0 || d->seq < 0 || d->n_heads <= 0 || d->n_kv_heads <= 0 ||
+	    d->head_dim <= 0 || d->n_heads % d->n_kv_heads != 0)
+		return titan_error(TITAN_E_INVALID,
+				   "attention: bad dims B=%lld T=%lld H=%lld Hkv=%lld D=%lld (Hkv must divide H)",
+				   (long long)d->batch, (long long)d->seq, (long long)d->n_heads,
+				   (long long)d->n_kv_heads, (long long)d->head_dim);
+	if (d->head_dim > 128)
+		return titan_error(TITAN_E_INVALID,
+				   "attention: head_dim %lld is not supported by the CUDA backend "
+				   "(at most 128)", (long long)d->head_dim);
+	if (d->batch == 0 || d->seq == 0)
+		return 1;
+	if ((d->seq + TILE - 1) / TILE > 65535 || d->batch * d->n_heads > INT32_MAX)
+		return titan_error(TITAN_E_INVALID,
+				   "attention: B=%lld T=%lld H=%lld too large for the CUDA kernels "
+				   "(T <= %d, B*H < 2^31)", (long long)d->batch, (long long)d->seq,
+				   (long long)d->n_heads, 65535 * TILE);
+	a->T = (int)d->seq;
+	a->H = (int)d->n_heads;
+	a->Hkv = (int)d->n_kv_heads;
+	a->D = (int)d->head_dim;
+	a->rep = a->H / a->Hkv;
+	a->nqt = (a->T + TILE - 1) / TILE;
+	a->scale = (float)(1.0 / sqrt((double)d->head_dim));
+	*dp = a->D <= 16 ? 16 : a->D <= 32 ? 32 : a->D <= 64 ? 64 : 128;
+	return 0;
+}
+
+/* Allows `kernel` `bytes` of dynamic shared memory, or says the device has
+ * too little. */
+static int attn_smem(struct titan_backend *be, const void *kernel, size_t bytes, int D)
+{
+	int dev = cuda_of(be)->device, optin = 0;
+
+	CU_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+	if (bytes > (size_t)optin)
+		return titan_error(TITAN_E_INVALID,
+				   "attention: head_dim %d needs %zu bytes of shared memory per "
+				   "block, CUDA device %d has %d", D, bytes, dev, optin);
+	if (bytes > 48 * 1024)
+		CU_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+					      (int)bytes));
+	return 0;
+}
+
+template <int DP>
+static int attn_fwd_launch(struct titan_backend *be, float *out, float *lse, const float *q,
+			   const float *k, const float *v, const struct attn_args *a,
+			   int64_t batch)
+{
+	const size_t smem = attn_geom<DP>::fwd_smem;
+	const dim3 grid((unsigned)(batch * a->H), (unsigned)a->nqt);
+	int rc = attn_smem(be, (const void *)attn_fwd_kernel<DP>, smem, a->D);
+
+	if (rc < 0)
+		return rc;
+	attn_fwd_kernel<DP><<<grid, NT_OF(FWD_RM), smem, cuda_of(be)->stream>>>(out, lse, q, k,
+										 v, *a);
+	CU_LAUNCHED("attention_fwd");
+	return 0;
+}
+
+template <int DP>
+static int attn_bwd_launch(struct titan_backend *be, float *dq, float *dk, float *dv,
+			   const float *dout, const float *q, const float *k, const float *v,
+			   const float *lse, const float *di, const struct attn_args *a,
+			   int64_t batch)
+{
+	const size_t smem_kv = attn_geom<DP>::dkdv_smem, smem_q = attn_geom<DP>::dq_smem;
+	cudaStream_t st = cuda_of(be)->stream;
+	int rc;
+
+	if ((rc = attn_smem(be, (const void *)attn_dkdv_kernel<DP>, smem_kv, a->D)) < 0 ||
+	    (rc = attn_smem(be, (const void *)attn_dq_kernel<DP>, smem_q, a->D)) < 0)
+		return rc;
+	attn_dkdv_kernel<DP><<<dim3((unsigned)(batch * a->Hkv), (unsigned)a->nqt), NT_OF(BWD_RM),
+			       smem_kv, st>>>(dk, dv, dout, q, k, v, lse, di, *a);
+	CU_LAUNCHED("attention_bwd dk/dv");
+	attn_dq_kernel<DP><<<dim3((unsigned)(batch * a->H), (unsigned)a->nqt), NT_OF(BWD_RM),
+			     smem_q, st>>>(dq, dout, q, k, v, lse, di, *a);
+	CU_LAUNCHED("attention_bwd dq");
+	return 0;
+}
+
+int cuda_attention_fwd(struct titan_backend *be, float *out, float *lse, const float *q,
+		       const float *k, const float *v, const struct titan_attn_dims *d)
+{
+	struct attn_args a;
+	int dp = 0, rc = attn_prepare(d, &a, &dp);
+
+	if (rc != 0)
+		return rc < 0 ? rc : 0;
+	a.vec4 = a.D % 4 == 0 && aligned16(q) && aligned16(k) && aligned16(v);
+	switch (dp) {
+	case 16:
+		return attn_fwd_launch<16>(be, out, lse, q, k, v, &a, d->batch);
+	case 32:
+		return attn_fwd_launch<32>(be, out, lse, q, k, v, &a, d->batch);
+	case 64:
+		return attn_fwd_launch<64>(be, out, lse, q, k, v, &a, d->batch);
+	default:
+		return attn_fwd_launch<128>(be, out, lse, q, k, v, &a, d->batch);
+	}
+}
+
+int cuda_attention_bwd(struct titan_backend *be, float *dq, float *dk, float *dv,
+		       const float *dout, const float *q, const float *k, const float *v,
+		       const float *out, const float *lse, const struct titan_attn_dims *d)
+{
+	struct attn_args a;
+	int dp = 0, rc = attn_prepare(d, &a, &dp);
+	const int64_t rows = d->batch * d->seq * d->n_heads;
+	float *di;
+
+	if (rc != 0)
+		return rc < 0 ? rc : 0;
+	a.vec4 = a.D % 4 == 0 && aligned16(q) && aligned16(k) && aligned16(v) &&
+		 aligned16(dout);
+	if (!(di = (float *)cuda_scratch(be, (size_t)rows * sizeof(float))))
+		return TITAN_E_NOMEM;
+	attn_di_kernel<<<cuda_blocks(rows * 32, 256), 256, 0, cuda_of(be)->stream>>>(
+		di, dout, out, rows, a.T, a.H, a.D);
+	CU_LAUNCHED("attention_bwd Di");
+	switch (dp) {
+	case 16:
+		return attn_bwd_launch<16>(be, dq, dk, dv, dout, q, k, v, lse, di, &a, d->batch);
+	case 32:
+		return attn_bwd_launch<32>(be, dq, dk, dv, dout, q, k, v, lse, di, &a, d->batch);
+	case 64:
+		return attn_bwd_launch<64>(be, dq, dk, dv, dout, q, k, v, lse, di, &a, d->batch);
+	default:
+		return attn_bwd_launch<128>(be, dq, dk, dv, dout, q, k, v, lse, di, &a, d->batch);
+	}
+}
