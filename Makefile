@@ -54,7 +54,7 @@ SKIP_CONFIG := 1
 endif
 endif
 
-.PHONY: all test check check-unit check-bats demo demo-run deps install uninstall clean distclean help config man FORCE
+.PHONY: all test check check-unit check-bats cuda-test demo demo-run deps install uninstall clean distclean help config man FORCE
 
 help:
 	@sed -n '2,14s/^# \{0,1\}//p' Makefile
@@ -167,6 +167,28 @@ check-unit: all
 
 check-bats: all
 	@$(TEST_ENV) tests/run --bats
+
+# On a GPU machine: the CUDA layer and every CUDA op against the CPU oracle
+# with the model-sized cases and the timing table (docs/perf-cuda.md).  A GPU
+# harness must not pass by skipping: no CUDA build, no GPU, or a skipped test
+# is a failure.  Logs: $(BUILD)/tests/test_cuda*.gpu.log.
+cuda-test: all
+	@test "$(HAVE_CUDA)" = 1 || { echo "make cuda-test: titan was built without CUDA" \
+		"(no nvcc found; install the CUDA toolkit or set CUDA_HOME, then make CUDA=yes)" >&2; exit 1; }
+	@if command -v nvidia-smi >/dev/null 2>&1; then \
+		nvidia-smi -L 2>/dev/null | grep '^GPU ' || { echo "make cuda-test: no GPU found" \
+		"('nvidia-smi -L' lists none): run it on a machine with an NVIDIA GPU and driver;" \
+		"make check skips the GPU tests" >&2; exit 1; }; \
+	else echo "make cuda-test: no nvidia-smi; the tests fail if titan finds no device"; fi
+	@for t in test_cuda test_cuda_ops; do \
+		log=$(BUILD)/tests/$$t.gpu.log; echo "# $(BUILD)/tests/$$t"; \
+		{ CMOCKA_MESSAGE_OUTPUT=TAP TITAN_CUDA_TEST_LARGE=1 TITAN_CUDA_TEST_TIME=1 \
+		  TITAN_CUDA_TEST_REQUIRE=1 $(BUILD)/tests/$$t 2>&1; echo "# exit status $$?"; } | tee $$log; \
+		grep -q '^# exit status 0$$' $$log || { echo "make cuda-test: $$t failed (see $$log)" >&2; exit 1; }; \
+		if grep -Eqi '^(not )?ok .*# skip' $$log; then \
+			echo "make cuda-test: $$t skipped tests, which a GPU run must not" \
+				"(no usable device or driver? see $$log)" >&2; exit 1; fi; \
+	done; echo "make cuda-test: passed"
 
 demo-run: all
 	@$(TEST_ENV) mk/demo.sh
