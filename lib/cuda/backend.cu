@@ -94,6 +94,7 @@ static void cuda_release(struct titan_backend *be)
 	if (c->lt)
 		cublasLtDestroy(c->lt);
 	cudaFree(c->blas_ws);
+	cudaFree(c->gemm_ws);
 	if (c->scratch)
 		scratch_free(be, c->scratch);
 	if (c->host_scratch)

@@ -30,6 +30,8 @@ struct cuda_impl {
 	size_t scratch_bytes;
 	void *host_scratch;            /* pinned host memory for results */
 	size_t host_scratch_bytes;
+	void *gemm_ws;                 /* bf16 copies of GEMM operands (gemm.cu) */
+	size_t gemm_ws_bytes;
 };
 
 static inline struct cuda_impl *cuda_of(struct titan_backend *be)

@@ -35,6 +35,72 @@ static cublasComputeType_t gemm_compute(enum titan_cuda_matmul mode)
 	}
 }
 
+/* bf16 mode: operands rounded to bf16 (round to nearest even) into a
+ * buffer of their own — not cuda_scratch, which callers such as the loss
+ * hold operands in — then a bf16 x bf16 -> fp32 GEMM with fp32
+ * accumulation (cuBLAS's FAST_16BF compute type on fp32 operands was
+ * measured on an H100 to give TF32's results and speed). */
+static void *gemm_ws(struct cuda_impl *cu, size_t bytes)
+{
+	if (bytes <= cu->gemm_ws_bytes)
+		return cu->gemm_ws;
+	if (cu->gemm_ws) {
+		cudaStreamSynchronize(cu->stream);
+		cudaFree(cu->gemm_ws);
+		cu->gemm_ws = NULL;
+		cu->gemm_ws_bytes = 0;
+	}
+	bytes += bytes / 4;
+	if (cudaMalloc(&cu->gemm_ws, bytes) != cudaSuccess) {
+		(void)cudaGetLastError();
+		cu->gemm_ws = NULL;
+		titan_error(TITAN_E_NOMEM, "CUDA: out of device memory for %zu bytes of bf16 GEMM "
+			    "operands", bytes);
+		return NULL;
+	}
+	cu->gemm_ws_bytes = bytes;
+	return cu->gemm_ws;
+}
+
+/* dst[r, 0..cols) = bf16(src[r·ld + 0..cols)), dst contiguous. */
+__global__ void to_bf16_kernel(__nv_bfloat16 *__restrict__ dst, const float *__restrict__ src,
+			       int64_t rows, int64_t cols, int64_t ld)
+{
+	const int64_t total = rows * cols;
+
+	if ((cols & 3) == 0 && (ld & 3) == 0 && ((uintptr_t)src & 15) == 0) {
+		const int64_t q = total / 4, qc = cols / 4;
+
+		for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < q;
+		     i += (int64_t)gridDim.x * blockDim.x) {
+			const int64_t r = i / qc, c = (i - r * qc) * 4;
+			const float4 v = *(const float4 *)(src + r * ld + c);
+			__nv_bfloat162 lo = __floats2bfloat162_rn(v.x, v.y);
+			__nv_bfloat162 hi = __floats2bfloat162_rn(v.z, v.w);
+
+			*(__nv_bfloat162 *)(dst + r * cols + c) = lo;
+			*(__nv_bfloat162 *)(dst + r * cols + c + 2) = hi;
+		}
+		return;
+	}
+	for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total;
+	     i += (int64_t)gridDim.x * blockDim.x) {
+		const int64_t r = i / cols, c = i - r * cols;
+
+		dst[i] = __float2bfloat16_rn(src[r * ld + c]);
+	}
+}
+
+static int to_bf16(struct cuda_impl *cu, __nv_bfloat16 *dst, const float *src, int64_t rows,
+		   int64_t cols, int64_t ld)
+{
+	const int64_t work = (cols % 4 == 0) ? rows * cols / 4 : rows * cols;
+
+	to_bf16_kernel<<<cuda_blocks(work, 256), 256, 0, cu->stream>>>(dst, src, rows, cols, ld);
+	CU_LAUNCHED("bf16 conversion");
+	return 0;
+}
+
 int cuda_gemm(struct titan_backend *be, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
 	      float alpha, const float *a, int64_t lda, const float *b, int64_t ldb,
 	      float beta, float *c, int64_t ldc)
@@ -54,6 +120,26 @@ int cuda_gemm(struct titan_backend *be, bool ta, bool tb, int64_t m, int64_t n, 
 						   (size_t)n * sizeof(float), (size_t)m, cu->stream));
 		if (beta == 0.0f || beta == 1.0f)
 			return 0;
+	}
+	if (cu->matmul == TITAN_CUDA_MATMUL_BF16) {
+		/* stored shapes: A is [m,k] (ta: [k,m]), B is [k,n] (tb: [n,k]) */
+		const int64_t ar = ta ? k : m, ac = ta ? m : k, br = tb ? n : k, bc = tb ? k : n;
+		const size_t abytes = ((size_t)(ar * ac) * 2 + 255) & ~(size_t)255;
+		char *ws = (char *)gemm_ws(cu, abytes + (size_t)(br * bc) * 2);
+		__nv_bfloat16 *a16 = (__nv_bfloat16 *)ws, *b16 = (__nv_bfloat16 *)(ws + abytes);
+		int rc;
+
+		if (!ws)
+			return TITAN_E_NOMEM;
+		if ((rc = to_bf16(cu, a16, a, ar, ac, lda)) < 0 ||
+		    (rc = to_bf16(cu, b16, b, br, bc, ldb)) < 0)
+			return rc;
+		BLAS_CHECK(cublasGemmEx(cu->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
+					ta ? CUBLAS_OP_T : CUBLAS_OP_N, (int)n, (int)m, (int)k, &alpha,
+					b16, CUDA_R_16BF, (int)bc, a16, CUDA_R_16BF, (int)ac, &beta,
+					c, CUDA_R_32F, (int)ldc, CUBLAS_COMPUTE_32F,
+					CUBLAS_GEMM_DEFAULT));
+		return 0;
 	}
 	BLAS_CHECK(cublasGemmEx(cu->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
 				ta ? CUBLAS_OP_T : CUBLAS_OP_N, (int)n, (int)m, (int)k, &alpha,
