@@ -3,7 +3,7 @@
 # bundle of mk/device-bundle.sh (carried in .device/): the CUDA op tests
 # against the CPU twins (make cuda-test's binaries), the end-to-end loss
 # curve of the debug model on GPU against the CPU, and the throughput bench.
-#   bash mk/device-run.sh [env] [unit] [sanitize] [e2e] [bench ARGS...]
+#   bash mk/device-run.sh [env] [unit] [sanitize] [e2e] [bench ARGS... --] [profile]
 #   bash mk/device-run.sh e2e-ref     (on a CPU machine: the CPU curve e2e compares to)
 # Logs go to .device/out, packed into $OUT/logs.tar.gz when OUT is set (the
 # device tool returns few files).  Exit status: 1 when a stage failed.
@@ -100,6 +100,15 @@ assert w32 < 1e-3 and w16 < 2e-2, "curves differ"
 PY
 }
 
+# per-op GPU time of titan-train on the bench's 1B config (TITAN_CUDA_PROFILE)
+stage_profile() {
+	local cfg=$out/bench/${PROFILE_MODEL:-1b}/titan.yaml
+	[ -f "$cfg" ] || { echo "no $cfg: run the bench stage first"; return; }
+	TITAN_CUDA_PROFILE=1 timeout 120 titan-train --config "$cfg" --training.steps=8 \
+		--job.dump_folder=/tmp/profile > "$out/profile.log" 2>&1 || fail profile
+	grep -A25 "CUDA op profile" "$out/profile.log"
+}
+
 stage_bench() {
 	OUT=$out/bench timeout "${BENCH_TIMEOUT:-330}" bash bench/train_gpu.sh "$@" 2>&1 |
 		tee "$out/bench.log" || fail bench
@@ -109,9 +118,13 @@ stage_bench() {
 while [ $# -gt 0 ]; do
 	s=$1; shift
 	case $s in
-	env|unit|sanitize|e2e) echo "== $s"; "stage_$s"; pack ;;
+	env|unit|sanitize|e2e|profile) echo "== $s"; "stage_$s"; pack ;;
 	e2e-ref) echo "== $s"; stage_e2e_ref ;;
-	bench) echo "== bench $*"; stage_bench "$@"; pack; break ;;
+	bench) # bench [ARGS...] [-- more stages]
+		args=()
+		while [ $# -gt 0 ] && [ "$1" != -- ]; do args+=("$1"); shift; done
+		[ $# -gt 0 ] && shift
+		echo "== bench ${args[*]}"; stage_bench "${args[@]}"; pack ;;
 	*) echo "unknown stage '$s'"; exit 2 ;;
 	esac
 done

@@ -174,6 +174,7 @@ extern "C" int titan_backend_cuda_init(struct titan_backend *be, const struct ti
 		rc = titan_error(TITAN_E_DEVICE, "cuBLAS set-up on device %d failed", o->device);
 		goto fail;
 	}
+	cuda_profile_wrap(be);
 	return 0;
 fail:
 	cuda_release(be);

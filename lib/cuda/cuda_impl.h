@@ -87,6 +87,9 @@ static inline unsigned cuda_blocks(int64_t n, int threads)
 	return (unsigned)(b > (1LL << 20) ? (1LL << 20) : (b < 1 ? 1 : b));
 }
 
+/* TITAN_CUDA_PROFILE=1: wrap be's table with per-op GPU timers (profile.cu). */
+void cuda_profile_wrap(struct titan_backend *be);
+
 /* ---- ops (titan/ops.h signatures) ---------------------------------------- */
 /* gemm.cu */
 int cuda_matmul_fwd(struct titan_backend *be, float *y, const float *x, const float *w,
