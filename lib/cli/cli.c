@@ -124,10 +124,10 @@ void titan_cli_version(FILE *fp, const char *prog)
 	fprintf(fp, "%s (titan) %s\n", prog, titan_version());
 	fprintf(fp, "revision: %s\n", titan_git_revision());
 	fprintf(fp, "features: %s\n", titan_features());
-	/* built in is not used: say which (issue 15) */
+	/* what is built in and what uses it (issue 15) */
 	if (!strcmp(prog, "titan-train") && titan_has_feature("cuda"))
-		fprintf(fp, "trains on: cpu (the CUDA and NCCL libraries are built in, the CUDA "
-			"backend is not used by titan-train yet)\n");
+		fprintf(fp, "trains on: cpu, or one GPU on one rank (training.device: cuda|auto); "
+			"multi-rank runs train on cpu (NCCL is built in, not yet used)\n");
 }
 
 int titan_cli_load_config(const struct titan_cli *cli, struct titan_config *cfg)

@@ -201,7 +201,7 @@ PY
 	done
 	run -0 titan-train --version
 	if titan-train --version | grep -q '+cuda'; then
-		assert_line --partial "trains on: cpu (the CUDA and NCCL libraries are built in"
+		assert_line --partial "trains on: cpu, or one GPU on one rank (training.device: cuda|auto)"
 	fi
 }
 
