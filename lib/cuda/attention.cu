@@ -548,6 +548,461 @@ attn_dq_kernel(float *__restrict__ dq, const float *__restrict__ dout,
 	}
 }
 
+/* ---- bf16 tensor-core path (TITAN_CUDA_MATMUL_BF16) ----------------------- *
+ *
+ * Mixed precision as FlashAttention-2: q, k, v, dout are rounded to bf16 when
+ * a tile is staged into shared memory, every product runs on the tensor
+ * cores (mma.sync m16n8k16 bf16 × bf16 → fp32), softmax statistics, P, dP,
+ * dS and all accumulators are fp32; P and dS are rounded to bf16 only as
+ * MMA operands.  Global tensors stay fp32.  Exponentials in base 2:
+ * p = exp2f(s·scale·log2e − m₂) (m₂, lse₂ in log2 units; lse stored in
+ * natural units).  Only head dims 33..128 (padded to DP = 64 or 128) take
+ * this path; smaller heads use the fp32 kernels above in every mode.
+ *
+ * Block = 4 warps, a 64-row tile, each warp owns 16 rows (queries in the
+ * forward and dQ kernels, keys in the dK/dV kernel); key / query tiles of 64.
+ * Fragment layouts (PTX ISA, mma.m16n8k16 with .bf16, g = lane/4, c = lane%4):
+ *   A 16×16 row: a0 = A[g][2c..2c+1], a1 = A[g+8][2c..], a2 = A[g][2c+8..],
+ *                a3 = A[g+8][2c+8..]   (lower column in the low 16 bits)
+ *   B 16×8 col:  b0 = B[2c..2c+1][g], b1 = B[2c+8..2c+9][g]
+ *   C/D 16×8:    d0,d1 = D[g][2c..2c+1], d2,d3 = D[g+8][2c..2c+1]
+ * So the accumulators of two adjacent 8-column score tiles are exactly the A
+ * fragment of the next product (P and dS never leave registers).  Operands
+ * needed transposed (V in O += P·V, dO and Q in the dK/dV kernel, K in dQ)
+ * are read from their row-major tiles with ldmatrix.trans.  Shared tiles are
+ * bf16 [64][DP + 8]: row stride ≡ 4 words mod 32, so the 32-bit fragment
+ * loads (8 rows × 4 words) and the ldmatrix phases are conflict-free.
+ */
+#define TC_NT 128
+#define LOG2E_F 1.4426950408889634f
+#define LN2_F 0.6931471805599453f
+
+template <int DP>
+struct tc_geom {
+	static constexpr int LDB = DP + 8; /* bf16 elements per shared row */
+	static constexpr size_t tile = (size_t)TILE * LDB * sizeof(__nv_bfloat16);
+	static constexpr size_t fwd_smem = 3 * tile;
+	static constexpr size_t dkdv_smem = 4 * tile + 2 * TILE * sizeof(float);
+	static constexpr size_t dq_smem = 4 * tile;
+};
+
+static __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi)
+{
+	__nv_bfloat162 v = __floats2bfloat162_rn(lo, hi); /* .x = lo: low half */
+
+	return *(uint32_t *)&v;
+}
+
+static __device__ __forceinline__ uint32_t lds32(const __nv_bfloat16 *p)
+{
+	return *(const uint32_t *)p;
+}
+
+/* d += a·b, m16n8k16, bf16 operands, fp32 accumulators */
+static __device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4],
+						uint32_t b0, uint32_t b1)
+{
+	asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+		     "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+		     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+		     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* Four transposed 8×8 b16 matrices: lane l gives the address of row l%8 of
+ * matrix l/8; r[i] = (M_i[2c][g], M_i[2c+1][g]). */
+static __device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], const __nv_bfloat16 *p)
+{
+	const unsigned addr = (unsigned)__cvta_generic_to_shared(p);
+
+	asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+		     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+		     : "r"(addr));
+}
+
+/* A fragment of rows r0..r0+15, columns k0..k0+15 of a row-major tile */
+static __device__ __forceinline__ void lda_frag(uint32_t (&a)[4], const __nv_bfloat16 *X, int ld,
+						int r0, int k0, int g, int c)
+{
+	const __nv_bfloat16 *p = X + (r0 + g) * ld + k0 + 2 * c;
+
+	a[0] = lds32(p);
+	a[1] = lds32(p + 8 * ld);
+	a[2] = lds32(p + 8);
+	a[3] = lds32(p + 8 * ld + 8);
+}
+
+/* acc[j] (j < 8) = X[r0..r0+15] · Y[8j..8j+7]ᵀ over DP columns: the scores of
+ * 16 rows of X against the 64 rows of Y (both row-major, stride ld). */
+template <int DP>
+static __device__ __forceinline__ void mma_abt_16x64(float (&acc)[8][4], const __nv_bfloat16 *X,
+						     const __nv_bfloat16 *Y, int ld, int r0,
+						     int g, int c)
+{
+#pragma unroll
+	for (int j = 0; j < 8; j++)
+		acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+#pragma unroll
+	for (int kk = 0; kk < DP / 16; kk++) {
+		uint32_t a[4];
+
+		lda_frag(a, X, ld, r0, kk * 16, g, c);
+#pragma unroll
+		for (int j = 0; j < 8; j++) {
+			const __nv_bfloat16 *p = Y + (8 * j + g) * ld + kk * 16 + 2 * c;
+
+			mma_bf16(acc[j], a, lds32(p), lds32(p + 8));
+		}
+	}
+}
+
+/* acc[n] (n < DP/8) += P·Y: P the 16×64 fp32 tile in accumulator layout
+ * (p[j], j < 8 column tiles of 8), rounded to bf16 as the A operand; Y a
+ * row-major [64][DP] tile (stride ld), read transposed by ldmatrix. */
+template <int DP>
+static __device__ __forceinline__ void mma_pv(float (&acc)[DP / 8][4], const float (&p)[8][4],
+					      const __nv_bfloat16 *Y, int ld, int lane)
+{
+	const int mrow = (lane >> 3 & 1) * 8 + (lane & 7), mcol = (lane >> 4) * 8;
+
+#pragma unroll
+	for (int kk = 0; kk < 4; kk++) {
+		const uint32_t a[4] = {pack_bf16(p[2 * kk][0], p[2 * kk][1]),
+				       pack_bf16(p[2 * kk][2], p[2 * kk][3]),
+				       pack_bf16(p[2 * kk + 1][0], p[2 * kk + 1][1]),
+				       pack_bf16(p[2 * kk + 1][2], p[2 * kk + 1][3])};
+
+#pragma unroll
+		for (int np = 0; np < DP / 16; np++) {
+			uint32_t b[4];
+
+			ldsm_x4_t(b, Y + (kk * 16 + mrow) * ld + np * 16 + mcol);
+			mma_bf16(acc[2 * np], a, b[0], b[1]);
+			mma_bf16(acc[2 * np + 1], a, b[2], b[3]);
+		}
+	}
+}
+
+/* Shared bf16 tile dst[64][ld] = rows src[r·stride + c] for r < rows, c < D,
+ * 0 elsewhere (c < DP).  vec4: D % 4 == 0 and src 16-byte aligned. */
+template <int DP>
+static __device__ __forceinline__ void stage_bf16(__nv_bfloat16 *dst, int ld,
+						  const float *__restrict__ src, int64_t stride,
+						  int rows, int D, bool vec4)
+{
+	const int tid = threadIdx.x;
+
+	if (vec4) {
+		constexpr int W = DP / 4;
+#pragma unroll 4
+		for (int e = tid; e < TILE * W; e += TC_NT) {
+			const int r = e / W, c = e % W * 4;
+			float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+
+			if (r < rows && c < D)
+				x = __ldg((const float4 *)(src + r * stride + c));
+			*(uint2 *)(dst + r * ld + c) = make_uint2(pack_bf16(x.x, x.y),
+								  pack_bf16(x.z, x.w));
+		}
+	} else {
+		constexpr int W = DP / 2;
+#pragma unroll 4
+		for (int e = tid; e < TILE * W; e += TC_NT) {
+			const int r = e / W, c = e % W * 2;
+			const float x0 = r < rows && c < D ? __ldg(src + r * stride + c) : 0.0f;
+			const float x1 = r < rows && c + 1 < D ? __ldg(src + r * stride + c + 1)
+							       : 0.0f;
+
+			*(uint32_t *)(dst + r * ld + c) = pack_bf16(x0, x1);
+		}
+	}
+}
+
+template <int DP>
+static __global__ void __launch_bounds__(TC_NT)
+attn_fwd_tc_kernel(float *__restrict__ out, float *__restrict__ lse, const float *__restrict__ q,
+		   const float *__restrict__ k, const float *__restrict__ v, struct attn_args a)
+{
+	constexpr int LDB = tc_geom<DP>::LDB, NO = DP / 8;
+	extern __shared__ float4 smem4[];
+	__nv_bfloat16 *qs = (__nv_bfloat16 *)smem4, *ks = qs + TILE * LDB, *vs = ks + TILE * LDB;
+	const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
+	const int b = blockIdx.x / a.H, h = blockIdx.x % a.H, gk = h / a.rep;
+	const int qt = a.nqt - 1 - (int)blockIdx.y, t0 = qt * TILE; /* later tiles first */
+	const int64_t qstr = (int64_t)a.H * a.D, kstr = (int64_t)a.Hkv * a.D;
+	const float *kb = k + (int64_t)b * a.T * kstr + gk * a.D;
+	const float *vb = v + (int64_t)b * a.T * kstr + gk * a.D;
+	const float sl2 = a.scale * LOG2E_F;
+	const int tr0 = t0 + 16 * w + g; /* this thread's rows: tr0, tr0 + 8 */
+	uint32_t qf[DP / 16][4];
+	float o[NO][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+
+	stage_bf16<DP>(qs, LDB, q + ((int64_t)b * a.T + t0) * qstr + h * a.D, qstr,
+		       min(TILE, a.T - t0), a.D, a.vec4);
+	__syncthreads();
+#pragma unroll
+	for (int kk = 0; kk < DP / 16; kk++)
+		lda_frag(qf[kk], qs, LDB, 16 * w, kk * 16, g, c);
+#pragma unroll
+	for (int n = 0; n < NO; n++)
+		o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+	for (int kt = 0; kt <= qt; kt++) {
+		const int s0 = kt * TILE;
+		float s[8][4];
+
+		__syncthreads(); /* the previous tile's K and V are no longer read */
+		stage_bf16<DP>(ks, LDB, kb + s0 * kstr, kstr, min(TILE, a.T - s0), a.D, a.vec4);
+		stage_bf16<DP>(vs, LDB, vb + s0 * kstr, kstr, min(TILE, a.T - s0), a.D, a.vec4);
+		__syncthreads();
+#pragma unroll
+		for (int j = 0; j < 8; j++)
+			s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+#pragma unroll
+		for (int kk = 0; kk < DP / 16; kk++)
+#pragma unroll
+			for (int j = 0; j < 8; j++) {
+				const __nv_bfloat16 *p = ks + (8 * j + g) * LDB + kk * 16 + 2 * c;
+
+				mma_bf16(s[j], qf[kk], lds32(p), lds32(p + 8));
+			}
+		/* Online softmax (log2 units).  Only the diagonal tile masks;
+		 * its key s0 is visible to every row (row >= t0 = s0), so the
+		 * new max is finite and corr = exp2(−inf) = 0 on the first tile. */
+		float mx[2] = {m[0], m[1]};
+
+#pragma unroll
+		for (int j = 0; j < 8; j++)
+#pragma unroll
+			for (int e = 0; e < 4; e++) {
+				const int col = s0 + 8 * j + 2 * c + (e & 1), row = tr0 + (e >> 1) * 8;
+				const float x = kt < qt || col <= row ? s[j][e] * sl2 : -INFINITY;
+
+				s[j][e] = x;
+				mx[e >> 1] = fmaxf(mx[e >> 1], x);
+			}
+#pragma unroll
+		for (int r = 0; r < 2; r++) {
+			mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+			mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+			const float corr = exp2f(m[r] - mx[r]);
+
+			l[r] *= corr;
+			m[r] = mx[r];
+#pragma unroll
+			for (int n = 0; n < NO; n++) {
+				o[n][2 * r] *= corr;
+				o[n][2 * r + 1] *= corr;
+			}
+		}
+#pragma unroll
+		for (int j = 0; j < 8; j++)
+#pragma unroll
+			for (int e = 0; e < 4; e++) {
+				const float p = exp2f(s[j][e] - m[e >> 1]); /* −inf → 0 */
+
+				s[j][e] = p;
+				l[e >> 1] += p; /* this thread's share; the quad sums at the end */
+			}
+		mma_pv<DP>(o, s, vs, LDB, lane); /* O += P·V */
+	}
+#pragma unroll
+	for (int r = 0; r < 2; r++) {
+		const int t = tr0 + 8 * r;
+
+		l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+		l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+		if (t >= a.T)
+			continue;
+		const float inv = 1.0f / l[r];
+		float *orow = out + ((int64_t)b * a.T + t) * qstr + h * a.D;
+
+#pragma unroll
+		for (int n = 0; n < NO; n++) {
+			const int col = 8 * n + 2 * c;
+
+			if (col < a.D)
+				orow[col] = o[n][2 * r] * inv;
+			if (col + 1 < a.D)
+				orow[col + 1] = o[n][2 * r + 1] * inv;
+		}
+		if (c == 0)
+			lse[((int64_t)b * a.H + h) * a.T + t] = (m[r] + log2f(l[r])) * LN2_F;
+	}
+}
+
+/* dK and dV of one 64-key tile of one kv head (each warp: 16 keys), looping
+ * over the group's heads and the query tiles at or after the key tile (the
+ * fp32 kernel's order); Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ, Pᵀ = exp2(Sᵀ·scale₂ − lse₂),
+ * dSᵀ = Pᵀ∘(dPᵀ − Di), dV += Pᵀ·dO, dK += dSᵀ·Q (·scale at the end). */
+template <int DP>
+static __global__ void __launch_bounds__(TC_NT)
+attn_dkdv_tc_kernel(float *__restrict__ dk, float *__restrict__ dv, const float *__restrict__ dout,
+		    const float *__restrict__ q, const float *__restrict__ k,
+		    const float *__restrict__ v, const float *__restrict__ lse,
+		    const float *__restrict__ di, struct attn_args a)
+{
+	constexpr int LDB = tc_geom<DP>::LDB, NO = DP / 8;
+	extern __shared__ float4 smem4[];
+	__nv_bfloat16 *ks = (__nv_bfloat16 *)smem4, *vs = ks + TILE * LDB, *qs = vs + TILE * LDB;
+	__nv_bfloat16 *dos = qs + TILE * LDB;
+	float *lses = (float *)(dos + TILE * LDB), *dis = lses + TILE;
+	const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
+	const int b = blockIdx.x / a.Hkv, gk = blockIdx.x % a.Hkv;
+	const int kt = (int)blockIdx.y, s0 = kt * TILE; /* earlier tiles (more work) first */
+	const int64_t qstr = (int64_t)a.H * a.D, kstr = (int64_t)a.Hkv * a.D;
+	const int64_t koff = ((int64_t)b * a.T + s0) * kstr + gk * a.D;
+	const float sl2 = a.scale * LOG2E_F;
+	const int sr0 = s0 + 16 * w + g; /* this thread's keys: sr0, sr0 + 8 */
+	float dka[NO][4], dva[NO][4];
+
+	stage_bf16<DP>(ks, LDB, k + koff, kstr, min(TILE, a.T - s0), a.D, a.vec4);
+	stage_bf16<DP>(vs, LDB, v + koff, kstr, min(TILE, a.T - s0), a.D, a.vec4);
+#pragma unroll
+	for (int n = 0; n < NO; n++)
+#pragma unroll
+		for (int e = 0; e < 4; e++)
+			dka[n][e] = dva[n][e] = 0.0f;
+	for (int h = gk * a.rep; h < (gk + 1) * a.rep; h++) {
+		const float *lrow = lse + ((int64_t)b * a.H + h) * a.T;
+		const float *drow = di + ((int64_t)b * a.H + h) * a.T;
+
+		for (int qt = kt; qt < a.nqt; qt++) {
+			const int t0 = qt * TILE;
+			const int64_t qoff = ((int64_t)b * a.T + t0) * qstr + h * a.D;
+			float st[8][4], dpt[8][4];
+
+			__syncthreads(); /* the previous Q, dO, lse, Di are no longer read */
+			stage_bf16<DP>(qs, LDB, q + qoff, qstr, min(TILE, a.T - t0), a.D, a.vec4);
+			stage_bf16<DP>(dos, LDB, dout + qoff, qstr, min(TILE, a.T - t0), a.D,
+				       a.vec4);
+			if (threadIdx.x < TILE) {
+				const int t = t0 + threadIdx.x;
+
+				lses[threadIdx.x] = t < a.T ? lrow[t] * LOG2E_F : 0.0f;
+				dis[threadIdx.x] = t < a.T ? drow[t] : 0.0f;
+			}
+			__syncthreads();
+			mma_abt_16x64<DP>(st, ks, qs, LDB, 16 * w, g, c);   /* Sᵀ = K·Qᵀ */
+			mma_abt_16x64<DP>(dpt, vs, dos, LDB, 16 * w, g, c); /* dPᵀ = V·dOᵀ */
+			/* key s (row) is seen by query t (column) when s <= t < T */
+#pragma unroll
+			for (int j = 0; j < 8; j++)
+#pragma unroll
+				for (int e = 0; e < 4; e++) {
+					const int tc = 8 * j + 2 * c + (e & 1), t = t0 + tc;
+					const int s = sr0 + (e >> 1) * 8;
+					const bool vis = (qt > kt || s <= t) && t < a.T;
+					const float p = vis ? exp2f(st[j][e] * sl2 - lses[tc]) : 0.0f;
+
+					st[j][e] = p;
+					dpt[j][e] = p * (dpt[j][e] - dis[tc]);
+				}
+			mma_pv<DP>(dva, st, dos, LDB, lane);  /* dV += Pᵀ·dO */
+			mma_pv<DP>(dka, dpt, qs, LDB, lane);  /* dK += dSᵀ·Q */
+		}
+	}
+#pragma unroll
+	for (int r = 0; r < 2; r++) {
+		const int s = sr0 + 8 * r;
+
+		if (s >= a.T)
+			continue;
+		float *dkrow = dk + ((int64_t)b * a.T + s) * kstr + gk * a.D;
+		float *dvrow = dv + ((int64_t)b * a.T + s) * kstr + gk * a.D;
+
+#pragma unroll
+		for (int n = 0; n < NO; n++)
+#pragma unroll
+			for (int e = 0; e < 2; e++) {
+				const int col = 8 * n + 2 * c + e;
+
+				if (col < a.D) {
+					dkrow[col] = dka[n][2 * r + e] * a.scale;
+					dvrow[col] = dva[n][2 * r + e];
+				}
+			}
+	}
+}
+
+/* dQ of one 64-query tile of one head (each warp: 16 queries), key tiles
+ * 0..qt ascending: S, dP, dS recomputed, dQ += dS·K (·scale at the end). */
+template <int DP>
+static __global__ void __launch_bounds__(TC_NT)
+attn_dq_tc_kernel(float *__restrict__ dq, const float *__restrict__ dout,
+		  const float *__restrict__ q, const float *__restrict__ k,
+		  const float *__restrict__ v, const float *__restrict__ lse,
+		  const float *__restrict__ di, struct attn_args a)
+{
+	constexpr int LDB = tc_geom<DP>::LDB, NO = DP / 8;
+	extern __shared__ float4 smem4[];
+	__nv_bfloat16 *qs = (__nv_bfloat16 *)smem4, *dos = qs + TILE * LDB;
+	__nv_bfloat16 *ks = dos + TILE * LDB, *vs = ks + TILE * LDB;
+	const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
+	const int b = blockIdx.x / a.H, h = blockIdx.x % a.H, gk = h / a.rep;
+	const int qt = a.nqt - 1 - (int)blockIdx.y, t0 = qt * TILE; /* later tiles first */
+	const int64_t qstr = (int64_t)a.H * a.D, kstr = (int64_t)a.Hkv * a.D;
+	const int64_t qoff = ((int64_t)b * a.T + t0) * qstr + h * a.D;
+	const float *kb = k + (int64_t)b * a.T * kstr + gk * a.D;
+	const float *vb = v + (int64_t)b * a.T * kstr + gk * a.D;
+	const float *lrow = lse + ((int64_t)b * a.H + h) * a.T;
+	const float *drow = di + ((int64_t)b * a.H + h) * a.T;
+	const float sl2 = a.scale * LOG2E_F;
+	const int tr0 = t0 + 16 * w + g; /* this thread's rows: tr0, tr0 + 8 */
+	float dqa[NO][4], lr[2], dr[2];
+
+	stage_bf16<DP>(qs, LDB, q + qoff, qstr, min(TILE, a.T - t0), a.D, a.vec4);
+	stage_bf16<DP>(dos, LDB, dout + qoff, qstr, min(TILE, a.T - t0), a.D, a.vec4);
+#pragma unroll
+	for (int r = 0; r < 2; r++) {
+		const int t = tr0 + 8 * r;
+
+		lr[r] = t < a.T ? lrow[t] * LOG2E_F : 0.0f;
+		dr[r] = t < a.T ? drow[t] : 0.0f;
+	}
+#pragma unroll
+	for (int n = 0; n < NO; n++)
+		dqa[n][0] = dqa[n][1] = dqa[n][2] = dqa[n][3] = 0.0f;
+	for (int kt = 0; kt <= qt; kt++) {
+		const int s0 = kt * TILE;
+		float s[8][4], dp[8][4];
+
+		__syncthreads(); /* the previous K and V are no longer read */
+		stage_bf16<DP>(ks, LDB, kb + s0 * kstr, kstr, min(TILE, a.T - s0), a.D, a.vec4);
+		stage_bf16<DP>(vs, LDB, vb + s0 * kstr, kstr, min(TILE, a.T - s0), a.D, a.vec4);
+		__syncthreads();
+		mma_abt_16x64<DP>(s, qs, ks, LDB, 16 * w, g, c);   /* S = Q·Kᵀ */
+		mma_abt_16x64<DP>(dp, dos, vs, LDB, 16 * w, g, c); /* dP = dO·Vᵀ */
+#pragma unroll
+		for (int j = 0; j < 8; j++)
+#pragma unroll
+			for (int e = 0; e < 4; e++) {
+				const int col = s0 + 8 * j + 2 * c + (e & 1), row = tr0 + (e >> 1) * 8;
+				const bool vis = kt < qt || col <= row;
+				const float p = vis ? exp2f(s[j][e] * sl2 - lr[e >> 1]) : 0.0f;
+
+				dp[j][e] = p * (dp[j][e] - dr[e >> 1]);
+			}
+		mma_pv<DP>(dqa, dp, ks, LDB, lane); /* dQ += dS·K */
+	}
+#pragma unroll
+	for (int r = 0; r < 2; r++) {
+		const int t = tr0 + 8 * r;
+
+		if (t >= a.T)
+			continue;
+		float *dqrow = dq + ((int64_t)b * a.T + t) * qstr + h * a.D;
+
+#pragma unroll
+		for (int n = 0; n < NO; n++)
+#pragma unroll
+			for (int e = 0; e < 2; e++) {
+				const int col = 8 * n + 2 * c + e;
+
+				if (col < a.D)
+					dqrow[col] = dqa[n][2 * r + e] * a.scale;
+			}
+	}
+}
+
 /* ---- host side ------------------------------------------------------------ */
 
 static bool aligned16(const void *p)
@@ -643,6 +1098,54 @@ static int attn_bwd_launch(struct titan_backend *be, float *dq, float *dk, float
 	return 0;
 }
 
+/* The bf16 tensor-core kernels (matmul mode TITAN_CUDA_MATMUL_BF16, DP 64 or
+ * 128 only). */
+template <int DP>
+static int attn_fwd_tc_launch(struct titan_backend *be, float *out, float *lse, const float *q,
+			      const float *k, const float *v, const struct attn_args *a,
+			      int64_t batch)
+{
+	const size_t smem = tc_geom<DP>::fwd_smem;
+	const dim3 grid((unsigned)(batch * a->H), (unsigned)a->nqt);
+	int rc = attn_smem(be, (const void *)attn_fwd_tc_kernel<DP>, smem, a->D);
+
+	if (rc < 0)
+		return rc;
+	attn_fwd_tc_kernel<DP><<<grid, TC_NT, smem, cuda_of(be)->stream>>>(out, lse, q, k, v,
+									   *a);
+	CU_LAUNCHED("attention_fwd (bf16)");
+	return 0;
+}
+
+template <int DP>
+static int attn_bwd_tc_launch(struct titan_backend *be, float *dq, float *dk, float *dv,
+			      const float *dout, const float *q, const float *k, const float *v,
+			      const float *lse, const float *di, const struct attn_args *a,
+			      int64_t batch)
+{
+	const size_t smem_kv = tc_geom<DP>::dkdv_smem, smem_q = tc_geom<DP>::dq_smem;
+	cudaStream_t st = cuda_of(be)->stream;
+	int rc;
+
+	if ((rc = attn_smem(be, (const void *)attn_dkdv_tc_kernel<DP>, smem_kv, a->D)) < 0 ||
+	    (rc = attn_smem(be, (const void *)attn_dq_tc_kernel<DP>, smem_q, a->D)) < 0)
+		return rc;
+	attn_dkdv_tc_kernel<DP><<<dim3((unsigned)(batch * a->Hkv), (unsigned)a->nqt), TC_NT,
+				  smem_kv, st>>>(dk, dv, dout, q, k, v, lse, di, *a);
+	CU_LAUNCHED("attention_bwd dk/dv (bf16)");
+	attn_dq_tc_kernel<DP><<<dim3((unsigned)(batch * a->H), (unsigned)a->nqt), TC_NT, smem_q,
+				st>>>(dq, dout, q, k, v, lse, di, *a);
+	CU_LAUNCHED("attention_bwd dq (bf16)");
+	return 0;
+}
+
+/* bf16 tensor cores for head dims 33..128 in TITAN_CUDA_MATMUL_BF16 mode;
+ * smaller heads (and the FP32 / TF32 modes) use the fp32 kernels. */
+static bool attn_use_tc(struct titan_backend *be, int dp)
+{
+	return cuda_of(be)->matmul == TITAN_CUDA_MATMUL_BF16 && (dp == 64 || dp == 128);
+}
+
 int cuda_attention_fwd(struct titan_backend *be, float *out, float *lse, const float *q,
 		       const float *k, const float *v, const struct titan_attn_dims *d)
 {
@@ -652,6 +1155,9 @@ int cuda_attention_fwd(struct titan_backend *be, float *out, float *lse, const f
 	if (rc != 0)
 		return rc < 0 ? rc : 0;
 	a.vec4 = a.D % 4 == 0 && aligned16(q) && aligned16(k) && aligned16(v);
+	if (attn_use_tc(be, dp))
+		return dp == 64 ? attn_fwd_tc_launch<64>(be, out, lse, q, k, v, &a, d->batch)
+				: attn_fwd_tc_launch<128>(be, out, lse, q, k, v, &a, d->batch);
 	switch (dp) {
 	case 16:
 		return attn_fwd_launch<16>(be, out, lse, q, k, v, &a, d->batch);
@@ -682,6 +1188,11 @@ int cuda_attention_bwd(struct titan_backend *be, float *dq, float *dk, float *dv
 	attn_di_kernel<<<cuda_blocks(rows * 32, 256), 256, 0, cuda_of(be)->stream>>>(
 		di, dout, out, rows, a.T, a.H, a.D);
 	CU_LAUNCHED("attention_bwd Di");
+	if (attn_use_tc(be, dp))
+		return dp == 64 ? attn_bwd_tc_launch<64>(be, dq, dk, dv, dout, q, k, v, lse, di, &a,
+							 d->batch)
+				: attn_bwd_tc_launch<128>(be, dq, dk, dv, dout, q, k, v, lse, di,
+							  &a, d->batch);
 	switch (dp) {
 	case 16:
 		return attn_bwd_launch<16>(be, dq, dk, dv, dout, q, k, v, lse, di, &a, d->batch);

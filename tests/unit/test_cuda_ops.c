@@ -857,41 +857,54 @@ static void attention_case(const struct titan_attn_dims *d, uint64_t index, bool
 	CPU(g.cpu.ops->attention_fwd(&g.cpu, out, lse, q, k, v, d));
 	CPU(g.cpu.ops->attention_bwd(&g.cpu, dq, dk, dv, dout, q, k, v, out, lse, d));
 
-	struct titan_backend *be = &g.cu[0];
 	float *q_ = dput(q, nq * 4), *k_ = dput(k, nk * 4), *v_ = dput(v, nk * 4);
 	float *dout_ = dput(dout, nq * 4), *out_ = dnew(nq * 4), *lse_ = dnew(nl * 4);
 	float *outc_ = dput(out, nq * 4), *lsec_ = dput(lse, nl * 4); /* the oracle's */
 	float *dq_ = dnew(nq * 4), *dk_ = dnew(nk * 4), *dv_ = dnew(nk * 4);
 	float *got = FALLOC(nq > nl ? nq : nl);
 
-	CU(be->ops->attention_fwd(be, out_, lse_, q_, k_, v_, d));
-	dget(got, out_, nq * 4);
-	check("out", got, out, nq, TOL);
-	dget(got, lse_, nl * 4);
-	check("lse", got, lse, nl, TOL);
+	/* fp32 (the kernels tf32 runs too), then bf16: tensor cores at D 33..128 */
+	for (int m = 0; m < NMODES; m += 2) {
+		struct titan_backend *be = &g.cu[m];
+		const double tol = m == 0 ? TOL : mode_tol[m];
 
-	/* backward from the oracle's out and lse */
-	CU(be->ops->attention_bwd(be, dq_, dk_, dv_, dout_, q_, k_, v_, outc_, lsec_, d));
-	/* T = 1: one key per query, softmax gradient 0, so dq and dk are
-	 * rounding noise on both sides: measured against |dout| and |dv| */
-	const bool t1 = d->seq == 1;
-	dget(got, dq_, nq * 4);
-	check_floor("dq", got, dq, nq, TOL, t1 ? norm(dout, nq) : 0.0);
-	dget(got, dk_, nk * 4);
-	check_floor("dk", got, dk, nk, TOL, t1 ? norm(dv, nk) : 0.0);
-	dget(got, dv_, nk * 4);
-	check("dv", got, dv, nk, TOL);
+		set_label(m == 0 ? NULL : mode_name[m]);
+		if (m > 0) {
+			dpoison(out_, nq * 4), dpoison(lse_, nl * 4), dpoison(dq_, nq * 4);
+			dpoison(dk_, nk * 4), dpoison(dv_, nk * 4);
+		}
+		CU(be->ops->attention_fwd(be, out_, lse_, q_, k_, v_, d));
+		dget(got, out_, nq * 4);
+		check("out", got, out, nq, tol);
+		dget(got, lse_, nl * 4);
+		check("lse", got, lse, nl, tol);
 
-	if (large) {
-		const double pairs = (double)d->batch * (double)d->n_heads * (double)d->seq *
-				     (double)(d->seq + 1) / 2.0;
-		const double f = 4.0 * (double)d->head_dim * pairs;
+		/* backward from the oracle's out and lse */
+		CU(be->ops->attention_bwd(be, dq_, dk_, dv_, dout_, q_, k_, v_, outc_, lsec_,
+					  d));
+		/* T = 1: one key per query, softmax gradient 0, so dq and dk are
+		 * rounding noise on both sides: measured against |dout| and |dv| */
+		const bool t1 = d->seq == 1;
+		dget(got, dq_, nq * 4);
+		check_floor("dq", got, dq, nq, tol, t1 ? norm(dout, nq) : 0.0);
+		dget(got, dk_, nk * 4);
+		check_floor("dk", got, dk, nk, tol, t1 ? norm(dv, nk) : 0.0);
+		dget(got, dv_, nk * 4);
+		check("dv", got, dv, nk, tol);
 
-		TIME_OP("attention_fwd", "fp32", f, 0.0, "4·D·B·H·T(T+1)/2 FLOP (causal)",
-			be->ops->attention_fwd(be, out_, lse_, q_, k_, v_, d));
-		TIME_OP("attention_bwd", "fp32", 2.5 * f, 0.0, "10·D·B·H·T(T+1)/2 FLOP (causal)",
-			be->ops->attention_bwd(be, dq_, dk_, dv_, dout_, q_, k_, v_, outc_, lsec_,
-					       d));
+		if (large) {
+			const double pairs = (double)d->batch * (double)d->n_heads *
+					     (double)d->seq * (double)(d->seq + 1) / 2.0;
+			const double f = 4.0 * (double)d->head_dim * pairs;
+
+			TIME_OP("attention_fwd", mode_name[m], f, 0.0,
+				"4·D·B·H·T(T+1)/2 FLOP (causal)",
+				be->ops->attention_fwd(be, out_, lse_, q_, k_, v_, d));
+			TIME_OP("attention_bwd", mode_name[m], 2.5 * f, 0.0,
+				"10·D·B·H·T(T+1)/2 FLOP (causal)",
+				be->ops->attention_bwd(be, dq_, dk_, dv_, dout_, q_, k_, v_, outc_,
+						       lsec_, d));
+		}
 	}
 	dfree(q_), dfree(k_), dfree(v_), dfree(dout_), dfree(out_), dfree(lse_), dfree(outc_);
 	dfree(lsec_), dfree(dq_), dfree(dk_), dfree(dv_);
