@@ -3,7 +3,7 @@
 # bundle of mk/device-bundle.sh (carried in .device/): the CUDA op tests
 # against the CPU twins (make cuda-test's binaries), the end-to-end loss
 # curve of the debug model on GPU against the CPU, and the throughput bench.
-#   bash mk/device-run.sh [env] [unit] [sanitize] [e2e] [bench ARGS... --] [profile]
+#   bash mk/device-run.sh [env] [unit] [sanitize] [e2e] [ckpt] [bench ARGS... --] [profile]
 #   bash mk/device-run.sh e2e-ref     (on a CPU machine: the CPU curve e2e compares to)
 # Logs go to .device/out, packed into $OUT/logs.tar.gz when OUT is set (the
 # device tool returns few files).  Exit status: 1 when a stage failed.
@@ -100,6 +100,38 @@ assert w32 < 1e-3 and w16 < 2e-2, "curves differ"
 PY
 }
 
+# checkpoints on the GPU: 8 steps equal 4 steps + resume to 8, bit for bit
+# (losses and grad norms), and the step-8 checkpoint equals the CPU's layout
+stage_ckpt() {
+	local args="--config configs/llama3_debug.yaml --training.dataset_path=$tb/data/kjv
+		--training.seq_len=512 --training.local_batch_size=4 --lr_scheduler.warmup_steps=2
+		--metrics.log_freq=1 --training.device=cuda --checkpoint.enable=true --lr_scheduler.total_steps=8
+		--checkpoint.interval=4"
+	# shellcheck disable=SC2086
+	{ timeout 120 titan-train $args --training.steps=8 --job.dump_folder=/tmp/ck-a &&
+	  timeout 120 titan-train $args --training.steps=4 --job.dump_folder=/tmp/ck-b &&
+	  timeout 120 titan-train $args --training.steps=8 --job.dump_folder=/tmp/ck-b; } \
+		> "$out/ckpt.log" 2>&1 || { fail ckpt; tail -5 "$out/ckpt.log"; return; }
+	python3 - /tmp/ck-a /tmp/ck-b <<'PY' || fail "ckpt resume not exact"
+import json, sys
+rows = lambda d: {o["step"]: (o["loss"], o["grad_norm"]) for o in map(json.loads, open(d + "/metrics.jsonl")) if "loss" in o}
+a, b = rows(sys.argv[1]), rows(sys.argv[2])
+assert sorted(a) == list(range(1, 9)) and all(a[s] == b[s] for s in range(1, 9)), (a, b)
+print("ckpt: 8 steps == 4 + resume to 8 on the GPU, bit for bit; step 8 loss", a[8][0])
+try:
+    import h5py, numpy as np
+except ImportError:
+    sys.exit(0)
+fa, fb = h5py.File(sys.argv[1] + "/checkpoint/step-8.h5"), h5py.File(sys.argv[2] + "/checkpoint/step-8.h5")
+for g in ("model", "optimizer/exp_avg", "optimizer/exp_avg_sq"):
+    assert list(fa[g]) == list(fb[g])
+    for k in fa[g]:
+        assert np.array_equal(fa[g][k][()], fb[g][k][()]), (g, k)
+print("ckpt: step-8.h5 of both runs equal (weights and moments; read with h5py)")
+PY
+	titan-ckpt-convert info /tmp/ck-b/checkpoint/step-8.h5 2>&1 | head -5
+}
+
 # per-op GPU time of titan-train on the bench's 1B config (TITAN_CUDA_PROFILE)
 stage_profile() {
 	local cfg=$out/bench/${PROFILE_MODEL:-1b}/titan.yaml
@@ -118,7 +150,7 @@ stage_bench() {
 while [ $# -gt 0 ]; do
 	s=$1; shift
 	case $s in
-	env|unit|sanitize|e2e|profile) echo "== $s"; "stage_$s"; pack ;;
+	env|unit|sanitize|e2e|ckpt|profile) echo "== $s"; "stage_$s"; pack ;;
 	e2e-ref) echo "== $s"; stage_e2e_ref ;;
 	bench) # bench [ARGS...] [-- more stages]
 		args=()
