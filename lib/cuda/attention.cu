@@ -7,7 +7,11 @@
  * (same formulas, same order of the online-softmax updates); results differ
  * from it by rounding only (reduction trees, expf's last bit).
  *
- * fp32 in and out, fp32 FMA math (no tensor cores yet).  Scores are scaled
+ * Two implementations.  With matmul mode TITAN_CUDA_MATMUL_BF16 and head dims
+ * 33..128, bf16 tensor-core kernels (FlashAttention-2's mixed precision; see
+ * "bf16 tensor-core path" below; rel. error ~3e-3).  Otherwise (FP32, TF32,
+ * or other head dims) the fp32 kernels described here:
+ * fp32 in and out, fp32 FMA math (no tensor cores).  Scores are scaled
  * in fp32 as on the CPU: p = expf(s·scale − m) with scale = 1/sqrt(D) (full
  * precision expf, ≤ 2 ulp; no log2e pre-scaling, so no extra rounding of the
  * exponent; --use_fast_math would break the 1e-5 agreement with the CPU).  Tiles are 64 queries × 64 keys whatever be->attn_block_q/k
