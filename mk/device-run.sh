@@ -142,7 +142,7 @@ stage_profile() {
 }
 
 stage_bench() {
-	OUT=$out/bench timeout "${BENCH_TIMEOUT:-330}" bash bench/train_gpu.sh "$@" 2>&1 |
+	DATA_DIR=/tmp/bench-data OUT=$out/bench timeout "${BENCH_TIMEOUT:-330}" bash bench/train_gpu.sh "$@" 2>&1 |
 		tee "$out/bench.log" || fail bench
 }
 

@@ -95,6 +95,7 @@ static void cuda_release(struct titan_backend *be)
 		cublasLtDestroy(c->lt);
 	cudaFree(c->blas_ws);
 	cudaFree(c->gemm_ws);
+	cudaFree(c->bf16_keep);
 	if (c->scratch)
 		scratch_free(be, c->scratch);
 	if (c->host_scratch)

@@ -32,6 +32,8 @@ struct cuda_impl {
 	size_t host_scratch_bytes;
 	void *gemm_ws;                 /* bf16 copies of GEMM operands (gemm.cu) */
 	size_t gemm_ws_bytes;
+	void *bf16_keep;               /* cuda_bf16_keep(): operands an op reuses */
+	size_t bf16_keep_bytes;
 };
 
 static inline struct cuda_impl *cuda_of(struct titan_backend *be)
@@ -103,6 +105,21 @@ int cuda_matmul_bwd(struct titan_backend *be, float *dx, float *dw, const float 
 int cuda_gemm(struct titan_backend *be, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
 	      float alpha, const float *a, int64_t lda, const float *b, int64_t ldb,
 	      float beta, float *c, int64_t ldc);
+/* bf16 mode: cuda_gemm with operands already rounded to bf16 — a16/b16
+ * non-NULL are used as they are (contiguous, row length = the stored
+ * matrix's columns: ta ? m : k for A, tb ? k : n for B) and a/b ignored;
+ * NULL ones are converted from a/b (lda/ldb) as cuda_gemm does. */
+int cuda_gemm_bf16(struct titan_backend *be, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+		   float alpha, const float *a, const __nv_bfloat16 *a16, int64_t lda,
+		   const float *b, const __nv_bfloat16 *b16, int64_t ldb, float beta, float *c,
+		   int64_t ldc);
+/* dst[rows, cols] (contiguous) = bf16(src[r·ld + c]), on the stream. */
+int cuda_to_bf16(struct titan_backend *be, __nv_bfloat16 *dst, const float *src, int64_t rows,
+		 int64_t cols, int64_t ld);
+/* A device buffer (grow-only, separate from cuda_scratch and from the one
+ * cuda_gemm converts into) for bf16 operands an op converts once and uses
+ * in several GEMMs. */
+void *cuda_bf16_keep(struct titan_backend *be, size_t bytes);
 /* elementwise.cu */
 int cuda_embedding_fwd(struct titan_backend *be, float *out, const uint32_t *ids,
 		       const float *table, int64_t n, int64_t v, int64_t c);

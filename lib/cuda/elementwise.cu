@@ -16,13 +16,15 @@
  * the order is not the CPU's: rstd, the backward mean and dw may differ
  * from the CPU's in the last bit of their float, sumsq in the last bits of
  * its double.  RMSNorm dw sums row chunks per column, then the chunks in
- * order (no atomics); embedding_bwd adds repeated ids with atomicAdd (their
- * order is not fixed; titan/cuda.h says so).  ids are not range-checked on
+ * order (no atomics); embedding_bwd sorts the tokens by id on the host and
+ * adds each id's rows in token order, the CPU's bits (no atomics: a resumed
+ * run repeats the uninterrupted one exactly).  ids are not range-checked on
  * the device (the caller checks them on the host); an id >= V gives a NaN
  * row forward and is skipped backward rather than read or write out of
  * bounds.
  */
 #include <math.h>
+#include <stdlib.h>
 #include <stdint.h>
 
 #include "cuda_impl.h"
@@ -115,18 +117,26 @@ static __global__ void embedding_fwd_kernel(float *out, const uint32_t *ids, con
 	}
 }
 
-static __global__ void embedding_bwd_kernel(float *dtable, const uint32_t *ids, const float *dout,
-					    int64_t n, int64_t v, int64_t c)
+/* Deterministic backward: the tokens sorted (stably, on the host) by id
+ * into segments; one block per (segment, column slice) starts from the
+ * table row and adds its tokens' rows in token order — the CPU's order, so
+ * the same bits as the CPU op. */
+static __global__ void embedding_bwd_kernel(float *dtable, const int32_t *order,
+					    const int32_t *seg, int64_t nseg, const uint32_t *ids,
+					    const float *dout, int64_t c)
 {
-	for (int64_t i = blockIdx.x; i < n; i += gridDim.x) {
-		const int64_t id = ids[i];
+	for (int64_t s = blockIdx.x; s < nseg; s += gridDim.x) {
+		const int32_t p0 = seg[s], p1 = seg[s + 1];
+		float *dst = dtable + (int64_t)ids[order[p0]] * c;
 
-		if (id >= v)
-			continue;
-		const float *src = dout + i * c;
-		float *dst = dtable + id * c;
-		for (int64_t j = threadIdx.x; j < c; j += blockDim.x)
-			atomicAdd(dst + j, src[j]);
+		for (int64_t j = blockIdx.y * (int64_t)blockDim.x + threadIdx.x; j < c;
+		     j += (int64_t)gridDim.y * blockDim.x) {
+			float acc = dst[j];
+
+			for (int32_t p = p0; p < p1; p++)
+				acc = __fadd_rn(acc, dout[(int64_t)order[p] * c + j]);
+			dst[j] = acc;
+		}
 	}
 }
 
@@ -145,12 +155,62 @@ int cuda_embedding_fwd(struct titan_backend *be, float *out, const uint32_t *ids
 int cuda_embedding_bwd(struct titan_backend *be, float *dtable, const uint32_t *ids,
 		       const float *dout, int64_t n, int64_t v, int64_t c)
 {
+	struct cuda_impl *cu = cuda_of(be);
+
 	if (n <= 0 || c <= 0)
 		return 0;
-	embedding_bwd_kernel<<<cuda_blocks(n, 1), row_threads(c), 0, cuda_of(be)->stream>>>(
-		dtable, ids, dout, n, v, c);
+	if (n >= INT32_MAX / 2)
+		return titan_error(TITAN_E_INVALID, "embedding_bwd: %lld tokens", (long long)n);
+	/* host: ids back (they are small), a stable counting sort by id
+	 * (ids >= V are skipped, as in the forward), then order + segment
+	 * starts up; one synchronisation per call */
+	char *hs = (char *)cuda_host_scratch(be, (size_t)n * 4 * 3 + 8);
+	if (!hs)
+		return TITAN_E_NOMEM;
+	uint32_t *hid = (uint32_t *)hs;
+	int32_t *order = (int32_t *)(hs + (size_t)n * 4);
+	int32_t *seg = (int32_t *)(hs + (size_t)n * 8);
+	CU_CHECK(cudaMemcpyAsync(hid, ids, (size_t)n * 4, cudaMemcpyDeviceToHost, cu->stream));
+	CU_CHECK(cudaStreamSynchronize(cu->stream));
+	int32_t *cnt = (int32_t *)calloc((size_t)v + 1, sizeof(int32_t));
+	if (!cnt)
+		return titan_error(TITAN_E_NOMEM, "out of memory");
+	for (int64_t i = 0; i < n; i++)
+		if (hid[i] < (uint64_t)v)
+			cnt[hid[i] + 1]++;
+	for (int64_t k = 0; k < v; k++)
+		cnt[k + 1] += cnt[k];
+	const int32_t total = cnt[v];
+	int64_t nseg = 0;
+	for (int64_t k = 0; k < v; k++)
+		if (cnt[k + 1] > cnt[k])
+			seg[nseg++] = cnt[k];
+	seg[nseg] = total;
+	for (int64_t i = 0; i < n; i++)
+		if (hid[i] < (uint64_t)v)
+			order[cnt[hid[i]]++] = (int32_t)i;
+	free(cnt);
+	if (nseg == 0)
+		return 0;
+	int32_t *dev = (int32_t *)cuda_scratch(be, (size_t)(total + nseg + 1) * 4);
+	if (!dev)
+		return TITAN_E_NOMEM;
+	CU_CHECK(cudaMemcpyAsync(dev, order, (size_t)total * 4, cudaMemcpyHostToDevice,
+				 cu->stream));
+	CU_CHECK(cudaMemcpyAsync(dev + total, seg, (size_t)(nseg + 1) * 4, cudaMemcpyHostToDevice,
+				 cu->stream));
+	const int threads = c >= 256 ? 256 : (int)((c + 31) / 32 * 32);
+	const int64_t slices = (c + threads - 1) / threads;
+	dim3 grid((unsigned)(nseg < 65535 * 16 ? nseg : 65535 * 16),
+		  (unsigned)(slices < 65535 ? slices : 65535));
+	embedding_bwd_kernel<<<grid, threads, 0, cu->stream>>>(dtable, dev, dev + total, nseg, ids,
+							       dout, c);
 	CU_LAUNCHED("embedding_bwd");
-	return 0;
+	/* the host buffers are read by the copies above before the next op
+	 * reuses them: the next cuda_host_scratch user synchronises first */
+	return cudaStreamSynchronize(cu->stream) == cudaSuccess
+		       ? 0 : titan_error(TITAN_E_DEVICE, "embedding_bwd: %s",
+					 cudaGetErrorString(cudaGetLastError()));
 }
 
 /* ---- RMSNorm -------------------------------------------------------------- */

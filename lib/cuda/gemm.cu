@@ -40,26 +40,38 @@ static cublasComputeType_t gemm_compute(enum titan_cuda_matmul mode)
  * hold operands in — then a bf16 x bf16 -> fp32 GEMM with fp32
  * accumulation (cuBLAS's FAST_16BF compute type on fp32 operands was
  * measured on an H100 to give TF32's results and speed). */
-static void *gemm_ws(struct cuda_impl *cu, size_t bytes)
+static void *grow(struct cuda_impl *cu, void **buf, size_t *have, size_t bytes)
 {
-	if (bytes <= cu->gemm_ws_bytes)
-		return cu->gemm_ws;
-	if (cu->gemm_ws) {
+	if (bytes <= *have)
+		return *buf;
+	if (*buf) {
 		cudaStreamSynchronize(cu->stream);
-		cudaFree(cu->gemm_ws);
-		cu->gemm_ws = NULL;
-		cu->gemm_ws_bytes = 0;
+		cudaFree(*buf);
+		*buf = NULL;
+		*have = 0;
 	}
 	bytes += bytes / 4;
-	if (cudaMalloc(&cu->gemm_ws, bytes) != cudaSuccess) {
+	if (cudaMalloc(buf, bytes) != cudaSuccess) {
 		(void)cudaGetLastError();
-		cu->gemm_ws = NULL;
+		*buf = NULL;
 		titan_error(TITAN_E_NOMEM, "CUDA: out of device memory for %zu bytes of bf16 GEMM "
 			    "operands", bytes);
 		return NULL;
 	}
-	cu->gemm_ws_bytes = bytes;
-	return cu->gemm_ws;
+	*have = bytes;
+	return *buf;
+}
+
+static void *gemm_ws(struct cuda_impl *cu, size_t bytes)
+{
+	return grow(cu, &cu->gemm_ws, &cu->gemm_ws_bytes, bytes);
+}
+
+void *cuda_bf16_keep(struct titan_backend *be, size_t bytes)
+{
+	struct cuda_impl *cu = cuda_of(be);
+
+	return grow(cu, &cu->bf16_keep, &cu->bf16_keep_bytes, bytes);
 }
 
 /* dst[r, 0..cols) = bf16(src[r·ld + 0..cols)), dst contiguous. */
@@ -91,13 +103,57 @@ __global__ void to_bf16_kernel(__nv_bfloat16 *__restrict__ dst, const float *__r
 	}
 }
 
-static int to_bf16(struct cuda_impl *cu, __nv_bfloat16 *dst, const float *src, int64_t rows,
-		   int64_t cols, int64_t ld)
+int cuda_to_bf16(struct titan_backend *be, __nv_bfloat16 *dst, const float *src, int64_t rows,
+		 int64_t cols, int64_t ld)
 {
+	struct cuda_impl *cu = cuda_of(be);
 	const int64_t work = (cols % 4 == 0) ? rows * cols / 4 : rows * cols;
 
 	to_bf16_kernel<<<cuda_blocks(work, 256), 256, 0, cu->stream>>>(dst, src, rows, cols, ld);
 	CU_LAUNCHED("bf16 conversion");
+	return 0;
+}
+
+int cuda_gemm_bf16(struct titan_backend *be, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+		   float alpha, const float *a, const __nv_bfloat16 *a16, int64_t lda,
+		   const float *b, const __nv_bfloat16 *b16, int64_t ldb, float beta, float *c,
+		   int64_t ldc)
+{
+	struct cuda_impl *cu = cuda_of(be);
+	/* stored shapes: A is [m,k] (ta: [k,m]), B is [k,n] (tb: [n,k]) */
+	const int64_t ar = ta ? k : m, ac = ta ? m : k, br = tb ? n : k, bc = tb ? k : n;
+	const size_t abytes = a16 ? 0 : ((size_t)(ar * ac) * 2 + 255) & ~(size_t)255;
+	const size_t bbytes = b16 ? 0 : (size_t)(br * bc) * 2;
+	int rc;
+
+	if (m == 0 || n == 0)
+		return 0;
+	if (abytes + bbytes > 0) {
+		char *ws = (char *)gemm_ws(cu, abytes + bbytes);
+
+		if (!ws)
+			return TITAN_E_NOMEM;
+		if (!a16) {
+			a16 = (const __nv_bfloat16 *)ws;
+			if ((rc = cuda_to_bf16(be, (__nv_bfloat16 *)a16, a, ar, ac, lda)) < 0)
+				return rc;
+		}
+		if (!b16) {
+			b16 = (const __nv_bfloat16 *)(ws + abytes);
+			if ((rc = cuda_to_bf16(be, (__nv_bfloat16 *)b16, b, br, bc, ldb)) < 0)
+				return rc;
+		}
+	}
+	if (k == 0) {
+		if (beta == 0.0f)
+			CU_CHECK(cudaMemset2DAsync(c, (size_t)ldc * sizeof(float), 0,
+						   (size_t)n * sizeof(float), (size_t)m, cu->stream));
+		return 0;
+	}
+	BLAS_CHECK(cublasGemmEx(cu->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
+				ta ? CUBLAS_OP_T : CUBLAS_OP_N, (int)n, (int)m, (int)k, &alpha,
+				b16, CUDA_R_16BF, (int)bc, a16, CUDA_R_16BF, (int)ac, &beta,
+				c, CUDA_R_32F, (int)ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 	return 0;
 }
 
@@ -121,26 +177,9 @@ int cuda_gemm(struct titan_backend *be, bool ta, bool tb, int64_t m, int64_t n, 
 		if (beta == 0.0f || beta == 1.0f)
 			return 0;
 	}
-	if (cu->matmul == TITAN_CUDA_MATMUL_BF16) {
-		/* stored shapes: A is [m,k] (ta: [k,m]), B is [k,n] (tb: [n,k]) */
-		const int64_t ar = ta ? k : m, ac = ta ? m : k, br = tb ? n : k, bc = tb ? k : n;
-		const size_t abytes = ((size_t)(ar * ac) * 2 + 255) & ~(size_t)255;
-		char *ws = (char *)gemm_ws(cu, abytes + (size_t)(br * bc) * 2);
-		__nv_bfloat16 *a16 = (__nv_bfloat16 *)ws, *b16 = (__nv_bfloat16 *)(ws + abytes);
-		int rc;
-
-		if (!ws)
-			return TITAN_E_NOMEM;
-		if ((rc = to_bf16(cu, a16, a, ar, ac, lda)) < 0 ||
-		    (rc = to_bf16(cu, b16, b, br, bc, ldb)) < 0)
-			return rc;
-		BLAS_CHECK(cublasGemmEx(cu->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
-					ta ? CUBLAS_OP_T : CUBLAS_OP_N, (int)n, (int)m, (int)k, &alpha,
-					b16, CUDA_R_16BF, (int)bc, a16, CUDA_R_16BF, (int)ac, &beta,
-					c, CUDA_R_32F, (int)ldc, CUBLAS_COMPUTE_32F,
-					CUBLAS_GEMM_DEFAULT));
-		return 0;
-	}
+	if (cu->matmul == TITAN_CUDA_MATMUL_BF16)
+		return cuda_gemm_bf16(be, ta, tb, m, n, k, alpha, a, NULL, lda, b, NULL, ldb, beta,
+				      c, ldc);
 	BLAS_CHECK(cublasGemmEx(cu->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
 				ta ? CUBLAS_OP_T : CUBLAS_OP_N, (int)n, (int)m, (int)k, &alpha,
 				b, CUDA_R_32F, (int)ldb, a, CUDA_R_32F, (int)lda, &beta,
@@ -165,6 +204,19 @@ int cuda_matmul_bwd(struct titan_backend *be, float *dx, float *dw, const float 
 {
 	int rc;
 
+	if (dx && dw && n > 0 && cuda_of(be)->matmul == TITAN_CUDA_MATMUL_BF16) {
+		/* bf16: dy rounded once for both GEMMs */
+		__nv_bfloat16 *dy16 = (__nv_bfloat16 *)cuda_bf16_keep(be, (size_t)(n * out) * 2);
+
+		if (!dy16)
+			return TITAN_E_NOMEM;
+		if ((rc = cuda_to_bf16(be, dy16, dy, n, out, out)) < 0 ||
+		    (rc = cuda_gemm_bf16(be, false, false, n, in, out, 1.0f, NULL, dy16, out, w,
+					 NULL, in, accumulate_dx ? 1.0f : 0.0f, dx, in)) < 0)
+			return rc;
+		return cuda_gemm_bf16(be, true, false, out, in, n, 1.0f, NULL, dy16, out, x, NULL,
+				      in, 1.0f, dw, in);
+	}
 	if (dx) {
 		/* dx[n,in] = dy[n,out] · W[out,in]
 		 * cuBLAS: (N, N, m=in, n=n, k=out, W lda=in, dy ldb=out, dx ldc=in):

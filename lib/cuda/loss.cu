@@ -197,19 +197,46 @@ int cuda_classifier_ce(struct titan_backend *be, double *loss_sum, int64_t *n_va
 	int32_t *hy = (int32_t *)(hs + (size_t)n * sizeof(double));
 	const int threads = ce_threads(v);
 
+	/* bf16 GEMMs: W rounded once for every chunk's GEMMs, dz once for the
+	 * dh and dW GEMMs of its chunk (cuda_gemm would round each operand of
+	 * each call: W alone is V·C floats) */
+	const bool bf = cu->matmul == TITAN_CUDA_MATMUL_BF16;
+	const size_t w16b = ((size_t)(v * c) * 2 + 255) & ~(size_t)255;
+	__nv_bfloat16 *w16 = NULL, *z16 = NULL;
+
+	if (bf) {
+		char *keep = (char *)cuda_bf16_keep(be, w16b + (size_t)chunk * (size_t)v * 2);
+
+		if (!keep)
+			return TITAN_E_NOMEM;
+		w16 = (__nv_bfloat16 *)keep;
+		z16 = (__nv_bfloat16 *)(keep + w16b);
+		if ((rc = cuda_to_bf16(be, w16, w, v, c, c)) < 0)
+			return rc;
+	}
 	for (int64_t n0 = 0; n0 < n; n0 += chunk) {
 		const int64_t cn = n0 + chunk < n ? chunk : n - n0;
 		const float *hc = h + n0 * c;
 
 		/* z[cn,V] = h[cn,C] · W[V,C]^T
 		 * cuBLAS: (T, N, m=V, n=cn, k=C, W lda=C, h ldb=C, z ldc=ldz) */
-		rc = cuda_gemm(be, false, true, cn, v, c, 1.0f, hc, c, w, c, 0.0f, z, ldz);
+		rc = bf ? cuda_gemm_bf16(be, false, true, cn, v, c, 1.0f, hc, NULL, c, NULL, w16, c,
+					 0.0f, z, ldz)
+			: cuda_gemm(be, false, true, cn, v, c, 1.0f, hc, c, w, c, 0.0f, z, ldz);
 		if (rc < 0)
 			return rc;
 		ce_rows<<<(unsigned)cn, threads, 0, cu->stream>>>(z, ldz, labels + n0, v,
 								    grad_scale, grads, rl + n0);
 		CU_LAUNCHED("classifier_ce rows");
-		if (grads) {
+		if (grads && bf) {
+			/* z16[cn,V] (contiguous) = bf16(dz); the same two GEMMs */
+			if ((rc = cuda_to_bf16(be, z16, z, cn, v, ldz)) < 0 ||
+			    (rc = cuda_gemm_bf16(be, false, false, cn, c, v, 1.0f, NULL, z16, v,
+						 NULL, w16, c, 0.0f, dh + n0 * c, c)) < 0 ||
+			    (rc = cuda_gemm_bf16(be, true, false, v, c, cn, 1.0f, NULL, z16, v, hc,
+						 NULL, c, 1.0f, dw, c)) < 0)
+				return rc;
+		} else if (grads) {
 			/* dh[cn,C] = dz[cn,V] · W[V,C]
 			 * cuBLAS: (N, N, m=C, n=cn, k=V, W lda=C, dz ldb=ldz, dh ldc=C) */
 			rc = cuda_gemm(be, false, false, cn, c, v, 1.0f, z, ldz, w, c, 0.0f,

@@ -47,9 +47,11 @@ int titan_cuda_synchronize(void);
  * other op is a kernel of lib/cuda with the CPU op as its test oracle.
  * Differences from the CPU contract: reductions run in a fixed order per
  * launch configuration (run-to-run identical on one GPU model) but not in
- * the CPU's order; embedding_bwd adds repeated ids with atomics (order not
- * fixed); ids/labels are not range-checked on the device (the caller
- * checks them on the host, as lib/train does). */
+ * the CPU's order (no atomics anywhere: a run repeats itself bit for bit);
+ * ids/labels are not range-checked on the device (the caller checks them on
+ * the host, as lib/train does).  TITAN_CUDA_MATMUL_BF16 also runs
+ * attention on tensor cores (bf16 operands, fp32 softmax and accumulation)
+ * for head_dim 33..128. */
 enum titan_cuda_matmul {
 	TITAN_CUDA_MATMUL_FP32 = 0, /* fp32 FMA (CUBLAS_COMPUTE_32F) */
 	TITAN_CUDA_MATMUL_TF32,     /* tensor cores, tf32 inputs, fp32 accumulate */
