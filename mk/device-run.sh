@@ -37,13 +37,13 @@ stage_env() {
 
 stage_unit() {
 	timeout 60 "$tb/tests/test_cuda" 2>&1 | tee "$out/test_cuda.log" || fail test_cuda
-	TITAN_CUDA_TEST_LARGE=1 TITAN_CUDA_TEST_TIME=1 timeout "${UNIT_TIMEOUT:-200}" \
+	TITAN_CUDA_TEST_LARGE=${UNIT_LARGE:-1} TITAN_CUDA_TEST_TIME=${UNIT_LARGE:-1} timeout "${UNIT_TIMEOUT:-200}" \
 		"$tb/tests/test_cuda_ops" 2>&1 | tee "$out/test_cuda_ops.log" || fail test_cuda_ops
 }
 
 stage_sanitize() {
 	command -v compute-sanitizer >/dev/null || { echo "no compute-sanitizer"; return; }
-	timeout 300 compute-sanitizer --tool memcheck --error-exitcode 3 "$tb/tests/test_cuda_ops" \
+	timeout "${SANITIZE_TIMEOUT:-300}" compute-sanitizer --tool memcheck --error-exitcode 3 "$tb/tests/test_cuda_ops" \
 		> "$out/memcheck.log" 2>&1 || fail "memcheck (see memcheck.log)"
 	tail -3 "$out/memcheck.log"
 }
