@@ -8,7 +8,7 @@
 #   make install PREFIX=/opt/titan     bin/, man pages, configs, titan.pc
 #
 # Switches: V=1 (show commands), DEVELOPER=1 (-Werror), SANITIZE=address,undefined
-# (instrumented tree in build/sanitize/), CUDA= MPI= HDF5= BLAS= NCCL= auto|yes|no,
+# (instrumented tree in build/sanitize/), CUDA= MPI= HDF5= BLAS= NCCL= ZLIB= ZSTD= auto|yes|no,
 # CUDA_HOME=, CUDA_ARCHS="80 90", CC=, CFLAGS=, PREFIX=.
 
 .DEFAULT_GOAL := all
@@ -21,6 +21,8 @@ MPI ?= auto
 HDF5 ?= auto
 BLAS ?= auto
 NCCL ?= auto
+ZLIB ?= auto
+ZSTD ?= auto
 CUDA_ARCHS ?= 80 90
 CUDA_HOME ?=
 PREFIX ?= /usr/local
@@ -77,7 +79,7 @@ distclean:
 ifndef SKIP_CONFIG
 # ---------------------------------------------------------------- configure
 CONFIG_ARGS := CC='$(CC)' CUDA='$(CUDA)' MPI='$(MPI)' HDF5='$(HDF5)' BLAS='$(BLAS)' \
-	NCCL='$(NCCL)' CUDA_HOME='$(CUDA_HOME)' CUDA_ARCHS='$(CUDA_ARCHS)'
+	NCCL='$(NCCL)' ZLIB='$(ZLIB)' ZSTD='$(ZSTD)' CUDA_HOME='$(CUDA_HOME)' CUDA_ARCHS='$(CUDA_ARCHS)'
 
 $(BUILD)/config.args: FORCE
 	@mkdir -p $(BUILD)
@@ -103,6 +105,7 @@ WARN += -Werror
 endif
 SAN_FLAGS := $(if $(SANITIZE),-fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=all)
 DEP_CFLAGS := $(YAML_CFLAGS) $(JANSSON_CFLAGS) $(PCRE2_CFLAGS) $(MPI_CFLAGS) $(HDF5_CFLAGS) $(BLAS_CFLAGS) \
+	$(ZLIB_CFLAGS) $(ZSTD_CFLAGS) \
 	$(if $(filter 1,$(HAVE_CUDA)),$(CUDA_CFLAGS))
 # -fno-math-errno: nothing reads errno after a math call, and with it sqrtf
 # is one (correctly rounded) instruction that vectorises (the AdamW loop)
@@ -110,6 +113,7 @@ ALL_CFLAGS := -std=c17 -D_GNU_SOURCE $(WARN) -fopenmp -pthread -fno-math-errno -
 	$(DEP_CFLAGS) $(CFLAGS) $(SAN_FLAGS) $(CPPFLAGS)
 ALL_LDFLAGS := -fopenmp -pthread $(SAN_FLAGS) $(LDFLAGS)
 LIBS := $(YAML_LIBS) $(JANSSON_LIBS) $(PCRE2_LIBS) $(HDF5_LIBS) $(MPI_LIBS) $(BLAS_LIBS) \
+	$(ZLIB_LIBS) $(ZSTD_LIBS) \
 	$(if $(filter 1,$(HAVE_CUDA)),$(CUDA_LIBS)) -lm
 ALL_NVCCFLAGS := -std=c++17 $(NVCC_GENCODE) -Ilib -I$(BUILD) $(CUDA_CFLAGS) $(NVCCFLAGS) \
 	-Xcompiler -Wall,-Wextra$(if $(DEVELOPER),$(comma)-Werror) -MMD -MP

@@ -33,8 +33,9 @@ FUZZ_TOOL_SRCS_memprof := $(filter-out %/titan-memprof.c,$(sort $(wildcard tools
 FUZZ_SAN := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 FUZZ_CFLAGS := -std=c17 -D_GNU_SOURCE $(WARN) -fopenmp -pthread -O1 -g -Ilib -I$(FUZZ_DIR) \
 	-I$(BUILD) $(YAML_CFLAGS) $(JANSSON_CFLAGS) $(PCRE2_CFLAGS) $(MPI_CFLAGS) $(HDF5_CFLAGS) \
-	$(BLAS_CFLAGS) $(FUZZ_SAN)
-FUZZ_LIBS := $(YAML_LIBS) $(JANSSON_LIBS) $(PCRE2_LIBS) $(HDF5_LIBS) $(MPI_LIBS) $(BLAS_LIBS) -lm
+	$(BLAS_CFLAGS) $(ZLIB_CFLAGS) $(ZSTD_CFLAGS) $(FUZZ_SAN)
+FUZZ_LIBS := $(YAML_LIBS) $(JANSSON_LIBS) $(PCRE2_LIBS) $(HDF5_LIBS) $(MPI_LIBS) $(BLAS_LIBS) \
+	$(ZLIB_LIBS) $(ZSTD_LIBS) -lm
 
 .PHONY: fuzz fuzz-build
 

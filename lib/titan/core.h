@@ -1,7 +1,8 @@
 /*
  * titan/core.h — the core of libtitan: errors, logging, tagged memory
  * accounting, counter-based RNG, timers, CRC32C, a streaming JSON writer,
- * number parsing and the shared command-line contract of the titan-* tools.
+ * number parsing, input files that may be gzip/zstd-compressed, the
+ * progress line and the shared command-line contract of the titan-* tools.
  *
  * Conventions (see STYLE.md):
  *  - Library functions return 0 (or a pointer) on success and a negative
@@ -345,6 +346,84 @@ const char *titan_format_double(char *buf, size_t n, double v);
 /* Damerau–Levenshtein (optimal string alignment) distance. */
 int titan_edit_distance(const char *a, const char *b);
 char *titan_strdup(const char *s); /* NULL + TITAN_E_NOMEM on failure */
+
+/* ------------------------------------------------- compressed input files */
+
+/* An input file read as its uncompressed bytes: gzip and zstd are told by
+ * the first bytes (gzip 1f 8b; zstd 28 b5 2f fd or a skippable frame), not
+ * by the name, so "-" (standard input) works too; anything else is read as
+ * it is.  Concatenated gzip members and zstd frames are one stream, as
+ * zcat and zstdcat read them.  gzip needs a build with zlib, zstd one with
+ * libzstd (`make ZLIB= ZSTD=`, auto by default; features +zlib +zstd). */
+enum titan_compression {
+	TITAN_COMPRESSION_NONE = 0,
+	TITAN_COMPRESSION_GZIP,
+	TITAN_COMPRESSION_ZSTD,
+};
+const char *titan_compression_name(enum titan_compression c); /* "none", "gzip", "zstd" */
+/* The format the first n bytes of a file announce. */
+enum titan_compression titan_compression_sniff(const void *p, size_t n);
+
+struct titan_instream;
+/* Open `path` ("-" = standard input) and read its first bytes to tell the
+ * format.  `name` is what messages call the file (NULL: the path, or
+ * "(stdin)").  0, or TITAN_E_IO (cannot open/read), TITAN_E_UNSUPPORTED (a
+ * compressed file and a build without its library; the message says what
+ * to install), TITAN_E_NOMEM; *out is NULL then. */
+int titan_instream_open(const char *path, const char *name, struct titan_instream **out);
+void titan_instream_close(struct titan_instream *s);
+/* Up to n uncompressed bytes into buf: the count (> 0), 0 at the end, or
+ * an error: TITAN_E_IO (read failed), TITAN_E_INVALID for corrupt or
+ * truncated compressed data, naming the file and the byte offset in it
+ * (zstd: two offsets at most 16 KiB apart, as zstd does not say where in
+ * its input it failed) ("x.jsonl.gz: corrupt gzip data at byte offset 1234 (member starting at
+ * byte 0): invalid distance too far back", "truncated zstd data: the input
+ * ends at byte offset 4096 inside the frame that starts at byte 0"). */
+int64_t titan_instream_read(struct titan_instream *s, void *buf, size_t n);
+const char *titan_instream_name(const struct titan_instream *s);
+enum titan_compression titan_instream_compression(const struct titan_instream *s);
+/* Bytes of the file from where it was opened (a regular file), else -1. */
+int64_t titan_instream_size(const struct titan_instream *s);
+/* File bytes consumed so far (compressed bytes decoded; for a plain file
+ * the bytes returned): progress against titan_instream_size. */
+uint64_t titan_instream_consumed(const struct titan_instream *s);
+/* Uncompressed bytes returned so far. */
+uint64_t titan_instream_produced(const struct titan_instream *s);
+
+/* ---------------------------------------------------------------- progress */
+
+/* The progress line of the titan-* tools, on stderr (DESIGN.md: only when
+ * stderr is a terminal or with --progress):
+ *   titan-tokenize: 12.0 MiB / 48.0 MiB (25%), 3,210 docs, 2,890,112 tokens, 41.3 MB/s, ETA 0:03
+ * `done` and `total` count `unit`s (bytes are shown as "12.0 MiB", other
+ * units as grouped counts, "1,234,567 tokens"); with total 0 (unknown:
+ * a pipe) there is no percentage and no ETA.  The rate is done per second
+ * (MB/s for bytes).  On a terminal the line is rewritten in place with
+ * '\r'; otherwise each update is a line of its own.  Updates come at most
+ * every 0.25 s on a terminal and every 1 s otherwise
+ * (TITAN_PROGRESS_INTERVAL_MS overrides both); the last one is always
+ * shown.  Not thread-safe: one thread reports. */
+struct titan_progress {
+	bool on;              /* print anything */
+	bool tty;             /* '\r'-updated line */
+	bool bytes;           /* unit is bytes */
+	FILE *fp;             /* stderr */
+	const char *prog;     /* line prefix: "titan-tokenize" */
+	const char *unit;     /* "tokens", "bytes", ... */
+	uint64_t total, done;
+	uint64_t t0, last, interval_ns;
+	int width;            /* of the last '\r' line, to blank a shorter one */
+};
+/* `on`: cli.progress.  `unit` "bytes" shows sizes and MB/s. */
+void titan_progress_init(struct titan_progress *p, bool on, const char *prog, const char *unit,
+			 uint64_t total);
+/* Record `done` (and set `total` when it became known; 0 keeps it); print
+ * when the interval has passed.  `extra` (or NULL) is appended after the
+ * counts: "3,210 docs". */
+void titan_progress_update(struct titan_progress *p, uint64_t done, const char *extra);
+/* Print the last line (done as given; 100% when it equals the total) and
+ * end it with a newline. */
+void titan_progress_finish(struct titan_progress *p, uint64_t done, const char *extra);
 
 /* ------------------------------------------------------------ file maps */
 

@@ -28,6 +28,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "titan/core.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -192,7 +194,10 @@ struct titan_doc_reader_opts {
 };
 
 struct titan_doc_reader;
-/* Open `path` ("-" = stdin).  NULL + TITAN_E_IO naming the file. */
+/* Open `path` ("-" = stdin); gzip and zstd input is decompressed (told by
+ * its first bytes, see titan_instream_open).  NULL + TITAN_E_IO naming the
+ * file, or TITAN_E_UNSUPPORTED for compressed input in a build without
+ * zlib / libzstd. */
 struct titan_doc_reader *titan_doc_reader_open(const char *path,
 					       const struct titan_doc_reader_opts *o);
 void titan_doc_reader_close(struct titan_doc_reader *r);
@@ -204,10 +209,16 @@ struct titan_doc_segment {
 	bool doc_end;         /* last segment of a document */
 };
 /* 1 and a segment, 0 at end of input, or a negative error naming the file
- * and line ("corpus.jsonl:17: field 'text' is missing"). */
+ * and line ("corpus.jsonl:17: field 'text' is missing") or, for corrupt
+ * compressed input, the byte offset (TITAN_E_INVALID). */
 int titan_doc_reader_next(struct titan_doc_reader *r, struct titan_doc_segment *seg);
-/* Input bytes consumed so far. */
+/* Input bytes consumed so far (uncompressed). */
 uint64_t titan_doc_reader_bytes(const struct titan_doc_reader *r);
+/* The file's size (compressed, for compressed input) or -1 when unknown
+ * (a pipe), and the file bytes read so far: progress percentages. */
+int64_t titan_doc_reader_file_size(const struct titan_doc_reader *r);
+uint64_t titan_doc_reader_file_bytes(const struct titan_doc_reader *r);
+enum titan_compression titan_doc_reader_compression(const struct titan_doc_reader *r);
 /* Largest safe cut p in (0, n), or 0: s[p-1] == '\n', s[p] an ASCII
  * letter and s[p-2] a visible ASCII character ("x\nY"). */
 size_t titan_doc_safe_cut(const uint8_t *s, size_t n);

@@ -4,6 +4,8 @@
  * "\n" followed by an ASCII letter: every supported pre-tokenizer (cl100k /
  * Llama 3, o200k, GPT-2) ends a piece at that newline and starts the next
  * one at the letter, so the segments encode to exactly the ids of the whole.
+ * Input files may be gzip- or zstd-compressed (titan_instream: told by the
+ * first bytes, standard input included).
  */
 #include "titan/tok.h"
 
@@ -18,9 +20,8 @@
 #define READ_CHUNK (1u << 20)
 
 struct titan_doc_reader {
-	FILE *fp;
-	char *path;
-	bool own_fp;
+	struct titan_instream *in;
+	const char *path;    /* the instream's name, for messages */
 	struct titan_doc_reader_opts o;
 	/* read buffer: valid bytes are buf[start, end) */
 	uint8_t *buf;
@@ -114,24 +115,11 @@ struct titan_doc_reader *titan_doc_reader_open(const char *path,
 		r->o.field = "text";
 	if (!r->o.segment_bytes)
 		r->o.segment_bytes = DEFAULT_SEGMENT;
-	if (!strcmp(path, "-")) {
-		r->fp = stdin;
-		r->path = titan_strdup("(stdin)");
-	} else {
-		r->fp = fopen(path, "rb");
-		r->own_fp = true;
-		r->path = titan_strdup(path);
-		if (!r->fp) {
-			titan_error(TITAN_E_IO, "cannot open '%s': %s", path, strerror(errno));
-			free(r->path);
-			free(r);
-			return NULL;
-		}
-	}
-	if (!r->path) {
-		titan_doc_reader_close(r);
+	if (titan_instream_open(path, NULL, &r->in) < 0) {
+		free(r);
 		return NULL;
 	}
+	r->path = titan_instream_name(r->in);
 	return r;
 }
 
@@ -139,11 +127,9 @@ void titan_doc_reader_close(struct titan_doc_reader *r)
 {
 	if (!r)
 		return;
-	if (r->own_fp && r->fp)
-		fclose(r->fp);
+	titan_instream_close(r->in);
 	titan_bytes_release(&r->doc);
 	free(r->buf);
-	free(r->path);
 	free(r);
 }
 
@@ -152,11 +138,27 @@ uint64_t titan_doc_reader_bytes(const struct titan_doc_reader *r)
 	return r->consumed;
 }
 
-/* Read more input: make room (compacting or growing), then fread.  Returns
- * bytes read, 0 at EOF, negative on error. */
+int64_t titan_doc_reader_file_size(const struct titan_doc_reader *r)
+{
+	return titan_instream_size(r->in);
+}
+
+uint64_t titan_doc_reader_file_bytes(const struct titan_doc_reader *r)
+{
+	return titan_instream_consumed(r->in);
+}
+
+enum titan_compression titan_doc_reader_compression(const struct titan_doc_reader *r)
+{
+	return titan_instream_compression(r->in);
+}
+
+/* Read more input: make room (compacting or growing), then read.  Returns
+ * bytes read, 0 at EOF, negative on error (corrupt compressed data: the
+ * instream's message names the file and offset). */
 static int64_t fill(struct titan_doc_reader *r)
 {
-	size_t got;
+	int64_t got;
 
 	if (r->eof)
 		return 0;
@@ -178,14 +180,13 @@ static int64_t fill(struct titan_doc_reader *r)
 		r->buf = p;
 		r->cap = cap;
 	}
-	got = fread(r->buf + r->end, 1, r->cap - r->end, r->fp);
-	r->end += got;
-	if (got == 0) {
-		if (ferror(r->fp))
-			return titan_error(TITAN_E_IO, "cannot read '%s': %s", r->path, strerror(errno));
+	got = titan_instream_read(r->in, r->buf + r->end, r->cap - r->end);
+	if (got < 0)
+		return got;
+	r->end += (size_t)got;
+	if (got == 0)
 		r->eof = true;
-	}
-	return (int64_t)got;
+	return got;
 }
 
 /* Next segment of an in-memory document. */

@@ -14,6 +14,8 @@ setup() {
 	assert_output --partial "libyaml    ✓"
 	assert_output --partial "jansson    ✓"
 	assert_line --regexp '^  (mpi|hdf5|openblas|cuda|nccl) +[✓✗]  '
+	assert_line --regexp '^  zlib +[✓✗]  '
+	assert_line --regexp '^  zstd +[✓✗]  '
 	assert_file_exists "$BATS_TEST_TMPDIR/b/config.mk"
 	assert_file_exists "$BATS_TEST_TMPDIR/b/config.h"
 }
@@ -27,6 +29,47 @@ setup() {
 	[ "${#lines[@]}" -eq 2 ]
 	grep -q 'TITAN_HAVE_MPI 0' "$BATS_TEST_TMPDIR/b/config.h"
 	grep -q -- '-mpi' "$BATS_TEST_TMPDIR/b/config.h"
+}
+
+@test "ZLIB=no / ZSTD=no leave compressed inputs out; yes fails when missing" {
+	run -0 mk/configure "$BATS_TEST_TMPDIR/b" CC=cc CUDA=no ZLIB=no ZSTD=no
+	assert_line --regexp '^  zlib +✗  disabled \(ZLIB=no\)$'
+	assert_line --regexp '^  zstd +✗  disabled \(ZSTD=no\)$'
+	grep -q 'TITAN_HAVE_ZLIB 0' "$BATS_TEST_TMPDIR/b/config.h"
+	grep -q -- '-zlib -zstd' "$BATS_TEST_TMPDIR/b/config.h"
+	run -1 --separate-stderr env PKG_CONFIG=/bin/false mk/configure "$BATS_TEST_TMPDIR/c" CC=cc CUDA=no ZSTD=yes
+	[[ $stderr == *"ZSTD=yes but zstd is not usable: pkg-config libzstd not found"*"libzstd-dev"* ]]
+}
+
+@test "built without zlib/libzstd, a compressed input is an error saying what to install" {
+	b=$BATS_TEST_TMPDIR
+	printf '#define TITAN_HAVE_ZLIB 0\n#define TITAN_HAVE_ZSTD 0\n' > "$b/config.h"
+	cat > "$b/m.c" <<'C'
+#include <stdio.h>
+#include "titan/core.h"
+int main(int argc, char **argv)
+{
+	struct titan_instream *s;
+	(void)argc;
+	if (titan_instream_open(argv[1], NULL, &s) < 0) {
+		fprintf(stderr, "%s\n", titan_errmsg());
+		return 1;
+	}
+	titan_instream_close(s);
+	return 0;
+}
+C
+	# lib/core/instream.c with that config.h, ahead of the library's copy
+	cc -std=c17 -D_GNU_SOURCE -I"$b" -Ilib -o "$b/m" "$b/m.c" lib/core/instream.c \
+		"$TITAN_BUILD/libtitan.a" -fopenmp -pthread -lm
+	printf '{"text": "a"}\n' > "$b/x.jsonl"
+	run -0 "$b/m" "$b/x.jsonl"
+	printf '\x1f\x8b\x08\x00' > "$b/x.gz"
+	run -1 --separate-stderr "$b/m" "$b/x.gz"
+	[[ $stderr == *"x.gz' is gzip-compressed, and this titan was built without zlib (install zlib1g-dev"* ]]
+	printf '\x28\xb5\x2f\xfd' > "$b/x.zst"
+	run -1 --separate-stderr "$b/m" "$b/x.zst"
+	[[ $stderr == *"x.zst' is zstd-compressed, and this titan was built without libzstd (install libzstd-dev"* ]]
 }
 
 @test "HDF5 without MPI is the serial build (or ✗ when hdf5-serial is absent)" {

@@ -87,7 +87,7 @@ need_hdf5() { titan-ckpt-convert --version | grep -q '+hdf5' || skip "built with
 @test "--version prints version, revision and features" {
 	run -0 titan-ckpt-convert --version
 	assert_line --regexp '^titan-ckpt-convert \(titan\) [0-9]+\.[0-9]+\.[0-9]+$'
-	assert_line --regexp '^features: [+-]cuda [+-]nccl [+-]mpi [+-]hdf5 [+-]hdf5-parallel [+-]openblas$'
+	assert_line --regexp '^features: [+-]cuda [+-]nccl [+-]mpi [+-]hdf5 [+-]hdf5-parallel [+-]openblas [+-]zlib [+-]zstd$'
 }
 
 @test "a bad option is a usage error (2)" {

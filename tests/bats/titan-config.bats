@@ -29,7 +29,7 @@ setup() {
 @test "--version prints version, revision and features" {
 	run -0 titan-config --version
 	assert_line --regexp '^titan-config \(titan\) [0-9]+\.[0-9]+\.[0-9]+$'
-	assert_line --regexp '^features: [+-]cuda [+-]nccl [+-]mpi [+-]hdf5 [+-]hdf5-parallel [+-]openblas$'
+	assert_line --regexp '^features: [+-]cuda [+-]nccl [+-]mpi [+-]hdf5 [+-]hdf5-parallel [+-]openblas [+-]zlib [+-]zstd$'
 }
 
 @test "a bad option is a usage error (2) with a pointer to --help" {
