@@ -225,3 +225,140 @@ assert got == want, (got, want)' "$BATS_TEST_TMPDIR/bad.txt" "$BATS_TEST_TMPDIR/
 	run -2 --separate-stderr titan-tokenize train --vocab-size 300 "$TOKDIR/genesis.txt"
 	[[ $stderr == *"leaves no room"* ]]
 }
+
+# -------------------------------------------- compressed input, --progress
+
+# c.jsonl: Genesis three times over as JSONL documents (~2.5 MB, several
+# encoding jobs), and its gzip and zstd forms
+make_jsonl() {
+	/usr/bin/python3 - "$TOKDIR/genesis.txt" "$BATS_TEST_TMPDIR/c.jsonl" <<'PY'
+import json, sys
+lines = open(sys.argv[1], encoding="utf-8").read().splitlines()
+with open(sys.argv[2], "w") as f:
+    for rep in range(3):
+        for i in range(0, len(lines), 4):
+            f.write(json.dumps({"text": "\n".join(lines[i:i + 4]) * (rep + 1)}) + "\n")
+PY
+	gzip -c "$BATS_TEST_TMPDIR/c.jsonl" > "$BATS_TEST_TMPDIR/c.jsonl.gz"
+	zstd -q -c "$BATS_TEST_TMPDIR/c.jsonl" > "$BATS_TEST_TMPDIR/c.jsonl.zst"
+}
+
+need_compression() {
+	command -v zstd >/dev/null || skip "the zstd tool is not installed (make deps)"
+	titan-tokenize --version | grep -q -- '+zlib +zstd' || skip "built without zlib or libzstd"
+}
+
+@test "gzip and zstd inputs give the ids of the plain file: files, stdin, pipes, any name" {
+	need_compression
+	make_jsonl
+	d=$BATS_TEST_TMPDIR
+	titan-tokenize -t "$TOK" "$d/c.jsonl" > "$d/want.tok"
+	[ "$(stat -c %s "$d/want.tok")" -gt 400000 ]
+	for f in c.jsonl.gz c.jsonl.zst; do
+		titan-tokenize -t "$TOK" "$d/$f" > "$d/got.tok"
+		cmp "$d/want.tok" "$d/got.tok"
+		titan-tokenize -t "$TOK" - < "$d/$f" > "$d/got.tok"
+		cmp "$d/want.tok" "$d/got.tok"
+		cat "$d/$f" | titan-tokenize -t "$TOK" > "$d/got.tok"
+		cmp "$d/want.tok" "$d/got.tok"
+	done
+	# told by the first bytes, not the name
+	cp "$d/c.jsonl.zst" "$d/corpus.data"
+	titan-tokenize -t "$TOK" "$d/corpus.data" | cmp "$d/want.tok" -
+	# --format text and train read them too
+	gzip -c "$TOKDIR/genesis.txt" > "$d/g.txt.gz"
+	titan-tokenize -t "$TOK" --format text "$TOKDIR/genesis.txt" > "$d/a.tok"
+	titan-tokenize -t "$TOK" --format text "$d/g.txt.gz" | cmp "$d/a.tok" -
+	titan-tokenize train --vocab-size 1280 --format text "$d/g.txt.gz" -o "$d/g.tiktoken"
+	cmp "$TOK" "$d/g.tiktoken"
+}
+
+@test "concatenated gzip members and zstd frames read as zcat and zstdcat read them" {
+	need_compression
+	make_jsonl
+	d=$BATS_TEST_TMPDIR
+	titan-tokenize -t "$TOK" "$d/c.jsonl" > "$d/want.tok"
+	head -n 100 "$d/c.jsonl" | gzip -1 > "$d/m.gz"
+	tail -n +101 "$d/c.jsonl" | gzip -9 >> "$d/m.gz"
+	zcat "$d/m.gz" | cmp "$d/c.jsonl" -
+	titan-tokenize -t "$TOK" "$d/m.gz" | cmp "$d/want.tok" -
+	head -n 100 "$d/c.jsonl" | zstd -q -1 > "$d/m.zst"
+	tail -n +101 "$d/c.jsonl" | zstd -q -19 >> "$d/m.zst"
+	zstdcat "$d/m.zst" | cmp "$d/c.jsonl" -
+	titan-tokenize -t "$TOK" - < "$d/m.zst" | cmp "$d/want.tok" -
+}
+
+@test "truncated and corrupt compressed input: an error naming the file and byte offset, no output" {
+	need_compression
+	make_jsonl
+	d=$BATS_TEST_TMPDIR
+	for z in gz zst; do
+		n=$(stat -c %s "$d/c.jsonl.$z")
+		name=$([ $z = gz ] && echo gzip || echo zstd)
+		unit=$([ $z = gz ] && echo member || echo frame)
+		head -c $((n / 2)) "$d/c.jsonl.$z" > "$d/t.$z"
+		run -1 --separate-stderr titan-tokenize -t "$TOK" "$d/t.$z" -o "$d/out.tok"
+		[[ $stderr == *"t.$z: truncated $name data: the input ends at byte offset $((n / 2)) inside the $unit that starts at byte 0"* ]]
+		assert_file_not_exists "$d/out.tok"
+		run -1 --separate-stderr bash -c "titan-tokenize -t '$TOK' < '$d/t.$z' > /dev/null"
+		[[ $stderr == *"(stdin): truncated $name data"* ]]
+		cp "$d/c.jsonl.$z" "$d/bad.$z"
+		printf '\xde\xad\xbe\xef\xde\xad\xbe\xef' | dd of="$d/bad.$z" bs=1 seek=$((n / 3)) conv=notrunc status=none
+		run -1 --separate-stderr titan-tokenize -t "$TOK" "$d/bad.$z" -o "$d/out.tok"
+		[[ $stderr == *"bad.$z: corrupt $name data "*"byte offset"* ]]
+		assert_file_not_exists "$d/out.tok"
+	done
+	run ls "$d"
+	refute_output --partial "out.tok.tmp"
+	# gzip names the offset zlib stopped at (within a few bytes of the damage),
+	# zstd a range of at most 16 KiB where zstd detected it
+	gz=$(stat -c %s "$d/c.jsonl.gz")
+	run -1 --separate-stderr titan-tokenize -t "$TOK" "$d/bad.gz"
+	off=$(sed -n 's/.*corrupt gzip data at byte offset \([0-9]*\).*/\1/p' <<< "$stderr")
+	[ -n "$off" ] && [ "$off" -ge $((gz / 3)) ] && [ "$off" -le "$gz" ]
+	# data after the last member that is not gzip
+	{ cat "$d/c.jsonl.gz"; echo trailing; } > "$d/trail.gz"
+	run -1 --separate-stderr titan-tokenize -t "$TOK" "$d/trail.gz"
+	[[ $stderr == *"trail.gz: corrupt gzip data at byte offset $gz: the bytes after the gzip member"* ]]
+}
+
+@test "--progress on a non-terminal: lines with %, docs and tokens, the last at 100%" {
+	need_compression
+	make_jsonl
+	d=$BATS_TEST_TMPDIR
+	size=$(stat -c %s "$d/c.jsonl.gz")
+	TITAN_PROGRESS_INTERVAL_MS=0 titan-tokenize -t "$TOK" --progress --threads 2 \
+		"$d/c.jsonl.gz" > "$d/o.tok" 2> "$d/err"
+	titan-tokenize -t "$TOK" "$d/c.jsonl" | cmp "$d/o.tok" -
+	run -0 wc -l < "$d/err"
+	[ "$output" -ge 2 ]
+	# every line: file bytes / total (%), text bytes, docs, tokens, rate
+	run -1 grep -Ev '^titan-tokenize: [0-9.]+ [KM]iB / [0-9.]+ [KM]iB \([0-9]{1,3}%\), [0-9.]+ MiB text, [0-9,]+ docs, [0-9,]+ tokens, [0-9.]+ MB/s' "$d/err"
+	assert_output ''
+	run -0 tail -n 1 "$d/err"
+	ntok=$(/usr/bin/python3 -c "print(f'{$(stat -c %s "$d/o.tok") // 4:,}')")
+	assert_output --regexp "\(100%\), .*, $ntok tokens, .* elapsed$"
+	refute_output --partial $'\r'
+	# a pipe: no total, no percentage
+	cat "$d/c.jsonl" | titan-tokenize -t "$TOK" --progress > /dev/null 2> "$d/err"
+	run -0 tail -n 1 "$d/err"
+	assert_output --regexp '^titan-tokenize: [0-9.]+ MiB, [0-9,]+ docs, [0-9,]+ tokens, [0-9.]+ MB/s, [0-9:]+ elapsed$'
+	# without --progress, stderr is not a terminal: nothing
+	run -0 --separate-stderr titan-tokenize -t "$TOK" "$d/c.jsonl.gz"
+	[ -z "$stderr" ]
+}
+
+@test "progress on a terminal: one line rewritten with \\r, ending at 100%" {
+	command -v script >/dev/null || skip "script (util-linux) is not installed"
+	need_compression
+	make_jsonl
+	d=$BATS_TEST_TMPDIR
+	TITAN_PROGRESS_INTERVAL_MS=0 script -q -e -c "titan-tokenize -t '$TOK' '$d/c.jsonl.zst' > '$d/o.tok'" /dev/null > "$d/tty"
+	titan-tokenize -t "$TOK" "$d/c.jsonl" | cmp "$d/o.tok" -
+	run -0 grep -c $'\rtitan-tokenize: ' "$d/tty"
+	run -0 tr '\r' '\n' < "$d/tty"
+	assert_line --regexp '^titan-tokenize: .* \(100%\), .* elapsed *$'
+	# one line on the terminal: the updates are joined by '\r', not newlines
+	run -0 wc -l < "$d/tty"
+	assert_output 1
+}

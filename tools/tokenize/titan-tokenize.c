@@ -55,6 +55,8 @@ static void usage(FILE *fp)
 "uint32 ids, each document as BOS ids EOS.  Ids are those of tiktoken (for\n"
 ".tiktoken / tokenizer.model files) and of HF tokenizers (tokenizer.json).\n"
 "FILE '-' or no FILE reads standard input; the stream goes to standard output.\n"
+"Inputs may be gzip- or zstd-compressed (x.jsonl.gz, x.jsonl.zst, or a pipe):\n"
+"the format is told by the first bytes.\n"
 "\n"
 "Options:\n"
 "  -t, --tokenizer FILE   tiktoken file (Llama 3 tokenizer.model, *.tiktoken) or tokenizer.json\n"
@@ -71,7 +73,8 @@ static void usage(FILE *fp)
 "      --keep-special     with --decode: write BOS/EOS and other specials as their text\n"
 "  -o, --output FILE      write FILE (atomically) instead of standard output\n"
 "      --threads N        encoding threads (default: all cores)\n"
-"      --progress         bytes, documents, tokens and MB/s on stderr\n"
+"      --progress         input read (of the total, %%, ETA), documents, tokens and MB/s\n"
+"                         on stderr even when it is not a terminal\n"
 "  -v, --verbose; -q, --quiet; -h, --help; --version\n"
 "\n"
 "train options:\n"
@@ -103,27 +106,54 @@ static int write_all(struct titan_afile *o, const void *p, size_t n)
 
 /* ----------------------------------------------------------- progress */
 
+/* bytes: of the input files as read (compressed bytes for .gz/.zst, so the
+ * percentage follows the file sizes); text: uncompressed bytes */
 struct progress {
-	bool on;
-	uint64_t t0, last;
-	uint64_t bytes, docs, tokens;
+	struct titan_progress p;
+	uint64_t bytes, text, docs, tokens;
+	bool docs_known;  /* not with --decode */
+	bool compressed;  /* an input was compressed: show the text bytes too */
 };
 
-static void progress_show(struct progress *p, bool final)
+static void progress_show(struct progress *pr, bool final)
 {
-	uint64_t now = titan_time_ns();
-	double s;
-	char b[32];
+	char extra[128], a[32], b[32], c[32];
+	int n = 0;
 
-	if (!p->on || (!final && now - p->last < 500000000u))
+	if (!pr->p.on)
 		return;
-	p->last = now;
-	s = (double)(now - p->t0) * 1e-9;
-	fprintf(stderr, "%s%s in, %llu docs, %llu tokens, %.1f MB/s%s",
-		isatty(STDERR_FILENO) ? "\r" : "", titan_format_bytes(b, sizeof(b), (double)p->bytes),
-		(unsigned long long)p->docs, (unsigned long long)p->tokens,
-		s > 0 ? (double)p->bytes / s / 1e6 : 0.0,
-		final || !isatty(STDERR_FILENO) ? "\n" : "");
+	if (pr->compressed)
+		n = snprintf(extra, sizeof(extra), "%s text, ",
+			     titan_format_bytes(c, sizeof(c), (double)pr->text));
+	if (pr->docs_known)
+		n += snprintf(extra + n, sizeof(extra) - (size_t)n, "%s docs, ",
+			      titan_format_grouped(a, sizeof(a), (double)pr->docs));
+	snprintf(extra + n, sizeof(extra) - (size_t)n, "%s tokens",
+		 titan_format_grouped(b, sizeof(b), (double)pr->tokens));
+	if (final)
+		titan_progress_finish(&pr->p, pr->bytes, extra);
+	else
+		titan_progress_update(&pr->p, pr->bytes, extra);
+}
+
+/* Total bytes of the inputs when every one is a regular file (stdin
+ * redirected from one counts from its offset), else 0 (unknown). */
+static uint64_t inputs_size(char **files, int nfiles)
+{
+	uint64_t total = 0;
+
+	for (int i = 0; i < nfiles; i++) {
+		struct stat st;
+		bool in = !strcmp(files[i], "-");
+		off_t at = 0;
+
+		if ((in ? fstat(STDIN_FILENO, &st) : stat(files[i], &st)) != 0 || !S_ISREG(st.st_mode))
+			return 0;
+		if (in && (at = lseek(STDIN_FILENO, 0, SEEK_CUR)) < 0)
+			at = 0;
+		total += (uint64_t)(st.st_size - (at < st.st_size ? at : st.st_size));
+	}
+	return total;
 }
 
 /* ------------------------------------------------------- encode pool */
@@ -247,7 +277,7 @@ static int run_encode(const struct titan_tokenizer *tok, const struct opts *o, i
 	struct titan_tok_scratch *s = NULL;
 	struct titan_doc_reader *r = NULL;
 	int nworkers = threads > 1 ? threads : 0, started = 0, rc = 0, fi = 0;
-	uint64_t closed_bytes = 0;
+	uint64_t closed_bytes = 0, closed_text = 0;
 	bool eof = false;
 
 	p.bos = o->no_bos ? -1 : titan_tokenizer_bos(tok);
@@ -325,15 +355,18 @@ static int run_encode(const struct titan_tokenizer *tok, const struct opts *o, i
 				break;
 			}
 			if (n == 0) {
-				closed_bytes += titan_doc_reader_bytes(r);
+				closed_bytes += titan_doc_reader_file_bytes(r);
+				closed_text += titan_doc_reader_bytes(r);
 				titan_doc_reader_close(r);
 				r = NULL;
 				continue;
 			}
+			pr->compressed |= titan_doc_reader_compression(r) != TITAN_COMPRESSION_NONE;
 			if ((rc = job_add(j, &g)) < 0)
 				break;
 		}
-		pr->bytes = closed_bytes + (r ? titan_doc_reader_bytes(r) : 0);
+		pr->bytes = closed_bytes + (r ? titan_doc_reader_file_bytes(r) : 0);
+		pr->text = closed_text + (r ? titan_doc_reader_bytes(r) : 0);
 		if (rc)
 			break;
 		if (j->nseg == 0)
@@ -543,16 +576,20 @@ static int run_train(const struct opts *o, int threads, bool progress, char **fi
 			rc = TITAN_E_IO;
 			break;
 		}
+		uint64_t bytes0 = pr->bytes, text0 = pr->text;
+
+		pr->compressed |= titan_doc_reader_compression(r) != TITAN_COMPRESSION_NONE;
 		while ((n = titan_doc_reader_next(r, &g)) > 0) {
 			if ((rc = titan_bpe_trainer_add(tr, g.data, g.len)) < 0)
 				break;
 			pr->docs += g.doc_end;
+			pr->bytes = bytes0 + titan_doc_reader_file_bytes(r);
+			pr->text = text0 + titan_doc_reader_bytes(r);
+			progress_show(pr, false);
 		}
 		if (n < 0)
 			rc = n;
-		pr->bytes += titan_doc_reader_bytes(r);
 		titan_doc_reader_close(r);
-		progress_show(pr, false);
 	}
 	if (rc == 0)
 		rc = titan_bpe_trainer_finish(tr, out->fp);
@@ -714,8 +751,8 @@ int main(int argc, char **argv)
 		rc = titan_cli_fail(&cli, rc);
 		goto done;
 	}
-	pr.on = cli.progress;
-	pr.t0 = pr.last = titan_time_ns();
+	titan_progress_init(&pr.p, cli.progress, "titan-tokenize", "bytes", inputs_size(files, nfiles));
+	pr.docs_known = !o.decode;
 	if (train)
 		rc = run_train(&o, threads, cli.progress, files, nfiles, &out, &pr);
 	else if (o.decode)
