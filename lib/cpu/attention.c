@@ -274,18 +274,41 @@ static void transpose(float *restrict dst, int64_t ldd, const float *restrict sr
 			dst[j * ldd + i] = src[i * lds + j];
 }
 
-int titan_cpu_attention_fwd(struct titan_backend *be, float *out, float *lse,
-			    const float *q, const float *k, const float *v,
-			    const struct titan_attn_dims *d)
+/* The diagonal of a part, clamped so that t + diag cannot overflow. */
+static int64_t part_diag(const struct titan_attn_part *p)
 {
-	int rc = check_dims(d);
-	if (rc < 0)
-		return rc;
-	const int64_t B = d->batch, T = d->seq, H = d->n_heads, Hkv = d->n_kv_heads;
-	const int64_t D = d->head_dim, rep = H / Hkv;
+	return p->diag > p->tk ? p->tk : p->diag;
+}
+
+static int check_part(const struct titan_attn_part *p)
+{
+	if (p->batch < 0 || p->tq < 0 || p->tk < 0 || p->q_stride < p->tq ||
+	    p->k_stride < p->tk || p->n_heads <= 0 || p->n_kv_heads <= 0 || p->head_dim <= 0 ||
+	    p->n_heads % p->n_kv_heads != 0 || p->diag < -p->tq)
+		return titan_error(TITAN_E_INVALID,
+				   "attention part: bad dims B=%lld Tq=%lld (stride %lld) Tk=%lld "
+				   "(stride %lld) H=%lld Hkv=%lld D=%lld diag=%lld",
+				   (long long)p->batch, (long long)p->tq, (long long)p->q_stride,
+				   (long long)p->tk, (long long)p->k_stride, (long long)p->n_heads,
+				   (long long)p->n_kv_heads, (long long)p->head_dim,
+				   (long long)p->diag);
+	return 0;
+}
+
+/* Forward of a part (the causal op is the part tq = tk = T, diag 0).  With
+ * `merge` every row's online-softmax state starts from the result it
+ * already holds over other keys: m = lse, l = 1, o = out (o/l = out and
+ * m + log l = lse, so the state is the same), and continues over this
+ * part's keys; a row that sees none of them keeps its bits. */
+static int part_fwd(struct titan_backend *be, float *out, float *lse, const float *q,
+		    const float *k, const float *v, const struct titan_attn_part *p, bool merge)
+{
+	const int64_t B = p->batch, Tq = p->tq, Tk = p->tk, H = p->n_heads, Hkv = p->n_kv_heads;
+	const int64_t D = p->head_dim, rep = H / Hkv, qst = p->q_stride, kst = p->k_stride;
+	const int64_t diag = part_diag(p);
 	const int64_t bq = be->attn_block_q > 0 ? be->attn_block_q : TITAN_ATTN_BLOCK;
 	const int64_t bk = be->attn_block_k > 0 ? be->attn_block_k : TITAN_ATTN_BLOCK;
-	const int64_t nqb = (T + bq - 1) / bq, ntask = B * H * nqb;
+	const int64_t nqb = (Tq + bq - 1) / bq, ntask = B * H * nqb;
 	const int64_t qs = H * D, ks = Hkv * D; /* row strides */
 	const float scale = (float)(1.0 / sqrt((double)D));
 	if (ntask == 0)
@@ -303,56 +326,66 @@ int titan_cpu_attention_fwd(struct titan_backend *be, float *out, float *lse,
 		/* later query blocks first: they cost more (causal) */
 		const int64_t qb = nqb - 1 - task % nqb, h = (task / nqb) % H;
 		const int64_t b = task / (nqb * H), g = h / rep;
-		const int64_t t0 = qb * bq, t1 = t0 + bq < T ? t0 + bq : T, nr = t1 - t0;
-		const float *qblk = q + (b * T + t0) * qs + h * D;
-		float *oblk = out + (b * T + t0) * qs + h * D;
+		const int64_t t0 = qb * bq, t1 = t0 + bq < Tq ? t0 + bq : Tq, nr = t1 - t0;
+		const float *qblk = q + (b * qst + t0) * qs + h * D;
+		float *oblk = out + (b * qst + t0) * qs + h * D;
+		float *lrow = lse + (b * H + h) * qst + t0;
+		/* keys s0 < kend only: later keys are masked for every row */
+		int64_t kend = t1 + diag < Tk ? t1 + diag : Tk;
 
 		for (int64_t r = 0; r < nr; r++) {
-			m[r] = -INFINITY;
-			l[r] = 0.0f;
-			memset(oblk + r * qs, 0, (size_t)D * sizeof(float));
+			if (merge) {
+				m[r] = lrow[r];
+				l[r] = 1.0f;
+			} else {
+				m[r] = -INFINITY;
+				l[r] = 0.0f;
+				memset(oblk + r * qs, 0, (size_t)D * sizeof(float));
+			}
 		}
-		/* keys s0 < t1 only: later keys are masked for every row */
-		for (int64_t s0 = 0; s0 < t1; s0 += bk) {
-			const int64_t nk = s0 + bk < t1 ? bk : t1 - s0;
-			const float *kblk = k + (b * T + s0) * ks + g * D;
-			const float *vblk = v + (b * T + s0) * ks + g * D;
+		for (int64_t s0 = 0; s0 < kend; s0 += bk) {
+			const int64_t nk = s0 + bk < kend ? bk : kend - s0;
+			const float *kblk = k + (b * kst + s0) * ks + g * D;
+			const float *vblk = v + (b * kst + s0) * ks + g * D;
 			transpose(kt, bk, kblk, ks, nk, D);
 			mm_nn(s, bk, qblk, qs, kt, bk, nr, nk, D, false); /* S = Q·K^T */
-			/* row r sees keys s0..t0+r */
-			softmax_update(s, bk, nr, nk, t0 - s0, scale, m, l, oblk, qs, D);
+			/* row r sees keys s0..t0+r+diag */
+			softmax_update(s, bk, nr, nk, t0 - s0 + diag, scale, m, l, oblk, qs, D);
 			mm_nn(oblk, qs, s, bk, vblk, ks, nr, D, nk, true); /* O += P·V */
 		}
 		for (int64_t r = 0; r < nr; r++) {
 			float *o = oblk + r * qs, inv = 1.0f / l[r];
+			if (l[r] == 0.0f) { /* no key at all: out 0, lse −inf */
+				lrow[r] = -INFINITY;
+				continue;
+			}
 			for (int64_t j = 0; j < D; j++)
 				o[j] *= inv;
-			lse[(b * H + h) * T + t0 + r] = m[r] + logf(l[r]);
+			lrow[r] = m[r] + logf(l[r]);
 		}
 	}
 	titan_cpu_workspace_free(be, ws);
 	return 0;
 }
 
-int titan_cpu_attention_bwd(struct titan_backend *be, float *dq, float *dk,
-			    float *dv, const float *dout, const float *q,
-			    const float *k, const float *v, const float *out,
-			    const float *lse, const struct titan_attn_dims *d)
+/* Backward of a part from the (merged) out and lse of its rows. */
+static int part_bwd(struct titan_backend *be, float *dq, float *dk, float *dv,
+		    const float *dout, const float *q, const float *k, const float *v,
+		    const float *out, const float *lse, const struct titan_attn_part *p,
+		    bool accumulate)
 {
-	int rc = check_dims(d);
-	if (rc < 0)
-		return rc;
-	const int64_t B = d->batch, T = d->seq, H = d->n_heads, Hkv = d->n_kv_heads;
-	const int64_t D = d->head_dim, rep = H / Hkv;
+	const int64_t B = p->batch, Tq = p->tq, Tk = p->tk, H = p->n_heads, Hkv = p->n_kv_heads;
+	const int64_t D = p->head_dim, rep = H / Hkv, qst = p->q_stride, kst = p->k_stride;
+	const int64_t diag = part_diag(p);
 	const int64_t bq = be->attn_block_q > 0 ? be->attn_block_q : TITAN_ATTN_BLOCK;
 	const int64_t bk = be->attn_block_k > 0 ? be->attn_block_k : TITAN_ATTN_BLOCK;
 	const int64_t ntask = B * Hkv;
 	const int64_t qs = H * D, ks = Hkv * D;
 	const float scale = (float)(1.0 / sqrt((double)D));
-	if (ntask == 0 || T == 0)
+	if (ntask == 0 || (Tq == 0 && Tk == 0))
 		return 0;
 	int nt = titan_cpu_threads(be, ntask);
-	const int64_t per = T + 2 * bq * bk + 2 * D * bk;
+	const int64_t per = Tq + 2 * bq * bk + 2 * D * bk;
 	float *ws = titan_cpu_workspace(be, (size_t)(nt * per) * sizeof(float));
 	if (!ws)
 		return TITAN_E_NOMEM;
@@ -364,43 +397,49 @@ int titan_cpu_attention_bwd(struct titan_backend *be, float *dq, float *dk,
 	#pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
 	for (int64_t task = 0; task < ntask; task++) {
 		float *di = ws + (int64_t)omp_get_thread_num() * per;
-		float *p = di + T, *ds = p + bq * bk, *kt = ds + bq * bk, *vt = kt + D * bk;
+		float *pp = di + Tq, *ds = pp + bq * bk, *kt = ds + bq * bk, *vt = kt + D * bk;
 		const int64_t b = task / Hkv, g = task % Hkv;
 
-		for (int64_t t = 0; t < T; t++) {
-			memset(dk + (b * T + t) * ks + g * D, 0, (size_t)D * sizeof(float));
-			memset(dv + (b * T + t) * ks + g * D, 0, (size_t)D * sizeof(float));
-			memset(dq + (b * T + t) * qs + g * rep * D, 0,
-			       (size_t)(rep * D) * sizeof(float));
+		for (int64_t t = 0; !accumulate && t < Tk; t++) {
+			memset(dk + (b * kst + t) * ks + g * D, 0, (size_t)D * sizeof(float));
+			memset(dv + (b * kst + t) * ks + g * D, 0, (size_t)D * sizeof(float));
 		}
+		for (int64_t t = 0; !accumulate && t < Tq; t++)
+			memset(dq + (b * qst + t) * qs + g * rep * D, 0,
+			       (size_t)(rep * D) * sizeof(float));
 		for (int64_t h = g * rep; h < (g + 1) * rep; h++) {
-			const float *lrow = lse + (b * H + h) * T;
+			const float *lrow = lse + (b * H + h) * qst;
 			/* D_t = rowsum(dout·out) */
-			for (int64_t t = 0; t < T; t++) {
-				const float *o = out + (b * T + t) * qs + h * D;
-				const float *go = dout + (b * T + t) * qs + h * D;
+			for (int64_t t = 0; t < Tq; t++) {
+				const float *o = out + (b * qst + t) * qs + h * D;
+				const float *go = dout + (b * qst + t) * qs + h * D;
 				di[t] = (float)titan_cpu_dot8d(go, o, D);
 			}
-			for (int64_t s0 = 0; s0 < T; s0 += bk) {
-				const float *kblk = k + (b * T + s0) * ks + g * D;
-				const float *vblk = v + (b * T + s0) * ks + g * D;
-				float *dkblk = dk + (b * T + s0) * ks + g * D;
-				float *dvblk = dv + (b * T + s0) * ks + g * D;
-				transpose(kt, bk, kblk, ks, s0 + bk < T ? bk : T - s0, D);
-				transpose(vt, bk, vblk, ks, s0 + bk < T ? bk : T - s0, D);
-				/* query blocks that see a key of this block (s0 < t1) */
-				for (int64_t t0 = s0 / bq * bq; t0 < T; t0 += bq) {
-					const int64_t t1 = t0 + bq < T ? t0 + bq : T, nr = t1 - t0;
-					const int64_t nk = s0 + bk < t1 ? bk : t1 - s0;
-					const float *qblk = q + (b * T + t0) * qs + h * D;
-					const float *doblk = dout + (b * T + t0) * qs + h * D;
-					float *dqblk = dq + (b * T + t0) * qs + h * D;
-					mm_nn(p, bk, qblk, qs, kt, bk, nr, nk, D, false);   /* S */
+			for (int64_t s0 = 0; s0 < Tk; s0 += bk) {
+				/* the first query row that sees key s0 */
+				const int64_t tfirst = s0 - diag > 0 ? s0 - diag : 0;
+				const float *kblk = k + (b * kst + s0) * ks + g * D;
+				const float *vblk = v + (b * kst + s0) * ks + g * D;
+				float *dkblk = dk + (b * kst + s0) * ks + g * D;
+				float *dvblk = dv + (b * kst + s0) * ks + g * D;
+				if (tfirst >= Tq)
+					break;
+				transpose(kt, bk, kblk, ks, s0 + bk < Tk ? bk : Tk - s0, D);
+				transpose(vt, bk, vblk, ks, s0 + bk < Tk ? bk : Tk - s0, D);
+				/* query blocks that see a key of this block */
+				for (int64_t t0 = tfirst / bq * bq; t0 < Tq; t0 += bq) {
+					const int64_t t1 = t0 + bq < Tq ? t0 + bq : Tq, nr = t1 - t0;
+					const int64_t kend = t1 + diag < Tk ? t1 + diag : Tk;
+					const int64_t nk = s0 + bk < kend ? bk : kend - s0;
+					const float *qblk = q + (b * qst + t0) * qs + h * D;
+					const float *doblk = dout + (b * qst + t0) * qs + h * D;
+					float *dqblk = dq + (b * qst + t0) * qs + h * D;
+					mm_nn(pp, bk, qblk, qs, kt, bk, nr, nk, D, false);  /* S */
 					mm_nn(ds, bk, doblk, qs, vt, bk, nr, nk, D, false); /* dP */
-					softmax_grad(p, ds, bk, nr, nk, t0 - s0, scale, lrow + t0,
-						     di + t0);
+					softmax_grad(pp, ds, bk, nr, nk, t0 - s0 + diag, scale,
+						     lrow + t0, di + t0);
 					/* dV += P^T·dO, dK += dS^T·Q, dQ += dS·K */
-					mm_tn(dvblk, ks, p, bk, doblk, qs, nk, D, nr, true);
+					mm_tn(dvblk, ks, pp, bk, doblk, qs, nk, D, nr, true);
 					mm_tn(dkblk, ks, ds, bk, qblk, qs, nk, D, nr, true);
 					mm_nn(dqblk, qs, ds, bk, kblk, ks, nr, D, nk, true);
 				}
@@ -409,4 +448,52 @@ int titan_cpu_attention_bwd(struct titan_backend *be, float *dq, float *dk,
 	}
 	titan_cpu_workspace_free(be, ws);
 	return 0;
+}
+
+static struct titan_attn_part causal_part(const struct titan_attn_dims *d)
+{
+	return (struct titan_attn_part){d->batch, d->seq, d->seq, d->seq, d->seq, d->n_heads,
+					d->n_kv_heads, d->head_dim, 0};
+}
+
+int titan_cpu_attention_fwd(struct titan_backend *be, float *out, float *lse,
+			    const float *q, const float *k, const float *v,
+			    const struct titan_attn_dims *d)
+{
+	int rc = check_dims(d);
+	const struct titan_attn_part p = causal_part(d);
+
+	return rc < 0 ? rc : part_fwd(be, out, lse, q, k, v, &p, false);
+}
+
+int titan_cpu_attention_bwd(struct titan_backend *be, float *dq, float *dk,
+			    float *dv, const float *dout, const float *q,
+			    const float *k, const float *v, const float *out,
+			    const float *lse, const struct titan_attn_dims *d)
+{
+	int rc = check_dims(d);
+	const struct titan_attn_part p = causal_part(d);
+
+	if (rc < 0 || d->seq == 0)
+		return rc;
+	return part_bwd(be, dq, dk, dv, dout, q, k, v, out, lse, &p, false);
+}
+
+int titan_cpu_attention_part_fwd(struct titan_backend *be, float *out, float *lse,
+				 const float *q, const float *k, const float *v,
+				 const struct titan_attn_part *p, bool merge)
+{
+	int rc = check_part(p);
+
+	return rc < 0 ? rc : part_fwd(be, out, lse, q, k, v, p, merge);
+}
+
+int titan_cpu_attention_part_bwd(struct titan_backend *be, float *dq, float *dk, float *dv,
+				 const float *dout, const float *q, const float *k,
+				 const float *v, const float *out, const float *lse,
+				 const struct titan_attn_part *p, bool accumulate)
+{
+	int rc = check_part(p);
+
+	return rc < 0 ? rc : part_bwd(be, dq, dk, dv, dout, q, k, v, out, lse, p, accumulate);
 }

@@ -183,6 +183,13 @@ int titan_cpu_attention_bwd(struct titan_backend *be, float *dq, float *dk,
 			    float *dv, const float *dout, const float *q,
 			    const float *k, const float *v, const float *out,
 			    const float *lse, const struct titan_attn_dims *d);
+int titan_cpu_attention_part_fwd(struct titan_backend *be, float *out, float *lse,
+				 const float *q, const float *k, const float *v,
+				 const struct titan_attn_part *p, bool merge);
+int titan_cpu_attention_part_bwd(struct titan_backend *be, float *dq, float *dk, float *dv,
+				 const float *dout, const float *q, const float *k,
+				 const float *v, const float *out, const float *lse,
+				 const struct titan_attn_part *p, bool accumulate);
 
 /* loss.c */
 int titan_cpu_classifier_ce(struct titan_backend *be, double *loss_sum,

@@ -83,6 +83,17 @@ struct titan_attn_dims {
 	int64_t batch, seq, n_heads, n_kv_heads, head_dim;
 };
 
+/* A part of attention (context parallelism's ring, lib/train): tq query
+ * rows against tk key/value rows, each batch row's queries at rows
+ * b·q_stride + t (t < tq) of q/out/dout and lse [B,H,q_stride] (index
+ * (b·H + h)·q_stride + t), its keys at rows b·k_stride + s (s < tk) of
+ * k/v/dk/dv; pointer offsets select sub-blocks.  Query row t sees key s
+ * when s <= t + diag: diag 0 with tq = tk is the causal op, diag >= tk
+ * lets every row see every key. */
+struct titan_attn_part {
+	int64_t batch, tq, tk, q_stride, k_stride, n_heads, n_kv_heads, head_dim, diag;
+};
+
 /* torch.optim.AdamW hyper-parameters (doubles, as PyTorch's Python floats). */
 struct titan_adamw_hparams {
 	double lr, beta1, beta2, eps, weight_decay;
@@ -186,6 +197,26 @@ struct titan_backend_ops {
 			     float *dv, const float *dout, const float *q,
 			     const float *k, const float *v, const float *out,
 			     const float *lse, const struct titan_attn_dims *d);
+
+	/* The same on a part (struct titan_attn_part), for the ring of context
+	 * parallelism.  Without `merge`, out and lse are overwritten (a row
+	 * that sees no key gets out 0, lse −inf).  With `merge` they hold the
+	 * row's result over other keys and become the result over both: the
+	 * online softmax continues from (out, lse) (m = lse, l = 1, o = out),
+	 * which is the log-sum-exp merge of PyTorch's _SDPAMerger done in the
+	 * kernel; a row that sees none of the part's keys keeps its bits.
+	 * Workspace as attention_fwd.  CPU only (NULL in the cuda table). */
+	int (*attention_part_fwd)(struct titan_backend *be, float *out, float *lse,
+				  const float *q, const float *k, const float *v,
+				  const struct titan_attn_part *p, bool merge);
+	/* Backward of a part given the rows' final (merged) out and lse: the
+	 * part's terms of dq [rows of q], dk, dv [rows of k], overwritten, or
+	 * added to when `accumulate`.  Workspace: nthreads·(tq + 2·bq·bk +
+	 * 2·D·bk) floats. */
+	int (*attention_part_bwd)(struct titan_backend *be, float *dq, float *dk, float *dv,
+				  const float *dout, const float *q, const float *k,
+				  const float *v, const float *out, const float *lse,
+				  const struct titan_attn_part *p, bool accumulate);
 
 	/* ---- output layer + cross-entropy, fused and chunked ---------------- */
 

@@ -97,8 +97,12 @@ struct titan_llama_opts {
 	 * seq/cp tokens of each row it holds — chunks r and 2·cp − 1 − r of
 	 * 2·cp (torchtitan's causal load balancing) — with RoPE at their
 	 * positions and attention against the all-gathered keys and values;
-	 * the loss sum is over its tokens (sum it over the group). */
+	 * the loss sum is over its tokens (sum it over the group).  `cp_ring`
+	 * (rotate_method alltoall): the keys and values go around the group's
+	 * ring instead (ring attention), block by block, merged by
+	 * log-sum-exp; no whole-sequence buffers. */
 	struct titan_comm *cp;
+	bool cp_ring;
 	/* Pipeline parallelism: with stage_l1 > 0 the model is one stage:
 	 * blocks [stage_l0, stage_l1), the embedding when stage_first, the
 	 * final norm, output and loss when stage_last (the table holds only

@@ -1,12 +1,16 @@
 /*
  * cp_attn.h — private to lib/train: causal attention of this rank's query
  * tokens against the whole sequence's keys and values (context
- * parallelism, cp_attn.c).
+ * parallelism, cp_attn.c: all-gathered; cp_ring.c: the ring).
  */
 #ifndef TITAN_TRAIN_CP_ATTN_H
 #define TITAN_TRAIN_CP_ATTN_H
 
 #include <stdint.h>
+
+struct titan_backend;
+struct titan_allocator;
+struct titan_comm;
 
 struct titan_cp_attn_dims {
 	int64_t batch, tl, t, h, hkv, d; /* rows, local tokens, sequence, heads, kv heads, head dim */
@@ -22,5 +26,26 @@ int titan_cp_attn_fwd(float *out, float *lse, const float *q, const float *kf, c
 int titan_cp_attn_bwd(float *dq, float *dkf, float *dvf, const float *dout, const float *q,
 		      const float *kf, const float *vf, const float *out, const float *lse,
 		      const int64_t *pos, const struct titan_cp_attn_dims *d);
+
+/* Ring attention (rotate_method alltoall, cp_ring.c): this rank's q, k, v
+ * [B,Tl,H|Hkv,D] in the local order (chunks rank, 2·size − 1 − rank);
+ * keys and values move around the ring of `comm`.  Buffers from `alloc`
+ * (see cp_ring.c for their sizes), freed before return.  Collective over
+ * the cp group. */
+struct titan_cp_ring {
+	struct titan_backend *be;
+	struct titan_allocator *alloc;
+	struct titan_comm *comm;
+	int rank, size;
+	int64_t batch, tl, h, hkv, d; /* rows, local tokens, heads, kv heads, head dim */
+};
+/* out [B,Tl,H,D], lse [B,H,Tl] (overwritten). */
+int titan_cp_ring_fwd(const struct titan_cp_ring *r, float *out, float *lse, const float *q,
+		      const float *k, const float *v);
+/* dq, dk, dv of this rank's tokens (overwritten) from dout and the
+ * forward's out and lse. */
+int titan_cp_ring_bwd(const struct titan_cp_ring *r, float *dq, float *dk, float *dv,
+		      const float *dout, const float *q, const float *k, const float *v,
+		      const float *out, const float *lse);
 
 #endif

@@ -301,6 +301,7 @@ int titan_llama_opts_from_config(struct titan_llama_opts *o, const struct titan_
 	o->batch = c->training.local_batch_size;
 	o->seq = c->training.seq_len;
 	o->exclude_norms_embeddings_from_wd = c->optimizer.weight_decay_exclude_norms_embeddings;
+	o->cp_ring = !strcmp(c->parallelism.context_parallel_rotate_method, "alltoall");
 	if (!strcmp(mode, "none")) {
 		o->ac = TITAN_AC_NONE;
 	} else if (!strcmp(mode, "full")) {
@@ -456,13 +457,16 @@ int titan_llama_new(const struct titan_model_dims *d, const struct titan_llama_o
 
 		m->pos = (int64_t *)buf(m, 2 * m->seq_l, TITAN_MEM_OTHER);
 		m->lab = (int32_t *)buf(m, m->n, TITAN_MEM_DATA);
-		m->kf = buf(m, kvf, TITAN_MEM_WORKSPACE);
-		m->vf = buf(m, kvf, TITAN_MEM_WORKSPACE);
-		m->dkf = buf(m, kvf, TITAN_MEM_WORKSPACE);
-		m->dvf = buf(m, kvf, TITAN_MEM_WORKSPACE);
-		m->cpg = buf(m, kvf, TITAN_MEM_WORKSPACE);
-		if (!full || !m->pos || !m->lab || !m->kf || !m->vf || !m->dkf || !m->dvf ||
-		    !m->cpg) {
+		if (!o->cp_ring) { /* allgather: the whole sequence's k, v (the
+				    * ring allocates its buffers per call) */
+			m->kf = buf(m, kvf, TITAN_MEM_WORKSPACE);
+			m->vf = buf(m, kvf, TITAN_MEM_WORKSPACE);
+			m->dkf = buf(m, kvf, TITAN_MEM_WORKSPACE);
+			m->dvf = buf(m, kvf, TITAN_MEM_WORKSPACE);
+			m->cpg = buf(m, kvf, TITAN_MEM_WORKSPACE);
+		}
+		if (!full || !m->pos || !m->lab ||
+		    (!o->cp_ring && (!m->kf || !m->vf || !m->dkf || !m->dvf || !m->cpg))) {
 			free(full);
 			rc = TITAN_E_NOMEM;
 			goto fail;
@@ -714,12 +718,24 @@ static int cp_gather_kv(struct titan_llama *m, const struct acts *a)
 	return 0;
 }
 
+/* rotate_method alltoall: the ring of cp_ring.c */
+static struct titan_cp_ring cp_ring(const struct titan_llama *m)
+{
+	return (struct titan_cp_ring){m->be, m->alloc, m->cp, m->cpr, m->cpn, m->o.batch,
+				      m->seq_l, m->H, m->Hkv, m->d.head_dim};
+}
+
 static int cp_attention_fwd(struct titan_llama *m, struct acts *a)
 {
 	const struct titan_cp_attn_dims cd = {m->o.batch, m->seq_l, m->seq_l * m->cpn, m->H,
 					      m->Hkv, m->d.head_dim};
 	int rc;
 
+	if (m->o.cp_ring) {
+		const struct titan_cp_ring r = cp_ring(m);
+
+		return titan_cp_ring_fwd(&r, a->att, a->lse, a->q, a->k, a->v);
+	}
 	CK(cp_gather_kv(m, a));
 	return titan_cp_attn_fwd(a->att, a->lse, a->q, m->kf, m->vf, m->pos, &cd);
 }
@@ -735,6 +751,12 @@ static int cp_attention_bwd(struct titan_llama *m, struct acts *a)
 	float *dst[2] = {m->dk, m->dv};
 	int rc;
 
+	if (m->o.cp_ring) {
+		const struct titan_cp_ring r = cp_ring(m);
+
+		return titan_cp_ring_bwd(&r, m->dq, m->dk, m->dv, m->datt, a->q, a->k, a->v, a->att,
+					 a->lse);
+	}
 	CK(cp_gather_kv(m, a));
 	CK(titan_cp_attn_bwd(m->dq, m->dkf, m->dvf, m->datt, a->q, m->kf, m->vf, a->att, a->lse,
 			     m->pos, &cd));

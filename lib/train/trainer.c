@@ -603,11 +603,6 @@ static int check_layout(const struct titan_trainer *t)
 	enum titan_pp_schedule sched;
 	int rc;
 
-	if (pd->degree[TITAN_DIM_CP] > 1 &&
-	    strcmp(c->parallelism.context_parallel_rotate_method, "allgather") != 0)
-		return titan_error(TITAN_E_UNSUPPORTED, "parallelism.context_parallel_rotate_method "
-				   "'%s' is not implemented yet (allgather is)",
-				   c->parallelism.context_parallel_rotate_method);
 	if (pp > 1) {
 		if ((rc = titan_pp_schedule_parse(c->parallelism.pipeline_parallel_schedule,
 						  &sched)) < 0)

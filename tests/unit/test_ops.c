@@ -716,6 +716,96 @@ static void test_attention_causal_gqa(void **state)
 	attn_data_free(&a);
 }
 
+/* attention_part (the context-parallel ring's blocks): causal attention
+ * cut into parts two ways equals the causal op — keys split at c (rows
+ * before c see none of the later part: out 0, lse -inf, then the merge
+ * keeps the earlier part's bits), and queries split at c (a sub-block of
+ * the rows with q_stride > tq); backward of the parts, added up, equals
+ * the causal backward. */
+static void test_attention_part(void **state)
+{
+	(void)state;
+	struct titan_backend be = cpu(2);
+	be.attn_block_q = 4;
+	be.attn_block_k = 3;
+	struct attn_data a;
+	const int64_t Bn = 2, Tn = 13, Hn = 6, Hk = 2, Dn = 4, c = 5;
+	const int64_t qs = Hn * Dn, ks = Hk * Dn;
+	attn_data_init(&a, Bn, Tn, Hn, Hk, Dn, 70);
+	const size_t nl = (size_t)(Bn * Hn * Tn);
+	float *out = FALLOC(a.nq), *lse = FALLOC(nl), *dout = FALLOC(a.nq);
+	float *dq = FALLOC(a.nq), *dk = FALLOC(a.nk), *dv = FALLOC(a.nk);
+	float *pq = FALLOC(a.nq), *pk = FALLOC(a.nk), *pv = FALLOC(a.nk);
+	fill(dout, a.nq, 71, 1.0f);
+	assert_int_equal(be.ops->attention_fwd(&be, a.out, a.lse, a.q, a.k, a.v, &a.d), 0);
+	assert_int_equal(be.ops->attention_bwd(&be, dq, dk, dv, dout, a.q, a.k, a.v, a.out,
+					       a.lse, &a.d), 0);
+	double *od = to_d(a.out, a.nq), *ld = to_d(a.lse, nl);
+	double *dqd = to_d(dq, a.nq), *dkd = to_d(dk, a.nk), *dvd = to_d(dv, a.nk);
+
+	/* keys [c, T) first (row t sees key c + s when s <= t - c), then
+	 * keys [0, c) merged in (row t sees s <= t) */
+	struct titan_attn_part late = {Bn, Tn, Tn - c, Tn, Tn, Hn, Hk, Dn, -c};
+	struct titan_attn_part early = {Bn, Tn, c, Tn, Tn, Hn, Hk, Dn, 0};
+	memset(out, 0xff, a.nq * sizeof(float));
+	assert_int_equal(be.ops->attention_part_fwd(&be, out, lse, a.q, a.k + c * ks,
+						    a.v + c * ks, &late, false), 0);
+	for (int64_t b = 0; b < Bn; b++)
+		for (int64_t t = 0; t < c; t++) {
+			assert_true(isinf(lse[b * Hn * Tn + t]) && lse[b * Hn * Tn + t] < 0);
+			assert_true(out[(b * Tn + t) * qs] == 0.0f);
+		}
+	assert_int_equal(be.ops->attention_part_fwd(&be, out, lse, a.q, a.k, a.v, &early, true),
+			 0);
+	check_close("part out (keys split)", out, od, a.nq, 1e-5, 1e-6);
+	check_close("part lse (keys split)", lse, ld, nl, 1e-5, 1e-6);
+	/* backward from the causal op's out and lse: the parts' dk/dv rows
+	 * are disjoint, dq adds up */
+	memset(pk, 0xff, a.nk * sizeof(float));
+	memset(pv, 0xff, a.nk * sizeof(float));
+	assert_int_equal(be.ops->attention_part_bwd(&be, pq, pk + c * ks, pv + c * ks, dout, a.q,
+						    a.k + c * ks, a.v + c * ks, a.out, a.lse,
+						    &late, false), 0);
+	for (int64_t b = 0; b < Bn; b++) /* the early keys' rows: zero them */
+		for (int64_t j = 0; j < c * ks; j++)
+			pk[b * Tn * ks + j] = pv[b * Tn * ks + j] = 0.0f;
+	assert_int_equal(be.ops->attention_part_bwd(&be, pq, pk, pv, dout, a.q, a.k, a.v, a.out,
+						    a.lse, &early, true), 0);
+	check_close("part dq (keys split)", pq, dqd, a.nq, 1e-5, 1e-6);
+	check_close("part dk (keys split)", pk, dkd, a.nk, 1e-5, 1e-6);
+	check_close("part dv (keys split)", pv, dvd, a.nk, 1e-5, 1e-6);
+
+	/* queries [0, c) against keys [0, c) causally; queries [c, T) (row
+	 * t' = t - c of a sub-block with stride T) against every key up to t */
+	struct titan_attn_part top = {Bn, c, c, Tn, Tn, Hn, Hk, Dn, 0};
+	struct titan_attn_part bottom = {Bn, Tn - c, Tn, Tn, Tn, Hn, Hk, Dn, c};
+	memset(out, 0xff, a.nq * sizeof(float));
+	assert_int_equal(be.ops->attention_part_fwd(&be, out, lse, a.q, a.k, a.v, &top, false), 0);
+	assert_int_equal(be.ops->attention_part_fwd(&be, out + c * qs, lse + c, a.q + c * qs, a.k,
+						    a.v, &bottom, false), 0);
+	check_close("part out (queries split)", out, od, a.nq, 1e-5, 1e-6);
+	check_close("part lse (queries split)", lse, ld, nl, 1e-5, 1e-6);
+	memset(pq, 0, a.nq * sizeof(float));
+	memset(pk, 0, a.nk * sizeof(float));
+	memset(pv, 0, a.nk * sizeof(float));
+	assert_int_equal(be.ops->attention_part_bwd(&be, pq, pk, pv, dout, a.q, a.k, a.v, a.out,
+						    a.lse, &top, true), 0);
+	assert_int_equal(be.ops->attention_part_bwd(&be, pq + c * qs, pk, pv, dout + c * qs,
+						    a.q + c * qs, a.k, a.v, a.out + c * qs,
+						    a.lse + c, &bottom, true), 0);
+	check_close("part dq (queries split)", pq, dqd, a.nq, 1e-5, 1e-6);
+	check_close("part dk (queries split)", pk, dkd, a.nk, 1e-5, 1e-6);
+	check_close("part dv (queries split)", pv, dvd, a.nk, 1e-5, 1e-6);
+	/* bad geometry names the numbers */
+	struct titan_attn_part bad = {1, 4, 4, 3, 4, 4, 2, 4, 0};
+	assert_int_equal(be.ops->attention_part_fwd(&be, out, lse, a.q, a.k, a.v, &bad, false),
+			 TITAN_E_INVALID);
+	assert_non_null(strstr(titan_error_last()->msg, "Tq=4 (stride 3)"));
+	free(od), free(ld), free(dqd), free(dkd), free(dvd);
+	free(out), free(lse), free(dout), free(dq), free(dk), free(dv), free(pq), free(pk), free(pv);
+	attn_data_free(&a);
+}
+
 static void test_attention_bwd(void **state)
 {
 	(void)state;
@@ -1095,6 +1185,7 @@ int main(void)
 		cmocka_unit_test(test_attention_fwd),
 		cmocka_unit_test(test_attention_causal_gqa),
 		cmocka_unit_test(test_attention_bwd),
+		cmocka_unit_test(test_attention_part),
 		cmocka_unit_test(test_classifier_ce),
 		cmocka_unit_test(test_adamw),
 		cmocka_unit_test(test_vector_helpers),
