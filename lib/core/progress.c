@@ -58,22 +58,25 @@ static void show(struct titan_progress *p, uint64_t now, bool final, const char 
 	amount(p, a, sizeof(a), p->done);
 	len = snprintf(line, sizeof(line), "%s: %s", p->prog, a);
 	if (p->total) {
-		uint64_t done = p->done < p->total ? p->done : p->total;
-
 		amount(p, b, sizeof(b), p->total);
-		len += snprintf(line + len, sizeof(line) - (size_t)len, " / %s (%d%%)", b,
-				(int)(done * 100.0 / (double)p->total));
+		len += snprintf(line + len, sizeof(line) - (size_t)len, " / %s", b);
 	}
 	if (!p->bytes)
 		len += snprintf(line + len, sizeof(line) - (size_t)len, " %s", p->unit);
+	if (p->total) {
+		uint64_t done = p->done < p->total ? p->done : p->total;
+
+		len += snprintf(line + len, sizeof(line) - (size_t)len, " (%d%%)",
+				(int)(done * 100.0 / (double)p->total));
+	}
 	if (extra && *extra && len < (int)sizeof(line))
 		len += snprintf(line + len, sizeof(line) - (size_t)len, ", %s", extra);
 	if (len < (int)sizeof(line)) {
 		if (p->bytes)
 			len += snprintf(line + len, sizeof(line) - (size_t)len, ", %.1f MB/s", rate / 1e6);
 		else
-			len += snprintf(line + len, sizeof(line) - (size_t)len, ", %s/s",
-					titan_format_grouped(b, sizeof(b), rate));
+			len += snprintf(line + len, sizeof(line) - (size_t)len, ", %s %s/s",
+					titan_format_grouped(b, sizeof(b), rate), p->unit);
 	}
 	if (len < (int)sizeof(line)) {
 		if (final) {

@@ -387,11 +387,54 @@ assert j["shards"][0]["verified"] is True'
 	[[ $stderr == *"shard train-00001.tok is missing"* ]]
 }
 
-@test "--progress reports tokens, docs and MB/s on stderr" {
+@test "--progress: input bytes of the total, %, tokens, docs, MB/s; lines ending at 100%" {
 	gen "$T/in.bin" 20 9 1000
+	n=$(stat -c %s "$T/in.bin")
 	run -0 --separate-stderr shard --out "$T/d" --progress "$T/in.bin"
-	[[ $stderr == *"titan-shard: writing "*"M tokens, 20 docs, "*" MB/s"* ]]
 	[ -z "$output" ]
+	[[ $stderr == *"titan-shard: "*"B / "*"B (100%), $(ntokens "$T/in.bin") tokens, 20 docs, "*" MB/s, "*" elapsed"* ]]
+	[[ $stderr != *$'\r'* ]]
+	# many reads of a bigger input: a line per update, the last at 100%
+	gen "$T/big.bin" 60000 3 1000
+	TITAN_PROGRESS_INTERVAL_MS=0 shard --out "$T/e" --progress "$T/big.bin" 2> "$T/err"
+	[ "$(grep -c '^titan-shard: .* MiB / .* MiB ([0-9]*%), ' "$T/err")" -ge 2 ]
+	run -0 grep '^titan-shard: ' "$T/err"
+	assert_line --index $((${#lines[@]} - 1)) --regexp ' \(100%\), .* elapsed$'
+	# --shuffle-docs: reading, then the documents written of their number
+	TITAN_PROGRESS_INTERVAL_MS=0 shard --out "$T/f" --progress --shuffle-docs "$T/big.bin" 2> "$T/err"
+	run -0 grep '^titan-shard: ' "$T/err"
+	assert_line --index $((${#lines[@]} - 1)) --regexp '^titan-shard: writing shuffled: 60,000 / 60,000 docs \(100%\), '
+	# a pipe: no total; without --progress (not a terminal): nothing
+	cat "$T/in.bin" | shard --out "$T/g" --progress 2> "$T/err"
+	run -0 grep '^titan-shard: ' "$T/err"
+	assert_output --regexp '^titan-shard: [0-9.]+ [KM]?i?B, [0-9,]+ tokens, 20 docs, '
+	run -0 --separate-stderr shard --out "$T/h" "$T/in.bin"
+	[[ $stderr != *"titan-shard: "* && $stderr != *"MB/s"* ]]
+}
+
+@test "gzip and zstd token streams are read as the plain stream (files, pipes, members)" {
+	command -v zstd >/dev/null || skip "the zstd tool is not installed (make deps)"
+	titan-shard --version | grep -q -- '+zlib +zstd' || skip "built without zlib or libzstd"
+	gen "$T/a.bin" 300 4 1000
+	shard --out "$T/want" --shard-tokens 1000 "$T/a.bin"
+	gzip -c "$T/a.bin" > "$T/a.bin.gz"
+	{ head -c 4002 "$T/a.bin" | zstd -q; tail -c +4003 "$T/a.bin" | zstd -q; } > "$T/a.zst"
+	shard --out "$T/gz" --shard-tokens 1000 "$T/a.bin.gz"
+	zstd -q -c "$T/a.bin" | shard --out "$T/zst" --shard-tokens 1000
+	shard --out "$T/multi" --shard-tokens 1000 "$T/a.zst"
+	diff -r "$T/want" "$T/gz"
+	diff -r "$T/want" "$T/zst"
+	diff -r "$T/want" "$T/multi"
+	# truncated: named with the offset, exit 1, no shard left
+	n=$(stat -c %s "$T/a.bin.gz")
+	head -c $((n - 100)) "$T/a.bin.gz" > "$T/t.gz"
+	run -1 --separate-stderr shard --out "$T/t" "$T/t.gz"
+	[[ $stderr == *"t.gz: truncated gzip data: the input ends at byte offset $((n - 100)) inside the member that starts at byte 0"* ]]
+	[ -z "$(ls -A "$T/t")" ]
+	# an odd length inside the compressed stream is counted uncompressed
+	head -c 4001 "$T/a.bin" | gzip > "$T/odd.gz"
+	run -1 --separate-stderr shard --out "$T/o" "$T/odd.gz"
+	[[ $stderr == *"odd.gz: 4001 bytes (uncompressed) is not a whole number of uint32 token ids"* ]]
 }
 
 @test "-t FILE: vocab size, BOS/EOS and fingerprint from a tokenizer fixture" {

@@ -366,6 +366,10 @@ static void test_progress(void **state)
 	p.tty = true;
 	titan_progress_update(&p, 1234567, NULL);
 	titan_progress_finish(&p, 2000000, NULL);
+	titan_progress_init(&p, true, "titan-z", "tensors", 10); /* a count with a total */
+	p.fp = fp;
+	p.tty = false;
+	titan_progress_update(&p, 5, "x");
 	unsetenv("TITAN_PROGRESS_INTERVAL_MS");
 	fclose(fp);
 	if (!strstr(text, "titan-x: 1.00 MiB / 4.00 MiB (25%), 3 docs, ") ||
@@ -373,6 +377,7 @@ static void test_progress(void **state)
 	    !strstr(text, "\ntitan-x: 4.00 MiB / 4.00 MiB (100%), 12 docs, ") ||
 	    !strstr(text, " elapsed\n\rtitan-y: 1,234,567 tensors, ") ||
 	    !strstr(text, "\rtitan-y: 2,000,000 tensors, ") || strstr(text, "titan-y: 1,234,567 /") ||
+	    !strstr(text, "\ntitan-z: 5 / 10 tensors (50%), x, ") || !strstr(text, " tensors/s, ETA ") ||
 	    text[strlen(text) - 1] != '\n')
 		fail_msg("unexpected progress text:\n%s", text);
 	free(text);

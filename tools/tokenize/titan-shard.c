@@ -42,8 +42,9 @@ static void usage(FILE *fp)
 "                   [OPTIONS] [FILE ...]\n"
 "       titan-shard info [--json] [--verify] PATH ...\n"
 "       titan-shard verify [--json] PATH ...\n"
-"Cut a token stream (uint32 little-endian ids, from FILEs or standard input)\n"
-"into shards DIR/train-00000.tok, ... and an optional validation split\n"
+"Cut a token stream (uint32 little-endian ids, from FILEs or standard input;\n"
+"gzip/zstd-compressed streams are read too) into shards DIR/train-00000.tok,\n"
+"... and an optional validation split\n"
 "DIR/val-00000.tok, ...; `info` prints shard headers and totals, `verify`\n"
 "checks payload checksums and ids.  PATHs are shard files or directories.\n"
 "\n"
@@ -68,7 +69,8 @@ static void usage(FILE *fp)
 "      --verify           also check payload checksums and ids (as `verify`)\n"
 "\n"
 "Common options:\n"
-"      --progress         progress on stderr even when it is not a terminal\n"
+"      --progress         input read of the total (%%, MB/s, ETA), tokens and documents\n"
+"                         on stderr even when it is not a terminal\n"
 "  -v, --verbose          more log output; -q, --quiet: errors only\n"
 "  -h, --help             show this help;  --version: version and features\n"
 "\n"
@@ -116,25 +118,52 @@ struct job {
 	struct titan_shard_writer *val, *train;
 	bool in_val;
 	uint64_t v_docs, v_toks;   /* validation split so far */
-	uint64_t tokens, docs, bytes_in;
+	uint64_t tokens, docs;
+	uint64_t bytes_in;         /* input file bytes read (compressed ones as stored) */
 	uint32_t last_id;
-	uint64_t t0, last_ns;
-	const char *phase;
+	struct titan_progress pr;  /* reading: bytes of the inputs; shuffled writing: docs */
 	int spool;                 /* --shuffle-docs: the input, -1 otherwise */
 };
 
-static void progress(struct job *j, bool final)
+/* The progress line: input bytes read of their total while reading, then
+ * (--shuffle-docs) documents written of their number. */
+static void progress(struct job *j, uint64_t done, bool final)
 {
-	uint64_t now = titan_time_ns();
-	double s;
+	char extra[96], a[32], b[32];
 
-	if (!j->cli.progress || (!final && now - j->last_ns < 500000000ull))
+	if (!j->pr.on)
 		return;
-	j->last_ns = now;
-	s = (double)(now - j->t0) * 1e-9;
-	fprintf(stderr, "\rtitan-shard: %s %.1fM tokens, %" PRIu64 " docs, %.1f MB/s   %s",
-		j->phase, (double)j->tokens / 1e6, j->docs,
-		s > 0 ? (double)j->bytes_in / 1e6 / s : 0.0, final ? "\n" : "");
+	if (j->pr.bytes)
+		snprintf(extra, sizeof(extra), "%s tokens, %s docs",
+			 titan_format_grouped(a, sizeof(a), (double)j->tokens),
+			 titan_format_grouped(b, sizeof(b), (double)j->docs));
+	else /* shuffled writing: the documents are the count */
+		snprintf(extra, sizeof(extra), "%s tokens",
+			 titan_format_grouped(a, sizeof(a), (double)j->tokens));
+	if (final)
+		titan_progress_finish(&j->pr, done, extra);
+	else
+		titan_progress_update(&j->pr, done, extra);
+}
+
+/* Total bytes of the inputs when every one is a regular file, else 0. */
+static uint64_t inputs_size(int nfiles, char **files)
+{
+	uint64_t total = 0;
+
+	for (int i = 0; i < (nfiles ? nfiles : 1); i++) {
+		const char *f = nfiles ? files[i] : "-";
+		struct stat st;
+		off_t at = 0;
+
+		if ((strcmp(f, "-") ? stat(f, &st) : fstat(STDIN_FILENO, &st)) != 0 ||
+		    !S_ISREG(st.st_mode))
+			return 0;
+		if (!strcmp(f, "-") && (at = lseek(STDIN_FILENO, 0, SEEK_CUR)) < 0)
+			at = 0;
+		total += (uint64_t)(st.st_size - (at < st.st_size ? at : st.st_size));
+	}
+	return total;
 }
 
 /* The validation split is full: its last document has ended. */
@@ -230,44 +259,45 @@ static int write_all(int fd, const void *p, size_t n)
 	return 0;
 }
 
-/* Read one input (path or "-") block by block into the router or spool. */
+/* Read one input (path or "-"; gzip/zstd decompressed) block by block into
+ * the router or spool. */
 static int read_input(struct job *j, const char *path, uint8_t *buf)
 {
 	const bool is_stdin = strcmp(path, "-") == 0;
 	const char *name = is_stdin ? "standard input" : path;
+	const uint64_t bytes0 = j->bytes_in;
 	uint64_t pos = 0, total = 0;
 	size_t have = 0;
-	int fd = is_stdin ? STDIN_FILENO : open(path, O_RDONLY | O_CLOEXEC);
-	int rc = 0;
+	struct titan_instream *in;
+	int rc = titan_instream_open(path, name, &in);
 
-	struct stat st;
-
-	if (fd < 0)
-		return titan_error(TITAN_E_IO, "cannot open '%s': %s", path, strerror(errno));
-	/* a regular file's length is known: say so before reading a byte */
-	if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size % 4 != 0)
+	if (rc < 0)
+		return rc;
+	/* an uncompressed file's length is known: say so before reading a byte */
+	if (titan_instream_compression(in) == TITAN_COMPRESSION_NONE &&
+	    titan_instream_size(in) >= 0 && titan_instream_size(in) % 4 != 0)
 		rc = titan_error(TITAN_E_FORMAT, "%s: %jd bytes is not a whole number of uint32 "
-				 "token ids (truncated stream?)", name, (intmax_t)st.st_size);
+				 "token ids (truncated stream?)", name, (intmax_t)titan_instream_size(in));
 	while (rc == 0) {
-		ssize_t k = read(fd, buf + have, READ_BYTES - have);
+		int64_t k = titan_instream_read(in, buf + have, READ_BYTES - have);
 		size_t whole;
 
-		if (k < 0 && errno == EINTR)
-			continue;
 		if (k < 0) {
-			rc = titan_error(TITAN_E_IO, "cannot read '%s': %s", name, strerror(errno));
+			rc = (int)k;
 			break;
 		}
 		if (k == 0) {
 			if (have)
-				rc = titan_error(TITAN_E_FORMAT, "%s: %" PRIu64 " bytes is not a whole "
+				rc = titan_error(TITAN_E_FORMAT, "%s: %" PRIu64 " bytes%s is not a whole "
 						 "number of uint32 token ids (truncated stream?)",
-						 name, total);
+						 name, total,
+						 titan_instream_compression(in) == TITAN_COMPRESSION_NONE ?
+						 "" : " (uncompressed)");
 			break;
 		}
 		have += (size_t)k;
 		total += (uint64_t)k;
-		j->bytes_in += (uint64_t)k;
+		j->bytes_in = bytes0 + titan_instream_consumed(in);
 		whole = have / 4;
 		if ((rc = check_ids(j, (const uint32_t *)(void *)buf, whole, name, pos)) < 0)
 			break;
@@ -283,10 +313,9 @@ static int read_input(struct job *j, const char *path, uint8_t *buf)
 		pos += whole;
 		memmove(buf, buf + whole * 4, have - whole * 4);
 		have -= whole * 4;
-		progress(j, false);
+		progress(j, j->bytes_in, false);
 	}
-	if (!is_stdin)
-		close(fd);
+	titan_instream_close(in);
 	return rc;
 }
 
@@ -325,14 +354,17 @@ static int write_shuffled(struct job *j)
 		perm[i] = perm[k];
 		perm[k] = t;
 	}
-	j->phase = "writing";
+	progress(j, j->bytes_in, true); /* reading done */
+	titan_progress_init(&j->pr, j->pr.on, "titan-shard: writing shuffled", "docs", nd);
 	for (uint64_t i = 0; i < nd && rc == 0; i++) {
 		uint64_t d = perm[i];
 
 		rc = route_doc(j, ids + start[d], (size_t)(start[d + 1] - start[d]));
 		if ((i & 1023) == 0)
-			progress(j, false);
+			progress(j, i, false);
 	}
+	if (rc == 0)
+		progress(j, nd, true);
 done:
 	titan_free(start);
 	titan_free(perm);
@@ -460,8 +492,8 @@ static int run_write(struct job *j, int nfiles, char **files)
 		}
 		unlink(spool); /* gone with the process, whatever happens */
 	}
-	j->t0 = titan_time_ns();
-	j->phase = j->shuffle ? "spooling" : "writing";
+	titan_progress_init(&j->pr, j->cli.progress, "titan-shard", "bytes",
+			    inputs_size(nfiles, files));
 	for (int i = 0; i < (nfiles ? nfiles : 1) && rc == 0; i++)
 		rc = read_input(j, nfiles ? files[i] : "-", buf);
 	if (rc == 0 && j->tokens == 0)
@@ -492,7 +524,8 @@ static int run_write(struct job *j, int nfiles, char **files)
 		rc = titan_shard_writer_commit(j->val);
 	if (rc == 0)
 		rc = titan_shard_writer_commit(j->train);
-	progress(j, true);
+	if (!j->shuffle)
+		progress(j, j->bytes_in, true);
 	if (rc == 0) {
 		if (j->force)
 			remove_stale(j, tr.n_shards, va.n_shards);
