@@ -333,6 +333,13 @@ void *titan_mem_alloc(struct titan_allocator *a, size_t bytes, enum titan_mem_ta
 	/* Zero-byte requests get a real 1-byte block so pointers stay unique. */
 	size_t real = bytes ? bytes : 1;
 	void *p = a->be.alloc(a->be.ctx, real);
+	if (!p && a->be.alloc_sets_error) {
+		char buf[32];
+		titan_error_prefix("cannot allocate %s for %s on '%s'",
+				   titan_format_bytes(buf, sizeof buf, (double)bytes), tag_names[tag],
+				   a->name);
+		return NULL;
+	}
 	if (!p)
 		return fail_nomem(a, bytes, tag);
 

@@ -127,7 +127,7 @@ const char *titan_mem_tag_name(enum titan_mem_tag tag); /* "params", ... */
 int titan_mem_tag_parse(const char *name, enum titan_mem_tag *out);
 
 /* Where the bytes come from.  The host backend is posix_memalign(64); the
- * CUDA backend (lib/cuda) wraps cudaMalloc and later the caching allocator.
+ * CUDA backend (lib/cuda) is the caching allocator below over cudaMalloc.
  * `reserved` reports bytes held from the system (caching allocators hold
  * more than is live); NULL means reserved == live. */
 struct titan_mem_backend {
@@ -140,6 +140,10 @@ struct titan_mem_backend {
 	 * recording an error.  NULL = memset (host-addressable memory only: a
 	 * device backend must set it, e.g. to a cudaMemset wrapper). */
 	int (*zero)(void *ctx, void *ptr, size_t bytes);
+	/* true: `alloc` records a titan_error whenever it returns NULL (the
+	 * caching allocator's out-of-memory report); titan_mem_alloc prefixes
+	 * that message instead of replacing it. */
+	bool alloc_sets_error;
 };
 
 /* Bytes are counted exactly as requested (not rounded). */
@@ -181,6 +185,75 @@ void titan_mem_reset_peak(struct titan_allocator *a);
 /* Context stamped on trace events: training step and phase (a small id the
  * caller defines, e.g. forward=1, backward=2; 0 = none). */
 void titan_mem_set_step(struct titan_allocator *a, uint32_t step, uint16_t phase);
+
+/* ------------------------------------------------------ caching allocator
+ *
+ * A caching layer over a "raw" backend (cudaMalloc/cudaFree on a GPU; any
+ * titan_mem_backend, e.g. malloc with a capacity limit in tests), modelled
+ * on PyTorch's CUDACachingAllocator (c10/cuda/CUDACachingAllocator.cpp):
+ *  - every request is rounded up to a multiple of 512 bytes (0 -> 512);
+ *  - requests of at most 1 MiB come from the small pool, whose segments
+ *    (raw allocations) are 2 MiB; larger ones from the large pool, whose
+ *    segments are 20 MiB for requests under 10 MiB and the request rounded
+ *    up to 2 MiB otherwise;
+ *  - a request takes the best-fitting free block of its pool (smallest
+ *    size, then lowest address), splitting off the rest when the rest is at
+ *    least 512 bytes (small pool) or more than 1 MiB (large pool); a freed
+ *    block merges with free neighbours of its segment;
+ *  - when the raw backend fails, every cached segment with nothing live in
+ *    it is released and the raw allocation is tried once more
+ *    (num_alloc_retries counts these retries, as PyTorch's does, even when
+ *    there was nothing to release); if that fails too, num_ooms counts it
+ *    and alloc returns NULL with TITAN_E_NOMEM naming the request, the
+ *    active and reserved bytes and the device's capacity when known.
+ * Not modelled: streams (a freed block is handed out again at once: free a
+ * block only when no queued device work on another stream still uses it;
+ * titan's CUDA backend runs every op on one compute stream), max_split_size,
+ * expandable segments, garbage collection thresholds, CUDA-graph pools.
+ * Thread-safe (one mutex; the raw backend is called with it held). */
+struct titan_caching_stats {
+	int64_t requested, requested_peak; /* bytes asked for, exactly */
+	int64_t active, active_peak;       /* live blocks at their rounded sizes
+					      (PyTorch's active_bytes: no stream
+					      events here, so also allocated_bytes) */
+	int64_t reserved, reserved_peak;   /* segments held from the raw backend */
+	int64_t reserved_small, reserved_large; /* reserved by pool */
+	int64_t inactive_split;            /* free bytes inside segments that also
+					      hold live blocks (fragmentation) */
+	int64_t segments, active_blocks;   /* current counts */
+	int64_t num_raw_allocs, num_raw_frees; /* calls into the raw backend */
+	int64_t num_alloc_retries, num_ooms;   /* since creation */
+};
+
+struct titan_caching_opts {
+	const char *name;   /* in messages, e.g. "cuda:0"; NULL = raw->name */
+	/* Optional: the device's free and total bytes now (cudaMemGetInfo),
+	 * for the out-of-memory message; 0 or a negative titan_err. */
+	int (*mem_info)(void *raw_ctx, int64_t *free_bytes, int64_t *total_bytes);
+};
+
+struct titan_caching;
+
+/* A caching allocator over `raw` (copied; its ctx must outlive the cache).
+ * `o` may be NULL.  NULL + TITAN_E_NOMEM on failure. */
+struct titan_caching *titan_caching_new(const struct titan_mem_backend *raw,
+					const struct titan_caching_opts *o);
+/* Releases every cached segment; segments that still hold live blocks are
+ * leaked (reported at DEBUG level).  NULL is a no-op. */
+void titan_caching_free(struct titan_caching *c);
+/* The titan_mem_backend of the cache (alloc/free/reserved, zero passed
+ * through to the raw backend's), to give to titan_allocator_new. */
+void titan_caching_backend(struct titan_caching *c, struct titan_mem_backend *out);
+void titan_caching_get_stats(struct titan_caching *c, struct titan_caching_stats *out);
+/* Peaks restart from the current values (torch.cuda.reset_peak_memory_stats). */
+void titan_caching_reset_peak(struct titan_caching *c);
+/* Returns every cached segment with nothing live in it to the raw backend
+ * (torch.cuda.empty_cache); the bytes released. */
+int64_t titan_caching_empty_cache(struct titan_caching *c);
+/* Checks the cache's invariants (block chains tile their segments, no two
+ * free neighbours, pools sorted, counters equal to a recount): 0, or
+ * TITAN_E_INTERNAL with what is wrong.  For tests. */
+int titan_caching_check(struct titan_caching *c);
 
 /* Memory event log.  While a trace is open every alloc/free appends one
  * 32-byte little-endian record to `fp`:
