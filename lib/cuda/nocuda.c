@@ -4,6 +4,8 @@
  */
 #include "titan/cuda.h"
 
+#include <string.h>
+
 #include "config.h"
 
 #if !TITAN_HAVE_CUDA
@@ -32,6 +34,25 @@ int titan_cuda_mem_backend(int device, struct titan_mem_backend *out)
 {
 	(void)device;
 	(void)out;
+	return NOT_BUILT();
+}
+
+int titan_cuda_mem_stats(int device, struct titan_caching_stats *out)
+{
+	(void)device;
+	memset(out, 0, sizeof(*out));
+	return NOT_BUILT();
+}
+
+int titan_cuda_mem_reset_peak(int device)
+{
+	(void)device;
+	return NOT_BUILT();
+}
+
+int64_t titan_cuda_empty_cache(int device)
+{
+	(void)device;
 	return NOT_BUILT();
 }
 

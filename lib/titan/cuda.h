@@ -1,6 +1,7 @@
 /*
  * titan/cuda.h — the CUDA device layer: device discovery and the device
- * memory backend of the tagged allocator.  Built from the .cu files of lib/cuda when
+ * memory backend of the tagged allocator (the caching allocator of
+ * titan/core.h over cudaMalloc).  Built from the .cu files of lib/cuda when
  * nvcc is present (make CUDA=auto|yes); otherwise every call returns
  * TITAN_E_UNSUPPORTED.  Without a GPU or driver the calls fail cleanly with
  * CUDA's own message (e.g. "CUDA driver version is insufficient for CUDA
@@ -34,9 +35,29 @@ bool titan_cuda_built(void);
  * when there is no driver or device). */
 int titan_cuda_device_count(int *n);
 int titan_cuda_device_info(int device, struct titan_cuda_device_info *out);
-/* A titan_mem_backend allocating with cudaMalloc on `device`. */
+/* The titan_mem_backend of `device`'s caching allocator (titan/core.h:
+ * PyTorch's rules — 512-byte rounding, 2 MiB segments for requests up to
+ * 1 MiB, 20 MiB for 1-10 MiB, larger ones rounded to 2 MiB — over
+ * cudaMalloc/cudaFree).  One cache per device, created on the first call
+ * and kept for the process; every call returns the same cache.  Freed
+ * blocks are handed out again without synchronizing: free a block only
+ * when no queued work on a stream other than the one that will reuse it
+ * still touches it (the backend's ops all run on one compute stream).  Out
+ * of memory: the cache is released and cudaMalloc retried once, then NULL
+ * with TITAN_E_NOMEM naming the request, the active and reserved bytes and
+ * the device's capacity and free bytes (cudaMemGetInfo). */
 int titan_cuda_mem_backend(int device, struct titan_mem_backend *out);
-/* Copy between host and device memory (kind inferred by CUDA's UVA). */
+/* Stats of that cache (torchtitan's max_active/max_reserved, peaks since
+ * the last reset, num_alloc_retries, num_ooms); TITAN_E_INVALID when
+ * titan_cuda_mem_backend was not called for `device`. */
+int titan_cuda_mem_stats(int device, struct titan_caching_stats *out);
+int titan_cuda_mem_reset_peak(int device);
+/* torch.cuda.empty_cache(): cudaFree of every cached segment with nothing
+ * live in it; the bytes released, or a negative titan_err. */
+int64_t titan_cuda_empty_cache(int device);
+/* Copy between host and device memory (kind inferred by CUDA's UVA).
+ * Synchronizes the device before and after (the copy runs on the legacy
+ * default stream, not ordered with the backend's compute stream). */
 int titan_cuda_memcpy(void *dst, const void *src, size_t bytes);
 /* Waits for the work queued on the current device. */
 int titan_cuda_synchronize(void);
