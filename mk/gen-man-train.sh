@@ -165,7 +165,10 @@ step: 10  loss:  6.18462  grad_norm:  1.0811  memory:  0.21GiB(0.90%)  tps: 510 
 .fi
 .PP
 memory is the peak of titan's tagged allocator since the last line (and its
-share of the machine's memory); tps is tokens per second; mfu uses
+share of the machine's memory); with training.device cuda it is the peak of
+the caching allocator's reserved device memory, torchtitan's max_reserved
+(and its share of the device's; metrics.jsonl adds max_active and the
+allocation retries and OOMs: docs/memprof.md); tps is tokens per second; mfu uses
 FLOPs/token = 6(N \- N_embedding) + 12\(buL\(buH\(buhd\(buS and the peak from
 .B metrics.peak_flops
 or, when it is null, an sgemm measured at start-up.  The same values, plus

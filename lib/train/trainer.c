@@ -149,6 +149,9 @@ static void hook_end(void *ctx, const char *name)
 	titan_mem_get_stats(t->mem, &ms);
 	titan_trace_counter(t->trace, t->cuda ? "device memory (bytes)" : "host memory (bytes)",
 			    (double)ms.total_cur);
+	if (t->cuda) /* the caching allocator's segments */
+		titan_trace_counter(t->trace, "device memory reserved (bytes)",
+				    (double)ms.reserved);
 }
 
 /* profiling.profile_freq / profiler_warmup / profiler_active as torchtitan's
@@ -280,16 +283,35 @@ static int validate(struct titan_trainer *t, int64_t step)
 
 /* ------------------------------------------------------------ metrics */
 
+/* torchtitan's memory figures (DeviceMemoryMonitor.get_peak_stats): peaks
+ * since the last logged step.  On CUDA they come from the caching
+ * allocator (active = live blocks at their rounded sizes, reserved = its
+ * cudaMalloc'd segments); on the CPU the tagged allocator's peak is both
+ * max_active and max_reserved (the host allocator caches nothing) and
+ * there are no retries or OOMs to count. */
+struct mem_peaks {
+	int64_t max_active, max_reserved, num_alloc_retries, num_ooms;
+};
+
+static void mem_peaks(const struct titan_trainer *t, const struct titan_mem_stats *ms,
+		      struct mem_peaks *out)
+{
+	struct titan_caching_stats cs;
+
+	*out = (struct mem_peaks){ms->total_peak, ms->total_peak, 0, 0};
+	if (t->cuda && titan_cuda_mem_stats(0, &cs) == 0)
+		*out = (struct mem_peaks){cs.active_peak, cs.reserved_peak, cs.num_alloc_retries,
+					  cs.num_ooms};
+}
+
 /* The step's metrics as TensorBoard scalars, under torchtitan's tags
  * (MetricsProcessor.log) where it has the metric, the values of the
- * metrics.jsonl row.  The tagged allocator's peak is both max_active and
- * max_reserved: the host allocator caches nothing. */
+ * metrics.jsonl row. */
 static int log_tensorboard(struct titan_trainer *t, int64_t step, const double *v,
-			   const struct titan_mem_stats *ms, const double *mx)
+			   const struct titan_mem_stats *ms, const struct mem_peaks *mp,
+			   const double *mx)
 {
 	struct titan_tfevents *e = t->tb;
-	const double gib = (double)ms->total_peak / 1073741824.0;
-	const double pct = 100.0 * (double)ms->total_peak / t->total_mem;
 	char tag[96];
 
 	titan_tfevents_scalar(e, "loss_metrics/global_avg_loss", v[0]);
@@ -303,10 +325,18 @@ static int log_tensorboard(struct titan_trainer *t, int64_t step, const double *
 	titan_tfevents_scalar(e, "time_metrics/data_loading(s)", v[8]);
 	titan_tfevents_scalar(e, "time_metrics/data_loading(%)", v[7] > 0 ? 100.0 * v[8] / v[7] : 0);
 	titan_tfevents_scalar(e, "time_metrics/checkpoint_blocked(s)", t->ckpt_blocked_s);
-	titan_tfevents_scalar(e, "memory/max_active(GiB)", gib);
-	titan_tfevents_scalar(e, "memory/max_active(%)", pct);
-	titan_tfevents_scalar(e, "memory/max_reserved(GiB)", gib);
-	titan_tfevents_scalar(e, "memory/max_reserved(%)", pct);
+	titan_tfevents_scalar(e, "memory/max_active(GiB)", (double)mp->max_active / 1073741824.0);
+	titan_tfevents_scalar(e, "memory/max_active(%)",
+			      100.0 * (double)mp->max_active / t->total_mem);
+	titan_tfevents_scalar(e, "memory/max_reserved(GiB)",
+			      (double)mp->max_reserved / 1073741824.0);
+	titan_tfevents_scalar(e, "memory/max_reserved(%)",
+			      100.0 * (double)mp->max_reserved / t->total_mem);
+	if (t->cuda) {
+		titan_tfevents_scalar(e, "memory/num_alloc_retries",
+				      (double)mp->num_alloc_retries);
+		titan_tfevents_scalar(e, "memory/num_ooms", (double)mp->num_ooms);
+	}
 	for (int k = 0; k < TITAN_MEM_NTAGS; k++) {
 		snprintf(tag, sizeof(tag), "memory/by_tag/%s(GiB)",
 			 titan_mem_tag_name((enum titan_mem_tag)k));
@@ -324,6 +354,7 @@ static int log_step(struct titan_trainer *t, int64_t step, double loss, double n
 {
 	struct titan_allocator *host = t->mem;
 	struct titan_mem_stats ms;
+	struct mem_peaks mp;
 	uint64_t now = titan_time_ns();
 	double dt = (double)(now - t->t_last) * 1e-9;
 	double tps = (double)t->tokens_since / dt;
@@ -334,18 +365,25 @@ static int log_step(struct titan_trainer *t, int64_t step, double loss, double n
 	int rc;
 
 	titan_mem_get_stats(host, &ms);
+	mem_peaks(t, &ms, &mp);
 	/* the slowest and the largest rank, for the metrics (one small
 	 * all-reduce per logged step) */
-	mx[0] = (double)ms.total_peak;
+	mx[0] = (double)mp.max_reserved;
 	mx[1] = dt / (double)t->steps_since;
 	if ((rc = titan_comm_all_reduce(comm(t, TITAN_DIM_WORLD), TITAN_IN_PLACE, mx, 2,
 					TITAN_DTYPE_F64, TITAN_REDOP_MAX, "metrics")) < 0)
 		return rc;
-	gib = (double)ms.total_peak / 1073741824.0;
+	gib = (double)mp.max_reserved / 1073741824.0;
+	/* torchtitan warns at every logged step once any happened */
+	if (mp.num_alloc_retries > 0)
+		titan_log_warn("%lld CUDA memory allocation retries.",
+			       (long long)mp.num_alloc_retries);
+	if (mp.num_ooms > 0)
+		titan_log_warn("%lld CUDA OOM errors thrown.", (long long)mp.num_ooms);
 	if (t->verbosity >= 0 && t->print_rank) {
 		printf("%sstep: %2lld  loss: %8.5f  grad_norm: %7.4f  memory: %5.2fGiB(%.2f%%)  "
 		       "tps: %s  tflops: %.2f  mfu: %.2f%%\n", t->line_prefix, (long long)step, loss,
-		       norm, gib, 100.0 * (double)ms.total_peak / t->total_mem,
+		       norm, gib, 100.0 * (double)mp.max_reserved / t->total_mem,
 		       titan_format_grouped(g, sizeof(g), tps), tflops, mfu);
 		fflush(stdout);
 	}
@@ -385,6 +423,20 @@ static int log_step(struct titan_trainer *t, int64_t step, double loss, double n
 			titan_json_int(&j, ms.peak_at_total[k]);
 		}
 		titan_json_object_end(&j);
+		if (t->cuda) { /* the caching allocator's, as torchtitan's */
+			titan_json_key(&j, "memory_max_active_bytes");
+			titan_json_int(&j, mp.max_active);
+			titan_json_key(&j, "memory_max_active_pct");
+			titan_json_double(&j, 100.0 * (double)mp.max_active / t->total_mem);
+			titan_json_key(&j, "memory_max_reserved_bytes");
+			titan_json_int(&j, mp.max_reserved);
+			titan_json_key(&j, "memory_max_reserved_pct");
+			titan_json_double(&j, 100.0 * (double)mp.max_reserved / t->total_mem);
+			titan_json_key(&j, "num_alloc_retries");
+			titan_json_int(&j, mp.num_alloc_retries);
+			titan_json_key(&j, "num_ooms");
+			titan_json_int(&j, mp.num_ooms);
+		}
 		if (t->dist->size > 1) {
 			titan_json_key(&j, "world_size");
 			titan_json_int(&j, t->dist->size);
@@ -404,10 +456,12 @@ static int log_step(struct titan_trainer *t, int64_t step, double loss, double n
 				    dt / (double)t->steps_since,
 				    (double)t->data_ns * 1e-9 / (double)t->steps_since};
 
-		if ((rc = log_tensorboard(t, step, v, &ms, mx)) < 0)
+		if ((rc = log_tensorboard(t, step, v, &ms, &mp, mx)) < 0)
 			return rc;
 	}
 	titan_mem_reset_peak(host);
+	if (t->cuda)
+		titan_cuda_mem_reset_peak(0);
 	t->ckpt_blocked_s = 0;
 	t->t_last = titan_time_ns();
 	t->tokens_since = t->steps_since = 0;
