@@ -1028,3 +1028,29 @@ EOF
 	run -1 --separate-stderr titan-ckpt-convert info "$T/bad.gguf"
 	[[ $stderr == *"'$T/bad.gguf': key 0 at byte 24: the key length 1099511627776 runs past the end of the file"* ]]
 }
+
+# --------------------------------------------------------------- progress
+
+@test "--progress: tensor bytes of the total, one line per update off a terminal, the last at 100%" {
+	need_hdf5
+	need_hf
+	export TITAN_PROGRESS_INTERVAL_MS=0
+	titan-ckpt-convert --progress --from hf "$HF" "$T/a.h5" 2> "$T/err"
+	# a line before each of the 21 tensors, then the final one
+	run -0 grep -Ec '^titan-ckpt-convert: [0-9.]+ (B|KiB) / 164.62 KiB \([0-9]+%\), tensor [0-9]+/21, [0-9.]+ MB/s' "$T/err"
+	assert_output 21
+	run -0 tail -n 1 "$T/err"
+	assert_output --regexp '^titan-ckpt-convert: 164.62 KiB / 164.62 KiB \(100%\), 21 tensors, [0-9.]+ MB/s, [0-9:]+ elapsed$'
+	# the other modes: bfloat16 copy (stored bytes), HF and GGUF exports, info
+	for cmd in "--weights-only --dtype bf16 $T/a.h5 $T/b.h5" "--to hf $T/a.h5 $T/hf" \
+		   "--to gguf $T/a.h5 $T/a.gguf" "info --verify $T/b.h5"; do
+		titan-ckpt-convert --progress $cmd > /dev/null 2> "$T/err"
+		run -0 grep '^titan-ckpt-convert: ' "$T/err"
+		assert_line --index $((${#lines[@]} - 1)) --regexp ' \(100%\), [0-9]+ tensors, .* elapsed$'
+	done
+	# without --progress, stderr not a terminal: no progress
+	run -0 --separate-stderr titan-ckpt-convert info --verify "$T/b.h5"
+	[[ $stderr != *"titan-ckpt-convert: "* ]]
+	run -0 --separate-stderr titan-ckpt-convert --to hf "$T/a.h5" "$T/hf2"
+	[[ $stderr != *"MB/s"* ]]
+}

@@ -36,7 +36,55 @@ struct opts {
 	enum titan_ckpt_dtype dtype;
 	uint64_t max_shard;
 	int64_t max_pos;
+	bool progress;          /* --progress, or stderr is a terminal */
 };
+
+/* ----------------------------------------------------------- progress */
+
+/* Tensor data read (or, --from hf, written) of the command's total, on
+ * stderr; one reporter per run. */
+static struct titan_progress progress;
+static size_t progress_i, progress_n;
+static uint64_t progress_begun; /* bytes of the tensors begun */
+
+static void progress_begin(const struct opts *o, uint64_t bytes, size_t ntensors)
+{
+	titan_progress_init(&progress, o->progress, "titan-ckpt-convert", "bytes", bytes);
+	progress_i = 0;
+	progress_n = ntensors;
+	progress_begun = 0;
+}
+
+/* Before each tensor (its stored bytes): the ones before it are done.
+ * final: after the last. */
+static void progress_tensor(uint64_t bytes, bool final)
+{
+	char extra[64];
+
+	if (final) {
+		snprintf(extra, sizeof(extra), "%zu tensors", progress_i);
+		titan_progress_finish(&progress, progress_begun, extra);
+		return;
+	}
+	snprintf(extra, sizeof(extra), "tensor %zu/%zu", ++progress_i, progress_n);
+	titan_progress_update(&progress, progress_begun, extra);
+	progress_begun += bytes;
+}
+
+/* Stored bytes of a checkpoint's tensors (those of `part`, or all: -1). */
+static uint64_t ckpt_bytes(const struct titan_ckpt_info *in, int part, size_t *n)
+{
+	uint64_t b = 0;
+
+	*n = 0;
+	for (size_t i = 0; i < in->n_tensors; i++)
+		if (part < 0 || (int)in->tensors[i].part == part) {
+			b += (uint64_t)in->tensors[i].numel *
+			     (uint64_t)titan_ckpt_dtype_size(in->tensors[i].dtype);
+			(*n)++;
+		}
+	return b;
+}
 
 static void usage(FILE *fp)
 {
@@ -80,6 +128,8 @@ static void usage(FILE *fp)
 "      --verify             info: check every dataset against its stored crc32c,\n"
 "                           report each (ok, MISMATCH, no checksum); exit 1 on\n"
 "                           a mismatch, naming the datasets\n"
+"      --progress           tensor bytes done of the total (%%, MB/s, ETA) on stderr\n"
+"                           even when it is not a terminal\n"
 "  -v, --verbose; -q, --quiet; -h, --help; --version\n"
 "\n"
 "Exit status: 0 ok, 1 a bad or missing input or a failed write, 2 usage.\n"
@@ -526,6 +576,12 @@ static int cmd_info(const struct opts *o, const char *arg)
 	}
 	/* --verify: every dataset's stored bytes against its crc32c, all of
 	 * them (a damaged one is reported, not the end) */
+	if (o->verify || o->checksums) {
+		size_t n;
+		uint64_t b = ckpt_bytes(in, -1, &n);
+
+		progress_begin(o, b * (o->verify + o->checksums), n * (o->verify + o->checksums));
+	}
 	if (o->verify) {
 		if (!(ver = calloc(in->n_tensors + 1, sizeof(*ver)))) {
 			rc = titan_error(TITAN_E_NOMEM, "out of memory");
@@ -534,6 +590,8 @@ static int cmd_info(const struct opts *o, const char *arg)
 		for (size_t i = 0; i < in->n_tensors; i++) {
 			const struct titan_ckpt_tensor_info *t = &in->tensors[i];
 
+			progress_tensor((uint64_t)t->numel * (uint64_t)titan_ckpt_dtype_size(t->dtype),
+					false);
 			rc = titan_ckpt_verify(f, t, NULL);
 			if (rc == TITAN_E_FORMAT && t->has_crc32c) {
 				titan_log_debug("%s", titan_errmsg());
@@ -558,11 +616,15 @@ static int cmd_info(const struct opts *o, const char *arg)
 
 			if (ver && ver[i] == V_BAD) /* reading it whole is that error */
 				continue;
+			progress_tensor((uint64_t)t->numel * (uint64_t)titan_ckpt_dtype_size(t->dtype),
+					false);
 			if ((rc = titan_ckpt_read(f, t, 0, t->ndim ? t->shape[0] : 1, buf)) < 0)
 				goto done;
 			crc[i] = titan_crc32c(0, buf, (size_t)t->numel * sizeof(float));
 		}
 	}
+	if (o->verify || o->checksums)
+		progress_tensor(0, true);
 	if (o->json) {
 		titan_json_object_begin(&j);
 		titan_json_key(&j, "file"); titan_json_string(&j, in->path);
@@ -733,7 +795,16 @@ static int get_from_ckpt(void *ctx, const struct titan_param *p, float *out)
 	    (p->ndim == 2 && t->shape[1] != p->shape[1]))
 		return titan_error(TITAN_E_INVALID, "'%s': model/%s: the shape disagrees with the "
 				   "dims in the file's attributes", in->path, p->name);
+	progress_tensor((uint64_t)t->numel * (uint64_t)titan_ckpt_dtype_size(t->dtype), false);
 	return titan_ckpt_read(s->f, t, 0, p->shape[0], out);
+}
+
+static void progress_begin_model(const struct opts *o, const struct src *s)
+{
+	size_t n;
+	uint64_t b = ckpt_bytes(titan_ckpt_file_info(s->f), TITAN_CKPT_MODEL, &n);
+
+	progress_begin(o, b, n);
 }
 
 /* Open the checkpoint CKPT names and the parameter table of its dims. */
@@ -774,7 +845,10 @@ static int cmd_to_hf(const struct opts *o, const char *arg, const char *outdir)
 		eo.max_shard_size = o->max_shard;
 		eo.tokenizer = o->tokenizer;
 		eo.max_position_embeddings = o->max_pos;
+		progress_begin_model(o, &s);
 		rc = titan_hf_export(outdir, &table, get_from_ckpt, &s, &eo);
+		if (rc == 0)
+			progress_tensor(0, true);
 	}
 	titan_param_table_release(&table);
 	titan_ckpt_close(s.f);
@@ -799,7 +873,10 @@ static int cmd_to_gguf(const struct opts *o, const char *arg, const char *out)
 			titan_log_warn("no --tokenizer: '%s' gets no tokenizer.ggml.* metadata, and "
 				       "llama.cpp needs it to load the model (give the tiktoken or "
 				       "tokenizer.json file the model was trained with)", out);
+		progress_begin_model(o, &s);
 		rc = titan_gguf_export(out, &table, get_from_ckpt, &s, &eo);
+		if (rc == 0)
+			progress_tensor(0, true);
 	}
 	titan_param_table_release(&table);
 	titan_ckpt_close(s.f);
@@ -834,14 +911,24 @@ static int cmd_from_hf(const struct opts *o, const char *dir, const char *out)
 	}
 	if ((rc = titan_ckpt_writer_open(out, &t->dims, config, &w)) < 0)
 		goto done;
+	{
+		uint64_t b = 0;
+
+		for (int i = 0; i < t->n; i++)
+			b += (uint64_t)t->params[i].numel * (uint64_t)titan_ckpt_dtype_size(o->dtype);
+		progress_begin(o, b, (size_t)t->n);
+	}
 	for (int i = 0; i < t->n && rc == 0; i++) {
 		const struct titan_param *p = &t->params[i];
 
+		progress_tensor((uint64_t)p->numel * (uint64_t)titan_ckpt_dtype_size(o->dtype), false);
 		if ((rc = titan_hf_read(m, p, buf)) == 0)
 			rc = titan_ckpt_writer_tensor(w, TITAN_CKPT_MODEL, p->name, p->ndim, p->shape,
 						      buf, o->dtype);
 	}
 	rc = titan_ckpt_writer_close(w, rc);
+	if (rc == 0)
+		progress_tensor(0, true);
 done:
 	free(buf);
 	free(config);
@@ -887,11 +974,18 @@ static int cmd_copy(const struct opts *o, const char *arg, const char *out)
 	}
 	if ((rc = titan_ckpt_writer_open(out, &in->dims, in->config_yaml, &w)) < 0)
 		goto done;
+	{
+		size_t n;
+		uint64_t b = ckpt_bytes(in, full ? -1 : TITAN_CKPT_MODEL, &n);
+
+		progress_begin(o, b, n);
+	}
 	for (size_t i = 0; i < in->n_tensors && rc == 0; i++) {
 		const struct titan_ckpt_tensor_info *t = &in->tensors[i];
 
 		if (t->part != TITAN_CKPT_MODEL && !full)
 			continue;
+		progress_tensor((uint64_t)t->numel * (uint64_t)titan_ckpt_dtype_size(t->dtype), false);
 		if ((rc = titan_ckpt_read(f, t, 0, t->ndim ? t->shape[0] : 1, buf)) == 0)
 			rc = titan_ckpt_writer_tensor(w, t->part, t->name, t->ndim, t->shape, buf,
 						      t->part == TITAN_CKPT_MODEL ? o->dtype :
@@ -900,6 +994,8 @@ static int cmd_copy(const struct opts *o, const char *arg, const char *out)
 	if (rc == 0 && full)
 		rc = titan_ckpt_writer_train_state(w, &in->train);
 	rc = titan_ckpt_writer_close(w, rc);
+	if (rc == 0)
+		progress_tensor(0, true);
 done:
 	free(buf);
 	titan_ckpt_close(f);
@@ -1026,6 +1122,7 @@ int main(int argc, char **argv)
 		rc = titan_cli_usage_error(&cli, "--dtype does not go with info");
 		goto out;
 	}
+	o.progress = cli.progress;
 	if (info)
 		rc = cmd_info(&o, pos[0]);
 	else if (o.to && !strcmp(o.to, "gguf"))
