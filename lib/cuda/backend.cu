@@ -20,12 +20,32 @@ bool cuda_sync_debug(void)
 	return on;
 }
 
-static void scratch_free(struct titan_backend *be, void *p)
+void cuda_buf_free(struct titan_backend *be, void *p)
 {
+	if (!p)
+		return;
 	if (be->alloc)
 		titan_mem_free(be->alloc, p);
 	else
 		cudaFree(p);
+}
+
+void *cuda_buf_alloc(struct titan_backend *be, size_t bytes, const char *what)
+{
+	void *p = NULL;
+
+	if (be->alloc) {
+		if (!(p = titan_mem_alloc(be->alloc, bytes, TITAN_MEM_WORKSPACE)))
+			titan_error_prefix("CUDA: %s", what);
+		return p;
+	}
+	if (cudaMalloc(&p, bytes) != cudaSuccess) {
+		(void)cudaGetLastError();
+		titan_error(TITAN_E_NOMEM, "CUDA: out of device memory for %zu bytes of %s", bytes,
+			    what);
+		return NULL;
+	}
+	return p;
 }
 
 void *cuda_scratch(struct titan_backend *be, size_t bytes)
@@ -37,23 +57,13 @@ void *cuda_scratch(struct titan_backend *be, size_t bytes)
 	if (c->scratch) {
 		/* the old buffer may still be read by queued work */
 		cudaStreamSynchronize(c->stream);
-		scratch_free(be, c->scratch);
+		cuda_buf_free(be, c->scratch);
 		c->scratch = NULL;
 		c->scratch_bytes = 0;
 	}
 	bytes = bytes < (1u << 20) ? (1u << 20) : bytes + bytes / 4;
-	/* through the tagged allocator when there is one: the memory line
-	 * and the memory trace count it as workspace */
-	if (be->alloc)
-		c->scratch = titan_mem_alloc(be->alloc, bytes, TITAN_MEM_WORKSPACE);
-	else if (cudaMalloc(&c->scratch, bytes) != cudaSuccess)
-		c->scratch = NULL;
-	if (!c->scratch) {
-		(void)cudaGetLastError();
-		titan_error(TITAN_E_NOMEM, "CUDA: out of device memory for %zu bytes of "
-			    "workspace", bytes);
+	if (!(c->scratch = cuda_buf_alloc(be, bytes, "op scratch")))
 		return NULL;
-	}
 	c->scratch_bytes = bytes;
 	return c->scratch;
 }
@@ -93,11 +103,10 @@ static void cuda_release(struct titan_backend *be)
 		cublasDestroy(c->blas);
 	if (c->lt)
 		cublasLtDestroy(c->lt);
-	cudaFree(c->blas_ws);
-	cudaFree(c->gemm_ws);
-	cudaFree(c->bf16_keep);
-	if (c->scratch)
-		scratch_free(be, c->scratch);
+	cuda_buf_free(be, c->blas_ws);
+	cuda_buf_free(be, c->gemm_ws);
+	cuda_buf_free(be, c->bf16_keep);
+	cuda_buf_free(be, c->scratch);
 	if (c->host_scratch)
 		cudaFreeHost(c->host_scratch);
 	if (c->stream)
@@ -161,10 +170,13 @@ extern "C" int titan_backend_cuda_init(struct titan_backend *be, const struct ti
 	c->sm_count = p.multiProcessorCount;
 	c->matmul = o->matmul;
 	c->blas_ws_bytes = 32u << 20; /* cuBLAS asks for 32 MiB on Hopper */
-	if ((rc = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) != cudaSuccess ||
-	    (rc = cudaMalloc(&c->blas_ws, c->blas_ws_bytes)) != cudaSuccess) {
+	if ((rc = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) != cudaSuccess) {
 		rc = titan_error(TITAN_E_DEVICE, "CUDA set-up on device %d: %s", o->device,
 				 cudaGetErrorString((cudaError_t)rc));
+		goto fail;
+	}
+	if (!(c->blas_ws = cuda_buf_alloc(be, c->blas_ws_bytes, "the cuBLAS workspace"))) {
+		rc = TITAN_E_NOMEM;
 		goto fail;
 	}
 	if (cublasCreate(&c->blas) != CUBLAS_STATUS_SUCCESS ||

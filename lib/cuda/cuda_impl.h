@@ -81,6 +81,16 @@ bool cuda_sync_debug(void);
 void *cuda_scratch(struct titan_backend *be, size_t bytes);
 /* Pinned host scratch of at least `bytes` (same rules). */
 void *cuda_host_scratch(struct titan_backend *be, size_t bytes);
+/* Device memory for the backend's own buffers (the cuBLAS workspace,
+ * scratch, bf16 operand copies): from be->alloc when there is one — the
+ * caching allocator, so they count as workspace in the memory line, the
+ * reserved bytes and the memory trace, as PyTorch's cuBLAS workspace and
+ * autocast copies do — else cudaMalloc.  NULL + TITAN_E_NOMEM naming
+ * `what` on failure. */
+void *cuda_buf_alloc(struct titan_backend *be, size_t bytes, const char *what);
+/* Frees a cuda_buf_alloc block; NULL is a no-op.  The caller makes sure no
+ * queued work still uses it (the stream is synchronized first). */
+void cuda_buf_free(struct titan_backend *be, void *p);
 
 static inline unsigned cuda_blocks(int64_t n, int threads)
 {

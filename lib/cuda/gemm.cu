@@ -40,38 +40,35 @@ static cublasComputeType_t gemm_compute(enum titan_cuda_matmul mode)
  * hold operands in — then a bf16 x bf16 -> fp32 GEMM with fp32
  * accumulation (cuBLAS's FAST_16BF compute type on fp32 operands was
  * measured on an H100 to give TF32's results and speed). */
-static void *grow(struct cuda_impl *cu, void **buf, size_t *have, size_t bytes)
+static void *grow(struct titan_backend *be, void **buf, size_t *have, size_t bytes)
 {
 	if (bytes <= *have)
 		return *buf;
 	if (*buf) {
-		cudaStreamSynchronize(cu->stream);
-		cudaFree(*buf);
+		cudaStreamSynchronize(cuda_of(be)->stream);
+		cuda_buf_free(be, *buf);
 		*buf = NULL;
 		*have = 0;
 	}
 	bytes += bytes / 4;
-	if (cudaMalloc(buf, bytes) != cudaSuccess) {
-		(void)cudaGetLastError();
-		*buf = NULL;
-		titan_error(TITAN_E_NOMEM, "CUDA: out of device memory for %zu bytes of bf16 GEMM "
-			    "operands", bytes);
+	if (!(*buf = cuda_buf_alloc(be, bytes, "bf16 GEMM operands")))
 		return NULL;
-	}
 	*have = bytes;
 	return *buf;
 }
 
-static void *gemm_ws(struct cuda_impl *cu, size_t bytes)
+static void *gemm_ws(struct titan_backend *be, size_t bytes)
 {
-	return grow(cu, &cu->gemm_ws, &cu->gemm_ws_bytes, bytes);
+	struct cuda_impl *cu = cuda_of(be);
+
+	return grow(be, &cu->gemm_ws, &cu->gemm_ws_bytes, bytes);
 }
 
 void *cuda_bf16_keep(struct titan_backend *be, size_t bytes)
 {
 	struct cuda_impl *cu = cuda_of(be);
 
-	return grow(cu, &cu->bf16_keep, &cu->bf16_keep_bytes, bytes);
+	return grow(be, &cu->bf16_keep, &cu->bf16_keep_bytes, bytes);
 }
 
 /* dst[r, 0..cols) = bf16(src[r·ld + 0..cols)), dst contiguous. */
@@ -129,7 +126,7 @@ int cuda_gemm_bf16(struct titan_backend *be, bool ta, bool tb, int64_t m, int64_
 	if (m == 0 || n == 0)
 		return 0;
 	if (abytes + bbytes > 0) {
-		char *ws = (char *)gemm_ws(cu, abytes + bbytes);
+		char *ws = (char *)gemm_ws(be, abytes + bbytes);
 
 		if (!ws)
 			return TITAN_E_NOMEM;

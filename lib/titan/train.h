@@ -117,6 +117,12 @@ struct titan_llama_opts {
 	 * 1 .. nmore, in order; stage_first applies to stage 0 only,
 	 * stage_last to the rank's last) */
 	int nmore, more_l0[7], more_l1[7];
+	/* zero-bubble schedules: backward split into an input pass and a
+	 * weight pass per (stage, microbatch) (titan_llama_pp_backward_input
+	 * / _weight); each microbatch then keeps, per block of its stages but
+	 * the first global stage, the weight gradients' inputs until its
+	 * weight pass (TITAN_MEM_ACTIVATIONS) */
+	bool pp_split_backward;
 	/* The allocator given to titan_llama_new is device memory (the CUDA
 	 * backend): the model stages ids, labels, the RoPE table and
 	 * initial weights through the host, and titan_llama_params/moments
@@ -178,6 +184,25 @@ int titan_llama_pp_forward(struct titan_llama *m, int v, int k, const int32_t *i
 			   const int32_t *labels, float grad_scale, bool backward,
 			   double *loss_sum, int64_t *n_valid);
 int titan_llama_pp_backward(struct titan_llama *m, int v, int k);
+/* The same backward in two passes (opts.pp_split_backward; torch's
+ * stage.backward_one_chunk(full_backward=False) then
+ * backward_weight_one_chunk).  The input pass computes the gradient of the
+ * stage's input only — through the final norm and every block, recomputing
+ * checkpointed blocks as titan_llama_pp_backward does — leaving it in
+ * titan_llama_pp_grad(m), and stashes, per block, the output gradient of
+ * each linear layer (w2, wo, and wq/wk/wv's after RoPE; w1/w3's are the
+ * block's SwiGLU buffers) and of both RMSNorms, plus copies of the layer
+ * inputs that live in shared recompute buffers (checkpointed blocks,
+ * selective "op").  The weight pass adds the weight gradients from the
+ * stash (the same GEMM and norm calls as the fused backward, so the same
+ * bits) and reads no parameter: it runs pre_weight / post_backward group
+ * hooks, pre_backward only ran in the input pass.  On the first global
+ * stage, as torch's stage 0 (no input gradient to send), the input pass
+ * does nothing and the weight pass is the whole backward, from
+ * titan_llama_pp_grad(m) as titan_llama_pp_backward.  The classifier's
+ * weight gradient stays with the loss in the forward (fused with it). */
+int titan_llama_pp_backward_input(struct titan_llama *m, int v, int k);
+int titan_llama_pp_backward_weight(struct titan_llama *m, int v, int k);
 float *titan_llama_pp_input(struct titan_llama *m, int v, int k);
 float *titan_llama_pp_output(struct titan_llama *m, int v, int k);
 float *titan_llama_pp_grad(struct titan_llama *m);
@@ -189,7 +214,9 @@ int titan_llama_logits(struct titan_llama *m, const int32_t *inputs, float *logi
 /* Profiling hooks: called around the parts of a step with names
  * "forward", "backward" (umbrella spans), "embedding", "layer I forward",
  * "layer I recompute", "loss", "norm backward", "layer I backward",
- * "embedding backward".  Spans nest; NULL callbacks are skipped. */
+ * "embedding backward" (with the split backward "layer I backward input"
+ * and "layer I backward weight", both passes under "backward").  Spans
+ * nest; NULL callbacks are skipped. */
 /* Phases stamped on memory trace events (titan_mem_set_step). */
 enum titan_phase {
 	TITAN_PHASE_NONE = 0,
@@ -227,11 +254,16 @@ void titan_llama_set_hooks(struct titan_llama *m, const struct titan_llama_hooks
  * arena slice of the group (titan_param.full_offset relative to the first
  * parameter's): the model then reads weights from `params` and adds
  * gradients to `grads` (NULL: its own arenas, the default). */
+/* With the split backward (opts.pp_split_backward) the input pass runs
+ * pre_backward(g) only, the weight pass pre_weight(g) — the gradients are
+ * about to be added, the parameters are not read — then post_backward(g),
+ * for g from the stage's last group down. */
 struct titan_llama_group_hooks {
 	int (*pre_forward)(void *ctx, int group);
 	int (*post_forward)(void *ctx, int group);
 	int (*pre_backward)(void *ctx, int group);
 	int (*post_backward)(void *ctx, int group);
+	int (*pre_weight)(void *ctx, int group);
 	void *ctx;
 };
 void titan_llama_set_group_hooks(struct titan_llama *m, const struct titan_llama_group_hooks *h);
@@ -277,15 +309,35 @@ struct titan_pp_stage {
 int titan_pp_split(const struct titan_config *c, int64_t n_layers, int nstages, int stage,
 		   struct titan_pp_stage *out);
 
-enum titan_pp_schedule { TITAN_PP_GPIPE = 0, TITAN_PP_1F1B, TITAN_PP_INTERLEAVED_1F1B };
-/* Stages per rank of a schedule: 1, or for Interleaved1F1B 2 (torchtitan's
- * default) or as many as pipeline_parallel_layers_per_stage gives
- * (TITAN_E_INVALID when that is no multiple of the degree). */
+enum titan_pp_schedule {
+	TITAN_PP_GPIPE = 0, TITAN_PP_1F1B, TITAN_PP_INTERLEAVED_1F1B,
+	TITAN_PP_INTERLEAVED_ZB  /* InterleavedZeroBubble: backward split into B and W */
+};
+/* Stages per rank of a schedule: 1, or for the multi-stage schedules
+ * (Interleaved1F1B, InterleavedZeroBubble) 2 (torchtitan's default) or as
+ * many as pipeline_parallel_layers_per_stage gives (TITAN_E_INVALID when
+ * that is no multiple of the degree). */
 int titan_pp_stages_per_rank(const struct titan_config *c, enum titan_pp_schedule sched,
 			     int64_t n_layers, int pp);
 /* From parallelism.pipeline_parallel_schedule: TITAN_E_INVALID for the
  * schedules not implemented. */
 int titan_pp_schedule_parse(const char *name, enum titan_pp_schedule *out);
+
+/* One action of a schedule: forward (F), backward (B: the whole backward,
+ * or with InterleavedZeroBubble the input pass, torch's "I"), or weight
+ * pass (W) of microbatch `mb` on the rank's stage `stage` (0 .. V - 1:
+ * global stage rank + stage·pp). */
+enum { TITAN_PP_F, TITAN_PP_B, TITAN_PP_W };
+struct titan_pp_action {
+	int op, stage, mb;
+};
+/* The actions of rank `rank` of `pp` with V stages each (1 .. 8) and M
+ * microbatches, in the order torch.distributed.pipelining's schedule runs
+ * them (without `backward`: the forwards only).  `out` holds 3·V·M
+ * entries; returns how many were written (2·V·M, or 3·V·M with the
+ * split), or TITAN_E_NOMEM. */
+int titan_pp_schedule_actions(enum titan_pp_schedule sched, int pp, int rank, int V, int M,
+			      bool backward, struct titan_pp_action *out);
 
 /* A stage's schedule runner over the pipeline communicator `c` (stage =
  * its rank) for a model built as that stage with nmb microbatch sets. */

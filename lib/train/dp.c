@@ -505,6 +505,22 @@ static int post_backward(void *ctx, int g)
 	return reduce_advance(dp, 1);
 }
 
+/* The split backward's weight pass (titan/train.h): the unit's unsharded
+ * gradient buffer again (post_backward of another microbatch's weight
+ * pass may have reduce-scattered and freed it since the input pass); the
+ * parameters are not needed. */
+static int pre_weight(void *ctx, int g)
+{
+	struct titan_dp *dp = ctx;
+	const int k = dp->unit_of[g];
+	struct unit *u = &dp->u[k];
+
+	TITAN_ASSERT(k >= 0); /* a group of this pipeline stage */
+	if (g != u->g1 || !dp->fsdp)
+		return 0;
+	return ensure_grad(dp, u);
+}
+
 const struct titan_llama_group_hooks *titan_dp_hooks(struct titan_dp *dp,
 						      struct titan_llama_group_hooks *h)
 {
@@ -512,6 +528,7 @@ const struct titan_llama_group_hooks *titan_dp_hooks(struct titan_dp *dp,
 	h->post_forward = post_forward;
 	h->pre_backward = pre_backward;
 	h->post_backward = post_backward;
+	h->pre_weight = pre_weight;
 	h->ctx = dp;
 	return h;
 }

@@ -26,6 +26,18 @@ struct acts {
 	float *a, *b, *g;    /* w1 x, w3 x, silu(a)*b [N,F] */
 };
 
+/* What a block's weight pass reads (split backward, titan/train.h): the
+ * output gradients of w2 (dy), wo (dh), wq/wk/wv after RoPE (dq, dk, dv)
+ * and of the two norms (dxn2, dxn1: their dy), and `x`, copies of the
+ * layer inputs (xn1, att, h, xn2, rstd1, rstd2, and a, b holding the
+ * SwiGLU gradients da, db, g) when the block's activations are shared
+ * (checkpointed, or selective "op"); otherwise x is empty and the pass
+ * reads the microbatch's own acts. */
+struct wstash {
+	float *dy, *dh, *dq, *dk, *dv, *dxn2, *dxn1;
+	struct acts x;
+};
+
 struct titan_llama {
 	struct titan_model_dims d;
 	struct titan_llama_opts o;
@@ -63,7 +75,10 @@ struct titan_llama {
 		struct acts *acts;
 		float *xnf, *rstdf, *dxn_out;
 		uint32_t *ids;
+		struct wstash *w;  /* split backward: per block, or NULL */
+		float *dxnf;       /* split backward, last stage: the final norm's dy */
 	} *mb;
+	float *ones;          /* split backward: [C] ones, the weight pass's norm weight */
 	struct titan_comm *pp;
 	/* backward scratch */
 	float *dx, *dh, *dxn, *datt, *dq, *dk, *dv, *dg, *da, *db;
@@ -275,8 +290,57 @@ static int alloc_mb(struct titan_llama *m, struct mb *b)
 	b->rstdf = buf(m, m->nl, act);
 	if (!b->xnf || !b->rstdf)
 		return TITAN_E_NOMEM;
-	if (m->nmb > 1 && !(b->dxn_out = buf(m, m->n * C, act)))
+	if ((m->nmb > 1 || m->o.pp_split_backward) && !(b->dxn_out = buf(m, m->n * C, act)))
 		return TITAN_E_NOMEM;
+	if (m->o.pp_split_backward && !(b->dxnf = buf(m, m->nl * C, act)))
+		return TITAN_E_NOMEM;
+	return 0;
+}
+
+/* Split backward: the weight pass's stash of every block of the rank's
+ * stages but the first global stage (whose weight pass is the whole
+ * backward). */
+static int alloc_wstash(struct titan_llama *m, struct mb *b)
+{
+	const struct titan_model_dims *d = &m->d;
+	const int64_t n = m->n, nl = m->nl, C = d->dim, F = m->F;
+	const int64_t q = m->H * d->head_dim, kv = m->Hkv * d->head_dim;
+	const enum titan_mem_tag t = TITAN_MEM_ACTIVATIONS;
+
+	if (!(b->w = calloc((size_t)d->n_layers, sizeof(*b->w))))
+		return TITAN_E_NOMEM;
+	for (int v = 0; v < m->nst; v++) {
+		if (m->sfirst && v == 0)
+			continue;
+		for (int64_t l = m->sl0[v]; l < m->sl1[v]; l++) {
+			struct wstash *w = &b->w[l];
+			struct acts *x = &w->x;
+
+			w->dy = buf(m, n * C, t);
+			w->dh = buf(m, n * C, t);
+			w->dq = buf(m, n * q, t);
+			w->dk = buf(m, n * kv, t);
+			w->dv = buf(m, n * kv, t);
+			w->dxn2 = buf(m, nl * C, t);
+			w->dxn1 = buf(m, nl * C, t);
+			if (!w->dy || !w->dh || !w->dq || !w->dk || !w->dv || !w->dxn2 || !w->dxn1)
+				return TITAN_E_NOMEM;
+			if (!m->ckpt[l] && m->o.ac != TITAN_AC_SELECTIVE_OP)
+				continue;
+			x->xn1 = buf(m, n * C, t);
+			x->att = buf(m, n * q, t);
+			x->h = buf(m, nl * C, t);
+			x->xn2 = buf(m, n * C, t);
+			x->rstd1 = buf(m, nl, t);
+			x->rstd2 = buf(m, nl, t);
+			x->a = buf(m, n * F, t);
+			x->b = buf(m, n * F, t);
+			x->g = buf(m, n * F, t);
+			if (!x->xn1 || !x->att || !x->h || !x->xn2 || !x->rstd1 || !x->rstd2 || !x->a ||
+			    !x->b || !x->g)
+				return TITAN_E_NOMEM;
+		}
+	}
 	return 0;
 }
 
@@ -348,6 +412,11 @@ int titan_llama_new(const struct titan_model_dims *d, const struct titan_llama_o
 		       o->stage_l1 > 0 || o->shard_degree > 1)) {
 		rc = titan_error(TITAN_E_UNSUPPORTED, "the CUDA backend trains on one rank in this "
 				 "version (no TP, CP, PP or FSDP)");
+		goto fail;
+	}
+	if (o->pp_split_backward && o->stage_l1 <= 0) {
+		rc = titan_error(TITAN_E_INVALID, "the split backward (zero-bubble schedules) needs "
+				 "a pipeline stage (opts.stage_l1)");
 		goto fail;
 	}
 	m->cp = o->cp && titan_comm_size(o->cp) > 1 ? o->cp : NULL;
@@ -525,8 +594,16 @@ int titan_llama_new(const struct titan_model_dims *d, const struct titan_llama_o
 		goto fail;
 	}
 	for (int k = 0; k < m->nmb; k++)
-		if ((rc = alloc_mb(m, &m->mb[k])) < 0)
+		if ((rc = alloc_mb(m, &m->mb[k])) < 0 ||
+		    (o->pp_split_backward && (rc = alloc_wstash(m, &m->mb[k])) < 0))
 			goto fail;
+	if (o->pp_split_backward) {
+		rc = TITAN_E_NOMEM;
+		if (!(m->ones = buf(m, C, ws)))
+			goto fail;
+		for (int64_t c = 0; c < C; c++) /* host memory: PP has no device path */
+			m->ones[c] = 1.0f;
+	}
 	select_mb(m, 0);
 	rc = TITAN_E_NOMEM;
 	m->dx = buf(m, m->nl * C, ws);
@@ -580,6 +657,7 @@ void titan_llama_free(struct titan_llama *m)
 	for (int k = 0; m->mb && k < m->nmb; k++) {
 		free(m->mb[k].x);
 		free(m->mb[k].acts);
+		free(m->mb[k].w);
 	}
 	free(m->mb);
 	free(m->ckpt);
@@ -839,8 +917,10 @@ static int block_fwd(struct titan_llama *m, int l, struct acts *a, bool rest_onl
 /* Block `l` backward: m->dx holds dL/dx[l+1] on entry and dL/dx[l] on exit
  * (this rank's nl tokens with TP: gathered before the matmuls whose
  * forward outputs were scattered, the input gradients of the gathered
- * norms' outputs reduce-scattered). */
-static int block_bwd(struct titan_llama *m, int l, struct acts *a)
+ * norms' outputs reduce-scattered).  With a stash `w` (split backward)
+ * only the input gradient: the weight-gradient GEMMs and norm sums are
+ * skipped and what they read is stashed for block_wgrad. */
+static int block_bwd(struct titan_llama *m, int l, struct acts *a, struct wstash *w)
 {
 	const struct titan_backend_ops *op = m->be->ops;
 	struct titan_backend *be = m->be;
@@ -856,24 +936,30 @@ static int block_bwd(struct titan_llama *m, int l, struct acts *a)
 		CK(tp_gather(m, m->dfull, m->dx, "tp ffn output grad"));
 		dy = m->dfull;
 	}
-	CK(op->matmul_bwd(be, m->dg, G(m, TITAN_PARAM_W2, l), dy, a->g,
+	if (w)
+		CK(op->copy(be, w->dy, dy, n * C));
+	CK(op->matmul_bwd(be, m->dg, w ? NULL : G(m, TITAN_PARAM_W2, l), dy, a->g,
 			  P(m, TITAN_PARAM_W2, l), n, F, C, false));
 	CK(op->swiglu_bwd(be, a->a, a->b, m->dg, a->a, a->b, n * F)); /* da, db in place */
-	CK(op->matmul_bwd(be, m->dxn, G(m, TITAN_PARAM_W1, l), a->a, a->xn2,
+	CK(op->matmul_bwd(be, m->dxn, w ? NULL : G(m, TITAN_PARAM_W1, l), a->a, a->xn2,
 			  P(m, TITAN_PARAM_W1, l), n, C, F, false));
-	CK(op->matmul_bwd(be, m->dxn, G(m, TITAN_PARAM_W3, l), a->b, a->xn2,
+	CK(op->matmul_bwd(be, m->dxn, w ? NULL : G(m, TITAN_PARAM_W3, l), a->b, a->xn2,
 			  P(m, TITAN_PARAM_W3, l), n, C, F, true));
 	if (m->tp)
 		CK(tp_scatter(m, m->dxn_loc, m->dxn, "tp ffn input grad"));
+	if (w)
+		CK(op->copy(be, w->dxn2, dxn, nl * C));
 	CK(op->copy(be, m->dh, m->dx, nl * C));
-	CK(op->rmsnorm_bwd(be, m->dh, G(m, TITAN_PARAM_FFN_NORM, l), dxn, a->h,
+	CK(op->rmsnorm_bwd(be, m->dh, w ? NULL : G(m, TITAN_PARAM_FFN_NORM, l), dxn, a->h,
 			   P(m, TITAN_PARAM_FFN_NORM, l), a->rstd2, nl, C, true));
 	/* attention: h = x + wo(attn(rope(wq xn1), rope(wk xn1), wv xn1)), xn1 = norm(x) */
 	if (m->tp) {
 		CK(tp_gather(m, m->dfull, m->dh, "tp attention output grad"));
 		dh = m->dfull;
 	}
-	CK(op->matmul_bwd(be, m->datt, G(m, TITAN_PARAM_WO, l), dh, a->att,
+	if (w)
+		CK(op->copy(be, w->dh, dh, n * C));
+	CK(op->matmul_bwd(be, m->datt, w ? NULL : G(m, TITAN_PARAM_WO, l), dh, a->att,
 			  P(m, TITAN_PARAM_WO, l), n, q, C, false));
 	if (m->cp)
 		CK(cp_attention_bwd(m, a));
@@ -882,18 +968,65 @@ static int block_bwd(struct titan_llama *m, int l, struct acts *a)
 				     a->lse, &ad));
 	CK(op->rope_bwd(be, m->dq, m->freqs, m->o.batch, m->seq_l, m->H, d->head_dim));
 	CK(op->rope_bwd(be, m->dk, m->freqs, m->o.batch, m->seq_l, m->Hkv, d->head_dim));
-	CK(op->matmul_bwd(be, m->dxn, G(m, TITAN_PARAM_WQ, l), m->dq, a->xn1,
+	if (w) {
+		CK(op->copy(be, w->dq, m->dq, n * q));
+		CK(op->copy(be, w->dk, m->dk, n * kv));
+		CK(op->copy(be, w->dv, m->dv, n * kv));
+	}
+	CK(op->matmul_bwd(be, m->dxn, w ? NULL : G(m, TITAN_PARAM_WQ, l), m->dq, a->xn1,
 			  P(m, TITAN_PARAM_WQ, l), n, C, q, false));
-	CK(op->matmul_bwd(be, m->dxn, G(m, TITAN_PARAM_WK, l), m->dk, a->xn1,
+	CK(op->matmul_bwd(be, m->dxn, w ? NULL : G(m, TITAN_PARAM_WK, l), m->dk, a->xn1,
 			  P(m, TITAN_PARAM_WK, l), n, C, kv, true));
-	CK(op->matmul_bwd(be, m->dxn, G(m, TITAN_PARAM_WV, l), m->dv, a->xn1,
+	CK(op->matmul_bwd(be, m->dxn, w ? NULL : G(m, TITAN_PARAM_WV, l), m->dv, a->xn1,
 			  P(m, TITAN_PARAM_WV, l), n, C, kv, true));
 	if (m->tp)
 		CK(tp_scatter(m, m->dxn_loc, m->dxn, "tp attention input grad"));
+	if (w)
+		CK(op->copy(be, w->dxn1, dxn, nl * C));
 	CK(op->copy(be, m->dx, m->dh, nl * C));
-	CK(op->rmsnorm_bwd(be, m->dx, G(m, TITAN_PARAM_ATTENTION_NORM, l), dxn, m->x[l],
-			   P(m, TITAN_PARAM_ATTENTION_NORM, l), a->rstd1, nl, C, true));
+	CK(op->rmsnorm_bwd(be, m->dx, w ? NULL : G(m, TITAN_PARAM_ATTENTION_NORM, l), dxn,
+			   m->x[l], P(m, TITAN_PARAM_ATTENTION_NORM, l), a->rstd1, nl, C, true));
+	if (w && w->x.xn1) { /* shared buffers: keep what the weight pass reads */
+		struct acts *x = &w->x;
+
+		CK(op->copy(be, x->xn1, a->xn1, n * C));
+		CK(op->copy(be, x->att, a->att, n * q));
+		CK(op->copy(be, x->h, a->h, nl * C));
+		CK(op->copy(be, x->xn2, a->xn2, n * C));
+		CK(op->copy(be, x->rstd1, a->rstd1, nl));
+		CK(op->copy(be, x->rstd2, a->rstd2, nl));
+		CK(op->copy(be, x->a, a->a, n * F));
+		CK(op->copy(be, x->b, a->b, n * F));
+		CK(op->copy(be, x->g, a->g, n * F));
+	}
 	return 0;
+}
+
+/* Block `l`'s weight pass (split backward): the weight gradients block_bwd
+ * skipped, by the same calls on the same operands (the norms' input
+ * gradients, which the calls also compute, go to scratch: ones stand in
+ * for the weight, which they alone read). */
+static int block_wgrad(struct titan_llama *m, int l, const struct wstash *w)
+{
+	const struct titan_backend_ops *op = m->be->ops;
+	struct titan_backend *be = m->be;
+	const struct titan_model_dims *d = &m->d;
+	const int64_t n = m->n, nl = m->nl, C = d->dim, F = m->F;
+	const int64_t q = m->H * d->head_dim, kv = m->Hkv * d->head_dim;
+	const struct acts *a = w->x.xn1 ? &w->x : &m->acts[l];
+	int rc;
+
+	CK(op->matmul_bwd(be, NULL, G(m, TITAN_PARAM_W2, l), w->dy, a->g, NULL, n, F, C, false));
+	CK(op->matmul_bwd(be, NULL, G(m, TITAN_PARAM_W1, l), a->a, a->xn2, NULL, n, C, F, false));
+	CK(op->matmul_bwd(be, NULL, G(m, TITAN_PARAM_W3, l), a->b, a->xn2, NULL, n, C, F, false));
+	CK(op->rmsnorm_bwd(be, m->dh, G(m, TITAN_PARAM_FFN_NORM, l), w->dxn2, a->h, m->ones,
+			   a->rstd2, nl, C, false));
+	CK(op->matmul_bwd(be, NULL, G(m, TITAN_PARAM_WO, l), w->dh, a->att, NULL, n, q, C, false));
+	CK(op->matmul_bwd(be, NULL, G(m, TITAN_PARAM_WQ, l), w->dq, a->xn1, NULL, n, C, q, false));
+	CK(op->matmul_bwd(be, NULL, G(m, TITAN_PARAM_WK, l), w->dk, a->xn1, NULL, n, C, kv, false));
+	CK(op->matmul_bwd(be, NULL, G(m, TITAN_PARAM_WV, l), w->dv, a->xn1, NULL, n, C, kv, false));
+	return op->rmsnorm_bwd(be, m->dh, G(m, TITAN_PARAM_ATTENTION_NORM, l), w->dxn1, m->x[l],
+			       m->ones, a->rstd1, nl, C, false);
 }
 
 /* TP embedding (torchtitan: RowwiseParallel on the vocabulary, output
@@ -1211,7 +1344,7 @@ static int backward_pass(struct titan_llama *m, const float *dxn)
 				break;
 		}
 		span_begin(m, "backward", (int)l);
-		rc = block_bwd(m, (int)l, a);
+		rc = block_bwd(m, (int)l, a, NULL);
 		if (rc == 0)
 			rc = ghook(m, h->post_backward, 1 + (int)l);
 		span_end(m, "backward");
@@ -1276,6 +1409,98 @@ int titan_llama_pp_backward(struct titan_llama *m, int v, int k)
 	select_stage(m, v);
 	select_mb(m, k);
 	return backward_pass(m, m->last ? (m->dxn_out ? m->dxn_out : m->dxn) : NULL);
+}
+
+/* The input pass of a stage that is not the first global stage: the
+ * gradient of its input into m->dx, the weight pass's operands into the
+ * microbatch's stash; group hooks pre_backward only (the gradients of
+ * the classifier were added by the loss). */
+int titan_llama_pp_backward_input(struct titan_llama *m, int v, int k)
+{
+	const struct titan_backend_ops *op = m->be->ops;
+	const struct titan_llama_group_hooks *h = &m->ghooks;
+	const int64_t C = m->d.dim, L = m->d.n_layers;
+	struct mb *b = &m->mb[k];
+	int rc = 0;
+
+	TITAN_ASSERT(k >= 0 && k < m->nmb && v >= 0 && v < m->nst && m->o.pp_split_backward);
+	select_stage(m, v);
+	select_mb(m, k);
+	if (m->first) /* torch's stage 0: the whole backward is the weight pass */
+		return 0;
+	span_begin(m, "backward", -1); /* the phase: backward */
+	if (m->last) {
+		span_begin(m, "norm backward", -1);
+		rc = ghook(m, h->pre_backward, (int)L + 1);
+		if (rc == 0 && m->tp)
+			rc = tp_scatter(m, m->dxn_loc, m->dxn_out, "tp output input grad");
+		if (rc == 0)
+			rc = op->copy(m->be, b->dxnf, m->tp ? m->dxn_loc : m->dxn_out, m->nl * C);
+		if (rc == 0)
+			rc = op->rmsnorm_bwd(m->be, m->dx, NULL, b->dxnf, m->x[L],
+					     P(m, TITAN_PARAM_NORM, -1), m->rstdf, m->nl, C, false);
+		span_end(m, "norm backward");
+	}
+	for (int64_t l = m->l1 - 1; l >= m->l0 && rc == 0; l--) {
+		struct acts *a = &m->acts[l];
+
+		if ((rc = ghook(m, h->pre_backward, 1 + (int)l)) < 0)
+			break;
+		if (m->ckpt[l] || m->o.ac == TITAN_AC_SELECTIVE_OP) {
+			const bool rest_only = !m->ckpt[l];
+
+			if (m->ckpt[l])
+				a = &m->recompute;
+			span_begin(m, "recompute", (int)l);
+			rc = block_fwd(m, (int)l, a, rest_only);
+			span_end(m, "recompute");
+			if (rc < 0)
+				break;
+		}
+		span_begin(m, "backward input", (int)l);
+		rc = block_bwd(m, (int)l, a, &b->w[l]);
+		span_end(m, "backward input");
+	}
+	span_end(m, "backward");
+	return rc;
+}
+
+/* The weight pass: on the first global stage the whole backward (from
+ * m->dx, which the caller filled), elsewhere the stashed weight gradients
+ * of the final norm and the blocks, with pre_weight / post_backward group
+ * hooks. */
+int titan_llama_pp_backward_weight(struct titan_llama *m, int v, int k)
+{
+	const struct titan_llama_group_hooks *h = &m->ghooks;
+	const int64_t C = m->d.dim, L = m->d.n_layers;
+	struct mb *b = &m->mb[k];
+	int rc = 0;
+
+	TITAN_ASSERT(k >= 0 && k < m->nmb && v >= 0 && v < m->nst && m->o.pp_split_backward);
+	select_stage(m, v);
+	select_mb(m, k);
+	if (m->first)
+		return backward_pass(m, m->last ? m->dxn_out : NULL);
+	span_begin(m, "backward", -1); /* the phase: backward */
+	if (m->last) {
+		span_begin(m, "norm backward", -1);
+		if ((rc = ghook(m, h->pre_weight, (int)L + 1)) == 0)
+			rc = m->be->ops->rmsnorm_bwd(m->be, m->dh, G(m, TITAN_PARAM_NORM, -1), b->dxnf,
+						     m->x[L], m->ones, m->rstdf, m->nl, C, false);
+		if (rc == 0)
+			rc = ghook(m, h->post_backward, (int)L + 1);
+		span_end(m, "norm backward");
+	}
+	for (int64_t l = m->l1 - 1; l >= m->l0 && rc == 0; l--) {
+		span_begin(m, "backward weight", (int)l);
+		if ((rc = ghook(m, h->pre_weight, 1 + (int)l)) == 0)
+			rc = block_wgrad(m, (int)l, &b->w[l]);
+		if (rc == 0)
+			rc = ghook(m, h->post_backward, 1 + (int)l);
+		span_end(m, "backward weight");
+	}
+	span_end(m, "backward");
+	return rc;
 }
 
 float *titan_llama_pp_input(struct titan_llama *m, int v, int k)

@@ -2,8 +2,10 @@
  * pp.c — pipeline parallelism: torchtitan's stage split
  * (generate_llm_fqn_per_model_part, or explicit split points / layers per
  * stage) and schedules of torch.distributed.pipelining — GPipe and 1F1B
- * (one stage per rank), Interleaved1F1B (V stages per rank, loop style:
- * global stage s on rank s mod pp) — run over a titan_llama holding the
+ * (one stage per rank), Interleaved1F1B and InterleavedZeroBubble (V
+ * stages per rank, loop style: global stage s on rank s mod pp; the
+ * zero-bubble schedule splits each backward into an input pass, B, and a
+ * weight pass, W, that fills the bubbles) — run over a titan_llama holding the
  * rank's stages (titan/train.h), with activations and gradients moving by
  * non-blocking MPI point-to-point on the pipeline communicator.
  *
@@ -35,7 +37,8 @@ struct titan_pp {
 	struct titan_comm_req **req; /* 4 per (v, k): act in, act out, grad in, grad out */
 };
 
-static const char *const sched_names[] = {"GPipe", "1F1B", "Interleaved1F1B"};
+static const char *const sched_names[] = {"GPipe", "1F1B", "Interleaved1F1B",
+					   "InterleavedZeroBubble"};
 
 int titan_pp_schedule_parse(const char *name, enum titan_pp_schedule *out)
 {
@@ -45,8 +48,8 @@ int titan_pp_schedule_parse(const char *name, enum titan_pp_schedule *out)
 			return 0;
 		}
 	return titan_error(TITAN_E_INVALID, "parallelism.pipeline_parallel_schedule: '%s' is not "
-			   "implemented yet (GPipe, 1F1B and Interleaved1F1B are; LoopedBFS and the "
-			   "zero-bubble schedules are not)", name);
+			   "implemented yet (GPipe, 1F1B, Interleaved1F1B and InterleavedZeroBubble "
+			   "are; LoopedBFS and ZBVZeroBubble are not)", name);
 }
 
 /* Blocks of each stage from split points "layers.N" (each starts a stage). */
@@ -153,14 +156,26 @@ int titan_pp_new(struct titan_llama *m, struct titan_comm *c, enum titan_pp_sche
 				   "pipeline_parallel_microbatch_size) must be a multiple of "
 				   "pipeline_parallel_degree %d", nmb, pp);
 	}
+	if (sched == TITAN_PP_INTERLEAVED_ZB && nmb % (nmb / p->pp > 1 ? nmb / p->pp : 1)) {
+		const int pp = p->pp, rounds = nmb / pp;
+
+		free(p);
+		return titan_error(TITAN_E_INVALID, "parallelism.pipeline_parallel_schedule "
+				   "InterleavedZeroBubble: the %d microbatches (local_batch_size / "
+				   "pipeline_parallel_microbatch_size) must be a multiple of the %d "
+				   "rounds (microbatches / pipeline_parallel_degree %d, as torch's "
+				   "ScheduleInterleavedZeroBubble)", nmb, rounds, pp);
+	}
 	p->gin = calloc((size_t)(nmb * p->nv), sizeof(*p->gin));
 	p->gout = calloc((size_t)(nmb * p->nv), sizeof(*p->gout));
 	p->req = calloc(4 * (size_t)(nmb * p->nv), sizeof(*p->req));
 	if (!p->gin || !p->gout || !p->req)
 		goto nomem;
 	for (int k = 0; k < nmb * p->nv; k++)
-		if (!(p->gin[k] = malloc((size_t)p->nb * sizeof(float))) ||
-		    !(p->gout[k] = malloc((size_t)p->nb * sizeof(float))))
+		if (!(p->gin[k] = titan_mem_alloc(titan_host_allocator(),
+						  (size_t)p->nb * sizeof(float), TITAN_MEM_COMM)) ||
+		    !(p->gout[k] = titan_mem_alloc(titan_host_allocator(),
+						   (size_t)p->nb * sizeof(float), TITAN_MEM_COMM)))
 			goto nomem;
 	*out = p;
 	return 0;
@@ -180,9 +195,9 @@ void titan_pp_free(struct titan_pp *p)
 		return;
 	for (int k = 0; k < p->nmb * p->nv; k++) {
 		if (p->gin)
-			free(p->gin[k]);
+			titan_mem_free(titan_host_allocator(), p->gin[k]);
 		if (p->gout)
-			free(p->gout[k]);
+			titan_mem_free(titan_host_allocator(), p->gout[k]);
 	}
 	free(p->gin);
 	free(p->gout);
@@ -190,64 +205,102 @@ void titan_pp_free(struct titan_pp *p)
 	free(p);
 }
 
-/* One action: forward (f) or backward of microbatch k on the rank's stage v. */
-struct action {
-	bool f;
-	int v, k;
-};
-
-/* The schedule's actions for this rank, in order; 2·V·M entries (V·M
- * without backward). */
-static int actions(const struct titan_pp *p, bool backward, struct action *a)
+/* The schedule's actions for one rank, in order (titan/train.h). */
+int titan_pp_schedule_actions(enum titan_pp_schedule sched, int P, int rank, int V, int M,
+			      bool backward, struct titan_pp_action *a)
 {
-	const int M = p->nmb, V = p->nv, P = p->pp;
 	int n = 0;
 
-	if (!backward || p->sched == TITAN_PP_GPIPE) {
+	TITAN_ASSERT(V >= 1 && V <= 8 && rank >= 0 && rank < P && M >= 1);
+	if (!backward || sched == TITAN_PP_GPIPE) {
 		for (int v = 0; v < V; v++)
 			for (int k = 0; k < M; k++)
-				a[n++] = (struct action){true, v, k};
+				a[n++] = (struct titan_pp_action){TITAN_PP_F, v, k};
 		for (int v = V - 1; backward && v >= 0; v--)
 			for (int k = 0; k < M; k++)
-				a[n++] = (struct action){false, v, k};
+				a[n++] = (struct titan_pp_action){TITAN_PP_B, v, k};
 		return n;
 	}
-	if (p->sched == TITAN_PP_1F1B) {
+	if (sched == TITAN_PP_1F1B) {
 		/* warm-up forwards (more on earlier stages), then one forward
 		 * and one backward in turn, then the remaining backwards */
-		int warm = P - p->rank - 1, f = 0, b = 0;
+		int warm = P - rank - 1, f = 0, b = 0;
 
 		warm = warm < M ? warm : M;
 		while (f < warm)
-			a[n++] = (struct action){true, 0, f++};
+			a[n++] = (struct titan_pp_action){TITAN_PP_F, 0, f++};
 		while (f < M) {
-			a[n++] = (struct action){true, 0, f++};
-			a[n++] = (struct action){false, 0, b++};
+			a[n++] = (struct titan_pp_action){TITAN_PP_F, 0, f++};
+			a[n++] = (struct titan_pp_action){TITAN_PP_B, 0, b++};
 		}
 		while (b < M)
-			a[n++] = (struct action){false, 0, b++};
+			a[n++] = (struct titan_pp_action){TITAN_PP_B, 0, b++};
 		return n;
 	}
-	/* Interleaved1F1B (torch.distributed.pipelining's
-	 * ScheduleInterleaved1F1B): the rank's stages take microbatches in
-	 * rounds of pp; warm-up (V - 1)·pp + 2·(pp - 1 - rank) forwards, then
-	 * a forward and a backward in turn, then the backwards */
 	const int ops = V * M;
-	int warm = (V - 1) * P + 2 * (P - 1 - p->rank), fk[8] = {0}, bk[8] = {0};
+	int fk[8] = {0}, bk[8] = {0}, wk[8] = {0};
 
+	if (sched == TITAN_PP_INTERLEAVED_1F1B) {
+		/* torch.distributed.pipelining's ScheduleInterleaved1F1B: the
+		 * rank's stages take microbatches in rounds of pp; warm-up
+		 * (V - 1)·pp + 2·(pp - 1 - rank) forwards, then a forward and a
+		 * backward in turn, then the backwards */
+		int warm = (V - 1) * P + 2 * (P - 1 - rank);
+
+		warm = warm < ops ? warm : ops;
+		for (int op = 0; op < ops + warm; op++) {
+			if (op < ops) {
+				const int v = (op / P) % V;
+
+				a[n++] = (struct titan_pp_action){TITAN_PP_F, v, fk[v]++};
+			}
+			if (op >= warm) {
+				const int v = V - 1 - ((op - warm) / P) % V;
+
+				a[n++] = (struct titan_pp_action){TITAN_PP_B, v, bk[v]++};
+			}
+		}
+		return n;
+	}
+	/* ScheduleInterleavedZeroBubble (torch's _get_1f1b_rank_ops with
+	 * enable_zero_bubble, the ZB1P schedule of arXiv:2401.10241): rounds
+	 * of mpr = M / max(1, M / pp) microbatches; warm-up (V - 1)·mpr +
+	 * (pp - 1 - rank) forwards; then each step a forward and an input
+	 * backward (B), and from the rank-th step on the weight backward (W)
+	 * of the oldest B still without one; then the remaining Bs, each
+	 * followed by a W, and the remaining Ws.  (torch's bubble padding only
+	 * aligns time steps: the order of a rank's actions is this.) */
+	const int rounds = M / P > 1 ? M / P : 1, mpr = M / rounds;
+	int warm = (V - 1) * mpr + (P - 1 - rank), nb = 0, nw = 0;
+	int *bv = malloc((size_t)ops * sizeof(*bv)); /* stage of each B, in order */
+
+	if (!bv)
+		return titan_error(TITAN_E_NOMEM, "out of memory");
 	warm = warm < ops ? warm : ops;
 	for (int op = 0; op < ops + warm; op++) {
 		if (op < ops) {
-			const int v = (op / P) % V;
+			const int v = (op / mpr) % V;
 
-			a[n++] = (struct action){true, v, fk[v]++};
+			a[n++] = (struct titan_pp_action){TITAN_PP_F, v, fk[v]++};
 		}
 		if (op >= warm) {
-			const int v = V - 1 - ((op - warm) / P) % V;
+			const int v = V - 1 - ((op - warm) / mpr) % V;
 
-			a[n++] = (struct action){false, v, bk[v]++};
+			a[n++] = (struct titan_pp_action){TITAN_PP_B, v, bk[v]++};
+			bv[nb++] = v;
+			if (op - warm >= rank) {
+				const int w = bv[nw++];
+
+				a[n++] = (struct titan_pp_action){TITAN_PP_W, w, wk[w]++};
+			}
 		}
 	}
+	while (nw < nb) {
+		const int w = bv[nw++];
+
+		a[n++] = (struct titan_pp_action){TITAN_PP_W, w, wk[w]++};
+	}
+	free(bv);
 	return n;
 }
 
@@ -270,19 +323,24 @@ int titan_pp_step(struct titan_pp *p, const int32_t *inputs, const int32_t *labe
 {
 	struct titan_llama *m = p->m;
 	const int M = p->nmb, V = p->nv, P = p->pp, S = P * V;
-	struct action *act = malloc(2 * (size_t)(V * M) * sizeof(*act));
+	const bool split = p->sched == TITAN_PP_INTERLEAVED_ZB;
+	struct titan_pp_action *act = malloc(3 * (size_t)(V * M) * sizeof(*act));
 	double red[2] = {0, 0};
 	int n, rc = 0;
 
 	if (!act)
 		return titan_error(TITAN_E_NOMEM, "out of memory");
-	n = actions(p, backward, act);
-	/* the last backward of each of the rank's stages: DDP reduces a
+	if ((n = titan_pp_schedule_actions(p->sched, P, p->rank, V, M, backward, act)) < 0) {
+		free(act);
+		return n;
+	}
+	/* the last gradient contribution of each of the rank's stages (its
+	 * last backward, or with the split its last W): DDP reduces a
 	 * stage's gradients after it */
 	int lastb[8] = {0};
 	for (int i = 0; i < n; i++)
-		if (!act[i].f)
-			lastb[act[i].v] = i;
+		if (act[i].op == (split ? TITAN_PP_W : TITAN_PP_B))
+			lastb[act[i].stage] = i;
 	/* every receive of the step, posted now */
 	for (int v = 0; v < V && rc == 0; v++) {
 		const int s = p->rank + v * P;
@@ -301,15 +359,16 @@ int titan_pp_step(struct titan_pp *p, const int32_t *inputs, const int32_t *labe
 		}
 	}
 	for (int i = 0; i < n && rc == 0; i++) {
-		const int v = act[i].v, k = act[i].k, s = p->rank + v * P;
+		const int v = act[i].stage, k = act[i].mb, s = p->rank + v * P;
 		struct titan_comm_req **r = &p->req[4 * (v * M + k)];
+		float *g = titan_llama_pp_grad(m);
 
-		/* data parallelism: the step's last backward reduces (DDP) */
+		/* data parallelism: the stage's last contribution reduces (DDP) */
 		if (p->dp && (rc = titan_dp_begin_microbatch(p->dp, backward,
-							     last_accum && !act[i].f &&
+							     last_accum && act[i].op != TITAN_PP_F &&
 							     i == lastb[v])) < 0)
 			break;
-		if (act[i].f) {
+		if (act[i].op == TITAN_PP_F) {
 			double ls;
 			int64_t nv;
 
@@ -327,21 +386,27 @@ int titan_pp_step(struct titan_pp *p, const int32_t *inputs, const int32_t *labe
 				rc = titan_comm_isend(p->c, titan_llama_pp_output(m, v, k),
 						      (size_t)p->nb, TITAN_DTYPE_F32, (s + 1) % P,
 						      2 * (s * M + k), "pp activations", &r[1]);
-		} else {
-			float *g = titan_llama_pp_grad(m);
-
+		} else if (act[i].op == TITAN_PP_B) {
 			rc = titan_comm_wait(r[2]);
 			r[2] = NULL;
-			if (rc == 0 && s < S - 1)
+			/* the split's B on global stage 0 computes nothing (torch's
+			 * stage 0): its W is the whole backward, from gin */
+			if (rc < 0 || (split && s == 0))
+				continue;
+			if (s < S - 1)
 				memcpy(g, p->gin[v * M + k], (size_t)p->nb * sizeof(float));
-			if (rc == 0)
-				rc = titan_llama_pp_backward(m, v, k);
+			rc = split ? titan_llama_pp_backward_input(m, v, k)
+				   : titan_llama_pp_backward(m, v, k);
 			if (rc == 0 && s > 0) {
 				memcpy(p->gout[v * M + k], g, (size_t)p->nb * sizeof(float));
 				rc = titan_comm_isend(p->c, p->gout[v * M + k], (size_t)p->nb,
 						      TITAN_DTYPE_F32, (s - 1) % P,
 						      2 * ((s - 1) * M + k) + 1, "pp gradients", &r[3]);
 			}
+		} else {
+			if (s == 0 && s < S - 1)
+				memcpy(g, p->gin[v * M + k], (size_t)p->nb * sizeof(float));
+			rc = titan_llama_pp_backward_weight(m, v, k);
 		}
 	}
 	free(act);
@@ -364,7 +429,7 @@ int titan_pp_stages_per_rank(const struct titan_config *c, enum titan_pp_schedul
 	const int64_t per = c->parallelism.pipeline_parallel_layers_per_stage;
 	int64_t stages;
 
-	if (sched != TITAN_PP_INTERLEAVED_1F1B)
+	if (sched != TITAN_PP_INTERLEAVED_1F1B && sched != TITAN_PP_INTERLEAVED_ZB)
 		return 1;
 	if (per <= 0)
 		return 2;

@@ -1032,6 +1032,7 @@ int titan_trainer_new(const struct titan_config *cfg, const struct titan_trainer
 						  &sched)) < 0 ||
 		    (rc = nv = titan_pp_stages_per_rank(c, sched, t->dims.n_layers, pp)) < 0)
 			return rc;
+		t->mo.pp_split_backward = sched == TITAN_PP_INTERLEAVED_ZB;
 		/* loop style: the rank's v-th stage is global stage rank + v·pp */
 		for (int v = 0; v < nv; v++) {
 			struct titan_pp_stage st;
