@@ -118,11 +118,19 @@ Interleaved1F1B (V stages per rank, loop style: stage s on rank s mod pp;
 V = 2 or from
 .BR pipeline_parallel_layers_per_stage ;
 torch's ScheduleInterleaved1F1B order; the microbatches must be a multiple
-of pp);
+of pp) or InterleavedZeroBubble (the same stages; torch's
+ScheduleInterleavedZeroBubble, the ZB1P schedule: each backward is split
+into an input pass B, whose gradient goes to the previous stage at once,
+and a weight pass W that runs later in the bubbles; W adds the same
+gradients as the fused backward, so the losses equal Interleaved1F1B's bit
+for bit; each microbatch keeps its layers' output gradients, and under
+activation checkpointing copies of the recomputed layer inputs, from B to
+W; the first stage's B is empty and its W the whole backward, as torch's;
+the microbatches M must be a multiple of max(1, M / pp), torch's rounds);
 activations and gradients move by non-blocking MPI point-to-point, every
 receive of a step posted at its start.  The loss comes from the last
-stage; the gradient norm sums the stages'.  LoopedBFS and the zero-bubble
-schedules are refused (exit 2), as are tied embeddings under PP.  Validation runs the schedule's forwards.
+stage; the gradient norm sums the stages'.  LoopedBFS and ZBVZeroBubble
+are refused (exit 2), as are tied embeddings under PP.  Validation runs the schedule's forwards.
 .TP
 .B CP \fR(context_parallel_degree > 1)
 Each sequence is cut into 2\(mucp chunks and rank r of the CP group holds
