@@ -32,7 +32,7 @@ enum { SIM_FWD_COMM, SIM_FWD_ATTN, SIM_LOSS, SIM_BWD_COMM, SIM_RECOMPUTE, SIM_BW
        SIM_NKINDS };
 
 struct sim_unit {
-	int g0, g1;
+	int g0, g1, p0, p1;        /* groups [g0, g1], parameters [p0, p1) */
 	int64_t full, shard;       /* bytes: unsharded slice, S (one rank's part) */
 	bool gathered, gathering, grad, reducing;
 };
@@ -171,16 +171,46 @@ static void sim_post_backward(struct fsdp_sim *s, int g)
 	sim_reduce_advance(s, 1);
 }
 
-/* The units of dp.c's build_units over the groups of lib/train/llama.c
- * (0: the embeddings; 1 + l: block l; last: the final norm and the
- * output), then one microbatch in titan_llama_step's order.  Every
- * microbatch is the same: the previous one's reductions complete before
- * the next forward (titan_dp_begin_microbatch), the last one's before the
- * gradient norm (titan_dp_finish_grads). */
+/* The stages a pipeline rank holds (lib/train/trainer.c: the rank's v-th
+ * stage is global stage rank + v·pp, split by titan_pp_split); without PP
+ * one stage of every block, the embedding and the output. */
+struct geo {
+	int nst, l0[8], l1[8];
+	bool sfirst, slast;
+};
+
+static bool geo_active(const struct geo *G, int g, int ng)
+{
+	if (g == 0)
+		return G->sfirst;
+	if (g == ng - 1)
+		return G->slast;
+	for (int v = 0; v < G->nst; v++)
+		if (g - 1 >= G->l0[v] && g - 1 < G->l1[v])
+			return true;
+	return false;
+}
+
+/* One action of a step: a microbatch's forward (with the loss on the last
+ * stage) or backward on the rank's stage v. */
+struct act {
+	bool f;
+	int v;
+};
+
+/* The units of dp.c's build_units over the rank's groups of
+ * lib/train/llama.c (0: the embeddings; 1 + l: block l; last: the final
+ * norm and the output), then the step's actions with the hooks of
+ * titan_llama_step / titan_llama_pp_forward / _backward in their order;
+ * titan_dp_begin_microbatch completes the reductions in flight before
+ * each action (before each microbatch without PP), titan_dp_finish_grads
+ * after the last. */
 static int fsdp_replay(const struct titan_param_table *t, const struct titan_est_opts *o,
-		       int64_t nshard, int64_t max[SIM_NKINDS])
+		       int64_t nshard, const struct geo *G, const struct act *acts, int nacts,
+		       int64_t max[SIM_NKINDS])
 {
 	const int L = (int)t->dims.n_layers, ng = L + 2;
+	const bool staged = o->layout.pp > 1;
 	struct fsdp_sim s = {0};
 	struct sim_unit *u = NULL;
 
@@ -199,50 +229,143 @@ static int fsdp_replay(const struct titan_param_table *t, const struct titan_est
 	for (int g = 0; g < ng; g++) {
 		const int p0 = g == 0 ? 0 : 1 + TITAN_PARAMS_PER_LAYER * (g - 1);
 		const int p1 = g == 0 ? 1 : g == ng - 1 ? t->n : p0 + TITAN_PARAMS_PER_LAYER;
-		const int64_t end = p1 < t->n ? t->params[p1].full_offset : t->full_arena_floats;
 
+		s.unit_of[g] = -1;
+		if (!geo_active(G, g, ng))
+			continue; /* another pipeline stage's */
 		if (!u || g == 1 || g == ng - 1 || u->g1 == ng - 1 || u->full >= o->cpu_bucket_bytes) {
 			u = &s.u[s.nunits++];
 			u->g0 = g;
-			u->full = 0;
+			u->p0 = p0;
 		}
 		u->g1 = g;
-		u->full += (end - t->params[p0].full_offset) * 4;
-		for (int p = p0; p < p1; p++)
-			u->shard += t->params[p].chunk_rows * t->params[p].shape[1] * 4;
+		u->p1 = p1;
+		/* dp.c: full_floats spans the unit's first to last parameter */
+		u->full = ((p1 < t->n ? t->params[p1].full_offset : t->full_arena_floats) -
+			   t->params[u->p0].full_offset) * 4;
 		s.unit_of[g] = s.nunits - 1;
 	}
+	for (int k = 0; k < s.nunits; k++)
+		for (int p = s.u[k].p0; p < s.u[k].p1; p++)
+			s.u[k].shard += t->params[p].chunk_rows * t->params[p].shape[1] * 4;
 
-	s.kind = SIM_FWD_COMM;
-	sim_pre_forward(&s, 0);
-	sim_post_forward(&s, 0);
-	for (int l = 0; l < L; l++) {
-		sim_pre_forward(&s, 1 + l);
-		sim_at(&s, SIM_FWD_ATTN);
-		sim_post_forward(&s, 1 + l);
+	for (int i = 0; i < nacts; i++) {
+		const int v = acts[i].v, l0 = G->l0[v], l1 = G->l1[v];
+		const bool first = G->sfirst && v == 0, last = G->slast && v == G->nst - 1;
+
+		sim_reduce_advance(&s, 0);              /* titan_dp_begin_microbatch */
+		if (acts[i].f) {
+			s.kind = SIM_FWD_COMM;
+			if (first) {
+				sim_pre_forward(&s, 0);
+				sim_post_forward(&s, 0);
+			}
+			for (int l = l0; l < l1; l++) {
+				sim_pre_forward(&s, 1 + l);
+				sim_at(&s, SIM_FWD_ATTN);
+				sim_post_forward(&s, 1 + l);
+			}
+			if (!last)
+				continue;
+			sim_pre_forward(&s, L + 1);
+			s.kind = SIM_LOSS; /* only allocations before the loss: its peak is later */
+			sim_pre_backward(&s, L + 1);
+			sim_at(&s, SIM_LOSS);
+			sim_post_forward(&s, L + 1);
+			continue;
+		}
+		s.kind = SIM_BWD_COMM;
+		if (last) {
+			if (staged) /* llama.c backward_pass: gathered again under PP */
+				sim_pre_backward(&s, L + 1);
+			sim_post_backward(&s, L + 1);
+		}
+		for (int l = l1 - 1; l >= l0; l--) {
+			sim_pre_backward(&s, 1 + l);
+			if (est_block_ckpt(o, l))
+				sim_at(&s, SIM_RECOMPUTE);
+			sim_at(&s, SIM_BWD_ATTN);
+			sim_post_backward(&s, 1 + l);
+		}
+		if (first) {
+			sim_pre_backward(&s, 0);
+			sim_post_backward(&s, 0);
+		}
 	}
-	sim_pre_forward(&s, L + 1);
-	s.kind = SIM_LOSS;       /* only allocations before the loss: its peak is later */
-	sim_pre_backward(&s, L + 1);
-	sim_at(&s, SIM_LOSS);
-	sim_post_forward(&s, L + 1);
-	s.kind = SIM_BWD_COMM;
-	sim_post_backward(&s, L + 1);
-	for (int l = L - 1; l >= 0; l--) {
-		sim_pre_backward(&s, 1 + l);
-		if (est_block_ckpt(o, l))
-			sim_at(&s, SIM_RECOMPUTE);
-		sim_at(&s, SIM_BWD_ATTN);
-		sim_post_backward(&s, 1 + l);
-	}
-	sim_pre_backward(&s, 0);
-	sim_post_backward(&s, 0);
-	sim_reduce_advance(&s, 0);
+	sim_reduce_advance(&s, 0);                      /* titan_dp_finish_grads */
+	for (int k = 0; k < s.nunits; k++)
+		sim_release(&s, &s.u[k]);
 	TITAN_ASSERT(s.live == 0);
 	memcpy(max, s.max, sizeof(s.max));
 	free(s.u);
 	free(s.unit_of);
 	free(s.pending);
+	return 0;
+}
+
+/* The rank's stages, as titan-train sets them up (lib/train/trainer.c). */
+static int rank_geo(const struct titan_model_dims *d, const struct titan_est_opts *o,
+		    int64_t ppr, struct geo *G, int64_t *nstages)
+{
+	struct est_stage *st;
+	int64_t v;
+	int rc;
+
+	if ((rc = est_pipeline(o, d, &v, &st)) < 0)
+		return rc;
+	if (v > 8) {
+		free(st);
+		return titan_error(TITAN_E_INVALID, "%lld stages per rank: titan-train holds at "
+				   "most 8", (long long)v);
+	}
+	memset(G, 0, sizeof(*G));
+	G->nst = (int)v;
+	for (int64_t k = 0; k < v; k++) {
+		const struct est_stage *sg = &st[ppr + k * o->layout.pp];
+
+		G->l0[k] = (int)sg->first_layer;
+		G->l1[k] = (int)(sg->first_layer + sg->nlayers);
+		if (k == 0)
+			G->sfirst = sg->embed;
+		G->slast = sg->output;
+	}
+	*nstages = o->layout.pp * v;
+	free(st);
+	return 0;
+}
+
+/* The step's actions on pipeline rank ppr: lib/train/pp.c's own order
+ * (titan_pp_schedule_actions); without PP one forward and its backward. */
+static int step_actions(const struct titan_est_opts *o, int64_t ppr, int nst, int nmb,
+			struct act **out, int *n)
+{
+	const enum titan_pp_schedule sched = o->schedule == TITAN_EST_GPIPE ? TITAN_PP_GPIPE :
+					     o->schedule == TITAN_EST_1F1B ? TITAN_PP_1F1B :
+					     TITAN_PP_INTERLEAVED_1F1B;
+	struct titan_pp_action *pa = NULL;
+	struct act *a = calloc(3 * (size_t)nst * (size_t)nmb, sizeof(*a));
+	int k;
+
+	*out = a;
+	if (!a)
+		return titan_error(TITAN_E_NOMEM, "out of memory");
+	if (o->layout.pp == 1) {
+		a[0] = (struct act){true, 0};
+		a[1] = (struct act){false, 0};
+		*n = 2;
+		return 0;
+	}
+	if (!(pa = calloc(3 * (size_t)nst * (size_t)nmb, sizeof(*pa))))
+		return titan_error(TITAN_E_NOMEM, "out of memory");
+	k = titan_pp_schedule_actions(sched, (int)o->layout.pp, (int)ppr, nst, nmb, true, pa);
+	for (int i = 0; i < k; i++) {
+		TITAN_ASSERT(pa[i].op != TITAN_PP_W);
+		a[i] = (struct act){pa[i].op == TITAN_PP_F, pa[i].stage};
+	}
+	free(pa);
+	if (k < 0)
+		return titan_error(TITAN_E_NOMEM, "out of memory");
+	*n = k;
 	return 0;
 }
 
@@ -255,44 +378,107 @@ int est_cpu_model(const struct titan_model_dims *d, const struct titan_est_opts 
 	const struct titan_est_layout *l = &o->layout;
 	/* TP (lib/train/llama.c): this rank's heads, hidden units and
 	 * vocabulary rows; the residual stream holds nl = N / tp tokens */
-	const int64_t tp = l->tp, B = o->local_batch, S = o->seq_len, L = d->n_layers, C = d->dim;
-	const int64_t H = d->n_heads / tp, Hkv = d->n_kv_heads / tp, D = d->head_dim;
+	const int64_t tp = l->tp, cp = l->cp, pp = l->pp, S = o->seq_len, L = d->n_layers;
+	const int64_t C = d->dim, H = d->n_heads / tp, Hkv = d->n_kv_heads / tp, D = d->head_dim;
 	const int64_t F = d->ffn_hidden / tp, V = d->vocab_size, q = H * D, kv = Hkv * D;
 	const int64_t bq = TITAN_ATTN_BLOCK, vc = (V + tp - 1) / tp;
+	/* PP: microbatches of pipeline_parallel_microbatch_size rows, each
+	 * with its own activations; CP: S / cp tokens of each row */
+	const int64_t B = pp > 1 ? o->pp_microbatch : o->local_batch;
+	const int64_t nmb = pp > 1 ? o->local_batch / o->pp_microbatch : 1, Sl = S / cp;
+	const int64_t fsdp = l->dp_shard * cp;
 	struct titan_param_table_opts po;
-	int64_t N, nl, threads, kept = 0, nckpt = 0, set, arena, chunk, sumsq = 0, x;
+	struct geo G;
+	struct act *acts = NULL;
+	int64_t N, nl, threads, kept = 0, nckpt = 0, blocks, xin = 0, set, arena, chunk;
+	int64_t sumsq = 0, x, ppr, nstages = 1, top = -1;
 	int64_t comm[SIM_NKINDS] = {0};
-	int m_start = -1, m_fwd, m_loss, m_rec = -1, m_bwd, m_norm, m_opt, m_log = -1;
-	int m_fcomm = -1, m_bcomm = -1;
+	int m_start = -1, m_fwd, m_loss = -1, m_rec = -1, m_bwd, m_norm, m_opt, m_log = -1;
+	int m_fcomm = -1, m_bcomm = -1, nacts = 0;
 	uint32_t all, rc_at;
 	int rc;
 
-	/* this rank's shard: mesh (pp, dp_replicate, dp_shard, cp, tp), tp
-	 * innermost (lib/dist/dims.c) */
+	if (pp > 1 && o->schedule != TITAN_EST_GPIPE && o->schedule != TITAN_EST_1F1B &&
+	    o->schedule != TITAN_EST_INTERLEAVED_1F1B)
+		return titan_error(TITAN_E_INVALID, "--device cpu replays titan-train's pipeline "
+				   "schedules GPipe, 1F1B and Interleaved1F1B, not %s",
+				   titan_est_schedule_name(o->schedule));
+	/* mesh (pp, dp_replicate, dp_shard, cp, tp), tp innermost
+	 * (lib/dist/dims.c); FSDP shards over dp_shard x cp */
+	ppr = o->rank / (l->dp_replicate * l->dp_shard * cp * tp);
+	if ((rc = rank_geo(d, o, ppr, &G, &nstages)) < 0)
+		return rc;
+	if (pp > 1 && o->schedule == TITAN_EST_INTERLEAVED_1F1B && nmb % pp)
+		return titan_error(TITAN_E_INVALID, "parallelism.pipeline_parallel_schedule "
+				   "Interleaved1F1B: the %lld microbatches (local_batch_size / "
+				   "pipeline_parallel_microbatch_size) must be a multiple of "
+				   "pipeline_parallel_degree %lld", (long long)nmb, (long long)pp);
 	titan_param_table_opts_default(&po);
-	if (l->dp_shard > 1) {
-		po.shard_degree = (int)l->dp_shard;
-		po.shard_rank = (int)((o->rank / (l->cp * l->tp)) % l->dp_shard);
+	if (fsdp > 1) {
+		po.shard_degree = (int)fsdp;
+		po.shard_rank = (int)((o->rank / tp) % fsdp);
 	}
 	po.tp_degree = (int)tp;
 	po.tp_rank = (int)(o->rank % tp);
+	if (pp > 1) {
+		po.staged = true;
+		po.stage_l0 = G.l0[0];
+		po.stage_l1 = G.l1[0];
+		po.stage_first = G.sfirst;
+		po.stage_last = G.slast;
+		po.nmore = G.nst - 1;
+		for (int v = 1; v < G.nst; v++) {
+			po.more_l0[v - 1] = G.l0[v];
+			po.more_l1[v - 1] = G.l1[v];
+		}
+	}
 	if ((rc = titan_param_table_init(&t, d, &po)) < 0)
 		return rc;
-	if (l->dp_shard > 1 && (rc = fsdp_replay(&t, o, l->dp_shard, comm)) < 0) {
-		titan_param_table_release(&t);
-		return rc;
+	if (fsdp > 1) {
+		if ((rc = step_actions(o, ppr, G.nst, (int)nmb, &acts, &nacts)) == 0)
+			rc = fsdp_replay(&t, o, fsdp, &G, acts, nacts, comm);
+		free(acts);
+		if (rc < 0) {
+			titan_param_table_release(&t);
+			return rc;
+		}
 	}
 	if (!(e->ranks = calloc(1, sizeof(*e->ranks)))) {
 		titan_param_table_release(&t);
 		return titan_error(TITAN_E_NOMEM, "out of memory");
 	}
 	e->nranks = 1;
-	e->stages_per_rank = e->nstages = e->pp_microbatches = 1;
+	e->stages_per_rank = G.nst;
+	e->nstages = nstages;
+	e->pp_microbatches = nmb;
 	r = &e->ranks[0];
-	r->nstages = 1;
-	r->layers = L;
-	r->first = r->last = true;
-	r->params_local = t.numel;
+	r->pp_rank = (int)ppr;
+	r->nstages = G.nst;
+	for (int v = 0; v < G.nst; v++) {
+		r->stages[v] = (int)(ppr + v * pp);
+		r->stage_l0[v] = G.l0[v];
+		r->stage_l1[v] = G.l1[v];
+		r->layers += G.l1[v] - G.l0[v];
+		xin += G.l1[v] - G.l0[v] + 1;              /* block inputs x[l0 .. l1] */
+		for (int64_t b = G.l0[v]; b < G.l1[v]; b++) {
+			if (est_block_ckpt(o, b))
+				nckpt++;
+			else
+				kept++;
+			top = b > top ? b : top;
+		}
+	}
+	blocks = r->layers;
+	r->first = G.sfirst;
+	r->last = G.slast;
+	/* the stages' parameter elements (after TP, before FSDP) */
+	for (int i = 0; i < t.n; i++) {
+		const struct titan_param *p = &t.params[i];
+
+		if (p->layer >= 0 ? geo_active(&G, 1 + p->layer, (int)L + 2) :
+		    p->role == TITAN_PARAM_TOK_EMBEDDINGS ? G.sfirst : G.slast)
+			r->params_local += p->numel;
+	}
 	r->params_shard = t.local_numel;
 	arena = est_mul(&n, t.arena_floats, 4);
 	for (int i = 0; i < t.n; i++) {
@@ -305,15 +491,9 @@ int est_cpu_model(const struct titan_model_dims *d, const struct titan_est_opts 
 	threads = o->threads > 0 ? o->threads : omp_get_max_threads();
 	if (threads < 1)
 		threads = 1;
-	N = est_mul(&n, B, S);
+	N = est_mul(&n, B, Sl);
 	nl = N / tp;
-	e->tokens_per_step = est_mul(&n, N, o->accum);
-	for (int64_t b = 0; b < L; b++) {
-		if (est_block_ckpt(o, b))
-			nckpt++;
-		else
-			kept++;
-	}
+	e->tokens_per_step = est_mul(&n, est_mul(&n, o->local_batch, S), o->accum);
 
 	/* moments in the order a step meets them */
 	if (o->cpu_peak_probe)
@@ -322,8 +502,9 @@ int est_cpu_model(const struct titan_model_dims *d, const struct titan_est_opts 
 		m_fcomm = est_moment(r, TITAN_EST_PHASE_FORWARD, "fsdp fwd",
 				     "FSDP all-gather (forward)");
 	m_fwd = est_moment(r, TITAN_EST_PHASE_FORWARD, "forward", "attention forward");
-	m_loss = est_moment(r, TITAN_EST_PHASE_LOSS, "loss", "classifier + cross-entropy");
-	if (nckpt && est_block_ckpt(o, L - 1))
+	if (r->last)
+		m_loss = est_moment(r, TITAN_EST_PHASE_LOSS, "loss", "classifier + cross-entropy");
+	if (nckpt && est_block_ckpt(o, top))
 		m_rec = est_moment(r, TITAN_EST_PHASE_BACKWARD, "recompute",
 				   "recompute: attention forward");
 	m_bwd = est_moment(r, TITAN_EST_PHASE_BACKWARD, "backward", "attention backward");
@@ -347,9 +528,26 @@ int est_cpu_model(const struct titan_model_dims *d, const struct titan_est_opts 
 	est_item(r, "gradients (fp32 arena)", TITAN_MEM_GRADS, arena, all);
 	est_item(r, "AdamW exp_avg + exp_avg_sq (2 arenas)", TITAN_MEM_OPTIM,
 		 est_mul(&n, arena, 2), all);
-	est_item(r, "RoPE table", TITAN_MEM_OTHER, est_mul(&n, est_mul(&n, S, D), 4), all);
-	est_item(r, "block inputs (n_layers + 1)", TITAN_MEM_ACTIVATIONS,
-		 est_mul(&n, est_mul(&n, est_mul(&n, L + 1, nl), C), 4), all);
+	est_item(r, "RoPE table", TITAN_MEM_OTHER, est_mul(&n, est_mul(&n, Sl, D), 4), all);
+	if (cp > 1) {
+		/* CP (rotate_method allgather): this rank's positions and labels,
+		 * the whole sequence's keys and values, their gradients and the
+		 * all-gather / reduce-scatter buffer, of one microbatch */
+		est_item(r, "CP: token positions", TITAN_MEM_OTHER, est_mul(&n, 2 * Sl, 4), all);
+		est_item(r, "CP: this rank's labels", TITAN_MEM_DATA, est_mul(&n, N, 4), all);
+		est_item(r, "CP: gathered K, V, dK, dV + gather buffer", TITAN_MEM_WORKSPACE,
+			 est_mul(&n, est_mul(&n, est_mul(&n, B, S), kv), 5 * 4), all);
+	}
+	/* per microbatch (PP: a schedule's microbatches in flight each have
+	 * their own): block inputs, saved activations, ids, final norm */
+	{
+		char what[80];
+
+		snprintf(what, sizeof(what), "block inputs (%lld x %lld microbatch(es))",
+			 (long long)xin, (long long)nmb);
+		est_item(r, what, TITAN_MEM_ACTIVATIONS,
+			 est_mul(&n, est_mul(&n, est_mul(&n, xin * nmb, nl), C), 4), all);
+	}
 	/* struct acts: xn1 rstd1 q k v att lse h xn2 rstd2 a b g (h and the
 	 * norms' 1/rms of nl tokens, the rest of all N) */
 	set = est_add(&n, est_mul(&n, N, 2 * C + 2 * q + 2 * kv + H + 3 * F),
@@ -361,8 +559,9 @@ int est_cpu_model(const struct titan_model_dims *d, const struct titan_est_opts 
 		char what[80];
 		int64_t keep = est_mul(&n, est_mul(&n, N, 2 * q + kv + H + F), 4);
 
-		snprintf(what, sizeof(what), "per-op saved tensors of %lld block(s)", (long long)L);
-		est_item(r, what, TITAN_MEM_ACTIVATIONS, est_mul(&n, keep, L), all);
+		snprintf(what, sizeof(what), "per-op saved tensors of %lld block(s) x %lld",
+			 (long long)blocks, (long long)nmb);
+		est_item(r, what, TITAN_MEM_ACTIVATIONS, est_mul(&n, keep, blocks * nmb), all);
 		est_item(r, "per-op recompute set (one block)", TITAN_MEM_ACTIVATIONS,
 			 est_mul(&n, est_add(&n, est_mul(&n, N, 2 * C + kv + 2 * F),
 					     est_mul(&n, nl, C + 2)), 4), all);
@@ -370,16 +569,21 @@ int est_cpu_model(const struct titan_model_dims *d, const struct titan_est_opts 
 		if (kept) {
 			char what[72];
 
-			snprintf(what, sizeof(what), "saved activations of %lld block(s)",
-				 (long long)kept);
-			est_item(r, what, TITAN_MEM_ACTIVATIONS, est_mul(&n, set, kept), all);
+			snprintf(what, sizeof(what), "saved activations of %lld block(s) x %lld",
+				 (long long)kept, (long long)nmb);
+			est_item(r, what, TITAN_MEM_ACTIVATIONS, est_mul(&n, set, kept * nmb), all);
 		}
 		if (o->ac != TITAN_EST_AC_NONE)
 			est_item(r, "recompute set (one block)", TITAN_MEM_ACTIVATIONS, set, all);
 	}
-	est_item(r, "final norm output + 1/rms", TITAN_MEM_ACTIVATIONS,
-		 est_mul(&n, est_add(&n, est_mul(&n, N, C), nl), 4), all);
-	est_item(r, "token ids", TITAN_MEM_DATA, est_mul(&n, N, 4), all);
+	if (r->last) {
+		est_item(r, "final norm output + 1/rms", TITAN_MEM_ACTIVATIONS,
+			 est_mul(&n, est_mul(&n, est_add(&n, est_mul(&n, N, C), nl), nmb), 4), all);
+		if (nmb > 1)
+			est_item(r, "PP: loss gradients of the final norm output",
+				 TITAN_MEM_ACTIVATIONS, est_mul(&n, est_mul(&n, N * nmb, C), 4), all);
+	}
+	est_item(r, "token ids", TITAN_MEM_DATA, est_mul(&n, N * nmb, 4), all);
 	est_item(r, "backward scratch", TITAN_MEM_WORKSPACE,
 		 est_mul(&n, est_add(&n, est_mul(&n, N, C + 2 * q + 2 * kv + F),
 				     est_mul(&n, nl, 2 * C)), 4), all);
@@ -400,28 +604,36 @@ int est_cpu_model(const struct titan_model_dims *d, const struct titan_est_opts 
 				 est_mul(&n, est_add(&n, est_mul(&n, est_mul(&n, tp, chunk), vc),
 						     est_mul(&n, chunk, V)), 4), all);
 	}
+	/* lib/train/pp.c: a gradient received and one sent per stage and
+	 * microbatch */
+	if (pp > 1)
+		est_item(r, "PP: gradient receive + send buffers", TITAN_MEM_COMM,
+			 est_mul(&n, est_mul(&n, 2 * G.nst * nmb, est_mul(&n, nl, C)), 4), all);
 	/* titan-train: inputs and labels of every microbatch of a step */
 	est_item(r, "inputs + labels (all microbatches)", TITAN_MEM_DATA,
 		 est_mul(&n, est_mul(&n, e->tokens_per_step, 2), 4), all);
 
-	/* transient workspace of the ops (lib/cpu) */
+	/* transient workspace of the ops (lib/cpu); CP's attention
+	 * (lib/train/cp_attn.c) keeps its per-thread rows off the allocator */
 	if (m_start >= 0)
 		est_item(r, "sgemm peak probe (3 x 1024 x 1024 fp32)", TITAN_MEM_WORKSPACE,
 			 3 * (int64_t)PROBE_N * PROBE_N * 4, EST_AT(m_start));
 	x = est_mul(&n, B, H * ((S + bq - 1) / bq));        /* attention forward tasks */
 	x = x < threads ? x : threads;
 	rc_at = EST_AT(m_fwd) | (m_rec >= 0 ? EST_AT(m_rec) : 0);
-	est_item(r, "attention forward tiles (per thread)", TITAN_MEM_WORKSPACE,
-		 est_mul(&n, est_mul(&n, x, bq * bq + D * bq + 2 * bq), 4), rc_at);
-	if (tp == 1)
+	if (cp == 1)
+		est_item(r, "attention forward tiles (per thread)", TITAN_MEM_WORKSPACE,
+			 est_mul(&n, est_mul(&n, x, bq * bq + D * bq + 2 * bq), 4), rc_at);
+	if (tp == 1 && m_loss >= 0)
 		est_item(r, "classifier/CE chunk logits + row losses", TITAN_MEM_WORKSPACE,
 			 est_add(&n, est_mul(&n, est_mul(&n, chunk, V), 4), est_mul(&n, chunk, 8)),
 			 EST_AT(m_loss));
 	x = est_mul(&n, B, Hkv);                             /* attention backward tasks */
 	x = x < threads ? x : threads;
-	est_item(r, "attention backward tiles (per thread)", TITAN_MEM_WORKSPACE,
-		 est_mul(&n, est_mul(&n, x, est_add(&n, S, 2 * bq * bq + 2 * D * bq)), 4),
-		 EST_AT(m_bwd));
+	if (cp == 1)
+		est_item(r, "attention backward tiles (per thread)", TITAN_MEM_WORKSPACE,
+			 est_mul(&n, est_mul(&n, x, est_add(&n, S, 2 * bq * bq + 2 * D * bq)), 4),
+			 EST_AT(m_bwd));
 	est_item(r, "gradient norm partial sums", TITAN_MEM_WORKSPACE, sumsq * 8,
 		 EST_AT(m_norm));
 	/* the metrics row (300-500 characters) in lib/core's JSON writer: its
@@ -437,8 +649,9 @@ int est_cpu_model(const struct titan_model_dims *d, const struct titan_est_opts 
 			 comm[SIM_FWD_COMM], EST_AT(m_fcomm));
 	est_item(r, "FSDP: gathered units + prefetch (forward)", TITAN_MEM_COMM,
 		 comm[SIM_FWD_ATTN], EST_AT(m_fwd));
-	est_item(r, "FSDP: gathered + grads + prefetch (loss)", TITAN_MEM_COMM,
-		 comm[SIM_LOSS], EST_AT(m_loss));
+	if (m_loss >= 0)
+		est_item(r, "FSDP: gathered + grads + prefetch (loss)", TITAN_MEM_COMM,
+			 comm[SIM_LOSS], EST_AT(m_loss));
 	if (m_rec >= 0)
 		est_item(r, "FSDP: gathered + grads + prefetch (recompute)", TITAN_MEM_COMM,
 			 comm[SIM_RECOMPUTE], EST_AT(m_rec));

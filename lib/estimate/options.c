@@ -1,7 +1,9 @@
 /*
  * options.c — estimator options from a job config, layout checks, and the
- * pipeline geometry (torchtitan's distributed/pipeline_parallel.py:
- * stages per rank, generate_llm_fqn_per_model_part, stage-to-rank maps).
+ * pipeline geometry: titan-train's own stage split and stage count
+ * (titan_pp_split in lib/model/layout.c, titan_pp_stages_per_rank in
+ * lib/train/pp.c: torchtitan's generate_llm_fqn_per_model_part) and the
+ * stage-to-rank maps.
  */
 #include "est_impl.h"
 
@@ -63,6 +65,8 @@ int titan_est_opts_from_config(struct titan_est_opts *o, const struct titan_conf
 		return rc;
 	o->pp_layers_per_stage = c->parallelism.pipeline_parallel_layers_per_stage ==
 				 TITAN_CFG_NONE_INT ? 0 : c->parallelism.pipeline_parallel_layers_per_stage;
+	o->pp_split_points = c->parallelism.pipeline_parallel_split_points; /* borrowed */
+	o->cp_alltoall = !strcmp(c->parallelism.context_parallel_rotate_method, "alltoall");
 	if (dev->cpu) {
 		/* exactly titan-train's reading of the keys */
 		struct titan_llama_opts lo;
@@ -132,71 +136,65 @@ bool est_multi_stage(enum titan_est_schedule s)
 	return s != TITAN_EST_GPIPE && s != TITAN_EST_1F1B;
 }
 
-/* Stages per rank: 1 for single-stage schedules; else from
- * pipeline_parallel_layers_per_stage, or 2. */
-static int stages_per_rank(const struct titan_est_opts *o, const struct titan_model_dims *d,
-			   int64_t *v)
+/* The trainer's schedule for the stage count: the estimate's further
+ * multi-stage schedules (GPU model) count their stages as Interleaved1F1B
+ * does. */
+static enum titan_pp_schedule train_schedule(enum titan_est_schedule s)
 {
-	const int64_t pp = o->layout.pp;
-
-	if (o->pp_layers_per_stage > 0) {
-		int64_t total = (d->n_layers + 2 + o->pp_layers_per_stage - 1) / o->pp_layers_per_stage;
-
-		if (total % pp)
-			return titan_error(TITAN_E_INVALID, "parallelism.pipeline_parallel_layers_per_stage: "
-					   "%" PRId64 " layers per stage make %" PRId64 " stages (with "
-					   "embedding and output), not a multiple of "
-					   "parallelism.pipeline_parallel_degree %" PRId64,
-					   o->pp_layers_per_stage, total, pp);
-		*v = total / pp;
-		if (*v > 1 && !est_multi_stage(o->schedule))
-			return titan_error(TITAN_E_INVALID, "parallelism.pipeline_parallel_schedule: %s "
-					   "runs one stage per rank, but %" PRId64 " layers per stage "
-					   "give %" PRId64 " stages per rank",
-					   titan_est_schedule_name(o->schedule), o->pp_layers_per_stage, *v);
-		return 0;
-	}
-	*v = pp > 1 && est_multi_stage(o->schedule) ? 2 : 1;
-	return 0;
+	return s == TITAN_EST_GPIPE ? TITAN_PP_GPIPE :
+	       s == TITAN_EST_1F1B ? TITAN_PP_1F1B :
+	       s == TITAN_EST_INTERLEAVED_ZB ? TITAN_PP_INTERLEAVED_ZB : TITAN_PP_INTERLEAVED_1F1B;
 }
 
 int est_pipeline(const struct titan_est_opts *o, const struct titan_model_dims *d,
 		 int64_t *v, struct est_stage **stages)
 {
-	int64_t ns, eff, per, extra, layer = 0;
+	const int64_t pp = o->layout.pp;
+	struct titan_config *c;
 	struct est_stage *st;
-	int rc;
+	int64_t ns;
+	int rc = 0;
 
 	*stages = NULL;
-	if ((rc = stages_per_rank(o, d, v)) < 0)
-		return rc;
-	ns = o->layout.pp * *v;
-	eff = d->n_layers + (ns > 1 ? 2 : 0);
-	if (ns > eff)
+	*v = 1;
+	if (pp > INT32_MAX / 8)
 		return titan_error(TITAN_E_INVALID, "parallelism.pipeline_parallel_degree: %" PRId64
-				   " x %" PRId64 " stage(s) per rank = %" PRId64 " pipeline stages, "
-				   "but the model has %" PRId64 " layers (+ embedding and output): "
-				   "at most %" PRId64 " stages", o->layout.pp, *v, ns, d->n_layers, eff);
-	if (!(st = calloc((size_t)ns, sizeof(*st))))
+				   " is too large", pp);
+	/* lib/model's split (titan_pp_split) and lib/train's stage count
+	 * (titan_pp_stages_per_rank) read these keys of a config */
+	if (!(c = calloc(1, sizeof(*c))))
 		return titan_error(TITAN_E_NOMEM, "out of memory");
-	per = eff / ns;
-	extra = eff % ns;
-	for (int64_t s = 0; s < ns; s++) {
-		int64_t n = per + (s < extra ? 1 : 0);
-
-		st[s].embed = s == 0;
-		st[s].output = s == ns - 1;
-		if (ns > 1)
-			n -= (st[s].embed ? 1 : 0) + (st[s].output ? 1 : 0);
-		if (n < 0)
-			n = 0;
-		if (layer + n > d->n_layers)
-			n = d->n_layers - layer;
-		st[s].first_layer = layer;
-		st[s].nlayers = n;
-		layer += n;
+	c->parallelism.pipeline_parallel_layers_per_stage = o->pp_layers_per_stage;
+	c->parallelism.pipeline_parallel_split_points = o->pp_split_points;
+	if (pp > 1 && (rc = titan_pp_stages_per_rank(c, train_schedule(o->schedule), d->n_layers,
+						     (int)pp)) < 0) {
+		free(c);
+		return rc;
 	}
-	st[ns - 1].nlayers += d->n_layers - layer; /* rounding leftovers, if any */
+	if (pp > 1)
+		*v = rc;
+	ns = pp * *v;
+	if (!(st = calloc((size_t)ns, sizeof(*st)))) {
+		free(c);
+		return titan_error(TITAN_E_NOMEM, "out of memory");
+	}
+	for (int64_t s = 0; s < ns; s++) {
+		struct titan_pp_stage ps = {0, (int)d->n_layers, true, true};
+
+		/* without PP the model is one stage (titan-train ignores the
+		 * split keys) */
+		if (ns > 1 && (rc = titan_pp_split(c, d->n_layers, (int)ns, (int)s, &ps)) < 0)
+			break;
+		st[s].first_layer = ps.l0;
+		st[s].nlayers = ps.l1 - ps.l0;
+		st[s].embed = ps.first;
+		st[s].output = ps.last;
+	}
+	free(c);
+	if (rc < 0) {
+		free(st);
+		return rc;
+	}
 	*stages = st;
 	return 0;
 }
@@ -227,7 +225,7 @@ int titan_est_check(struct titan_est_opts *o, const struct titan_model_dims *d)
 	struct titan_est_layout *l = &o->layout;
 	struct est_num n = {false};
 	struct est_stage *st = NULL;
-	int64_t rest, prod, div, v;
+	int64_t rest, prod, v;
 	int rc;
 
 	if (o->ngpu < 1)
@@ -252,11 +250,10 @@ int titan_est_check(struct titan_est_opts *o, const struct titan_model_dims *d)
 				   PRId64 " x tp %" PRId64 " x pp %" PRId64 " x cp %" PRId64 " = %" PRId64
 				   " ranks, but --ngpu is %" PRId64, l->dp_replicate, l->dp_shard, l->tp,
 				   l->pp, l->cp, n.overflow ? INT64_MAX : prod, o->ngpu);
-	if (o->dev.cpu && (l->pp != 1 || l->cp != 1))
-		return titan_error(TITAN_E_INVALID, "--device cpu models titan-train's CPU path, which "
-				   "has data and tensor parallelism (DDP, FSDP, HSDP, TP): pipeline and "
-				   "context parallel degrees must be 1 (got pp %" PRId64 ", cp %" PRId64
-				   ")", l->pp, l->cp);
+	if (o->dev.cpu && l->cp > 1 && o->cp_alltoall)
+		return titan_error(TITAN_E_INVALID, "--device cpu: parallelism."
+				   "context_parallel_rotate_method alltoall (the ring of keys and "
+				   "values) is not modelled; the CPU model replays allgather");
 	if (o->rank < 0 || o->rank >= o->ngpu)
 		return titan_error(TITAN_E_INVALID, "--rank: %" PRId64 " is not a rank of %" PRId64,
 				   o->rank, o->ngpu);
@@ -264,22 +261,9 @@ int titan_est_check(struct titan_est_opts *o, const struct titan_model_dims *d)
 		return titan_error(TITAN_E_INVALID, "--rank: the GPU model gives every pipeline rank "
 				   "already; --rank selects a rank of titan-train's CPU path "
 				   "(--device cpu)");
-	if (d->n_heads % l->tp)
-		return titan_error(TITAN_E_INVALID, "parallelism.tensor_parallel_degree: %" PRId64
-				   " does not divide the model's n_heads %" PRId64, l->tp, d->n_heads);
-	if (d->n_kv_heads % l->tp)
-		return titan_error(TITAN_E_INVALID, "parallelism.tensor_parallel_degree: %" PRId64
-				   " does not divide the model's n_kv_heads %" PRId64, l->tp,
-				   d->n_kv_heads);
 	if (o->local_batch < 1 || o->seq_len < 1 || o->accum < 1)
 		return titan_error(TITAN_E_INVALID, "training: local_batch_size, seq_len and the "
 				   "accumulation steps must be at least 1");
-	div = est_mul(&n, l->tp, l->cp > 1 ? est_mul(&n, 2, l->cp) : 1);
-	if (n.overflow || o->seq_len % div)
-		return titan_error(TITAN_E_INVALID, "training.seq_len: %" PRId64 " is not divisible by "
-				   "%" PRId64 " (tensor_parallel_degree %" PRId64 " x 2 x "
-				   "context_parallel_degree %" PRId64 ")", o->seq_len,
-				   n.overflow ? INT64_MAX : div, l->tp, l->cp);
 	if (l->pp > 1) {
 		if (d->tied)
 			return titan_error(TITAN_E_INVALID, "model.tie_word_embeddings: tied weights "
@@ -289,6 +273,10 @@ int titan_est_check(struct titan_est_opts *o, const struct titan_model_dims *d)
 					   "%" PRId64 " does not divide training.local_batch_size %" PRId64,
 					   o->pp_microbatch, o->local_batch);
 	}
+	/* titan-train's checks (lib/model/layout.c) */
+	if ((rc = titan_model_check_tp_cp(d, l->tp, l->cp, o->seq_len,
+					  l->pp > 1 ? o->pp_microbatch : o->local_batch)) < 0)
+		return rc;
 	if ((rc = est_pipeline(o, d, &v, &st)) < 0)
 		return rc;
 	free(st);

@@ -10,8 +10,9 @@
  *  - the CPU model (device "cpu") is titan-train's CPU path as it is: fp32
  *    everything, the arenas of lib/model, the buffers lib/train allocates
  *    once, and the workspace lib/cpu takes per op, each under the tag the
- *    trainer uses.  It predicts the tagged allocator's peak to the byte
- *    (tests compare it with titan-train's metrics.jsonl);
+ *    trainer uses, on one rank (--rank) of any DDP/FSDP/HSDP x TP x PP x
+ *    CP layout titan-train runs.  It predicts the tagged allocator's peak
+ *    to the byte (tests compare it with titan-train's metrics.jsonl);
  *  - the GPU model (every other device) is the design of DESIGN.md and
  *    torchtitan's practice: bf16 compute copies of fp32 sharded master
  *    weights (FSDP2 mixed precision), fp32 gradients and AdamW moments,
@@ -108,6 +109,8 @@ struct titan_est_opts {
 	int64_t pp_microbatch;    /* rows per pipeline microbatch */
 	enum titan_est_schedule schedule;
 	int64_t pp_layers_per_stage; /* 0: auto (1 or 2 stages per rank) */
+	struct titan_strlist pp_split_points; /* "layers.N" starting each stage; borrowed
+						 from the config (n 0: none) */
 	enum titan_est_ac ac;
 	int ac_every;             /* selective: every N-th block */
 	int param_bytes;          /* compute copy of the weights, activations: 2 bf16, 4 fp32 */
@@ -120,6 +123,7 @@ struct titan_est_opts {
 	enum titan_est_reshard reshard;
 	bool loss_parallel;       /* vocab-sharded logits with TP */
 	bool async_tp;
+	bool cp_alltoall;         /* context_parallel_rotate_method alltoall (else allgather) */
 	double mfu;               /* fraction of peak achieved on the executed FLOPs */
 	/* CPU model */
 	int threads;              /* OpenMP threads of titan-train (0: this process's) */
@@ -141,10 +145,11 @@ int titan_est_opts_from_config(struct titan_est_opts *o, const struct titan_conf
 			       const struct titan_est_device *dev, int64_t ngpu);
 
 /* Checks the layout against ngpu and the model (degrees multiply to ngpu,
- * dp_shard -1 inferred, tp divides the heads and kv heads, seq_len
- * divisible by tp x 2 x cp, enough layers for the pipeline stages, batch
- * divisible by the pipeline microbatch, tied weights without PP, the cpu
- * device with every degree 1).  Resolves dp_shard in place.
+ * dp_shard -1 inferred; titan-train's own checks: tp and cp as
+ * titan_model_check_tp_cp, the stage split and stages per rank as
+ * titan_pp_split and titan_pp_stages_per_rank; batch divisible by the
+ * pipeline microbatch, tied weights without PP, the cpu device with CP's
+ * rotate_method allgather).  Resolves dp_shard in place.
  * TITAN_E_INVALID naming the constraint. */
 int titan_est_check(struct titan_est_opts *o, const struct titan_model_dims *d);
 
@@ -183,6 +188,7 @@ struct titan_est_rank {
 	int pp_rank;
 	int nstages;              /* pipeline stages held by this rank */
 	int stages[8];            /* their indices (first 8) */
+	int stage_l0[8], stage_l1[8]; /* their blocks [l0, l1) (titan_pp_split) */
 	int64_t layers;           /* transformer blocks held */
 	bool first, last;         /* holds the embedding / the output */
 	int64_t params_local;     /* parameter elements held (after TP, before FSDP) */

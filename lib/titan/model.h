@@ -243,6 +243,32 @@ void titan_model_init_param_rows(const struct titan_param *p, uint64_t seed, int
 				 int64_t nrows, float *out);
 void titan_model_init_params(const struct titan_param_arena *a, uint64_t seed);
 
+/* ------------------------------------------------ layouts (layout.c) */
+
+/* One pipeline stage's part of the model: blocks [l0, l1), the embedding
+ * on the first stage, norm + output on the last. */
+struct titan_pp_stage {
+	int l0, l1;
+	bool first, last;
+};
+/* Stage `stage` of `nstages` by torchtitan's split:
+ * parallelism.pipeline_parallel_split_points ("layers.N" starts a stage),
+ * or layers_per_stage, or automatic (generate_llm_fqn_per_model_part:
+ * n_layers + 2 units — the embedding and norm + output weigh one block
+ * each — evenly, the first stages one more).  titan-train and
+ * titan-estimate both split with it.  TITAN_E_INVALID naming the key and
+ * the numbers when it cannot. */
+int titan_pp_split(const struct titan_config *c, int64_t n_layers, int nstages, int stage,
+		   struct titan_pp_stage *out);
+/* What tensor and context parallelism need of the model and the batch:
+ * tp divides n_heads, n_kv_heads and the FFN hidden size; seq_len is
+ * divisible by tp x 2 x cp (2·cp load-balanced chunks per sequence, each
+ * rank's tokens sharded by tp for sequence parallelism), and a
+ * microbatch's `rows` x seq_len / cp tokens by tp.  TITAN_E_INVALID naming
+ * the keys and the numbers. */
+int titan_model_check_tp_cp(const struct titan_model_dims *d, int64_t tp, int64_t cp,
+			    int64_t seq_len, int64_t rows);
+
 #ifdef __cplusplus
 }
 #endif

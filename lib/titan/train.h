@@ -295,19 +295,8 @@ int titan_llama_adamw(struct titan_llama *m, const struct titan_adamw_hparams *h
 
 /* ------------------------------------------------- pipeline parallelism */
 
-/* One stage's part of the model: blocks [l0, l1), the embedding on the
- * first stage, norm + output on the last. */
-struct titan_pp_stage {
-	int l0, l1;
-	bool first, last;
-};
-/* torchtitan's split: parallelism.pipeline_parallel_split_points
- * ("layers.N" starts a stage), or layers_per_stage, or automatic
- * (generate_llm_fqn_per_model_part: n_layers + 2 units — the embedding and
- * norm + output weigh one block each — evenly, the first stages one more).
- * TITAN_E_INVALID naming the key and the numbers when it cannot. */
-int titan_pp_split(const struct titan_config *c, int64_t n_layers, int nstages, int stage,
-		   struct titan_pp_stage *out);
+/* The stage split (struct titan_pp_stage, titan_pp_split) is lib/model's
+ * (titan/model.h): titan-estimate splits with the same function. */
 
 enum titan_pp_schedule {
 	TITAN_PP_GPIPE = 0, TITAN_PP_1F1B, TITAN_PP_INTERLEAVED_1F1B,

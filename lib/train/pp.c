@@ -1,7 +1,6 @@
 /*
- * pp.c — pipeline parallelism: torchtitan's stage split
- * (generate_llm_fqn_per_model_part, or explicit split points / layers per
- * stage) and schedules of torch.distributed.pipelining — GPipe and 1F1B
+ * pp.c — pipeline parallelism: the schedules of torch.distributed.pipelining
+ * (over torchtitan's stage split, titan_pp_split in lib/model/layout.c) — GPipe and 1F1B
  * (one stage per rank), Interleaved1F1B and InterleavedZeroBubble (V
  * stages per rank, loop style: global stage s on rank s mod pp; the
  * zero-bubble schedule splits each backward into an input pass, B, and a
@@ -50,85 +49,6 @@ int titan_pp_schedule_parse(const char *name, enum titan_pp_schedule *out)
 	return titan_error(TITAN_E_INVALID, "parallelism.pipeline_parallel_schedule: '%s' is not "
 			   "implemented yet (GPipe, 1F1B, Interleaved1F1B and InterleavedZeroBubble "
 			   "are; LoopedBFS and ZBVZeroBubble are not)", name);
-}
-
-/* Blocks of each stage from split points "layers.N" (each starts a stage). */
-static int split_points(const struct titan_config *c, int64_t L, int nstages, int *first)
-{
-	const struct titan_strlist *sp = &c->parallelism.pipeline_parallel_split_points;
-
-	if ((int64_t)sp->n != nstages - 1)
-		return titan_error(TITAN_E_INVALID, "parallelism.pipeline_parallel_split_points: %zu "
-				   "points make %zu stages, but pipeline_parallel_degree is %d",
-				   (size_t)sp->n, (size_t)sp->n + 1, nstages);
-	first[0] = 0;
-	for (int s = 1; s < nstages; s++) {
-		const char *p = sp->items[s - 1];
-		int64_t l;
-
-		if (strncmp(p, "layers.", 7) || titan_parse_i64(p + 7, &l) < 0 || l < 1 || l >= L ||
-		    l <= first[s - 1])
-			return titan_error(TITAN_E_INVALID, "parallelism.pipeline_parallel_split_points: "
-					   "'%s' is not layers.N with N increasing in 1 .. %lld", p,
-					   (long long)(L - 1));
-		first[s] = (int)l;
-	}
-	first[nstages] = (int)L;
-	return 0;
-}
-
-int titan_pp_split(const struct titan_config *c, int64_t L, int nstages, int stage,
-		   struct titan_pp_stage *out)
-{
-	int *first = calloc((size_t)nstages + 1, sizeof(*first));
-	const int64_t units = L + 2; /* the embedding and norm + output weigh one block each */
-	int rc = 0;
-
-	if (!first)
-		return titan_error(TITAN_E_NOMEM, "out of memory");
-	if (c->parallelism.pipeline_parallel_split_points.n > 0) {
-		rc = split_points(c, L, nstages, first);
-	} else {
-		int64_t per = units / nstages, extra = units % nstages, at = 0;
-
-		if (c->parallelism.pipeline_parallel_layers_per_stage > 0) {
-			per = c->parallelism.pipeline_parallel_layers_per_stage;
-			extra = 0;
-			if ((units + per - 1) / per != nstages)
-				rc = titan_error(TITAN_E_INVALID, "parallelism.pipeline_parallel_"
-						 "layers_per_stage %lld: %lld blocks + embedding + "
-						 "output make %lld stages, but the schedule runs %d",
-						 (long long)per, (long long)L,
-						 (long long)((units + per - 1) / per), nstages);
-		} else if (per < 2 && nstages > 1) {
-			rc = titan_error(TITAN_E_INVALID, "parallelism.pipeline_parallel_degree %d: "
-					 "%lld blocks cannot give every stage one besides the "
-					 "embedding and the output (at most %lld stages)", nstages,
-					 (long long)L, (long long)(units / 2));
-		}
-		/* torchtitan's generate_llm_fqn_per_model_part: `per` units a
-		 * stage, the first `extra` stages one more; the embedding takes
-		 * one of stage 0's, norm + output one of the last stage's */
-		for (int s = 0; rc == 0 && s < nstages; s++) {
-			int64_t n = per + (s < extra ? 1 : 0) - (s == 0) - (s == nstages - 1);
-
-			first[s] = (int)at;
-			at = at + n < L ? at + n : L;
-		}
-		first[nstages] = (int)L;
-		for (int s = 0; rc == 0 && s < nstages; s++)
-			if (first[s + 1] <= first[s] && nstages > 1)
-				rc = titan_error(TITAN_E_INVALID, "pipeline stage %d of %d would hold "
-						 "no block (n_layers %lld)", s, nstages, (long long)L);
-	}
-	if (rc == 0) {
-		out->l0 = first[stage];
-		out->l1 = first[stage + 1];
-		out->first = stage == 0;
-		out->last = stage == nstages - 1;
-	}
-	free(first);
-	return rc;
 }
 
 int titan_pp_new(struct titan_llama *m, struct titan_comm *c, enum titan_pp_schedule sched,

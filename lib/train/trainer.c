@@ -666,16 +666,12 @@ static int check_layout(const struct titan_trainer *t)
 					   "parallelism.pipeline_parallel_degree %lld: the embedding "
 					   "and the output live on different stages", (long long)pp);
 	}
-	if (tp > 1 && (t->dims.n_heads % tp || t->dims.n_kv_heads % tp ||
-		       t->dims.ffn_hidden % tp))
-		return titan_error(TITAN_E_INVALID, "parallelism.tensor_parallel_degree %lld must "
-				   "divide model n_heads %lld, n_kv_heads %lld and the FFN hidden "
-				   "size %lld", (long long)tp, (long long)t->dims.n_heads,
-				   (long long)t->dims.n_kv_heads, (long long)t->dims.ffn_hidden);
-	if (tp > 1 && c->training.seq_len % tp)
-		return titan_error(TITAN_E_INVALID, "parallelism.tensor_parallel_degree %lld must "
-				   "divide training.seq_len %lld (sequence parallelism shards "
-				   "the sequence)", (long long)tp, (long long)c->training.seq_len);
+	/* lib/model/layout.c: titan-estimate checks the same */
+	if ((rc = titan_model_check_tp_cp(&t->dims, tp, pd->degree[TITAN_DIM_CP],
+					  c->training.seq_len,
+					  pp > 1 ? c->parallelism.pipeline_parallel_microbatch_size
+						 : c->training.local_batch_size)) < 0)
+		return rc;
 	if (tp > 1 && c->parallelism.enable_async_tensor_parallel)
 		return titan_error(TITAN_E_INVALID, "parallelism.enable_async_tensor_parallel: "
 				   "not supported (the CPU path runs TP's collectives between the "

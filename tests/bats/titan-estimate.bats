@@ -78,17 +78,20 @@ print(json.dumps(o) if isinstance(o, (dict, list, bool)) or o is None else o)' "
 	[[ $stderr == *"60 GPUs are not divisible by dp_replicate x tp x pp x cp = 8"* ]]
 	run -2 --separate-stderr titan-estimate --config configs/llama3_8b.yaml --ngpu 48 \
 		--parallelism.tensor_parallel_degree=3 --training.seq_len=6144
-	[[ $stderr == *"tensor_parallel_degree: 3 does not divide the model's n_heads 32"* ]]
+	[[ $stderr == *"tensor_parallel_degree 3 must divide model n_heads 32"* ]]
 	run -2 --separate-stderr titan-estimate --config configs/llama3_8b.yaml --ngpu 64 \
 		--parallelism.tensor_parallel_degree=2 --parallelism.context_parallel_degree=4 \
 		--training.seq_len=8200
 	[[ $stderr == *"training.seq_len: 8200 is not divisible by 16"* ]]
 	run -2 --separate-stderr titan-estimate --config configs/llama3_8b.yaml --ngpu 64 \
 		--parallelism.pipeline_parallel_degree=64
-	[[ $stderr == *"at most 34 stages"* ]]
+	[[ $stderr == *"at most 17 stages"* ]]
 	run -2 --separate-stderr titan-estimate --config configs/llama3_debug.yaml --device cpu --ngpu 2 \
-		--parallelism.pipeline_parallel_degree=2
-	[[ $stderr == *"pipeline and context parallel degrees must be 1 (got pp 2, cp 1)"* ]]
+		--parallelism.context_parallel_degree=2 --parallelism.context_parallel_rotate_method=alltoall
+	[[ $stderr == *"rotate_method alltoall (the ring of keys and values) is not modelled"* ]]
+	run -2 --separate-stderr titan-estimate --config configs/llama3_debug.yaml --device cpu --ngpu 2 \
+		--parallelism.pipeline_parallel_degree=2 --parallelism.pipeline_parallel_schedule=ZBVZeroBubble
+	[[ $stderr == *"replays titan-train's pipeline schedules GPipe, 1F1B and Interleaved1F1B, not ZBVZeroBubble"* ]]
 	run -2 --separate-stderr titan-estimate --config configs/llama3_debug.yaml --device cpu --ngpu 2 \
 		--rank 2
 	[[ $stderr == *"--rank: 2 is not a rank of 2"* ]]

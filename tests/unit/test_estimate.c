@@ -289,7 +289,7 @@ static void test_layout_errors(void **state)
 	expect_invalid(&d, &o, "not divisible by dp_replicate x tp x pp x cp = 8");
 	o = gpu_opts("h100-80g", 48);
 	o.layout.tp = 3;
-	expect_invalid(&d, &o, "does not divide the model's n_heads 32");
+	expect_invalid(&d, &o, "tensor_parallel_degree 3 must divide model n_heads 32");
 	o = gpu_opts("h100-80g", 64);
 	o.layout.tp = 16;
 	expect_invalid(&d, &o, "n_kv_heads 8");
@@ -301,7 +301,7 @@ static void test_layout_errors(void **state)
 	o = gpu_opts("h100-80g", 64);
 	o.layout.pp = 64;
 	o.schedule = TITAN_EST_INTERLEAVED_1F1B;
-	expect_invalid(&d, &o, "at most 34 stages");
+	expect_invalid(&d, &o, "at most 17 stages");
 	o = gpu_opts("h100-80g", 16);
 	o.layout.pp = 4;
 	o.local_batch = 6;
@@ -310,7 +310,13 @@ static void test_layout_errors(void **state)
 	o = cpu_opts(1, 64, TITAN_EST_AC_NONE, 0, 1);
 	o.ngpu = 2;
 	o.layout.pp = 2;
-	expect_invalid(&d, &o, "pipeline and context parallel degrees must be 1");
+	assert_int_equal(titan_est_check(&o, &d), 0);
+	o = cpu_opts(1, 64, TITAN_EST_AC_NONE, 0, 1);
+	o.ngpu = 2;
+	o.layout.cp = 2;
+	assert_int_equal(titan_est_check(&o, &d), 0);
+	o.cp_alltoall = true;
+	expect_invalid(&d, &o, "rotate_method alltoall (the ring of keys and values) is not modelled");
 	o = cpu_opts(1, 64, TITAN_EST_AC_NONE, 0, 1);
 	o.ngpu = 2;
 	o.layout.tp = 2;
