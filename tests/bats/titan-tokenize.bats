@@ -362,3 +362,16 @@ need_compression() {
 	run -0 wc -l < "$d/tty"
 	assert_output 1
 }
+
+@test "decode: gzip and zstd token streams decode as the plain stream; an odd length counts uncompressed" {
+	need_compression
+	d=$BATS_TEST_TMPDIR
+	titan-tokenize -t "$TOK" --format text "$TOKDIR/genesis.txt" > "$d/g.tok"
+	gzip -c "$d/g.tok" > "$d/g.tok.gz"
+	zstd -q -c "$d/g.tok" > "$d/g.tok.zst"
+	titan-tokenize -t "$TOK" -d --format text "$d/g.tok.gz" | cmp "$TOKDIR/genesis.txt" -
+	titan-tokenize -t "$TOK" -d --format text - < "$d/g.tok.zst" | cmp "$TOKDIR/genesis.txt" -
+	head -c 4001 "$d/g.tok" | gzip > "$d/odd.gz"
+	run -1 --separate-stderr titan-tokenize -t "$TOK" -d "$d/odd.gz"
+	[[ $stderr == *"odd.gz: 4001 bytes (uncompressed) is not a whole number of uint32 token ids"* ]]
+}

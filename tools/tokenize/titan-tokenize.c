@@ -495,54 +495,56 @@ static int run_decode(const struct titan_tokenizer *tok, const struct opts *o, c
 	if (!buf)
 		return titan_error(TITAN_E_NOMEM, "out of memory");
 	for (int f = 0; f < nfiles && rc == 0; f++) {
-		const char *name = strcmp(files[f], "-") ? files[f] : "(stdin)";
-		FILE *fp = strcmp(files[f], "-") ? fopen(files[f], "rb") : stdin;
-		uint64_t ntok = 0;
+		struct titan_instream *in;
+		const char *name;
+		uint64_t ntok = 0, bytes0 = pr->bytes;
 		size_t have = 0; /* bytes in buf */
+		bool plain;
 
-		struct stat st;
-
-		if (!fp) {
-			rc = titan_error(TITAN_E_IO, "cannot open '%s': %s", files[f], strerror(errno));
+		if ((rc = titan_instream_open(files[f], NULL, &in)) < 0)
 			break;
-		}
+		name = titan_instream_name(in);
+		plain = titan_instream_compression(in) == TITAN_COMPRESSION_NONE;
+		pr->compressed |= !plain;
 		/* a regular file can be checked before anything is written */
-		if (fstat(fileno(fp), &st) == 0 && S_ISREG(st.st_mode) && st.st_size % 4) {
+		if (plain && titan_instream_size(in) > 0 && titan_instream_size(in) % 4) {
 			rc = titan_error(TITAN_E_INVALID, "%s: %lld bytes is not a whole number of uint32 "
-					 "token ids (truncated stream?)", name, (long long)st.st_size);
-			if (fp != stdin)
-				fclose(fp);
+					 "token ids (truncated stream?)", name,
+					 (long long)titan_instream_size(in));
+			titan_instream_close(in);
 			break;
 		}
 		for (;;) {
-			size_t got = fread((char *)buf + have, 1, CHUNK * sizeof(uint32_t) - have, fp);
+			int64_t got = titan_instream_read(in, (char *)buf + have,
+							  CHUNK * sizeof(uint32_t) - have);
 
-			have += got;
-			if (got == 0 && ferror(fp)) {
-				rc = titan_error(TITAN_E_IO, "cannot read '%s': %s", name, strerror(errno));
+			if (got < 0) {
+				rc = (int)got;
 				break;
 			}
+			have += (size_t)got;
 			size_t whole = have / 4;
 
 			if ((rc = decode_ids(&d, buf, whole, name, ntok, out)) < 0)
 				break;
 			ntok += whole;
 			pr->tokens += whole;
-			pr->bytes += whole * 4;
+			pr->bytes = bytes0 + titan_instream_consumed(in);
+			pr->text = pr->tokens * 4;
 			memmove(buf, buf + whole, have - whole * 4);
 			have -= whole * 4;
 			progress_show(pr, false);
 			if (got == 0) {
 				if (have)
 					rc = titan_error(TITAN_E_INVALID,
-							 "%s: %llu bytes is not a whole number of uint32 token ids "
-							 "(truncated stream?)", name,
-							 (unsigned long long)(ntok * 4 + have));
+							 "%s: %llu bytes%s is not a whole number of uint32 "
+							 "token ids (truncated stream?)", name,
+							 (unsigned long long)(ntok * 4 + have),
+							 plain ? "" : " (uncompressed)");
 				break;
 			}
 		}
-		if (fp != stdin)
-			fclose(fp);
+		titan_instream_close(in);
 	}
 	/* A last document without EOS (e.g. --no-eos streams) still counts. */
 	if (rc == 0 && (d.in_doc || d.doc.n))
