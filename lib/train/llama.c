@@ -803,10 +803,21 @@ static struct titan_cp_ring cp_ring(const struct titan_llama *m)
 				      m->seq_l, m->H, m->Hkv, m->d.head_dim};
 }
 
+/* rotate_method allgather: query chunk `i` (0: chunk cpr, 1: chunk
+ * 2·cpn − 1 − cpr) against the gathered sequence, each query seeing the
+ * keys up to its position (the backend's attention_part ops). */
+static struct titan_attn_part cp_gathered_part(const struct titan_llama *m, int i)
+{
+	const int64_t Tl = m->seq_l, half = Tl / 2, T = Tl * m->cpn;
+	const int64_t chunk = i ? 2 * m->cpn - 1 - m->cpr : m->cpr;
+
+	return (struct titan_attn_part){m->o.batch, half, T, Tl, T, m->H, m->Hkv, m->d.head_dim,
+					chunk * half};
+}
+
 static int cp_attention_fwd(struct titan_llama *m, struct acts *a)
 {
-	const struct titan_cp_attn_dims cd = {m->o.batch, m->seq_l, m->seq_l * m->cpn, m->H,
-					      m->Hkv, m->d.head_dim};
+	const int64_t half = m->seq_l / 2, qs = m->H * m->d.head_dim;
 	int rc;
 
 	if (m->o.cp_ring) {
@@ -815,7 +826,14 @@ static int cp_attention_fwd(struct titan_llama *m, struct acts *a)
 		return titan_cp_ring_fwd(&r, a->att, a->lse, a->q, a->k, a->v);
 	}
 	CK(cp_gather_kv(m, a));
-	return titan_cp_attn_fwd(a->att, a->lse, a->q, m->kf, m->vf, m->pos, &cd);
+	for (int i = 0; i < 2; i++) {
+		const struct titan_attn_part p = cp_gathered_part(m, i);
+		const int64_t o = i * half;
+
+		CK(m->be->ops->attention_part_fwd(m->be, a->att + o * qs, a->lse + o, a->q + o * qs,
+						  m->kf, m->vf, &p, false));
+	}
+	return 0;
 }
 
 /* dq, and dk, dv of this rank's tokens: every rank's contributions to the
@@ -823,8 +841,8 @@ static int cp_attention_fwd(struct titan_llama *m, struct acts *a)
 static int cp_attention_bwd(struct titan_llama *m, struct acts *a)
 {
 	const int64_t B = m->o.batch, Tl = m->seq_l, T = Tl * m->cpn;
-	const int64_t kv = m->Hkv * m->d.head_dim;
-	const struct titan_cp_attn_dims cd = {B, Tl, T, m->H, m->Hkv, m->d.head_dim};
+	const int64_t kv = m->Hkv * m->d.head_dim, half = Tl / 2, qs = m->H * m->d.head_dim;
+	const struct titan_backend_ops *op = m->be->ops;
 	const float *src[2] = {m->dkf, m->dvf};
 	float *dst[2] = {m->dk, m->dv};
 	int rc;
@@ -836,8 +854,17 @@ static int cp_attention_bwd(struct titan_llama *m, struct acts *a)
 					 a->lse);
 	}
 	CK(cp_gather_kv(m, a));
-	CK(titan_cp_attn_bwd(m->dq, m->dkf, m->dvf, m->datt, a->q, m->kf, m->vf, a->att, a->lse,
-			     m->pos, &cd));
+	CK(op->zero(m->be, m->dq, m->n * qs));
+	CK(op->zero(m->be, m->dkf, B * T * kv));
+	CK(op->zero(m->be, m->dvf, B * T * kv));
+	for (int i = 0; i < 2; i++) {
+		const struct titan_attn_part p = cp_gathered_part(m, i);
+		const int64_t o = i * half;
+
+		CK(op->attention_part_bwd(m->be, m->dq + o * qs, m->dkf, m->dvf, m->datt + o * qs,
+					  a->q + o * qs, m->kf, m->vf, a->att + o * qs, a->lse + o,
+					  &p, true));
+	}
 	for (int w = 0; w < 2; w++) {
 		for (int r = 0; r < m->cpn; r++)
 			for (int64_t b = 0; b < B; b++)
