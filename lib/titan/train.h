@@ -300,12 +300,18 @@ int titan_llama_adamw(struct titan_llama *m, const struct titan_adamw_hparams *h
 
 enum titan_pp_schedule {
 	TITAN_PP_GPIPE = 0, TITAN_PP_1F1B, TITAN_PP_INTERLEAVED_1F1B,
-	TITAN_PP_INTERLEAVED_ZB  /* InterleavedZeroBubble: backward split into B and W */
+	TITAN_PP_INTERLEAVED_ZB, /* InterleavedZeroBubble: backward split into B and W */
+	TITAN_PP_ZBV             /* ZBVZeroBubble: the same split, 2 stages per rank, V style */
 };
+/* The global stage of a rank's v-th stage: loop style rank + v·pp, or for
+ * ZBVZeroBubble V style (torch's style="v"): v = 0 is stage rank, v = 1
+ * stage 2·pp − 1 − rank. */
+int titan_pp_stage_of(enum titan_pp_schedule sched, int pp, int rank, int v);
 /* Stages per rank of a schedule: 1, or for the multi-stage schedules
  * (Interleaved1F1B, InterleavedZeroBubble) 2 (torchtitan's default) or as
  * many as pipeline_parallel_layers_per_stage gives (TITAN_E_INVALID when
- * that is no multiple of the degree). */
+ * that is no multiple of the degree); ZBVZeroBubble exactly 2
+ * (TITAN_E_INVALID when layers_per_stage gives another count). */
 int titan_pp_stages_per_rank(const struct titan_config *c, enum titan_pp_schedule sched,
 			     int64_t n_layers, int pp);
 /* From parallelism.pipeline_parallel_schedule: TITAN_E_INVALID for the
@@ -313,7 +319,7 @@ int titan_pp_stages_per_rank(const struct titan_config *c, enum titan_pp_schedul
 int titan_pp_schedule_parse(const char *name, enum titan_pp_schedule *out);
 
 /* One action of a schedule: forward (F), backward (B: the whole backward,
- * or with InterleavedZeroBubble the input pass, torch's "I"), or weight
+ * or with the zero-bubble schedules the input pass, torch's "I"), or weight
  * pass (W) of microbatch `mb` on the rank's stage `stage` (0 .. V - 1:
  * global stage rank + stage·pp). */
 enum { TITAN_PP_F, TITAN_PP_B, TITAN_PP_W };

@@ -270,8 +270,8 @@ static int alloc_mb(struct titan_llama *m, struct mb *b)
 	if (!b->x || !b->acts)
 		return TITAN_E_NOMEM;
 	for (int v = 0; v < m->nst; v++) {
-		for (int64_t i = m->sl0[v]; i <= m->sl1[v]; i++)
-			if (!(b->x[i] = buf(m, m->nl * C, act)))
+		for (int64_t i = m->sl0[v]; i <= m->sl1[v]; i++) /* ZBV: adjacent stages share one */
+			if (!b->x[i] && !(b->x[i] = buf(m, m->nl * C, act)))
 				return TITAN_E_NOMEM;
 		for (int64_t i = m->sl0[v]; i < m->sl1[v]; i++) {
 			if (m->o.ac == TITAN_AC_SELECTIVE_OP)

@@ -4,7 +4,10 @@
  * (one stage per rank), Interleaved1F1B and InterleavedZeroBubble (V
  * stages per rank, loop style: global stage s on rank s mod pp; the
  * zero-bubble schedule splits each backward into an input pass, B, and a
- * weight pass, W, that fills the bubbles) — run over a titan_llama holding the
+ * weight pass, W, that fills the bubbles) and ZBVZeroBubble (2 stages per
+ * rank, V style: rank r holds stages r and 2·pp − 1 − r, so the last rank
+ * hands its first stage's output to its second without a message) — run
+ * over a titan_llama holding the
  * rank's stages (titan/train.h), with activations and gradients moving by
  * non-blocking MPI point-to-point on the pipeline communicator.
  *
@@ -37,7 +40,7 @@ struct titan_pp {
 };
 
 static const char *const sched_names[] = {"GPipe", "1F1B", "Interleaved1F1B",
-					   "InterleavedZeroBubble"};
+					   "InterleavedZeroBubble", "ZBVZeroBubble"};
 
 int titan_pp_schedule_parse(const char *name, enum titan_pp_schedule *out)
 {
@@ -47,8 +50,32 @@ int titan_pp_schedule_parse(const char *name, enum titan_pp_schedule *out)
 			return 0;
 		}
 	return titan_error(TITAN_E_INVALID, "parallelism.pipeline_parallel_schedule: '%s' is not "
-			   "implemented yet (GPipe, 1F1B, Interleaved1F1B and InterleavedZeroBubble "
-			   "are; LoopedBFS and ZBVZeroBubble are not)", name);
+			   "implemented yet (GPipe, 1F1B, Interleaved1F1B, InterleavedZeroBubble and "
+			   "ZBVZeroBubble are; LoopedBFS is not)", name);
+}
+
+int titan_pp_stage_of(enum titan_pp_schedule sched, int pp, int rank, int v)
+{
+	if (sched == TITAN_PP_ZBV)
+		return v == 0 ? rank : 2 * pp - 1 - rank;
+	return rank + v * pp;
+}
+
+/* The rank holding global stage s. */
+static int rank_of(const struct titan_pp *p, int s)
+{
+	if (p->sched == TITAN_PP_ZBV)
+		return s < p->pp ? s : 2 * p->pp - 1 - s;
+	return s % p->pp;
+}
+
+/* This rank's index of global stage s, or -1. */
+static int local_of(const struct titan_pp *p, int s)
+{
+	for (int v = 0; v < p->nv; v++)
+		if (titan_pp_stage_of(p->sched, p->pp, p->rank, v) == s)
+			return v;
+	return -1;
 }
 
 int titan_pp_new(struct titan_llama *m, struct titan_comm *c, enum titan_pp_schedule sched,
@@ -76,6 +103,7 @@ int titan_pp_new(struct titan_llama *m, struct titan_comm *c, enum titan_pp_sche
 				   "pipeline_parallel_microbatch_size) must be a multiple of "
 				   "pipeline_parallel_degree %d", nmb, pp);
 	}
+	TITAN_ASSERT(sched != TITAN_PP_ZBV || p->nv == 2);
 	if (sched == TITAN_PP_INTERLEAVED_ZB && nmb % (nmb / p->pp > 1 ? nmb / p->pp : 1)) {
 		const int pp = p->pp, rounds = nmb / pp;
 
@@ -125,6 +153,60 @@ void titan_pp_free(struct titan_pp *p)
 	free(p);
 }
 
+/* torch's ScheduleZBVZeroBubble (ZB-V, arXiv:2401.10241 section 6) for
+ * rank r of P, chunk 0 = stage r, chunk 1 = stage 2P − 1 − r: the order is
+ * built for max(2P − 1, M) microbatches and the actions of microbatches
+ * >= M dropped, as torch does. */
+static int zbv_actions(int P, int r, int M, struct titan_pp_action *a)
+{
+	const int nm = 2 * P - 1 > M ? 2 * P - 1 : M;
+	int n = 0, f0 = 0, f1 = 0, b0 = 0, b1 = 0, w0, w1;
+
+#define ZBV(o, c, k) do { if ((k) < M) a[n++] = (struct titan_pp_action){o, c, k}; } while (0)
+	for (int i = 0; i < 2 * (P - r) - 1; i++, f0++)
+		ZBV(TITAN_PP_F, 0, f0);
+	for (int i = 0; i < r; i++, f0++, f1++) {
+		ZBV(TITAN_PP_F, 1, f1);
+		ZBV(TITAN_PP_F, 0, f0);
+	}
+	for (int i = 0; i < P - r; i++, f1++, b1++) {
+		ZBV(TITAN_PP_F, 1, f1);
+		ZBV(TITAN_PP_B, 1, b1);
+		ZBV(TITAN_PP_W, 1, b1);
+	}
+	while (f1 < f0 || f0 < nm) {
+		if (f0 < nm) {
+			ZBV(TITAN_PP_F, 0, f0);
+			f0++;
+		}
+		ZBV(TITAN_PP_B, 0, b0);
+		ZBV(TITAN_PP_W, 0, b0);
+		b0++;
+		ZBV(TITAN_PP_F, 1, f1);
+		f1++;
+		ZBV(TITAN_PP_B, 1, b1);
+		ZBV(TITAN_PP_W, 1, b1);
+		b1++;
+	}
+	w0 = b0;
+	w1 = b1;
+	for (int i = 0; i < r; i++, b0++, b1++) {
+		ZBV(TITAN_PP_B, 0, b0);
+		ZBV(TITAN_PP_B, 1, b1);
+	}
+	for (int i = 0; i < P - r; i++, b0++, w0++) {
+		ZBV(TITAN_PP_B, 0, b0);
+		ZBV(TITAN_PP_W, 0, w0);
+	}
+	for (; w1 < b1; w1++)
+		ZBV(TITAN_PP_W, 1, w1);
+	for (; w0 < b0; w0++)
+		ZBV(TITAN_PP_W, 0, w0);
+#undef ZBV
+	TITAN_ASSERT(f0 == b0 && b0 == w0 && f1 == b1 && b1 == w1 && n == 6 * M);
+	return n;
+}
+
 /* The schedule's actions for one rank, in order (titan/train.h). */
 int titan_pp_schedule_actions(enum titan_pp_schedule sched, int P, int rank, int V, int M,
 			      bool backward, struct titan_pp_action *a)
@@ -140,6 +222,10 @@ int titan_pp_schedule_actions(enum titan_pp_schedule sched, int P, int rank, int
 			for (int k = 0; k < M; k++)
 				a[n++] = (struct titan_pp_action){TITAN_PP_B, v, k};
 		return n;
+	}
+	if (sched == TITAN_PP_ZBV) {
+		TITAN_ASSERT(V == 2);
+		return zbv_actions(P, rank, M, a);
 	}
 	if (sched == TITAN_PP_1F1B) {
 		/* warm-up forwards (more on earlier stages), then one forward
@@ -243,7 +329,7 @@ int titan_pp_step(struct titan_pp *p, const int32_t *inputs, const int32_t *labe
 {
 	struct titan_llama *m = p->m;
 	const int M = p->nmb, V = p->nv, P = p->pp, S = P * V;
-	const bool split = p->sched == TITAN_PP_INTERLEAVED_ZB;
+	const bool split = p->sched == TITAN_PP_INTERLEAVED_ZB || p->sched == TITAN_PP_ZBV;
 	struct titan_pp_action *act = malloc(3 * (size_t)(V * M) * sizeof(*act));
 	double red[2] = {0, 0};
 	int n, rc = 0;
@@ -262,24 +348,27 @@ int titan_pp_step(struct titan_pp *p, const int32_t *inputs, const int32_t *labe
 		if (act[i].op == (split ? TITAN_PP_W : TITAN_PP_B))
 			lastb[act[i].stage] = i;
 	/* every receive of the step, posted now */
+	/* (a neighbour stage on this rank, ZBV's V bottom, needs none: its
+	 * activations are the same buffer, its gradient is copied) */
 	for (int v = 0; v < V && rc == 0; v++) {
-		const int s = p->rank + v * P;
+		const int s = titan_pp_stage_of(p->sched, P, p->rank, v);
 
 		for (int k = 0; k < M && rc == 0; k++) {
 			struct titan_comm_req **r = &p->req[4 * (v * M + k)];
 
-			if (s > 0)
+			if (s > 0 && rank_of(p, s - 1) != p->rank)
 				rc = titan_comm_irecv(p->c, titan_llama_pp_input(m, v, k), (size_t)p->nb,
-						      TITAN_DTYPE_F32, (s - 1) % P,
+						      TITAN_DTYPE_F32, rank_of(p, s - 1),
 						      2 * ((s - 1) * M + k), "pp activations", &r[0]);
-			if (rc == 0 && backward && s < S - 1)
+			if (rc == 0 && backward && s < S - 1 && rank_of(p, s + 1) != p->rank)
 				rc = titan_comm_irecv(p->c, p->gin[v * M + k], (size_t)p->nb,
-						      TITAN_DTYPE_F32, (s + 1) % P, 2 * (s * M + k) + 1,
+						      TITAN_DTYPE_F32, rank_of(p, s + 1), 2 * (s * M + k) + 1,
 						      "pp gradients", &r[2]);
 		}
 	}
 	for (int i = 0; i < n && rc == 0; i++) {
-		const int v = act[i].stage, k = act[i].mb, s = p->rank + v * P;
+		const int v = act[i].stage, k = act[i].mb;
+		const int s = titan_pp_stage_of(p->sched, P, p->rank, v);
 		struct titan_comm_req **r = &p->req[4 * (v * M + k)];
 		float *g = titan_llama_pp_grad(m);
 
@@ -302,10 +391,13 @@ int titan_pp_step(struct titan_pp *p, const int32_t *inputs, const int32_t *labe
 				red[0] += ls;
 				red[1] += (double)nv;
 			}
-			if (rc == 0 && s < S - 1)
+			if (rc == 0 && s < S - 1 && rank_of(p, s + 1) != p->rank)
 				rc = titan_comm_isend(p->c, titan_llama_pp_output(m, v, k),
-						      (size_t)p->nb, TITAN_DTYPE_F32, (s + 1) % P,
+						      (size_t)p->nb, TITAN_DTYPE_F32, rank_of(p, s + 1),
 						      2 * (s * M + k), "pp activations", &r[1]);
+			else if (rc == 0 && s < S - 1) /* the next stage is ours: shared buffer */
+				TITAN_ASSERT(titan_llama_pp_output(m, v, k) ==
+					     titan_llama_pp_input(m, local_of(p, s + 1), k));
 		} else if (act[i].op == TITAN_PP_B) {
 			rc = titan_comm_wait(r[2]);
 			r[2] = NULL;
@@ -317,10 +409,14 @@ int titan_pp_step(struct titan_pp *p, const int32_t *inputs, const int32_t *labe
 				memcpy(g, p->gin[v * M + k], (size_t)p->nb * sizeof(float));
 			rc = split ? titan_llama_pp_backward_input(m, v, k)
 				   : titan_llama_pp_backward(m, v, k);
-			if (rc == 0 && s > 0) {
+			if (rc == 0 && s > 0 && rank_of(p, s - 1) == p->rank) {
+				/* the previous stage is ours: its received gradient */
+				memcpy(p->gin[local_of(p, s - 1) * M + k], g,
+				       (size_t)p->nb * sizeof(float));
+			} else if (rc == 0 && s > 0) {
 				memcpy(p->gout[v * M + k], g, (size_t)p->nb * sizeof(float));
 				rc = titan_comm_isend(p->c, p->gout[v * M + k], (size_t)p->nb,
-						      TITAN_DTYPE_F32, (s - 1) % P,
+						      TITAN_DTYPE_F32, rank_of(p, s - 1),
 						      2 * ((s - 1) * M + k) + 1, "pp gradients", &r[3]);
 			}
 		} else {
@@ -349,8 +445,19 @@ int titan_pp_stages_per_rank(const struct titan_config *c, enum titan_pp_schedul
 	const int64_t per = c->parallelism.pipeline_parallel_layers_per_stage;
 	int64_t stages;
 
-	if (sched != TITAN_PP_INTERLEAVED_1F1B && sched != TITAN_PP_INTERLEAVED_ZB)
+	if (sched != TITAN_PP_INTERLEAVED_1F1B && sched != TITAN_PP_INTERLEAVED_ZB &&
+	    sched != TITAN_PP_ZBV)
 		return 1;
+	if (sched == TITAN_PP_ZBV) { /* torch: exactly 2 stages per rank */
+		stages = per > 0 ? (n_layers + 2 + per - 1) / per : 2 * pp;
+		if (stages != 2 * pp)
+			return titan_error(TITAN_E_INVALID, "parallelism.pipeline_parallel_schedule "
+					   "ZBVZeroBubble runs exactly 2 stages per rank, but "
+					   "pipeline_parallel_layers_per_stage %lld makes %lld stages "
+					   "for pipeline_parallel_degree %d", (long long)per,
+					   (long long)stages, pp);
+		return 2;
+	}
 	if (per <= 0)
 		return 2;
 	stages = (n_layers + 2 + per - 1) / per;

@@ -1028,13 +1028,14 @@ int titan_trainer_new(const struct titan_config *cfg, const struct titan_trainer
 						  &sched)) < 0 ||
 		    (rc = nv = titan_pp_stages_per_rank(c, sched, t->dims.n_layers, pp)) < 0)
 			return rc;
-		t->mo.pp_split_backward = sched == TITAN_PP_INTERLEAVED_ZB;
-		/* loop style: the rank's v-th stage is global stage rank + v·pp */
+		t->mo.pp_split_backward = sched == TITAN_PP_INTERLEAVED_ZB || sched == TITAN_PP_ZBV;
+		/* loop style: the rank's v-th stage is global stage rank + v·pp;
+		 * ZBV's V style: stages rank and 2·pp − 1 − rank */
 		for (int v = 0; v < nv; v++) {
+			const int gs = titan_pp_stage_of(sched, pp, rank, v);
 			struct titan_pp_stage st;
 
-			if ((rc = titan_pp_split(c, t->dims.n_layers, pp * nv, rank + v * pp,
-						 &st)) < 0)
+			if ((rc = titan_pp_split(c, t->dims.n_layers, pp * nv, gs, &st)) < 0)
 				return rc;
 			if (v == 0) {
 				t->mo.stage_l0 = st.l0;
@@ -1045,7 +1046,7 @@ int titan_trainer_new(const struct titan_config *cfg, const struct titan_trainer
 				t->mo.more_l1[v - 1] = st.l1;
 			}
 			t->mo.stage_last = st.last;
-			titan_log_info("Pipeline stage %d of %d (rank %d): layers %d-%d%s%s", rank + v * pp,
+			titan_log_info("Pipeline stage %d of %d (rank %d): layers %d-%d%s%s", gs,
 				       pp * nv, rank, st.l0, st.l1 - 1, st.first ? ", embedding" : "",
 				       st.last ? ", norm + output" : "");
 		}

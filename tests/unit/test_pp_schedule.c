@@ -1,8 +1,8 @@
 /* test_pp_schedule.c — the action order of the pipeline schedules
- * (titan_pp_schedule_actions, lib/train/pp.c), above all
- * InterleavedZeroBubble (torch.distributed.pipelining's
- * ScheduleInterleavedZeroBubble): a hand-worked order from torch's
- * _get_1f1b_rank_ops, and for many (pp, V, M) that every (stage,
+ * (titan_pp_schedule_actions, lib/train/pp.c), above all the zero-bubble
+ * ones, InterleavedZeroBubble and ZBVZeroBubble (torch.distributed.
+ * pipelining's ScheduleInterleavedZeroBubble and ScheduleZBVZeroBubble):
+ * orders worked by hand from torch's code, and for many (pp, V, M) that every (stage,
  * microbatch) gets exactly one F, B and W, W after its B, and that the
  * ranks, running their lists in order with every receive posted up front
  * (as titan_pp_step does), never wait for each other in a cycle: each
@@ -35,6 +35,27 @@ static void format(const struct titan_pp_action *a, int n, char *out, size_t cap
  * torch's code: rank 0 warms up with (V-1)·2 + (pp-1-0) = 3 forwards and
  * issues W right after each B (num_1f1b_microbatches = rank = 0); rank 1
  * warms up with 2 and holds the first W back one step. */
+/* ZBV, pp 2, M 4, worked by hand from torch's _calculate_single_rank_
+ * operations: rank 0 holds stages 0 and 3, rank 1 stages 1 and 2. */
+static void test_zbv_order(void **state)
+{
+	struct titan_pp_action a[24];
+	char buf[512];
+
+	(void)state;
+	assert_int_equal(titan_pp_stage_of(TITAN_PP_ZBV, 2, 0, 1), 3);
+	assert_int_equal(titan_pp_stage_of(TITAN_PP_ZBV, 2, 1, 1), 2);
+	assert_int_equal(titan_pp_stage_of(TITAN_PP_INTERLEAVED_ZB, 2, 0, 1), 2);
+	assert_int_equal(titan_pp_schedule_actions(TITAN_PP_ZBV, 2, 0, 2, 4, true, a), 24);
+	format(a, 24, buf, sizeof(buf));
+	assert_string_equal(buf, "F0.0 F0.1 F0.2 F1.0 B1.0 W1.0 F1.1 B1.1 W1.1 F0.3 B0.0 W0.0 "
+				 "F1.2 B1.2 W1.2 B0.1 W0.1 F1.3 B1.3 W1.3 B0.2 W0.2 B0.3 W0.3");
+	assert_int_equal(titan_pp_schedule_actions(TITAN_PP_ZBV, 2, 1, 2, 4, true, a), 24);
+	format(a, 24, buf, sizeof(buf));
+	assert_string_equal(buf, "F0.0 F1.0 F0.1 F1.1 B1.0 W1.0 F0.2 B0.0 W0.0 F1.2 B1.1 W1.1 "
+				 "F0.3 B0.1 W0.1 F1.3 B1.2 W1.2 B0.2 B1.3 B0.3 W0.2 W1.3 W0.3");
+}
+
 static void test_zero_bubble_order(void **state)
 {
 	struct titan_pp_action a[12];
@@ -56,7 +77,7 @@ static void test_zero_bubble_order(void **state)
 /* Run every rank's list; 0 when all finish, -1 on a wait cycle. */
 static int simulate(enum titan_pp_schedule sched, int P, int V, int M)
 {
-	const int S = P * V, split = sched == TITAN_PP_INTERLEAVED_ZB;
+	const int S = P * V, split = sched == TITAN_PP_INTERLEAVED_ZB || sched == TITAN_PP_ZBV;
 	struct titan_pp_action *a[8];
 	int n[8], at[8] = {0}, left = 0;
 	char *done = calloc((size_t)(3 * S * M), 1); /* [op][stage][mb] */
@@ -90,7 +111,7 @@ static int simulate(enum titan_pp_schedule sched, int P, int V, int M)
 		for (int r = 0; r < P; r++) {
 			while (at[r] < n[r]) {
 				const struct titan_pp_action *x = &a[r][at[r]];
-				const int s = r + x->stage * P, k = x->mb;
+				const int s = titan_pp_stage_of(sched, P, r, x->stage), k = x->mb;
 				bool ready;
 
 				if (x->op == TITAN_PP_F)
@@ -134,6 +155,8 @@ static void test_every_layout_runs(void **state)
 				if (M % P == 0 &&
 				    simulate(TITAN_PP_INTERLEAVED_1F1B, P, V, M) < 0)
 					fail_msg("Interleaved1F1B pp %d V %d M %d deadlocks", P, V, M);
+				if (V == 2 && simulate(TITAN_PP_ZBV, P, 2, M) < 0)
+					fail_msg("ZBVZeroBubble pp %d M %d deadlocks", P, M);
 				if (V == 1 && (simulate(TITAN_PP_1F1B, P, 1, M) < 0 ||
 					       simulate(TITAN_PP_GPIPE, P, 1, M) < 0))
 					fail_msg("1F1B/GPipe pp %d M %d deadlocks", P, M);
@@ -168,6 +191,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_zero_bubble_order),
+		cmocka_unit_test(test_zbv_order),
 		cmocka_unit_test(test_every_layout_runs),
 		cmocka_unit_test(test_last_w_after_last_b),
 	};
