@@ -3,7 +3,7 @@
 # measured, next to the formula.
 #
 #   bench/pp_bubble.sh [--stages "2 4"]
-#                      [--schedules "GPipe 1F1B Interleaved1F1B InterleavedZeroBubble"]
+#                      [--schedules "GPipe 1F1B Interleaved1F1B InterleavedZeroBubble ZBVZeroBubble"]
 #                      [--microbatches M] [--steps N] [--warmup W]
 #
 # Model: dim 256, 16 blocks, 8 heads (4 kv), vocab 2048, seq 256, fp32, no
@@ -22,7 +22,9 @@
 # (p - 1) / (3·V·M + p - 1) for InterleavedZeroBubble (V = 2): the ZB-H1
 # estimate of arXiv:2401.10241 with forward, input backward and weight
 # backward taking one unit each, where the weight passes fill all but
-# (p - 1) units of the 1F1B bubble of 3·(p - 1).
+# (p - 1) units of the 1F1B bubble of 3·(p - 1); 0 for ZBVZeroBubble (2
+# stages per rank, V style), whose ZB-V order has no bubble when those
+# three times are equal (torch's docstring), and a bubble otherwise.
 #
 # With more ranks than cores (p = 4 on a 2-core machine) the ranks share
 # cores: a waiting rank yields its core (OMP_WAIT_POLICY=PASSIVE, MPICH's
@@ -37,7 +39,7 @@ usage() { sed -n '5,8p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
-stages="2 4" schedules="GPipe 1F1B Interleaved1F1B InterleavedZeroBubble" M=8 steps=3 warmup=2
+stages="2 4" schedules="GPipe 1F1B Interleaved1F1B InterleavedZeroBubble ZBVZeroBubble" M=8 steps=3 warmup=2
 while [ $# -gt 0 ]; do
 	case "$1" in
 	--stages) [ $# -ge 2 ] || usage; stages=$2; shift ;;
@@ -45,7 +47,7 @@ while [ $# -gt 0 ]; do
 	--microbatches) [ $# -ge 2 ] || usage; M=$2; shift ;;
 	--steps) [ $# -ge 2 ] || usage; steps=$2; shift ;;
 	--warmup) [ $# -ge 2 ] || usage; warmup=$2; shift ;;
-	-h | --help) sed -n '2,31p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	-h | --help) sed -n '2,33p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 	*) echo "$prog: error: unknown argument '$1'" >&2; usage ;;
 	esac
 	shift
@@ -115,11 +117,12 @@ for r in d["ranks"]:
     if not st:
         sys.exit("rank %d: no profiled step after warm-up" % r["rank"])
     per_rank.append(statistics.median(x["comm_exposed_ms"] / x["step_ms"] for x in st))
-v = 2 if s in ("Interleaved1F1B", "InterleavedZeroBubble") else 1
+v = 2 if s in ("Interleaved1F1B", "InterleavedZeroBubble", "ZBVZeroBubble") else 1
 u = 3 if s == "InterleavedZeroBubble" else 1  # F, B and W: one unit each
+f = 0.0 if s == "ZBVZeroBubble" else (p - 1) / (u * v * m + p - 1)
 print("| %d | %s | %.3f | %.1f%% (ranks: %s) | %.1f%% |" % (
     p, s, statistics.median(t), 100 * statistics.mean(per_rank),
-    " ".join("%.0f%%" % (100 * x) for x in per_rank), 100.0 * (p - 1) / (u * v * m + p - 1)))
+    " ".join("%.0f%%" % (100 * x) for x in per_rank), 100.0 * f))
 PY
 	done
 done

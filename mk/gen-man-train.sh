@@ -126,11 +126,15 @@ gradients as the fused backward, so the losses equal Interleaved1F1B's bit
 for bit; each microbatch keeps its layers' output gradients, and under
 activation checkpointing copies of the recomputed layer inputs, from B to
 W; the first stage's B is empty and its W the whole backward, as torch's;
-the microbatches M must be a multiple of max(1, M / pp), torch's rounds);
+the microbatches M must be a multiple of max(1, M / pp), torch's rounds)
+or ZBVZeroBubble (torch's ScheduleZBVZeroBubble, ZB-V: the same split
+backward over exactly 2 stages per rank in V style, rank r holding stages r
+and 2pp \- 1 \- r, so the last rank passes its first stage's output to its
+second without a message; any M);
 activations and gradients move by non-blocking MPI point-to-point, every
 receive of a step posted at its start.  The loss comes from the last
-stage; the gradient norm sums the stages'.  LoopedBFS and ZBVZeroBubble
-are refused (exit 2), as are tied embeddings under PP.  Validation runs the schedule's forwards.
+stage; the gradient norm sums the stages'.  LoopedBFS is refused (exit 2),
+as are tied embeddings under PP.  Validation runs the schedule's forwards.
 .TP
 .B CP \fR(context_parallel_degree > 1)
 Each sequence is cut into 2\(mucp chunks and rank r of the CP group holds

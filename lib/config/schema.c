@@ -199,7 +199,7 @@ static const struct cfg_entry schema[] = {
 	K(parallelism, pipeline_parallel_split_points, STRLIST, "", NR, NULL, 0,
 	  "module names that start a stage, e.g. layers.4,layers.8"),
 	K(parallelism, pipeline_parallel_schedule, ENUM, "1F1B", NR, ch_schedule, 0,
-	  "pipeline schedule; LoopedBFS and ZBVZeroBubble are not implemented (exit 2)"),
+	  "pipeline schedule; LoopedBFS is not implemented (exit 2)"),
 	K(parallelism, pipeline_parallel_microbatch_size, INT, "1", GE(1), NULL, 0,
 	  "sequences per pipeline microbatch"),
 	K(parallelism, pipeline_parallel_layers_per_stage, INT, "", GE(1), NULL, NUL,
