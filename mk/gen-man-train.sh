@@ -140,9 +140,21 @@ as are tied embeddings under PP.  Validation runs the schedule's forwards.
 Each sequence is cut into 2\(mucp chunks and rank r of the CP group holds
 chunks r and 2\(mucp \- 1 \- r (torchtitan's causal load balancing) of
 every row: norms, linears and the loss run on its tokens, RoPE at their
-positions, and attention all-gathers the keys and values of the sequence
-(context_parallel_rotate_method allgather; alltoall is refused, exit 1) and
-reduce-scatters their gradients back.  seq_len must divide into
+positions.  Attention, by
+.BR context_parallel_rotate_method :
+.B allgather
+(the default) all-gathers the keys and values of the whole sequence and
+reduce-scatters their gradients back;
+.B alltoall
+is ring attention (PyTorch's ALL_TO_ALL rotation): each rank's keys and
+values go around the CP group in cp steps, each step computing the rank's
+queries against the block it holds (causal, full or skipped by chunk
+position) while the next block travels, the partial results merged by
+log-sum-exp; backward sends the key/value gradients around with them, back
+to their owner.  Both give the losses of one rank; alltoall holds a few
+one-rank blocks during attention instead of the whole sequence's keys,
+values and their gradients for the run (docs/performance.md).  seq_len
+must divide into
 2\(mucp\(mutp pieces.  FSDP shards over dp_shard \(mu cp, as torchtitan.
 .PP
 Collectives run on a progress thread per communicator, so they overlap

@@ -207,7 +207,7 @@ static const struct cfg_entry schema[] = {
 	K(parallelism, context_parallel_degree, INT, "1", GE(1), NULL, 0,
 	  "context parallel degree"),
 	K(parallelism, context_parallel_rotate_method, ENUM, "allgather", NR,
-	  ch_rotate, 0, "collective that exchanges key/value shards under CP"),
+	  ch_rotate, 0, "how CP moves keys/values: allgather (whole sequence) or alltoall (ring)"),
 
 	/* activation_checkpoint */
 	K(activation_checkpoint, mode, ENUM, "selective", NR, ch_ac, 0,
