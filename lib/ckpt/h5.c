@@ -250,14 +250,13 @@ int titan_ckpt_mktemp_(const char *path, char **tmp)
 	if (!(*tmp = malloc(n)))
 		return titan_error(TITAN_E_NOMEM, "out of memory");
 	snprintf(*tmp, n, "%s.tmp.XXXXXX", path);
-	if ((fd = mkstemp(*tmp)) < 0) {
+	if ((fd = titan_tmp_mkstemp(*tmp, 0, NULL)) < 0) { /* titan_ckpt_commit_ forgets it */
 		free(*tmp);
 		*tmp = NULL;
 		return titan_error(TITAN_E_IO, "cannot create checkpoint '%s': %s", path,
 				   strerror(errno));
 	}
 	close(fd);
-	titan_tmp_track(*tmp); /* titan_ckpt_commit_ forgets it */
 	return 0;
 }
 

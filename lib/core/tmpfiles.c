@@ -9,9 +9,19 @@
  * so the handler never sees a half-built node or a freed one, whatever
  * thread it runs on.  Dead nodes are reused by the next titan_tmp_track,
  * so the list is as long as the most files ever tracked at once.
+ *
+ * Two races a signal could win: arriving on the creating thread between
+ * mkstemp and the track (the handler walks a list without the file, then
+ * the process dies) — titan_tmp_mkstemp blocks the signals on that thread
+ * for the two calls; and the handler running on another thread while a
+ * file is being made — the handler raises `dying` before it walks, and a
+ * tracker that finds `dying` raised after its push unlinks the file itself
+ * (both sequentially consistent: one of the two always sees the other).
  */
 #include "titan/core.h"
 
+#include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -26,6 +36,7 @@ struct titan_tmp {
 
 static _Atomic(struct titan_tmp *) head;
 static atomic_flag reuse_lock = ATOMIC_FLAG_INIT;
+static atomic_int dying; /* a stop signal's handler has begun */
 
 struct titan_tmp *titan_tmp_track(const char *path)
 {
@@ -43,17 +54,45 @@ struct titan_tmp *titan_tmp_track(const char *path)
 		}
 	}
 	atomic_flag_clear_explicit(&reuse_lock, memory_order_release);
-	if (t)
+	if (t) {
+		if (atomic_load(&dying))
+			unlink(path);
 		return t;
+	}
 	if (!(t = malloc(sizeof(*t) + n)))
 		return NULL; /* not tracked: only the clean-up on signals is lost */
 	memcpy(t->path, path, n);
 	atomic_init(&t->live, 1);
 	t->next = atomic_load_explicit(&head, memory_order_relaxed);
-	while (!atomic_compare_exchange_weak_explicit(&head, &t->next, t, memory_order_release,
+	while (!atomic_compare_exchange_weak_explicit(&head, &t->next, t, memory_order_seq_cst,
 						      memory_order_relaxed))
 		;
+	if (atomic_load(&dying))
+		unlink(path); /* the handler may have walked the list before the push */
 	return t;
+}
+
+int titan_tmp_mkstemp(char *tmpl, int flags, struct titan_tmp **track)
+{
+	sigset_t stop, old;
+	int fd, e;
+
+	sigemptyset(&stop);
+	sigaddset(&stop, SIGINT);
+	sigaddset(&stop, SIGTERM);
+	sigaddset(&stop, SIGHUP);
+	pthread_sigmask(SIG_BLOCK, &stop, &old);
+	fd = mkostemp(tmpl, flags);
+	e = errno;
+	if (fd >= 0) {
+		struct titan_tmp *t = titan_tmp_track(tmpl);
+
+		if (track)
+			*track = t;
+	}
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	errno = e;
+	return fd;
 }
 
 void titan_tmp_untrack(struct titan_tmp *t)
@@ -75,7 +114,8 @@ void titan_tmp_forget(const char *path)
 
 static void on_signal(int sig)
 {
-	for (struct titan_tmp *t = atomic_load_explicit(&head, memory_order_acquire); t;
+	atomic_store(&dying, 1);
+	for (struct titan_tmp *t = atomic_load(&head); t;
 	     t = t->next)
 		if (atomic_load(&t->live))
 			unlink(t->path);

@@ -208,13 +208,15 @@ int titan_afile_open(struct titan_afile *f, const char *path)
 		return titan_error(TITAN_E_NOMEM, "out of memory");
 	}
 	snprintf(f->tmp, n, "%s.tmp.XXXXXX", path);
-	fd = mkstemp(f->tmp);
+	fd = titan_tmp_mkstemp(f->tmp, 0, &f->track);
 	if (fd < 0 || !(f->fp = fdopen(fd, "wb"))) {
 		int e = errno;
 
 		if (fd >= 0) {
 			close(fd);
 			unlink(f->tmp);
+			titan_tmp_untrack(f->track);
+			f->track = NULL;
 		}
 		free(f->tmp);
 		f->tmp = NULL;
@@ -223,7 +225,6 @@ int titan_afile_open(struct titan_afile *f, const char *path)
 		f->path = NULL;
 		return TITAN_E_IO;
 	}
-	f->track = titan_tmp_track(f->tmp);
 	return 0;
 }
 

@@ -246,14 +246,13 @@ static int start_shard(struct titan_shard_writer *w)
 	snprintf(w->cur_tmp, n, "%s/.%s-%05" PRIu64 ".tok.tmp-XXXXXX", w->dir, w->split,
 		 (uint64_t)w->ntmps);
 	w->st.n_shards++;
-	if ((w->fd = mkostemp(w->cur_tmp, O_CLOEXEC)) < 0) {
+	if ((w->fd = titan_tmp_mkstemp(w->cur_tmp, O_CLOEXEC, &w->cur_track)) < 0) {
 		int rc = fail_io(w, "create", errno);
 
 		free(w->cur_tmp);
 		w->cur_tmp = NULL;
 		return rc;
 	}
-	w->cur_track = titan_tmp_track(w->cur_tmp);
 	if (lseek(w->fd, HDR, SEEK_SET) != HDR)
 		return fail_io(w, "seek in", errno);
 	w->cur_tokens = w->cur_docs = 0;

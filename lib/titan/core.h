@@ -517,6 +517,11 @@ void titan_unmap_file(const void *map, size_t size);
  * is then simply not removed on a signal). */
 struct titan_tmp;
 struct titan_tmp *titan_tmp_track(const char *path);
+/* mkostemp(tmpl, flags) + titan_tmp_track with SIGINT/SIGTERM/SIGHUP
+ * blocked on this thread in between, so no signal finds the file made but
+ * untracked.  The fd, or -1 with errno; *track (may be NULL) gets the
+ * tracking node (NULL when out of memory). */
+int titan_tmp_mkstemp(char *tmpl, int flags, struct titan_tmp **track);
 void titan_tmp_untrack(struct titan_tmp *t); /* NULL-safe */
 void titan_tmp_forget(const char *path);     /* untrack by path */
 void titan_tmp_catch_signals(void);
