@@ -321,7 +321,7 @@ static int rank_geo(const struct titan_model_dims *d, const struct titan_est_opt
 	memset(G, 0, sizeof(*G));
 	G->nst = (int)v;
 	for (int64_t k = 0; k < v; k++) {
-		const struct est_stage *sg = &st[ppr + k * o->layout.pp];
+		const struct est_stage *sg = &st[est_stage_of(o, ppr, k, v)];
 
 		G->l0[k] = (int)sg->first_layer;
 		G->l1[k] = (int)(sg->first_layer + sg->nlayers);
@@ -339,9 +339,7 @@ static int rank_geo(const struct titan_model_dims *d, const struct titan_est_opt
 static int step_actions(const struct titan_est_opts *o, int64_t ppr, int nst, int nmb,
 			struct act **out, int *n)
 {
-	const enum titan_pp_schedule sched = o->schedule == TITAN_EST_GPIPE ? TITAN_PP_GPIPE :
-					     o->schedule == TITAN_EST_1F1B ? TITAN_PP_1F1B :
-					     TITAN_PP_INTERLEAVED_1F1B;
+	const enum titan_pp_schedule sched = est_train_schedule(o->schedule);
 	struct titan_pp_action *pa = NULL;
 	struct act *a = calloc(3 * (size_t)nst * (size_t)nmb, sizeof(*a));
 	int k;
@@ -391,7 +389,7 @@ int est_cpu_model(const struct titan_model_dims *d, const struct titan_est_opts 
 	struct geo G;
 	struct act *acts = NULL;
 	int64_t N, nl, threads, kept = 0, nckpt = 0, blocks, xin = 0, set, arena, chunk;
-	int64_t sumsq = 0, x, ppr, nstages = 1, top = -1;
+	int64_t sumsq = 0, x, tq, ppr, nstages = 1, top = -1;
 	int64_t comm[SIM_NKINDS] = {0};
 	int m_start = -1, m_fwd, m_loss = -1, m_rec = -1, m_bwd, m_norm, m_opt, m_log = -1;
 	int m_fcomm = -1, m_bcomm = -1, nacts = 0;
@@ -455,7 +453,7 @@ int est_cpu_model(const struct titan_model_dims *d, const struct titan_est_opts 
 	r->pp_rank = (int)ppr;
 	r->nstages = G.nst;
 	for (int v = 0; v < G.nst; v++) {
-		r->stages[v] = (int)(ppr + v * pp);
+		r->stages[v] = (int)est_stage_of(o, ppr, v, G.nst);
 		r->stage_l0[v] = G.l0[v];
 		r->stage_l1[v] = G.l1[v];
 		r->layers += G.l1[v] - G.l0[v];
@@ -530,13 +528,15 @@ int est_cpu_model(const struct titan_model_dims *d, const struct titan_est_opts 
 		 est_mul(&n, arena, 2), all);
 	est_item(r, "RoPE table", TITAN_MEM_OTHER, est_mul(&n, est_mul(&n, Sl, D), 4), all);
 	if (cp > 1) {
-		/* CP (rotate_method allgather): this rank's positions and labels,
-		 * the whole sequence's keys and values, their gradients and the
-		 * all-gather / reduce-scatter buffer, of one microbatch */
+		/* CP: this rank's positions and labels; allgather holds the
+		 * whole sequence's keys and values, their gradients and the
+		 * all-gather / reduce-scatter buffer of one microbatch for the
+		 * run (the ring, lib/train/cp_ring.c, allocates per call) */
 		est_item(r, "CP: token positions", TITAN_MEM_OTHER, est_mul(&n, 2 * Sl, 4), all);
 		est_item(r, "CP: this rank's labels", TITAN_MEM_DATA, est_mul(&n, N, 4), all);
-		est_item(r, "CP: gathered K, V, dK, dV + gather buffer", TITAN_MEM_WORKSPACE,
-			 est_mul(&n, est_mul(&n, est_mul(&n, B, S), kv), 5 * 4), all);
+		if (!o->cp_alltoall)
+			est_item(r, "CP: gathered K, V, dK, dV + gather buffer", TITAN_MEM_WORKSPACE,
+				 est_mul(&n, est_mul(&n, est_mul(&n, B, S), kv), 5 * 4), all);
 	}
 	/* per microbatch (PP: a schedule's microbatches in flight each have
 	 * their own): block inputs, saved activations, ids, final norm */
@@ -613,27 +613,44 @@ int est_cpu_model(const struct titan_model_dims *d, const struct titan_est_opts 
 	est_item(r, "inputs + labels (all microbatches)", TITAN_MEM_DATA,
 		 est_mul(&n, est_mul(&n, e->tokens_per_step, 2), 4), all);
 
-	/* transient workspace of the ops (lib/cpu); CP's attention
-	 * (lib/train/cp_attn.c) keeps its per-thread rows off the allocator */
+	/* transient workspace of the ops (lib/cpu): the attention kernel's
+	 * tiles for tq query rows (tasks: rows x heads x query blocks
+	 * forward, rows x kv heads backward, one thread each at most).  CP
+	 * allgather runs each of the two query chunks (S/cp/2 rows) against
+	 * the gathered sequence; the ring's largest part is the rank's own
+	 * S/cp rows (its first step), with its buffers live (forward: a
+	 * receive buffer of keys and values per step in flight, min(cp - 1,
+	 * 2); backward: those, two travelling dK/dV sums, the block's own
+	 * dK/dV) */
 	if (m_start >= 0)
 		est_item(r, "sgemm peak probe (3 x 1024 x 1024 fp32)", TITAN_MEM_WORKSPACE,
 			 3 * (int64_t)PROBE_N * PROBE_N * 4, EST_AT(m_start));
-	x = est_mul(&n, B, H * ((S + bq - 1) / bq));        /* attention forward tasks */
+	tq = cp == 1 ? S : o->cp_alltoall ? Sl : Sl / 2;
+	x = est_mul(&n, B, H * ((tq + bq - 1) / bq));       /* attention forward tasks */
 	x = x < threads ? x : threads;
 	rc_at = EST_AT(m_fwd) | (m_rec >= 0 ? EST_AT(m_rec) : 0);
-	if (cp == 1)
-		est_item(r, "attention forward tiles (per thread)", TITAN_MEM_WORKSPACE,
-			 est_mul(&n, est_mul(&n, x, bq * bq + D * bq + 2 * bq), 4), rc_at);
+	est_item(r, "attention forward tiles (per thread)", TITAN_MEM_WORKSPACE,
+		 est_mul(&n, est_mul(&n, x, bq * bq + D * bq + 2 * bq), 4), rc_at);
 	if (tp == 1 && m_loss >= 0)
 		est_item(r, "classifier/CE chunk logits + row losses", TITAN_MEM_WORKSPACE,
 			 est_add(&n, est_mul(&n, est_mul(&n, chunk, V), 4), est_mul(&n, chunk, 8)),
 			 EST_AT(m_loss));
 	x = est_mul(&n, B, Hkv);                             /* attention backward tasks */
 	x = x < threads ? x : threads;
-	if (cp == 1)
-		est_item(r, "attention backward tiles (per thread)", TITAN_MEM_WORKSPACE,
-			 est_mul(&n, est_mul(&n, x, est_add(&n, S, 2 * bq * bq + 2 * D * bq)), 4),
-			 EST_AT(m_bwd));
+	est_item(r, "attention backward tiles (per thread)", TITAN_MEM_WORKSPACE,
+		 est_mul(&n, est_mul(&n, x, est_add(&n, tq, 2 * bq * bq + 2 * D * bq)), 4),
+		 EST_AT(m_bwd));
+	if (cp > 1 && o->cp_alltoall) {
+		const int64_t nkv = est_mul(&n, est_mul(&n, B, Sl), kv);
+		const int64_t nbuf = cp - 1 < 2 ? cp - 1 : 2;
+
+		est_item(r, "CP ring: key/value receive buffers", TITAN_MEM_COMM,
+			 est_mul(&n, nkv, 2 * nbuf * 4), rc_at | EST_AT(m_bwd));
+		est_item(r, "CP ring: travelling dK/dV sums", TITAN_MEM_COMM,
+			 est_mul(&n, nkv, 4 * 4), EST_AT(m_bwd));
+		est_item(r, "CP ring: the block's own dK/dV", TITAN_MEM_WORKSPACE,
+			 est_mul(&n, nkv, 2 * 4), EST_AT(m_bwd));
+	}
 	est_item(r, "gradient norm partial sums", TITAN_MEM_WORKSPACE, sumsq * 8,
 		 EST_AT(m_norm));
 	/* the metrics row (300-500 characters) in lib/core's JSON writer: its

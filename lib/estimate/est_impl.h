@@ -7,6 +7,7 @@
 #define TITAN_EST_IMPL_H
 
 #include "titan/estimate.h"
+#include "titan/train.h"
 
 #include <math.h>
 
@@ -44,7 +45,12 @@ struct est_stage {
  * one layer each, the remainder goes to the first stages). */
 int est_pipeline(const struct titan_est_opts *o, const struct titan_model_dims *d,
 		 int64_t *v, struct est_stage **stages);
-/* Stage index of a rank's k-th stage: loop (r + k·pp) or V style (ZBV). */
+/* titan-train's schedule of an estimate schedule (the stage count and
+ * the stage-to-rank map are titan-train's; LoopedBFS counts and maps its
+ * stages as Interleaved1F1B). */
+enum titan_pp_schedule est_train_schedule(enum titan_est_schedule s);
+/* Stage index of a rank's k-th stage: titan_pp_stage_of (loop style
+ * r + k·pp, or V style for ZBVZeroBubble). */
 int64_t est_stage_of(const struct titan_est_opts *o, int64_t rank, int64_t k, int64_t v);
 bool est_multi_stage(enum titan_est_schedule s);
 

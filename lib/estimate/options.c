@@ -136,14 +136,20 @@ bool est_multi_stage(enum titan_est_schedule s)
 	return s != TITAN_EST_GPIPE && s != TITAN_EST_1F1B;
 }
 
-/* The trainer's schedule for the stage count: the estimate's further
- * multi-stage schedules (GPU model) count their stages as Interleaved1F1B
- * does. */
-static enum titan_pp_schedule train_schedule(enum titan_est_schedule s)
+enum titan_pp_schedule est_train_schedule(enum titan_est_schedule s)
 {
-	return s == TITAN_EST_GPIPE ? TITAN_PP_GPIPE :
-	       s == TITAN_EST_1F1B ? TITAN_PP_1F1B :
-	       s == TITAN_EST_INTERLEAVED_ZB ? TITAN_PP_INTERLEAVED_ZB : TITAN_PP_INTERLEAVED_1F1B;
+	switch (s) {
+	case TITAN_EST_GPIPE:
+		return TITAN_PP_GPIPE;
+	case TITAN_EST_1F1B:
+		return TITAN_PP_1F1B;
+	case TITAN_EST_INTERLEAVED_ZB:
+		return TITAN_PP_INTERLEAVED_ZB;
+	case TITAN_EST_ZBV:
+		return TITAN_PP_ZBV;
+	default:
+		return TITAN_PP_INTERLEAVED_1F1B;
+	}
 }
 
 int est_pipeline(const struct titan_est_opts *o, const struct titan_model_dims *d,
@@ -166,7 +172,7 @@ int est_pipeline(const struct titan_est_opts *o, const struct titan_model_dims *
 		return titan_error(TITAN_E_NOMEM, "out of memory");
 	c->parallelism.pipeline_parallel_layers_per_stage = o->pp_layers_per_stage;
 	c->parallelism.pipeline_parallel_split_points = o->pp_split_points;
-	if (pp > 1 && (rc = titan_pp_stages_per_rank(c, train_schedule(o->schedule), d->n_layers,
+	if (pp > 1 && (rc = titan_pp_stages_per_rank(c, est_train_schedule(o->schedule), d->n_layers,
 						     (int)pp)) < 0) {
 		free(c);
 		return rc;
@@ -201,11 +207,9 @@ int est_pipeline(const struct titan_est_opts *o, const struct titan_model_dims *
 
 int64_t est_stage_of(const struct titan_est_opts *o, int64_t rank, int64_t k, int64_t v)
 {
-	const int64_t pp = o->layout.pp;
-
-	if (o->schedule == TITAN_EST_ZBV && v == 2)
-		return k == 0 ? rank : 2 * pp - 1 - rank;
-	return rank + k * pp;
+	(void)v;
+	return titan_pp_stage_of(est_train_schedule(o->schedule), (int)o->layout.pp, (int)rank,
+				 (int)k);
 }
 
 bool est_block_ckpt(const struct titan_est_opts *o, int64_t b)
@@ -250,10 +254,6 @@ int titan_est_check(struct titan_est_opts *o, const struct titan_model_dims *d)
 				   PRId64 " x tp %" PRId64 " x pp %" PRId64 " x cp %" PRId64 " = %" PRId64
 				   " ranks, but --ngpu is %" PRId64, l->dp_replicate, l->dp_shard, l->tp,
 				   l->pp, l->cp, n.overflow ? INT64_MAX : prod, o->ngpu);
-	if (o->dev.cpu && l->cp > 1 && o->cp_alltoall)
-		return titan_error(TITAN_E_INVALID, "--device cpu: parallelism."
-				   "context_parallel_rotate_method alltoall (the ring of keys and "
-				   "values) is not modelled; the CPU model replays allgather");
 	if (o->rank < 0 || o->rank >= o->ngpu)
 		return titan_error(TITAN_E_INVALID, "--rank: %" PRId64 " is not a rank of %" PRId64,
 				   o->rank, o->ngpu);

@@ -169,6 +169,23 @@ int titan_est_search_run(const struct titan_model_dims *d, const struct titan_es
 							s->valid++;
 							if (titan_estimate_run(d, &c.opts, &e) < 0)
 								continue;
+							/* cpu: one rank per run; the first rank
+							 * of each other pipeline rank too (the
+							 * last holds the loss) */
+							for (int64_t p = 1; c.opts.dev.cpu && p < pp; p++) {
+								struct titan_est_opts po = c.opts;
+								struct titan_estimate pe;
+
+								po.rank = p * (N / pp);
+								if (titan_estimate_run(d, &po, &pe) < 0)
+									continue;
+								if (pe.required_bytes > e.required_bytes) {
+									e.required_bytes = pe.required_bytes;
+									e.margin_bytes = pe.margin_bytes;
+									e.fits = pe.fits;
+								}
+								titan_estimate_release(&pe);
+							}
 							c.required_bytes = e.required_bytes;
 							c.margin_bytes = e.margin_bytes;
 							c.fits = e.fits;

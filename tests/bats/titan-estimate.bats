@@ -87,9 +87,6 @@ print(json.dumps(o) if isinstance(o, (dict, list, bool)) or o is None else o)' "
 		--parallelism.pipeline_parallel_degree=64
 	[[ $stderr == *"at most 17 stages"* ]]
 	run -2 --separate-stderr titan-estimate --config configs/llama3_debug.yaml --device cpu --ngpu 2 \
-		--parallelism.context_parallel_degree=2 --parallelism.context_parallel_rotate_method=alltoall
-	[[ $stderr == *"rotate_method alltoall (the ring of keys and values) is not modelled"* ]]
-	run -2 --separate-stderr titan-estimate --config configs/llama3_debug.yaml --device cpu --ngpu 2 \
 		--parallelism.pipeline_parallel_degree=2 --parallelism.pipeline_parallel_schedule=ZBVZeroBubble
 	[[ $stderr == *"replays titan-train's pipeline schedules GPipe, 1F1B and Interleaved1F1B, not ZBVZeroBubble"* ]]
 	run -2 --separate-stderr titan-estimate --config configs/llama3_debug.yaml --device cpu --ngpu 2 \

@@ -1,0 +1,191 @@
+#!/usr/bin/env bats
+# titan-estimate's CPU model under pipeline and context parallelism: for
+# every rank of a titan-train job (PP 2 with 1F1B and GPipe, PP 2 x FSDP 2,
+# PP 2 x DDP 2, Interleaved1F1B alone and x FSDP 2, CP 2 and CP 2 x TP 2
+# with rotate_method allgather and alltoall, CP 4 alltoall, PP 2 x CP 2)
+# `titan-estimate --device cpu --rank R` gives the peak measured by
+# the tagged allocator and its bytes by tag, to the byte; and the stage
+# split of both estimate models (--json stage_layers) is the one
+# titan-train logs, for the automatic split, split points and
+# layers_per_stage.
+
+bats_require_minimum_version 1.5.0
+
+setup_file() {
+	export DATA=$BATS_FILE_TMPDIR
+	PATH=${TITAN_BIN:-$BATS_TEST_DIRNAME/../../bin}:$PATH
+	if ! command -v mpiexec >/dev/null || ! titan-train --version | grep -q '+mpi'; then
+		export NO_MPI=1
+		return 0
+	fi
+	yes 'In the beginning God created the heaven and the earth.' | head -n 4000 > "$DATA/genesis.txt"
+	titan-tokenize train --vocab-size 768 --format text "$DATA/genesis.txt" -o "$DATA/tok.tiktoken"
+	titan-tokenize -t "$DATA/tok.tiktoken" --doc-per-line "$DATA/genesis.txt" |
+		titan-shard -q -t "$DATA/tok.tiktoken" --out "$DATA/shards" --val-docs 40
+	cat > "$DATA/tiny.yaml" <<YAML
+job:
+  dump_folder: $DATA/out
+model:
+  flavor: custom
+  dim: 64
+  n_layers: 2
+  n_heads: 4
+  n_kv_heads: 2
+  vocab_size: 768
+  multiple_of: 32
+training:
+  dataset_path: $DATA/shards
+  local_batch_size: 12
+  global_batch_size: 12
+  seq_len: 32
+  steps: 2
+metrics:
+  log_freq: 1
+  peak_flops: 1.0e+11
+activation_checkpoint:
+  mode: none
+comm:
+  init_timeout_seconds: 120
+  train_timeout_seconds: 60
+YAML
+}
+
+setup() {
+	load helpers
+	[ -z "${NO_MPI:-}" ] || skip "no MPI in this build (or no mpiexec)"
+	cd "$TITAN_SRCDIR"
+}
+
+# est_vs_run N ARGS...: titan-train on N ranks (2 steps, metrics on every
+# rank), then titan-estimate --device cpu --rank R for each rank: the first
+# row's peak (start-up included) and its bytes by tag, and the second row's
+# peak (a step alone), to the byte; prints "rank R: measured M estimated E"
+est_vs_run() {
+	local n=$1 o=$BATS_TEST_TMPDIR/e$1
+	shift
+	rm -rf "$o"
+	timeout -k 5 300 mpiexec -n "$n" env OMP_NUM_THREADS=1 titan-train -q --config "$DATA/tiny.yaml" \
+		--metrics.save_for_all_ranks --job.dump_folder="$o" "$@"
+	/usr/bin/python3 - "$o" "$n" "$DATA/tiny.yaml" "$@" <<'PY'
+import json, subprocess, sys
+o, n, cfg, args = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4:]
+for r in range(n):
+    rows = [json.loads(l) for l in open(o + ("/metrics.jsonl" if r == 0 else "/metrics.rank%d.jsonl" % r))]
+    e = json.loads(subprocess.check_output(
+        ["titan-estimate", "--config", cfg, "--device", "cpu", "--threads", "1", "--json",
+         "--ngpu", str(n), "--rank", str(r), "--metrics.save_for_all_ranks"] + args))
+    er = e["ranks"][0]
+    assert rows[0]["memory_peak_bytes"] == er["peak_bytes"], (r, rows[0]["memory_peak_bytes"], er["peak_bytes"], er["peak_moment"])
+    tags = rows[0]["memory_peak_by_tag"]
+    for tag in set(tags) | set(er["at_peak"]):
+        assert er["at_peak"].get(tag, 0) == tags.get(tag, 0), (r, tag, tags, er["at_peak"])
+    assert rows[1]["memory_peak_bytes"] == er["step_peak_bytes"], (r, rows[1]["memory_peak_bytes"], er["step_peak_bytes"])
+    print("rank %d: measured %d estimated %d (%s)" % (r, rows[0]["memory_peak_bytes"], er["peak_bytes"], er["peak_moment"]))
+PY
+}
+
+PP2="--parallelism.pipeline_parallel_degree=2"
+
+@test "titan-estimate --device cpu --rank R: each pipeline rank's memory to the byte (1F1B, GPipe, x FSDP 2, x DDP 2, Interleaved1F1B)" {
+	# 1F1B, 4 microbatches of 3: the last rank holds the loss
+	run -0 est_vs_run 2 $PP2 --parallelism.pipeline_parallel_microbatch_size=3
+	echo "# 1F1B: ${lines[*]}" >&3
+	assert_line --regexp '^rank 1: .*classifier \+ cross-entropy'
+	# GPipe with full AC
+	est_vs_run 2 $PP2 --parallelism.pipeline_parallel_schedule=GPipe \
+		--parallelism.pipeline_parallel_microbatch_size=3 --activation_checkpoint.mode=full
+	# PP 2 x FSDP 2 (1F1B): FSDP's buffers in the schedule's order
+	run -0 est_vs_run 4 $PP2 --parallelism.data_parallel_shard_degree=2 --training.local_batch_size=6 \
+		--parallelism.pipeline_parallel_microbatch_size=3
+	echo "# PP 2 x FSDP 2: ${lines[*]}" >&3
+	assert_line --regexp '^rank 0: .*FSDP gather/reduce-scatter \(backward\)'
+	# PP 2 x DDP 2 (in-place all-reduce) with TP-free per-op AC
+	est_vs_run 4 $PP2 --parallelism.data_parallel_replicate_degree=2 --parallelism.data_parallel_shard_degree=1 \
+		--training.local_batch_size=6 --parallelism.pipeline_parallel_microbatch_size=3 \
+		--activation_checkpoint.mode=selective --activation_checkpoint.selective_ac_option=op
+	# Interleaved1F1B, 2 stages per rank of 6 blocks, every second block checkpointed
+	est_vs_run 2 $PP2 --parallelism.pipeline_parallel_schedule=Interleaved1F1B --model.n_layers=6 \
+		--parallelism.pipeline_parallel_microbatch_size=2 --activation_checkpoint.mode=selective \
+		--activation_checkpoint.selective_ac_option=2
+	# Interleaved1F1B x FSDP 2 with merged units (one crosses the rank's stages) and full AC
+	est_vs_run 4 $PP2 --parallelism.pipeline_parallel_schedule=Interleaved1F1B --model.n_layers=6 \
+		--parallelism.data_parallel_shard_degree=2 --training.local_batch_size=4 \
+		--training.global_batch_size=8 --parallelism.pipeline_parallel_microbatch_size=1 \
+		--activation_checkpoint.mode=full --comm.bucket_size_mb=0.05
+}
+
+@test "titan-estimate --device cpu --rank R: each rank's memory to the byte under CP (allgather and alltoall; 2, 4, x TP 2, x PP 2)" {
+	# CP 2 alone: FSDP shards over the CP group
+	run -0 est_vs_run 2 --parallelism.context_parallel_degree=2
+	echo "# CP 2: ${lines[*]}" >&3
+	# CP 2 x TP 2, full AC
+	run -0 est_vs_run 4 --parallelism.context_parallel_degree=2 --parallelism.tensor_parallel_degree=2 \
+		--activation_checkpoint.mode=full
+	echo "# CP 2 x TP 2: ${lines[*]}" >&3
+	# PP 2 (Interleaved1F1B) x CP 2
+	est_vs_run 4 $PP2 --parallelism.pipeline_parallel_schedule=Interleaved1F1B --model.n_layers=6 \
+		--parallelism.context_parallel_degree=2 --training.local_batch_size=8 \
+		--training.global_batch_size=8 --parallelism.pipeline_parallel_microbatch_size=2
+	# rotate_method alltoall: the ring's buffers, allocated per call
+	run -0 est_vs_run 2 --parallelism.context_parallel_degree=2 \
+		--parallelism.context_parallel_rotate_method=alltoall --activation_checkpoint.mode=full
+	echo "# CP 2 alltoall: ${lines[*]}" >&3
+	est_vs_run 4 --parallelism.context_parallel_degree=4 --parallelism.context_parallel_rotate_method=alltoall \
+		--training.local_batch_size=3 --training.global_batch_size=3
+	est_vs_run 4 --parallelism.context_parallel_degree=2 --parallelism.context_parallel_rotate_method=alltoall \
+		--parallelism.tensor_parallel_degree=2 --activation_checkpoint.mode=selective \
+		--activation_checkpoint.selective_ac_option=op
+}
+
+# stages_vs_log N ARGS...: titan-train's log of its stages ("Pipeline stage
+# S of T (rank R): layers A-B") against --json stage_layers of the CPU
+# model (each rank) and of the GPU model (every pipeline rank at once)
+stages_vs_log() {
+	local n=$1 o=$BATS_TEST_TMPDIR/s$1
+	shift
+	rm -rf "$o"
+	timeout -k 5 300 mpiexec -n "$n" env OMP_NUM_THREADS=1 titan-train --log-rank all --config "$DATA/tiny.yaml" \
+		--training.steps=1 --job.dump_folder="$o" "$@" > "$o.log" 2>&1 || { cat "$o.log"; return 1; }
+	titan-estimate --config "$DATA/tiny.yaml" --ngpu "$n" --json "$@" > "$o.gpu.json"
+	for ((r = 0; r < n; r++)); do
+		titan-estimate --config "$DATA/tiny.yaml" --device cpu --ngpu "$n" --rank "$r" --json "$@" \
+			> "$o.cpu$r.json"
+	done
+	/usr/bin/python3 - "$o" "$n" <<'PY'
+import json, re, sys
+o, n = sys.argv[1], int(sys.argv[2])
+log = {}
+for m in re.finditer(r"Pipeline stage (\d+) of (\d+) \(rank (\d+)\): layers (\d+)-(\d+)", open(o + ".log").read()):
+    s, _, r, a, b = map(int, m.groups())
+    log.setdefault(r, {})[s] = [a, b + 1]
+assert log, "no stage lines in the log"
+want = {r: [v[s] for s in sorted(v)] for r, v in log.items()}
+gpu = json.load(open(o + ".gpu.json"))
+assert len(gpu["ranks"]) == len(want), (len(gpu["ranks"]), want)
+for rank in gpu["ranks"]:
+    assert rank["stage_layers"] == want[rank["stage"]], ("gpu", rank["stage"], rank["stage_layers"], want)
+for r in range(n):
+    er = json.load(open("%s.cpu%d.json" % (o, r)))["ranks"][0]
+    assert er["stage_layers"] == want[er["stage"]], ("cpu", r, er["stage_layers"], want)
+print(" ".join("rank %d: %s" % (r, want[r]) for r in sorted(want)))
+PY
+}
+
+@test "the estimate's stage split is titan-train's: automatic, split points, layers_per_stage" {
+	# 6 blocks on 4 stages: 1+2+2+1 with the embedding and the output
+	run -0 stages_vs_log 4 --parallelism.pipeline_parallel_degree=4 --model.n_layers=6 \
+		--parallelism.pipeline_parallel_microbatch_size=3
+	echo "# auto: $output" >&3
+	assert_output "rank 0: [[0, 1]] rank 1: [[1, 3]] rank 2: [[3, 5]] rank 3: [[5, 6]]"
+	# explicit split points
+	run -0 stages_vs_log 2 $PP2 --model.n_layers=5 --parallelism.pipeline_parallel_microbatch_size=3 \
+		--parallelism.pipeline_parallel_split_points=layers.4
+	echo "# split points: $output" >&3
+	assert_output "rank 0: [[0, 4]] rank 1: [[4, 5]]"
+	# Interleaved1F1B: 3 stages per rank from layers_per_stage
+	run -0 stages_vs_log 2 $PP2 --parallelism.pipeline_parallel_schedule=Interleaved1F1B \
+		--model.n_layers=10 --parallelism.pipeline_parallel_layers_per_stage=2 \
+		--parallelism.pipeline_parallel_microbatch_size=2
+	echo "# layers_per_stage: $output" >&3
+	assert_output "rank 0: [[0, 1], [3, 5], [7, 9]] rank 1: [[1, 3], [5, 7], [9, 10]]"
+}
