@@ -160,6 +160,15 @@ static void sim_pre_backward(struct fsdp_sim *s, int g)
 		sim_gather_start(s, &s->u[k - 1]);
 }
 
+/* dp.c pre_weight: the unit's unsharded gradients again */
+static void sim_pre_weight(struct fsdp_sim *s, int g)
+{
+	const int k = s->unit_of[g];
+
+	if (g == s->u[k].g1)
+		sim_ensure_grad(s, &s->u[k]);
+}
+
 static void sim_post_backward(struct fsdp_sim *s, int g)
 {
 	const int k = s->unit_of[g];
@@ -191,11 +200,13 @@ static bool geo_active(const struct geo *G, int g, int ng)
 	return false;
 }
 
-/* One action of a step: a microbatch's forward (with the loss on the last
- * stage) or backward on the rank's stage v. */
+/* One action of a step on the rank's stage v: a microbatch's forward
+ * (with the loss on the last stage), backward, or with the zero-bubble
+ * schedules' split backward its input pass (B) and weight pass (W). */
+enum { ACT_F, ACT_B, ACT_W };
 struct act {
-	bool f;
-	int v;
+	int op, v;
+	bool split;
 };
 
 /* The units of dp.c's build_units over the rank's groups of
@@ -254,7 +265,7 @@ static int fsdp_replay(const struct titan_param_table *t, const struct titan_est
 		const bool first = G->sfirst && v == 0, last = G->slast && v == G->nst - 1;
 
 		sim_reduce_advance(&s, 0);              /* titan_dp_begin_microbatch */
-		if (acts[i].f) {
+		if (acts[i].op == ACT_F) {
 			s.kind = SIM_FWD_COMM;
 			if (first) {
 				sim_pre_forward(&s, 0);
@@ -275,6 +286,33 @@ static int fsdp_replay(const struct titan_param_table *t, const struct titan_est
 			continue;
 		}
 		s.kind = SIM_BWD_COMM;
+		if (acts[i].split && !first) {
+			/* titan_llama_pp_backward_input: pre_backward hooks only;
+			 * _weight: pre_weight and post_backward (the first
+			 * global stage's input pass is empty, its weight pass the
+			 * whole backward, below) */
+			const bool w = acts[i].op == ACT_W;
+
+			if (last) {
+				(w ? sim_pre_weight : sim_pre_backward)(&s, L + 1);
+				if (w)
+					sim_post_backward(&s, L + 1);
+			}
+			for (int l = l1 - 1; l >= l0; l--) {
+				if (w) {
+					sim_pre_weight(&s, 1 + l);
+					sim_post_backward(&s, 1 + l);
+					continue;
+				}
+				sim_pre_backward(&s, 1 + l);
+				if (est_block_ckpt(o, l))
+					sim_at(&s, SIM_RECOMPUTE);
+				sim_at(&s, SIM_BWD_ATTN);
+			}
+			continue;
+		}
+		if (acts[i].split && acts[i].op == ACT_B)
+			continue;
 		if (last) {
 			if (staged) /* llama.c backward_pass: gathered again under PP */
 				sim_pre_backward(&s, L + 1);
@@ -340,6 +378,7 @@ static int step_actions(const struct titan_est_opts *o, int64_t ppr, int nst, in
 			struct act **out, int *n)
 {
 	const enum titan_pp_schedule sched = est_train_schedule(o->schedule);
+	const bool split = sched == TITAN_PP_INTERLEAVED_ZB || sched == TITAN_PP_ZBV;
 	struct titan_pp_action *pa = NULL;
 	struct act *a = calloc(3 * (size_t)nst * (size_t)nmb, sizeof(*a));
 	int k;
@@ -348,18 +387,17 @@ static int step_actions(const struct titan_est_opts *o, int64_t ppr, int nst, in
 	if (!a)
 		return titan_error(TITAN_E_NOMEM, "out of memory");
 	if (o->layout.pp == 1) {
-		a[0] = (struct act){true, 0};
-		a[1] = (struct act){false, 0};
+		a[0] = (struct act){ACT_F, 0, false};
+		a[1] = (struct act){ACT_B, 0, false};
 		*n = 2;
 		return 0;
 	}
 	if (!(pa = calloc(3 * (size_t)nst * (size_t)nmb, sizeof(*pa))))
 		return titan_error(TITAN_E_NOMEM, "out of memory");
 	k = titan_pp_schedule_actions(sched, (int)o->layout.pp, (int)ppr, nst, nmb, true, pa);
-	for (int i = 0; i < k; i++) {
-		TITAN_ASSERT(pa[i].op != TITAN_PP_W);
-		a[i] = (struct act){pa[i].op == TITAN_PP_F, pa[i].stage};
-	}
+	for (int i = 0; i < k; i++)
+		a[i] = (struct act){pa[i].op == TITAN_PP_F ? ACT_F : pa[i].op == TITAN_PP_B ? ACT_B : ACT_W,
+				    pa[i].stage, split};
 	free(pa);
 	if (k < 0)
 		return titan_error(TITAN_E_NOMEM, "out of memory");
@@ -389,18 +427,21 @@ int est_cpu_model(const struct titan_model_dims *d, const struct titan_est_opts 
 	struct geo G;
 	struct act *acts = NULL;
 	int64_t N, nl, threads, kept = 0, nckpt = 0, blocks, xin = 0, set, arena, chunk;
-	int64_t sumsq = 0, x, tq, ppr, nstages = 1, top = -1;
+	int64_t sumsq = 0, x, tq, ppr, nstages = 1, top = -1, wst = 0, wsx = 0;
+	/* zero-bubble schedules: backward split into input and weight passes */
+	const bool split = pp > 1 && (o->schedule == TITAN_EST_INTERLEAVED_ZB ||
+				      o->schedule == TITAN_EST_ZBV);
+	bool *hasx;
 	int64_t comm[SIM_NKINDS] = {0};
 	int m_start = -1, m_fwd, m_loss = -1, m_rec = -1, m_bwd, m_norm, m_opt, m_log = -1;
 	int m_fcomm = -1, m_bcomm = -1, nacts = 0;
 	uint32_t all, rc_at;
 	int rc;
 
-	if (pp > 1 && o->schedule != TITAN_EST_GPIPE && o->schedule != TITAN_EST_1F1B &&
-	    o->schedule != TITAN_EST_INTERLEAVED_1F1B)
+	if (pp > 1 && o->schedule == TITAN_EST_LOOPED_BFS)
 		return titan_error(TITAN_E_INVALID, "--device cpu replays titan-train's pipeline "
-				   "schedules GPipe, 1F1B and Interleaved1F1B, not %s",
-				   titan_est_schedule_name(o->schedule));
+				   "schedules (GPipe, 1F1B, Interleaved1F1B, InterleavedZeroBubble, "
+				   "ZBVZeroBubble), not %s", titan_est_schedule_name(o->schedule));
 	/* mesh (pp, dp_replicate, dp_shard, cp, tp), tp innermost
 	 * (lib/dist/dims.c); FSDP shards over dp_shard x cp */
 	ppr = o->rank / (l->dp_replicate * l->dp_shard * cp * tp);
@@ -457,15 +498,34 @@ int est_cpu_model(const struct titan_model_dims *d, const struct titan_est_opts 
 		r->stage_l0[v] = G.l0[v];
 		r->stage_l1[v] = G.l1[v];
 		r->layers += G.l1[v] - G.l0[v];
-		xin += G.l1[v] - G.l0[v] + 1;              /* block inputs x[l0 .. l1] */
 		for (int64_t b = G.l0[v]; b < G.l1[v]; b++) {
-			if (est_block_ckpt(o, b))
+			const bool ck = est_block_ckpt(o, b);
+
+			if (ck)
 				nckpt++;
 			else
 				kept++;
 			top = b > top ? b : top;
+			/* the weight pass's stash, but on the first global stage */
+			if (split && !(G.sfirst && v == 0)) {
+				wst++;
+				if (ck || o->ac == TITAN_EST_AC_OP)
+					wsx++;
+			}
 		}
 	}
+	/* block inputs x[l0 .. l1] of each stage (ZBV's adjacent stages on the
+	 * last rank share their boundary) */
+	if (!(hasx = calloc((size_t)L + 1, sizeof(*hasx)))) {
+		titan_param_table_release(&t);
+		return titan_error(TITAN_E_NOMEM, "out of memory");
+	}
+	for (int v = 0; v < G.nst; v++)
+		for (int64_t i = G.l0[v]; i <= G.l1[v]; i++) {
+			xin += !hasx[i];
+			hasx[i] = true;
+		}
+	free(hasx);
 	blocks = r->layers;
 	r->first = G.sfirst;
 	r->last = G.slast;
@@ -579,9 +639,31 @@ int est_cpu_model(const struct titan_model_dims *d, const struct titan_est_opts 
 	if (r->last) {
 		est_item(r, "final norm output + 1/rms", TITAN_MEM_ACTIVATIONS,
 			 est_mul(&n, est_mul(&n, est_add(&n, est_mul(&n, N, C), nl), nmb), 4), all);
-		if (nmb > 1)
+		if (nmb > 1 || split)
 			est_item(r, "PP: loss gradients of the final norm output",
 				 TITAN_MEM_ACTIVATIONS, est_mul(&n, est_mul(&n, N * nmb, C), 4), all);
+		if (split)
+			est_item(r, "ZB: final norm's output gradients (weight pass)",
+				 TITAN_MEM_ACTIVATIONS, est_mul(&n, est_mul(&n, nl * nmb, C), 4), all);
+	}
+	if (split) {
+		/* llama.c alloc_wstash: per block and microbatch the output
+		 * gradients of w2, wo, wq/wk/wv and both norms; copies of the
+		 * layer inputs of blocks whose activations are shared
+		 * (checkpointed, selective 'op') */
+		char what[80];
+
+		snprintf(what, sizeof(what), "ZB: weight-pass stash of %lld block(s) x %lld",
+			 (long long)wst, (long long)nmb);
+		est_item(r, what, TITAN_MEM_ACTIVATIONS,
+			 est_mul(&n, est_mul(&n, est_add(&n, est_mul(&n, N, 2 * C + q + 2 * kv),
+							 est_mul(&n, nl, 2 * C)), wst * nmb), 4),
+			 all);
+		est_item(r, "ZB: stashed layer inputs (shared activations)", TITAN_MEM_ACTIVATIONS,
+			 est_mul(&n, est_mul(&n, est_add(&n, est_mul(&n, N, 2 * C + q + 3 * F),
+							 est_mul(&n, nl, C + 2)), wsx * nmb), 4),
+			 all);
+		est_item(r, "ZB: ones (weight pass of the norms)", TITAN_MEM_WORKSPACE, C * 4, all);
 	}
 	est_item(r, "token ids", TITAN_MEM_DATA, est_mul(&n, N * nmb, 4), all);
 	est_item(r, "backward scratch", TITAN_MEM_WORKSPACE,

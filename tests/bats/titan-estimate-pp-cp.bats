@@ -1,13 +1,14 @@
 #!/usr/bin/env bats
 # titan-estimate's CPU model under pipeline and context parallelism: for
 # every rank of a titan-train job (PP 2 with 1F1B and GPipe, PP 2 x FSDP 2,
-# PP 2 x DDP 2, Interleaved1F1B alone and x FSDP 2, CP 2 and CP 2 x TP 2
+# PP 2 x DDP 2, Interleaved1F1B alone and x FSDP 2, InterleavedZeroBubble,
+# ZBVZeroBubble x FSDP 2 and x TP 2, CP 2 and CP 2 x TP 2
 # with rotate_method allgather and alltoall, CP 4 alltoall, PP 2 x CP 2)
 # `titan-estimate --device cpu --rank R` gives the peak measured by
 # the tagged allocator and its bytes by tag, to the byte; and the stage
 # split of both estimate models (--json stage_layers) is the one
-# titan-train logs, for the automatic split, split points and
-# layers_per_stage.
+# titan-train logs, for the automatic split, split points,
+# layers_per_stage and ZBVZeroBubble's V-style stages.
 
 bats_require_minimum_version 1.5.0
 
@@ -86,7 +87,7 @@ PY
 
 PP2="--parallelism.pipeline_parallel_degree=2"
 
-@test "titan-estimate --device cpu --rank R: each pipeline rank's memory to the byte (1F1B, GPipe, x FSDP 2, x DDP 2, Interleaved1F1B)" {
+@test "titan-estimate --device cpu --rank R: each pipeline rank's memory to the byte (1F1B, GPipe, x FSDP 2, x DDP 2, Interleaved1F1B, zero bubble)" {
 	# 1F1B, 4 microbatches of 3: the last rank holds the loss
 	run -0 est_vs_run 2 $PP2 --parallelism.pipeline_parallel_microbatch_size=3
 	echo "# 1F1B: ${lines[*]}" >&3
@@ -107,6 +108,18 @@ PP2="--parallelism.pipeline_parallel_degree=2"
 	est_vs_run 2 $PP2 --parallelism.pipeline_parallel_schedule=Interleaved1F1B --model.n_layers=6 \
 		--parallelism.pipeline_parallel_microbatch_size=2 --activation_checkpoint.mode=selective \
 		--activation_checkpoint.selective_ac_option=2
+	# the zero-bubble schedules: the weight pass's stash per block and
+	# microbatch; ZBV's last rank shares its two stages' boundary
+	est_vs_run 2 $PP2 --parallelism.pipeline_parallel_schedule=InterleavedZeroBubble --model.n_layers=6 \
+		--parallelism.pipeline_parallel_microbatch_size=2
+	est_vs_run 4 $PP2 --parallelism.pipeline_parallel_schedule=ZBVZeroBubble --model.n_layers=6 \
+		--parallelism.data_parallel_shard_degree=2 --training.local_batch_size=4 \
+		--training.global_batch_size=8 --parallelism.pipeline_parallel_microbatch_size=1 \
+		--activation_checkpoint.mode=full
+	est_vs_run 4 $PP2 --parallelism.pipeline_parallel_schedule=ZBVZeroBubble --model.n_layers=6 \
+		--parallelism.tensor_parallel_degree=2 --training.local_batch_size=8 --training.global_batch_size=8 \
+		--parallelism.pipeline_parallel_microbatch_size=2 --activation_checkpoint.mode=selective \
+		--activation_checkpoint.selective_ac_option=op
 	# Interleaved1F1B x FSDP 2 with merged units (one crosses the rank's stages) and full AC
 	est_vs_run 4 $PP2 --parallelism.pipeline_parallel_schedule=Interleaved1F1B --model.n_layers=6 \
 		--parallelism.data_parallel_shard_degree=2 --training.local_batch_size=4 \
@@ -171,7 +184,7 @@ print(" ".join("rank %d: %s" % (r, want[r]) for r in sorted(want)))
 PY
 }
 
-@test "the estimate's stage split is titan-train's: automatic, split points, layers_per_stage" {
+@test "the estimate's stage split is titan-train's: automatic, split points, layers_per_stage, ZBV" {
 	# 6 blocks on 4 stages: 1+2+2+1 with the embedding and the output
 	run -0 stages_vs_log 4 --parallelism.pipeline_parallel_degree=4 --model.n_layers=6 \
 		--parallelism.pipeline_parallel_microbatch_size=3
@@ -188,4 +201,9 @@ PY
 		--parallelism.pipeline_parallel_microbatch_size=2
 	echo "# layers_per_stage: $output" >&3
 	assert_output "rank 0: [[0, 1], [3, 5], [7, 9]] rank 1: [[1, 3], [5, 7], [9, 10]]"
+	# ZBVZeroBubble: V style, rank r holds stages r and 2·pp − 1 − r
+	run -0 stages_vs_log 2 $PP2 --parallelism.pipeline_parallel_schedule=ZBVZeroBubble \
+		--model.n_layers=6 --parallelism.pipeline_parallel_microbatch_size=3
+	echo "# ZBV: $output" >&3
+	assert_output "rank 0: [[0, 1], [5, 6]] rank 1: [[1, 3], [3, 5]]"
 }

@@ -87,8 +87,8 @@ print(json.dumps(o) if isinstance(o, (dict, list, bool)) or o is None else o)' "
 		--parallelism.pipeline_parallel_degree=64
 	[[ $stderr == *"at most 17 stages"* ]]
 	run -2 --separate-stderr titan-estimate --config configs/llama3_debug.yaml --device cpu --ngpu 2 \
-		--parallelism.pipeline_parallel_degree=2 --parallelism.pipeline_parallel_schedule=ZBVZeroBubble
-	[[ $stderr == *"replays titan-train's pipeline schedules GPipe, 1F1B and Interleaved1F1B, not ZBVZeroBubble"* ]]
+		--parallelism.pipeline_parallel_degree=2 --parallelism.pipeline_parallel_schedule=LoopedBFS
+	[[ $stderr == *"replays titan-train's pipeline schedules (GPipe, 1F1B, Interleaved1F1B, InterleavedZeroBubble, ZBVZeroBubble), not LoopedBFS"* ]]
 	run -2 --separate-stderr titan-estimate --config configs/llama3_debug.yaml --device cpu --ngpu 2 \
 		--rank 2
 	[[ $stderr == *"--rank: 2 is not a rank of 2"* ]]
