@@ -166,7 +166,7 @@ enum titan_est_phase {
 };
 const char *titan_est_phase_name(enum titan_est_phase p); /* "forward", ... */
 
-#define TITAN_EST_MAX_ITEMS 40
+#define TITAN_EST_MAX_ITEMS 48
 #define TITAN_EST_MAX_MOMENTS 12
 
 struct titan_est_item {
