@@ -1,20 +1,25 @@
 /*
  * cpu.c — the memory of titan-train's CPU path, to the byte: what
- * lib/train (trainer.c, llama.c, dp.c) and the CPU ops of lib/cpu allocate
- * through the host tagged allocator, under the same tags, at the same
- * moments of a step, on one rank of a DDP/FSDP/HSDP job (rank 0 by
- * default: it holds the largest shard and writes metrics.jsonl).  The
- * sizes come from the same macros the ops use (TITAN_ATTN_BLOCK,
- * TITAN_SUMSQ_CHUNK in titan/ops.h, TITAN_CE_CHUNK in titan/train.h); the
- * buffer list mirrors the code, and tests/bats/titan-estimate.bats and
- * titan-train-dist.bats run titan-train and compare, so a change there that
- * is not mirrored here fails `make test`.
+ * lib/train (trainer.c, llama.c, dp.c, pp.c, cp_ring.c) and the CPU ops of
+ * lib/cpu allocate through the host tagged allocator, under the same tags,
+ * at the same moments of a step, on one rank of any layout titan-train
+ * runs: DDP/FSDP/HSDP x TP x PP (GPipe, 1F1B, Interleaved1F1B,
+ * InterleavedZeroBubble, ZBVZeroBubble) x CP (allgather, alltoall); rank
+ * 0 by default (the largest shard, the metrics.jsonl writer).  The
+ * pipeline rank's stages are titan-train's own (titan_pp_split,
+ * titan_pp_stages_per_rank, titan_pp_stage_of), and so is the order of a
+ * step's actions (titan_pp_schedule_actions).  The sizes come from the
+ * same macros the ops use (TITAN_ATTN_BLOCK, TITAN_SUMSQ_CHUNK in
+ * titan/ops.h, TITAN_CE_CHUNK in titan/train.h); the buffer list mirrors
+ * the code, and tests/bats/titan-estimate.bats, titan-estimate-pp-cp.bats
+ * and titan-train-dist.bats run titan-train and compare, so a change there
+ * that is not mirrored here fails `make test`.
  *
  * FSDP's buffers (tag comm) change at every hook of a step; fsdp_sim
  * replays lib/train/dp.c's schedule (the same units, the same order of
- * allocations and frees) and keeps, for each moment, the most comm bytes
- * live when it happens.  DDP and the replicas' all-reduce of HSDP reduce
- * in place: no buffers.
+ * allocations and frees, through the pipeline schedule's actions) and
+ * keeps, for each moment, the most comm bytes live when it happens.  DDP
+ * and the replicas' all-reduce of HSDP reduce in place: no buffers.
  */
 #include "est_impl.h"
 #include "titan/ops.h"
