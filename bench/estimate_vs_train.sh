@@ -66,7 +66,7 @@ YAML
 # label | overrides (the model flags go to both tools)
 configs=(
 "tiny, AC none|"
-"tiny, sgemm peak probe|--metrics.peak_flops=null"
+"tiny, sgemm peak probe|--metrics.peak_flops=null --metrics.measure_peak_flops=true"
 "tiny, full AC|--activation_checkpoint.mode=full"
 "tiny 4 layers, selective 2|--model.n_layers=4 --activation_checkpoint.mode=selective --activation_checkpoint.selective_ac_option=2"
 "tiny 3 layers, selective op|--model.n_layers=3 --activation_checkpoint.mode=selective --activation_checkpoint.selective_ac_option=op"
@@ -75,7 +75,7 @@ configs=(
 "tiny, 4 microbatches (global batch 8)|--training.global_batch_size=8"
 "tiny, tied embeddings|--model.tie_word_embeddings=true"
 "debugmodel, selective 2, 2 x 128|--model.flavor=debugmodel --model.dim=-1 --model.n_layers=-1 --model.n_heads=-1 --model.n_kv_heads=-1 --model.vocab_size=-1 --model.multiple_of=-1 --training.seq_len=128 --activation_checkpoint.mode=selective --activation_checkpoint.selective_ac_option=2"
-"debugmodel, full AC, 1 x 256, probe|--model.flavor=debugmodel --model.dim=-1 --model.n_layers=-1 --model.n_heads=-1 --model.n_kv_heads=-1 --model.vocab_size=-1 --model.multiple_of=-1 --training.local_batch_size=1 --training.seq_len=256 --activation_checkpoint.mode=full --metrics.peak_flops=null"
+"debugmodel, full AC, 1 x 256, probe|--model.flavor=debugmodel --model.dim=-1 --model.n_layers=-1 --model.n_heads=-1 --model.n_kv_heads=-1 --model.vocab_size=-1 --model.multiple_of=-1 --training.local_batch_size=1 --training.seq_len=256 --activation_checkpoint.mode=full --metrics.peak_flops=null --metrics.measure_peak_flops=true"
 "dim 128 MHA 3 layers, selective 1, 1 x 512|--model.dim=128 --model.n_layers=3 --model.n_heads=8 --model.n_kv_heads=8 --training.local_batch_size=1 --training.seq_len=512 --activation_checkpoint.mode=selective --activation_checkpoint.selective_ac_option=1"
 "dim 256 (head_dim 128), 24 x 32, 48 threads|--model.dim=256 --model.n_heads=2 --model.n_kv_heads=2 --training.local_batch_size=24 --training.seq_len=32 --threads 48"
 "debugmodel, AC none, 2 x 64, validation|--model.flavor=debugmodel --model.dim=-1 --model.n_layers=-1 --model.n_heads=-1 --model.n_kv_heads=-1 --model.vocab_size=-1 --model.multiple_of=-1 --validation.enable=true --validation.freq=1 --validation.steps=2 --validation.seq_len=64 --validation.local_batch_size=2"

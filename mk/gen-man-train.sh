@@ -194,8 +194,19 @@ the caching allocator's reserved device memory, torchtitan's max_reserved
 (and its share of the device's; metrics.jsonl adds max_active and the
 allocation retries and OOMs: docs/memprof.md); tps is tokens per second; mfu uses
 FLOPs/token = 6(N \- N_embedding) + 12\(buL\(buH\(buhd\(buS and the peak from
-.B metrics.peak_flops
-or, when it is null, an sgemm measured at start-up.  The same values, plus
+.BR metrics.peak_flops ,
+or, when it is null, the nominal peak of the device: on the CPU threads x
+clock x FLOPs/cycle of the ISA OpenBLAS's sgemm kernel uses (AVX2 FMA: 2
+FMA units x 8 fp32 lanes x 2 = 32; AVX-512: 64; the clock from the model
+name, cpufreq or cpu MHz of /proc/cpuinfo: docs/performance.md, "MFU on the
+CPU"), on a GPU its bf16 dense peak by name (989e12 for H100/H200).  The
+start-up log line names it and how it was found (metrics.jsonl's tflops /
+mfu_pct gives it back); the same machine gives the same peak in every run.
+.B metrics.measure_peak_flops
+measures an sgemm at start-up instead (12 MiB before the model; it moves
+between runs).
+.PP
+The same values, plus
 lr, tokens seen, step and data-loading time and the peak memory per tag, go
 to
 .IR job.dump_folder / metrics.save_jsonl_file
@@ -305,9 +316,37 @@ rank make every rank finish the current step; a checkpoint is saved when
 is set, and the exit status is 128 + the signal number.  A second signal
 stops the process at once, removing the checkpoint file being written.
 .SH EXIT STATUS
-0 when all steps ran, 1 on a runtime failure (including a non-finite loss),
-2 on a usage error or an invalid configuration, 3 when a rank stopped
-answering (a collective timed out), 128 + N when stopped by signal N.
+Every titan tool exits with:
+.TP
+.B 0
+success;
+.TP
+.B 1
+a runtime failure: the command was valid but the work failed \(em a data
+file (input text, token stream, tokenizer, shard, checkpoint, HF folder,
+trace, estimate) is missing, unreadable or malformed, an output cannot be
+written (no such folder, no permission, a full disk, a closed pipe), or a
+numeric, device or MPI failure;
+.TP
+.B 2
+a usage or configuration error, found before the work starts: an unknown
+option, a missing or extra argument, a bad option value, or a
+.B \-\-config
+file that is missing, not YAML, or holds an unknown key, a value out of
+range or settings that cannot be combined.
+.PP
+Whether a bad file gives 1 or 2 follows from its role: the configuration is
+part of the command (2), the data it works on is not (1), as samtools exits
+1 on a truncated BAM file and git's fatal errors differ from its usage
+errors.  The message names the file and, where it can, the line, offset or
+key.
+.\" end of the shared exit status
+.PP
+titan-train exits 0 when all steps ran; a non-finite loss that training.skip_nonfinite
+does not absorb and an id outside the vocabulary in a shard (the message
+names the step, the shard and the offset) are runtime failures (1).  It adds
+3 when a rank stopped answering (a collective timed out) and 128 + N when
+stopped by signal N (after the step and its checkpoint).
 .SH EXAMPLES
 .nf
 titan-tokenize -t tok.tiktoken corpus.jsonl | titan-shard -t tok.tiktoken --out data --val-docs 10

@@ -5,6 +5,8 @@
  * with model.safetensors.index.json).  torchtitan counterpart:
  * models/llama3/model/state_dict_adapter.py (Llama3StateDictAdapter) and
  * scripts/checkpoint_conversion/convert_from_hf.py.  Export is hf_export.c.
+ * tie_word_embeddings: a tied titan model; an lm_head.weight beside it must
+ * equal the embedding (transformers' tie_weights), else it is refused.
  */
 #include "ckpt_impl.h"
 
@@ -376,6 +378,57 @@ static int locate(struct titan_hf_model *m)
 	return rc;
 }
 
+/* tie_word_embeddings true and an lm_head.weight in the folder: titan's
+ * tied model has one matrix, so the file's lm_head must be that matrix (as
+ * transformers' tie_weights() makes it on load); one that differs is a
+ * contradiction the user has to settle, never a silent drop. */
+static int check_tied_head(const struct titan_hf_model *m, const struct titan_st_tensor *head,
+			   const char *path)
+{
+	const struct titan_st_tensor *emb = NULL;
+	float *a = NULL, *b = NULL;
+	int rc = 0;
+
+	for (int i = 0; i < m->table.n && !emb; i++)
+		if (m->table.params[i].role == TITAN_PARAM_TOK_EMBEDDINGS)
+			emb = m->src[i];
+	if (!emb)
+		return 0; /* locate() reports the missing embedding */
+	if (head->ndim != 2 || emb->ndim != 2 || head->shape[0] != emb->shape[0] ||
+	    head->shape[1] != emb->shape[1])
+		return titan_error(TITAN_E_FORMAT, "'%s': tie_word_embeddings is true but "
+				   "lm_head.weight is not shaped as model.embed_tokens.weight: "
+				   "set it to false in config.json to convert an untied model", path);
+	if (head->dtype == emb->dtype && head->nbytes == emb->nbytes &&
+	    !memcmp(head->data, emb->data, head->nbytes))
+		goto same;
+	if (!(a = malloc((size_t)emb->numel * sizeof(float))) ||
+	    !(b = malloc((size_t)emb->numel * sizeof(float)))) {
+		rc = titan_error(TITAN_E_NOMEM, "out of memory comparing lm_head.weight");
+		goto out;
+	}
+	if ((rc = titan_st_tensor_to_f32(emb, a)) < 0 || (rc = titan_st_tensor_to_f32(head, b)) < 0)
+		goto out;
+	for (int64_t k = 0; k < emb->numel; k++)
+		if (memcmp(&a[k], &b[k], sizeof(float))) {
+			rc = titan_error(TITAN_E_FORMAT, "'%s': tie_word_embeddings is true but "
+					 "lm_head.weight differs from model.embed_tokens.weight (first "
+					 "at [%lld, %lld]: %.9g vs %.9g): titan would drop it; set "
+					 "tie_word_embeddings to false in config.json to keep both "
+					 "matrices (an untied model)", path,
+					 (long long)(k / emb->shape[1]), (long long)(k % emb->shape[1]),
+					 (double)b[k], (double)a[k]);
+			goto out;
+		}
+same:
+	titan_log_info("%s: lm_head.weight equals model.embed_tokens.weight: one tied matrix "
+		       "(tie_word_embeddings)", m->dir);
+out:
+	free(a);
+	free(b);
+	return rc;
+}
+
 /* Every tensor of every file is a parameter, or one HF keeps for nothing. */
 static int check_unknown(struct titan_hf_model *m)
 {
@@ -385,8 +438,14 @@ static int check_unknown(struct titan_hf_model *m)
 		for (size_t j = 0; j < f->n_tensors; j++) {
 			const char *n = f->tensors[j].name;
 			size_t len = strlen(n);
-			bool known = (len > 20 && !strcmp(n + len - 20, ".rotary_emb.inv_freq")) ||
-				     (m->table.dims.tied && !strcmp(n, "lm_head.weight"));
+			bool known = len > 20 && !strcmp(n + len - 20, ".rotary_emb.inv_freq");
+			int rc;
+
+			if (m->table.dims.tied && !strcmp(n, "lm_head.weight")) {
+				if ((rc = check_tied_head(m, &f->tensors[j], f->path)) < 0)
+					return rc;
+				known = true;
+			}
 
 			for (int i = 0; i < m->table.n && !known; i++)
 				known = m->src[i] == &f->tensors[j];

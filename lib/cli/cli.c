@@ -10,6 +10,10 @@
 #include <string.h>
 #include <unistd.h>
 
+/* titan_cli_stdin_file's copy goes at exit too: a tool may return early
+ * after making it */
+static char *stdin_copy_at_exit;
+
 int titan_cli_init(struct titan_cli *cli, const char *prog, int *argc, char **argv,
 		   bool with_config)
 {
@@ -52,8 +56,85 @@ void titan_cli_thread_defaults(char **argv)
 
 void titan_cli_release(struct titan_cli *cli)
 {
-	if (cli)
-		titan_config_overrides_release(&cli->overrides);
+	if (!cli)
+		return;
+	titan_config_overrides_release(&cli->overrides);
+	if (cli->stdin_copy) {
+		unlink(cli->stdin_copy);
+		titan_tmp_forget(cli->stdin_copy);
+		if (stdin_copy_at_exit == cli->stdin_copy)
+			stdin_copy_at_exit = NULL;
+		free(cli->stdin_copy);
+		cli->stdin_copy = NULL;
+	}
+}
+
+int titan_cli_no_dash(const struct titan_cli *cli, const char *what, const char *arg,
+		      const char *why)
+{
+	if (!arg || strcmp(arg, "-"))
+		return 0;
+	fprintf(stderr, "%s: error: %s: '-' (standard input/output) cannot be used: %s "
+		"(a file named '-' is ./-)\nTry '%s --help' for more information.\n",
+		cli->prog, what, why, cli->prog);
+	return 2;
+}
+
+int titan_cli_claim_stdin(struct titan_cli *cli, const char *what)
+{
+	if (cli->stdin_user)
+		return titan_cli_usage_error(cli, "%s and %s both read standard input ('-'): give "
+					     "one of them a file", cli->stdin_user, what);
+	cli->stdin_user = what;
+	return 0;
+}
+
+static void remove_stdin_copy(void)
+{
+	if (stdin_copy_at_exit)
+		unlink(stdin_copy_at_exit);
+}
+
+int titan_cli_stdin_file(struct titan_cli *cli, const char *what, const char **path)
+{
+	const char *dir = getenv("TMPDIR");
+	char buf[1 << 16];
+	size_t n;
+	int fd, rc;
+
+	if (strcmp(*path, "-"))
+		return 0;
+	if ((rc = titan_cli_claim_stdin(cli, what)) != 0)
+		return rc;
+	if (isatty(STDIN_FILENO))
+		return titan_cli_usage_error(cli, "%s: '-' reads standard input, which is a "
+					     "terminal", what);
+	if (!(cli->stdin_copy = malloc(4096)))
+		return titan_cli_fail(cli, titan_error(TITAN_E_NOMEM, "out of memory"));
+	snprintf(cli->stdin_copy, 4096, "%s/titan-stdin.XXXXXX", dir && *dir ? dir : "/tmp");
+	if ((fd = titan_tmp_mkstemp(cli->stdin_copy, 0, NULL)) < 0) {
+		titan_error(TITAN_E_IO, "%s: cannot create a temporary copy of standard input "
+			    "'%s': %s", what, cli->stdin_copy, strerror(errno));
+		free(cli->stdin_copy);
+		cli->stdin_copy = NULL;
+		return titan_cli_fail(cli, TITAN_E_IO);
+	}
+	if (!stdin_copy_at_exit)
+		atexit(remove_stdin_copy);
+	stdin_copy_at_exit = cli->stdin_copy;
+	while ((n = fread(buf, 1, sizeof(buf), stdin)) > 0)
+		if (write(fd, buf, n) != (ssize_t)n) {
+			titan_error(TITAN_E_IO, "%s: cannot copy standard input to '%s': %s", what,
+				    cli->stdin_copy, strerror(errno ? errno : ENOSPC));
+			close(fd);
+			return titan_cli_fail(cli, TITAN_E_IO);
+		}
+	if (ferror(stdin) || close(fd) != 0) {
+		titan_error(TITAN_E_IO, "%s: cannot read standard input: %s", what, strerror(errno));
+		return titan_cli_fail(cli, TITAN_E_IO);
+	}
+	*path = cli->stdin_copy;
+	return 0;
 }
 
 int titan_cli_option(struct titan_cli *cli, int opt, const char *arg)
@@ -119,6 +200,12 @@ int titan_cli_fail(const struct titan_cli *cli, int code)
 	return titan_error_exit_status(code);
 }
 
+int titan_cli_fail_work(const struct titan_cli *cli, int code)
+{
+	titan_cli_fail(cli, code);
+	return 1;
+}
+
 void titan_cli_version(FILE *fp, const char *prog)
 {
 	fprintf(fp, "%s (titan) %s\n", prog, titan_version());
@@ -134,8 +221,10 @@ int titan_cli_load_config(const struct titan_cli *cli, struct titan_config *cfg)
 {
 	int rc = titan_config_resolve(cfg, cli->config_path, &cli->overrides);
 
-	if (rc < 0)
-		return titan_cli_fail(cli, rc);
+	if (rc < 0) {
+		titan_cli_fail(cli, rc);
+		return rc == TITAN_E_NOMEM ? 1 : 2;
+	}
 	return 0;
 }
 

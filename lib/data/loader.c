@@ -69,7 +69,7 @@ static int open_shards(struct titan_loader *l)
 	if ((rc = titan_shard_list(l->dir, l->split, &paths, &n)) < 0)
 		return rc;
 	if (n == 0) {
-		rc = titan_error(TITAN_E_INVALID, "no '%s' shards in '%s' (expected %s/%s-00000.tok "
+		rc = titan_error(TITAN_E_FORMAT, "no '%s' shards in '%s' (expected %s/%s-00000.tok "
 				 "and following, as titan-shard writes them)",
 				 l->split, l->dir, l->dir, l->split);
 		goto out;

@@ -666,8 +666,9 @@ int titan_shard_verify(const struct titan_shard *s, uint32_t *max_id)
 				   s->path, s->h.payload_crc32c, crc);
 	if (bad != UINT64_MAX)
 		return titan_error(TITAN_E_FORMAT, "'%s': token id %" PRIu32 " at position %" PRIu64
-				   " is >= the vocab size %" PRIu32, s->path,
-				   titan_shard_token(s, bad), bad, vocab);
+				   " is >= the vocab size %" PRIu32 " (byte offset %" PRIu64
+				   " of the file)", s->path, titan_shard_token(s, bad), bad, vocab,
+				   (uint64_t)HDR + bad * tb);
 	if (doc >= 0 && docs != s->h.n_docs)
 		return titan_error(TITAN_E_FORMAT, "'%s': the header counts %" PRIu64 " documents, "
 				   "the payload holds %" PRIu64 " (id %" PRId64 " ends one)", s->path,

@@ -11,9 +11,20 @@
  *   --threads N       worker threads (default: all cores)
  *   --progress        progress on stderr even when it is not a terminal
  *
- * Exit status: 0 ok, 1 runtime failure, 2 usage or bad input.  Errors are
- * one line on stderr: "titan-NAME: error: <what>: <why>".  stdout carries
- * data only and is checked on close, so a full disk or a closed pipe fails.
+ * Exit status (the EXIT STATUS section of every man page, docs/conventions.md):
+ *   0  success
+ *   1  runtime failure: the invocation was valid but the work failed: a data
+ *      file (input text, token stream, tokenizer, shard, checkpoint, trace,
+ *      estimate) missing, unreadable or malformed; an output that cannot be
+ *      written; a numeric, device or MPI failure
+ *   2  usage or configuration: a bad option, argument or option value, or
+ *      the config (--config FILE missing, not YAML, an unknown key, a bad
+ *      value, settings that cannot be combined), found before the work starts
+ * Which of 1 and 2 follows from the role of the file, not from the error
+ * code: a tool calls titan_cli_fail for configuration checks and
+ * titan_cli_fail_work once it works on its data.  Errors are one line on
+ * stderr: "titan-NAME: error: <what>: <why>".  stdout carries data only and
+ * is checked on close, so a full disk or a closed pipe fails.
  */
 #ifndef TITAN_CLI_H
 #define TITAN_CLI_H
@@ -58,6 +69,8 @@ struct titan_cli {
 	bool progress;            /* --progress given, or stderr is a terminal */
 	const char *config_path;  /* --config, or NULL */
 	struct titan_config_overrides overrides;
+	const char *stdin_user;   /* the argument that reads standard input, or NULL */
+	char *stdin_copy;         /* titan_cli_stdin_file's temporary file */
 };
 
 /* Threading defaults for tools that alternate OpenBLAS sgemm with OpenMP
@@ -90,13 +103,36 @@ int titan_cli_option(struct titan_cli *cli, int opt, const char *arg);
 
 /* "titan-X: error: ..." on stderr; returns 2 (usage) with a pointer to --help. */
 int titan_cli_usage_error(const struct titan_cli *cli, const char *fmt, ...) TITAN_PRINTF(2, 3);
-/* "titan-X: error: <titan_errmsg()>" on stderr; returns the exit status for `code`. */
+/* "titan-X: error: <titan_errmsg()>" on stderr; returns the exit status for
+ * `code` (2 for TITAN_E_INVALID: a configuration check; else 1). */
 int titan_cli_fail(const struct titan_cli *cli, int code);
+/* The same line; returns 1 whatever the code: a failure while working on the
+ * data, where a reader's TITAN_E_INVALID means a malformed file, not misuse. */
+int titan_cli_fail_work(const struct titan_cli *cli, int code);
 /* Prints the version block (what --version shows). */
 void titan_cli_version(FILE *fp, const char *prog);
 /* Resolve the config from --config and the overrides; on error prints it
- * and returns the exit status, else 0. */
+ * and returns 2 (a missing or unreadable config file too: it is the
+ * configuration; 1 only when out of memory), else 0. */
 int titan_cli_load_config(const struct titan_cli *cli, struct titan_config *cfg);
+/* '-' (standard input/output), docs/conventions.md.  Every file argument
+ * takes it where it can work; where it cannot (a folder, an HDF5 file that
+ * is read with seeks), the tool says so:
+ *
+ * titan_cli_no_dash: when `arg` is "-", prints "WHAT: '-' (standard
+ * input/output) cannot be used: WHY" with the ./- hint and returns 2; else 0.
+ *
+ * titan_cli_claim_stdin: records that `what` reads standard input; returns 0,
+ * or 2 after a usage error when another argument (named) reads it already.
+ *
+ * titan_cli_stdin_file: for a reader that needs a named file (a tokenizer):
+ * when *path is "-", claims standard input, copies it to a temporary file
+ * (removed by titan_cli_release or on SIGINT/SIGTERM) and points *path at
+ * it.  Returns 0, 2 (stdin taken, or a terminal) or 1 after printing. */
+int titan_cli_no_dash(const struct titan_cli *cli, const char *what, const char *arg,
+		      const char *why);
+int titan_cli_claim_stdin(struct titan_cli *cli, const char *what);
+int titan_cli_stdin_file(struct titan_cli *cli, const char *what, const char **path);
 /* Close stdout and report a write error (ENOSPC, EPIPE): returns `status`
  * or 1.  Call last, with the status the tool would exit with. */
 int titan_cli_finish(const struct titan_cli *cli, int status);

@@ -163,7 +163,8 @@ struct titan_config {
 		bool disable_color_printing;
 		bool save_for_all_ranks;
 		char *save_jsonl_file;   /* under dump_folder; "" disables */
-		double peak_flops;       /* NAN: device table / measured sgemm */
+		double peak_flops;       /* NAN: the device's nominal peak (GPU table, CPU formula) */
+		bool measure_peak_flops; /* CPU: an sgemm at start-up gives the peak instead */
 		bool enable_tensorboard;
 		char *save_tb_folder;    /* under dump_folder */
 	} metrics;

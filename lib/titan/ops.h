@@ -281,6 +281,18 @@ struct titan_backend_ops {
  * nthreads (process-wide: OpenBLAS has one setting); BLAS is only called
  * outside OpenMP parallel regions, so the two never nest.  Returns 0. */
 int titan_backend_cpu_init(struct titan_backend *be, int nthreads);
+
+/* The nominal fp32 peak of this CPU (lib/cpu/peak.c, docs/performance.md):
+ * flops = threads x clock_hz x flops_per_cycle, with FLOPs/cycle of the
+ * sgemm kernel OpenBLAS runs (isa, kernel) and the nominal clock
+ * (clock_from: model name, cpufreq, or cpu MHz).  `cpuinfo` is NULL for
+ * /proc/cpuinfo.  0, or TITAN_E_UNSUPPORTED when no clock is known. */
+struct titan_cpu_peak {
+	double flops, clock_hz;
+	int threads, flops_per_cycle;
+	char isa[32], kernel[128], clock_from[32], model[128];
+};
+int titan_cpu_peak_flops(const char *cpuinfo, int threads, struct titan_cpu_peak *p);
 /* Calls be->ops->release; NULL-safe. */
 void titan_backend_release(struct titan_backend *be);
 

@@ -62,10 +62,11 @@ void titan_trainer_catch_signals(void)
 
 /* ------------------------------------------------------------ helpers */
 
-/* Peak fp32 FLOP/s of this CPU for MFU: metrics.peak_flops, or a measured
- * sgemm (1024^3, best of 3) on the threads the run uses: OpenBLAS's own
- * threading for the probe (the training GEMMs run it on one thread per tile
- * of C, lib/cpu/matmul.c). */
+/* Peak fp32 FLOP/s of this CPU measured with an sgemm (1024^3, best of 3)
+ * on the threads the run uses: OpenBLAS's own threading for the probe (the
+ * training GEMMs run it on one thread per tile of C, lib/cpu/matmul.c).
+ * Only with metrics.measure_peak_flops: it moves between runs (1.28e11 to
+ * 1.93e11 on one machine), the nominal peak (lib/cpu/peak.c) does not. */
 static double measure_peak(int nthreads)
 {
 	const int n = 1024;
@@ -522,8 +523,8 @@ int titan_trainer_run(struct titan_trainer *t)
 
 			rc = titan_loader_next(t->train, t->inputs + mb * t->n, t->labels + mb * t->n,
 					       &info);
-			if (rc < 0)
-				return rc;
+			if (rc < 0) /* the shard and offset are in the message */
+				return titan_error_prefix("step %lld: training data", (long long)step);
 			valid += info.global_valid_tokens;
 		}
 		t->data_ns += titan_time_ns() - t0;
@@ -1006,10 +1007,27 @@ int titan_trainer_new(const struct titan_config *cfg, const struct titan_trainer
 	if (c->profiling.enable_memory_snapshot && (rc = open_memtrace(t)) < 0)
 		return rc;
 	/* the probe's 12 MiB before the model: never on top of its arenas */
-	if (!isnan(c->metrics.peak_flops))
+	if (!isnan(c->metrics.peak_flops)) {
 		t->peak_flops = c->metrics.peak_flops;
-	else if (!t->cuda)
+		snprintf(t->peak_from, sizeof(t->peak_from), "metrics.peak_flops");
+	} else if (!t->cuda && c->metrics.measure_peak_flops) {
 		t->peak_flops = measure_peak(t->be.nthreads);
+		snprintf(t->peak_from, sizeof(t->peak_from), "sgemm measured at start-up "
+			 "(metrics.measure_peak_flops), %d threads", t->be.nthreads);
+	} else if (!t->cuda) {
+		struct titan_cpu_peak cp;
+
+		if (titan_cpu_peak_flops(NULL, t->be.nthreads, &cp) == 0) {
+			t->peak_flops = cp.flops;
+			snprintf(t->peak_from, sizeof(t->peak_from), "%s: %d threads x %.3f GHz (%s) "
+				 "x %d FLOP/cycle, %s; override with metrics.peak_flops", cp.isa,
+				 cp.threads, cp.clock_hz * 1e-9, cp.clock_from, cp.flops_per_cycle,
+				 cp.kernel);
+		} else {
+			titan_log_warn("%s: no MFU", titan_errmsg());
+			snprintf(t->peak_from, sizeof(t->peak_from), "unknown");
+		}
+	}
 	t->mo.device_memory = t->cuda;
 	if (t->fsdp_degree > 1) {
 		t->mo.shard_rank = titan_comm_rank(comm(t, TITAN_DIM_FSDP));
@@ -1109,15 +1127,9 @@ int titan_trainer_new(const struct titan_config *cfg, const struct titan_trainer
 			       (long long)t->dist->dims.degree[TITAN_DIM_DP_REPLICATE],
 			       (long long)t->dist->dims.degree[TITAN_DIM_DP_SHARD],
 			       t->dp ? titan_dp_units(t->dp) : 0, t->be.nthreads);
-	if (t->cuda)
-		titan_log_info("Peak FLOPS used for computing MFU: %.3e (%s)", t->peak_flops,
-			       isnan(c->metrics.peak_flops) ? "bf16 dense peak of the GPU"
-							    : "metrics.peak_flops");
-	else
-		titan_log_info("Peak FLOPS used for computing MFU: %.3e (%s, %d threads)",
-			       t->peak_flops, isnan(c->metrics.peak_flops) ? "measured sgemm"
-									 : "metrics.peak_flops",
-			       t->be.nthreads);
+	if (t->cuda && isnan(c->metrics.peak_flops))
+		snprintf(t->peak_from, sizeof(t->peak_from), "bf16 dense peak of the GPU");
+	titan_log_info("Peak FLOPS used for computing MFU: %.3e (%s)", t->peak_flops, t->peak_from);
 	titan_log_info("Training starts: %lld steps, %lld microbatch(es) of %lld x %lld tokens "
 		       "per rank, activation checkpointing %s", (long long)c->training.steps,
 		       (long long)t->accum, (long long)c->training.local_batch_size,

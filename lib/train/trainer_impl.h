@@ -37,6 +37,7 @@ struct titan_trainer {
 	struct titan_tfevents *tb;     /* metrics.enable_tensorboard (rank 0, or all ranks) */
 	int lock_fd;                   /* job.dump_folder's lock + 1 (rank 0), 0: none */         /* its path, for messages */
 	double peak_flops, flops_per_token, total_mem;
+	char peak_from[320];      /* where peak_flops came from, for the log */
 	int verbosity;
 	bool print_rank;               /* this rank prints step lines */
 	char line_prefix[32];

@@ -1054,3 +1054,108 @@ EOF
 	run -0 --separate-stderr titan-ckpt-convert --to hf "$T/a.h5" "$T/hf2"
 	[[ $stderr != *"MB/s"* ]]
 }
+
+# hf_tied DIR TIE HEAD: a tiny HF Llama (numpy; safetensors written from the
+# format spec) with tie_word_embeddings TIE and lm_head.weight HEAD: none,
+# same (the embedding's bytes), bf16 (the embedding's values as BF16, exact)
+# or other (different values)
+hf_tied() {
+	$PY - "$@" <<'EOF2'
+import json, os, struct, sys
+import numpy as np
+out, tie, head = sys.argv[1], sys.argv[2] == "true", sys.argv[3]
+os.makedirs(out, exist_ok=True)
+D, L, H, KV, V, F = 32, 1, 4, 2, 272, 96
+hd = D // H
+rng = np.random.default_rng(7)
+r = lambda *s: rng.standard_normal(s).astype(np.float32)
+# embedding values that are exact in bfloat16, so a BF16 copy is the same matrix
+emb = (r(V, D).view(np.uint32) & np.uint32(0xFFFF0000)).view(np.float32)
+t = {"model.embed_tokens.weight": ("F32", emb)}
+p = "model.layers.0."
+for n, s in [("self_attn.q_proj", (H * hd, D)), ("self_attn.k_proj", (KV * hd, D)),
+             ("self_attn.v_proj", (KV * hd, D)), ("self_attn.o_proj", (D, H * hd)),
+             ("mlp.gate_proj", (F, D)), ("mlp.up_proj", (F, D)), ("mlp.down_proj", (D, F)),
+             ("input_layernorm", (D,)), ("post_attention_layernorm", (D,))]:
+    t[p + n + ".weight"] = ("F32", r(*s))
+t["model.norm.weight"] = ("F32", r(D))
+if head == "same":
+    t["lm_head.weight"] = ("F32", emb.copy())
+elif head == "bf16":
+    t["lm_head.weight"] = ("BF16", (emb.view(np.uint32) >> 16).astype(np.uint16))
+elif head == "other":
+    o = emb.copy(); o[5, 7] += 1.0
+    t["lm_head.weight"] = ("F32", o)
+hdr, off, blobs = {"__metadata__": {"format": "pt"}}, 0, []
+for k, (dt, a) in t.items():
+    b = np.ascontiguousarray(a).tobytes()
+    hdr[k] = {"dtype": dt, "shape": list(a.shape), "data_offsets": [off, off + len(b)]}
+    off += len(b); blobs.append(b)
+h = json.dumps(hdr).encode(); h += b" " * (-len(h) % 8)
+with open(out + "/model.safetensors", "wb") as f:
+    f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+json.dump({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": D,
+           "intermediate_size": F, "num_hidden_layers": L, "num_attention_heads": H,
+           "num_key_value_heads": KV, "vocab_size": V, "rms_norm_eps": 1e-5,
+           "rope_theta": 500000.0, "hidden_act": "silu", "tie_word_embeddings": tie,
+           "torch_dtype": "float32"}, open(out + "/config.json", "w"))
+EOF2
+}
+
+# st_tensor FILE NAME: the tensor's float32 values, hex of the bytes
+st_tensor() {
+	$PY - "$@" <<'EOF2'
+import json, struct, sys
+import numpy as np
+b = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", b[:8])[0]; h = json.loads(b[8:8 + n])
+if sys.argv[2] not in h: print("absent"); sys.exit(0)
+e = h[sys.argv[2]]; s, t = e["data_offsets"]
+print(e["dtype"], np.frombuffer(b[8 + n + s:8 + n + t], dtype=np.float32).tobytes().hex()[:64],
+      __import__("hashlib").sha256(b[8 + n + s:8 + n + t]).hexdigest())
+EOF2
+}
+
+@test "--from hf with tie_word_embeddings: a tied checkpoint; lm_head equal to the embedding is accepted, a different one refused; untied keeps lm_head; both round trips" {
+	need_hdf5
+	$PY -c 'import numpy' 2>/dev/null || skip "python3-numpy is not installed"
+	# tied, with no lm_head, with the same bytes and with the same values in BF16
+	for head in none same bf16; do
+		hf_tied "$T/tied-$head" true $head
+		run -0 --separate-stderr titan-ckpt-convert --from hf "$T/tied-$head" "$T/tied-$head.h5"
+		if [ $head != none ]; then
+			[[ $stderr == *"lm_head.weight equals model.embed_tokens.weight: one tied matrix"* ]]
+		fi
+		run -0 titan-ckpt-convert info "$T/tied-$head.h5"
+		assert_output --partial "tied embeddings"
+		refute_output --partial "output.weight"
+		# and back: tie_word_embeddings true, no lm_head, the embedding's bytes
+		run -0 titan-ckpt-convert --to hf "$T/tied-$head.h5" "$T/back-$head"
+		$PY -c 'import json,sys; assert json.load(open(sys.argv[1]))["tie_word_embeddings"] is True' \
+			"$T/back-$head/config.json"
+		[ "$(st_tensor "$T/back-$head/model.safetensors" lm_head.weight)" = absent ]
+		[ "$(st_tensor "$T/back-$head/model.safetensors" model.embed_tokens.weight)" = \
+		  "$(st_tensor "$T/tied-$head/model.safetensors" model.embed_tokens.weight)" ]
+	done
+	# tied, but lm_head differs: refused (1) naming the element and the way out, nothing written
+	hf_tied "$T/tied-other" true other
+	run -1 --separate-stderr titan-ckpt-convert --from hf "$T/tied-other" "$T/tied-other.h5"
+	refute_crash
+	[[ $stderr == *"tie_word_embeddings is true but lm_head.weight differs from model.embed_tokens.weight (first at [5, 7]: "*"set tie_word_embeddings to false in config.json"* ]]
+	assert_file_not_exists "$T/tied-other.h5"
+	# the same folder untied: lm_head is the output, and comes back as it went
+	hf_tied "$T/untied" false other
+	run -0 titan-ckpt-convert --from hf "$T/untied" "$T/untied.h5"
+	run -0 titan-ckpt-convert info "$T/untied.h5"
+	assert_output --partial "output.weight"
+	refute_output --partial "tied embeddings"
+	run -0 titan-ckpt-convert --to hf "$T/untied.h5" "$T/back-untied"
+	$PY -c 'import json,sys; assert json.load(open(sys.argv[1]))["tie_word_embeddings"] is False' \
+		"$T/back-untied/config.json"
+	for n in lm_head.weight model.embed_tokens.weight; do
+		[ "$(st_tensor "$T/back-untied/model.safetensors" $n)" = \
+		  "$(st_tensor "$T/untied/model.safetensors" $n)" ]
+	done
+	[ "$(st_tensor "$T/back-untied/model.safetensors" lm_head.weight)" != \
+	  "$(st_tensor "$T/back-untied/model.safetensors" model.embed_tokens.weight)" ]
+}

@@ -45,8 +45,8 @@ setup() {
 	[[ $stderr == *"unexpected argument 'configs/llama3_8b.yaml'"* ]]
 }
 
-@test "a missing config file is an error naming the file (1)" {
-	run -1 --separate-stderr titan-config --config "$BATS_TEST_TMPDIR/nope.yaml"
+@test "a missing config file is a configuration error naming the file (2)" {
+	run -2 --separate-stderr titan-config --config "$BATS_TEST_TMPDIR/nope.yaml"
 	refute_crash
 	[[ $stderr == "titan-config: error: "*"nope.yaml"*"No such file or directory"* ]]
 	[ -z "$output" ]

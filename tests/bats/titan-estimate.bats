@@ -43,7 +43,7 @@ print(json.dumps(o) if isinstance(o, (dict, list, bool)) or o is None else o)' "
 	assert_line --regexp '^titan-estimate \(titan\) '
 	run -2 --separate-stderr titan-estimate --frob
 	[[ $stderr == *"unrecognized option"* ]]
-	run -1 --separate-stderr titan-estimate --config "$BATS_TEST_TMPDIR/none.yaml"
+	run -2 --separate-stderr titan-estimate --config "$BATS_TEST_TMPDIR/none.yaml"
 	[[ $stderr == *"none.yaml"*"No such file"* ]]
 	printf 'training:\n  seq_lem: 8\n' > "$BATS_TEST_TMPDIR/bad.yaml"
 	run -2 --separate-stderr titan-estimate --config "$BATS_TEST_TMPDIR/bad.yaml"

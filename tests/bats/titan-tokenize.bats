@@ -172,24 +172,26 @@ assert got == want, (got, want)' "$BATS_TEST_TMPDIR/bad.txt" "$BATS_TEST_TMPDIR/
 
 # -------------------------------------------------------------- bad input
 
+# a malformed input file is a runtime failure (exit 1), not usage (2):
+# docs/conventions.md, tests/bats/exit-codes.bats
 @test "decode: a stream that is not whole uint32s is an error" {
 	printf 'abcdef' > "$BATS_TEST_TMPDIR/odd.tok"
-	run -2 --separate-stderr titan-tokenize -t "$TOK" -d "$BATS_TEST_TMPDIR/odd.tok"
+	run -1 --separate-stderr titan-tokenize -t "$TOK" -d "$BATS_TEST_TMPDIR/odd.tok"
 	[[ $stderr == *"odd.tok: 6 bytes is not a whole number of uint32 token ids"* ]]
 }
 
 @test "decode: an id outside the vocabulary is an error naming its position" {
 	/usr/bin/python3 -c 'import struct,sys; sys.stdout.buffer.write(struct.pack("<3I", 5, 6, 999999))' > "$BATS_TEST_TMPDIR/big.tok"
-	run -2 --separate-stderr titan-tokenize -t "$TOK" -d "$BATS_TEST_TMPDIR/big.tok"
+	run -1 --separate-stderr titan-tokenize -t "$TOK" -d "$BATS_TEST_TMPDIR/big.tok"
 	[[ $stderr == *"big.tok: token 2 (byte offset 8) is id 999999"* ]]
 }
 
 @test "jsonl: bad JSON and a missing field are errors with file:line" {
 	printf '{"text": "ok"}\n{"text": broken}\n' > "$BATS_TEST_TMPDIR/b.jsonl"
-	run -2 --separate-stderr titan-tokenize -t "$TOK" "$BATS_TEST_TMPDIR/b.jsonl"
+	run -1 --separate-stderr titan-tokenize -t "$TOK" "$BATS_TEST_TMPDIR/b.jsonl"
 	[[ $stderr == *"b.jsonl:2:"*"invalid JSON"* ]]
 	printf '{"text": "ok"}\n{"body": "x"}\n' > "$BATS_TEST_TMPDIR/f.jsonl"
-	run -2 --separate-stderr titan-tokenize -t "$TOK" "$BATS_TEST_TMPDIR/f.jsonl"
+	run -1 --separate-stderr titan-tokenize -t "$TOK" "$BATS_TEST_TMPDIR/f.jsonl"
 	[[ $stderr == *"f.jsonl:2: field 'text' is missing"* ]]
 }
 
@@ -197,7 +199,7 @@ assert got == want, (got, want)' "$BATS_TEST_TMPDIR/bad.txt" "$BATS_TEST_TMPDIR/
 	run -0 titan-tokenize -t "$TOK" --format text "$TOKDIR/genesis.txt" -o "$BATS_TEST_TMPDIR/o.tok"
 	assert_file_exists "$BATS_TEST_TMPDIR/o.tok"
 	printf '{"text": "ok"}\nnot json\n' > "$BATS_TEST_TMPDIR/b.jsonl"
-	run -2 titan-tokenize -t "$TOK" "$BATS_TEST_TMPDIR/b.jsonl" -o "$BATS_TEST_TMPDIR/p.tok"
+	run -1 titan-tokenize -t "$TOK" "$BATS_TEST_TMPDIR/b.jsonl" -o "$BATS_TEST_TMPDIR/p.tok"
 	assert_file_not_exists "$BATS_TEST_TMPDIR/p.tok"
 	run ls "$BATS_TEST_TMPDIR"
 	refute_output --partial "p.tok.tmp"

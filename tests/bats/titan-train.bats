@@ -65,23 +65,23 @@ for l in open(sys.argv[1]):
 	assert_line --regexp '^titan-train \(titan\) '
 	run -2 --separate-stderr titan-train --frob
 	[[ $stderr == *"unrecognized option"* ]]
-	run -1 --separate-stderr titan-train --config "$BATS_TEST_TMPDIR/none.yaml"
+	run -2 --separate-stderr titan-train --config "$BATS_TEST_TMPDIR/none.yaml"
 	[[ $stderr == *"none.yaml"*"No such file"* ]]
 }
 
 @test "a missing dataset folder or a bad one is an error naming it" {
 	run -2 --separate-stderr titan-train --config "$DATA/tiny.yaml" --training.dataset_path=
 	[[ $stderr == *"training.dataset_path"* ]]
-	run --separate-stderr titan-train --config "$DATA/tiny.yaml" --training.dataset_path="$BATS_TEST_TMPDIR/nowhere"
+	# a missing data folder is a runtime failure (1), an empty key configuration (2)
+	run -1 --separate-stderr titan-train --config "$DATA/tiny.yaml" --training.dataset_path="$BATS_TEST_TMPDIR/nowhere"
 	refute_crash
-	[ "$status" -ne 0 ]
 	[[ $stderr == *"nowhere"* ]]
 }
 
 @test "a model vocabulary smaller than the shards' is refused" {
-	run --separate-stderr titan-train --config "$DATA/tiny.yaml" --model.vocab_size=512
+	# the config does not fit the data: configuration (2), found before training
+	run -2 --separate-stderr titan-train --config "$DATA/tiny.yaml" --model.vocab_size=512
 	refute_crash
-	[ "$status" -ne 0 ]
 	[[ $stderr == *"vocab"* ]]
 }
 
@@ -441,4 +441,42 @@ for g in ("model", "optimizer/exp_avg", "optimizer/exp_avg_sq"):
     for k in fa[g]:
         assert np.array_equal(fa[g][k][()], fb[g][k][()]), (g, k)
 PY
+}
+
+@test "MFU on the CPU: the nominal peak (threads x clock x FLOPs/cycle), the same in two runs; metrics.peak_flops overrides; the sgemm probe only when asked" {
+	cd "$BATS_TEST_TMPDIR"
+	# the peak metrics.jsonl implies: tflops / mfu_pct
+	peak_of() { /usr/bin/python3 -c 'import json,sys; d=json.loads(open(sys.argv[1]).readline()); print("%.6e" % (d["tflops"] * 1e12 * 100 / d["mfu_pct"]))' "$1"; }
+	for n in 1 2; do
+		run -0 --separate-stderr titan-train --config "$DATA/tiny.yaml" --training.steps=1 \
+			--metrics.peak_flops=null --threads 2 --job.dump_folder=n$n
+		[[ $stderr =~ "Peak FLOPS used for computing MFU: "([0-9.e+]+)" ("([A-Za-z0-9 -]+)": 2 threads x "([0-9.]+)" GHz ("[^\)]+") x "([0-9]+)" FLOP/cycle, "[^\;]+"; override with metrics.peak_flops)" ]] ||
+			fail "no nominal peak line: $stderr"
+		peak[$n]=${BASH_REMATCH[1]} ghz=${BASH_REMATCH[3]} fpc=${BASH_REMATCH[4]}
+		# the formula, to the 4 digits the line prints
+		/usr/bin/python3 -c "import sys; p, g, f = map(float, sys.argv[1:]); assert abs(p - 2 * g * 1e9 * f) / p < 1e-3, (p, g, f)" \
+			"${peak[$n]}" "$ghz" "$fpc"
+		# and metrics.jsonl's MFU is against it
+		/usr/bin/python3 -c "import sys; a, b = map(float, sys.argv[1:]); assert abs(a - b) / b < 1e-3, (a, b)" \
+			"$(peak_of n$n/metrics.jsonl)" "${peak[$n]}"
+	done
+	[ "${peak[1]}" = "${peak[2]}" ]
+	# an explicit peak wins, and says so
+	run -0 --separate-stderr titan-train --config "$DATA/tiny.yaml" --training.steps=1 \
+		--metrics.peak_flops=2.5e11 --job.dump_folder=o
+	[[ $stderr == *"Peak FLOPS used for computing MFU: 2.500e+11 (metrics.peak_flops)"* ]]
+	[ "$(peak_of o/metrics.jsonl)" = 2.500000e+11 ]
+	# the start-up sgemm, opt-in: titan-estimate models its 12 MiB only then,
+	# byte for byte with the measured peak either way
+	for m in false true; do
+		run -0 --separate-stderr titan-train --config "$DATA/tiny.yaml" --training.steps=1 \
+			--metrics.peak_flops=null --metrics.measure_peak_flops=$m --threads 2 --job.dump_folder=m$m
+		if [ $m = true ]; then
+			[[ $stderr == *"(sgemm measured at start-up (metrics.measure_peak_flops), 2 threads)"* ]]
+		fi
+		measured=$(/usr/bin/python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).readline())["memory_peak_bytes"])' m$m/metrics.jsonl)
+		run -0 --separate-stderr titan-estimate --config "$DATA/tiny.yaml" --metrics.peak_flops=null \
+			--metrics.measure_peak_flops=$m --device cpu --threads 2
+		assert_line --regexp "^  peak [0-9.]+ MiB \\($measured bytes\\) at "
+	done
 }

@@ -460,8 +460,8 @@ static void test_errors(void **state)
 	o.seq_len = 7;
 	o.local_batch_size = 2;
 
-	/* no shards */
-	assert_int_equal(titan_loader_open(&o, &l), TITAN_E_INVALID);
+	/* no shards: the data is missing (exit 1), not the configuration */
+	assert_int_equal(titan_loader_open(&o, &l), TITAN_E_FORMAT);
 	assert_null(l);
 	assert_non_null(strstr(titan_errmsg(), "no 'train' shards"));
 	assert_non_null(strstr(titan_errmsg(), dir));

@@ -1122,6 +1122,23 @@ int main(int argc, char **argv)
 		rc = titan_cli_usage_error(&cli, "--dtype does not go with info");
 		goto out;
 	}
+	/* '-': only a GGUF output is a stream (docs/conventions.md) */
+	{
+		const char *h5 = "an HDF5 checkpoint is read and written with seeks, not as a stream";
+		const char *dir = "it is a folder";
+		bool gguf = o.to && !strcmp(o.to, "gguf");
+
+		if ((rc = titan_cli_no_dash(&cli, info ? "info" : o.from ? "HFDIR" : "the input",
+					    pos[0], o.from ? dir : info ? "a checkpoint (HDF5) or "
+					    "GGUF file is read with seeks, not as a stream" : h5)) ||
+		    (!info && (rc = titan_cli_no_dash(&cli, o.to && !gguf ? "OUTDIR" : "the output",
+						      gguf ? NULL : pos[1], o.to && !gguf ? dir : h5))) ||
+		    (o.to && !gguf && (rc = titan_cli_no_dash(&cli, "--tokenizer", o.tokenizer,
+							      "--to hf copies the file by its name"))))
+			goto out;
+		if (gguf && o.tokenizer && (rc = titan_cli_stdin_file(&cli, "--tokenizer", &o.tokenizer)))
+			goto out;
+	}
 	o.progress = cli.progress;
 	if (info)
 		rc = cmd_info(&o, pos[0]);
@@ -1133,10 +1150,8 @@ int main(int argc, char **argv)
 		rc = cmd_from_hf(&o, pos[0], pos[1]);
 	else
 		rc = cmd_copy(&o, pos[0], pos[1]);
-	if (rc < 0) {
-		titan_cli_fail(&cli, rc);
-		rc = 1; /* a bad input file is a failure, not a usage error */
-	}
+	if (rc < 0) /* a bad input file is a failure, not a usage error */
+		rc = titan_cli_fail_work(&cli, rc);
 	rc = titan_cli_finish(&cli, rc);
 out:
 	titan_cli_release(&cli);

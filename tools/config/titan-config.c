@@ -35,7 +35,7 @@ static void usage(FILE *fp)
 "      --json            print the resolved config as one JSON object\n"
 "      --non-default     print only the keys that differ from the defaults\n"
 "      --summary         print the model and run summary (parameters, FLOPs/token)\n"
-"  -o, --output FILE     write to FILE (atomically) instead of standard output\n"
+"  -o, --output FILE     write to FILE (atomically; '-': standard output)\n"
 "      --help-config     list every key with its type, default, range and meaning\n"
 "  -v, --verbose         more log output; -q, --quiet: errors only\n"
 "  -h, --help            show this help;  --version: version and features\n"
@@ -226,7 +226,7 @@ int main(int argc, char **argv)
 		case OPT_JSON: json = true; break;
 		case OPT_SUMMARY: summary = true; break;
 		case OPT_NON_DEFAULT: non_default = true; break;
-		case 'o': output = optarg; break;
+		case 'o': output = strcmp(optarg, "-") ? optarg : NULL; break; /* '-': stdout */
 		default:
 			rc = titan_cli_option(&cli, opt, optarg);
 			if (rc == TITAN_CLI_HANDLED)

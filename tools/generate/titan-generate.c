@@ -302,6 +302,16 @@ int main(int argc, char **argv)
 		titan_log_warn("--top-k/--top-p apply to sampling: greedy decoding (temperature 0) "
 			       "ignores them");
 	model_path = argv[optind];
+	/* '-': a model is a checkpoint read with seeks or a folder; standard
+	 * input goes to one of --config, the prompt and --tokenizer */
+	if ((rc = titan_cli_no_dash(&cli, "MODEL", model_path, "a checkpoint (HDF5) is read "
+				    "with seeks and an HF model is a folder")) ||
+	    (cli.config_path && !strcmp(cli.config_path, "-") &&
+	     (rc = titan_cli_claim_stdin(&cli, "--config"))) ||
+	    ((optind + 1 == argc || !strcmp(argv[optind + 1], "-")) &&
+	     (rc = titan_cli_claim_stdin(&cli, "the prompt"))) ||
+	    (o.tokenizer && (rc = titan_cli_stdin_file(&cli, "--tokenizer", &o.tokenizer))))
+		goto done;
 
 	/* the prompt first: reading stdin must not wait behind a big load */
 	if (optind + 1 < argc && strcmp(argv[optind + 1], "-") != 0)
@@ -309,7 +319,7 @@ int main(int argc, char **argv)
 	else
 		rc = read_stdin(&prompt);
 	if (rc < 0) {
-		rc = titan_cli_fail(&cli, rc);
+		rc = titan_cli_fail_work(&cli, rc);
 		goto done;
 	}
 	if (cli.config_path) {
@@ -318,7 +328,9 @@ int main(int argc, char **argv)
 		have_cfg = true;
 	}
 	if ((rc = titan_gen_model_load(model_path, have_cfg ? &cfg : NULL, &model)) < 0) {
-		rc = titan_cli_fail(&cli, rc);
+		/* dims of --config that disagree with the tensors: configuration
+		 * (2); without --config every failure is the model file's (1) */
+		rc = have_cfg ? titan_cli_fail(&cli, rc) : titan_cli_fail_work(&cli, rc);
 		goto done;
 	}
 	tok_path = o.tokenizer ? o.tokenizer : model->tokenizer;
@@ -331,7 +343,7 @@ int main(int argc, char **argv)
 		if (!o.tokenizer)
 			titan_error_prefix("the tokenizer %s names (--tokenizer to give another)",
 					   model->hf ? "the HF folder" : "the checkpoint's config");
-		rc = titan_cli_fail(&cli, rc);
+		rc = titan_cli_fail_work(&cli, rc);
 		goto done;
 	}
 	{
@@ -348,7 +360,7 @@ int main(int argc, char **argv)
 		titan_error(TITAN_E_INVALID, "the tokenizer '%s' has %u ids, the model's vocabulary "
 			    "%" PRId64 ": not the model's tokenizer", tok_path,
 			    titan_tokenizer_vocab_size(tok), model->dims.vocab_size);
-		rc = titan_cli_fail(&cli, TITAN_E_INVALID);
+		rc = titan_cli_fail_work(&cli, TITAN_E_INVALID);
 		goto done;
 	}
 
@@ -369,7 +381,7 @@ int main(int argc, char **argv)
 			       model->seq_len, model->path);
 	}
 	if ((rc = encode_prompt(tok, &o, &prompt, &ids)) < 0) {
-		rc = titan_cli_fail(&cli, rc);
+		rc = titan_cli_fail_work(&cli, rc);
 		goto done;
 	}
 	n_prompt = (int64_t)ids.n;
@@ -400,7 +412,7 @@ int main(int argc, char **argv)
 
 		if ((rc = titan_generator_new(&model->table, model->params.data, &gopts, &be, NULL,
 					      &gen)) < 0) {
-			rc = titan_cli_fail(&cli, rc);
+			rc = titan_cli_fail_work(&cli, rc);
 			goto done;
 		}
 	}
@@ -410,7 +422,7 @@ int main(int argc, char **argv)
 	out.tok = tok;
 	rc = titan_generate(gen, (const int32_t *)ids.p, n_prompt, &go, emit, &out, &res);
 	if (rc < 0) {
-		rc = titan_cli_fail(&cli, rc);
+		rc = titan_cli_fail_work(&cli, rc);
 		goto done;
 	}
 	titan_log_info("%" PRId64 " new tokens after a prompt of %" PRId64 ", stopped by %s; "

@@ -384,7 +384,9 @@ static int est_tags(const json_t *o, int64_t *out, const char *path, size_t i, c
 static int read_estimate(const char *path, struct est_rank **out, size_t *n_out)
 {
 	json_error_t err;
-	json_t *root = json_load_file(path, 0, &err), *ranks, *v;
+	/* --estimate -: titan-estimate --json | titan-memprof compare --estimate - */
+	json_t *root = strcmp(path, "-") ? json_load_file(path, 0, &err) : json_loadf(stdin, 0, &err);
+	json_t *ranks, *v;
 	struct est_rank *e = NULL;
 	size_t n = 0;
 	int rc = 0;
@@ -459,7 +461,7 @@ out:
  * memory_peak_bytes line (the tagged allocator's own count, rank 0). */
 static int metrics_peak(const char *path, int64_t *peak, int64_t *at_peak, bool *found)
 {
-	FILE *fp = fopen(path, "r");
+	FILE *fp = strcmp(path, "-") ? fopen(path, "r") : stdin; /* --metrics - */
 	char *line = NULL;
 	size_t cap = 0;
 
@@ -483,7 +485,8 @@ static int metrics_peak(const char *path, int64_t *peak, int64_t *at_peak, bool 
 		json_decref(o);
 	}
 	free(line);
-	fclose(fp);
+	if (fp != stdin)
+		fclose(fp);
 	return 0;
 }
 

@@ -26,7 +26,7 @@ struct rank_times {
  * tokens/s), and tflops / mfu_pct gives the peak it used. */
 static void metrics_flops(const char *path, double *flops, double *peak)
 {
-	FILE *fp = fopen(path, "r");
+	FILE *fp = strcmp(path, "-") ? fopen(path, "r") : stdin; /* --metrics - */
 	double f[64], p[64];
 	size_t nf = 0, np = 0, cap = 0;
 	char *line = NULL;
@@ -48,7 +48,8 @@ static void metrics_flops(const char *path, double *flops, double *peak)
 		json_decref(o);
 	}
 	free(line);
-	fclose(fp);
+	if (fp != stdin)
+		fclose(fp);
 	if (isnan(*flops) && nf)
 		*flops = titan_median(f, nf);
 	if (isnan(*peak) && np)

@@ -246,6 +246,16 @@ int main(int argc, char **argv)
 					   "memory_snapshot folder, or trace files)", argv[optind]);
 		goto out;
 	}
+	/* '-' reads standard input once: a memory trace, --estimate or --metrics */
+	for (int i = optind + 1; i < argc; i++)
+		if (!strcmp(argv[i], "-") && (rc = titan_cli_claim_stdin(&cli, "a trace ('-')")))
+			goto out;
+	if ((o.estimate && !strcmp(o.estimate, "-") &&
+	     (rc = titan_cli_claim_stdin(&cli, "--estimate"))) ||
+	    (o.metrics && !strcmp(o.metrics, "-") && (rc = titan_cli_claim_stdin(&cli, "--metrics"))) ||
+	    (rc = titan_cli_no_dash(&cli, "--png", o.png, "the converter writes a file (pipe "
+				    "--svg - into rsvg-convert for a PNG on standard output)")))
+		goto out;
 	if (mp_inputs_find(&in, argv + optind + 1, argc - optind - 1, &o,
 			   cmd == TIME || cmd == EXPORT) < 0) {
 		rc = mp_fail();

@@ -856,6 +856,10 @@ int main(int argc, char **argv)
 		if (r.verify_cmd && r.verify)
 			return titan_cli_usage_error(&j.cli, "--verify is for 'info' ('verify' always verifies)");
 		r.verify |= r.verify_cmd;
+		for (int i = optind; i < argc; i++)
+			if ((rc = titan_cli_no_dash(&j.cli, mode, argv[i], "a shard is mapped and read "
+						    "in place, not as a stream")))
+				return rc;
 		rc = run_info(&j.cli, &r, argc - optind, argv + optind);
 		return titan_cli_finish(&j.cli, rc);
 	}
@@ -878,6 +882,19 @@ int main(int argc, char **argv)
 		bad = "--seed has no effect without --shuffle-docs";
 	if (bad)
 		return titan_cli_usage_error(&j.cli, "%s", bad);
+	if ((rc = titan_cli_no_dash(&j.cli, "--out", j.out, "it is a folder of shards")))
+		return rc;
+	/* '-' or no FILE: the stream is standard input, so the tokenizer cannot be */
+	{
+		bool from_stdin = optind == argc;
+
+		for (int i = optind; i < argc; i++)
+			from_stdin |= !strcmp(argv[i], "-");
+		if (from_stdin && (rc = titan_cli_claim_stdin(&j.cli, "the token stream")))
+			return rc;
+	}
+	if (tokenizer && (rc = titan_cli_stdin_file(&j.cli, "--tokenizer", &tokenizer)))
+		return rc;
 	for (size_t n = strlen(j.out); n > 1 && j.out[n - 1] == '/'; n--)
 		((char *)j.out)[n - 1] = '\0'; /* "data/" -> "data": shard paths read well */
 	if (vocab_arg) {
@@ -891,7 +908,7 @@ int main(int argc, char **argv)
 		struct titan_tokenizer *t;
 
 		if ((rc = titan_tokenizer_load(tokenizer, enc, &t)) < 0)
-			return titan_cli_fail(&j.cli, rc);
+			return titan_cli_fail_work(&j.cli, rc);
 		j.vocab = titan_tokenizer_vocab_size(t);
 		j.bos = titan_tokenizer_bos(t);
 		j.eos = titan_tokenizer_eos(t);
@@ -918,9 +935,8 @@ int main(int argc, char **argv)
 
 	rc = run_write(&j, argc - optind, argv + optind);
 	if (rc < 0) {
-		rc = titan_cli_fail(&j.cli, rc);
-		if (rc == 2) /* the writer's own checks; the input is bad data, not usage */
-			rc = 1;
+		/* the writer's own checks (TITAN_E_INVALID): bad data, not usage */
+		rc = titan_cli_fail_work(&j.cli, rc);
 	}
 	titan_shard_writer_discard(j.val);
 	titan_shard_writer_discard(j.train);

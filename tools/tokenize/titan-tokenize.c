@@ -727,18 +727,28 @@ int main(int argc, char **argv)
 		return titan_cli_usage_error(&cli, "--keep-special applies to --decode");
 	files = optind < argc ? argv + optind : stdin_only;
 	nfiles = optind < argc ? argc - optind : 1;
+	/* '-' (or no FILE) reads the input from standard input: then the
+	 * tokenizer cannot come from there too */
+	for (int i = 0; i < nfiles; i++)
+		if (!strcmp(files[i], "-")) {
+			if ((rc = titan_cli_claim_stdin(&cli, "the input")))
+				goto done;
+			break;
+		}
+	if (!train && (rc = titan_cli_stdin_file(&cli, "--tokenizer", &o.tokenizer)))
+		goto done;
 	/* Fail before writing anything when an input cannot be read. */
 	for (int i = 0; i < nfiles; i++)
 		if (strcmp(files[i], "-") && access(files[i], R_OK) != 0) {
 			titan_error(TITAN_E_IO, "cannot open '%s': %s", files[i], strerror(errno));
-			rc = titan_cli_fail(&cli, TITAN_E_IO);
+			rc = titan_cli_fail_work(&cli, TITAN_E_IO);
 			goto done;
 		}
 	threads = cli.threads > 0 ? cli.threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
 	if (threads < 1)
 		threads = 1;
 	if (!train && (rc = titan_tokenizer_load(o.tokenizer, o.encoding, &tok)) < 0) {
-		rc = titan_cli_fail(&cli, rc);
+		rc = titan_cli_fail_work(&cli, rc);
 		goto done;
 	}
 	if (tok) {
@@ -750,7 +760,7 @@ int main(int argc, char **argv)
 				(long long)titan_tokenizer_eos(tok));
 	}
 	if ((rc = titan_afile_open(&out, o.output)) < 0) {
-		rc = titan_cli_fail(&cli, rc);
+		rc = titan_cli_fail_work(&cli, rc);
 		goto done;
 	}
 	titan_progress_init(&pr.p, cli.progress, "titan-tokenize", "bytes", inputs_size(files, nfiles));
@@ -764,7 +774,7 @@ int main(int argc, char **argv)
 	progress_show(&pr, true);
 	rc = titan_afile_close(&out, rc);
 	if (rc < 0) {
-		rc = titan_cli_fail(&cli, rc);
+		rc = titan_cli_fail_work(&cli, rc);
 		goto done;
 	}
 	rc = titan_cli_finish(&cli, 0);

@@ -199,6 +199,9 @@ int main(int argc, char **argv)
 	if ((rc = titan_cli_load_config(&cli, &cfg)) != 0)
 		goto done;
 	cfg_ready = true;
+	if ((rc = titan_cli_no_dash(&cli, "job.dump_folder", cfg.job.dump_folder,
+				    "it is the run's folder (checkpoints, metrics, traces)")))
+		goto done;
 	/* runs describe themselves: version, features and the config they used */
 	titan_log_info("titan-train %s (%s), built with %s; this run: training.device %s, "
 		       "%d rank(s)%s, config %s", titan_version(), titan_git_revision(),
