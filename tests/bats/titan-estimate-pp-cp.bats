@@ -60,20 +60,21 @@ setup() {
 # est_vs_run N ARGS...: titan-train on N ranks (2 steps, metrics on every
 # rank), then titan-estimate --device cpu --rank R for each rank: the first
 # row's peak (start-up included) and its bytes by tag, and the second row's
-# peak (a step alone), to the byte; prints "rank R: measured M estimated E"
+# peak (a step alone), to the byte; prints "rank R: measured M estimated E";
+# THREADS=T: T threads per rank (the attention kernel's tiles are per thread)
 est_vs_run() {
-	local n=$1 o=$BATS_TEST_TMPDIR/e$1
+	local n=$1 o=$BATS_TEST_TMPDIR/e$1 t=${THREADS:-1}
 	shift
 	rm -rf "$o"
-	timeout -k 5 300 mpiexec -n "$n" env OMP_NUM_THREADS=1 titan-train -q --config "$DATA/tiny.yaml" \
-		--metrics.save_for_all_ranks --job.dump_folder="$o" "$@"
-	/usr/bin/python3 - "$o" "$n" "$DATA/tiny.yaml" "$@" <<'PY'
+	timeout -k 5 300 mpiexec -n "$n" env OMP_NUM_THREADS="$t" titan-train -q --threads "$t" \
+		--config "$DATA/tiny.yaml" --metrics.save_for_all_ranks --job.dump_folder="$o" "$@"
+	/usr/bin/python3 - "$o" "$n" "$DATA/tiny.yaml" "$t" "$@" <<'PY'
 import json, subprocess, sys
-o, n, cfg, args = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4:]
+o, n, cfg, t, args = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5:]
 for r in range(n):
     rows = [json.loads(l) for l in open(o + ("/metrics.jsonl" if r == 0 else "/metrics.rank%d.jsonl" % r))]
     e = json.loads(subprocess.check_output(
-        ["titan-estimate", "--config", cfg, "--device", "cpu", "--threads", "1", "--json",
+        ["titan-estimate", "--config", cfg, "--device", "cpu", "--threads", t, "--json",
          "--ngpu", str(n), "--rank", str(r), "--metrics.save_for_all_ranks"] + args))
     er = e["ranks"][0]
     assert rows[0]["memory_peak_bytes"] == er["peak_bytes"], (r, rows[0]["memory_peak_bytes"], er["peak_bytes"], er["peak_moment"])
@@ -135,6 +136,13 @@ PP2="--parallelism.pipeline_parallel_degree=2"
 	run -0 est_vs_run 4 --parallelism.context_parallel_degree=2 --parallelism.tensor_parallel_degree=2 \
 		--activation_checkpoint.mode=full
 	echo "# CP 2 x TP 2: ${lines[*]}" >&3
+	# ... with 8 threads a rank, per-op AC, never resharded: the peak is the
+	# attention kernel's tiles on the two query chunks
+	THREADS=8 run -0 est_vs_run 4 --parallelism.context_parallel_degree=2 --parallelism.tensor_parallel_degree=2 \
+		--training.seq_len=256 --training.local_batch_size=2 --training.global_batch_size=2 \
+		--parallelism.fsdp_reshard_after_forward=never --activation_checkpoint.mode=selective \
+		--activation_checkpoint.selective_ac_option=op
+	assert_line --regexp '^rank 3: .*\(attention backward\)'
 	# PP 2 (Interleaved1F1B) x CP 2
 	est_vs_run 4 $PP2 --parallelism.pipeline_parallel_schedule=Interleaved1F1B --model.n_layers=6 \
 		--parallelism.context_parallel_degree=2 --training.local_batch_size=8 \
