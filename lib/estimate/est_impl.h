@@ -40,9 +40,12 @@ struct est_stage {
 	int64_t first_layer, nlayers;
 	bool embed, output;
 };
-/* Stages per rank (v) and the split of layers over pp·v stages as
- * torchtitan's generate_llm_fqn_per_model_part (embedding and output count
- * one layer each, the remainder goes to the first stages). */
+/* Stages per rank (v) and the split of the blocks over pp·v stages,
+ * titan-train's own: titan_pp_stages_per_rank (lib/train/pp.c) and
+ * titan_pp_split (lib/model/layout.c: torchtitan's
+ * generate_llm_fqn_per_model_part, split points, layers_per_stage), from
+ * the options' pp_layers_per_stage and pp_split_points.  Without PP one
+ * stage of every block. */
 int est_pipeline(const struct titan_est_opts *o, const struct titan_model_dims *d,
 		 int64_t *v, struct est_stage **stages);
 /* titan-train's schedule of an estimate schedule (the stage count and
