@@ -452,11 +452,9 @@ int est_cpu_model(const struct titan_model_dims *d, const struct titan_est_opts 
 	ppr = o->rank / (l->dp_replicate * l->dp_shard * cp * tp);
 	if ((rc = rank_geo(d, o, ppr, &G, &nstages)) < 0)
 		return rc;
-	if (pp > 1 && o->schedule == TITAN_EST_INTERLEAVED_1F1B && nmb % pp)
-		return titan_error(TITAN_E_INVALID, "parallelism.pipeline_parallel_schedule "
-				   "Interleaved1F1B: the %lld microbatches (local_batch_size / "
-				   "pipeline_parallel_microbatch_size) must be a multiple of "
-				   "pipeline_parallel_degree %lld", (long long)nmb, (long long)pp);
+	if (pp > 1 && (rc = titan_pp_check_microbatches(est_train_schedule(o->schedule), (int)pp,
+							(int)nmb)) < 0)
+		return rc;
 	titan_param_table_opts_default(&po);
 	if (fsdp > 1) {
 		po.shard_degree = (int)fsdp;

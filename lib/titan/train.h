@@ -334,6 +334,10 @@ struct titan_pp_action {
 int titan_pp_schedule_actions(enum titan_pp_schedule sched, int pp, int rank, int V, int M,
 			      bool backward, struct titan_pp_action *out);
 
+/* What a schedule needs of the microbatch count (titan_pp_new checks it;
+ * titan-estimate too): Interleaved1F1B a multiple of pp, InterleavedZero-
+ * Bubble a multiple of its rounds.  TITAN_E_INVALID naming the numbers. */
+int titan_pp_check_microbatches(enum titan_pp_schedule sched, int pp, int nmb);
 /* A stage's schedule runner over the pipeline communicator `c` (stage =
  * its rank) for a model built as that stage with nmb microbatch sets. */
 struct titan_pp;

@@ -78,6 +78,22 @@ static int local_of(const struct titan_pp *p, int s)
 	return -1;
 }
 
+int titan_pp_check_microbatches(enum titan_pp_schedule sched, int pp, int nmb)
+{
+	if (sched == TITAN_PP_INTERLEAVED_1F1B && nmb % pp)
+		return titan_error(TITAN_E_INVALID, "parallelism.pipeline_parallel_schedule "
+				   "Interleaved1F1B: the %d microbatches (local_batch_size / "
+				   "pipeline_parallel_microbatch_size) must be a multiple of "
+				   "pipeline_parallel_degree %d", nmb, pp);
+	if (sched == TITAN_PP_INTERLEAVED_ZB && nmb % (nmb / pp > 1 ? nmb / pp : 1))
+		return titan_error(TITAN_E_INVALID, "parallelism.pipeline_parallel_schedule "
+				   "InterleavedZeroBubble: the %d microbatches (local_batch_size / "
+				   "pipeline_parallel_microbatch_size) must be a multiple of the %d "
+				   "rounds (microbatches / pipeline_parallel_degree %d, as torch's "
+				   "ScheduleInterleavedZeroBubble)", nmb, nmb / pp, pp);
+	return 0;
+}
+
 int titan_pp_new(struct titan_llama *m, struct titan_comm *c, enum titan_pp_schedule sched,
 		 int nmb, struct titan_pp **out)
 {
@@ -94,25 +110,14 @@ int titan_pp_new(struct titan_llama *m, struct titan_comm *c, enum titan_pp_sche
 	p->nmb = nmb;
 	p->sched = sched;
 	p->nb = titan_llama_pp_boundary_floats(m);
-	if (sched == TITAN_PP_INTERLEAVED_1F1B && nmb % p->pp) {
-		const int pp = p->pp;
-
-		free(p);
-		return titan_error(TITAN_E_INVALID, "parallelism.pipeline_parallel_schedule "
-				   "Interleaved1F1B: the %d microbatches (local_batch_size / "
-				   "pipeline_parallel_microbatch_size) must be a multiple of "
-				   "pipeline_parallel_degree %d", nmb, pp);
-	}
 	TITAN_ASSERT(sched != TITAN_PP_ZBV || p->nv == 2);
-	if (sched == TITAN_PP_INTERLEAVED_ZB && nmb % (nmb / p->pp > 1 ? nmb / p->pp : 1)) {
-		const int pp = p->pp, rounds = nmb / pp;
+	{
+		int rc = titan_pp_check_microbatches(sched, p->pp, nmb);
 
-		free(p);
-		return titan_error(TITAN_E_INVALID, "parallelism.pipeline_parallel_schedule "
-				   "InterleavedZeroBubble: the %d microbatches (local_batch_size / "
-				   "pipeline_parallel_microbatch_size) must be a multiple of the %d "
-				   "rounds (microbatches / pipeline_parallel_degree %d, as torch's "
-				   "ScheduleInterleavedZeroBubble)", nmb, rounds, pp);
+		if (rc < 0) {
+			free(p);
+			return rc;
+		}
 	}
 	p->gin = calloc((size_t)(nmb * p->nv), sizeof(*p->gin));
 	p->gout = calloc((size_t)(nmb * p->nv), sizeof(*p->gout));

@@ -278,6 +278,7 @@ static void test_layout_errors(void **state)
 {
 	struct titan_model_dims d;
 	struct titan_est_opts o;
+	struct titan_estimate e;
 
 	(void)state;
 	assert_int_equal(titan_model_flavor("8B", &d), 0);
@@ -317,6 +318,26 @@ static void test_layout_errors(void **state)
 	assert_int_equal(titan_est_check(&o, &d), 0);
 	o.cp_alltoall = true;
 	assert_int_equal(titan_est_check(&o, &d), 0);
+	/* the microbatch counts titan-train's schedules refuse (pp.c's check) */
+	o = cpu_opts(3, 64, TITAN_EST_AC_NONE, 0, 1);
+	o.ngpu = 2;
+	o.layout.pp = 2;
+	o.schedule = TITAN_EST_INTERLEAVED_1F1B;
+	assert_int_equal(titan_estimate_run(&d, &o, &e), TITAN_E_INVALID);
+	assert_non_null(strstr(titan_errmsg(), "the 3 microbatches (local_batch_size / "
+				"pipeline_parallel_microbatch_size) must be a multiple of "
+				"pipeline_parallel_degree 2"));
+	o = cpu_opts(6, 64, TITAN_EST_AC_NONE, 0, 1);
+	o.ngpu = 2;
+	o.layout.pp = 2;
+	o.schedule = TITAN_EST_INTERLEAVED_ZB;
+	o.pp_microbatch = 1;
+	o.local_batch = 5;
+	assert_int_equal(titan_estimate_run(&d, &o, &e), TITAN_E_INVALID);
+	assert_non_null(strstr(titan_errmsg(), "must be a multiple of the 2 rounds"));
+	o.local_batch = 6;
+	assert_int_equal(titan_estimate_run(&d, &o, &e), 0);
+	titan_estimate_release(&e);
 	o = cpu_opts(1, 64, TITAN_EST_AC_NONE, 0, 1);
 	o.ngpu = 2;
 	o.layout.tp = 2;
