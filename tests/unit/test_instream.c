@@ -27,12 +27,15 @@
 
 struct buf {
 	uint8_t *p;
-	size_t n;
+	size_t n, cap;
 };
 
 static void buf_add(struct buf *b, const void *p, size_t n)
 {
-	b->p = realloc(b->p, b->n + n + 1);
+	if (b->n + n + 1 > b->cap) { /* doubling: byte-sized reads stay linear */
+		b->cap = 2 * (b->n + n + 1);
+		b->p = realloc(b->p, b->cap);
+	}
 	assert_non_null(b->p);
 	memcpy(b->p + b->n, p, n);
 	b->n += n;
