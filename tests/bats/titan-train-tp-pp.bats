@@ -63,34 +63,9 @@ YAML
 
 setup() {
 	load helpers
+	load layouts
 	[ -z "${NO_MPI:-}" ] || skip "no MPI in this build (or no mpiexec)"
 	cd "$TITAN_SRCDIR"
-}
-
-# mpi N ARGS...: titan-train on N ranks, one thread each, under a time limit
-mpi() {
-	local n=$1
-	shift
-	timeout -k 5 300 mpiexec -n "$n" env OMP_NUM_THREADS=1 titan-train -q --config "$DATA/tiny.yaml" "$@"
-}
-
-# same_curve A.jsonl B.jsonl: the losses and grad norms of every step of B
-# equal A's within 1e-5 relative (B may start later: a resumed run)
-same_curve() { /usr/bin/python3 - "$@" <<'PY'
-import json, sys
-def load(p):
-    return {o["step"]: o for o in map(json.loads, open(p)) if "loss" in o}
-a, b = load(sys.argv[1]), load(sys.argv[2])
-assert b and max(b) == 10, sorted(b)
-worst = 0.0
-for s in sorted(b):
-    for k in ("loss", "grad_norm"):
-        x, y = a[s][k], b[s][k]
-        rel = abs(x - y) / max(abs(x), 1e-30)
-        worst = max(worst, rel)
-        assert rel <= 1e-5, (s, k, x, y, rel)
-print("steps %d-%d, worst relative difference %.2e" % (min(b), max(b), worst))
-PY
 }
 
 TP2="--parallelism.tensor_parallel_degree=2"
