@@ -22,3 +22,18 @@ copy() { # HARNESS FILE... (files over 64 KiB are left out)
 copy config "$src"/tests/fixtures/config/*.yaml "$src"/configs/*.yaml
 copy tokenizer "$src"/tests/fixtures/tok/*.tiktoken "$src"/tests/fixtures/tok/*.json
 copy safetensors "$src"/tests/fixtures/safetensors/*.safetensors
+# compressed inputs: byte 0 the mode of fuzz_instream.c, byte 1 the read
+# size, bytes 2-3 a position, then the text (or, mode 0, the file itself)
+mkdir -p "$out/instream"
+t='In the beginning God created the heaven and the earth.
+{"text": "And the earth was without form, and void."}
+'
+for m in 0 1 2 3 5 6 9 10 17 18 21 22; do
+	printf "\\$(printf %03o "$m")\\003\\021\\000%s" "$t" > "$out/instream/mode$m"
+done
+if command -v gzip >/dev/null; then
+	{ printf '\000\004\000\000'; printf '%s' "$t" | gzip -c; printf '%s' "$t" | gzip -c; } > "$out/instream/gz-members"
+fi
+if command -v zstd >/dev/null; then
+	{ printf '\000\004\000\000'; printf '%s' "$t" | zstd -q -c; } > "$out/instream/zst"
+fi
