@@ -941,6 +941,23 @@ static int block_fwd(struct titan_llama *m, int l, struct acts *a, bool rest_onl
 	return 0;
 }
 
+/* Before block `l`'s backward under activation checkpointing: recompute
+ * the block (full AC: into m->recompute, which *a then points at) or, per
+ * op, what it did not keep.  0 when nothing is recomputed. */
+static int block_recompute(struct titan_llama *m, int64_t l, struct acts **a)
+{
+	int rc;
+
+	if (!m->ckpt[l] && m->o.ac != TITAN_AC_SELECTIVE_OP)
+		return 0;
+	if (m->ckpt[l])
+		*a = &m->recompute;
+	span_begin(m, "recompute", (int)l);
+	rc = block_fwd(m, (int)l, *a, !m->ckpt[l]);
+	span_end(m, "recompute");
+	return rc;
+}
+
 /* Block `l` backward: m->dx holds dL/dx[l+1] on entry and dL/dx[l] on exit
  * (this rank's nl tokens with TP: gathered before the matmuls whose
  * forward outputs were scattered, the input gradients of the gathered
@@ -1358,18 +1375,8 @@ static int backward_pass(struct titan_llama *m, const float *dxn)
 
 		if ((rc = ghook(m, h->pre_backward, 1 + (int)l)) < 0)
 			break;
-		if (m->ckpt[l] || m->o.ac == TITAN_AC_SELECTIVE_OP) {
-			/* recompute the block (or per op, what it did not keep) */
-			const bool rest_only = !m->ckpt[l];
-
-			if (m->ckpt[l])
-				a = &m->recompute;
-			span_begin(m, "recompute", (int)l);
-			rc = block_fwd(m, (int)l, a, rest_only);
-			span_end(m, "recompute");
-			if (rc < 0)
-				break;
-		}
+		if ((rc = block_recompute(m, l, &a)) < 0)
+			break;
 		span_begin(m, "backward", (int)l);
 		rc = block_bwd(m, (int)l, a, NULL);
 		if (rc == 0)
@@ -1473,17 +1480,8 @@ int titan_llama_pp_backward_input(struct titan_llama *m, int v, int k)
 
 		if ((rc = ghook(m, h->pre_backward, 1 + (int)l)) < 0)
 			break;
-		if (m->ckpt[l] || m->o.ac == TITAN_AC_SELECTIVE_OP) {
-			const bool rest_only = !m->ckpt[l];
-
-			if (m->ckpt[l])
-				a = &m->recompute;
-			span_begin(m, "recompute", (int)l);
-			rc = block_fwd(m, (int)l, a, rest_only);
-			span_end(m, "recompute");
-			if (rc < 0)
-				break;
-		}
+		if ((rc = block_recompute(m, l, &a)) < 0)
+			break;
 		span_begin(m, "backward input", (int)l);
 		rc = block_bwd(m, (int)l, a, &b->w[l]);
 		span_end(m, "backward input");
