@@ -14,50 +14,8 @@
 bats_require_minimum_version 1.5.0
 
 setup_file() {
-	export DATA=$BATS_FILE_TMPDIR
-	PATH=${TITAN_BIN:-$BATS_TEST_DIRNAME/../../bin}:$PATH
-	if ! command -v mpiexec >/dev/null || ! titan-train --version | grep -q '+mpi'; then
-		export NO_MPI=1
-		return 0
-	fi
-	yes 'In the beginning God created the heaven and the earth. And the earth was without form.' |
-		head -n 3000 > "$DATA/text.txt"
-	titan-tokenize train --vocab-size 520 --format text "$DATA/text.txt" -o "$DATA/tok.tiktoken"
-	titan-tokenize -t "$DATA/tok.tiktoken" --doc-per-line "$DATA/text.txt" |
-		titan-shard -q -t "$DATA/tok.tiktoken" --out "$DATA/shards" --val-docs 40
-	# 6 blocks: 4 stages of PP 2 x 2 per rank
-	cat > "$DATA/tiny.yaml" <<YAML
-job:
-  dump_folder: $DATA/out
-model:
-  flavor: custom
-  dim: 64
-  n_layers: 6
-  n_heads: 4
-  n_kv_heads: 2
-  vocab_size: 520
-  multiple_of: 32
-optimizer:
-  lr: 3.0e-3
-lr_scheduler:
-  warmup_steps: 2
-training:
-  dataset_path: $DATA/shards
-  local_batch_size: 8
-  global_batch_size: 8
-  seq_len: 32
-  steps: 10
-metrics:
-  log_freq: 1
-  peak_flops: 1.0e+11
-activation_checkpoint:
-  mode: none
-comm:
-  init_timeout_seconds: 120
-  train_timeout_seconds: 60
-YAML
-	titan-train -q --threads 1 --config "$DATA/tiny.yaml" --checkpoint.enable --checkpoint.interval=5 \
-		--job.dump_folder="$DATA/ref"
+	load layouts
+	layouts_setup_file 6 # 6 blocks: 4 stages of PP 2 x 2 per rank
 }
 
 setup() {
