@@ -183,6 +183,15 @@ static int read_config(const char *path, json_t *root, struct titan_model_dims *
 				  &d->rope_original_max_position)) < 0)
 			return titan_error_prefix("rope_scaling");
 	}
+	/* rms_norm_eps 0 or -1, an infinite rope_theta, sizes no table can
+	 * hold: the same checks as a checkpoint's dims, in config.json's words */
+	{
+		char src[4200];
+
+		snprintf(src, sizeof(src), "'%s'", path);
+		if ((rc = titan_ckpt_dims_check(src, d, true)) < 0)
+			return rc;
+	}
 	/* multiple_of / multiplier: the flavor's when the dims are a flavor's,
 	 * else the ones titan_ckpt_config_for_dims writes */
 	titan_ckpt_match_flavor_(d, d->flavor);
