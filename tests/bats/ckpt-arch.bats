@@ -177,4 +177,15 @@ PY
 	edit_attrs "$BATS_TEST_TMPDIR/vast.h5" vocab_size=4000000000
 	run -1 --separate-stderr titan-generate -n 2 -t "$DATA/tok.tiktoken" "$BATS_TEST_TMPDIR/vast.h5" "In the"
 	[[ $stderr == *"vast.h5': vocab_size 4000000000: must be in [1, 2147483647]"* ]] || fail "$stderr"
+	# an HF folder whose config.json says a million blocks
+	cp -r "$DATA/hf" "$BATS_TEST_TMPDIR/hfdeep"
+	$PY - "$BATS_TEST_TMPDIR/hfdeep/config.json" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1])); c["num_hidden_layers"] = 1000000
+json.dump(c, open(sys.argv[1], "w"))
+PY
+	run -1 --separate-stderr bash -c "ulimit -v 1000000; exec titan-generate -n 2 -t '$DATA/tok.tiktoken' '$BATS_TEST_TMPDIR/hfdeep' 'In the'"
+	refute_crash
+	[[ $stderr == *"hfdeep/config.json': num_hidden_layers 1000000 makes 9000003 tensors, '$BATS_TEST_TMPDIR/hfdeep/model.safetensors' has 12"* ]] ||
+		fail "$stderr"
 }
