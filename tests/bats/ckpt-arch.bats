@@ -105,6 +105,20 @@ PY
 		--job.dump_folder="$BATS_TEST_TMPDIR/out" --training.steps=3 --model.multiple_of=64
 }
 
+@test "resume on 2 ranks (FSDP): every rank refuses another model, exit 2" {
+	if ! command -v mpiexec >/dev/null || ! titan-train --version | grep -q '+mpi'; then
+		skip "no MPI in this build (or no mpiexec)"
+	fi
+	cp -r "$DATA/out" "$BATS_TEST_TMPDIR/out"
+	run -2 --separate-stderr timeout -k 5 120 mpiexec -n 2 env OMP_NUM_THREADS=1 titan-train -q \
+		--config "$DATA/tiny.yaml" --job.dump_folder="$BATS_TEST_TMPDIR/out" \
+		--training.steps=4 --model.n_heads=8 --model.n_kv_heads=4
+	refute_crash
+	[[ $stderr == *"[rank0]: titan-train: error: resuming from step 2: "*"step-2.h5' holds another model than the config's: n_heads 4 there, 8 in the config (model.n_heads)"* ]] ||
+		fail "$stderr"
+	[ ! -e "$BATS_TEST_TMPDIR/out/checkpoint/step-4.h5" ]
+}
+
 @test "checkpoint.initial_load_path of another model: exit 2 naming the field" {
 	run -2 --separate-stderr titan-train -q --config "$DATA/tiny.yaml" \
 		--job.dump_folder="$BATS_TEST_TMPDIR/fresh" --checkpoint.initial_load_path="$CKPT" \
