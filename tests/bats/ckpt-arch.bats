@@ -172,7 +172,7 @@ PY
 	done
 }
 
-@test "titan-generate: huge dims over tiny tensors fail at once in bounded memory (exit 1)" {
+@test "titan-generate, --to hf/gguf: huge dims over tiny tensors fail at once in bounded memory (exit 1)" {
 	need_h5py
 	# 2^20 wide, 1.4e13 parameters: the header's dims alone would need 56 TB
 	edit_attrs "$BATS_TEST_TMPDIR/wide.h5" dim=1048576 n_heads=16384 n_kv_heads=8192 \
@@ -181,9 +181,18 @@ PY
 	refute_crash
 	[[ $stderr == *"wide.h5': model/tok_embeddings.weight: shape [600, 64], the model has [600, 1048576]"* ]] ||
 		fail "$stderr"
+	# the converters check the same before building anything
+	run -1 --separate-stderr bash -c "ulimit -v 1000000; exec titan-ckpt-convert -q --to hf '$BATS_TEST_TMPDIR/wide.h5' '$BATS_TEST_TMPDIR/hfwide'"
+	refute_crash
+	[[ $stderr == *"wide.h5': model/tok_embeddings.weight: shape [600, 64], the model has [600, 1048576]"* ]] ||
+		fail "$stderr"
 	# a million blocks in a file of one
 	edit_attrs "$BATS_TEST_TMPDIR/deep.h5" n_layers=1000000
 	run -1 --separate-stderr bash -c "ulimit -v 1000000; exec titan-generate -n 2 -t '$DATA/tok.tiktoken' '$BATS_TEST_TMPDIR/deep.h5' 'In the'"
+	refute_crash
+	[[ $stderr == *"deep.h5': 12 model tensors, the dims (n_layers 1000000, tie_word_embeddings false) make 9000003"* ]] ||
+		fail "$stderr"
+	run -1 --separate-stderr bash -c "ulimit -v 1000000; exec titan-ckpt-convert -q --to gguf '$BATS_TEST_TMPDIR/deep.h5' '$BATS_TEST_TMPDIR/deep.gguf'"
 	refute_crash
 	[[ $stderr == *"deep.h5': 12 model tensors, the dims (n_layers 1000000, tie_word_embeddings false) make 9000003"* ]] ||
 		fail "$stderr"

@@ -814,20 +814,17 @@ static int open_source(const char *arg, struct src *s, struct titan_param_table 
 
 	if ((rc = resolve_ckpt(arg, path, sizeof(path))) < 0 || (rc = titan_ckpt_open(path, &s->f)) < 0)
 		return rc;
+	/* the dims (values, and the tensor count they make) before a table
+	 * is built from them, every tensor's shape before anything is read */
+	if ((rc = titan_ckpt_check_dims(s->f)) < 0)
+		return rc;
 	{
 		struct titan_model_dims d = titan_ckpt_file_info(s->f)->dims;
 
 		rc = titan_param_table_init(table, &d, NULL);
 	}
-	if (rc == 0) {
-		size_t nmodel = 0;
-
-		for (size_t i = 0; i < titan_ckpt_file_info(s->f)->n_tensors; i++)
-			nmodel += titan_ckpt_file_info(s->f)->tensors[i].part == TITAN_CKPT_MODEL;
-		if (nmodel != (size_t)table->n)
-			rc = titan_error(TITAN_E_INVALID, "'%s': /model holds %zu tensors, the dims "
-					 "in its attributes make %d", path, nmodel, table->n);
-	}
+	if (rc == 0)
+		rc = titan_ckpt_check_model(s->f, table);
 	return rc;
 }
 
