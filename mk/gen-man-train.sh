@@ -275,6 +275,15 @@ starts from other weights,
 writes step-0 and exits.  See
 .BR titan-ckpt-convert (1)
 for HuggingFace export.
+.PP
+A checkpoint loads only into the model it was saved from: its stored
+architecture (dim, n_layers, n_heads, n_kv_heads, ffn hidden size,
+vocab_size, tie_word_embeddings, norm_eps, rope_theta, rope scaling) is
+compared with the config's before any tensor, and a difference is a
+configuration error (exit 2) naming each field with both values
+(\(lqstep-100.h5' holds another model than the config's: n_heads 4 there,
+8 in the config (model.n_heads)\(rq): 4 heads of 16 and 8 heads of 8 have
+the same shapes.
 .SH OPTIONS
 .TP
 .BR \-c ", " \-\-config " " \fIFILE\fR

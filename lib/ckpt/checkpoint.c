@@ -175,6 +175,165 @@ static const char *shape_str(char *buf, size_t n, int ndim, const int64_t *shape
 	return buf;
 }
 
+/* Names of a dims field in titan's files and config, and in an HF
+ * config.json. */
+static const char *field(bool hf, const char *titan, const char *hfname)
+{
+	return hf ? hfname : titan;
+}
+
+int titan_ckpt_dims_check(const char *src, const struct titan_model_dims *d, bool hf)
+{
+	const struct {
+		const char *name, *hf;
+		int64_t v;
+	} sizes[] = {
+		{"dim", "hidden_size", d->dim},
+		{"n_layers", "num_hidden_layers", d->n_layers},
+		{"n_heads", "num_attention_heads", d->n_heads},
+		{"n_kv_heads", "num_key_value_heads", d->n_kv_heads},
+		{"ffn_hidden", "intermediate_size", d->ffn_hidden},
+		{"vocab_size", "vocab_size", d->vocab_size},
+	};
+	const struct {
+		const char *name, *hf;
+		double v;
+		bool on;
+	} reals[] = {
+		{"norm_eps", "rms_norm_eps", d->norm_eps, true},
+		{"rope_theta", "rope_theta", d->rope_theta, true},
+		{"rope_scaling_factor", "rope_scaling.factor", d->rope_scaling_factor, d->rope_scaling},
+		{"rope_low_freq_factor", "rope_scaling.low_freq_factor", d->rope_low_freq_factor,
+		 d->rope_scaling},
+		{"rope_high_freq_factor", "rope_scaling.high_freq_factor", d->rope_high_freq_factor,
+		 d->rope_scaling},
+	};
+	char v[64];
+	double total;
+
+	/* each size below 2^31: the products the parameter table forms
+	 * (vocab_size · dim, 3 · dim · ffn_hidden) then fit in int64 */
+	for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++)
+		if (sizes[i].v <= 0 || sizes[i].v > INT32_MAX)
+			return titan_error(TITAN_E_FORMAT, "%s: %s %lld: must be in [1, %d]", src,
+					   field(hf, sizes[i].name, sizes[i].hf),
+					   (long long)sizes[i].v, INT32_MAX);
+	for (size_t i = 0; i < sizeof(reals) / sizeof(reals[0]); i++)
+		if (reals[i].on && !(isfinite(reals[i].v) && reals[i].v > 0))
+			return titan_error(TITAN_E_FORMAT, "%s: %s %s: must be a finite number above 0",
+					   src, field(hf, reals[i].name, reals[i].hf),
+					   titan_format_double(v, sizeof(v), reals[i].v));
+	if (d->dim % d->n_heads || d->n_heads % d->n_kv_heads || (d->dim / d->n_heads) % 2)
+		return titan_error(TITAN_E_FORMAT, "%s: %s %lld, %s %lld, %s %lld: the heads must "
+				   "divide %s into even head dims and the kv heads divide the heads",
+				   src, field(hf, "dim", "hidden_size"), (long long)d->dim,
+				   field(hf, "n_heads", "num_attention_heads"), (long long)d->n_heads,
+				   field(hf, "n_kv_heads", "num_key_value_heads"),
+				   (long long)d->n_kv_heads, field(hf, "dim", "hidden_size"));
+	if (d->head_dim != d->dim / d->n_heads)
+		return titan_error(TITAN_E_FORMAT, "%s: head_dim %lld is not %s / %s (%lld)", src,
+				   (long long)d->head_dim, field(hf, "dim", "hidden_size"),
+				   field(hf, "n_heads", "num_attention_heads"),
+				   (long long)(d->dim / d->n_heads));
+	if (d->rope_scaling && !(d->rope_high_freq_factor > d->rope_low_freq_factor))
+		return titan_error(TITAN_E_FORMAT, "%s: %s must be above %s", src,
+				   field(hf, "rope_high_freq_factor", "rope_scaling.high_freq_factor"),
+				   field(hf, "rope_low_freq_factor", "rope_scaling.low_freq_factor"));
+	if (d->rope_scaling && d->rope_original_max_position <= 0)
+		return titan_error(TITAN_E_FORMAT, "%s: %s %lld: must be at least 1", src,
+				   field(hf, "rope_original_max_position",
+					 "rope_scaling.original_max_position_embeddings"),
+				   (long long)d->rope_original_max_position);
+	/* the whole model's bytes must be addressable (in double: no overflow) */
+	total = (double)d->vocab_size * (double)d->dim * (d->tied ? 1.0 : 2.0) +
+		(double)d->n_layers * (4.0 * (double)d->dim * (double)d->dim +
+				       3.0 * (double)d->dim * (double)d->ffn_hidden);
+	if (total * 4.0 > 0x1p62)
+		return titan_error(TITAN_E_FORMAT, "%s: the dims make %.3g parameters, more than a "
+				   "model titan can hold", src, total);
+	return 0;
+}
+
+int titan_ckpt_dims_match(const char *src, const struct titan_model_dims *have,
+			  const struct titan_model_dims *want)
+{
+	/* the architecture: what the weights mean, not only their shapes (4
+	 * heads of 16 and 8 heads of 8 make the same wq).  multiple_of and
+	 * ffn_dim_multiplier only lead to ffn_hidden, head_dim follows from
+	 * dim and n_heads, and the flavor is a name. */
+	const struct {
+		const char *name, *key;
+		int64_t a, b;
+		bool on, boolean;
+	} ints[] = {
+		{"dim", "model.dim", have->dim, want->dim, true, false},
+		{"n_layers", "model.n_layers", have->n_layers, want->n_layers, true, false},
+		{"n_heads", "model.n_heads", have->n_heads, want->n_heads, true, false},
+		{"n_kv_heads", "model.n_kv_heads", have->n_kv_heads, want->n_kv_heads, true, false},
+		{"ffn_hidden", "model.multiple_of, model.ffn_dim_multiplier", have->ffn_hidden,
+		 want->ffn_hidden, true, false},
+		{"vocab_size", "model.vocab_size", have->vocab_size, want->vocab_size, true, false},
+		{"tie_word_embeddings", "model.tie_word_embeddings", have->tied, want->tied, true,
+		 true},
+		{"rope_scaling", "model.rope_scaling", have->rope_scaling, want->rope_scaling, true,
+		 true},
+		{"rope_original_max_position", "model.rope_original_max_position",
+		 have->rope_original_max_position, want->rope_original_max_position,
+		 have->rope_scaling && want->rope_scaling, false},
+	};
+	const struct {
+		const char *name, *key;
+		double a, b;
+		bool on;
+	} reals[] = {
+		{"norm_eps", "model.norm_eps", have->norm_eps, want->norm_eps, true},
+		{"rope_theta", "model.rope_theta", have->rope_theta, want->rope_theta, true},
+		{"rope_scaling_factor", "model.rope_scaling_factor", have->rope_scaling_factor,
+		 want->rope_scaling_factor, have->rope_scaling && want->rope_scaling},
+		{"rope_low_freq_factor", "model.rope_low_freq_factor", have->rope_low_freq_factor,
+		 want->rope_low_freq_factor, have->rope_scaling && want->rope_scaling},
+		{"rope_high_freq_factor", "model.rope_high_freq_factor",
+		 have->rope_high_freq_factor, want->rope_high_freq_factor,
+		 have->rope_scaling && want->rope_scaling},
+	};
+	char msg[1024], a[64], b[64];
+	size_t k = 0;
+	int n = 0;
+
+	msg[0] = 0;
+	for (size_t i = 0; i < sizeof(ints) / sizeof(ints[0]); i++) {
+		if (!ints[i].on || ints[i].a == ints[i].b)
+			continue;
+		if (ints[i].boolean) {
+			snprintf(a, sizeof(a), "%s", ints[i].a ? "true" : "false");
+			snprintf(b, sizeof(b), "%s", ints[i].b ? "true" : "false");
+		} else {
+			snprintf(a, sizeof(a), "%lld", (long long)ints[i].a);
+			snprintf(b, sizeof(b), "%lld", (long long)ints[i].b);
+		}
+		if (k < sizeof(msg))
+			k += (size_t)snprintf(msg + k, sizeof(msg) - k, "%s%s %s there, %s in the "
+					      "config (%s)", n++ ? "; " : "", ints[i].name, a, b,
+					      ints[i].key);
+	}
+	for (size_t i = 0; i < sizeof(reals) / sizeof(reals[0]); i++) {
+		/* bit for bit: both come from the same decimal text or file */
+		if (!reals[i].on || reals[i].a == reals[i].b ||
+		    (isnan(reals[i].a) && isnan(reals[i].b)))
+			continue;
+		if (k < sizeof(msg))
+			k += (size_t)snprintf(msg + k, sizeof(msg) - k, "%s%s %s there, %s in the "
+					      "config (%s)", n++ ? "; " : "", reals[i].name,
+					      titan_format_double(a, sizeof(a), reals[i].a),
+					      titan_format_double(b, sizeof(b), reals[i].b),
+					      reals[i].key);
+	}
+	if (!n)
+		return 0;
+	return titan_error(TITAN_E_INVALID, "%s holds another model than the config's: %s", src,
+			   msg);
+}
+
 /* Every parameter of the table present in `part` with its shape, and
  * nothing else there. */
 static int check_part(struct titan_ckpt_file *f, const struct titan_param_table *t,
@@ -208,6 +367,34 @@ static int check_part(struct titan_ckpt_file *f, const struct titan_param_table 
 					   " (tie_word_embeddings differs)" : "");
 	}
 	return 0;
+}
+
+int titan_ckpt_check_dims(struct titan_ckpt_file *f)
+{
+	const struct titan_ckpt_info *in = titan_ckpt_file_info(f);
+	const struct titan_model_dims *d = &in->dims;
+	char src[4200];
+	size_t n = 0;
+	int rc;
+
+	snprintf(src, sizeof(src), "'%s'", in->path);
+	if ((rc = titan_ckpt_dims_check(src, d, false)) < 0)
+		return rc;
+	for (size_t i = 0; i < in->n_tensors; i++)
+		n += in->tensors[i].part == TITAN_CKPT_MODEL;
+	/* 9 per block, tok_embeddings, norm, output when not tied: a table
+	 * built from the dims is then no larger than the file's list */
+	if ((double)n != 9.0 * (double)d->n_layers + (d->tied ? 2 : 3))
+		return titan_error(TITAN_E_FORMAT, "%s: %zu model tensors, the dims (n_layers %lld, "
+				   "tie_word_embeddings %s) make %.0f", src, n,
+				   (long long)d->n_layers, d->tied ? "true" : "false",
+				   9.0 * (double)d->n_layers + (d->tied ? 2 : 3));
+	return 0;
+}
+
+int titan_ckpt_check_model(struct titan_ckpt_file *f, const struct titan_param_table *t)
+{
+	return check_part(f, t, TITAN_CKPT_MODEL);
 }
 
 static int read_part(struct titan_ckpt_file *f, const struct titan_param_table *t,
@@ -264,6 +451,7 @@ int titan_ckpt_load_(const char *path, struct titan_ckpt_state *st, unsigned fla
 	const bool parts[TITAN_CKPT_NPARTS] = {true, opt, opt};
 	const struct titan_ckpt_info *in = NULL;
 	struct titan_ckpt_file *f = NULL;
+	char src[4200];
 	int rc;
 
 	/* with a communicator every rank goes on to the checksum agreement,
@@ -278,8 +466,13 @@ int titan_ckpt_load_(const char *path, struct titan_ckpt_state *st, unsigned fla
 	if ((rc = titan_ckpt_open(path, &f)) < 0)
 		goto sums;
 	in = titan_ckpt_file_info(f);
-	/* check everything first: a failed load leaves the caller's state alone */
-	if ((rc = check_part(f, t, TITAN_CKPT_MODEL)) < 0 ||
+	/* check everything first: a failed load leaves the caller's state alone.
+	 * The model the file holds, field by field: tensors of the same shapes
+	 * can be another model (4 heads of 16 or 8 heads of 8 make one wq) */
+	snprintf(src, sizeof(src), "'%s'", path);
+	if ((rc = titan_ckpt_dims_check(src, &in->dims, false)) < 0 ||
+	    (rc = titan_ckpt_dims_match(src, &in->dims, &t->dims)) < 0 ||
+	    (rc = check_part(f, t, TITAN_CKPT_MODEL)) < 0 ||
 	    (opt && ((rc = need(in, in->has_optimizer, "optimizer", "optimizer")) < 0 ||
 		     (rc = check_part(f, t, TITAN_CKPT_EXP_AVG)) < 0 ||
 		     (rc = check_part(f, t, TITAN_CKPT_EXP_AVG_SQ)) < 0)) ||

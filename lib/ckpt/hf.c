@@ -183,6 +183,15 @@ static int read_config(const char *path, json_t *root, struct titan_model_dims *
 				  &d->rope_original_max_position)) < 0)
 			return titan_error_prefix("rope_scaling");
 	}
+	/* rms_norm_eps 0 or -1, an infinite rope_theta, sizes no table can
+	 * hold: the same checks as a checkpoint's dims, in config.json's words */
+	{
+		char src[4200];
+
+		snprintf(src, sizeof(src), "'%s'", path);
+		if ((rc = titan_ckpt_dims_check(src, d, true)) < 0)
+			return rc;
+	}
 	/* multiple_of / multiplier: the flavor's when the dims are a flavor's,
 	 * else the ones titan_ckpt_config_for_dims writes */
 	titan_ckpt_match_flavor_(d, d->flavor);
@@ -457,6 +466,48 @@ static int check_unknown(struct titan_hf_model *m)
 	return 0;
 }
 
+/* num_hidden_layers is any number config.json says, and the parameter
+ * table holds 9 entries a block: a million blocks over a folder of a few
+ * tensors took 1.8 GB and 18 s before the first missing tensor was
+ * named.  Bound the blocks by the folder's tensor count first (twice it,
+ * plus slack: a folder short of a tensor or two still gets locate's
+ * message naming the missing one). */
+static int bound_layers(struct titan_hf_model *m)
+{
+	const struct titan_model_dims *d = &m->table.dims;
+	char path[4096];
+	json_error_t je;
+	struct stat st;
+	size_t n;
+	int rc;
+
+	snprintf(path, sizeof(path), "%s/model.safetensors.index.json", m->dir);
+	if (stat(path, &st) == 0) {
+		json_t *idx = json_load_file(path, 0, &je), *map = json_object_get(idx, "weight_map");
+
+		if (!json_is_object(map)) {
+			json_decref(idx);
+			return 0; /* locate says what is wrong */
+		}
+		n = json_object_size(map);
+		json_decref(idx);
+	} else {
+		size_t k;
+
+		snprintf(path, sizeof(path), "%s/model.safetensors", m->dir);
+		if (stat(path, &st) != 0)
+			return 0;
+		if ((rc = open_file(m, "model.safetensors", &k)) < 0)
+			return rc;
+		n = m->files[k]->n_tensors;
+	}
+	if (9.0 * (double)d->n_layers + 3.0 > 2.0 * (double)n + 16.0)
+		return titan_error(TITAN_E_FORMAT, "'%s/config.json': num_hidden_layers %lld makes "
+				   "%.0f tensors, '%s' has %zu", m->dir, (long long)d->n_layers,
+				   9.0 * (double)d->n_layers + (d->tied ? 2.0 : 3.0), path, n);
+	return 0;
+}
+
 int titan_hf_open(const char *dir, struct titan_hf_model **out)
 {
 	struct titan_hf_model *m;
@@ -469,7 +520,8 @@ int titan_hf_open(const char *dir, struct titan_hf_model **out)
 		return titan_error(TITAN_E_NOMEM, "out of memory");
 	}
 	snprintf(path, sizeof(path), "%s/config.json", dir);
-	if ((rc = titan_hf_read_config(path, &m->table.dims, NULL, NULL)) < 0)
+	if ((rc = titan_hf_read_config(path, &m->table.dims, NULL, NULL)) < 0 ||
+	    (rc = bound_layers(m)) < 0)
 		goto fail;
 	{
 		struct titan_model_dims d = m->table.dims;

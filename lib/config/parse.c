@@ -95,35 +95,140 @@ static yaml_node_t *earlier_key(yaml_document_t *doc, yaml_node_pair_t *first,
 /* A config nests two levels (section, key; a list value three); libyaml's
  * loader takes quadratic time in the nesting depth (a 400 KB line of
  * brackets took a minute): refuse deep documents in one linear pass of
- * events first. */
+ * events first.
+ *
+ * The same pass bounds what aliases expand to: the loader shares an
+ * anchored node, but every alias of it in a list key becomes a copy
+ * (1,000 aliases of a 4 MB anchor took 4 GB; nested anchors of lists of
+ * aliases grow exponentially: "billion laughs").  Without aliases the
+ * values of a config are no larger than its file (CONFIG_MAX_BYTES), so
+ * the expanded values may not be either; a job config needs a handful of
+ * anchors and aliases, not thousands. */
 #define CONFIG_MAX_DEPTH 16
+#define CONFIG_MAX_BYTES (4u << 20)
+#define CONFIG_MAX_ANCHORS 1024
+#define CONFIG_MAX_ALIASES 4096
 
-static int check_depth(const char *name, const char *yaml, size_t len)
+struct anchor_size {
+	char *name;
+	uint64_t size;  /* the bytes its value expands to */
+};
+
+static const struct anchor_size *find_anchor(const struct anchor_size *a, size_t n,
+					     const char *name)
+{
+	while (n--) /* the newest definition of a name wins */
+		if (!strcmp(a[n].name, name))
+			return &a[n];
+	return NULL;
+}
+
+static int check_events(const char *name, const char *yaml, size_t len)
 {
 	yaml_parser_t p;
 	yaml_event_t ev;
+	/* size[d]: the expanded bytes so far of the open collection at depth
+	 * d (0: the document); open[d]: its anchor, when it has one */
+	uint64_t size[CONFIG_MAX_DEPTH + 2] = {0}, total;
+	char *open[CONFIG_MAX_DEPTH + 2] = {0};
+	struct anchor_size anchors[CONFIG_MAX_ANCHORS];
+	size_t nanchors = 0, naliases = 0;
 	int depth = 0, rc = 0;
 
 	if (!yaml_parser_initialize(&p))
 		return titan_error(TITAN_E_NOMEM, "%s: out of memory reading YAML", name);
 	yaml_parser_set_input_string(&p, (const unsigned char *)(yaml ? yaml : ""), yaml ? len : 0);
 	for (;;) {
+		const char *anchor = NULL;
+		char *owned = NULL;
+		uint64_t add = 0;
+
 		if (!yaml_parser_parse(&p, &ev))
 			break; /* the loader reports syntax errors with their place */
-		if (ev.type == YAML_SEQUENCE_START_EVENT || ev.type == YAML_MAPPING_START_EVENT) {
-			if (++depth > CONFIG_MAX_DEPTH)
+		switch (ev.type) {
+		case YAML_SEQUENCE_START_EVENT:
+		case YAML_MAPPING_START_EVENT:
+			if (++depth > CONFIG_MAX_DEPTH) {
 				rc = titan_error(TITAN_E_INVALID, "%s:%zu:%zu: nested deeper than %d "
 						 "levels: not a job config", name,
 						 ev.start_mark.line + 1, ev.start_mark.column + 1,
 						 CONFIG_MAX_DEPTH);
-		} else if (ev.type == YAML_SEQUENCE_END_EVENT || ev.type == YAML_MAPPING_END_EVENT) {
+				break;
+			}
+			size[depth] = 0;
+			anchor = (const char *)(ev.type == YAML_SEQUENCE_START_EVENT ?
+						ev.data.sequence_start.anchor :
+						ev.data.mapping_start.anchor);
+			if (anchor && !(open[depth] = strdup(anchor)))
+				rc = titan_error(TITAN_E_NOMEM, "%s: out of memory reading YAML", name);
+			anchor = NULL;
+			break;
+		case YAML_SEQUENCE_END_EVENT:
+		case YAML_MAPPING_END_EVENT:
+			if (depth < 1)
+				break;
+			add = size[depth];
+			owned = open[depth];
+			open[depth] = NULL;
 			depth--;
+			break;
+		case YAML_SCALAR_EVENT:
+			add = ev.data.scalar.length + 1;
+			anchor = (const char *)ev.data.scalar.anchor;
+			break;
+		case YAML_ALIAS_EVENT: {
+			const struct anchor_size *a = find_anchor(anchors, nanchors,
+								  (const char *)ev.data.alias.anchor);
+
+			if (++naliases > CONFIG_MAX_ALIASES) {
+				rc = titan_error(TITAN_E_INVALID, "%s:%zu:%zu: more than %d YAML "
+						 "aliases: not a job config", name,
+						 ev.start_mark.line + 1, ev.start_mark.column + 1,
+						 CONFIG_MAX_ALIASES);
+				break;
+			}
+			add = a ? a->size : 0; /* unknown: the loader says so */
+			total = add;
+			for (int d = 0; d <= depth; d++)
+				total += size[d];
+			if (total > CONFIG_MAX_BYTES)
+				rc = titan_error(TITAN_E_INVALID, "%s:%zu:%zu: the alias '*%.60s' "
+						 "expands the config's values past %u MiB (a large "
+						 "anchor repeated): not a job config", name,
+						 ev.start_mark.line + 1, ev.start_mark.column + 1,
+						 (const char *)ev.data.alias.anchor,
+						 CONFIG_MAX_BYTES >> 20);
+			break;
 		}
+		default:
+			break;
+		}
+		if (rc == 0 && (anchor || owned)) {
+			if (nanchors == CONFIG_MAX_ANCHORS) {
+				rc = titan_error(TITAN_E_INVALID, "%s:%zu:%zu: more than %d YAML "
+						 "anchors: not a job config", name,
+						 ev.start_mark.line + 1, ev.start_mark.column + 1,
+						 CONFIG_MAX_ANCHORS);
+			} else if (!owned && !(owned = strdup(anchor))) {
+				rc = titan_error(TITAN_E_NOMEM, "%s: out of memory reading YAML", name);
+			} else {
+				anchors[nanchors].name = owned;
+				anchors[nanchors++].size = add;
+				owned = NULL;
+			}
+		}
+		free(owned);
+		if (depth >= 0 && depth <= CONFIG_MAX_DEPTH)
+			size[depth] += add;
 		const bool end = ev.type == YAML_STREAM_END_EVENT;
 		yaml_event_delete(&ev);
 		if (end || rc < 0)
 			break;
 	}
+	for (size_t i = 0; i < nanchors; i++)
+		free(anchors[i].name);
+	for (int d = 0; d < CONFIG_MAX_DEPTH + 2; d++)
+		free(open[d]);
 	yaml_parser_delete(&p);
 	return rc;
 }
@@ -274,7 +379,7 @@ int titan_config_load_string(struct titan_config *c, const char *yaml, size_t le
 
 	if (!name)
 		name = "<string>";
-	if ((rc = check_depth(name, yaml, len)) < 0)
+	if ((rc = check_events(name, yaml, len)) < 0)
 		return rc;
 	if (!yaml_parser_initialize(&p))
 		return titan_error(TITAN_E_NOMEM, "%s: out of memory reading YAML", name);
@@ -316,9 +421,8 @@ int titan_config_load_string(struct titan_config *c, const char *yaml, size_t le
 	return rc;
 }
 
-/* A job config is a few kilobytes; anything this large is the wrong
- * file (--config /dev/zero read gigabytes before). */
-#define CONFIG_MAX_BYTES (4u << 20)
+/* A job config is a few kilobytes; anything larger than CONFIG_MAX_BYTES
+ * is the wrong file (--config /dev/zero read gigabytes before). */
 
 /* The whole file in memory ("-" = stdin), at most CONFIG_MAX_BYTES. */
 static int slurp(const char *path, char **out, size_t *outlen)

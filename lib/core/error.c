@@ -12,20 +12,14 @@ static _Thread_local struct titan_error_info last_error;
 static int process_rank = -1;
 
 /* Messages quote names and bytes from the user's files: control
- * characters (a terminal escape in a corrupt file) are shown as \xNN
- * instead of reaching the terminal.  Newlines and tabs stay. */
+ * characters (a terminal escape in a corrupt file) and bytes that are not
+ * UTF-8 are shown as \xNN instead of reaching the terminal
+ * (titan_str_escapen).  Newlines and tabs stay. */
 static void escape_controls(char *msg, size_t size)
 {
 	char buf[sizeof(last_error.msg)];
-	size_t o = 0;
 
-	for (const unsigned char *c = (const unsigned char *)msg; *c && o + 5 < sizeof(buf); c++) {
-		if ((*c < 0x20 && *c != '\n' && *c != '\t') || *c == 0x7f)
-			o += (size_t)snprintf(buf + o, sizeof(buf) - o, "\\x%02x", *c);
-		else
-			buf[o++] = (char)*c;
-	}
-	buf[o] = '\0';
+	titan_str_escapen(buf, sizeof(buf), msg, strnlen(msg, size), TITAN_ESC_KEEP_LINES);
 	snprintf(msg, size, "%s", buf);
 }
 

@@ -62,7 +62,7 @@ void titan_log_set_stream(FILE *fp)
 
 void titan_vlog(enum titan_log_level level, const char *fmt, va_list ap)
 {
-	char head[96], body[4096];
+	char head[96], body[4096], safe[8192];
 	size_t h = 0;
 	int rank = titan_get_rank();
 	FILE *fp;
@@ -85,9 +85,12 @@ void titan_vlog(enum titan_log_level level, const char *fmt, va_list ap)
 	}
 	snprintf(head + h, sizeof(head) - h, "- %s - ", level_names[level]);
 	vsnprintf(body, sizeof(body), fmt, ap);
+	/* log lines quote names from files (a flavor, a tensor, a key): no
+	 * terminal escape gets through */
+	titan_str_escapen(safe, sizeof(safe), body, strlen(body), TITAN_ESC_KEEP_LINES);
 	fp = log_stream ? log_stream : stderr;
 	pthread_mutex_lock(&log_lock);
-	fprintf(fp, "%s%s\n", head, body);
+	fprintf(fp, "%s%s\n", head, safe);
 	fflush(fp);
 	pthread_mutex_unlock(&log_lock);
 }

@@ -62,7 +62,7 @@ static int alloc_weights(struct titan_gen_model *m)
 {
 	int rc;
 
-	if ((rc = titan_param_table_init(&m->table, &m->dims, NULL)) < 0)
+	if (!m->table.n && (rc = titan_param_table_init(&m->table, &m->dims, NULL)) < 0)
 		return rc;
 	return titan_param_arena_init(&m->params, &m->table, NULL, TITAN_MEM_PARAMS);
 }
@@ -97,6 +97,10 @@ static int load_h5(struct titan_gen_model *m, const char *path, const struct tit
 
 	if ((rc = titan_ckpt_open(path, &f)) < 0)
 		return rc;
+	/* the header's dims against the file's tensors before a byte is
+	 * allocated for them: huge dims over tiny tensors are a damaged file */
+	if ((rc = titan_ckpt_check_dims(f)) < 0)
+		goto done;
 	{
 		const struct titan_ckpt_info *in = titan_ckpt_file_info(f);
 
@@ -120,10 +124,19 @@ static int load_h5(struct titan_gen_model *m, const char *path, const struct tit
 			}
 		}
 	}
+	if (cfg) {
+		char src[4200];
+
+		snprintf(src, sizeof(src), "'%s'", path);
+		if ((rc = from_config(m, cfg)) < 0 ||
+		    (rc = titan_ckpt_dims_match(src, &titan_ckpt_file_info(f)->dims, &m->dims)) < 0)
+			goto done;
+	}
+	if ((rc = titan_param_table_init(&m->table, &m->dims, NULL)) < 0 ||
+	    (rc = titan_ckpt_check_model(f, &m->table)) < 0)
+		goto done;
 	titan_ckpt_close(f);
 	f = NULL;
-	if (cfg && (rc = from_config(m, cfg)) < 0)
-		goto done;
 	if ((rc = alloc_weights(m)) < 0)
 		goto done;
 	st.table = &m->table;
@@ -195,8 +208,16 @@ static int load_hf(struct titan_gen_model *m, const char *dir, const struct tita
 	ht = titan_hf_table(hf);
 	m->dims = ht->dims;
 	m->seq_len = hf_max_positions(dir);
-	if ((rc = hf_tokenizer(m, dir)) < 0 || (cfg && (rc = from_config(m, cfg)) < 0) ||
-	    (rc = alloc_weights(m)) < 0)
+	if ((rc = hf_tokenizer(m, dir)) < 0 || (cfg && (rc = from_config(m, cfg)) < 0))
+		goto done;
+	if (cfg) {
+		char src[4200];
+
+		snprintf(src, sizeof(src), "'%s/config.json'", dir);
+		if ((rc = titan_ckpt_dims_match(src, &ht->dims, &m->dims)) < 0)
+			goto done;
+	}
+	if ((rc = alloc_weights(m)) < 0)
 		goto done;
 	if (m->table.n != ht->n) {
 		rc = titan_error(TITAN_E_INVALID, "'%s/config.json': %d parameters, the --config "

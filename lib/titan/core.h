@@ -419,6 +419,18 @@ const char *titan_format_double(char *buf, size_t n, double v);
 /* Damerau–Levenshtein (optimal string alignment) distance. */
 int titan_edit_distance(const char *a, const char *b);
 char *titan_strdup(const char *s); /* NULL + TITAN_E_NOMEM on failure */
+/* A string from a file made safe to print (to a terminal, a log, a
+ * message): control characters (C0, DEL, the C1 range U+0080..U+009F)
+ * and bytes that are not well-formed UTF-8 become \xHH, one per byte; the
+ * rest of the text (UTF-8) stays as it is.  Into buf (n bytes, always
+ * NUL-terminated, cut at a whole character or escape when it does not
+ * fit); returns buf.  Flags: TITAN_ESC_KEEP_LINES leaves newlines and tabs
+ * (a message's own layout), TITAN_ESC_QUOTE writes '"', '\\', newline and
+ * tab as \", \\, \n, \t (a quoted value). */
+enum { TITAN_ESC_KEEP_LINES = 1, TITAN_ESC_QUOTE = 2 };
+const char *titan_str_escapen(char *buf, size_t n, const char *s, size_t len, unsigned flags);
+/* titan_str_escapen of a NUL-terminated string (NULL: ""), no flags. */
+const char *titan_str_escape(char *buf, size_t n, const char *s);
 
 /* ------------------------------------------------- compressed input files */
 

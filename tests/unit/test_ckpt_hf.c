@@ -421,24 +421,32 @@ static void test_bad_hf(void **state)
 			fail_msg("%s: %d %s", cfgs[i].json, rc, titan_errmsg());
 	}
 	assert_int_equal(titan_hf_read_config(path_of("nope.json"), &d, NULL, NULL), TITAN_E_IO);
-	/* dims past what a table can count: read (the table refuses them), with
-	 * int(8·dim/3) for the multiplier computed without overflow (4·dim
-	 * overflowed int64, found by tests/fuzz/fuzz_hf) and a huge model refused
-	 * by the parameter table (hidden_size 80000000000000 overflowed wq's
-	 * element count: tests/fuzz/regress/hf) */
+	/* dims past what a table can count (4·dim overflowed int64, found by
+	 * tests/fuzz/fuzz_hf; hidden_size 80000000000000 overflowed wq's element
+	 * count: tests/fuzz/regress/hf): refused as they are read, by the
+	 * checks a checkpoint's dims get (titan_ckpt_dims_check) */
 	write_text(path_of("config.json"), "{\"hidden_size\": 4000000000000000000, "
 		   "\"intermediate_size\": 16, \"num_hidden_layers\": 1, \"num_attention_heads\": 2, "
 		   "\"vocab_size\": 16}");
-	assert_int_equal(titan_hf_read_config(path_of("config.json"), &d, NULL, NULL), 0);
-	assert_string_equal(d.flavor, "custom");
-	assert_true(d.ffn_dim_multiplier == 16.0 / trunc(8.0 * 4e18 / 3.0));
-	assert_int_equal(titan_hf_open(dir, &m), TITAN_E_INVALID);
-	assert_non_null(strstr(titan_errmsg(), "too many parameters to count in 64 bits"));
-	write_text(path_of("config.json"), "{\"hidden_size\": 80000000000000, "
+	assert_int_equal(titan_hf_read_config(path_of("config.json"), &d, NULL, NULL), TITAN_E_FORMAT);
+	assert_non_null(strstr(titan_errmsg(), "hidden_size 4000000000000000000: must be in [1, "));
+	assert_int_equal(titan_hf_open(dir, &m), TITAN_E_FORMAT);
+	write_text(path_of("config.json"), "{\"hidden_size\": 2000000000, "
 		   "\"intermediate_size\": 16, \"num_hidden_layers\": 802, \"num_attention_heads\": 2, "
 		   "\"vocab_size\": 16}");
-	assert_int_equal(titan_hf_open(dir, &m), TITAN_E_INVALID);
-	assert_non_null(strstr(titan_errmsg(), "too many parameters to count in 64 bits"));
+	assert_int_equal(titan_hf_open(dir, &m), TITAN_E_FORMAT);
+	assert_non_null(strstr(titan_errmsg(), "more than a model titan can hold"));
+	/* rms_norm_eps 0 or -1, rope_theta 0: refused as --from hf refuses them */
+	write_text(path_of("config.json"), "{\"hidden_size\": 8, \"intermediate_size\": 8, "
+		   "\"num_hidden_layers\": 1, \"num_attention_heads\": 2, \"vocab_size\": 4, "
+		   "\"rms_norm_eps\": -1}");
+	assert_int_equal(titan_hf_read_config(path_of("config.json"), &d, NULL, NULL), TITAN_E_FORMAT);
+	assert_non_null(strstr(titan_errmsg(), "rms_norm_eps -1: must be a finite number above 0"));
+	write_text(path_of("config.json"), "{\"hidden_size\": 8, \"intermediate_size\": 8, "
+		   "\"num_hidden_layers\": 1, \"num_attention_heads\": 2, \"vocab_size\": 4, "
+		   "\"rope_theta\": 0}");
+	assert_int_equal(titan_hf_read_config(path_of("config.json"), &d, NULL, NULL), TITAN_E_FORMAT);
+	assert_non_null(strstr(titan_errmsg(), "rope_theta 0: must be a finite number above 0"));
 	/* a good config without weights; then weights missing a tensor / with an extra one */
 	write_text(path_of("config.json"), "{\"hidden_size\": 8, \"intermediate_size\": 8, "
 		   "\"num_hidden_layers\": 1, \"num_attention_heads\": 2, \"vocab_size\": 4, "

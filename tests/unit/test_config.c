@@ -528,6 +528,72 @@ static void test_errors_structure(void **state)
 	titan_config_release(&c);
 }
 
+/* Aliases: a few are fine; the values they expand to may not pass the
+ * file's own bound (4 MiB), nested ("billion laughs") or not, and a
+ * config holds at most 1024 anchors and 4096 aliases. */
+static void test_aliases(void **state)
+{
+	(void)state;
+	struct titan_config c;
+	char *y, *p;
+	size_t big = 1u << 20;
+
+	assert_int_equal(titan_config_init(&c), 0);
+	y = "checkpoint:\n  exclude_from_loading: [&o optimizer, *o, rng]\n"
+	    "job:\n  description: &d hello\n  print_config: false\n";
+	assert_int_equal(titan_config_load_string(&c, y, strlen(y), "t.yaml"), 0);
+	assert_int_equal(c.checkpoint.exclude_from_loading.n, 3);
+	assert_string_equal(c.checkpoint.exclude_from_loading.items[1], "optimizer");
+	titan_config_release(&c);
+
+	/* a 1 MiB anchor and five aliases of it: 6 MiB from a 1 MiB file */
+	y = malloc(big + 200);
+	assert_non_null(y);
+	p = y + sprintf(y, "checkpoint:\n  exclude_from_loading: [&a \"");
+	memset(p, 'x', big);
+	p += big;
+	p += sprintf(p, "\", *a,\n   *a, *a, *a, *a]\n");
+	expect_load_error(y, TITAN_E_INVALID, "t.yaml:3:8: the alias '*a' expands the config's "
+			  "values past 4 MiB (a large anchor repeated): not a job config");
+	free(y);
+	/* nested: 10 levels of lists of 10 aliases of the one below */
+	{
+		char buf[4096];
+		int k = sprintf(buf, "x: &l0 [aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa]\n");
+
+		for (int i = 1; i < 10; i++) {
+			k += sprintf(buf + k, "y%d: &l%d [", i, i);
+			for (int j = 0; j < 10; j++)
+				k += sprintf(buf + k, "%s*l%d", j ? ", " : "", i - 1);
+			k += sprintf(buf + k, "]\n");
+		}
+		assert_int_equal(titan_config_init(&c), 0);
+		assert_int_equal(titan_config_load_string(&c, buf, (size_t)k, "t.yaml"),
+				 TITAN_E_INVALID);
+		assert_non_null(strstr(titan_errmsg(), "expands the config's values past 4 MiB"));
+		assert_non_null(strstr(titan_errmsg(), "t.yaml:7:"));
+		titan_config_release(&c);
+	}
+	/* thousands of anchors or aliases */
+	y = malloc(64 * 5000);
+	assert_non_null(y);
+	p = y + sprintf(y, "job:\n  description: [");
+	for (int i = 0; i < 1100; i++)
+		p += sprintf(p, "%s&a%d x", i ? ", " : "", i);
+	sprintf(p, "]\n");
+	assert_int_equal(titan_config_init(&c), 0);
+	assert_int_equal(titan_config_load_string(&c, y, strlen(y), "t.yaml"), TITAN_E_INVALID);
+	assert_non_null(strstr(titan_errmsg(), "more than 1024 YAML anchors"));
+	p = y + sprintf(y, "job:\n  description: [&a x");
+	for (int i = 0; i < 4100; i++)
+		p += sprintf(p, ", *a");
+	sprintf(p, "]\n");
+	assert_int_equal(titan_config_load_string(&c, y, strlen(y), "t.yaml"), TITAN_E_INVALID);
+	assert_non_null(strstr(titan_errmsg(), "more than 4096 YAML aliases"));
+	titan_config_release(&c);
+	free(y);
+}
+
 static void test_errors_values(void **state)
 {
 	(void)state;
@@ -1105,6 +1171,7 @@ int main(void)
 		cmocka_unit_test(test_empty_inputs),
 		cmocka_unit_test(test_load_values),
 		cmocka_unit_test(test_errors_structure),
+		cmocka_unit_test(test_aliases),
 		cmocka_unit_test(test_errors_values),
 		cmocka_unit_test(test_load_atomic),
 		cmocka_unit_test(test_load_file_errors),

@@ -123,6 +123,42 @@ static void test_parse_numbers(void **state)
 	assert_int_equal(titan_parse_size("99999999999T", &u), TITAN_E_INVALID);
 }
 
+/* Strings from files made safe to print: controls, C1 and bytes that are
+ * not UTF-8 as \xHH, the rest as it is; cut at whole escapes. */
+static void test_str_escape(void **state)
+{
+	char b[64], small[8];
+
+	(void)state;
+	assert_string_equal(titan_str_escape(b, sizeof(b), "layers.0.wq"), "layers.0.wq");
+	assert_string_equal(titan_str_escape(b, sizeof(b), NULL), "");
+	assert_string_equal(titan_str_escape(b, sizeof(b), "a\x1b[31mb\x07"), "a\\x1b[31mb\\x07");
+	assert_string_equal(titan_str_escape(b, sizeof(b), "t\tn\nd\x7f"), "t\\x09n\\x0ad\\x7f");
+	/* UTF-8 stays; C1 (U+009B, CSI) and lone / overlong / surrogate bytes do not */
+	assert_string_equal(titan_str_escape(b, sizeof(b), "caf\xc3\xa9 \xe2\x82\xac"),
+			    "caf\xc3\xa9 \xe2\x82\xac");
+	assert_string_equal(titan_str_escape(b, sizeof(b), "\xc2\x9b" "2J"), "\\xc2\\x9b2J");
+	assert_string_equal(titan_str_escape(b, sizeof(b), "\x9b\xff\xc0\xaf"),
+			    "\\x9b\\xff\\xc0\\xaf");
+	assert_string_equal(titan_str_escape(b, sizeof(b), "\xed\xa0\x80"), "\\xed\\xa0\\x80");
+	assert_string_equal(titan_str_escape(b, sizeof(b), "\xf0\x9f\x98\x80!"), "\xf0\x9f\x98\x80!");
+	assert_string_equal(titan_str_escape(b, sizeof(b), "\xe2\x82"), "\\xe2\\x82");
+	/* flags: a message keeps its lines; a quoted value escapes quotes */
+	assert_string_equal(titan_str_escapen(b, sizeof(b), "a\n\tb\x1b", 5, TITAN_ESC_KEEP_LINES),
+			    "a\n\tb\\x1b");
+	assert_string_equal(titan_str_escapen(b, sizeof(b), "\"q\\\n", 4, TITAN_ESC_QUOTE),
+			    "\\\"q\\\\\\n");
+	/* an embedded NUL with a length */
+	assert_string_equal(titan_str_escapen(b, sizeof(b), "a\0b", 3, 0), "a\\x00b");
+	/* cut at a whole escape, always terminated */
+	assert_string_equal(titan_str_escape(small, sizeof(small), "abcd\x1b" "e"), "abcd");
+	assert_string_equal(titan_str_escape(small, sizeof(small), "abcdefghij"), "abcdefg");
+	assert_string_equal(titan_str_escape(small, 1, "abc"), "");
+	/* error messages and log lines go through it */
+	titan_error(TITAN_E_FORMAT, "'%s': bad", "x\x1b[2J\x9b");
+	assert_string_equal(titan_errmsg(), "'x\\x1b[2J\\x9b': bad");
+}
+
 static void test_format(void **state)
 {
 	char b[64];
@@ -308,6 +344,7 @@ int main(void)
 		cmocka_unit_test(test_error_prefix_truncates),
 		cmocka_unit_test(test_log_format),
 		cmocka_unit_test(test_parse_numbers),
+		cmocka_unit_test(test_str_escape),
 		cmocka_unit_test(test_format),
 		cmocka_unit_test(test_edit_distance),
 		cmocka_unit_test(test_write_file_atomic),

@@ -242,21 +242,11 @@ static void gguf_elem(const struct titan_gguf_kv *kv, uint64_t i, struct titan_j
 			titan_json_stringn(j, s, n);
 			return;
 		}
-		putchar('"');
-		for (size_t k = 0; k < n && k < max_str; k++) {
-			unsigned char c = (unsigned char)s[k];
+		char q[1024]; /* max_str bytes, 4 per escaped byte */
 
-			if (c == '"' || c == '\\')
-				printf("\\%c", c);
-			else if (c == '\n')
-				printf("\\n");
-			else if (c == '\t')
-				printf("\\t");
-			else if (c < 0x20 || c == 0x7f)
-				printf("\\x%02x", c);
-			else
-				putchar(c);
-		}
+		TITAN_ASSERT(max_str * 4 < sizeof(q));
+		printf("\"%s", titan_str_escapen(q, sizeof(q), s, n < max_str ? n : max_str,
+						 TITAN_ESC_QUOTE));
 		printf(n > max_str ? "\"..." : "\"");
 		return;
 	}
@@ -312,7 +302,7 @@ static int cmd_info_gguf(const struct opts *o, const char *path)
 {
 	struct titan_gguf *f = titan_gguf_open(path);
 	struct titan_json j;
-	char b1[64], b2[96];
+	char b1[64], b2[96], e1[1024];
 	uint32_t *crc = NULL;
 	bool *have = NULL;
 	float *buf = NULL;
@@ -322,15 +312,16 @@ static int cmd_info_gguf(const struct opts *o, const char *path)
 	titan_json_init(&j);
 	if (!f)
 		return titan_error_last()->code;
+	/* names and keys are the file's: printed escaped (titan_str_escape) */
 	for (size_t i = 0; i < f->n_tensors; i++) {
 		if (f->tensors[i].numel > biggest)
 			biggest = f->tensors[i].numel;
-		if ((int)strlen(f->tensors[i].name) > w)
-			w = (int)strlen(f->tensors[i].name);
+		if ((int)strlen(titan_str_escape(e1, sizeof(e1), f->tensors[i].name)) > w)
+			w = (int)strlen(e1);
 	}
 	for (size_t i = 0; i < f->n_kv; i++)
-		if ((int)strlen(f->kv[i].key) > wk)
-			wk = (int)strlen(f->kv[i].key);
+		if ((int)strlen(titan_str_escape(e1, sizeof(e1), f->kv[i].key)) > wk)
+			wk = (int)strlen(e1);
 	if (o->checksums) {
 		if (!(crc = calloc(f->n_tensors + 1, sizeof(*crc))) ||
 		    !(have = calloc(f->n_tensors + 1, sizeof(*have))) ||
@@ -412,7 +403,7 @@ static int cmd_info_gguf(const struct opts *o, const char *path)
 		rc = titan_json_write_line(&j, stdout);
 		goto done;
 	}
-	printf("file:          %s (%s)\n", f->path,
+	printf("file:          %s (%s)\n", titan_str_escape(e1, sizeof(e1), f->path),
 	       titan_format_bytes(b1, sizeof(b1), (double)f->file_size));
 	printf("format:        GGUF version %" PRIu32 ", alignment %" PRIu32 ", data at byte %" PRIu64
 	       "\n", f->version, f->alignment, f->data_offset);
@@ -422,7 +413,8 @@ static int cmd_info_gguf(const struct opts *o, const char *path)
 
 		if (kv->type == TITAN_GGUF_ARRAY) {
 			snprintf(b1, sizeof(b1), "[%s]", titan_gguf_type_name(kv->elem));
-			printf("  %-*s  %-8s  %" PRIu64 " element%s%s", wk, kv->key, b1, kv->n,
+			printf("  %-*s  %-8s  %" PRIu64 " element%s%s", wk,
+			       titan_str_escape(e1, sizeof(e1), kv->key), b1, kv->n,
 			       kv->n == 1 ? "" : "s", kv->n ? ": " : "");
 			for (uint64_t k = 0; k < kv->n && k < 8; k++) {
 				printf("%s", k ? ", " : "");
@@ -430,7 +422,8 @@ static int cmd_info_gguf(const struct opts *o, const char *path)
 			}
 			printf("%s\n", kv->n > 8 ? ", ..." : "");
 		} else {
-			printf("  %-*s  %-8s  ", wk, kv->key, titan_gguf_type_name(kv->type));
+			printf("  %-*s  %-8s  ", wk, titan_str_escape(e1, sizeof(e1), kv->key),
+			       titan_gguf_type_name(kv->type));
 			gguf_elem(kv, 0, NULL, 200);
 			printf("\n");
 		}
@@ -439,7 +432,8 @@ static int cmd_info_gguf(const struct opts *o, const char *path)
 	for (size_t i = 0; i < f->n_tensors; i++) {
 		const struct titan_gguf_tensor *t = &f->tensors[i];
 
-		printf("  %-*s  %-7s  %-14s  %10s", w, t->name, titan_ggml_type_name(t->type),
+		printf("  %-*s  %-7s  %-14s  %10s", w, titan_str_escape(e1, sizeof(e1), t->name),
+		       titan_ggml_type_name(t->type),
 		       ne_str(b2, sizeof(b2), t->shape, t->n_dims),
 		       titan_format_bytes(b1, sizeof(b1), (double)t->nbytes));
 		if (crc && have[i])
@@ -545,7 +539,7 @@ static int cmd_info(const struct opts *o, const char *arg)
 	struct titan_ckpt_file *f = NULL;
 	const struct titan_ckpt_info *in;
 	struct titan_json j;
-	char path[4096], b1[64], b2[64];
+	char path[4096], b1[64], b2[64], e1[1024];
 	uint32_t *crc = NULL;
 	float *buf = NULL;
 	int64_t biggest = 0, nparams = 0;
@@ -565,7 +559,8 @@ static int cmd_info(const struct opts *o, const char *arg)
 	in = titan_ckpt_file_info(f);
 	for (size_t i = 0; i < in->n_tensors; i++) {
 		const struct titan_ckpt_tensor_info *t = &in->tensors[i];
-		int len = (int)(strlen(titan_ckpt_part_name(t->part)) + 1 + strlen(t->name));
+		int len = (int)(strlen(titan_ckpt_part_name(t->part)) + 1 +
+				strlen(titan_str_escape(e1, sizeof(e1), t->name)));
 
 		if (t->numel > biggest)
 			biggest = t->numel;
@@ -690,14 +685,17 @@ static int cmd_info(const struct opts *o, const char *arg)
 		const struct titan_model_dims *d = &in->dims;
 		const struct titan_ckpt_train_state *t = &in->train;
 
-		printf("file:          %s (%s)\n", in->path,
+		/* strings of the file printed escaped (titan_str_escape) */
+		printf("file:          %s (%s)\n", titan_str_escape(e1, sizeof(e1), in->path),
 		       titan_format_bytes(b1, sizeof(b1), (double)in->file_size));
 		printf("format:        %s version %lld (titan %s)\n", TITAN_CKPT_FORMAT,
-		       (long long)in->format_version, in->titan_version);
+		       (long long)in->format_version,
+		       titan_str_escape(e1, sizeof(e1), in->titan_version));
 		printf("contents:      %s\n", in->has_optimizer ? "full (model, optimizer, state)" :
 		       "model only");
 		printf("model:         %s: dim %lld, layers %lld, heads %lld, kv heads %lld, "
-		       "head_dim %lld, ffn hidden %lld, vocab %lld%s\n", d->flavor, (long long)d->dim,
+		       "head_dim %lld, ffn hidden %lld, vocab %lld%s\n",
+		       titan_str_escape(e1, sizeof(e1), d->flavor), (long long)d->dim,
 		       (long long)d->n_layers, (long long)d->n_heads, (long long)d->n_kv_heads,
 		       (long long)d->head_dim, (long long)d->ffn_hidden, (long long)d->vocab_size,
 		       d->tied ? ", tied embeddings" : "");
@@ -729,7 +727,8 @@ static int cmd_info(const struct opts *o, const char *arg)
 		for (size_t i = 0; i < in->n_tensors; i++) {
 			const struct titan_ckpt_tensor_info *ti = &in->tensors[i];
 
-			snprintf(path, sizeof(path), "%s/%s", titan_ckpt_part_name(ti->part), ti->name);
+			snprintf(path, sizeof(path), "%s/%s", titan_ckpt_part_name(ti->part),
+				 titan_str_escape(e1, sizeof(e1), ti->name));
 			printf("  %-*s  %-8s  %-14s  %10s", w, path, titan_ckpt_dtype_name(ti->dtype),
 			       shape_str(b2, sizeof(b2), ti),
 			       titan_format_bytes(b1, sizeof(b1), (double)ti->storage_bytes));
@@ -815,20 +814,17 @@ static int open_source(const char *arg, struct src *s, struct titan_param_table 
 
 	if ((rc = resolve_ckpt(arg, path, sizeof(path))) < 0 || (rc = titan_ckpt_open(path, &s->f)) < 0)
 		return rc;
+	/* the dims (values, and the tensor count they make) before a table
+	 * is built from them, every tensor's shape before anything is read */
+	if ((rc = titan_ckpt_check_dims(s->f)) < 0)
+		return rc;
 	{
 		struct titan_model_dims d = titan_ckpt_file_info(s->f)->dims;
 
 		rc = titan_param_table_init(table, &d, NULL);
 	}
-	if (rc == 0) {
-		size_t nmodel = 0;
-
-		for (size_t i = 0; i < titan_ckpt_file_info(s->f)->n_tensors; i++)
-			nmodel += titan_ckpt_file_info(s->f)->tensors[i].part == TITAN_CKPT_MODEL;
-		if (nmodel != (size_t)table->n)
-			rc = titan_error(TITAN_E_INVALID, "'%s': /model holds %zu tensors, the dims "
-					 "in its attributes make %d", path, nmodel, table->n);
-	}
+	if (rc == 0)
+		rc = titan_ckpt_check_model(s->f, table);
 	return rc;
 }
 
