@@ -459,6 +459,15 @@ static int add_tensor(struct titan_ckpt_file *f, enum titan_ckpt_part part, hid_
 		goto done;
 	}
 	off = H5Dget_offset(d);
+	/* a chunked dataset has no one offset: its chunks (unfiltered, so as
+	 * large as the data) cannot add up to more than the file */
+	if (off == HADDR_UNDEF && t->storage_bytes > in->file_size) {
+		rc = titan_error(TITAN_E_FORMAT, "'%s': %s/%s holds %llu bytes, more than the "
+				 "file (%llu bytes): damaged", in->path, pn, name,
+				 (unsigned long long)t->storage_bytes,
+				 (unsigned long long)in->file_size);
+		goto done;
+	}
 	if (t->numel > 0 && off != HADDR_UNDEF && off + t->storage_bytes > in->file_size) {
 		rc = titan_error(TITAN_E_FORMAT, "'%s': %s/%s ends at byte %llu, past the end of the "
 				 "file (%llu bytes): truncated", in->path, pn, name,
