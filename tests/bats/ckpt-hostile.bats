@@ -228,3 +228,16 @@ refused() {
 	hostile heads0
 	refused "/: attribute 'n_kv_heads' is 0 (must be positive)"
 }
+
+@test "2 ranks resuming from a checkpoint with external storage both stop with exit 1 naming the dataset, no hang" {
+	command -v mpiexec >/dev/null || skip "mpiexec is not installed"
+	hostile external
+	mkdir -p out/run/checkpoint
+	cp "$H" out/run/checkpoint/step-2.h5
+	run -1 --separate-stderr timeout 120 mpiexec -n 2 titan-train -q --config "$DATA/tiny.yaml" \
+		--checkpoint.enable --training.steps=4 --job.dump_folder=out/run
+	refute_crash
+	[[ $stderr == *"[rank0]: titan-train: error: "*"step-2.h5': /model/layers.0.attention_norm.weight has external storage"* ]]
+	[[ $stderr == *"[rank1]: titan-train: error: "*"has external storage"* ]]
+	[ ! -e out/run/checkpoint/step-4.h5 ]
+}
