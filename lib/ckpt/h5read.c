@@ -1,8 +1,10 @@
 /*
  * h5read.c — reading titan checkpoints (layout in lib/titan/ckpt.h): the
- * format, version, dims and training state are checked and every tensor's
- * type, shape, size and place in the file are validated at open, so a
- * load fails before it changes anything the caller holds; tensors are
+ * format, version, dims and training state are checked, every link and
+ * dataset of the file must keep its data inside it, unfiltered (no data
+ * from other files, nothing inflated: docs/conventions.md), and every
+ * tensor's type, shape, size and place in the file are validated at open,
+ * so a load fails before it changes anything the caller holds; tensors are
  * then read as float32, whole or by rows of dim 0 (a dim-0 shard), their
  * stored bytes checked against the crc32c attribute when read whole (a
  * shard's CRC term kept for titan_ckpt_load_dist).
