@@ -1,8 +1,10 @@
 /*
  * h5read.c — reading titan checkpoints (layout in lib/titan/ckpt.h): the
- * format, version, dims and training state are checked and every tensor's
- * type, shape, size and place in the file are validated at open, so a
- * load fails before it changes anything the caller holds; tensors are
+ * format, version, dims and training state are checked, every link and
+ * dataset of the file must keep its data inside it, unfiltered (no data
+ * from other files, nothing inflated: docs/conventions.md), and every
+ * tensor's type, shape, size and place in the file are validated at open,
+ * so a load fails before it changes anything the caller holds; tensors are
  * then read as float32, whole or by rows of dim 0 (a dim-0 shard), their
  * stored bytes checked against the crc32c attribute when read whole (a
  * shard's CRC term kept for titan_ckpt_load_dist).
@@ -22,6 +24,7 @@
 struct titan_ckpt_file {
 	struct titan_ckpt_info info;
 	hid_t file;
+	hid_t lapl;          /* link access: external links are never followed */
 	size_t cap;
 	uint32_t *sums;      /* per tensor: the XOR of the CRC terms of its reads */
 };
@@ -134,6 +137,45 @@ static int bad_attr(const struct titan_ckpt_file *f, const char *obj, const char
 	do { int r_ = attr_read(loc, name, H5T_NATIVE_DOUBLE, H5T_FLOAT, dst); \
 	     if (r_ != 0) return bad_attr(f, obj, name, r_); } while (0)
 
+/* The architecture as stored must be one a model can have: a NaN norm_eps
+ * or an infinite rope_theta would otherwise travel silently into exports
+ * (config.json drops non-finite numbers) and into training. */
+static int check_dims(const struct titan_ckpt_file *f)
+{
+	const struct titan_model_dims *d = &f->info.dims;
+	const struct { const char *name; int64_t v; } ints[] = {
+		{"dim", d->dim}, {"n_layers", d->n_layers}, {"n_heads", d->n_heads},
+		{"n_kv_heads", d->n_kv_heads}, {"head_dim", d->head_dim},
+		{"ffn_hidden", d->ffn_hidden}, {"vocab_size", d->vocab_size},
+		{"multiple_of", d->multiple_of},
+		{"rope_original_max_position", d->rope_original_max_position},
+	};
+	/* ffn_dim_multiplier NaN is "none" (lib/titan/model.h) */
+	const struct { const char *name; double v; bool nan_ok; } reals[] = {
+		{"ffn_dim_multiplier", d->ffn_dim_multiplier, true},
+		{"norm_eps", d->norm_eps, false}, {"rope_theta", d->rope_theta, false},
+		{"rope_scaling_factor", d->rope_scaling_factor, false},
+		{"rope_low_freq_factor", d->rope_low_freq_factor, false},
+		{"rope_high_freq_factor", d->rope_high_freq_factor, false},
+	};
+
+	for (size_t i = 0; i < sizeof(ints) / sizeof(ints[0]); i++)
+		if (ints[i].v < 1)
+			return titan_error(TITAN_E_FORMAT, "'%s': /: attribute '%s' is %lld (must be "
+					   "positive)", f->info.path, ints[i].name,
+					   (long long)ints[i].v);
+	for (size_t i = 0; i < sizeof(reals) / sizeof(reals[0]); i++) {
+		double v = reals[i].v;
+
+		if (isnan(v) && reals[i].nan_ok)
+			continue;
+		if (!isfinite(v) || v <= 0)
+			return titan_error(TITAN_E_FORMAT, "'%s': /: attribute '%s' is %g (must be "
+					   "finite and positive)", f->info.path, reals[i].name, v);
+	}
+	return 0;
+}
+
 static int read_header(struct titan_ckpt_file *f)
 {
 	struct titan_ckpt_info *in = &f->info;
@@ -191,7 +233,7 @@ static int read_header(struct titan_ckpt_file *f)
 	NEED_F64(f, f->file, "/", "rope_scaling_factor", &d->rope_scaling_factor);
 	NEED_F64(f, f->file, "/", "rope_low_freq_factor", &d->rope_low_freq_factor);
 	NEED_F64(f, f->file, "/", "rope_high_freq_factor", &d->rope_high_freq_factor);
-	return 0;
+	return check_dims(f);
 }
 
 static bool exists(hid_t loc, const char *path)
@@ -272,6 +314,22 @@ static int read_state_group(struct titan_ckpt_file *f, const char *path)
 		}
 	}
 #undef ATTR
+	/* counts of steps and tokens: a negative one would resume training
+	 * before its start (a step of -5 runs step -4 at a negative rate) */
+	{
+		const struct { const char *group, *name; int64_t v; } counts[] = {
+			{"train_state", "step", ts->step},
+			{"train_state", "ntokens_seen", ts->ntokens_seen},
+			{"lr_scheduler", "last_epoch", ts->lr_last_epoch},
+			{"optimizer", "step", ts->optim_step},
+		};
+
+		for (size_t i = 0; i < sizeof(counts) / sizeof(counts[0]) && rc == 0; i++)
+			if (!strcmp(path, counts[i].group) && counts[i].v < 0)
+				rc = titan_error(TITAN_E_FORMAT, "'%s': /%s: attribute '%s' is %lld "
+						 "(must not be negative)", f->info.path, path,
+						 counts[i].name, (long long)counts[i].v);
+	}
 done:
 	H5Gclose(g);
 	return rc;
@@ -332,7 +390,7 @@ static int add_tensor(struct titan_ckpt_file *f, enum titan_ckpt_part part, hid_
 	if (strlen(name) >= sizeof(t->name))
 		return titan_error(TITAN_E_FORMAT, "'%s': %s/%.40s...: name too long", in->path, pn, name);
 	strcpy(t->name, name);
-	if ((o = H5Oopen(g, name, H5P_DEFAULT)) < 0)
+	if ((o = H5Oopen(g, name, f->lapl)) < 0)
 		return h5fail(TITAN_E_FORMAT, "'%s': cannot open %s/%s", in->path, pn, name);
 	if (H5Iget_type(o) != H5I_DATASET) {
 		H5Oclose(o);
@@ -403,6 +461,15 @@ static int add_tensor(struct titan_ckpt_file *f, enum titan_ckpt_part part, hid_
 		goto done;
 	}
 	off = H5Dget_offset(d);
+	/* a chunked dataset has no one offset: its chunks (unfiltered, so as
+	 * large as the data) cannot add up to more than the file */
+	if (off == HADDR_UNDEF && t->storage_bytes > in->file_size) {
+		rc = titan_error(TITAN_E_FORMAT, "'%s': %s/%s holds %llu bytes, more than the "
+				 "file (%llu bytes): damaged", in->path, pn, name,
+				 (unsigned long long)t->storage_bytes,
+				 (unsigned long long)in->file_size);
+		goto done;
+	}
 	if (t->numel > 0 && off != HADDR_UNDEF && off + t->storage_bytes > in->file_size) {
 		rc = titan_error(TITAN_E_FORMAT, "'%s': %s/%s ends at byte %llu, past the end of the "
 				 "file (%llu bytes): truncated", in->path, pn, name,
@@ -457,6 +524,151 @@ static int read_part(struct titan_ckpt_file *f, enum titan_ckpt_part part)
 	return rc;
 }
 
+/* ------------------------------------------- nothing from outside the file
+ *
+ * A checkpoint is a file from someone else (a shared model), and HDF5 can
+ * make one read other files: an external link or a soft link names another
+ * object (an external one in another file), a dataset with external
+ * storage keeps its bytes in any local file ("/etc/passwd", 0, 256), a
+ * virtual dataset maps others' data, and a filter (gzip) makes a small
+ * chunk decompress to gigabytes.  titan writes none of these: hard links,
+ * contiguous datasets without filters.  So every link and dataset of the
+ * file is checked at open, before any data is read, and the file refused
+ * naming the first that is not plain: contiguous or chunked (h5py's
+ * choice for some), no filter, no external storage, each chunk no larger
+ * than its dataset (a read buffers one chunk). */
+
+static const char *filter_name(H5Z_filter_t id)
+{
+	switch (id) {
+	case H5Z_FILTER_DEFLATE: return "deflate (gzip)";
+	case H5Z_FILTER_SHUFFLE: return "shuffle";
+	case H5Z_FILTER_FLETCHER32: return "fletcher32";
+	case H5Z_FILTER_SZIP: return "szip";
+	case H5Z_FILTER_NBIT: return "nbit";
+	case H5Z_FILTER_SCALEOFFSET: return "scaleoffset";
+	case 32000: return "lzf";
+	case 32001: return "blosc";
+	case 32004: return "lz4";
+	case 32008: return "bitshuffle";
+	case 32015: return "zstd";
+	default: return "unknown";
+	}
+}
+
+static int check_dataset(struct titan_ckpt_file *f, hid_t d, const char *name)
+{
+	const char *p = f->info.path;
+	hid_t dcpl = H5Dget_create_plist(d), sp = -1;
+	hsize_t dims[H5S_MAX_RANK], chunk[H5S_MAX_RANK];
+	H5D_layout_t layout;
+	int rc = 0, nf, nd, nc;
+
+	if (dcpl < 0)
+		return h5fail(TITAN_E_FORMAT, "'%s': /%s: cannot read its creation properties", p,
+			      name);
+	layout = H5Pget_layout(dcpl);
+	if (layout == H5D_VIRTUAL) {
+		rc = titan_error(TITAN_E_FORMAT, "'%s': /%s is a virtual dataset (its data lies in "
+				 "other datasets or files): titan reads only data stored in the "
+				 "checkpoint itself", p, name);
+	} else if (layout != H5D_CONTIGUOUS && layout != H5D_CHUNKED) {
+		rc = titan_error(TITAN_E_FORMAT, "'%s': /%s has %s layout (titan reads contiguous "
+				 "or chunked datasets)", p, name,
+				 layout == H5D_COMPACT ? "compact" : "an unknown");
+	} else if (H5Pget_external_count(dcpl) != 0) {
+		rc = titan_error(TITAN_E_FORMAT, "'%s': /%s has external storage (its data lies in "
+				 "another file): titan reads only data stored in the checkpoint "
+				 "itself", p, name);
+	} else if ((nf = H5Pget_nfilters(dcpl)) != 0) {
+		unsigned flags = 0, conf = 0;
+		size_t ncd = 0;
+		H5Z_filter_t id = nf > 0 ? H5Pget_filter2(dcpl, 0, &flags, &ncd, NULL, 0, NULL,
+							   &conf) : -1;
+
+		rc = titan_error(TITAN_E_FORMAT, "'%s': /%s is stored through HDF5 filter %d (%s): "
+				 "titan writes no filters and reads none (rewrite the file with "
+				 "'h5repack -f NONE')", p, name, (int)id, filter_name(id));
+	} else if (layout == H5D_CHUNKED) {
+		nc = H5Pget_chunk(dcpl, H5S_MAX_RANK, chunk);
+		sp = H5Dget_space(d);
+		nd = sp >= 0 ? H5Sget_simple_extent_dims(sp, dims, NULL) : -1;
+		if (nc < 0 || nd < 0 || nc != nd) {
+			rc = h5fail(TITAN_E_FORMAT, "'%s': /%s: bad chunk dimensions", p, name);
+		} else {
+			for (int i = 0; i < nd && rc == 0; i++)
+				if (chunk[i] > dims[i] && !(dims[i] == 0 && chunk[i] == 1))
+					rc = titan_error(TITAN_E_FORMAT, "'%s': /%s: chunk dimension "
+							 "%d of %llu exceeds the dataset's %llu", p,
+							 name, i, (unsigned long long)chunk[i],
+							 (unsigned long long)dims[i]);
+		}
+	}
+	if (sp >= 0)
+		H5Sclose(sp);
+	H5Pclose(dcpl);
+	return rc;
+}
+
+struct scan {
+	struct titan_ckpt_file *f;
+	int rc;
+};
+
+static herr_t scan_cb(hid_t root, const char *name, const H5L_info_t *info, void *data)
+{
+	struct scan *sc = data;
+	struct titan_ckpt_file *f = sc->f;
+	hid_t o;
+
+	if (info->type != H5L_TYPE_HARD) {
+		const char *what = info->type == H5L_TYPE_SOFT ? "a soft link" :
+				   info->type == H5L_TYPE_EXTERNAL ? "an external link (to another "
+				   "file)" : "a user-defined link";
+
+		sc->rc = titan_error(TITAN_E_FORMAT, "'%s': /%s is %s: titan reads only objects "
+				     "stored in the checkpoint itself (hard links)", f->info.path,
+				     name, what);
+		return -1;
+	}
+	if ((o = H5Oopen(root, name, f->lapl)) < 0) {
+		sc->rc = h5fail(TITAN_E_FORMAT, "'%s': cannot open /%s", f->info.path, name);
+		return -1;
+	}
+	if (H5Iget_type(o) == H5I_DATASET)
+		sc->rc = check_dataset(f, o, name);
+	H5Oclose(o);
+	return sc->rc < 0 ? -1 : 0;
+}
+
+/* Never follow an external link, whatever slips past the scan. */
+static herr_t deny_elink(const char *parent_file, const char *parent_group,
+			 const char *child_file, const char *child_object, unsigned *acc_flags,
+			 hid_t fapl, void *data)
+{
+	(void)parent_file, (void)parent_group, (void)child_file, (void)child_object;
+	(void)acc_flags, (void)fapl, (void)data;
+	return -1;
+}
+
+static int scan_file(struct titan_ckpt_file *f)
+{
+	struct scan sc = {f, 0};
+	hid_t root;
+	herr_t r;
+
+	if ((root = H5Gopen2(f->file, "/", H5P_DEFAULT)) < 0)
+		return h5fail(TITAN_E_FORMAT, "'%s': cannot open the root group", f->info.path);
+	r = H5Lvisit(root, H5_INDEX_NAME, H5_ITER_INC, scan_cb, &sc);
+	H5Gclose(root);
+	if (sc.rc < 0)
+		return sc.rc;
+	if (r < 0)
+		return h5fail(TITAN_E_FORMAT, "'%s': cannot list its objects (damaged file?)",
+			      f->info.path);
+	return 0;
+}
+
 int titan_ckpt_open(const char *path, struct titan_ckpt_file **out)
 {
 	static const char *const groups[] = {"train_state", "lr_scheduler", "optimizer",
@@ -480,7 +692,7 @@ int titan_ckpt_open(const char *path, struct titan_ckpt_file **out)
 	in = &f->info;
 	in->file_size = (uint64_t)st.st_size;
 	in->dims.ffn_dim_multiplier = NAN;
-	f->file = -1;
+	f->file = f->lapl = -1;
 	if ((is = H5Fis_hdf5(path)) <= 0) {
 		if (is < 0)
 			rc = h5fail(TITAN_E_IO, "cannot open '%s'", path);
@@ -492,7 +704,12 @@ int titan_ckpt_open(const char *path, struct titan_ckpt_file **out)
 		rc = h5fail(TITAN_E_FORMAT, "cannot open '%s': damaged or truncated HDF5 file", path);
 		goto fail;
 	}
-	if ((rc = read_header(f)) < 0)
+	if ((f->lapl = H5Pcreate(H5P_LINK_ACCESS)) < 0 ||
+	    H5Pset_elink_cb(f->lapl, deny_elink, NULL) < 0) {
+		rc = h5fail(TITAN_E_NOMEM, "cannot open '%s'", path);
+		goto fail;
+	}
+	if ((rc = read_header(f)) < 0 || (rc = scan_file(f)) < 0)
 		goto fail;
 	for (int i = 0; i < 5; i++) {
 		bool *has[] = {&in->has_train_state, &in->has_lr_scheduler, &in->has_optimizer,
@@ -522,6 +739,8 @@ void titan_ckpt_close(struct titan_ckpt_file *f)
 		return;
 	if (f->file >= 0)
 		H5Fclose(f->file);
+	if (f->lapl >= 0)
+		H5Pclose(f->lapl);
 	free(f->info.path);
 	free(f->info.titan_version);
 	free(f->info.config_yaml);

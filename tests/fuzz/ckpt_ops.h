@@ -12,6 +12,8 @@
  *   OP_DATASET u8 path, NAME, u8 type, u8 layout, u8 ndim, ndim x DIM,
  *              u8 fill, u8 crc (CRC_*; CRC_VALUE is followed by a u64)
  *   OP_LINK    u8 path, NAME, u8 target path, NAME (a soft link)
+ *   OP_ELINK   u8 path, NAME, u8 target file (ELINK_*), NAME: an external
+ *              link to another file's object
  *   OP_TRUNC   u32 bytes cut off the end of the finished file
  *   OP_LOAD    u8 flags, u8 dp_world_size, u8 shard degree: how
  *              titan_ckpt_load is called (default: 0, 1, 1)
@@ -20,6 +22,13 @@
  * u8 length and that many bytes.  DIM: u8 d (d < 0xff), or 0xff and a u64.
  * VALUE: 8 bytes for numbers; u8 length and bytes for strings.  Operations
  * that HDF5 refuses (a second attribute of one name) are skipped.
+ *
+ * What would make titan read outside the file or inflate data (issue 21):
+ * soft and external links, the layouts L_EXTERNAL (the dataset's bytes in
+ * the secret file beside the checkpoint), L_VIRTUAL (a VDS mapping another
+ * file) and the filters (L_GZIP ... L_BOMB, a gzip chunk that inflates to
+ * far more than the dataset).  The harness's oracle: a file holding any of
+ * them is refused by titan_ckpt_open, so none of it is ever read.
  */
 #ifndef TITAN_FUZZ_CKPT_OPS_H
 #define TITAN_FUZZ_CKPT_OPS_H
@@ -27,7 +36,11 @@
 #include <stdio.h>
 #include <string.h>
 
-enum { OP_GROUP, OP_ATTR, OP_DATASET, OP_LINK, OP_TRUNC, OP_LOAD, OP_N };
+enum { OP_GROUP, OP_ATTR, OP_DATASET, OP_LINK, OP_TRUNC, OP_LOAD, OP_ELINK, OP_N };
+
+/* the files an external link (or a VDS) points at: the secret bytes, an
+ * HDF5 file holding them as dataset /x, the checkpoint itself */
+enum { ELINK_SECRET, ELINK_SECRET_H5, ELINK_SELF, ELINK_N };
 
 enum {
 	FLAG_NO_ORDER = 1,   /* groups without creation order (read by name) */
@@ -61,7 +74,13 @@ enum {
 };
 
 /* dataset layouts and fills */
-enum { L_CONTIGUOUS, L_CHUNKED, L_COMPACT, L_N };
+enum {
+	L_CONTIGUOUS, L_CHUNKED, L_COMPACT,
+	/* never accepted: data outside the file, filters (titan writes none) */
+	L_EXTERNAL, L_VIRTUAL, L_GZIP, L_SHUFFLE, L_FLETCHER32, L_SCALEOFFSET,
+	L_UNKNOWN_FILTER, L_BOMB,
+	L_N
+};
 enum { FILL_NONE, FILL_PATTERN, FILL_HALF, FILL_N };
 /* the dataset's crc32c attribute: none, the CRC32C of the stored bytes, a
  * value given (as u64), a string */

@@ -7,7 +7,10 @@
  * tensor whole, by rows and by columns, checks its crc32c
  * (titan_ckpt_verify), and loads the file into the parameter table its
  * dims describe (titan_ckpt_load, as titan-train resumes), whole or as a
- * shard.
+ * shard.  Its oracle for what would make titan read outside the file or
+ * inflate data (external storage, soft and external links, virtual
+ * datasets, filters, a gzip bomb; ckpt_ops.h): a file holding any of them
+ * is never opened.
  */
 #include <hdf5.h>
 #include <stdlib.h>
@@ -16,10 +19,15 @@
 #include <unistd.h>
 
 #include "ckpt_ops.h"
+#include "config.h"       /* TITAN_HAVE_ZLIB (build/fuzz/config.h) */
 #include "fuzz.h"
 #include "titan/ckpt.h"
 #include "titan/core.h"
 #include "titan/model.h"
+
+#if TITAN_HAVE_ZLIB
+#include <zlib.h>
+#endif
 
 #define MAX_ELEMS (1 << 16)   /* per dataset written or read */
 /* lib/ckpt's block sizes (ckpt_impl.h; the unit tests shrink them too):
@@ -33,7 +41,98 @@ struct build {
 	uint32_t trunc;
 	unsigned load_flags, world, shards;
 	size_t elems;             /* written so far */
+	unsigned hostile;         /* objects made that titan must refuse */
 };
+
+/* The secret beside the checkpoint: raw bytes, and an HDF5 file holding
+ * them as /x (what external storage, external links and VDS point at). */
+static const char *secret_file(unsigned which)
+{
+	static char raw[512], h5[512];
+	static bool made;
+
+	if (!made) {
+		char bytes[4096];
+		hsize_t n = sizeof(bytes) / 4;
+		hid_t f, s, d;
+
+		for (size_t i = 0; i < sizeof(bytes); i++)
+			bytes[i] = "TITAN-SECRET-"[i % 13];
+		snprintf(raw, sizeof(raw), "%s", fuzz_path("secret.bin"));
+		snprintf(h5, sizeof(h5), "%s", fuzz_path("secret.h5"));
+		fuzz_write(raw, bytes, sizeof(bytes));
+		f = H5Fcreate(h5, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+		s = H5Screate_simple(1, &n, NULL);
+		d = H5Dcreate2(f, "x", H5T_IEEE_F32LE, s, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+		if (f < 0 || s < 0 || d < 0 ||
+		    H5Dwrite(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, bytes) < 0)
+			abort();
+		H5Dclose(d);
+		H5Sclose(s);
+		H5Fclose(f);
+		made = true;
+	}
+	return which == ELINK_SECRET ? raw : h5;
+}
+
+/* The hostile layouts on dcpl (chunk: the dataset's chunk dims); false
+ * when this one cannot have it (rank 0, too big, no zlib). */
+static bool hostile_layout(struct build *b, hid_t dcpl, unsigned layout, hid_t s, unsigned ndim,
+			   const hsize_t *dims, hsize_t *chunk, uint64_t bytes, bool big)
+{
+	if (layout == L_EXTERNAL)
+		return !big && H5Pset_external(dcpl, secret_file(ELINK_SECRET), 0,
+					       (hsize_t)bytes) >= 0;
+	if (layout == L_VIRTUAL)
+		return ndim > 0 && !big && H5Pset_virtual(dcpl, s, secret_file(ELINK_SECRET_H5),
+							  "/x", s) >= 0;
+	if (ndim == 0 || big)
+		return false;
+	if (layout == L_BOMB)
+		memcpy(chunk, dims, ndim * sizeof(*chunk));
+	for (unsigned i = 0; i < ndim; i++)
+		chunk[i] = chunk[i] ? chunk[i] : 1;
+	if (H5Pset_chunk(dcpl, (int)ndim, chunk) < 0)
+		return false;
+	switch (layout) {
+	case L_GZIP: return H5Pset_deflate(dcpl, 1 + fuzz_u8(&b->in) % 9) >= 0;
+	case L_SHUFFLE: return H5Pset_shuffle(dcpl) >= 0;
+	case L_FLETCHER32: return H5Pset_fletcher32(dcpl) >= 0;
+	case L_SCALEOFFSET: return H5Pset_scaleoffset(dcpl, H5Z_SO_FLOAT_DSCALE, 2) >= 0;
+	case L_UNKNOWN_FILTER: /* not registered here: optional, so HDF5 writes without it */
+		return H5Pset_filter(dcpl, 32000 + fuzz_u8(&b->in) % 16, H5Z_FLAG_OPTIONAL, 0,
+				     NULL) >= 0;
+#if TITAN_HAVE_ZLIB
+	case L_BOMB: return H5Pset_deflate(dcpl, 9) >= 0;
+#endif
+	default: return false;
+	}
+}
+
+/* A gzip bomb as the dataset's one chunk: zeros far beyond its size, the
+ * stream padded to the raw size so that the storage size is right. */
+static void write_bomb(hid_t d, unsigned ndim, uint64_t bytes)
+{
+#if TITAN_HAVE_ZLIB
+	uLong n = (uLong)(bytes * 64 + (1 << 16)), zn;
+	hsize_t off[8] = {0};
+	Bytef *zeros, *z;
+
+	if (n > (4u << 20))
+		n = 4u << 20;
+	zn = compressBound(n);
+	zeros = calloc(n, 1);
+	z = calloc(zn > bytes ? zn : bytes, 1);
+	if (!zeros || !z || compress2(z, &zn, zeros, n, 9) != Z_OK)
+		abort();
+	(void)ndim;
+	H5Dwrite_chunk(d, H5P_DEFAULT, 0, off, zn > bytes ? zn : (size_t)bytes, z);
+	free(zeros);
+	free(z);
+#else
+	(void)d, (void)ndim, (void)bytes;
+#endif
+}
 
 static void name_of(struct build *b, bool param, char *buf, size_t n)
 {
@@ -213,7 +312,7 @@ static void op_dataset(struct build *b)
 	uint64_t crc_value = 0;
 	hsize_t dims[8], chunk[8];
 	uint64_t numel = 1;
-	bool big = false;
+	bool big = false, hostile = false;
 
 	name_of(b, true, name, sizeof(name));
 	type = fuzz_u8(&b->in) % T_N;
@@ -243,7 +342,10 @@ static void op_dataset(struct build *b)
 		s = H5Screate(H5S_SCALAR);
 	}
 	H5Pset_obj_track_times(dcpl, 0);
-	if (layout == L_CHUNKED && ndim > 0)
+	if (layout >= L_EXTERNAL)
+		hostile = hostile_layout(b, dcpl, layout, s, ndim, dims, chunk,
+					 big ? 0 : numel * H5Tget_size(t), big);
+	else if (layout == L_CHUNKED && ndim > 0)
 		H5Pset_chunk(dcpl, (int)ndim, chunk);
 	else if (layout == L_COMPACT && !big && numel * H5Tget_size(t) < 60000)
 		H5Pset_layout(dcpl, H5D_COMPACT);
@@ -251,7 +353,13 @@ static void op_dataset(struct build *b)
 		H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER);
 	if ((d = H5Dcreate2(loc, name, t, s, b->lcpl, dcpl, H5P_DEFAULT)) < 0)
 		goto done;
-	if (fill != FILL_NONE && !big && numel > 0) {
+	b->hostile += hostile;
+	if (hostile && layout == L_BOMB) {
+		if (numel > 0)
+			write_bomb(d, ndim, numel * H5Tget_size(t));
+	} else if (hostile && (layout == L_EXTERNAL || layout == L_VIRTUAL)) {
+		/* nothing written: HDF5 would write into the secret */
+	} else if (fill != FILL_NONE && !big && numel > 0) {
 		float *x = malloc(numel * sizeof(*x));
 		hid_t ms = -1, fs = H5Dget_space(d);
 		hsize_t one = numel;
@@ -274,7 +382,7 @@ static void op_dataset(struct build *b)
 		free(x);
 		b->elems += numel;
 	}
-	if (crc == CRC_RIGHT && !big)
+	if (crc == CRC_RIGHT && !big && !hostile)
 		crc_value = stored_crc(d, t, numel);
 	if (crc != CRC_NONE)
 		crc_attr(d, crc, crc_value);
@@ -302,7 +410,24 @@ static void op_link(struct build *b)
 	name_of(b, true, tname, sizeof(tname));
 	snprintf(target, sizeof(target), "/%s/%s", PATHS[tp % N_PATHS], tname);
 	if (loc >= 0) {
-		H5Lcreate_soft(target, loc, name, H5P_DEFAULT, H5P_DEFAULT);
+		b->hostile += H5Lcreate_soft(target, loc, name, H5P_DEFAULT, H5P_DEFAULT) >= 0;
+		H5Gclose(loc);
+	}
+}
+
+static void op_elink(struct build *b, const char *self)
+{
+	char name[128], tname[128], target[160];
+	hid_t loc = open_loc(b, fuzz_u8(&b->in));
+	unsigned file;
+
+	name_of(b, true, name, sizeof(name));
+	file = fuzz_u8(&b->in) % ELINK_N;
+	name_of(b, true, tname, sizeof(tname));
+	snprintf(target, sizeof(target), "/%s", file == ELINK_SECRET_H5 && !tname[0] ? "x" : tname);
+	if (loc >= 0) {
+		b->hostile += H5Lcreate_external(file == ELINK_SELF ? self : secret_file(file),
+						 target, loc, name, H5P_DEFAULT, H5P_DEFAULT) >= 0;
 		H5Gclose(loc);
 	}
 }
@@ -342,6 +467,7 @@ static void build_file(struct build *b, const char *path)
 		case OP_ATTR: op_attr(b); break;
 		case OP_DATASET: op_dataset(b); break;
 		case OP_LINK: op_link(b); break;
+		case OP_ELINK: op_elink(b, path); break;
 		case OP_TRUNC: b->trunc = fuzz_u32(&b->in); break;
 		case OP_LOAD:
 			b->load_flags = fuzz_u8(&b->in);
@@ -437,6 +563,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	    truncate(path, sb.st_size - (off_t)(b.trunc % (uint64_t)sb.st_size)) < 0)
 		abort();
 	rc = titan_ckpt_open(path, &f);
+	if (rc == 0 && b.hostile)
+		abort(); /* opened a file with data from outside it or filters */
 	fuzz_check_error(rc);
 	if (rc == 0) {
 		read_all(f);

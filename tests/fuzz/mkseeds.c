@@ -379,6 +379,53 @@ static void ckpt(void)
 	put8(&b, 2);
 	put8(&b, 2);
 	seed_done("ckpt", "full", &b);
+
+	/* the model-only file with one thing titan must refuse (issue 21): a
+	 * dataset [8, 8] with its data elsewhere or filtered, or a link */
+	for (unsigned l = L_EXTERNAL; l <= L_N + 2; l++) {
+		static const char *const names[] = {
+			"external", "virtual", "gzip", "shuffle", "fletcher32", "scaleoffset",
+			"unknown-filter", "gzip-bomb", "soft-link", "external-link",
+			"external-link-h5",
+		};
+
+		ckpt_header(&b, 0);
+		ckpt_group(&b, "model");
+		ckpt_params(&b, "model", T_F32);
+		if (l < L_N) {
+			put8(&b, OP_DATASET);
+			put8(&b, path_index("model"));
+			put8(&b, NAME_LITERAL);
+			put8(&b, 5);
+			put(&b, "extra", 5);
+			put8(&b, T_F32);
+			put8(&b, l);
+			put8(&b, 2);
+			put8(&b, 8);
+			put8(&b, 8);
+			put8(&b, FILL_PATTERN);
+			put8(&b, CRC_NONE);
+		} else if (l == L_N) {
+			put8(&b, OP_LINK);
+			put8(&b, path_index("model"));
+			put8(&b, NAME_LITERAL);
+			put8(&b, 5);
+			put(&b, "extra", 5);
+			put8(&b, path_index("model"));
+			put8(&b, 37); /* norm.weight */
+		} else {
+			put8(&b, OP_ELINK);
+			put8(&b, path_index("model"));
+			put8(&b, NAME_LITERAL);
+			put8(&b, 5);
+			put(&b, "extra", 5);
+			put8(&b, l == L_N + 1 ? ELINK_SELF : ELINK_SECRET_H5);
+			put8(&b, l == L_N + 1 ? 37 : 0xff);
+			if (l != L_N + 1)
+				put8(&b, 0); /* "" : /x */
+		}
+		seed_done("ckpt", names[l - L_EXTERNAL], &b);
+	}
 }
 
 /* ----------------------------------------------------------- safetensors */

@@ -810,6 +810,170 @@ static void test_bad_files(void **state)
 	fx_release(&t);
 }
 
+#if TITAN_HAVE_HDF5
+static void expect_open_error(const char *file, const char *s1)
+{
+	struct titan_ckpt_file *f = NULL;
+	int rc = titan_ckpt_open(path_of(file), &f);
+
+	if (rc != TITAN_E_FORMAT || f || !strstr(titan_errmsg(), file) ||
+	    !strstr(titan_errmsg(), s1))
+		fail_msg("%s: got %d '%s', want %d with '%s'", file, rc, titan_errmsg(),
+			 TITAN_E_FORMAT, s1);
+	titan_ckpt_close(f);
+}
+
+/* good.h5 copied to `file` with model/norm.weight ([32] float32) replaced
+ * through dcpl `p` (or a link when `link` is 's' soft, 'e' external) */
+static void replace_norm(const char *file, hid_t p, char link)
+{
+	float x[32] = {1.0f};
+	hsize_t n = 32, unlim = H5S_UNLIMITED;
+	hid_t f, s, d;
+
+	copy_file(path_of("good.h5"), path_of(file), -1);
+	delete_object(path_of(file), "model/norm.weight", false);
+	f = H5Fopen(path_of(file), H5F_ACC_RDWR, H5P_DEFAULT);
+	assert_true(f >= 0);
+	if (link == 's') {
+		assert_true(H5Lcreate_soft("/model/layers.0.ffn_norm.weight", f, "model/norm.weight",
+					   H5P_DEFAULT, H5P_DEFAULT) >= 0);
+	} else if (link == 'e') {
+		assert_true(H5Lcreate_external(path_of("good.h5"), "/model/norm.weight", f,
+					       "model/norm.weight", H5P_DEFAULT, H5P_DEFAULT) >= 0);
+	} else {
+		s = H5Screate_simple(1, &n, link == 'u' ? &unlim : NULL);
+		d = H5Dcreate2(f, "model/norm.weight", H5T_IEEE_F32LE, s, H5P_DEFAULT, p,
+			       H5P_DEFAULT);
+		assert_true(s >= 0 && d >= 0);
+		if (H5Pget_layout(p) != H5D_VIRTUAL)
+			assert_true(H5Dwrite(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, x) >= 0);
+		H5Dclose(d);
+		H5Sclose(s);
+	}
+	H5Fclose(f);
+}
+
+static void set_attr_f64(const char *file, const char *obj, const char *name, double v)
+{
+	hid_t f = H5Fopen(path_of(file), H5F_ACC_RDWR, H5P_DEFAULT), a;
+
+	assert_true(f >= 0);
+	a = H5Aopen_by_name(f, obj, name, H5P_DEFAULT, H5P_DEFAULT);
+	assert_true(a >= 0);
+	assert_true(H5Awrite(a, H5T_NATIVE_DOUBLE, &v) >= 0);
+	H5Aclose(a);
+	H5Fclose(f);
+}
+#endif
+
+/* Checkpoints that would make titan read other files or inflate data, or
+ * carry values no model or run has, are refused at open (issue 21). */
+static void test_hostile(void **state)
+{
+#if TITAN_HAVE_HDF5
+	struct titan_model_dims d;
+	struct fx a;
+	hsize_t n = 32, big = 64;
+	hid_t p;
+	FILE *sec;
+
+	(void)state;
+	tiny_dims(&d, false);
+	fx_init(&a, &d, 1, 0, 1);
+	fill_state(&a.st);
+	assert_int_equal(titan_ckpt_write(path_of("good.h5"), &a.st, 0, TITAN_CKPT_FLOAT32), 0);
+	assert_non_null(sec = fopen(path_of("secret.bin"), "wb"));
+	for (int i = 0; i < 128; i++)
+		fputc('A' + i % 26, sec);
+	fclose(sec);
+
+	p = H5Pcreate(H5P_DATASET_CREATE);
+	assert_true(H5Pset_external(p, path_of("secret.bin"), 0, 128) >= 0);
+	replace_norm("ext.h5", p, 0);
+	H5Pclose(p);
+	expect_open_error("ext.h5", "/model/norm.weight has external storage");
+	replace_norm("soft.h5", -1, 's');
+	expect_open_error("soft.h5", "/model/norm.weight is a soft link");
+	replace_norm("elink.h5", -1, 'e');
+	expect_open_error("elink.h5", "/model/norm.weight is an external link");
+	p = H5Pcreate(H5P_DATASET_CREATE);
+	{
+		hid_t vs = H5Screate_simple(1, &n, NULL);
+
+		assert_true(H5Pset_virtual(p, vs, path_of("good.h5"), "/model/norm.weight", vs) >= 0);
+		H5Sclose(vs);
+	}
+	replace_norm("vds.h5", p, 0);
+	H5Pclose(p);
+	expect_open_error("vds.h5", "/model/norm.weight is a virtual dataset");
+	p = H5Pcreate(H5P_DATASET_CREATE);
+	assert_true(H5Pset_chunk(p, 1, &n) >= 0 && H5Pset_deflate(p, 6) >= 0);
+	replace_norm("gzip.h5", p, 0);
+	H5Pclose(p);
+	expect_open_error("gzip.h5", "/model/norm.weight is stored through HDF5 filter 1 (deflate");
+	p = H5Pcreate(H5P_DATASET_CREATE);
+	assert_true(H5Pset_layout(p, H5D_COMPACT) >= 0);
+	replace_norm("compact.h5", p, 0);
+	H5Pclose(p);
+	expect_open_error("compact.h5", "/model/norm.weight has compact layout");
+	p = H5Pcreate(H5P_DATASET_CREATE);
+	assert_true(H5Pset_chunk(p, 1, &big) >= 0);
+	replace_norm("bigchunk.h5", p, 'u');
+	H5Pclose(p);
+	expect_open_error("bigchunk.h5", "/model/norm.weight: chunk dimension 0 of 64 exceeds "
+			  "the dataset's 32");
+	/* a chunked dataset without filters, as h5py may write one, still loads */
+	p = H5Pcreate(H5P_DATASET_CREATE);
+	assert_true(H5Pset_chunk(p, 1, &n) >= 0);
+	replace_norm("chunked.h5", p, 0);
+	H5Pclose(p);
+	{
+		struct titan_ckpt_file *f = NULL;
+
+		assert_int_equal(titan_ckpt_open(path_of("chunked.h5"), &f), 0);
+		titan_ckpt_close(f);
+	}
+
+	/* values no run or model has */
+	copy_file(path_of("good.h5"), path_of("step.h5"), -1);
+	{
+		/* deleted and made again: HDF5 1.10 cannot rewrite an attribute
+		 * in the dense storage of a creation-ordered group */
+		hid_t f = H5Fopen(path_of("step.h5"), H5F_ACC_RDWR, H5P_DEFAULT);
+		hid_t s = H5Screate(H5S_SCALAR), at;
+		int64_t v = -5;
+
+		assert_true(f >= 0 && s >= 0);
+		assert_true(H5Adelete_by_name(f, "train_state", "step", H5P_DEFAULT) >= 0);
+		at = H5Acreate_by_name(f, "train_state", "step", H5T_STD_I64LE, s, H5P_DEFAULT,
+				       H5P_DEFAULT, H5P_DEFAULT);
+		assert_true(at >= 0 && H5Awrite(at, H5T_NATIVE_INT64, &v) >= 0);
+		H5Aclose(at);
+		H5Sclose(s);
+		H5Fclose(f);
+	}
+	expect_open_error("step.h5", "/train_state: attribute 'step' is -5 (must not be negative)");
+	copy_file(path_of("good.h5"), path_of("eps.h5"), -1);
+	set_attr_f64("eps.h5", "/", "norm_eps", NAN);
+	expect_open_error("eps.h5", "attribute 'norm_eps' is nan (must be finite and positive)");
+	copy_file(path_of("good.h5"), path_of("theta.h5"), -1);
+	set_attr_f64("theta.h5", "/", "rope_theta", INFINITY);
+	expect_open_error("theta.h5", "attribute 'rope_theta' is inf (must be finite and positive)");
+	copy_file(path_of("good.h5"), path_of("fac.h5"), -1);
+	set_attr_f64("fac.h5", "/", "rope_scaling_factor", -8);
+	expect_open_error("fac.h5", "attribute 'rope_scaling_factor' is -8");
+	copy_file(path_of("good.h5"), path_of("heads.h5"), -1);
+	set_root_i64(path_of("heads.h5"), "n_heads", 0);
+	expect_open_error("heads.h5", "attribute 'n_heads' is 0 (must be positive)");
+	/* ffn_dim_multiplier NaN is "none": good.h5 has it so, and opens */
+	fx_release(&a);
+#else
+	(void)state;
+	skip();
+#endif
+}
+
 static void test_config_for_dims(void **state)
 {
 	struct titan_model_dims d, back;
@@ -884,6 +1048,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_folders, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_async, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_bad_files, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_hostile, setup, teardown),
 		cmocka_unit_test(test_config_for_dims),
 		cmocka_unit_test_setup_teardown(test_round_trip, small_blocks, default_blocks),
 		cmocka_unit_test_setup_teardown(test_model_only_dtypes, small_blocks, default_blocks),
