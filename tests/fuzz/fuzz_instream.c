@@ -28,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "config.h"       /* TITAN_HAVE_ZLIB, TITAN_HAVE_ZSTD (build/fuzz/config.h) */
 #include "fuzz.h"
 #include "titan/core.h"
 
