@@ -74,8 +74,13 @@ int titan_trainer_ckpt_save(struct titan_trainer *t, int64_t step, bool last, in
 	st.train.optim_step = opt_steps;
 	st.train.rng.seed = (uint64_t)c->training.seed;
 	if (t->ckpt_async) {
-		/* staged copy now, the write in the background (waits for the
-		 * previous save first: one write in flight) */
+		/* staged copy now, the write in the background, after the
+		 * previous save (one write in flight), waited for under the
+		 * comm timeout */
+		if ((rc = titan_trainer_ckpt_reap(t, true)) < 0) {
+			free(yaml);
+			return rc;
+		}
 		rc = titan_ckpt_async_save_dist(t->ckpt_async, t->ckpt_dir, step, &st, flags, dt,
 						c->checkpoint.keep_latest_k, mpi_world(t),
 						writes_rows(t));
@@ -108,15 +113,29 @@ int titan_trainer_ckpt_save(struct titan_trainer *t, int64_t step, bool last, in
 
 /* Report (and collect errors of) a background save: when it has finished,
  * or always with `block`.  Every rank waits for its own writer thread (the
- * write is collective, so they finish together). */
+ * write is collective, so they finish together), under the comm timeout.
+ * A multi-rank write's result is the same on every rank; so that every
+ * rank also collects it at the same step (and stops there when it failed,
+ * rather than one rank leaving the others in the next step's collectives),
+ * the ranks agree that all writers are done before any reaps. */
 int titan_trainer_ckpt_reap(struct titan_trainer *t, bool block)
 {
 	struct titan_ckpt_async_result res;
 	int rc;
 
-	if (!t->ckpt_async || !titan_ckpt_async_busy(t->ckpt_async) ||
-	    (!block && !titan_ckpt_async_done(t->ckpt_async)))
+	if (!t->ckpt_async || !titan_ckpt_async_busy(t->ckpt_async))
 		return 0;
+	if (!block) {
+		int64_t done = titan_ckpt_async_done(t->ckpt_async);
+
+		if (t->dist->size > 1 &&
+		    (rc = titan_comm_all_reduce(t->dist->comm[TITAN_DIM_WORLD], TITAN_IN_PLACE,
+						&done, 1, TITAN_DTYPE_I64, TITAN_REDOP_MIN,
+						"checkpoint write done")) < 0)
+			return rc;
+		if (!done)
+			return 0;
+	}
 	titan_dist_watch_begin(t->dist, "checkpoint write (background)");
 	rc = titan_ckpt_async_wait(t->ckpt_async, &res);
 	titan_dist_watch_end(t->dist);
@@ -324,7 +343,13 @@ int titan_trainer_ckpt_setup(struct titan_trainer *t)
 
 void titan_trainer_ckpt_release(struct titan_trainer *t)
 {
-	titan_ckpt_async_free(t->ckpt_async); /* waits for a write in flight */
+	if (titan_ckpt_async_busy(t->ckpt_async)) { /* a write in flight: bounded too */
+		titan_dist_watch_begin(t->dist, "checkpoint write (background)");
+		titan_ckpt_async_wait(t->ckpt_async, NULL);
+		titan_dist_watch_end(t->dist);
+		titan_error_clear();
+	}
+	titan_ckpt_async_free(t->ckpt_async);
 	t->ckpt_async = NULL;
 	free(t->loader_states);
 	t->loader_states = NULL;
