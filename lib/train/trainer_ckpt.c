@@ -7,6 +7,7 @@
  */
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "titan/ckpt.h"
 #include "titan/core.h"
@@ -221,6 +222,55 @@ static int load_agreed(struct titan_trainer *t, const char *path, struct titan_c
 	return rc < 0 ? rc : titan_error(TITAN_E_FORMAT, "%s", why);
 }
 
+/* A run that resumes from step L of its folder and saves starts a new
+ * lineage there: the complete steps newer than L (a run that went on from
+ * L before this one, or steps that could not be read) are not this run's.
+ * Left in place, keep_latest_k would delete this run's own checkpoints
+ * (the newest by step are the old lineage's) and the next resume would
+ * jump back to the old lineage.  torchtitan keeps the newest by step;
+ * titan moves the newer ones into FOLDER/superseded-<time>/ (rank 0),
+ * with a warning naming them: nothing is deleted. */
+static int supersede(struct titan_trainer *t, int64_t step)
+{
+	const struct titan_config *c = &t->cfg;
+	int64_t *moved = NULL, bad = 0;
+	char *sub = NULL, names[512] = "";
+	size_t n = 0, k = 0;
+	int rc = 0, arc;
+
+	if (!c->checkpoint.enable || c->checkpoint.load_only)
+		return 0;
+	if (t->dist->rank == 0) {
+		rc = titan_ckpt_supersede(t->ckpt_dir, step, &sub, &moved, &n);
+		for (size_t i = 0; i < n && k < sizeof(names); i++) {
+			if (i == 6 && n > 8) {
+				k += (size_t)snprintf(names + k, sizeof(names) - k, ", ... step-%lld.h5 (%zu "
+						      "files)", (long long)moved[n - 1], n);
+				break;
+			}
+			k += (size_t)snprintf(names + k, sizeof(names) - k, "%sstep-%lld.h5",
+					      i ? ", " : "", (long long)moved[i]);
+		}
+		if (n)
+			titan_log_warn("resuming from step %lld: %s in '%s' %s newer, of a run that went "
+				       "on from step %lld before this one: moved to '%s' (not deleted), "
+				       "so that keep_latest_k and the next resume see this run's "
+				       "checkpoints only", (long long)step, names, t->ckpt_dir,
+				       n > 1 ? "are" : "is", (long long)step, sub);
+		bad = rc < 0;
+		free(sub);
+		free(moved);
+	}
+	if ((arc = titan_comm_all_reduce(t->dist->comm[TITAN_DIM_WORLD], TITAN_IN_PLACE, &bad, 1,
+					 TITAN_DTYPE_I64, TITAN_REDOP_MAX, "checkpoint folder")) < 0)
+		return arc;
+	if (rc < 0)
+		return titan_error_prefix("resuming from step %lld: setting aside the newer "
+					  "checkpoints", (long long)step);
+	return bad ? titan_error(TITAN_E_IO, "rank 0 cannot set aside the checkpoints newer than "
+				 "step %lld in '%s'", (long long)step, t->ckpt_dir) : 0;
+}
+
 /* Resume (torchtitan's CheckpointManager.load): checkpoint.load_step, or
  * the newest complete step of the folder; step-0 (a seed checkpoint) is
  * weights only.  Without a checkpoint: checkpoint.initial_load_path.  Each
@@ -270,6 +320,8 @@ static int resume(struct titan_trainer *t)
 				       "newest complete step before it", path, why, (long long)older);
 			step = older;
 		}
+		if ((rc = supersede(t, step)) < 0)
+			return rc;
 		if (!(flags & (TITAN_CKPT_MODEL_ONLY | TITAN_CKPT_EXCLUDE_TRAIN_STATE))) {
 			t->start_step = st.train.step;
 			t->tokens_seen0 = st.train.ntokens_seen;
@@ -301,6 +353,23 @@ int titan_trainer_ckpt_setup(struct titan_trainer *t)
 	int rc;
 
 	snprintf(t->ckpt_dir, sizeof(t->ckpt_dir), "%s/%s", c->job.dump_folder, c->checkpoint.folder);
+	/* what killed writes left (a full disk's worth, perhaps), whatever
+	 * keep_latest_k: rank 0 holds the dump folder's lock, so no other
+	 * titan-train writes here; files changed since this run began are
+	 * left alone all the same */
+	if (c->checkpoint.enable && !c->checkpoint.load_only && t->dist->rank == 0) {
+		struct timespec now;
+		int removed = 0;
+
+		clock_gettime(CLOCK_REALTIME, &now);
+		if (titan_ckpt_clean_tmp(t->ckpt_dir, (int64_t)now.tv_sec * 1000000000 + now.tv_nsec,
+					 &removed) < 0)
+			titan_log_warn("%s", titan_errmsg());
+		titan_error_clear();
+		if (removed)
+			titan_log_info("removed %d temporary file%s of interrupted checkpoint writes "
+				       "in '%s'", removed, removed > 1 ? "s" : "", t->ckpt_dir);
+	}
 	if (!(t->loader_states = calloc((size_t)t->dp_degree, sizeof(*t->loader_states))))
 		return titan_error(TITAN_E_NOMEM, "out of memory");
 	if (c->checkpoint.create_seed_checkpoint && t->dist->size > 1)
