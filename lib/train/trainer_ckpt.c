@@ -222,14 +222,17 @@ static int load_agreed(struct titan_trainer *t, const char *path, struct titan_c
 	return rc < 0 ? rc : titan_error(TITAN_E_FORMAT, "%s", why);
 }
 
-/* A run that resumes from step L of its folder and saves starts a new
- * lineage there: the complete steps newer than L (a run that went on from
- * L before this one, or steps that could not be read) are not this run's.
- * Left in place, keep_latest_k would delete this run's own checkpoints
- * (the newest by step are the old lineage's) and the next resume would
- * jump back to the old lineage.  torchtitan keeps the newest by step;
- * titan moves the newer ones into FOLDER/superseded-<time>/ (rank 0),
- * with a warning naming them: nothing is deleted. */
+/* A run that goes on from step L (a resume from step L of its folder:
+ * checkpoint.load_step, or the step before a damaged newest one; L = 0
+ * when the train state is not loaded) and saves starts a new lineage
+ * there: the complete steps newer than L are not this run's (a run that
+ * went on from L before this one, a damaged file).  Left in place,
+ * keep_latest_k would delete this run's own checkpoints (the newest by
+ * step are the old lineage's), this run would replace some of them, and
+ * the next resume would jump back to the old lineage.  torchtitan keeps
+ * the newest by step; titan moves the newer ones into
+ * FOLDER/superseded-<time>/ (rank 0), with a warning naming them: nothing
+ * is deleted. */
 static int supersede(struct titan_trainer *t, int64_t step)
 {
 	const struct titan_config *c = &t->cfg;
@@ -238,7 +241,7 @@ static int supersede(struct titan_trainer *t, int64_t step)
 	size_t n = 0, k = 0;
 	int rc = 0, arc;
 
-	if (!c->checkpoint.enable || c->checkpoint.load_only)
+	if (!c->checkpoint.enable || c->checkpoint.load_only || step >= c->training.steps)
 		return 0;
 	if (t->dist->rank == 0) {
 		rc = titan_ckpt_supersede(t->ckpt_dir, step, &sub, &moved, &n);
@@ -252,11 +255,11 @@ static int supersede(struct titan_trainer *t, int64_t step)
 					      i ? ", " : "", (long long)moved[i]);
 		}
 		if (n)
-			titan_log_warn("resuming from step %lld: %s in '%s' %s newer, of a run that went "
-				       "on from step %lld before this one: moved to '%s' (not deleted), "
-				       "so that keep_latest_k and the next resume see this run's "
-				       "checkpoints only", (long long)step, names, t->ckpt_dir,
-				       n > 1 ? "are" : "is", (long long)step, sub);
+			titan_log_warn("this run goes on from step %lld: %s in '%s' %s newer, of a run "
+				       "that went on from there before this one: moved to '%s' (not "
+				       "deleted), so that keep_latest_k and the next resume see this "
+				       "run's checkpoints only", (long long)step, names, t->ckpt_dir,
+				       n > 1 ? "are" : "is", sub);
 		bad = rc < 0;
 		free(sub);
 		free(moved);
@@ -265,7 +268,7 @@ static int supersede(struct titan_trainer *t, int64_t step)
 					 TITAN_DTYPE_I64, TITAN_REDOP_MAX, "checkpoint folder")) < 0)
 		return arc;
 	if (rc < 0)
-		return titan_error_prefix("resuming from step %lld: setting aside the newer "
+		return titan_error_prefix("going on from step %lld: setting aside the newer "
 					  "checkpoints", (long long)step);
 	return bad ? titan_error(TITAN_E_IO, "rank 0 cannot set aside the checkpoints newer than "
 				 "step %lld in '%s'", (long long)step, t->ckpt_dir) : 0;
@@ -320,8 +323,6 @@ static int resume(struct titan_trainer *t)
 				       "newest complete step before it", path, why, (long long)older);
 			step = older;
 		}
-		if ((rc = supersede(t, step)) < 0)
-			return rc;
 		if (!(flags & (TITAN_CKPT_MODEL_ONLY | TITAN_CKPT_EXCLUDE_TRAIN_STATE))) {
 			t->start_step = st.train.step;
 			t->tokens_seen0 = st.train.ntokens_seen;
@@ -407,7 +408,7 @@ int titan_trainer_ckpt_setup(struct titan_trainer *t)
 		free(path);
 		t->start_step = c->training.steps; /* nothing to train */
 	}
-	return 0;
+	return supersede(t, t->start_step);
 }
 
 void titan_trainer_ckpt_release(struct titan_trainer *t)

@@ -154,8 +154,11 @@ six_steps() {
 	assert_output "$(printf 'step-%s.h5\n' 3 4 5 6)"
 }
 
-@test "load_step of the newest step, and load_only, move nothing aside" {
+@test "load_step of the newest step, load_only, or a run that stops at the check of training.steps move nothing aside" {
 	six_steps run
+	run -2 --separate-stderr titan-train --config "$DATA/tiny.yaml" --job.dump_folder=run \
+		--checkpoint.load_step=4 --training.steps=3
+	[[ $stderr == *"training.steps 3 is below the step of the checkpoint"* ]]
 	run -0 --separate-stderr titan-train --config "$DATA/tiny.yaml" --job.dump_folder=run \
 		--checkpoint.load_step=2 --checkpoint.load_only --training.steps=3
 	[[ $stderr != *"superseded"* ]]
