@@ -258,7 +258,18 @@ unless
 .B checkpoint.last_save_model_only
 is false, and only the newest
 .B checkpoint.keep_latest_k
-steps are kept.  A run whose folder holds checkpoints resumes from the newest
+steps are kept.  A run resumed from an older step than the folder's newest
+.RB ( checkpoint.load_step ,
+or a damaged newest step) starts a new lineage: at start, a run that saves
+moves the newer steps, of the run it replaces, into
+.IR checkpoint.folder /superseded\- YYYYmmdd\-HHMMSS /
+with a warning naming them (nothing is deleted), so that
+.B checkpoint.keep_latest_k
+never deletes this run's own steps in their favour and the next resume
+continues this run.  Temporary files of writes that were killed
+(step-N.h5.tmp.*) are removed at start, whatever
+.BR checkpoint.keep_latest_k .
+A run whose folder holds checkpoints resumes from the newest
 (or
 .BR checkpoint.load_step )
 and continues with bit-identical losses (on the same layout; a checkpoint

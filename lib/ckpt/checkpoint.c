@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 int titan_ckpt_exclude_parse(const struct titan_strlist *names, unsigned *flags)
@@ -657,6 +658,95 @@ int titan_ckpt_prune(const char *folder, int64_t keep_latest_k, int *removed)
 	free(steps);
 	if (removed)
 		*removed = count;
+	return rc;
+}
+
+int titan_ckpt_clean_tmp(const char *folder, int64_t before_ns, int *removed)
+{
+	int64_t *steps = NULL;
+	char **names = NULL, path[4200];
+	size_t n = 0;
+	int rc = 0, count = 0;
+
+	if (removed)
+		*removed = 0;
+	if ((rc = scan(folder, 2, &steps, &names, &n)) < 0)
+		goto done;
+	for (size_t i = 0; i < n; i++) {
+		struct stat sb;
+
+		snprintf(path, sizeof(path), "%s/%s", folder, names[i]);
+		if (lstat(path, &sb) != 0 || !S_ISREG(sb.st_mode) ||
+		    (int64_t)sb.st_mtim.tv_sec * 1000000000 + sb.st_mtim.tv_nsec >= before_ns)
+			continue;
+		if (unlink(path) != 0 && errno != ENOENT) {
+			rc = titan_error(TITAN_E_IO, "cannot delete '%s': %s", path, strerror(errno));
+			break;
+		}
+		count++;
+	}
+done:
+	for (size_t i = 0; names && i < n; i++)
+		free(names[i]);
+	free(names);
+	free(steps);
+	if (removed)
+		*removed = count;
+	return rc;
+}
+
+int titan_ckpt_supersede(const char *folder, int64_t step, char **subfolder, int64_t **moved,
+			 size_t *nmoved)
+{
+	int64_t *steps = NULL;
+	size_t n = 0, first = 0;
+	char sub[4200], from[4200], to[4400], stamp[32];
+	struct tm tm;
+	time_t now = time(NULL);
+	int rc;
+
+	*subfolder = NULL;
+	*moved = NULL;
+	*nmoved = 0;
+	if ((rc = titan_ckpt_list(folder, &steps, &n)) < 0)
+		return rc;
+	while (first < n && steps[first] <= step)
+		first++;
+	if (first == n) {
+		free(steps);
+		return 0;
+	}
+	/* superseded-YYYYmmdd-HHMMSS[-K]: a new subfolder each time */
+	strftime(stamp, sizeof(stamp), "%Y%m%d-%H%M%S", localtime_r(&now, &tm));
+	for (int k = 1;; k++) {
+		if (k == 1)
+			snprintf(sub, sizeof(sub), "%s/superseded-%s", folder, stamp);
+		else
+			snprintf(sub, sizeof(sub), "%s/superseded-%s-%d", folder, stamp, k);
+		if (mkdir(sub, 0777) == 0)
+			break;
+		if (errno != EEXIST || k == 100) {
+			rc = titan_error(TITAN_E_IO, "cannot create folder '%s': %s", sub,
+					 strerror(errno));
+			free(steps);
+			return rc;
+		}
+	}
+	for (size_t i = first; i < n; i++) {
+		snprintf(from, sizeof(from), "%s/step-%lld.h5", folder, (long long)steps[i]);
+		snprintf(to, sizeof(to), "%s/step-%lld.h5", sub, (long long)steps[i]);
+		if (rename(from, to) != 0) {
+			rc = titan_error(TITAN_E_IO, "cannot move '%s' to '%s': %s", from, to,
+					 strerror(errno));
+			break;
+		}
+		steps[(*nmoved)++] = steps[i];
+	}
+	if (*nmoved && !(*subfolder = titan_strdup(sub)) && rc == 0)
+		rc = TITAN_E_NOMEM;
+	if (!*nmoved)
+		rmdir(sub);
+	*moved = steps;
 	return rc;
 }
 

@@ -93,6 +93,19 @@ int64_t titan_ckpt_rows_per_block_(int64_t row, enum titan_ckpt_dtype dtype);
  * names for titan_ckpt_writer_close (which then only frees).  Returns rc or
  * the close's error. */
 int titan_ckpt_writer_finish_(struct titan_ckpt_writer *w, int rc);
+/* An upper bound of the bytes of a checkpoint of table t (whole tensors,
+ * the moments when `full`, a config attribute of config_yaml, the loader
+ * state of dp_world_size ranks). */
+int64_t titan_ckpt_size_bound_(const struct titan_param_table *t, bool full,
+			       enum titan_ckpt_dtype dtype, const char *config_yaml,
+			       int64_t dp_world_size);
+/* Reserve `bytes` for temporary file `tmp` of checkpoint `path` before it
+ * is written (fallocate, the file's size unchanged), so that a full disk
+ * fails here, at once, rather than in the middle of a collective write of
+ * some ranks only.  TITAN_E_IO naming path and the reason (No space left
+ * on device) when there is no room; 0 where the file system cannot
+ * reserve. */
+int titan_ckpt_reserve_(const char *tmp, const char *path, int64_t bytes);
 /* Make PATH.tmp.XXXXXX (mkstemp) into *tmp (malloc'd). */
 int titan_ckpt_mktemp_(const char *path, char **tmp);
 /* rc == 0: fsync `tmp`, rename it to `path`, fsync the folder; otherwise

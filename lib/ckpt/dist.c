@@ -54,10 +54,12 @@
  */
 #include "ckpt_impl.h"
 
+#include <errno.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #if TITAN_HAVE_MPI
 #include <mpi.h>
@@ -379,6 +381,14 @@ static int write_file(const struct job *j)
 	if (rc == 0 && writes)
 		rc = titan_ckpt_writer_open_(j->path, &o, &j->t->dims, j->st->config_yaml, &w);
 	rc = agree(c, rc);
+	/* the room for the whole file first: a full disk met in a collective
+	 * write of some ranks only would leave the others waiting in it */
+	if (rc == 0)
+		rc = agree(c, c->rank != 0 ? 0 :
+			   titan_ckpt_reserve_(j->tmp, j->path,
+					       titan_ckpt_size_bound_(j->t, j->full, j->dtype,
+								      j->st->config_yaml,
+								      j->st->train.dp_world_size)));
 	for (int part = 0; rc == 0 && part < (j->full ? TITAN_CKPT_NPARTS : 1); part++) {
 		for (int i = 0; rc == 0 && i < j->t->n; i++) {
 			const struct titan_param *p = &j->t->params[i];
@@ -410,6 +420,10 @@ static int write_file(const struct job *j)
 						    c->comm)));
 	}
 	if (rc < 0) { /* agreed: close without another agreement */
+		/* the file is removed anyway: its space back first, so that
+		 * the close can flush HDF5's metadata on a full disk */
+		if (c->rank == 0 && truncate(j->tmp, 0) != 0)
+			titan_log_debug("cannot truncate '%s': %s", j->tmp, strerror(errno));
 		titan_ckpt_writer_close(w, rc);
 	} else {
 		rc = agree(c, titan_ckpt_writer_finish_(w, 0));

@@ -241,9 +241,12 @@ static const struct cfg_entry schema[] = {
 	  "in float32) and write from a background thread; training waits only for "
 	  "the copy, and a save waits for the previous one"),
 	K(checkpoint, keep_latest_k, INT, "10", GE(0), NULL, 0,
-	  "keep the newest K checkpoints; 0 = all (1 is not allowed)"),
+	  "keep the newest K checkpoints; 0 = all (1 is not allowed); only this run's "
+	  "lineage counts (see load_step)"),
 	K(checkpoint, load_step, INT, "-1", GE(-1), NULL, 0,
-	  "step to load; -1 = the latest"),
+	  "step to load; -1 = the latest.  Steps newer than the loaded one are of a "
+	  "lineage this run replaces: a run that saves moves them into "
+	  "superseded-<time>/ of the folder (a warning names them; nothing is deleted)"),
 	K(checkpoint, exclude_from_loading, STRLIST, "", NR, NULL, 0,
 	  "state not to load, e.g. optimizer,lr_scheduler,dataloader"),
 	K(checkpoint, enable_first_step_checkpoint, BOOL, "false", NR, NULL, 0,

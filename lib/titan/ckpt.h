@@ -501,6 +501,22 @@ int titan_ckpt_path(char *buf, size_t n, const char *folder, int64_t step);
  * deleted files.  TITAN_E_INVALID for k < 0; TITAN_E_IO naming the file. */
 int titan_ckpt_prune(const char *folder, int64_t keep_latest_k, int *removed);
 
+/* Delete the temporary files of `folder` (step-N.h5.tmp.XXXXXX, what a
+ * killed write leaves) last modified before `before_ns` (CLOCK_REALTIME
+ * nanoseconds), whatever the steps.  For a caller that owns the folder
+ * (no live writer): titan-train at start, under its dump folder's lock.
+ * *removed (may be NULL) counts them.  TITAN_E_IO naming the file. */
+int titan_ckpt_clean_tmp(const char *folder, int64_t before_ns, int *removed);
+/* Move the complete steps of `folder` newer than `step` into a new
+ * subfolder FOLDER/superseded-YYYYmmdd-HHMMSS (a run resumed from `step`
+ * starts a new lineage: the newer files are of the run that went on from
+ * there before, and would be taken for this run's by keep_latest_k and
+ * the next resume).  Nothing is deleted.  *subfolder (malloc'd, NULL when
+ * nothing moved) and the moved steps *moved (malloc'd; free both) / *n,
+ * also on failure (what was moved before it).  TITAN_E_IO naming the file. */
+int titan_ckpt_supersede(const char *folder, int64_t step, char **subfolder, int64_t **moved,
+			 size_t *n);
+
 /* ---- streaming writer (what titan_ckpt_write uses; converters too) */
 
 struct titan_ckpt_writer;

@@ -604,7 +604,8 @@ int titan_trainer_run(struct titan_trainer *t)
 		t->tokens_since += t->accum * t->n;
 		tokens_seen += t->accum * t->n * t->dp_degree;
 		t->steps_since++;
-		if (step == 1)
+		/* the run's first step, whatever its number (a resumed run's too) */
+		if (step == t->start_step + 1)
 			titan_dist_set_timeout(t->dist, (double)c->comm.train_timeout_seconds);
 		if ((rc = agree_stop(t, &sig)) < 0)
 			return rc;

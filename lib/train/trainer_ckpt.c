@@ -7,6 +7,7 @@
  */
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "titan/ckpt.h"
 #include "titan/core.h"
@@ -74,8 +75,13 @@ int titan_trainer_ckpt_save(struct titan_trainer *t, int64_t step, bool last, in
 	st.train.optim_step = opt_steps;
 	st.train.rng.seed = (uint64_t)c->training.seed;
 	if (t->ckpt_async) {
-		/* staged copy now, the write in the background (waits for the
-		 * previous save first: one write in flight) */
+		/* staged copy now, the write in the background, after the
+		 * previous save (one write in flight), waited for under the
+		 * comm timeout */
+		if ((rc = titan_trainer_ckpt_reap(t, true)) < 0) {
+			free(yaml);
+			return rc;
+		}
 		rc = titan_ckpt_async_save_dist(t->ckpt_async, t->ckpt_dir, step, &st, flags, dt,
 						c->checkpoint.keep_latest_k, mpi_world(t),
 						writes_rows(t));
@@ -108,15 +114,29 @@ int titan_trainer_ckpt_save(struct titan_trainer *t, int64_t step, bool last, in
 
 /* Report (and collect errors of) a background save: when it has finished,
  * or always with `block`.  Every rank waits for its own writer thread (the
- * write is collective, so they finish together). */
+ * write is collective, so they finish together), under the comm timeout.
+ * A multi-rank write's result is the same on every rank; so that every
+ * rank also collects it at the same step (and stops there when it failed,
+ * rather than one rank leaving the others in the next step's collectives),
+ * the ranks agree that all writers are done before any reaps. */
 int titan_trainer_ckpt_reap(struct titan_trainer *t, bool block)
 {
 	struct titan_ckpt_async_result res;
 	int rc;
 
-	if (!t->ckpt_async || !titan_ckpt_async_busy(t->ckpt_async) ||
-	    (!block && !titan_ckpt_async_done(t->ckpt_async)))
+	if (!t->ckpt_async || !titan_ckpt_async_busy(t->ckpt_async))
 		return 0;
+	if (!block) {
+		int64_t done = titan_ckpt_async_done(t->ckpt_async);
+
+		if (t->dist->size > 1 &&
+		    (rc = titan_comm_all_reduce(t->dist->comm[TITAN_DIM_WORLD], TITAN_IN_PLACE,
+						&done, 1, TITAN_DTYPE_I64, TITAN_REDOP_MIN,
+						"checkpoint write done")) < 0)
+			return rc;
+		if (!done)
+			return 0;
+	}
 	titan_dist_watch_begin(t->dist, "checkpoint write (background)");
 	rc = titan_ckpt_async_wait(t->ckpt_async, &res);
 	titan_dist_watch_end(t->dist);
@@ -202,6 +222,58 @@ static int load_agreed(struct titan_trainer *t, const char *path, struct titan_c
 	return rc < 0 ? rc : titan_error(TITAN_E_FORMAT, "%s", why);
 }
 
+/* A run that goes on from step L (a resume from step L of its folder:
+ * checkpoint.load_step, or the step before a damaged newest one; L = 0
+ * when the train state is not loaded) and saves starts a new lineage
+ * there: the complete steps newer than L are not this run's (a run that
+ * went on from L before this one, a damaged file).  Left in place,
+ * keep_latest_k would delete this run's own checkpoints (the newest by
+ * step are the old lineage's), this run would replace some of them, and
+ * the next resume would jump back to the old lineage.  torchtitan keeps
+ * the newest by step; titan moves the newer ones into
+ * FOLDER/superseded-<time>/ (rank 0), with a warning naming them: nothing
+ * is deleted. */
+static int supersede(struct titan_trainer *t, int64_t step)
+{
+	const struct titan_config *c = &t->cfg;
+	int64_t *moved = NULL, bad = 0;
+	char *sub = NULL, names[512] = "";
+	size_t n = 0, k = 0;
+	int rc = 0, arc;
+
+	if (!c->checkpoint.enable || c->checkpoint.load_only || step >= c->training.steps)
+		return 0;
+	if (t->dist->rank == 0) {
+		rc = titan_ckpt_supersede(t->ckpt_dir, step, &sub, &moved, &n);
+		for (size_t i = 0; i < n && k < sizeof(names); i++) {
+			if (i == 6 && n > 8) {
+				k += (size_t)snprintf(names + k, sizeof(names) - k, ", ... step-%lld.h5 (%zu "
+						      "files)", (long long)moved[n - 1], n);
+				break;
+			}
+			k += (size_t)snprintf(names + k, sizeof(names) - k, "%sstep-%lld.h5",
+					      i ? ", " : "", (long long)moved[i]);
+		}
+		if (n)
+			titan_log_warn("this run goes on from step %lld: %s in '%s' %s newer, of a run "
+				       "that went on from there before this one: moved to '%s' (not "
+				       "deleted), so that keep_latest_k and the next resume see this "
+				       "run's checkpoints only", (long long)step, names, t->ckpt_dir,
+				       n > 1 ? "are" : "is", sub);
+		bad = rc < 0;
+		free(sub);
+		free(moved);
+	}
+	if ((arc = titan_comm_all_reduce(t->dist->comm[TITAN_DIM_WORLD], TITAN_IN_PLACE, &bad, 1,
+					 TITAN_DTYPE_I64, TITAN_REDOP_MAX, "checkpoint folder")) < 0)
+		return arc;
+	if (rc < 0)
+		return titan_error_prefix("going on from step %lld: setting aside the newer "
+					  "checkpoints", (long long)step);
+	return bad ? titan_error(TITAN_E_IO, "rank 0 cannot set aside the checkpoints newer than "
+				 "step %lld in '%s'", (long long)step, t->ckpt_dir) : 0;
+}
+
 /* Resume (torchtitan's CheckpointManager.load): checkpoint.load_step, or
  * the newest complete step of the folder; step-0 (a seed checkpoint) is
  * weights only.  Without a checkpoint: checkpoint.initial_load_path.  Each
@@ -282,6 +354,23 @@ int titan_trainer_ckpt_setup(struct titan_trainer *t)
 	int rc;
 
 	snprintf(t->ckpt_dir, sizeof(t->ckpt_dir), "%s/%s", c->job.dump_folder, c->checkpoint.folder);
+	/* what killed writes left (a full disk's worth, perhaps), whatever
+	 * keep_latest_k: rank 0 holds the dump folder's lock, so no other
+	 * titan-train writes here; files changed since this run began are
+	 * left alone all the same */
+	if (c->checkpoint.enable && !c->checkpoint.load_only && t->dist->rank == 0) {
+		struct timespec now;
+		int removed = 0;
+
+		clock_gettime(CLOCK_REALTIME, &now);
+		if (titan_ckpt_clean_tmp(t->ckpt_dir, (int64_t)now.tv_sec * 1000000000 + now.tv_nsec,
+					 &removed) < 0)
+			titan_log_warn("%s", titan_errmsg());
+		titan_error_clear();
+		if (removed)
+			titan_log_info("removed %d temporary file%s of interrupted checkpoint writes "
+				       "in '%s'", removed, removed > 1 ? "s" : "", t->ckpt_dir);
+	}
 	if (!(t->loader_states = calloc((size_t)t->dp_degree, sizeof(*t->loader_states))))
 		return titan_error(TITAN_E_NOMEM, "out of memory");
 	if (c->checkpoint.create_seed_checkpoint && t->dist->size > 1)
@@ -319,12 +408,18 @@ int titan_trainer_ckpt_setup(struct titan_trainer *t)
 		free(path);
 		t->start_step = c->training.steps; /* nothing to train */
 	}
-	return 0;
+	return supersede(t, t->start_step);
 }
 
 void titan_trainer_ckpt_release(struct titan_trainer *t)
 {
-	titan_ckpt_async_free(t->ckpt_async); /* waits for a write in flight */
+	if (titan_ckpt_async_busy(t->ckpt_async)) { /* a write in flight: bounded too */
+		titan_dist_watch_begin(t->dist, "checkpoint write (background)");
+		titan_ckpt_async_wait(t->ckpt_async, NULL);
+		titan_dist_watch_end(t->dist);
+		titan_error_clear();
+	}
+	titan_ckpt_async_free(t->ckpt_async);
 	t->ckpt_async = NULL;
 	free(t->loader_states);
 	t->loader_states = NULL;

@@ -516,6 +516,98 @@ static void test_folders(void **state)
 	assert_int_equal(count_files(dir), 1);
 }
 
+/* A resume from step 2 of steps 1-5 moves 3-5 into one superseded-*
+ * subfolder, deleting nothing; temporaries older than a time are removed,
+ * other names never. */
+static void test_supersede_and_clean(void **state)
+{
+	int64_t *steps, *moved;
+	char *sub, p[4200], name[32];
+	size_t n;
+	int removed;
+
+	(void)state;
+	for (int i = 1; i <= 5; i++) {
+		snprintf(name, sizeof(name), "step-%d.h5", i);
+		touch(path_of(name));
+	}
+	assert_int_equal(titan_ckpt_supersede(dir, 5, &sub, &moved, &n), 0);
+	assert_int_equal(n, 0);
+	assert_null(sub);
+	free(moved);
+	assert_int_equal(titan_ckpt_supersede(dir, 2, &sub, &moved, &n), 0);
+	assert_int_equal(n, 3);
+	assert_int_equal(moved[0], 3);
+	assert_int_equal(moved[2], 5);
+	assert_non_null(sub);
+	assert_non_null(strstr(sub, "/superseded-"));
+	assert_int_equal(count_files(sub), 3);
+	snprintf(p, sizeof(p), "%s/step-5.h5", sub);
+	assert_int_equal(access(p, F_OK), 0);
+	free(sub);
+	free(moved);
+	assert_int_equal(titan_ckpt_list(dir, &steps, &n), 0);
+	assert_int_equal(n, 2);
+	assert_int_equal(steps[1], 2);
+	free(steps);
+	assert_int_equal(count_files(dir), 3); /* 1, 2 and the subfolder */
+
+	touch(path_of("step-3.h5.tmp.AbC123"));
+	touch(path_of("step-3.h5.tmp."));
+	touch(path_of("other.tmp.AbC123"));
+	assert_int_equal(titan_ckpt_clean_tmp(dir, 0, &removed), 0); /* all newer than that */
+	assert_int_equal(removed, 0);
+	assert_int_equal(titan_ckpt_clean_tmp(dir, INT64_MAX, &removed), 0);
+	assert_int_equal(removed, 1);
+	assert_int_equal(access(path_of("step-3.h5.tmp.AbC123"), F_OK), -1);
+	assert_int_equal(count_files(dir), 5);
+}
+
+#if TITAN_HAVE_HDF5
+/* titan_ckpt_size_bound_ bounds the file titan_ckpt_save writes (the room
+ * a multi-rank save reserves first), and not by much. */
+static void test_size_bound(void **state)
+{
+	static const struct {
+		bool tied, full;
+		enum titan_ckpt_dtype dt;
+	} cases[] = {
+		{false, true, TITAN_CKPT_FLOAT32},
+		{true, true, TITAN_CKPT_FLOAT32},
+		{false, false, TITAN_CKPT_BFLOAT16},
+		{true, false, TITAN_CKPT_FLOAT16},
+	};
+
+	(void)state;
+	NEED_HDF5();
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct titan_model_dims d;
+		struct fx f;
+		struct stat sb;
+		char *path = NULL;
+		int64_t bound;
+
+		tiny_dims(&d, cases[i].tied);
+		d.dim = 128;
+		d.head_dim = 32;
+		d.ffn_hidden = 384;
+		d.vocab_size = 1000;
+		fx_init(&f, &d, 1, 0, 1);
+		fill_state(&f.st);
+		assert_int_equal(titan_ckpt_save(dir, (int64_t)i, &f.st,
+						 cases[i].full ? 0 : TITAN_CKPT_MODEL_ONLY, cases[i].dt,
+						 &path), 0);
+		assert_int_equal(stat(path, &sb), 0);
+		bound = titan_ckpt_size_bound_(&f.table, cases[i].full, cases[i].dt,
+					       f.st.config_yaml, f.st.train.dp_world_size);
+		assert_true(sb.st_size <= bound);
+		assert_true(bound <= sb.st_size + sb.st_size / 2 + (256 << 10));
+		free(path);
+		fx_release(&f);
+	}
+}
+#endif
+
 /* ------------------------------------------------------------ async saves */
 
 /* The saver copies the state before returning: arenas changed right after
@@ -1046,6 +1138,10 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_atomic, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_killed_mid_write, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_folders, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_supersede_and_clean, setup, teardown),
+#if TITAN_HAVE_HDF5
+		cmocka_unit_test_setup_teardown(test_size_bound, setup, teardown),
+#endif
 		cmocka_unit_test_setup_teardown(test_async, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_bad_files, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_hostile, setup, teardown),
