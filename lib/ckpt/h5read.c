@@ -139,41 +139,14 @@ static int bad_attr(const struct titan_ckpt_file *f, const char *obj, const char
 
 /* The architecture as stored must be one a model can have: a NaN norm_eps
  * or an infinite rope_theta would otherwise travel silently into exports
- * (config.json drops non-finite numbers) and into training. */
+ * (config.json drops non-finite numbers) and into training.  The rule is
+ * titan_ckpt_dims_check's, the one HF folders and titan-generate obey. */
 static int check_dims(const struct titan_ckpt_file *f)
 {
-	const struct titan_model_dims *d = &f->info.dims;
-	const struct { const char *name; int64_t v; } ints[] = {
-		{"dim", d->dim}, {"n_layers", d->n_layers}, {"n_heads", d->n_heads},
-		{"n_kv_heads", d->n_kv_heads}, {"head_dim", d->head_dim},
-		{"ffn_hidden", d->ffn_hidden}, {"vocab_size", d->vocab_size},
-		{"multiple_of", d->multiple_of},
-		{"rope_original_max_position", d->rope_original_max_position},
-	};
-	/* ffn_dim_multiplier NaN is "none" (lib/titan/model.h) */
-	const struct { const char *name; double v; bool nan_ok; } reals[] = {
-		{"ffn_dim_multiplier", d->ffn_dim_multiplier, true},
-		{"norm_eps", d->norm_eps, false}, {"rope_theta", d->rope_theta, false},
-		{"rope_scaling_factor", d->rope_scaling_factor, false},
-		{"rope_low_freq_factor", d->rope_low_freq_factor, false},
-		{"rope_high_freq_factor", d->rope_high_freq_factor, false},
-	};
+	char src[4200];
 
-	for (size_t i = 0; i < sizeof(ints) / sizeof(ints[0]); i++)
-		if (ints[i].v < 1)
-			return titan_error(TITAN_E_FORMAT, "'%s': /: attribute '%s' is %lld (must be "
-					   "positive)", f->info.path, ints[i].name,
-					   (long long)ints[i].v);
-	for (size_t i = 0; i < sizeof(reals) / sizeof(reals[0]); i++) {
-		double v = reals[i].v;
-
-		if (isnan(v) && reals[i].nan_ok)
-			continue;
-		if (!isfinite(v) || v <= 0)
-			return titan_error(TITAN_E_FORMAT, "'%s': /: attribute '%s' is %g (must be "
-					   "finite and positive)", f->info.path, reals[i].name, v);
-	}
-	return 0;
+	snprintf(src, sizeof(src), "'%s'", f->info.path);
+	return titan_ckpt_dims_check(src, &f->info.dims, false);
 }
 
 static int read_header(struct titan_ckpt_file *f)
