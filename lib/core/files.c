@@ -31,15 +31,15 @@ static const char *kind_of(mode_t m)
 {
 	return S_ISFIFO(m) ? "a FIFO" : S_ISCHR(m) ? "a character device" :
 	       S_ISBLK(m) ? "a block device" : S_ISSOCK(m) ? "a socket" :
-	       S_ISDIR(m) ? "a folder" : "not a regular file";
+	       S_ISDIR(m) ? "a folder" : "of an unknown type";
 }
 
+/* Inputs that are read with seeks or mapped: a folder, a FIFO, a device
+ * or a socket is refused by what it is. */
 static int not_regular(const char *path, mode_t m)
 {
-	if (S_ISDIR(m))
-		return titan_error(TITAN_E_IO, "cannot open '%s': Is a directory", path);
-	return titan_error(TITAN_E_IO, "cannot read '%s': not a regular file (%s); it is read "
-			   "with seeks or mapped, give a regular file", path, kind_of(m));
+	return titan_error(TITAN_E_IO, "cannot read '%s': not a regular file (%s)", path,
+			   kind_of(m));
 }
 
 int titan_check_regular(const char *path)
@@ -101,8 +101,16 @@ int titan_create_nofollow(const char *path, int flags, int *fd_out)
 		}
 		/* ELOOP: a symbolic link at the name (O_NOFOLLOW); replace the
 		 * link, never the file it points at */
-		if (errno != ELOOP || lstat(path, &st) != 0 || !S_ISLNK(st.st_mode))
+		if (errno != ELOOP || lstat(path, &st) != 0 || !S_ISLNK(st.st_mode)) {
+			int e = errno;
+
+			/* a FIFO without a reader: ENXIO (O_NONBLOCK) */
+			if (lstat(path, &st) == 0 && !S_ISREG(st.st_mode) && !S_ISLNK(st.st_mode))
+				return titan_error(TITAN_E_IO, "cannot create '%s': %s is in the way",
+						   path, kind_of(st.st_mode));
+			errno = e;
 			break;
+		}
 		if (unlink(path) != 0 && errno != ENOENT)
 			return titan_error(TITAN_E_IO, "cannot replace the symbolic link '%s': %s",
 					   path, strerror(errno));
