@@ -156,3 +156,18 @@ setup() {
 	[ "$status" -eq 1 ] || { cat err; false; }
 	grep -q "titan-train: error: .*shards/train-0000[0-9].tok': cannot read byte offset [0-9]*: the file is 0 bytes now" err
 }
+
+# ------------------------------------------------------------ configs of the ranks
+
+@test "ranks started with different configs: exit 2 on every rank, naming the rank and the key" {
+	if ! command -v mpiexec >/dev/null || ! titan-train --version | grep -q '+mpi'; then
+		skip "no MPI in this build (or no mpiexec)"
+	fi
+	local t="env OMP_NUM_THREADS=1 titan-train -q --config $DATA/tiny.yaml --job.dump_folder=d"
+	run -2 --separate-stderr timeout -k 5 120 mpiexec -n 1 $t : -n 1 $t --model.dim=64
+	[[ $stderr == *"[rank0]: titan-train: error: the ranks were started with different configs: model.dim is 64 on rank 1 and 32 on rank 0"* ]]
+	[[ $stderr == *"[rank1]: titan-train: error: the ranks were started with different configs: model.dim is 64 on rank 1 and 32 on rank 0"* ]]
+	[ ! -e d/checkpoint ] && [ ! -e d/metrics.jsonl ]
+	# the same config on both: it trains
+	run -0 --separate-stderr timeout -k 5 120 mpiexec -n 2 $t
+}

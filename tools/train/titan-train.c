@@ -124,6 +124,29 @@ static int default_threads(const struct titan_dist *d)
 
 enum { OPT_LOG_RANK = TITAN_OPT_TOOL_BASE };
 
+/* Ranks started with different configs (an MPMD launch line, per-rank
+ * overrides) are refused before
+ * they build anything: exit 2 on every rank, naming the first difference. */
+static int same_config(struct titan_dist *dist, const struct titan_config *cfg)
+{
+	char *yaml = NULL;
+	size_t n = 0;
+	FILE *fp;
+	int rc;
+
+	if (dist->size <= 1)
+		return 0;
+	if (!(fp = open_memstream(&yaml, &n)))
+		return titan_error(TITAN_E_NOMEM, "out of memory");
+	rc = titan_config_write_yaml(cfg, fp);
+	if (fclose(fp) != 0 && rc == 0)
+		rc = titan_error(TITAN_E_NOMEM, "out of memory");
+	if (rc == 0)
+		rc = titan_dist_check_same_config(dist, yaml, n);
+	free(yaml);
+	return rc;
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option longopts[] = {
@@ -202,6 +225,10 @@ int main(int argc, char **argv)
 	if ((rc = titan_cli_no_dash(&cli, "job.dump_folder", cfg.job.dump_folder,
 				    "it is the run's folder (checkpoints, metrics, traces)")))
 		goto done;
+	if ((rc = same_config(dist, &cfg)) < 0) {
+		rc = titan_cli_fail(&cli, rc);
+		goto done;
+	}
 	/* runs describe themselves: version, features and the config they used */
 	titan_log_info("titan-train %s (%s), built with %s; this run: training.device %s, "
 		       "%d rank(s)%s, config %s", titan_version(), titan_git_revision(),
