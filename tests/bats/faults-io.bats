@@ -171,3 +171,15 @@ setup() {
 	# the same config on both: it trains
 	run -0 --separate-stderr timeout -k 5 120 mpiexec -n 2 $t
 }
+
+@test "--config - on several ranks: rank 0 reads standard input and sends it to the others" {
+	if ! command -v mpiexec >/dev/null || ! titan-train --version | grep -q '+mpi'; then
+		skip "no MPI in this build (or no mpiexec)"
+	fi
+	# standard input reaches rank 0 only: rank 1 waited on its own forever
+	run -0 --separate-stderr timeout -k 5 120 mpiexec -n 2 env OMP_NUM_THREADS=1 \
+		titan-train -q --config - --job.dump_folder=d < "$DATA/tiny.yaml"
+	grep -q '"step":2' d/metrics.jsonl
+	# its temporary copies are gone
+	run -1 compgen -G "${TMPDIR:-/tmp}/titan-train-config.*"
+}
