@@ -81,12 +81,7 @@ int titan_tok_read_file(const char *path, uint8_t **data, size_t *n)
 		close(fd);
 		return titan_error(TITAN_E_IO, "cannot open '%s': %s", path, strerror(errno));
 	}
-	bool known = true;
-	if (known && S_ISDIR(st.st_mode)) {
-		fclose(fp);
-		return titan_error(TITAN_E_IO, "cannot read '%s': Is a directory", path);
-	}
-	cap = known && st.st_size > 0 ? (size_t)st.st_size + 1 : (size_t)1 << 16;
+	cap = st.st_size > 0 ? (size_t)st.st_size + 1 : (size_t)1 << 16;
 	for (;;) {
 		if (!buf || len + 1 >= cap) {
 			size_t ncap = buf ? cap * 2 : cap;
