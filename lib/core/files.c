@@ -79,13 +79,17 @@ int titan_open_regular(const char *path, int flags, int *fd_out, struct stat *st
 
 int titan_create_nofollow(const char *path, int flags, int *fd_out)
 {
-	int fd = -1;
+	int fd = -1, e = 0;
 
 	*fd_out = -1;
 	for (int tries = 0; tries < 4; tries++) {
+		const char *was;
 		struct stat st;
 
-		fd = open(path, flags | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0666);
+		/* O_TRUNC once the file is known to be only this name */
+		fd = open(path, (flags & ~O_TRUNC) | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC,
+			  0666);
+		e = errno;
 		if (fd >= 0) {
 			int fl;
 
@@ -94,31 +98,42 @@ int titan_create_nofollow(const char *path, int flags, int *fd_out)
 				return titan_error(TITAN_E_IO, "cannot create '%s': %s is in the way",
 						   path, kind_of(st.st_mode));
 			}
-			if (!(flags & O_NONBLOCK) && (fl = fcntl(fd, F_GETFL)) >= 0)
-				fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
-			*fd_out = fd;
-			return 0;
-		}
-		/* ELOOP: a symbolic link at the name (O_NOFOLLOW); replace the
-		 * link, never the file it points at */
-		if (errno != ELOOP || lstat(path, &st) != 0 || !S_ISLNK(st.st_mode)) {
-			int e = errno;
-
+			/* a file with other names (hard links) would be
+			 * truncated or rewritten under those too: replaced
+			 * like a symbolic link; appending to it harms nothing */
+			if (st.st_nlink <= 1 || (flags & O_APPEND)) {
+				if ((flags & O_TRUNC) && ftruncate(fd, 0) != 0) {
+					e = errno;
+					close(fd);
+					return titan_error(TITAN_E_IO, "cannot truncate '%s': %s",
+							   path, strerror(e));
+				}
+				if (!(flags & O_NONBLOCK) && (fl = fcntl(fd, F_GETFL)) >= 0)
+					fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+				*fd_out = fd;
+				return 0;
+			}
+			close(fd);
+			was = "had other hard links";
+		} else if (e == ELOOP && lstat(path, &st) == 0 && S_ISLNK(st.st_mode)) {
+			/* ELOOP: a symbolic link at the name (O_NOFOLLOW) */
+			was = "was a symbolic link";
+		} else {
 			/* a FIFO without a reader: ENXIO (O_NONBLOCK) */
 			if (lstat(path, &st) == 0 && !S_ISREG(st.st_mode) && !S_ISLNK(st.st_mode))
 				return titan_error(TITAN_E_IO, "cannot create '%s': %s is in the way",
 						   path, kind_of(st.st_mode));
-			errno = e;
 			break;
 		}
+		/* replace the name, never the file it leads to */
 		if (unlink(path) != 0 && errno != ENOENT)
-			return titan_error(TITAN_E_IO, "cannot replace the symbolic link '%s': %s",
-					   path, strerror(errno));
-		titan_log_warn("'%s' was a symbolic link: replaced by a regular file (titan "
-			       "does not write through links in its folders)", path);
-		errno = ELOOP;
+			return titan_error(TITAN_E_IO, "cannot replace '%s' (it %s): %s", path, was,
+					   strerror(errno));
+		titan_log_warn("'%s' %s: replaced by a regular file (titan does not write "
+			       "through links in its folders)", path, was);
+		e = ELOOP;
 	}
-	return titan_error(TITAN_E_IO, "cannot create '%s': %s", path, strerror(errno));
+	return titan_error(TITAN_E_IO, "cannot create '%s': %s", path, strerror(e));
 }
 
 /* ------------------------------------------------------------ SIGBUS */

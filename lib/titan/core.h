@@ -522,8 +522,9 @@ int titan_check_regular(const char *path);
 /* Open or create `path` (0666 & ~umask) with `flags` (O_RDWR, O_WRONLY,
  * O_APPEND, O_TRUNC...) without following a symbolic link at that name: a
  * link is removed and a regular file created in its place (with a
- * warning); the file it pointed at is never opened.  Anything else that is
- * not a regular file is refused (TITAN_E_IO). */
+ * warning); the file it pointed at is never opened.  So is a file with
+ * other hard links, unless O_APPEND.  Anything else that is not a regular
+ * file is refused (TITAN_E_IO). */
 int titan_create_nofollow(const char *path, int flags, int *fd);
 
 /* Run fn(arg) with SIGBUS (a mapped file truncated under the reader) made

@@ -344,6 +344,16 @@ static void test_create_nofollow(void **state)
 	close(fd);
 	assert_int_equal(lstat(path, &st), 0);
 	assert_int_equal(st.st_size, 4);
+	/* a hard link to the outside file: replaced too when truncating */
+	unlink(path);
+	assert_int_equal(link(target, path), 0);
+	titan_log_set_level(TITAN_LOG_ERROR);
+	assert_int_equal(titan_create_nofollow(path, O_WRONLY | O_TRUNC, &fd), 0);
+	titan_log_set_level(TITAN_LOG_INFO);
+	close(fd);
+	assert_int_equal(lstat(target, &st), 0);
+	assert_int_equal(st.st_size, 8);
+	assert_int_equal(st.st_nlink, 1);
 	/* a FIFO in the way is refused, not opened */
 	unlink(path);
 	assert_int_equal(mkfifo(path, 0600), 0);
