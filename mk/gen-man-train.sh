@@ -234,10 +234,22 @@ on several ranks.  With
 .BR validation.enable ,
 the loss over the shards' val split is printed every
 .B validation.freq
-steps.  A loss or gradient norm that is not finite stops the run (exit 1)
-unless
+steps
+.RB ( validation.seq_len
+and
+.B validation.local_batch_size
+must be the training ones).  A loss or gradient norm that is not finite
+stops the run (exit 1) unless
 .B training.skip_nonfinite
 is set.
+.PP
+Files titan-train creates under fixed names in
+.B job.dump_folder
+(metrics.jsonl, .titan-train.lock, the memory traces, the flight recorder's
+files) are never written through a symbolic link: a link at that name is
+replaced by a regular file, with a warning, and the file it pointed at is
+left alone.  Shards, checkpoints and tokenizers must be regular files: a
+FIFO is refused at once (exit 1) rather than waited on.
 .SH CHECKPOINTS
 With
 .BR checkpoint.enable ,
@@ -364,7 +376,12 @@ key.
 .PP
 titan-train exits 0 when all steps ran; a non-finite loss that training.skip_nonfinite
 does not absorb and an id outside the vocabulary in a shard (the message
-names the step, the shard and the offset) are runtime failures (1).  It adds
+names the step, the shard and the offset) and a shard truncated or
+rewritten in place while training reads it (the message names the shard
+and the byte offset) are runtime failures (1).  Ranks started with
+different configs (an MPMD launch line, per-rank overrides) are a
+configuration error (2) on every rank before any work, naming the first
+rank and key that differ from rank 0.  It adds
 3 when a rank stopped answering (a collective timed out) and 128 + N when
 stopped by signal N (after the step and its checkpoint).
 .SH EXAMPLES

@@ -654,6 +654,8 @@ int titan_ckpt_open(const char *path, struct titan_ckpt_file **out)
 
 	quiet();
 	*out = NULL;
+	if ((rc = titan_check_regular(path)) < 0) /* a FIFO would block HDF5 (issue 21) */
+		return rc;
 	if (stat(path, &st) != 0)
 		return titan_error(TITAN_E_IO, "cannot open '%s': %s", path, strerror(errno));
 	if (S_ISDIR(st.st_mode))

@@ -214,6 +214,8 @@ static int read_config(const char *path, json_t *root, struct titan_model_dims *
 int titan_hf_read_config(const char *path, struct titan_model_dims *dims, int64_t *bos,
 			 int64_t *eos)
 {
+	if (titan_check_regular(path) < 0) /* a FIFO would block jansson (issue 21) */
+		return TITAN_E_IO;
 	json_error_t je;
 	json_t *root = json_load_file(path, 0, &je);
 	int rc;
@@ -306,6 +308,8 @@ static int locate(struct titan_hf_model *m)
 
 	snprintf(path, sizeof(path), "%s/model.safetensors.index.json", m->dir);
 	if (stat(path, &st) == 0) {
+		if ((rc = titan_check_regular(path)) < 0) /* a FIFO (issue 21) */
+			return rc;
 		if (!(idx = json_load_file(path, 0, &je)))
 			return titan_error(TITAN_E_FORMAT, "'%s':%d:%d: %s", path, je.line, je.column,
 					   je.text);

@@ -281,17 +281,9 @@ int titan_map_file(const char *path, const void **map, size_t *size)
 
 	*map = NULL;
 	*size = 0;
-	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0 || fstat(fd, &sb) != 0) {
-		int e = errno;
-
-		if (fd >= 0)
-			close(fd);
-		return titan_error(TITAN_E_IO, "cannot open '%s': %s", path, strerror(e));
-	}
-	if (!S_ISREG(sb.st_mode)) {
-		close(fd);
-		return titan_error(TITAN_E_IO, "cannot read '%s': not a regular file", path);
-	}
+	/* a FIFO would block the open (issue 21): refused without waiting */
+	if (titan_open_regular(path, O_RDONLY, &fd, &sb) < 0)
+		return TITAN_E_IO;
 	if (sb.st_size > 0) {
 		p = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
 		if (p == MAP_FAILED) {

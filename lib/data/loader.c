@@ -8,9 +8,11 @@
  */
 #include "titan/data.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "titan/core.h"
 
@@ -306,7 +308,7 @@ static void warn_reloop(const struct titan_loader *l, uint64_t new_epoch)
 		       l->split, l->dir, l->n_windows, (long long)l->o.seq_len + 1, new_epoch);
 }
 
-int titan_loader_next(struct titan_loader *l, int32_t *inputs, int32_t *labels,
+static int next_batch(struct titan_loader *l, int32_t *inputs, int32_t *labels,
 		      struct titan_batch_info *info)
 {
 	const int64_t S = l->o.seq_len, L = l->o.local_batch_size;
@@ -363,6 +365,53 @@ int titan_loader_next(struct titan_loader *l, int32_t *inputs, int32_t *labels,
 	}
 	l->position = end;
 	return 1;
+}
+
+struct next_args {
+	struct titan_loader *l;
+	int32_t *inputs, *labels;
+	struct titan_batch_info *info;
+};
+
+static int next_cb(void *p)
+{
+	struct next_args *a = p;
+
+	return next_batch(a->l, a->inputs, a->labels, a->info);
+}
+
+/* The shards are mapped: one truncated in place after it was opened (a
+ * re-run of titan-shard writes new files, but `truncate`, a copy over it
+ * or a full disk's fallocate do not) makes the page touch beyond its new
+ * end a SIGBUS.  Caught, it becomes an error naming the shard and the
+ * offset, and the trainer stops as on any data error (issue 21). */
+int titan_loader_next(struct titan_loader *l, int32_t *inputs, int32_t *labels,
+		      struct titan_batch_info *info)
+{
+	struct next_args a = {l, inputs, labels, info};
+	const void *fault;
+	int rc = titan_guard_sigbus(next_cb, &a, &fault);
+
+	if (rc >= 0 || !fault)
+		return rc;
+	for (size_t i = 0; i < l->n_shards; i++) {
+		const struct titan_shard *s = l->shards[i];
+		const uint8_t *at = fault;
+		struct stat st;
+
+		if (!s->map || at < s->map || at >= s->map + s->file_bytes)
+			continue;
+		if (stat(s->path, &st) == 0)
+			return titan_error(TITAN_E_IO, "'%s': cannot read byte offset %zu: the file "
+					   "is %jd bytes now, %zu when it was opened (truncated "
+					   "or rewritten in place while training read it)",
+					   s->path, (size_t)(at - s->map), (intmax_t)st.st_size,
+					   s->file_bytes);
+		return titan_error(TITAN_E_IO, "'%s': cannot read byte offset %zu: %s (the file "
+				   "was %zu bytes when it was opened)", s->path,
+				   (size_t)(at - s->map), strerror(errno), s->file_bytes);
+	}
+	return rc; /* not in a shard: the guard's message */
 }
 
 /* --------------------------------------------------------------- state */

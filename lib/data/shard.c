@@ -522,16 +522,10 @@ int titan_shard_open(const char *path, struct titan_shard **out)
 	int fd, rc = TITAN_E_IO;
 
 	*out = NULL;
-	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
-		return titan_error(TITAN_E_IO, "cannot open '%s': %s", path, strerror(errno));
-	if (fstat(fd, &st) != 0) {
-		titan_error(TITAN_E_IO, "cannot stat '%s': %s", path, strerror(errno));
-		goto fail;
-	}
-	if (!S_ISREG(st.st_mode)) {
-		rc = titan_error(TITAN_E_FORMAT, "'%s' is not a regular file", path);
-		goto fail;
-	}
+	/* not a regular file (a FIFO would block the open): refused */
+	if ((rc = titan_open_regular(path, O_RDONLY, &fd, &st)) < 0)
+		return rc;
+	rc = TITAN_E_IO;
 	do /* a regular file reads whole up to its end */
 		n = pread(fd, hdr, HDR, 0);
 	while (n < 0 && errno == EINTR);

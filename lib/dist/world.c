@@ -8,6 +8,7 @@
 #include "dist_impl.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -154,6 +155,7 @@ static int dump(struct world *w, const char *reason, bool locked)
 	char path[4200], tmp[4300];
 	FILE *f;
 	int64_t first;
+	int fd;
 
 	if (w->cap <= 0 || !*w->traces_dir)
 		return 0;
@@ -167,8 +169,17 @@ static int dump(struct world *w, const char *reason, bool locked)
 	mkdir(w->traces_dir, 0777);
 	snprintf(path, sizeof(path), "%s/rank%d.json", w->traces_dir, w->pub.rank);
 	snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid());
-	if (!(f = fopen(tmp, "w")))
-		return titan_error(TITAN_E_IO, "cannot create '%s': %s", tmp, strerror(errno));
+	/* a fresh file, never through a symbolic link planted at the name (the
+	 * rename below replaces a link at `path`) (issue 21) */
+	unlink(tmp);
+	if ((fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666)) < 0 ||
+	    !(f = fdopen(fd, "w"))) {
+		int e = errno;
+
+		if (fd >= 0)
+			close(fd);
+		return titan_error(TITAN_E_IO, "cannot create '%s': %s", tmp, strerror(e));
+	}
 	if (!locked)
 		pthread_mutex_lock(&w->rlock);
 	first = w->next > w->cap ? w->next - w->cap : 0;

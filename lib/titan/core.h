@@ -520,6 +520,32 @@ int titan_map_file(const char *path, const void **map, size_t *size);
 /* NULL (an empty file's map) is a no-op. */
 void titan_unmap_file(const void *map, size_t size);
 
+/* Inputs read with seeks or mapped must be regular files: a FIFO would
+ * block open(2) and every read forever.  titan_open_regular opens `path`
+ * with `flags` (O_RDONLY...) without blocking, refuses anything but a
+ * regular file (TITAN_E_IO naming the file and what it is) and returns the
+ * blocking descriptor (O_CLOEXEC) and, when st is not NULL, its stat.
+ * titan_check_regular is the same check by name for files a library opens
+ * itself (HDF5, jansson). */
+struct stat;
+int titan_open_regular(const char *path, int flags, int *fd, struct stat *st);
+int titan_check_regular(const char *path);
+
+/* Open or create `path` (0666 & ~umask) with `flags` (O_RDWR, O_WRONLY,
+ * O_APPEND, O_TRUNC...) without following a symbolic link at that name: a
+ * link is removed and a regular file created in its place (with a
+ * warning); the file it pointed at is never opened.  So is a file with
+ * other hard links, unless O_APPEND.  Anything else that is not a regular
+ * file is refused (TITAN_E_IO). */
+int titan_create_nofollow(const char *path, int flags, int *fd);
+
+/* Run fn(arg) with SIGBUS (a mapped file truncated under the reader) made
+ * an error: returns fn's result, or TITAN_E_IO with *fault set to the
+ * faulting address when fn touched a page beyond the end of its file.  The
+ * caller names the file and offset.  Other SIGBUS go to the handler that
+ * was installed before (or kill the process as usual). */
+int titan_guard_sigbus(int (*fn)(void *arg), void *arg, const void **fault);
+
 /* Temporary files removed when a signal stops the process.  Outputs are
  * written under temporary names and renamed when complete; tracked ones
  * are unlinked by the handler of titan_tmp_catch_signals (SIGINT, SIGTERM,

@@ -221,6 +221,12 @@ int64_t titan_dist_comm_spans(struct titan_dist *d, int64_t from,
 			      void (*fn)(void *ctx, const struct titan_comm_span *s), void *ctx);
 /* Write the flight recorder of this rank now (0 or TITAN_E_IO). */
 int titan_dist_dump_traces(struct titan_dist *d, const char *reason);
+/* Every rank must run the same job: compare the resolved config (`yaml`,
+ * titan_config_write_yaml's text) over the world.  0 when all ranks hold
+ * the same text; otherwise TITAN_E_INVALID on every rank, naming the first
+ * rank that differs from rank 0 and the first key where it does.
+ * Collective over the world; 0 at once on one rank. */
+int titan_dist_check_same_config(struct titan_dist *d, const char *yaml, size_t n);
 /* Finish: stop the progress threads, free the communicators,
  * MPI_Finalize when `ok` (otherwise MPI_Abort(status) so that a failed
  * rank takes the job down instead of leaving the others in a collective).

@@ -13,8 +13,10 @@
 #include "tok/tok_impl.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "titan/core.h"
 
@@ -63,21 +65,23 @@ uint64_t titan_tok_fnv(uint64_t h, const void *p, size_t n)
 
 int titan_tok_read_file(const char *path, uint8_t **data, size_t *n)
 {
-	FILE *fp = fopen(path, "rb");
+	FILE *fp;
 	struct stat st;
 	uint8_t *buf = NULL;
 	size_t cap, len = 0;
+	int fd, rc;
 
 	*data = NULL;
 	*n = 0;
-	if (!fp)
+	/* a regular file only: a FIFO would block forever (issue 21); '-' on
+	 * the command line is copied to a temporary file before this */
+	if ((rc = titan_open_regular(path, O_RDONLY, &fd, &st)) < 0)
+		return rc;
+	if (!(fp = fdopen(fd, "rb"))) {
+		close(fd);
 		return titan_error(TITAN_E_IO, "cannot open '%s': %s", path, strerror(errno));
-	bool known = fstat(fileno(fp), &st) == 0;
-	if (known && S_ISDIR(st.st_mode)) {
-		fclose(fp);
-		return titan_error(TITAN_E_IO, "cannot read '%s': Is a directory", path);
 	}
-	cap = known && st.st_size > 0 ? (size_t)st.st_size + 1 : (size_t)1 << 16;
+	cap = st.st_size > 0 ? (size_t)st.st_size + 1 : (size_t)1 << 16;
 	for (;;) {
 		if (!buf || len + 1 >= cap) {
 			size_t ncap = buf ? cap * 2 : cap;

@@ -822,7 +822,7 @@ static int open_memtrace(struct titan_trainer *t)
 {
 	const struct titan_config *c = &t->cfg;
 	char dir[4096], path[4200];
-	int rc;
+	int rc, fd;
 
 	snprintf(dir, sizeof(dir), "%s/%s", c->job.dump_folder,
 		 c->profiling.save_memory_snapshot_folder);
@@ -831,8 +831,13 @@ static int open_memtrace(struct titan_trainer *t)
 	/* written as it goes (not renamed at the end): the events of a killed
 	 * run are what titan-memprof is asked to explain */
 	snprintf(path, sizeof(path), "%s/rank%d.memtrace", dir, t->dist->rank);
-	if (!(t->memtrace = fopen(path, "wb")))
+	/* never through a symbolic link planted at the name (issue 21) */
+	if ((rc = titan_create_nofollow(path, O_WRONLY | O_TRUNC, &fd)) < 0)
+		return rc;
+	if (!(t->memtrace = fdopen(fd, "wb"))) {
+		close(fd);
 		return titan_error(TITAN_E_IO, "cannot create '%s': %s", path, strerror(errno));
+	}
 	return titan_mem_trace_start(titan_host_allocator(), t->memtrace);
 }
 
@@ -851,8 +856,10 @@ static int lock_dump_folder(struct titan_trainer *t)
 	if ((rc = titan_mkdirs(dir)) < 0)
 		return rc;
 	snprintf(path, sizeof(path), "%s/.titan-train.lock", dir);
-	if ((fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0666)) < 0)
-		return titan_error(TITAN_E_IO, "cannot create '%s': %s", path, strerror(errno));
+	/* a symbolic link at the name is replaced, never written through: the
+	 * ftruncate below would empty the file it points at (issue 21) */
+	if ((rc = titan_create_nofollow(path, O_RDWR, &fd)) < 0)
+		return rc;
 	if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
 		err = errno;
 		if ((n = pread(fd, who, sizeof(who) - 1, 0)) > 0)
@@ -877,7 +884,8 @@ static int open_jsonl(struct titan_trainer *t)
 {
 	const struct titan_config *c = &t->cfg;
 	char path[4200];
-	int rc;
+	bool append = t->start_step > 0;
+	int rc, fd;
 
 	if (!*c->metrics.save_jsonl_file || (t->dist->rank != 0 && !c->metrics.save_for_all_ranks))
 		return 0;
@@ -893,10 +901,15 @@ static int open_jsonl(struct titan_trainer *t)
 		snprintf(path, sizeof(path), "%s/%.*s.rank%d%s", c->job.dump_folder, stem, f,
 			 t->dist->rank, dot ? dot : "");
 	}
-	/* a resumed run continues the file */
+	/* a resumed run continues the file; a symbolic link at the name is
+	 * replaced by a regular file, never written through (issue 21) */
 	snprintf(t->jsonl_path, sizeof(t->jsonl_path), "%s", path);
-	if (!(t->jsonl = fopen(path, t->start_step > 0 ? "a" : "w")))
+	if ((rc = titan_create_nofollow(path, O_WRONLY | (append ? O_APPEND : O_TRUNC), &fd)) < 0)
+		return rc;
+	if (!(t->jsonl = fdopen(fd, append ? "a" : "w"))) {
+		close(fd);
 		return titan_error(TITAN_E_IO, "cannot create '%s': %s", path, strerror(errno));
+	}
 	return 0;
 }
 

@@ -327,8 +327,15 @@ static int resume(struct titan_trainer *t)
 			t->start_step = st.train.step;
 			t->tokens_seen0 = st.train.ntokens_seen;
 		}
-		if (!(flags & (TITAN_CKPT_MODEL_ONLY | TITAN_CKPT_EXCLUDE_OPTIMIZER)))
+		if (!(flags & (TITAN_CKPT_MODEL_ONLY | TITAN_CKPT_EXCLUDE_OPTIMIZER))) {
+			/* a bad count in the file is data (exit 1), not the
+			 * config; AdamW would refuse it later as an argument */
+			if (st.train.optim_step < 0 || st.train.optim_step > INT64_MAX / 2)
+				return titan_error(TITAN_E_FORMAT, "'%s': /optimizer: step %lld is "
+						   "not a step count (damaged?)", path,
+						   (long long)st.train.optim_step);
 			t->opt_steps0 = st.train.optim_step;
+		}
 		if (!(flags & (TITAN_CKPT_MODEL_ONLY | TITAN_CKPT_EXCLUDE_DATALOADER)) &&
 		    (rc = titan_loader_set_state(t->train, &t->loader_states[0])) < 0)
 			return titan_error_prefix("%s: dataloader", path);

@@ -198,3 +198,31 @@ PY
 	done
 	grep -q '^## Exit status' "$TITAN_SRCDIR/docs/conventions.md"
 }
+
+@test "validation shapes that are not the training ones are configuration: exit 2, titan-config --check too" {
+	expect 2 titan-config --config "$DATA/tiny.yaml" --check --validation.enable \
+		--validation.seq_len=64
+	[[ $stderr == *"validation.seq_len: 64 differs from training.seq_len 32"* ]]
+	expect 2 titan-config --config "$DATA/tiny.yaml" --check --validation.enable \
+		--validation.seq_len=32 --validation.local_batch_size=3
+	[[ $stderr == *"validation.local_batch_size: 3 differs from training.local_batch_size 2"* ]]
+	expect 2 titan-train -q --config "$DATA/tiny.yaml" --validation.enable \
+		--validation.seq_len=64 --job.dump_folder=run
+	[[ $stderr == *"validation.seq_len: 64 differs from training.seq_len 32"* ]]
+	assert_file_not_exists run/checkpoint
+	# disabled, the validation keys are not checked
+	run -0 titan-config --config "$DATA/tiny.yaml" --check --validation.seq_len=64
+}
+
+@test "a malformed optimizer step in a checkpoint is data: exit 1 naming the file" {
+	/usr/bin/python3 -c 'import h5py' 2>/dev/null || skip "python3-h5py is not installed"
+	titan-train -q --config "$DATA/tiny.yaml" --checkpoint.enable \
+		--checkpoint.last_save_model_only=false --job.dump_folder=run > /dev/null
+	/usr/bin/python3 -c 'import h5py, sys
+with h5py.File(sys.argv[1], "r+") as f:
+    f["optimizer"].attrs["step"] = -5' run/checkpoint/step-2.h5
+	expect 1 titan-train -q --config "$DATA/tiny.yaml" --checkpoint.enable \
+		--job.dump_folder=run --training.steps=3
+	[[ $stderr == *"step-2.h5': /optimizer: step -5 is not a step count"* ]]
+	assert_file_not_exists run/checkpoint/step-3.h5
+}

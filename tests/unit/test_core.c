@@ -7,6 +7,7 @@
 #include <cmocka.h>
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -334,6 +335,68 @@ static void test_map_file(void **state)
 	assert_memory_equal(m, "hello", 5);
 	titan_unmap_file(m, n);
 	unlink(path);
+	/* a FIFO: refused at once, not waited on for a writer (issue 21) */
+	assert_int_equal(mkfifo(path, 0600), 0);
+	assert_int_equal(titan_map_file(path, &m, &n), TITAN_E_IO);
+	assert_non_null(strstr(titan_errmsg(), "not a regular file (a FIFO)"));
+	assert_int_equal(titan_check_regular(path), TITAN_E_IO);
+	assert_non_null(strstr(titan_errmsg(), "not a regular file (a FIFO)"));
+	unlink(path);
+	rmdir(dir);
+}
+
+/* titan_create_nofollow: a symbolic link at the name is replaced by a
+ * regular file; the file it pointed at is untouched (issue 21). */
+static void test_create_nofollow(void **state)
+{
+	char dir[] = "/tmp/titan-nofollow-XXXXXX", path[64], target[64], buf[32] = "";
+	FILE *fp;
+	int fd;
+
+	(void)state;
+	assert_non_null(mkdtemp(dir));
+	snprintf(path, sizeof(path), "%s/metrics.jsonl", dir);
+	snprintf(target, sizeof(target), "%s/outside", dir);
+	fp = fopen(target, "wb");
+	fputs("precious", fp);
+	fclose(fp);
+	assert_int_equal(symlink(target, path), 0);
+	titan_log_set_level(TITAN_LOG_ERROR); /* the warning */
+	assert_int_equal(titan_create_nofollow(path, O_WRONLY | O_TRUNC, &fd), 0);
+	titan_log_set_level(TITAN_LOG_INFO);
+	assert_int_equal(write(fd, "new", 3), 3);
+	close(fd);
+	fp = fopen(target, "rb");
+	assert_int_equal(fread(buf, 1, sizeof(buf) - 1, fp), 8);
+	fclose(fp);
+	assert_string_equal(buf, "precious");
+	struct stat st;
+	assert_int_equal(lstat(path, &st), 0);
+	assert_true(S_ISREG(st.st_mode));
+	assert_int_equal(st.st_size, 3);
+	/* a regular file is opened as it is (appended here) */
+	assert_int_equal(titan_create_nofollow(path, O_WRONLY | O_APPEND, &fd), 0);
+	assert_int_equal(write(fd, "+", 1), 1);
+	close(fd);
+	assert_int_equal(lstat(path, &st), 0);
+	assert_int_equal(st.st_size, 4);
+	/* a hard link to the outside file: replaced too when truncating */
+	unlink(path);
+	assert_int_equal(link(target, path), 0);
+	titan_log_set_level(TITAN_LOG_ERROR);
+	assert_int_equal(titan_create_nofollow(path, O_WRONLY | O_TRUNC, &fd), 0);
+	titan_log_set_level(TITAN_LOG_INFO);
+	close(fd);
+	assert_int_equal(lstat(target, &st), 0);
+	assert_int_equal(st.st_size, 8);
+	assert_int_equal(st.st_nlink, 1);
+	/* a FIFO in the way is refused, not opened */
+	unlink(path);
+	assert_int_equal(mkfifo(path, 0600), 0);
+	assert_int_equal(titan_create_nofollow(path, O_WRONLY, &fd), TITAN_E_IO);
+	assert_non_null(strstr(titan_errmsg(), "a FIFO is in the way"));
+	unlink(path);
+	unlink(target);
 	rmdir(dir);
 }
 
@@ -352,6 +415,7 @@ int main(void)
 		cmocka_unit_test(test_timer),
 		cmocka_unit_test(test_build_facts),
 		cmocka_unit_test(test_map_file),
+		cmocka_unit_test(test_create_nofollow),
 	};
 	setenv("TITAN_LOG_TIME", "1", 1);
 	return cmocka_run_group_tests_name("core", tests, NULL, NULL);

@@ -510,6 +510,44 @@ static void test_errors(void **state)
 	rmdir(other);
 }
 
+/* A shard truncated in place after the loader mapped it: the page touch
+ * beyond its new end is a SIGBUS, caught and reported as an error naming
+ * the shard and the byte offset (issue 21), not the death of the process. */
+static void test_truncated_in_place(void **state)
+{
+	struct titan_loader *l;
+	int32_t in[2 * 7], lab[2 * 7];
+	char p[600];
+
+	(void)state;
+	clear_dir(dir);
+	write_split(dir, "train", 100000, 60000, 200000, 0);
+	for (int verify = 0; verify < 2; verify++) {
+		struct titan_loader_opts o;
+
+		titan_loader_opts_default(&o);
+		o.dir = dir;
+		o.seq_len = 7;
+		o.local_batch_size = 2;
+		o.verify = verify;
+		assert_int_equal(titan_loader_open(&o, &l), 0);
+		assert_int_equal(titan_loader_next(l, in, lab, NULL), 1);
+		snprintf(p, sizeof(p), "%s/train-00000.tok", dir);
+		assert_int_equal(truncate(p, 0), 0);
+		/* the next batches read pages that are gone now */
+		int rc = 1;
+		for (int i = 0; i < 20000 && rc == 1; i++)
+			rc = titan_loader_next(l, in, lab, NULL);
+		assert_int_equal(rc, TITAN_E_IO);
+		assert_non_null(strstr(titan_errmsg(), "train-00000.tok"));
+		assert_non_null(strstr(titan_errmsg(), "cannot read byte offset"));
+		assert_non_null(strstr(titan_errmsg(), "is 0 bytes now"));
+		titan_loader_close(l);
+		clear_dir(dir);
+		write_split(dir, "train", 100000, 60000, 200000, 0);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -520,6 +558,7 @@ int main(void)
 		cmocka_unit_test(test_state_restore),
 		cmocka_unit_test(test_shuffle),
 		cmocka_unit_test(test_errors),
+		cmocka_unit_test(test_truncated_in_place),
 	};
 	titan_log_set_level(TITAN_LOG_ERROR); /* re-loop warnings: test_reloop reads them */
 	return cmocka_run_group_tests(tests, setup, teardown);

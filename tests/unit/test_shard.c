@@ -409,7 +409,13 @@ static void test_reader_checks(void **state)
 
 	assert_int_equal(titan_shard_open(path_of("nope.tok"), &s), TITAN_E_IO);
 	assert_non_null(strstr(titan_errmsg(), "No such file"));
-	assert_int_equal(titan_shard_open(dir, &s), TITAN_E_FORMAT);
+	assert_int_equal(titan_shard_open(dir, &s), TITAN_E_IO);
+	assert_non_null(strstr(titan_errmsg(), "not a regular file (a folder)"));
+	/* a FIFO is refused at once, not waited on for a writer (issue 21) */
+	assert_int_equal(mkfifo(path_of("fifo.tok"), 0600), 0);
+	assert_int_equal(titan_shard_open(path_of("fifo.tok"), &s), TITAN_E_IO);
+	assert_non_null(strstr(titan_errmsg(), "not a regular file (a FIFO)"));
+	assert_null(s);
 	titan_shard_close(NULL);
 }
 

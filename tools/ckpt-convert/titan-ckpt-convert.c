@@ -195,7 +195,8 @@ static int resolve_ckpt(const char *arg, char *path, size_t n)
 
 static bool is_gguf(const char *path)
 {
-	FILE *fp = fopen(path, "rb");
+	/* not a regular file (a FIFO would block): the reader says why */
+	FILE *fp = titan_check_regular(path) == 0 ? fopen(path, "rb") : NULL;
 	char m[4];
 	bool yes = fp && fread(m, 1, 4, fp) == 4 && !memcmp(m, "GGUF", 4);
 

@@ -5,6 +5,7 @@
  * trainer (torchtitan's train.py).
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <malloc.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -124,6 +125,85 @@ static int default_threads(const struct titan_dist *d)
 
 enum { OPT_LOG_RANK = TITAN_OPT_TOOL_BASE };
 
+/* `--config -` under a launcher: standard input reaches rank 0 only (on
+ * the other ranks it is empty or never ends).  Rank 0 reads it and sends
+ * it to every rank, each of which reads a temporary copy (path in `tmp`,
+ * removed by the caller). */
+static int share_stdin_config(struct titan_dist *dist, char tmp[4200])
+{
+	struct titan_comm *w = dist->comm[TITAN_DIM_WORLD];
+	const size_t max = (size_t)4 << 20; /* the config parser's own limit */
+	const char *dir = getenv("TMPDIR");
+	char *buf = NULL;
+	int64_t len = 0;
+	int rc = 0, fd;
+
+	if (dist->rank == 0) {
+		size_t got;
+
+		if (!(buf = malloc(max + 1)))
+			return titan_error(TITAN_E_NOMEM, "out of memory");
+		while ((size_t)len <= max && (got = fread(buf + len, 1, max + 1 - (size_t)len,
+							     stdin)) > 0)
+			len += (int64_t)got;
+		if (ferror(stdin))
+			rc = titan_error(TITAN_E_INVALID, "--config -: cannot read standard input: %s",
+					 strerror(errno));
+		else if ((size_t)len > max)
+			rc = titan_error(TITAN_E_INVALID, "--config -: more than %zu bytes", max);
+		if (rc < 0)
+			len = -1;
+	}
+	if (titan_comm_broadcast(w, &len, 1, TITAN_DTYPE_I64, 0, "config size") < 0 ||
+	    len < 0) {
+		free(buf);
+		return rc < 0 ? rc : titan_error(TITAN_E_INVALID, "--config -: rank 0 could not "
+						 "read standard input");
+	}
+	if (dist->rank != 0 && !(buf = malloc((size_t)len + 1)))
+		return titan_error(TITAN_E_NOMEM, "out of memory");
+	if ((rc = titan_comm_broadcast(w, buf, (size_t)len, TITAN_DTYPE_U8, 0, "config")) < 0) {
+		free(buf);
+		return rc;
+	}
+	snprintf(tmp, 4200, "%s/titan-train-config.XXXXXX", dir && *dir ? dir : "/tmp");
+	if ((fd = titan_tmp_mkstemp(tmp, O_CLOEXEC, NULL)) < 0) {
+		rc = titan_error(TITAN_E_IO, "--config -: cannot create '%s': %s", tmp,
+				 strerror(errno));
+		*tmp = '\0';
+	} else {
+		if (write(fd, buf, (size_t)len) != (ssize_t)len)
+			rc = titan_error(TITAN_E_IO, "--config -: cannot write '%s': %s", tmp,
+					 strerror(errno));
+		close(fd);
+	}
+	free(buf);
+	return rc;
+}
+
+/* Ranks started with different configs (an MPMD launch line, per-rank
+ * overrides) are refused before
+ * they build anything: exit 2 on every rank, naming the first difference. */
+static int same_config(struct titan_dist *dist, const struct titan_config *cfg)
+{
+	char *yaml = NULL;
+	size_t n = 0;
+	FILE *fp;
+	int rc;
+
+	if (dist->size <= 1)
+		return 0;
+	if (!(fp = open_memstream(&yaml, &n)))
+		return titan_error(TITAN_E_NOMEM, "out of memory");
+	rc = titan_config_write_yaml(cfg, fp);
+	if (fclose(fp) != 0 && rc == 0)
+		rc = titan_error(TITAN_E_NOMEM, "out of memory");
+	if (rc == 0)
+		rc = titan_dist_check_same_config(dist, yaml, n);
+	free(yaml);
+	return rc;
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option longopts[] = {
@@ -139,6 +219,7 @@ int main(int argc, char **argv)
 	struct titan_trainer *tr = NULL;
 	const char *log_ranks = getenv("TITAN_LOG_RANKS");
 	bool cfg_ready = false, logs = true;
+	char stdin_copy[4200] = "";
 	char prefix[32] = "";
 	int opt, rc;
 
@@ -196,12 +277,29 @@ int main(int argc, char **argv)
 		titan_log_set_level(TITAN_LOG_WARN);
 	if (dist->size > 1)
 		snprintf(prefix, sizeof(prefix), "[rank%d]:", dist->rank);
-	if ((rc = titan_cli_load_config(&cli, &cfg)) != 0)
+	if (dist->size > 1 && cli.config_path && !strcmp(cli.config_path, "-")) {
+		if ((rc = share_stdin_config(dist, stdin_copy)) < 0) {
+			rc = titan_cli_fail(&cli, rc);
+			goto done;
+		}
+		cli.config_path = stdin_copy;
+	}
+	rc = titan_cli_load_config(&cli, &cfg);
+	if (*stdin_copy) {
+		unlink(stdin_copy);
+		titan_tmp_forget(stdin_copy);
+		cli.config_path = "-";
+	}
+	if (rc != 0)
 		goto done;
 	cfg_ready = true;
 	if ((rc = titan_cli_no_dash(&cli, "job.dump_folder", cfg.job.dump_folder,
 				    "it is the run's folder (checkpoints, metrics, traces)")))
 		goto done;
+	if ((rc = same_config(dist, &cfg)) < 0) {
+		rc = titan_cli_fail(&cli, rc);
+		goto done;
+	}
 	/* runs describe themselves: version, features and the config they used */
 	titan_log_info("titan-train %s (%s), built with %s; this run: training.device %s, "
 		       "%d rank(s)%s, config %s", titan_version(), titan_git_revision(),
