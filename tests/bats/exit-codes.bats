@@ -218,11 +218,22 @@ PY
 	/usr/bin/python3 -c 'import h5py' 2>/dev/null || skip "python3-h5py is not installed"
 	titan-train -q --config "$DATA/tiny.yaml" --checkpoint.enable \
 		--checkpoint.last_save_model_only=false --job.dump_folder=run > /dev/null
+	cp run/checkpoint/step-2.h5 good.h5
+	# refused when the file is opened (a negative count) ...
 	/usr/bin/python3 -c 'import h5py, sys
 with h5py.File(sys.argv[1], "r+") as f:
     f["optimizer"].attrs["step"] = -5' run/checkpoint/step-2.h5
 	expect 1 titan-train -q --config "$DATA/tiny.yaml" --checkpoint.enable \
 		--job.dump_folder=run --training.steps=3
-	[[ $stderr == *"step-2.h5': /optimizer: step -5 is not a step count"* ]]
+	[[ $stderr == *"step-2.h5': /optimizer: attribute 'step' is -5 (must not be negative)"* ]]
+	assert_file_not_exists run/checkpoint/step-3.h5
+	# ... or when it is loaded (a count AdamW cannot take)
+	cp good.h5 run/checkpoint/step-2.h5
+	/usr/bin/python3 -c 'import h5py, sys
+with h5py.File(sys.argv[1], "r+") as f:
+    f["optimizer"].attrs["step"] = 2**62' run/checkpoint/step-2.h5
+	expect 1 titan-train -q --config "$DATA/tiny.yaml" --checkpoint.enable \
+		--job.dump_folder=run --training.steps=3
+	[[ $stderr == *"step-2.h5': /optimizer: step 4611686018427387904 is not a step count"* ]]
 	assert_file_not_exists run/checkpoint/step-3.h5
 }
