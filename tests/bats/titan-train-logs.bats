@@ -163,3 +163,25 @@ train2() {
 		fail "$stderr"
 	[[ $stderr != *"Training starts"* && -z $output ]] || fail "$stderr"
 }
+
+@test "absolute comm.save_traces_folder: the flight recorder lands where asked" {
+	mpi_or_skip
+	local d=$BATS_TEST_TMPDIR ft=$BATS_TEST_TMPDIR/shared/ft job pids status=0
+	timeout -k 5 120 mpiexec -n 2 env OMP_NUM_THREADS=1 titan-train --log-rank all \
+		--config "$DATA/tiny.yaml" --training.steps=100000 --job.dump_folder="$d/run" \
+		--parallelism.data_parallel_shard_degree=2 --comm.train_timeout_seconds=2 \
+		--comm.save_traces_folder="$ft" > "$d/out" 2> "$d/err" &
+	job=$!
+	for _ in $(seq 600); do
+		[ -s "$d/run/metrics.jsonl" ] && [ "$(wc -l < "$d/run/metrics.jsonl")" -ge 3 ] && break
+		sleep 0.1
+	done
+	pids=$(grep -m1 -o 'Ranks: .*' "$d/err" | grep -o 'pid [0-9]*' | cut -d' ' -f2)
+	[ "$(echo "$pids" | wc -l)" -eq 2 ] || { kill $job; fail "no pids: $(cat "$d/err")"; }
+	kill -STOP "$(echo "$pids" | sed -n 2p)"
+	wait $job || status=$?
+	[ "$status" -ne 0 ] && [ "$status" -ne 124 ]
+	grep -q "the flight recorder is in $ft/rank0.json" "$d/err" || fail "$(cat "$d/err")"
+	assert_file_exists "$ft/rank0.json"
+	[ ! -e "$d/run/shared" ]
+}
