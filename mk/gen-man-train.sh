@@ -250,6 +250,29 @@ files) are never written through a symbolic link: a link at that name is
 replaced by a regular file, with a warning, and the file it pointed at is
 left alone.  Shards, checkpoints and tokenizers must be regular files: a
 FIFO is refused at once (exit 1) rather than waited on.
+.PP
+The folder keys
+.RB ( checkpoint.folder ,
+.BR metrics.save_jsonl_file ,
+.BR metrics.save_tb_folder ,
+.BR profiling.save_traces_folder ,
+.BR profiling.save_memory_snapshot_folder ,
+.BR comm.save_traces_folder )
+are under
+.B job.dump_folder
+unless absolute: an absolute path is used as it is, as torchtitan's
+os.path.join (checkpoint.folder=/shared/ckpt saves to and resumes from
+/shared/ckpt, whatever the dump folder).
+.PP
+The start-up lines describe the run: the first names the device
+.B training.device
+resolved to ("training.device auto \(-> cpu"); "Parallelism:" names every
+dimension above 1 with its degree ("FSDP 2 (dp_shard) x TP 2 x PP 2 (1F1B, 4
+microbatches of 1 x 128 tokens)", or "single rank"); "Training starts:" the
+microbatches each rank runs per step (a pipeline's when PP is on).  On the
+CPU, which computes in float32,
+.B training.mixed_precision_param
+bfloat16 (the default) is said once; it sets the GEMM precision on CUDA.
 .SH CHECKPOINTS
 With
 .BR checkpoint.enable ,

@@ -220,7 +220,7 @@ static const struct cfg_entry schema[] = {
 	/* checkpoint */
 	K(checkpoint, enable, BOOL, "false", NR, NULL, 0, "save and load checkpoints"),
 	K(checkpoint, folder, STRING, "checkpoint", NR, NULL, 0,
-	  "checkpoint folder under job.dump_folder"),
+	  "checkpoint folder under job.dump_folder; an absolute path is used as is"),
 	K(checkpoint, interval, INT, "500", GE(1), NULL, 0, "save every N steps"),
 	K(checkpoint, initial_load_path, STRING, "", NR, NULL, 0,
 	  "checkpoint to start from when the folder has none; '' = none"),
@@ -262,7 +262,7 @@ static const struct cfg_entry schema[] = {
 	K(metrics, save_for_all_ranks, BOOL, "false", NR, NULL, 0,
 	  "every rank writes metrics, not just the logging rank"),
 	K(metrics, save_jsonl_file, STRING, "metrics.jsonl", NR, NULL, 0,
-	  "JSONL metrics file under job.dump_folder; '' = none"),
+	  "JSONL metrics file under job.dump_folder (an absolute path as is); '' = none"),
 	K(metrics, peak_flops, FLOAT, "", GE(0), NULL, NUL | NZ,
 	  "peak FLOP/s per device for MFU; null = device table (GPU) or nominal peak (CPU)"),
 	K(metrics, measure_peak_flops, BOOL, "false", NR, NULL, 0,
@@ -270,13 +270,13 @@ static const struct cfg_entry schema[] = {
 	K(metrics, enable_tensorboard, BOOL, "false", NR, NULL, 0,
 	  "write TensorBoard event files (rank 0; all ranks with save_for_all_ranks)"),
 	K(metrics, save_tb_folder, STRING, "tb", NR, NULL, 0,
-	  "TensorBoard folder under job.dump_folder"),
+	  "TensorBoard folder under job.dump_folder; an absolute path is used as is"),
 
 	/* profiling */
 	K(profiling, enable_profiling, BOOL, "false", NR, NULL, 0,
 	  "write timing traces"),
 	K(profiling, save_traces_folder, STRING, "profile_traces", NR, NULL, 0,
-	  "trace folder under job.dump_folder"),
+	  "trace folder under job.dump_folder; an absolute path is used as is"),
 	K(profiling, profile_freq, INT, "10", GE(1), NULL, 0,
 	  "profile every N steps"),
 	K(profiling, profiler_warmup, INT, "3", GE(0), NULL, 0,
@@ -286,7 +286,7 @@ static const struct cfg_entry schema[] = {
 	K(profiling, enable_memory_snapshot, BOOL, "false", NR, NULL, 0,
 	  "write memory event traces"),
 	K(profiling, save_memory_snapshot_folder, STRING, "memory_snapshot", NR, NULL, 0,
-	  "memory trace folder under job.dump_folder"),
+	  "memory trace folder under job.dump_folder; an absolute path is used as is"),
 
 	/* comm */
 	K(comm, init_timeout_seconds, INT, "300", GE(1), NULL, 0,
@@ -296,7 +296,7 @@ static const struct cfg_entry schema[] = {
 	K(comm, trace_buf_size, INT, "20000", GE(0), NULL, 0,
 	  "flight recorder entries; 0 = off"),
 	K(comm, save_traces_folder, STRING, "comm_traces", NR, NULL, 0,
-	  "flight recorder folder under job.dump_folder"),
+	  "flight recorder folder under job.dump_folder; an absolute path is used as is"),
 	K(comm, bucket_size_mb, FLOAT, "-1", GE(-1), NULL, 0,
 	  "MiB per gradient/parameter bucket: consecutive blocks share one collective "
 	  "up to this size; 0 = one per block; -1 = 25 for DDP (torch's bucket_cap_mb), "

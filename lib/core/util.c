@@ -1,6 +1,6 @@
 /*
  * util.c — strict number parsing, byte and float formatting, edit distance,
- * and atomic whole-file writes (temporary name, fsync, rename).
+ * path joining, and atomic whole-file writes (temporary name, fsync, rename).
  */
 #include "titan/core.h"
 
@@ -186,6 +186,37 @@ char *titan_strdup(const char *s)
 	if (!p)
 		titan_error(TITAN_E_NOMEM, "out of memory copying a string");
 	return p;
+}
+
+int titan_path_join(char *out, size_t n, const char *base, const char *rel)
+{
+	size_t lb, lr;
+	int w;
+
+	base = base ? base : "";
+	rel = rel ? rel : "";
+	if (*rel == '/' || !*base) {
+		base = rel;
+		rel = "";
+	}
+	/* the parts without their trailing slashes, and rel without its
+	 * leading ./ (a path of slashes only is "/") */
+	lb = strlen(base);
+	while (lb > 1 && base[lb - 1] == '/')
+		lb--;
+	while (rel[0] == '.' && rel[1] == '/') {
+		rel += 2;
+		while (*rel == '/')
+			rel++;
+	}
+	lr = strlen(rel);
+	while (lr > 0 && rel[lr - 1] == '/')
+		lr--;
+	w = snprintf(out, n, "%.*s%s%.*s", (int)lb, base,
+		     lr && !(lb == 1 && base[0] == '/') ? "/" : "", (int)lr, rel);
+	if (w < 0 || (size_t)w >= n)
+		return titan_error(TITAN_E_INVALID, "path too long: '%s' under '%s'", rel, base);
+	return 0;
 }
 
 int titan_afile_open(struct titan_afile *f, const char *path)

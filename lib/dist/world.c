@@ -529,8 +529,10 @@ int titan_dist_configure(struct titan_dist *d, const struct titan_config *c)
 {
 	struct world *w = (struct world *)d;
 
-	snprintf(w->traces_dir, sizeof(w->traces_dir), "%s/%s", c->job.dump_folder,
-		 c->comm.save_traces_folder);
+	/* an absolute comm.save_traces_folder is that folder (os.path.join) */
+	if (titan_path_join(w->traces_dir, sizeof(w->traces_dir), c->job.dump_folder,
+			    c->comm.save_traces_folder) < 0)
+		return titan_error_prefix("comm.save_traces_folder");
 	pthread_mutex_lock(&w->rlock);
 	if (c->comm.trace_buf_size != w->cap) {
 		struct rec *r = c->comm.trace_buf_size > 0

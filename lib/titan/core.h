@@ -419,6 +419,11 @@ const char *titan_format_double(char *buf, size_t n, double v);
 /* Damerau–Levenshtein (optimal string alignment) distance. */
 int titan_edit_distance(const char *a, const char *b);
 char *titan_strdup(const char *s); /* NULL + TITAN_E_NOMEM on failure */
+/* `rel` under `base` into out[n] as Python's os.path.join(base, rel): an
+ * absolute `rel` wins (checkpoint.folder=/shared/ckpt is that folder, not
+ * DUMP//shared/ckpt), an empty one is `base`; never a doubled slash, no
+ * trailing one ("/" stays "/").  TITAN_E_INVALID when it does not fit in n. */
+int titan_path_join(char *out, size_t n, const char *base, const char *rel);
 /* A string from a file made safe to print (to a terminal, a log, a
  * message): control characters (C0, DEL, the C1 range U+0080..U+009F)
  * and bytes that are not well-formed UTF-8 become \xHH, one per byte; the

@@ -377,6 +377,9 @@ struct titan_trainer_opts {
 };
 int titan_trainer_new(const struct titan_config *c, const struct titan_trainer_opts *o,
 		      struct titan_trainer **out);
+/* What training.device comes to on `nranks` ranks: "cuda" or "cpu" (auto:
+ * cuda on one rank when the build has CUDA and a GPU is there). */
+const char *titan_trainer_device(const struct titan_config *c, int nranks);
 /* Train from the resumed step to training.steps, or until SIGTERM, SIGINT
  * or SIGUSR1 (after titan_trainer_catch_signals) reaches any rank: then
  * every rank finishes the step, a checkpoint is saved when checkpointing

@@ -168,11 +168,13 @@ static bool profiled(const struct titan_config *c, int64_t step)
 static int trace_open(struct titan_trainer *t, int64_t step)
 {
 	const struct titan_config *c = &t->cfg;
-	char dir[4096], path[4200], meta[256];
+	char base[4096], dir[4200], path[4300], meta[256];
 	int rc;
 
-	snprintf(dir, sizeof(dir), "%s/%s/iteration_%lld", c->job.dump_folder,
-		 c->profiling.save_traces_folder, (long long)step);
+	if ((rc = titan_path_join(base, sizeof(base), c->job.dump_folder,
+				  c->profiling.save_traces_folder)) < 0)
+		return titan_error_prefix("profiling.save_traces_folder");
+	snprintf(dir, sizeof(dir), "%s/iteration_%lld", base, (long long)step);
 	if ((rc = titan_mkdirs(dir)) < 0)
 		return rc;
 	snprintf(path, sizeof(path), "%s/rank%d_trace.json", dir, t->dist->rank);
@@ -497,7 +499,7 @@ int titan_trainer_run(struct titan_trainer *t)
 	int rc, sig = 0;
 
 	titan_lr_schedule_init(&sched, c);
-	if (sched.clamped & 1)
+	if ((sched.clamped & 1) && !c->checkpoint.create_seed_checkpoint)
 		titan_log_warn("lr_scheduler.warmup_steps %lld exceeds the %lld training steps: "
 			       "warmup over all of them", (long long)c->lr_scheduler.warmup_steps,
 			       (long long)sched.warmup);
@@ -726,26 +728,42 @@ static double gpu_peak_flops(const char *name)
 	return 0;
 }
 
+const char *titan_trainer_device(const struct titan_config *c, int nranks)
+{
+	int n = 0;
+
+	if (!strcmp(c->training.device, "cuda"))
+		return "cuda";
+	if (!strcmp(c->training.device, "cpu") || nranks > 1 || !titan_cuda_built() ||
+	    titan_cuda_device_count(&n) < 0 || n == 0) {
+		titan_error_clear();
+		return "cpu";
+	}
+	return "cuda";
+}
+
 /* training.device: cuda needs a GPU and one rank with no model parallelism
  * (this version); auto picks cuda when that holds and a GPU is there. */
 static int open_backend(struct titan_trainer *t, const struct titan_trainer_opts *o)
 {
 	const struct titan_config *c = &t->cfg;
-	const bool want = !strcmp(c->training.device, "cuda");
 	const bool parallel = t->dist->size > 1;
 	struct titan_cuda_opts co = {0};
 	struct titan_cuda_device_info info;
 	struct titan_mem_backend mb;
-	int n = 0, rc;
+	int rc;
 
 	t->mem = titan_host_allocator();
-	if (!strcmp(c->training.device, "cpu") || (!want && (parallel || !titan_cuda_built() ||
-							      titan_cuda_device_count(&n) < 0 ||
-							      n == 0))) {
-		titan_error_clear();
+	if (!strcmp(titan_trainer_device(c, t->dist->size), "cpu")) {
 		if ((rc = titan_backend_cpu_init(&t->be, o->threads)) < 0)
 			return rc;
 		t->be_ready = true;
+		/* the docs promise no key is silently ignored: say what the
+		 * CPU computes in (its kernels are float32; bf16 applies on
+		 * CUDA, where it is the GEMM precision) */
+		if (!strcmp(c->training.mixed_precision_param, "bfloat16"))
+			titan_log_info("training.mixed_precision_param bfloat16: the CPU computes in "
+				       "float32 (mixed precision applies on CUDA)");
 		return 0;
 	}
 	if (parallel)
@@ -824,8 +842,9 @@ static int open_memtrace(struct titan_trainer *t)
 	char dir[4096], path[4200];
 	int rc, fd;
 
-	snprintf(dir, sizeof(dir), "%s/%s", c->job.dump_folder,
-		 c->profiling.save_memory_snapshot_folder);
+	if ((rc = titan_path_join(dir, sizeof(dir), c->job.dump_folder,
+				  c->profiling.save_memory_snapshot_folder)) < 0)
+		return titan_error_prefix("profiling.save_memory_snapshot_folder");
 	if ((rc = titan_mkdirs(dir)) < 0)
 		return rc;
 	/* written as it goes (not renamed at the end): the events of a killed
@@ -855,7 +874,8 @@ static int lock_dump_folder(struct titan_trainer *t)
 
 	if ((rc = titan_mkdirs(dir)) < 0)
 		return rc;
-	snprintf(path, sizeof(path), "%s/.titan-train.lock", dir);
+	if ((rc = titan_path_join(path, sizeof(path), dir, ".titan-train.lock")) < 0)
+		return rc;
 	/* a symbolic link at the name is replaced, never written through: the
 	 * ftruncate below would empty the file it points at (issue 21) */
 	if ((rc = titan_create_nofollow(path, O_RDWR, &fd)) < 0)
@@ -883,23 +903,39 @@ static int lock_dump_folder(struct titan_trainer *t)
 static int open_jsonl(struct titan_trainer *t)
 {
 	const struct titan_config *c = &t->cfg;
-	char path[4200];
+	char path[4200], file[4096];
 	bool append = t->start_step > 0;
 	int rc, fd;
 
 	if (!*c->metrics.save_jsonl_file || (t->dist->rank != 0 && !c->metrics.save_for_all_ranks))
 		return 0;
-	if ((rc = titan_mkdirs(c->job.dump_folder)) < 0)
-		return rc;
-	if (t->dist->rank == 0) {
-		snprintf(path, sizeof(path), "%s/%s", c->job.dump_folder, c->metrics.save_jsonl_file);
-	} else {
+	/* an absolute metrics.save_jsonl_file is that file (os.path.join) */
+	if ((rc = titan_path_join(file, sizeof(file), c->job.dump_folder,
+				  c->metrics.save_jsonl_file)) < 0)
+		return titan_error_prefix("metrics.save_jsonl_file");
+	if (t->dist->rank != 0) {
 		/* metrics.save_for_all_ranks: FILE.rankR.jsonl beside rank 0's */
-		const char *f = c->metrics.save_jsonl_file, *dot = strrchr(f, '.');
-		int stem = dot ? (int)(dot - f) : (int)strlen(f);
+		const char *slash = strrchr(file, '/'), *dot = strrchr(file, '.');
 
-		snprintf(path, sizeof(path), "%s/%.*s.rank%d%s", c->job.dump_folder, stem, f,
-			 t->dist->rank, dot ? dot : "");
+		if (!dot || (slash && dot < slash))
+			dot = file + strlen(file);
+		if (snprintf(path, sizeof(path), "%.*s.rank%d%s", (int)(dot - file), file,
+			     t->dist->rank, dot) >= (int)sizeof(path))
+			return titan_error(TITAN_E_INVALID, "metrics.save_jsonl_file: path too long");
+	} else {
+		snprintf(path, sizeof(path), "%s", file);
+	}
+	/* the file's folder: the dump folder or wherever an absolute or
+	 * nested name points */
+	{
+		char dir[4200], *slash;
+
+		snprintf(dir, sizeof(dir), "%s", path);
+		if ((slash = strrchr(dir, '/')) && slash > dir) {
+			*slash = '\0';
+			if ((rc = titan_mkdirs(dir)) < 0)
+				return rc;
+		}
 	}
 	/* a resumed run continues the file; a symbolic link at the name is
 	 * replaced by a regular file, never written through (issue 21) */
@@ -921,7 +957,7 @@ static int open_tensorboard(struct titan_trainer *t)
 {
 	const struct titan_config *c = &t->cfg;
 	int64_t now = (int64_t)(titan_unix_time_ns() / 1000000000u);
-	char dir[4200], when[32];
+	char base[4096], dir[4300], when[32];
 	struct tm tm;
 	time_t secs;
 	int rc;
@@ -937,8 +973,11 @@ static int open_tensorboard(struct titan_trainer *t)
 	secs = (time_t)now;
 	if (!localtime_r(&secs, &tm) || !strftime(when, sizeof(when), "%Y%m%d-%H%M", &tm))
 		snprintf(when, sizeof(when), "%lld", (long long)now);
-	snprintf(dir, sizeof(dir), "%s/%s%s%s", c->job.dump_folder, c->metrics.save_tb_folder,
-		 *c->metrics.save_tb_folder ? "/" : "", when);
+	/* an absolute metrics.save_tb_folder is that folder (os.path.join) */
+	if ((rc = titan_path_join(base, sizeof(base), c->job.dump_folder,
+				  c->metrics.save_tb_folder)) < 0)
+		return titan_error_prefix("metrics.save_tb_folder");
+	snprintf(dir, sizeof(dir), "%s/%s", base, when);
 	if (c->metrics.save_for_all_ranks)
 		snprintf(dir + strlen(dir), sizeof(dir) - strlen(dir), "/rank_%d", t->dist->rank);
 	if ((rc = titan_mkdirs(dir)) < 0 ||
@@ -973,6 +1012,49 @@ static int log_ranks(struct titan_trainer *t)
 		titan_log_info("Ranks: %s", line);
 	free(all);
 	return rc;
+}
+
+/* One line naming every parallelism of the run with its degree, only the
+ * dimensions above 1, as torchtitan's "Building 3-D device mesh with
+ * ['dp_shard', 'cp', 'tp'], [2, 2, 2]" does: "FSDP 2 (dp_shard) x TP 2 x PP
+ * 2 (1F1B, 4 microbatches of 1 x 128 tokens)", or "single rank".  FSDP's
+ * mesh includes cp: a CP run shards its parameters over dp_shard x cp. */
+static void log_layout(const struct titan_trainer *t)
+{
+	const struct titan_config *c = &t->cfg;
+	const int64_t *d = t->dist->dims.degree;
+	char line[1024] = "";
+	size_t n = 0;
+
+#define ADD(...) (n += (size_t)snprintf(line + n, n < sizeof(line) ? sizeof(line) - n : 0, \
+					__VA_ARGS__))
+	if (d[TITAN_DIM_DP_REPLICATE] > 1 && d[TITAN_DIM_DP_SHARD] > 1)
+		ADD("HSDP %lld x %lld (dp_replicate x dp_shard)",
+		    (long long)d[TITAN_DIM_DP_REPLICATE], (long long)d[TITAN_DIM_DP_SHARD]);
+	else if (d[TITAN_DIM_DP_REPLICATE] > 1)
+		ADD("DDP %lld (dp_replicate)", (long long)d[TITAN_DIM_DP_REPLICATE]);
+	else if (d[TITAN_DIM_DP_SHARD] > 1)
+		ADD("FSDP %lld (dp_shard)", (long long)d[TITAN_DIM_DP_SHARD]);
+	if (d[TITAN_DIM_CP] > 1)
+		ADD("%sCP %lld", n ? " x " : "", (long long)d[TITAN_DIM_CP]);
+	if (d[TITAN_DIM_TP] > 1)
+		ADD("%sTP %lld", n ? " x " : "", (long long)d[TITAN_DIM_TP]);
+	if (d[TITAN_DIM_PP] > 1)
+		ADD("%sPP %lld (%s, %lld microbatches of %lld x %lld tokens)", n ? " x " : "",
+		    (long long)d[TITAN_DIM_PP], c->parallelism.pipeline_parallel_schedule,
+		    (long long)t->mo.pp_microbatches, (long long)t->mo.batch,
+		    (long long)c->training.seq_len);
+	if (!n)
+		ADD("single rank");
+	if (t->dp && t->fsdp_degree > 1)
+		ADD("; parameters sharded over %s%lld ranks in %d FSDP unit(s)",
+		    d[TITAN_DIM_CP] > 1 ? "dp_shard x cp, " : "", (long long)t->fsdp_degree,
+		    titan_dp_units(t->dp));
+	else if (t->dp)
+		ADD("; gradients all-reduced in %d bucket(s)", titan_dp_units(t->dp));
+#undef ADD
+	titan_log_info("Parallelism: %s; %d rank(s), %d thread(s) per rank", line, t->dist->size,
+		       t->be.nthreads);
 }
 
 int titan_trainer_new(const struct titan_config *cfg, const struct titan_trainer_opts *o,
@@ -1133,21 +1215,29 @@ int titan_trainer_new(const struct titan_config *cfg, const struct titan_trainer
 	t->flops_per_token = titan_model_flops_per_token(&t->dims, c->training.seq_len);
 	titan_log_info("Model llama3 %s size: %lld total parameters", t->dims.flavor,
 		       (long long)mp.total);
-	if (t->dist->size > 1)
-		titan_log_info("Parallelism: %d ranks, %s (dp_replicate %lld x dp_shard %lld), "
-			       "%d unit(s), %d thread(s) per rank", t->dist->size,
-			       t->fsdp_degree > 1 ? (t->dist->dims.degree[TITAN_DIM_DP_REPLICATE] > 1
-						     ? "HSDP" : "FSDP") : "DDP",
-			       (long long)t->dist->dims.degree[TITAN_DIM_DP_REPLICATE],
-			       (long long)t->dist->dims.degree[TITAN_DIM_DP_SHARD],
-			       t->dp ? titan_dp_units(t->dp) : 0, t->be.nthreads);
+	log_layout(t);
 	if (t->cuda && isnan(c->metrics.peak_flops))
 		snprintf(t->peak_from, sizeof(t->peak_from), "bf16 dense peak of the GPU");
 	titan_log_info("Peak FLOPS used for computing MFU: %.3e (%s)", t->peak_flops, t->peak_from);
-	titan_log_info("Training starts: %lld steps, %lld microbatch(es) of %lld x %lld tokens "
-		       "per rank, activation checkpointing %s", (long long)c->training.steps,
-		       (long long)t->accum, (long long)c->training.local_batch_size,
-		       (long long)c->training.seq_len, c->activation_checkpoint.mode);
+	if (c->checkpoint.create_seed_checkpoint)
+		titan_log_info("Seed checkpoint only (checkpoint.create_seed_checkpoint): no "
+			       "training steps; runs with checkpoint.enable and this "
+			       "checkpoint.folder start from it");
+	else if (t->pp)
+		/* a pipeline step runs accum x (local batch / microbatch size)
+		 * microbatches of the pipeline's size */
+		titan_log_info("Training starts: %lld steps, %lld microbatch(es) of %lld x %lld tokens "
+			       "per rank (%lld local batch(es) of %lld, pipelined), activation "
+			       "checkpointing %s", (long long)c->training.steps,
+			       (long long)(t->accum * t->mo.pp_microbatches), (long long)t->mo.batch,
+			       (long long)c->training.seq_len, (long long)t->accum,
+			       (long long)c->training.local_batch_size, c->activation_checkpoint.mode);
+	else
+		titan_log_info("Training starts: %lld steps, %lld microbatch(es) of %lld x %lld "
+			       "tokens per rank, activation checkpointing %s",
+			       (long long)c->training.steps, (long long)t->accum,
+			       (long long)c->training.local_batch_size, (long long)c->training.seq_len,
+			       c->activation_checkpoint.mode);
 	if ((rc = open_jsonl(t)) < 0)
 		return rc;
 	return open_tensorboard(t);

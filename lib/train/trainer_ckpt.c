@@ -360,7 +360,11 @@ int titan_trainer_ckpt_setup(struct titan_trainer *t)
 	const struct titan_config *c = &t->cfg;
 	int rc;
 
-	snprintf(t->ckpt_dir, sizeof(t->ckpt_dir), "%s/%s", c->job.dump_folder, c->checkpoint.folder);
+	/* an absolute checkpoint.folder is that folder (shared storage),
+	 * as torchtitan's os.path.join */
+	if ((rc = titan_path_join(t->ckpt_dir, sizeof(t->ckpt_dir), c->job.dump_folder,
+				  c->checkpoint.folder)) < 0)
+		return titan_error_prefix("checkpoint.folder");
 	/* what killed writes left (a full disk's worth, perhaps), whatever
 	 * keep_latest_k: rank 0 holds the dump folder's lock, so no other
 	 * titan-train writes here; files changed since this run began are

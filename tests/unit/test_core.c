@@ -400,6 +400,31 @@ static void test_create_nofollow(void **state)
 	rmdir(dir);
 }
 
+static void test_path_join(void **state)
+{
+	char out[32];
+
+	(void)state;
+	/* os.path.join: an absolute part wins, no doubled or trailing slash */
+	assert_int_equal(titan_path_join(out, sizeof(out), "mm2", "/abs/ckpt"), 0);
+	assert_string_equal(out, "/abs/ckpt");
+	assert_int_equal(titan_path_join(out, sizeof(out), "mm2", "ckpt"), 0);
+	assert_string_equal(out, "mm2/ckpt");
+	assert_int_equal(titan_path_join(out, sizeof(out), "mm2/", "ckpt/"), 0);
+	assert_string_equal(out, "mm2/ckpt");
+	assert_int_equal(titan_path_join(out, sizeof(out), "mm2//", "./tb"), 0);
+	assert_string_equal(out, "mm2/tb");
+	assert_int_equal(titan_path_join(out, sizeof(out), "/", "x"), 0);
+	assert_string_equal(out, "/x");
+	assert_int_equal(titan_path_join(out, sizeof(out), "out", ""), 0);
+	assert_string_equal(out, "out");
+	assert_int_equal(titan_path_join(out, sizeof(out), "", "a/b"), 0);
+	assert_string_equal(out, "a/b");
+	assert_int_equal(titan_path_join(out, sizeof(out), "./outputs", "/"), 0);
+	assert_string_equal(out, "/");
+	assert_int_equal(titan_path_join(out, 8, "outputs", "checkpoint"), TITAN_E_INVALID);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -416,6 +441,7 @@ int main(void)
 		cmocka_unit_test(test_build_facts),
 		cmocka_unit_test(test_map_file),
 		cmocka_unit_test(test_create_nofollow),
+		cmocka_unit_test(test_path_join),
 	};
 	setenv("TITAN_LOG_TIME", "1", 1);
 	return cmocka_run_group_tests_name("core", tests, NULL, NULL);

@@ -221,6 +221,7 @@ int main(int argc, char **argv)
 	bool cfg_ready = false, logs = true;
 	char stdin_copy[4200] = "";
 	char prefix[32] = "";
+	char device[64];
 	int opt, rc;
 
 	threading_defaults(argv);
@@ -300,10 +301,18 @@ int main(int argc, char **argv)
 		rc = titan_cli_fail(&cli, rc);
 		goto done;
 	}
-	/* runs describe themselves: version, features and the config they used */
+	/* runs describe themselves: version, features, the device the run
+	 * resolved to ("auto → cpu") and the config they used */
+	{
+		const char *dev = titan_trainer_device(&cfg, dist->size);
+
+		snprintf(device, sizeof(device), "%s%s%s", cfg.training.device,
+			 strcmp(dev, cfg.training.device) ? " → " : "",
+			 strcmp(dev, cfg.training.device) ? dev : "");
+	}
 	titan_log_info("titan-train %s (%s), built with %s; this run: training.device %s, "
 		       "%d rank(s)%s, config %s", titan_version(), titan_git_revision(),
-		       titan_features(), cfg.training.device, dist->size,
+		       titan_features(), device, dist->size,
 		       dist->size > 1 ? " over MPI" : "",
 		       cli.config_path ? cli.config_path : "(defaults)");
 	if (cfg.job.print_config && logs)

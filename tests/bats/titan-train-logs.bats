@@ -1,0 +1,187 @@
+#!/usr/bin/env bats
+# titan-train says what it runs and writes where it is told (issue 27):
+# absolute path keys are used as they are (torchtitan's os.path.join), the
+# log names the resolved device, every parallelism with its degree, the
+# pipeline's microbatches, what the CPU computes in, and what a seed
+# checkpoint run does.
+
+bats_require_minimum_version 1.5.0
+
+setup_file() {
+	export DATA=$BATS_FILE_TMPDIR
+	PATH=${TITAN_BIN:-$BATS_TEST_DIRNAME/../../bin}:$PATH
+	yes 'In the beginning God created the heaven and the earth.' | head -n 2000 > "$DATA/g.txt"
+	titan-tokenize train --vocab-size 768 --format text "$DATA/g.txt" -o "$DATA/tok.tiktoken"
+	titan-tokenize -t "$DATA/tok.tiktoken" --doc-per-line "$DATA/g.txt" |
+		titan-shard -q -t "$DATA/tok.tiktoken" --out "$DATA/shards" --val-docs 20
+	cat > "$DATA/tiny.yaml" <<YAML
+model:
+  flavor: custom
+  dim: 32
+  n_layers: 2
+  n_heads: 4
+  n_kv_heads: 2
+  vocab_size: 768
+  multiple_of: 32
+lr_scheduler:
+  warmup_steps: 1
+training:
+  dataset_path: $DATA/shards
+  local_batch_size: 4
+  seq_len: 32
+  steps: 2
+metrics:
+  log_freq: 1
+  peak_flops: 1.0e+11
+activation_checkpoint:
+  mode: none
+YAML
+}
+
+setup() {
+	load helpers
+	cd "$BATS_TEST_TMPDIR"
+}
+
+mpi_or_skip() {
+	if ! command -v mpiexec >/dev/null || ! titan-train --version | grep -q '+mpi'; then
+		skip "no MPI in this build (or no mpiexec)"
+	fi
+}
+
+# 2 ranks, 1 step, the log of rank 0
+train2() {
+	run -0 --separate-stderr timeout -k 5 120 mpiexec -n 2 env OMP_NUM_THREADS=1 \
+		titan-train --config "$DATA/tiny.yaml" --job.dump_folder="$BATS_TEST_TMPDIR/out" \
+		--training.steps=1 "$@"
+	refute_crash
+}
+
+@test "absolute checkpoint.folder: saves there, not under the dump folder, and resumes from it" {
+	ck=$BATS_TEST_TMPDIR/shared/ckpt
+	run -0 --separate-stderr titan-train --config "$DATA/tiny.yaml" --job.dump_folder=run1/ \
+		--checkpoint.enable --checkpoint.interval=1 --checkpoint.no_last_save_model_only \
+		--checkpoint.folder="$ck"
+	assert_file_exists "$ck/step-2.h5"
+	[[ ! -e run1/shared && -z $(find run1 -name 'step-*.h5') ]] || fail "nested under run1/: $(find run1)"
+	[[ $stderr == *"Saved checkpoint $ck/step-1.h5 "* ]] || fail "$stderr"
+	# a second run in another dump folder goes on from the shared folder
+	run -0 --separate-stderr titan-train --config "$DATA/tiny.yaml" --job.dump_folder=run2 \
+		--training.steps=3 --checkpoint.enable --checkpoint.interval=1 \
+		--checkpoint.folder="$ck/"
+	[[ $stderr == *"Loaded checkpoint $ck/step-2.h5 (step 2)"* ]] || fail "$stderr"
+	assert_file_exists "$ck/step-3.h5"
+	[[ $output == *"step:  3"* && $output != *"step:  1 "* ]] || fail "$output"
+}
+
+@test "absolute metrics.save_tb_folder and save_jsonl_file land where asked" {
+	elsewhere=$BATS_TEST_TMPDIR/elsewhere
+	run -0 --separate-stderr titan-train --config "$DATA/tiny.yaml" --job.dump_folder=run \
+		--metrics.enable_tensorboard --metrics.save_tb_folder="$elsewhere/tb" \
+		--metrics.save_jsonl_file="$elsewhere/m/metrics.jsonl"
+	[ "$(grep -c '"loss"' "$elsewhere/m/metrics.jsonl")" -eq 2 ]
+	ls "$elsewhere"/tb/*/events.out.tfevents.* >/dev/null || fail "no events under $elsewhere/tb"
+	[[ ! -e run/elsewhere && ! -e run/tb ]] || fail "nested under run/: $(find run)"
+	# relative keys stay under the dump folder, with no doubled slash
+	run -0 --separate-stderr titan-train --config "$DATA/tiny.yaml" --job.dump_folder=rel/ \
+		--metrics.enable_tensorboard
+	assert_file_exists rel/metrics.jsonl
+	[[ $stderr == *"TensorBoard events: rel/tb/"* && $stderr != *"//"* ]] || fail "$stderr"
+}
+
+@test "absolute profiling and memory snapshot folders land where asked" {
+	p=$BATS_TEST_TMPDIR/prof
+	run -0 --separate-stderr titan-train --config "$DATA/tiny.yaml" --job.dump_folder=run \
+		--profiling.enable_profiling --profiling.profile_freq=1 --profiling.profiler_warmup=0 \
+		--profiling.save_traces_folder="$p/traces" --profiling.enable_memory_snapshot \
+		--profiling.save_memory_snapshot_folder="$p/mem"
+	assert_file_exists "$p/traces/iteration_1/rank0_trace.json"
+	assert_file_exists "$p/mem/rank0.memtrace"
+	[[ -z $(find run -name '*trace*') ]] || fail "nested under run/: $(find run)"
+}
+
+@test "the first line names the device the run resolved to" {
+	run -0 --separate-stderr titan-train --config "$DATA/tiny.yaml" --job.dump_folder=run \
+		--training.steps=1 --training.device=auto
+	[[ $stderr =~ "training.device auto → "(cpu|cuda)", 1 rank(s)" ]] || fail "$stderr"
+	run -0 --separate-stderr titan-train --config "$DATA/tiny.yaml" --job.dump_folder=run \
+		--training.steps=1 --training.device=cpu
+	[[ $stderr == *"training.device cpu, 1 rank(s)"* ]] || fail "$stderr"
+}
+
+@test "on CPU, mixed_precision_param bfloat16 says the CPU computes in float32" {
+	run -0 --separate-stderr titan-train --config "$DATA/tiny.yaml" --job.dump_folder=run \
+		--training.steps=1 --training.device=cpu
+	[[ $stderr == *"training.mixed_precision_param bfloat16: the CPU computes in float32 (mixed precision applies on CUDA)"* ]] ||
+		fail "$stderr"
+	[ "$(grep -c mixed_precision_param <<<"$stderr")" -eq 1 ]
+	# float32 is what it computes in: nothing to say
+	run -0 --separate-stderr titan-train --config "$DATA/tiny.yaml" --job.dump_folder=run \
+		--training.steps=1 --training.device=cpu --training.mixed_precision_param=float32
+	[[ $stderr != *"mixed_precision"* ]] || fail "$stderr"
+}
+
+@test "a single rank run says so" {
+	run -0 --separate-stderr titan-train --config "$DATA/tiny.yaml" --job.dump_folder=run --training.steps=1
+	[[ $stderr == *"Parallelism: single rank; 1 rank(s)"* ]] || fail "$stderr"
+}
+
+@test "TP 2 is logged as TP, not DDP" {
+	mpi_or_skip
+	train2 --parallelism.tensor_parallel_degree=2
+	[[ $stderr == *"Parallelism: TP 2; 2 rank(s)"* && $stderr != *DDP* ]] || fail "$stderr"
+}
+
+@test "PP 2 names its schedule and microbatches, and the step its pipeline microbatches" {
+	mpi_or_skip
+	train2 --parallelism.pipeline_parallel_degree=2 --parallelism.pipeline_parallel_microbatch_size=1 \
+		--parallelism.pipeline_parallel_schedule=1F1B
+	[[ $stderr == *"Parallelism: PP 2 (1F1B, 4 microbatches of 1 x 32 tokens); 2 rank(s)"* ]] || fail "$stderr"
+	[[ $stderr == *"Training starts: 1 steps, 4 microbatch(es) of 1 x 32 tokens per rank"* ]] || fail "$stderr"
+	[[ $stderr != *DDP* ]] || fail "$stderr"
+}
+
+@test "CP 2 is logged as CP, its parameters sharded over dp_shard x cp" {
+	mpi_or_skip
+	train2 --parallelism.context_parallel_degree=2
+	[[ $stderr == *"Parallelism: CP 2; parameters sharded over dp_shard x cp, 2 ranks in "*" FSDP unit(s); 2 rank(s)"* ]] ||
+		fail "$stderr"
+}
+
+@test "FSDP 2 is logged with its degree" {
+	mpi_or_skip
+	train2 --parallelism.data_parallel_shard_degree=2
+	[[ $stderr == *"Parallelism: FSDP 2 (dp_shard); parameters sharded over 2 ranks in "* ]] || fail "$stderr"
+}
+
+@test "create_seed_checkpoint says it does not train" {
+	run -0 --separate-stderr titan-train --config "$DATA/tiny.yaml" --job.dump_folder=run \
+		--checkpoint.enable --checkpoint.create_seed_checkpoint
+	assert_file_exists run/checkpoint/step-0.h5
+	[[ $stderr == *"Created seed checkpoint run/checkpoint/step-0.h5"* ]] || fail "$stderr"
+	[[ $stderr == *"Seed checkpoint only (checkpoint.create_seed_checkpoint): no training steps"* ]] ||
+		fail "$stderr"
+	[[ $stderr != *"Training starts"* && -z $output ]] || fail "$stderr"
+}
+
+@test "absolute comm.save_traces_folder: the flight recorder lands where asked" {
+	mpi_or_skip
+	local d=$BATS_TEST_TMPDIR ft=$BATS_TEST_TMPDIR/shared/ft job pids status=0
+	timeout -k 5 120 mpiexec -n 2 env OMP_NUM_THREADS=1 titan-train --log-rank all \
+		--config "$DATA/tiny.yaml" --training.steps=100000 --job.dump_folder="$d/run" \
+		--parallelism.data_parallel_shard_degree=2 --comm.train_timeout_seconds=2 \
+		--comm.save_traces_folder="$ft" > "$d/out" 2> "$d/err" &
+	job=$!
+	for _ in $(seq 600); do
+		[ -s "$d/run/metrics.jsonl" ] && [ "$(wc -l < "$d/run/metrics.jsonl")" -ge 3 ] && break
+		sleep 0.1
+	done
+	pids=$(grep -m1 -o 'Ranks: .*' "$d/err" | grep -o 'pid [0-9]*' | cut -d' ' -f2)
+	[ "$(echo "$pids" | wc -l)" -eq 2 ] || { kill $job; fail "no pids: $(cat "$d/err")"; }
+	kill -STOP "$(echo "$pids" | sed -n 2p)"
+	wait $job || status=$?
+	[ "$status" -ne 0 ] && [ "$status" -ne 124 ]
+	grep -q "the flight recorder is in $ft/rank0.json" "$d/err" || fail "$(cat "$d/err")"
+	assert_file_exists "$ft/rank0.json"
+	[ ! -e "$d/run/shared" ]
+}
