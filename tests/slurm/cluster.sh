@@ -39,6 +39,25 @@ stop() {
 		if [ -s "$f" ]; then kill -9 "$(cat "$f")" 2>/dev/null || true; fi
 		rm -f "$f"
 	done
+	orphans "$dir"
+}
+
+# orphans DIR: kill what this cluster's jobs left running (a job step's
+# slurmstepd and its ranks outlive slurmd when a test gave up on them).  A
+# later cluster numbers its jobs from 1 again, so a leftover
+# "slurmstepd: [15.0]" would pass for its own job 15.  They are told by
+# SLURM_CONF=DIR/slurm.conf in their environment (slurmd's, inherited)
+# and by being a slurmstepd or a job's process (SLURM_JOB_ID set): the
+# shell that runs this has SLURM_CONF too.
+orphans() {
+	local dir=$1 p env
+	for p in /proc/[0-9]*; do
+		env=$(tr '\0' '\n' 2>/dev/null < "$p/environ") || continue
+		grep -qxF "SLURM_CONF=$dir/slurm.conf" <<< "$env" || continue
+		if [ "$(cat "$p/comm" 2>/dev/null)" = slurmstepd ] || grep -q '^SLURM_JOB_ID=' <<< "$env"; then
+			kill -9 "${p#/proc/}" 2>/dev/null || true
+		fi
+	done
 }
 
 start() {
