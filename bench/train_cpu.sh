@@ -112,6 +112,18 @@ int main(int argc, char **argv)
 EOF
 # shellcheck disable=SC2086
 ${CC:-cc} -O2 -o "$tmp/peak" "$tmp/peak.c" $blas_flags || die "cannot build the sgemm peak program"
+# the sgemm peak with the kernel titan-train runs: with OPENBLAS_CORETYPE
+# unset, titan chooses it from the CPU flags (lib/cpu/select.c; `gemm:` of
+# --version), which OpenBLAS alone may not (0.3.21: Prescott on new Intel)
+titan_core=$("$bin/titan-train" --version 2>/dev/null |
+	sed -n 's/^gemm: *OpenBLAS \([A-Za-z0-9_]*\) kernel.*/\1/p')
+peak() {
+	if [ -z "${OPENBLAS_CORETYPE:-}" ] && [ -n "$titan_core" ]; then
+		OPENBLAS_CORETYPE=$titan_core "$tmp/peak" "$@"
+	else
+		"$tmp/peak" "$@"
+	fi
+}
 
 # ---- data: KJV shards for vocab 2048 and 8192
 "$root/bench/kjv_shards.sh" "$tmp" 2048 8192 || die "cannot build the KJV shards"
@@ -168,8 +180,9 @@ echo "== environment"
 echo "date:              $(date -u '+%Y-%m-%d %H:%M UTC')"
 echo "cpu:               $(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //') ($(nproc) online)"
 echo "titan:             $("$bin/titan-train" --version 2>&1 | head -1)"
+echo "titan gemm:        $("$bin/titan-train" --version 2>&1 | sed -n 's/^gemm: *//p')"
 echo "torch:             $($py -c 'import torch; print(torch.__version__)') ($py)"
-echo "OPENBLAS_CORETYPE: ${OPENBLAS_CORETYPE:-unset}  (kernel in use: $("$tmp/peak" 1 | cut -d' ' -f2))"
+echo "OPENBLAS_CORETYPE: ${OPENBLAS_CORETYPE:-unset}  (kernel in use: $(peak 1 | cut -d' ' -f2))"
 echo "OMP_WAIT_POLICY:   $OMP_WAIT_POLICY; OPENBLAS_THREAD_TIMEOUT: $OPENBLAS_THREAD_TIMEOUT; OMP_PROC_BIND: ${OMP_PROC_BIND:-unset}"
 echo "threads:           OMP_NUM_THREADS = OPENBLAS_NUM_THREADS = titan --threads = torch.set_num_threads"
 echo "shape:             batch $batch x seq $seq, fp32, activation checkpointing none, warm-up $warmup + median of $steps steps, median of $repeat run(s)"
@@ -178,7 +191,7 @@ echo
 printf '| threads | model | FLOPs/token | sgemm peak GFLOP/s | titan tok/s | PyTorch tok/s | titan / PyTorch | titan GFLOP/s | titan %% peak | PyTorch %% peak |\n'
 printf '|---|---|---|---|---|---|---|---|---|---|\n'
 for t in $threads_list; do
-	peak=$("$tmp/peak" "$t" | cut -d' ' -f1)
+	peak=$(peak "$t" | cut -d' ' -f1)
 	for m in $models; do
 		# shellcheck disable=SC2046
 		fpt=$("$bin/titan-config" --config configs/llama3_debug.yaml $(model_titan "$m") $common \

@@ -142,6 +142,18 @@ int main(int argc, char **argv)
 EOF
 # shellcheck disable=SC2086
 ${CC:-cc} -O2 -o "$tmp/peak" "$tmp/peak.c" $blas_flags || die "cannot build the sgemm peak program"
+# the sgemm peak with the kernel titan-train runs: with OPENBLAS_CORETYPE
+# unset, titan chooses it from the CPU flags (lib/cpu/select.c; `gemm:` of
+# --version), which OpenBLAS alone may not (0.3.21: Prescott on new Intel)
+titan_core=$("$bin/titan-train" --version 2>/dev/null |
+	sed -n 's/^gemm: *OpenBLAS \([A-Za-z0-9_]*\) kernel.*/\1/p')
+peak() {
+	if [ -z "${OPENBLAS_CORETYPE:-}" ] && [ -n "$titan_core" ]; then
+		OPENBLAS_CORETYPE=$titan_core "$tmp/peak" "$@"
+	else
+		"$tmp/peak" "$@"
+	fi
+}
 
 # ---- data: KJV shards for vocab 8192
 "$root/bench/kjv_shards.sh" "$tmp" 8192 || die "cannot build the KJV shards"
@@ -266,7 +278,7 @@ print(d["median_step_s"], d["param_sha256"][0][:16])' "$tmp/ref.json" ||
 }
 
 # ---- environment
-peak_line=$("$tmp/peak" 1)
+peak_line=$(peak 1)
 peak=${peak_line%% *}
 # shellcheck disable=SC2086
 fpt=$("$bin/titan-config" --config configs/llama3_debug.yaml $model_titan $common \
@@ -276,6 +288,7 @@ echo "== environment"
 echo "date:              $(date -u '+%Y-%m-%d %H:%M UTC')"
 echo "cpu:               $(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //') ($ncpu online)"
 echo "titan:             $("$bin/titan-train" --version 2>&1 | head -1)"
+echo "titan gemm:        $("$bin/titan-train" --version 2>&1 | sed -n 's/^gemm: *//p')"
 echo "mpi:               $(mpiexec --version 2>&1 | sed -n 's/^ *Version: *//p' | head -1 | sed 's/^/Hydra /')"
 echo "torch:             $($py -c 'import torch; print(torch.__version__)') ($py), DDP over gloo"
 echo "OPENBLAS_CORETYPE: ${OPENBLAS_CORETYPE:-unset}  (kernel in use: ${peak_line#* })"

@@ -362,6 +362,18 @@ libraries read them when they load.
 .B TITAN_THREAD_DEFAULTS=0
 turns this off.
 .TP
+.B OPENBLAS_CORETYPE
+The OpenBLAS kernel of the GEMMs.  Unset, titan-train compares the kernel
+OpenBLAS picked with the fastest the CPU flags of /proc/cpuinfo allow
+(AVX-512 F, BW, DQ and VL: SkylakeX; AVX2 and FMA: Haswell) and, when
+OpenBLAS's is slower (Debian 12's 0.3.21 runs Prescott on new Intel CPUs),
+sets it and re-executes itself once, as above; every rank chooses alike.
+A value set by the user is kept; when it is slower than the CPU allows,
+the log warns once.  The first log line and
+.B \-\-version
+(gemm:) name the kernel and how it was chosen; the MFU peak is that
+kernel's (docs/performance.md, "The BLAS kernel").
+.TP
 .BR TITAN_LOG_LEVEL ", " TITAN_LOG_TIME
 As every titan tool (error, warn, info, debug, trace; 0 drops timestamps).
 .SH SIGNALS

@@ -3,6 +3,7 @@
  * options, config overrides, error lines and exit codes, stdout checks.
  */
 #include "titan/cli.h"
+#include "titan/ops.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -208,9 +209,12 @@ int titan_cli_fail_work(const struct titan_cli *cli, int code)
 
 void titan_cli_version(FILE *fp, const char *prog)
 {
+	char blas[512];
+
 	fprintf(fp, "%s (titan) %s\n", prog, titan_version());
 	fprintf(fp, "revision: %s\n", titan_git_revision());
 	fprintf(fp, "features: %s\n", titan_features());
+	fprintf(fp, "gemm:     %s\n", titan_blas_describe(blas, sizeof(blas)));
 	/* what is built in and what uses it (issue 15) */
 	if (!strcmp(prog, "titan-train") && titan_has_feature("cuda"))
 		fprintf(fp, "trains on: cpu, or one GPU on one rank (training.device: cuda|auto); "

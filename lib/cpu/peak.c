@@ -5,9 +5,12 @@
  *
  *   peak = threads x clock x FLOPs/cycle/core
  *
- * FLOPs/cycle is what the sgemm kernel OpenBLAS picked for this CPU can
- * issue (openblas_get_corename): 2 FMA units x lanes x 2 FLOPs per FMA
- * (AVX-512: 64, AVX2 + FMA: 32, AVX without FMA: 16, SSE: 8, NEON: 16).
+ * FLOPs/cycle is what the sgemm kernel OpenBLAS runs can issue
+ * (openblas_get_corename; the table is lib/cpu/select.c's, which also
+ * chooses the kernel): 2 FMA units x lanes x 2 FLOPs per FMA (AVX-512: 64,
+ * AVX2 + FMA: 32, AVX without FMA: 16, SSE: 8 from one add and one multiply
+ * pipe, NEON: 16), so on a fallback kernel (Prescott on an AVX-512 CPU) the
+ * peak and MFU are those of the kernel that runs, and the log warns.
  * The clock is the nominal one the user can check: the "@ 2.20GHz" of the
  * model name, else the base (or highest non-boost) frequency in sysfs, else
  * "cpu MHz" of /proc/cpuinfo (steady on virtual machines, which have no
@@ -26,39 +29,6 @@
 #if TITAN_HAVE_BLAS
 #include <cblas.h>
 #endif
-
-/* The sgemm kernels of OpenBLAS's DYNAMIC_ARCH builds and what they issue
- * per cycle and core in fp32 (two FMA pipes, or one add and one multiply
- * pipe without FMA). */
-static const struct {
-	const char *core;
-	const char *isa;
-	int flops;
-} kernels[] = {
-	{"SapphireRapids", "AVX-512 FMA", 64},
-	{"Cooperlake", "AVX-512 FMA", 64},
-	{"SkylakeX", "AVX-512 FMA", 64},
-	{"Haswell", "AVX2 FMA", 32},
-	{"Zen", "AVX2 FMA", 32},
-	{"Excavator", "AVX2 FMA", 32},
-	{"Steamroller", "AVX FMA (128-bit pipes)", 16},
-	{"Piledriver", "AVX FMA (128-bit pipes)", 16},
-	{"Bulldozer", "AVX (128-bit pipes)", 16},
-	{"Sandybridge", "AVX", 16},
-	{"Nehalem", "SSE", 8},
-	{"Core2", "SSE", 8},
-	{"Penryn", "SSE", 8},
-	{"Dunnington", "SSE", 8},
-	{"Barcelona", "SSE", 8},
-	{"Atom", "SSE", 8},
-	{"NeoverseV1", "SVE 256-bit FMA", 32},
-	{"NeoverseN2", "NEON FMA", 16},
-	{"NeoverseN1", "NEON FMA", 16},
-	{"ARMV8", "NEON FMA", 16},
-	{"CortexA57", "NEON FMA", 16},
-	{"CortexA72", "NEON FMA", 16},
-	{"ThunderX2T99", "NEON FMA", 16},
-};
 
 /* The ISA from the CPU's flags when the kernel name is not in the table
  * (or the build has no OpenBLAS): AVX2 + FMA at most, as OpenBLAS's Haswell
@@ -118,10 +88,17 @@ static double read_khz(const char *path)
 
 int titan_cpu_peak_flops(const char *cpuinfo, int threads, struct titan_cpu_peak *p)
 {
+	return titan_cpu_peak_flops_for(cpuinfo, NULL, threads, p);
+}
+
+int titan_cpu_peak_flops_for(const char *cpuinfo, const char *core, int threads,
+			     struct titan_cpu_peak *p)
+{
 	FILE *f;
-	char line[8192], model[256] = "", flags[8192] = "";
+	char line[8192], model[256] = "", flags[8192] = "", vendor[32] = "";
 	double mhz = 0;
-	const char *core = NULL;
+	long family = -1;
+	const struct titan_blas_kernel *k;
 
 	memset(p, 0, sizeof(*p));
 	p->threads = threads > 0 ? threads : 1;
@@ -141,7 +118,11 @@ int titan_cpu_peak_flops(const char *cpuinfo, int threads, struct titan_cpu_peak
 			mhz = strtod(v, NULL);
 		else if (!flags[0] && (!strncmp(line, "flags", 5) || !strncmp(line, "Features", 8)))
 			snprintf(flags, sizeof(flags), "%s", v);
-		if (model[0] && mhz > 0 && flags[0])
+		else if (!vendor[0] && !strncmp(line, "vendor_id", 9))
+			snprintf(vendor, sizeof(vendor), "%s", v);
+		else if (family < 0 && !strncmp(line, "cpu family", 10))
+			family = strtol(v, NULL, 10);
+		if (model[0] && mhz > 0 && flags[0] && vendor[0] && family >= 0)
 			break;
 	}
 	if (f)
@@ -150,16 +131,19 @@ int titan_cpu_peak_flops(const char *cpuinfo, int threads, struct titan_cpu_peak
 
 	/* the kernel, then its FLOPs per cycle */
 #if TITAN_HAVE_BLAS
-	core = openblas_get_corename();
+	if (!core)
+		core = openblas_get_corename();
 #endif
-	for (size_t i = 0; core && i < sizeof(kernels) / sizeof(kernels[0]); i++)
-		if (!strcasecmp(core, kernels[i].core)) {
-			snprintf(p->isa, sizeof(p->isa), "%s", kernels[i].isa);
-			p->flops_per_cycle = kernels[i].flops;
-			snprintf(p->kernel, sizeof(p->kernel), "OpenBLAS %s kernel", kernels[i].core);
-			break;
+	if ((k = titan_blas_kernel_find(core)) != NULL) {
+		snprintf(p->isa, sizeof(p->isa), "%s", k->isa);
+		p->flops_per_cycle = k->flops;
+		snprintf(p->kernel, sizeof(p->kernel), "OpenBLAS %s kernel", k->core);
+		/* Zen 4 runs AVX-512 in halves on its two 256-bit FMA pipes */
+		if (k->flops == 64 && !strcmp(vendor, "AuthenticAMD") && family == 25) {
+			snprintf(p->isa, sizeof(p->isa), "AVX-512 FMA (256-bit pipes)");
+			p->flops_per_cycle = 32;
 		}
-	if (!p->flops_per_cycle) {
+	} else {
 		isa_from_flags(flags, p);
 		snprintf(p->kernel, sizeof(p->kernel), "%s%s%s", core ? "OpenBLAS " : "",
 			 core ? core : "from the CPU flags (no OpenBLAS)",

@@ -293,6 +293,75 @@ struct titan_cpu_peak {
 	char isa[32], kernel[128], clock_from[32], model[128];
 };
 int titan_cpu_peak_flops(const char *cpuinfo, int threads, struct titan_cpu_peak *p);
+/* The same for a named OpenBLAS kernel (`core`, as openblas_get_corename
+ * spells it; NULL: the one running).  A kernel of the AVX-512 class on an
+ * AMD family 25 core (Zen 3/4: 256-bit FMA pipes) counts 32 FLOP/cycle. */
+int titan_cpu_peak_flops_for(const char *cpuinfo, const char *core, int threads,
+			     struct titan_cpu_peak *p);
+
+/* Which OpenBLAS kernel runs the GEMMs (lib/cpu/select.c,
+ * docs/performance.md "The BLAS kernel").  An OpenBLAS kernel and what its
+ * sgemm issues per cycle and core in fp32; x86: an x86 kernel (the ones
+ * titan compares with the CPU flags). */
+struct titan_blas_kernel {
+	const char *core, *isa;
+	int flops;
+	bool x86;
+};
+/* The table entry of a kernel name (case-insensitive), or NULL. */
+const struct titan_blas_kernel *titan_blas_kernel_find(const char *core);
+/* The fastest kernel a /proc/cpuinfo flags line allows: "SkylakeX"
+ * (avx512f+bw+dq+vl with avx2 and fma), "Haswell" (avx2 + fma),
+ * "Sandybridge" (avx), or NULL (older x86, ARM, NULL flags). */
+const char *titan_blas_best_for_flags(const char *flags);
+
+enum titan_blas_how {
+	TITAN_BLAS_NONE,     /* no OpenBLAS in this build */
+	TITAN_BLAS_OWN,      /* OpenBLAS's own choice, as good as the flags allow (or unknown) */
+	TITAN_BLAS_SELECTED, /* titan sets OPENBLAS_CORETYPE: OpenBLAS's was slower */
+	TITAN_BLAS_USER,     /* OPENBLAS_CORETYPE set by the user: never replaced */
+	TITAN_BLAS_FIXED,    /* OpenBLAS built for one target: it has no choice */
+	TITAN_BLAS_FAILED,   /* titan's choice could not be applied (re-exec failed) */
+};
+struct titan_blas_choice {
+	enum titan_blas_how how;
+	char core[32];     /* the kernel that runs (SELECTED: titan's) */
+	char openblas[32]; /* SELECTED, FAILED: the one OpenBLAS picked itself */
+	char best[32];     /* the fastest the flags allow ("" unknown) */
+	char user[48];     /* USER: the value of OPENBLAS_CORETYPE */
+	bool slower;       /* `core` issues fewer FLOPs/cycle than `best` */
+	int exec_errno;    /* FAILED: why */
+};
+/* The choice as a pure function: the flags line of /proc/cpuinfo (x86
+ * "flags" or ARM "Features"), the kernel OpenBLAS runs (NULL: no OpenBLAS),
+ * OPENBLAS_CORETYPE as the user set it (NULL or "" if unset), and whether
+ * the library is a DYNAMIC_ARCH build (only those read OPENBLAS_CORETYPE). */
+void titan_blas_choose(const char *flags, const char *current, const char *user, bool dynamic,
+		       struct titan_blas_choice *c);
+/* The tools that run GEMMs call these first in main, with the untouched
+ * argv: titan_blas_select_env sets OPENBLAS_CORETYPE (and a marker) when
+ * titan's choice differs from OpenBLAS's and returns true; the process
+ * must then re-execute itself for OpenBLAS to read it: titan_blas_reexec
+ * (execv of /proc/self/exe; on failure it undoes the variables and goes on
+ * with OpenBLAS's kernel, which titan_blas_choice then reports).  In the
+ * re-executed process the marker and OPENBLAS_CORETYPE are removed again
+ * (the library has read them; children choose for themselves). */
+bool titan_blas_select_env(void);
+void titan_blas_reexec(char **argv);
+/* This process's choice (tools that do not re-execute: what the GEMM tools
+ * would run). */
+const struct titan_blas_choice *titan_blas_choice(void);
+/* "OpenBLAS SkylakeX kernel (chosen by titan from the CPU flags; OpenBLAS
+ * 0.3.21 picked Prescott)", "... (set by OPENBLAS_CORETYPE)", "...
+ * (OpenBLAS's own choice)"; returns buf. */
+const char *titan_blas_describe(char *buf, size_t n);
+/* When the running kernel is slower than the CPU allows: the warning (the
+ * speed lost and the fix) in buf, and true. */
+bool titan_blas_warning(char *buf, size_t n);
+/* The same for a given choice and OpenBLAS version ("0.3.21", or NULL). */
+const char *titan_blas_format(const struct titan_blas_choice *c, const char *version, char *buf,
+			      size_t n);
+bool titan_blas_warning_for(const struct titan_blas_choice *c, char *buf, size_t n);
 /* Calls be->ops->release; NULL-safe. */
 void titan_backend_release(struct titan_backend *be);
 

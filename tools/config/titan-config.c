@@ -12,6 +12,7 @@
 #include "titan/config.h"
 #include "titan/core.h"
 #include "titan/model.h"
+#include "titan/ops.h"
 
 enum {
 	OPT_CHECK = TITAN_OPT_TOOL_BASE,
@@ -156,7 +157,7 @@ static int write_non_default_yaml(FILE *fp, const struct titan_config *c,
 static void print_summary(FILE *fp, const struct titan_config *c, const struct titan_model_dims *d)
 {
 	struct titan_model_params p;
-	char g[64];
+	char g[64], blas[512];
 	const int64_t seq = c->training.seq_len;
 	const double fpt = titan_model_flops_per_token(d, seq);
 
@@ -189,6 +190,8 @@ static void print_summary(FILE *fp, const struct titan_config *c, const struct t
 		strcmp(c->activation_checkpoint.mode, "selective") == 0 ? " " : "",
 		strcmp(c->activation_checkpoint.mode, "selective") == 0 ?
 			c->activation_checkpoint.selective_ac_option : "");
+	/* what titan-train's CPU path runs its GEMMs with (lib/cpu/select.c) */
+	fprintf(fp, "cpu gemm:     %s\n", titan_blas_describe(blas, sizeof(blas)));
 }
 
 int main(int argc, char **argv)

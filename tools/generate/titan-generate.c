@@ -18,6 +18,7 @@
 #include "titan/config.h"
 #include "titan/core.h"
 #include "titan/generate.h"
+#include "titan/ops.h"
 #include "titan/tok.h"
 
 enum {
@@ -204,8 +205,14 @@ int main(int argc, char **argv)
 	int64_t ctx, v, n_prompt;
 	double x;
 	int opt, rc;
+	bool blas;
 
+	/* OpenBLAS's kernel (lib/cpu/select.c) and the threading defaults are
+	 * read when the libraries load: set what is missing, re-execute once */
+	blas = titan_blas_select_env();
 	titan_cli_thread_defaults(argv);
+	if (blas)
+		titan_blas_reexec(argv);
 	if ((rc = titan_cli_init(&cli, "titan-generate", &argc, argv, true)) != 0)
 		return rc;
 	titan_sampler_opts_default(&o.sampling);
@@ -347,14 +354,17 @@ int main(int argc, char **argv)
 		goto done;
 	}
 	{
-		char step[48] = "";
+		char step[48] = "", line[512];
 
 		if (model->step >= 0)
 			snprintf(step, sizeof(step), ", step %" PRId64, model->step);
 		titan_log_info("%s %s: %s%s (%s, dim %" PRId64 ", %" PRId64 " layers, vocab %" PRId64
-			       "%s), tokenizer %s", cli.prog, titan_version(), model->path,
+			       "%s), tokenizer %s; %s", cli.prog, titan_version(), model->path,
 			       model->hf ? " (HF)" : "", model->dims.flavor, model->dims.dim,
-			       model->dims.n_layers, model->dims.vocab_size, step, tok_path);
+			       model->dims.n_layers, model->dims.vocab_size, step, tok_path,
+			       titan_blas_describe(line, sizeof(line)));
+		if (titan_blas_warning(line, sizeof(line)))
+			titan_log_warn("%s", line);
 	}
 	if ((int64_t)titan_tokenizer_vocab_size(tok) > model->dims.vocab_size) {
 		titan_error(TITAN_E_INVALID, "the tokenizer '%s' has %u ids, the model's vocabulary "

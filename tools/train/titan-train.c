@@ -16,6 +16,7 @@
 #include "titan/config.h"
 #include "titan/core.h"
 #include "titan/dist.h"
+#include "titan/ops.h"
 #include "titan/train.h"
 
 static void usage(FILE *fp)
@@ -221,10 +222,15 @@ int main(int argc, char **argv)
 	bool cfg_ready = false, logs = true;
 	char stdin_copy[4200] = "";
 	char prefix[32] = "";
-	char device[64];
+	char device[64], blas_line[512];
 	int opt, rc;
+	/* OpenBLAS's kernel (lib/cpu/select.c) and the threading defaults are
+	 * read when the libraries load: set what is missing, re-execute once */
+	bool blas = titan_blas_select_env();
 
 	threading_defaults(argv);
+	if (blas)
+		titan_blas_reexec(argv);
 	/* Per-step buffers (the classifier's logits chunk: 32 MiB at vocab
 	 * 8192) sit at glibc's largest mmap threshold: each would be mapped,
 	 * page-faulted and unmapped every step.  Keep them in the heap. */
@@ -302,7 +308,7 @@ int main(int argc, char **argv)
 		goto done;
 	}
 	/* runs describe themselves: version, features, the device the run
-	 * resolved to ("auto → cpu") and the config they used */
+	 * resolved to ("auto → cpu"), the config they used and the GEMM kernel */
 	{
 		const char *dev = titan_trainer_device(&cfg, dist->size);
 
@@ -311,10 +317,13 @@ int main(int argc, char **argv)
 			 strcmp(dev, cfg.training.device) ? dev : "");
 	}
 	titan_log_info("titan-train %s (%s), built with %s; this run: training.device %s, "
-		       "%d rank(s)%s, config %s", titan_version(), titan_git_revision(),
+		       "%d rank(s)%s, config %s; %s", titan_version(), titan_git_revision(),
 		       titan_features(), device, dist->size,
 		       dist->size > 1 ? " over MPI" : "",
-		       cli.config_path ? cli.config_path : "(defaults)");
+		       cli.config_path ? cli.config_path : "(defaults)",
+		       titan_blas_describe(blas_line, sizeof(blas_line)));
+	if (logs && titan_blas_warning(blas_line, sizeof(blas_line)))
+		titan_log_warn("%s", blas_line);
 	if (cfg.job.print_config && logs)
 		titan_config_write_yaml(&cfg, stderr);
 	titan_trainer_catch_signals();
