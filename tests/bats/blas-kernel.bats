@@ -12,24 +12,12 @@
 bats_require_minimum_version 1.5.0
 
 setup_file() {
-	export DATA=$BATS_FILE_TMPDIR
-	PATH=${TITAN_BIN:-$BATS_TEST_DIRNAME/../../bin}:$PATH
-	yes 'In the beginning God created the heaven and the earth.' | head -n 2000 > "$DATA/g.txt"
-	titan-tokenize train --vocab-size 768 --format text "$DATA/g.txt" -o "$DATA/tok.tiktoken" 2>/dev/null
-	titan-tokenize -t "$DATA/tok.tiktoken" --doc-per-line "$DATA/g.txt" |
-		titan-shard -q -t "$DATA/tok.tiktoken" --out "$DATA/shards" --val-docs 40
-	cat > "$DATA/tiny.yaml" <<YAML
+	load tiny
+	tiny_env
+	tiny_corpus g 2000 768 40
+	tiny_yaml "$DATA/tiny.yaml" 768 64 2 4 2 "$DATA/tok.tiktoken" <<YAML
 job:
   dump_folder: $DATA/out
-model:
-  flavor: custom
-  dim: 64
-  n_layers: 2
-  n_heads: 4
-  n_kv_heads: 2
-  vocab_size: 768
-  multiple_of: 32
-  tokenizer_path: $DATA/tok.tiktoken
 lr_scheduler:
   warmup_steps: 1
 training:

@@ -13,24 +13,12 @@ bats_require_minimum_version 1.5.0
 PY=/usr/bin/python3
 
 setup_file() {
-	export DATA=$BATS_FILE_TMPDIR
-	PATH=${TITAN_BIN:-$BATS_TEST_DIRNAME/../../bin}:$PATH
-	yes 'In the beginning God created the heaven and the earth.' | head -n 400 > "$DATA/text.txt"
-	titan-tokenize train --vocab-size 600 --format text "$DATA/text.txt" -o "$DATA/tok.tiktoken"
-	titan-tokenize -t "$DATA/tok.tiktoken" --doc-per-line "$DATA/text.txt" |
-		titan-shard -q -t "$DATA/tok.tiktoken" --out "$DATA/shards" --val-docs 4
-	cat > "$DATA/tiny.yaml" <<YAML
+	load tiny
+	tiny_env
+	tiny_corpus text 400 600 4
+	tiny_yaml "$DATA/tiny.yaml" 600 64 1 4 2 "$DATA/tok.tiktoken" <<YAML
 job:
   dump_folder: $DATA/out
-model:
-  flavor: custom
-  dim: 64
-  n_layers: 1
-  n_heads: 4
-  n_kv_heads: 2
-  vocab_size: 600
-  multiple_of: 32
-  tokenizer_path: $DATA/tok.tiktoken
 training:
   dataset_path: $DATA/shards
   local_batch_size: 2

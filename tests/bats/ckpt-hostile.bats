@@ -16,22 +16,10 @@ PY=/usr/bin/python3
 SECRET=TITAN-SECRET-0123456789abcdef
 
 setup_file() {
-	export DATA=$BATS_FILE_TMPDIR
-	PATH=${TITAN_BIN:-$BATS_TEST_DIRNAME/../../bin}:$PATH
-	yes 'In the beginning God created the heaven and the earth.' | head -n 2000 > "$DATA/genesis.txt"
-	titan-tokenize train --vocab-size 768 --format text "$DATA/genesis.txt" -o "$DATA/tok.tiktoken" 2>/dev/null
-	titan-tokenize -t "$DATA/tok.tiktoken" --doc-per-line "$DATA/genesis.txt" |
-		titan-shard -q -t "$DATA/tok.tiktoken" --out "$DATA/shards" --val-docs 40
-	cat > "$DATA/tiny.yaml" <<YAML
-model:
-  flavor: custom
-  dim: 64
-  n_layers: 2
-  n_heads: 4
-  n_kv_heads: 2
-  vocab_size: 768
-  multiple_of: 32
-  tokenizer_path: $DATA/tok.tiktoken
+	load tiny
+	tiny_env
+	tiny_corpus genesis 2000 768 40
+	tiny_yaml "$DATA/tiny.yaml" 768 64 2 4 2 "$DATA/tok.tiktoken" <<YAML
 training:
   dataset_path: $DATA/shards
   local_batch_size: 2

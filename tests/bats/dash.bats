@@ -8,21 +8,10 @@
 bats_require_minimum_version 1.5.0
 
 setup_file() {
-	export DATA=$BATS_FILE_TMPDIR
-	PATH=${TITAN_BIN:-$BATS_TEST_DIRNAME/../../bin}:$PATH
-	yes 'In the beginning God created the heaven and the earth.' | head -n 2000 > "$DATA/text.txt"
-	titan-tokenize train -q --vocab-size 600 --format text "$DATA/text.txt" -o "$DATA/tok.tiktoken"
-	titan-tokenize -t "$DATA/tok.tiktoken" --doc-per-line "$DATA/text.txt" > "$DATA/text.tok"
-	titan-shard -q -t "$DATA/tok.tiktoken" --out "$DATA/shards" --val-docs 10 < "$DATA/text.tok"
-	cat > "$DATA/tiny.yaml" <<YAML
-model:
-  flavor: custom
-  dim: 32
-  n_layers: 1
-  n_heads: 2
-  n_kv_heads: 1
-  vocab_size: 768
-  multiple_of: 32
+	load tiny
+	tiny_env
+	tiny_corpus text 2000 600 10
+	tiny_yaml "$DATA/tiny.yaml" 768 32 1 2 1 <<YAML
 training:
   dataset_path: $DATA/shards
   local_batch_size: 2

@@ -8,23 +8,12 @@ bats_require_minimum_version 1.5.0
 PY=/usr/bin/python3
 
 setup_file() {
-	export DATA=$BATS_FILE_TMPDIR
-	PATH=${TITAN_BIN:-$BATS_TEST_DIRNAME/../../bin}:$PATH
-	yes 'In the beginning God created the heaven and the earth.' | head -n 200 > "$DATA/text.txt"
-	titan-tokenize train --vocab-size 600 --format text "$DATA/text.txt" -o "$DATA/tok.tiktoken"
-	titan-tokenize -t "$DATA/tok.tiktoken" --doc-per-line "$DATA/text.txt" |
-		titan-shard -q -t "$DATA/tok.tiktoken" --out "$DATA/shards" --val-docs 4
-	titan-train -q --config /dev/stdin <<YAML
+	load tiny
+	tiny_env
+	tiny_corpus text 200 600 4
+	tiny_yaml "$DATA/tiny.yaml" 600 32 1 2 "" "$DATA/tok.tiktoken" <<YAML
 job:
   dump_folder: $DATA/out
-model:
-  flavor: custom
-  dim: 32
-  n_layers: 1
-  n_heads: 2
-  vocab_size: 600
-  multiple_of: 32
-  tokenizer_path: $DATA/tok.tiktoken
 training:
   dataset_path: $DATA/shards
   local_batch_size: 1
@@ -36,6 +25,7 @@ checkpoint:
 activation_checkpoint:
   mode: none
 YAML
+	titan-train -q --config "$DATA/tiny.yaml"
 }
 
 setup() {

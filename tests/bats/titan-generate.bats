@@ -8,29 +8,13 @@
 bats_require_minimum_version 1.5.0
 
 setup_file() {
-	export DATA=$BATS_FILE_TMPDIR
-	PATH=${TITAN_BIN:-$BATS_TEST_DIRNAME/../../bin}:$PATH
-	if command -v bible >/dev/null; then
-		bible -f gen1:1-gen50:26 > "$DATA/genesis.txt"
-	else
-		yes 'Ge1:1 In the beginning God created the heaven and the earth.' | head -n 1500 > "$DATA/genesis.txt"
-	fi
-	titan-tokenize train --vocab-size 768 --format text "$DATA/genesis.txt" -o "$DATA/tok.tiktoken"
-	titan-tokenize -t "$DATA/tok.tiktoken" --doc-per-line "$DATA/genesis.txt" |
-		titan-shard -q -t "$DATA/tok.tiktoken" --out "$DATA/shards" --val-docs 40
+	load tiny
+	tiny_env
+	tiny_corpus --bible --line 'Ge1:1 In the beginning God created the heaven and the earth.' genesis 1500 768 40
 	# the tiny Llama of titan-train.bats; its config names the tokenizer
-	cat > "$DATA/tiny.yaml" <<YAML
+	tiny_yaml "$DATA/tiny.yaml" 768 64 2 4 2 "$DATA/tok.tiktoken" <<YAML
 job:
   dump_folder: $DATA/out
-model:
-  flavor: custom
-  dim: 64
-  n_layers: 2
-  n_heads: 4
-  n_kv_heads: 2
-  vocab_size: 768
-  multiple_of: 32
-  tokenizer_path: $DATA/tok.tiktoken
 optimizer:
   lr: 3.0e-3
 lr_scheduler:

@@ -8,21 +8,10 @@
 bats_require_minimum_version 1.5.0
 
 setup_file() {
-	export DATA=$BATS_FILE_TMPDIR
-	PATH=${TITAN_BIN:-$BATS_TEST_DIRNAME/../../bin}:$PATH
-	yes 'In the beginning God created the heaven and the earth.' | head -n 2000 > "$DATA/g.txt"
-	titan-tokenize train --vocab-size 768 --format text "$DATA/g.txt" -o "$DATA/tok.tiktoken"
-	titan-tokenize -t "$DATA/tok.tiktoken" --doc-per-line "$DATA/g.txt" |
-		titan-shard -q -t "$DATA/tok.tiktoken" --out "$DATA/shards" --val-docs 20
-	cat > "$DATA/tiny.yaml" <<YAML
-model:
-  flavor: custom
-  dim: 32
-  n_layers: 2
-  n_heads: 4
-  n_kv_heads: 2
-  vocab_size: 768
-  multiple_of: 32
+	load tiny
+	tiny_env
+	tiny_corpus g 2000 768 20
+	tiny_yaml "$DATA/tiny.yaml" 768 32 2 4 2 <<YAML
 lr_scheduler:
   warmup_steps: 1
 training:
