@@ -390,6 +390,9 @@ need_compression() {
 	titan-shard cat --split val "$d/s" | titan-tokenize -t "$TOK" -d --format lines | cmp "$d/val.txt" -
 	[ "$(wc -l < "$d/val.txt")" -eq 5 ]
 	titan-shard cat "$d/s" | titan-tokenize -t "$TOK" -d --format lines | cmp "$TOKDIR/genesis.txt" -
+	titan-shard cat "$d/s" | cmp "$d/g.tok" - # the stream titan-shard was given
+	run -1 --separate-stderr titan-tokenize -t "$TOK" -d "$d/s"
+	[[ $stderr == *"'$d/s' is a directory: for a folder of shards, titan-shard cat '$d/s' | titan-tokenize -d"* ]]
 	# u32 ids (a vocabulary above 65536), gzip-compressed
 	titan-shard -q --vocab-size 70000 --bos-id 1024 --eos-id 1025 --out "$d/w" "$d/g.tok"
 	gzip -c "$d/w/train-00000.tok" > "$d/w.tok.gz"

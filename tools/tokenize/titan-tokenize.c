@@ -860,6 +860,17 @@ int main(int argc, char **argv)
 			rc = titan_cli_fail_work(&cli, TITAN_E_IO);
 			goto done;
 		}
+	/* a folder of shards is what titan-shard cat reads */
+	for (int i = 0; o.decode && i < nfiles; i++) {
+		struct stat st;
+
+		if (strcmp(files[i], "-") && stat(files[i], &st) == 0 && S_ISDIR(st.st_mode)) {
+			titan_error(TITAN_E_IO, "'%s' is a directory: for a folder of shards, "
+				    "titan-shard cat '%s' | titan-tokenize -d ...", files[i], files[i]);
+			rc = titan_cli_fail_work(&cli, TITAN_E_IO);
+			goto done;
+		}
+	}
 	threads = cli.threads > 0 ? cli.threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
 	if (threads < 1)
 		threads = 1;
