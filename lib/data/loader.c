@@ -109,10 +109,13 @@ static int open_shards(struct titan_loader *l)
 			goto out;
 		}
 		if (l->o.vocab_size && s->h.vocab_size > l->o.vocab_size) {
-			rc = titan_error(TITAN_E_INVALID, "'%s': the shards use a vocabulary of %"
-					 PRIu32 " ids but the model has %" PRIu32
-					 " (model.vocab_size)", s->path, s->h.vocab_size,
-					 l->o.vocab_size);
+			/* name the fix: the tokenizer that made the shards
+			 * decides the vocabulary, the model must cover it */
+			rc = titan_error(TITAN_E_INVALID, "'%s': the shard header's vocab_size is %"
+					 PRIu32 " but the model has %" PRIu32 " ids (model.vocab_size "
+					 "%" PRIu32 "): set --model.vocab_size=%" PRIu32 " (or more) "
+					 "to train on these shards", s->path, s->h.vocab_size,
+					 l->o.vocab_size, l->o.vocab_size, s->h.vocab_size);
 			goto out;
 		}
 		l->starts[i] = s->h.first_token_offset;

@@ -175,6 +175,15 @@ PY
 	[[ $stderr == *"token id 550 at position 700"* ]]
 }
 
+@test "a model vocabulary below the shards': exit 2 naming the shard, its vocabulary and the override" {
+	vocab=$(titan-shard info --json "$DATA/shards" | python3 -c 'import json, sys; print(json.load(sys.stdin)["shards"][0]["vocab_size"])')
+	[ "$vocab" -gt 300 ]
+	expect 2 titan-train -q --config "$DATA/tiny.yaml" --model.vocab_size=300 --job.dump_folder=run
+	[[ $stderr == *"'$DATA/shards/train-00000.tok': the shard header's vocab_size is $vocab but the model has 300 ids"* ]]
+	[[ $stderr == *"set --model.vocab_size=$vocab (or more)"* ]]
+	assert_file_not_exists run/checkpoint
+}
+
 @test "every man page states the same EXIT STATUS contract" {
 	local ref
 	ref=$(sed -n '/^\.SH EXIT STATUS/,/^\.\\" end of the shared exit status/p' "$TITAN_SRCDIR/docs/titan-tokenize.1")

@@ -477,3 +477,65 @@ assert s["vocab_size"] == 600 and s["token_bytes"] == 2, s
 assert (s["bos_id"], s["eos_id"]) == (344, 345), s
 assert s["fingerprint"] != "0x0000000000000000", s'
 }
+
+# ---------------------------------------------------------------- cat
+
+@test "cat: a folder gives back the stream it was cut from (val, then train), u16 widened" {
+	gen "$T/in.bin" 300 11 1000
+	shard --out "$T/d" --shard-tokens 1K --val-docs 30 "$T/in.bin"
+	[ -e "$T/d/train-00002.tok" ] # several shards per split
+	run -0 --separate-stderr bash -c "titan-shard cat '$T/d' | cmp - '$T/in.bin'"
+	[ -z "$stderr" ]
+	# one split of a folder, a trailing slash, single shard files in the order given
+	readback "$T/d" train > "$T/train.bin"
+	readback "$T/d" val > "$T/val.bin"
+	titan-shard cat --split train "$T/d/" | cmp - "$T/train.bin"
+	titan-shard cat --split val "$T/d" | cmp - "$T/val.bin"
+	titan-shard cat "$T/d/val-00000.tok" "$T/d/train-00000.tok" |
+		cmp - <(cat "$T/val.bin"; head -c 4000 "$T/train.bin")
+	# -o FILE, checksums verified; a u32 folder
+	titan-shard cat --verify -o "$T/out.bin" "$T/d"
+	cmp "$T/out.bin" "$T/in.bin"
+	gen "$T/big.bin" 50 12 100000
+	titan-shard --vocab-size 100000 --eos-id 2 --shard-tokens 300 --out "$T/w" "$T/big.bin"
+	titan-shard cat "$T/w" | cmp - "$T/big.bin"
+	# and back into shards: the same shards again
+	titan-shard cat "$T/d" | shard --out "$T/d2" --shard-tokens 1K --val-docs 30
+	for f in "$T"/d/*.tok; do cmp "$f" "$T/d2/${f##*/}"; done
+}
+
+@test "cat: bad shards fail before any id is written (1); misuse is a usage error (2)" {
+	gen "$T/in.bin" 100 13 1000
+	shard --out "$T/d" --shard-tokens 1K --val-docs 5 "$T/in.bin"
+	printf '\x07' | dd of="$T/d/train-00001.tok" bs=1 seek=5000 conv=notrunc status=none
+	titan-shard cat "$T/d" > "$T/o.bin" # headers only: the damage goes through
+	run -1 --separate-stderr bash -c "titan-shard cat --verify '$T/d' > '$T/o.bin'"
+	refute_crash
+	[[ $stderr == *"titan-shard: error: '$T/d/train-00001.tok': payload checksum mismatch"* ]]
+	[ ! -s "$T/o.bin" ]
+	run -1 --separate-stderr titan-shard cat --verify -o "$T/o2.bin" "$T/d"
+	assert_file_not_exists "$T/o2.bin"
+	truncate -s -5 "$T/d/train-00002.tok"
+	run -1 --separate-stderr bash -c "titan-shard cat '$T/d' > '$T/o.bin'"
+	[[ $stderr == *"'$T/d/train-00002.tok': expected "*"truncated?"* ]]
+	[ ! -s "$T/o.bin" ]
+	run -1 --separate-stderr titan-shard cat --split val "$T/d/train-00000.tok"
+	[[ $stderr == *"'$T/d/train-00000.tok' is a 'train' shard, not 'val' (--split)"* ]]
+	run -1 --separate-stderr titan-shard cat --split test "$T/d"
+	[[ $stderr == *"no 'test' shards in '$T/d'"* ]]
+	run -1 --separate-stderr titan-shard cat "$T/in.bin"
+	[[ $stderr == *"is not a titan shard"* ]]
+	run -2 --separate-stderr titan-shard cat
+	[[ $stderr == *"cat: no shard file or directory given"* ]]
+	run -2 --separate-stderr titan-shard cat -
+	run -2 --separate-stderr titan-shard cat --json "$T/d"
+	run -2 --separate-stderr titan-shard cat --split 'a/b' "$T/d"
+	run -2 --separate-stderr titan-shard info --split val "$T/d"
+	[[ $stderr == *"--split belongs to 'cat'"* ]]
+	if command -v script >/dev/null; then
+		run -0 script -q -e -c "titan-shard cat '$T/d/val-00000.tok'; echo rc=\$?" /dev/null
+		[[ $output == *"standard output is a terminal"*"rc=2"* ]]
+	fi
+	run -0 titan-shard --help
+	assert_line --partial "titan-shard cat [--split NAME] [--verify] [-o FILE] PATH ..."
+}

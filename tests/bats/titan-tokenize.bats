@@ -377,3 +377,65 @@ need_compression() {
 	run -1 --separate-stderr titan-tokenize -t "$TOK" -d "$d/odd.gz"
 	[[ $stderr == *"odd.gz: 4001 bytes (uncompressed) is not a whole number of uint32 token ids"* ]]
 }
+
+@test "decode: a shard is decoded from its payload (u16, u32), from a file, a pipe or titan-shard cat" {
+	d=$BATS_TEST_TMPDIR
+	titan-tokenize -t "$TOK" --format lines "$TOKDIR/genesis.txt" > "$d/g.tok"
+	titan-shard -q -t "$TOK" --val-docs 5 --shard-tokens 2K --out "$d/s" "$d/g.tok"
+	[ -e "$d/s/train-00001.tok" ]
+	# the header is not read as ids (it was: "token 0 ... is id 1096042836")
+	titan-tokenize -t "$TOK" -d --format lines "$d/s/val-00000.tok" "$d/s"/train-*.tok |
+		cmp "$TOKDIR/genesis.txt" -
+	cat "$d/s/val-00000.tok" | titan-tokenize -t "$TOK" -d --format lines > "$d/val.txt"
+	titan-shard cat --split val "$d/s" | titan-tokenize -t "$TOK" -d --format lines | cmp "$d/val.txt" -
+	[ "$(wc -l < "$d/val.txt")" -eq 5 ]
+	titan-shard cat "$d/s" | titan-tokenize -t "$TOK" -d --format lines | cmp "$TOKDIR/genesis.txt" -
+	titan-shard cat "$d/s" | cmp "$d/g.tok" - # the stream titan-shard was given
+	run -1 --separate-stderr titan-tokenize -t "$TOK" -d "$d/s"
+	[[ $stderr == *"'$d/s' is a directory: for a folder of shards, titan-shard cat '$d/s' | titan-tokenize -d"* ]]
+	# u32 ids (a vocabulary above 65536), gzip-compressed
+	titan-shard -q --vocab-size 70000 --bos-id 1024 --eos-id 1025 --out "$d/w" "$d/g.tok"
+	gzip -c "$d/w/train-00000.tok" > "$d/w.tok.gz"
+	titan-tokenize -t "$TOK" -d --format lines "$d/w.tok.gz" | cmp "$TOKDIR/genesis.txt" -
+}
+
+@test "decode: a truncated or corrupt shard is an error naming it (1)" {
+	d=$BATS_TEST_TMPDIR
+	titan-tokenize -t "$TOK" --format lines "$TOKDIR/genesis.txt" > "$d/g.tok"
+	titan-shard -q -t "$TOK" --out "$d/s" "$d/g.tok"
+	head -c 5000 "$d/s/train-00000.tok" > "$d/t.tok"
+	run -1 --separate-stderr titan-tokenize -t "$TOK" -d "$d/t.tok" -o "$d/out.jsonl"
+	refute_crash
+	[[ $stderr == *"titan-tokenize: error: '$d/t.tok': expected "*" bytes (header 4096 + "*" tokens of 2 bytes), found 5000: truncated?"* ]]
+	assert_file_not_exists "$d/out.jsonl"
+	run -1 --separate-stderr bash -c "cat '$d/t.tok' | titan-tokenize -t '$TOK' -d > /dev/null"
+	[[ $stderr == *"the payload holds 904 bytes: truncated?"* ]]
+	# two ids swapped: every id is valid, the payload CRC is not
+	/usr/bin/python3 - "$d/s/train-00000.tok" "$d/c.tok" <<'PY'
+import sys
+b = bytearray(open(sys.argv[1], "rb").read())
+i = next(k for k in range(4096, len(b) - 4, 2) if b[k:k + 2] != b[k + 2:k + 4])
+b[i:i + 2], b[i + 2:i + 4] = b[i + 2:i + 4], b[i:i + 2]
+open(sys.argv[2], "wb").write(b)
+PY
+	run -1 --separate-stderr titan-tokenize -t "$TOK" -d "$d/c.tok" -o "$d/out.jsonl"
+	[[ $stderr == *"'$d/c.tok': payload checksum mismatch"*"the shard is corrupt"* ]]
+	assert_file_not_exists "$d/out.jsonl"
+}
+
+@test "decode writes JSONL unless --format says otherwise: --help, the man page, a note on a terminal" {
+	run -0 titan-tokenize --help
+	[[ $output == *'JSONL by'*'default, one {"text": ...} object per document'*'--format text for the plain text'* ]]
+	run -0 grep -c 'writes JSONL by default' "$TITAN_SRCDIR/docs/titan-tokenize.1"
+	d=$BATS_TEST_TMPDIR
+	printf 'one\ntwo\n' > "$d/l.txt"
+	titan-tokenize -t "$TOK" --format lines "$d/l.txt" > "$d/l.tok"
+	run -0 --separate-stderr titan-tokenize -t "$TOK" -d "$d/l.tok"
+	assert_output $'{"text":"one"}\n{"text":"two"}'
+	[ -z "$stderr" ] # not a terminal: no note
+	command -v script >/dev/null || skip "script (util-linux) is not installed"
+	run -0 script -q -e -c "titan-tokenize -t '$TOK' -d '$d/l.tok'" /dev/null
+	[[ $output == *'--decode writes JSONL (one {"text": ...} object per document); --format text writes the plain text'* ]]
+	run -0 script -q -e -c "titan-tokenize -t '$TOK' -d --format lines '$d/l.tok'" /dev/null
+	[[ $output != *"writes JSONL"* ]]
+}

@@ -477,7 +477,10 @@ static void test_errors(void **state)
 	o.vocab_size = 512;
 	assert_int_equal(titan_loader_open(&o, &l), TITAN_E_INVALID);
 	assert_non_null(strstr(titan_errmsg(), "train-00000.tok"));
-	assert_non_null(strstr(titan_errmsg(), "vocabulary of 1000"));
+	/* the header's vocabulary, the model's and the override that fits */
+	assert_non_null(strstr(titan_errmsg(), "the shard header's vocab_size is 1000"));
+	assert_non_null(strstr(titan_errmsg(), "model.vocab_size 512"));
+	assert_non_null(strstr(titan_errmsg(), "--model.vocab_size=1000"));
 	o.vocab_size = 1000;
 	o.verify = true;
 	assert_int_equal(titan_loader_open(&o, &l), 0);

@@ -1,7 +1,8 @@
 /*
  * titan-shard — cut a uint32 token stream into training shards (*.tok, see
  * lib/titan/data.h), with an optional validation split and a deterministic
- * document shuffle; `info` and `verify` read shards back.  The stage
+ * document shuffle; `info` and `verify` read shards back, `cat` turns them
+ * back into the token stream.  The stage
  * between titan-tokenize and titan-train (llm.c's fineweb.py writes such
  * shards; torchtitan tokenizes on the fly instead).
  */
@@ -20,6 +21,10 @@
 #include "titan/data.h"
 #include "titan/tok.h"
 
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "titan-shard cat writes host-order uint32: port it for big-endian hosts"
+#endif
+
 enum {
 	OPT_VOCAB_SIZE = TITAN_OPT_TOOL_BASE,
 	OPT_EOS_ID,
@@ -31,6 +36,7 @@ enum {
 	OPT_SEED,
 	OPT_JSON,
 	OPT_VERIFY,
+	OPT_SPLIT,
 };
 
 #define READ_BYTES ((size_t)4 << 20)
@@ -42,11 +48,14 @@ static void usage(FILE *fp)
 "                   [OPTIONS] [FILE ...]\n"
 "       titan-shard info [--json] [--verify] PATH ...\n"
 "       titan-shard verify [--json] PATH ...\n"
+"       titan-shard cat [--split NAME] [--verify] [-o FILE] PATH ...\n"
 "Cut a token stream (uint32 little-endian ids, from FILEs or standard input;\n"
 "gzip/zstd-compressed streams are read too) into shards DIR/train-00000.tok,\n"
 "... and an optional validation split\n"
 "DIR/val-00000.tok, ...; `info` prints shard headers and totals, `verify`\n"
-"checks payload checksums and ids.  PATHs are shard files or directories.\n"
+"checks payload checksums and ids; `cat` writes the ids of shards back as the\n"
+"token stream (uint32 little-endian, u16 shards widened) on standard output,\n"
+"for `| titan-tokenize -d`.  PATHs are shard files or directories.\n"
 "\n"
 "Write options:\n"
 "  -o, --out DIR          output directory (created if missing)\n"
@@ -68,6 +77,12 @@ static void usage(FILE *fp)
 "      --json             one JSON object instead of the table\n"
 "      --verify           also check payload checksums and ids (as `verify`)\n"
 "\n"
+"Cat options:\n"
+"      --split NAME       a directory's shards of this split only (default: every\n"
+"                         split in stream order: val, then train, then others)\n"
+"      --verify           check payload checksums and ids before writing anything\n"
+"  -o, --out FILE         write FILE (atomically) instead of standard output\n"
+"\n"
 "Common options:\n"
 "      --progress         input read of the total (%%, MB/s, ETA), tokens and documents\n"
 "                         on stderr even when it is not a terminal\n"
@@ -78,6 +93,7 @@ static void usage(FILE *fp)
 "  titan-tokenize --tokenizer tok.model corpus.jsonl |\n"
 "      titan-shard -t tok.model --val-docs 1000 --out data/\n"
 "  titan-shard verify data/\n"
+"  titan-shard cat --split val data/ | titan-tokenize -t tok.model -d --format text\n"
 "\n"
 "See also: titan-tokenize(1), titan-train(1), docs/formats.md\n");
 }
@@ -761,6 +777,162 @@ static int run_info(struct titan_cli *cli, struct report *r, int npaths, char **
 	return r->bad ? 1 : 0;
 }
 
+/* ---------------------------------------------------------------- cat */
+
+/* `cat`: shards back to the token stream they were cut from (uint32 LE ids,
+ * the format titan-tokenize writes), for `| titan-tokenize -d`, od or a
+ * second titan-shard run.  Every shard is opened and checked (header,
+ * size; a folder's shards must continue each other; --verify: payload CRC
+ * and ids) before the first id is written, so a bad shard leaves no
+ * partial stream behind. */
+struct cat_list {
+	struct titan_shard **s;
+	size_t n, cap;
+};
+
+static int cat_add(struct cat_list *c, struct titan_shard *s)
+{
+	if (c->n == c->cap) {
+		size_t cap = c->cap ? 2 * c->cap : 64;
+		struct titan_shard **t = realloc(c->s, cap * sizeof(*t));
+
+		if (!t) {
+			titan_shard_close(s);
+			return titan_error(TITAN_E_NOMEM, "out of memory");
+		}
+		c->s = t;
+		c->cap = cap;
+	}
+	c->s[c->n++] = s;
+	return 0;
+}
+
+/* Rank of a split in a folder's stream order: titan-shard write takes the
+ * validation documents from the start of the stream, so "val" comes first,
+ * then "train", then any other split by name. */
+static int split_rank(const char *split)
+{
+	return !strcmp(split, "val") ? 0 : !strcmp(split, "train") ? 1 : 2;
+}
+
+static int cat_open(struct cat_list *c, const char *path, const char *split, bool verify)
+{
+	struct titan_shard *s;
+	int rc = titan_shard_open(path, &s);
+
+	if (rc < 0)
+		return rc;
+	if (split && strcmp(s->h.split, split) != 0) {
+		rc = titan_error(TITAN_E_INVALID, "'%s' is a '%s' shard, not '%s' (--split)", path,
+				 s->h.split, split);
+		titan_shard_close(s);
+		return rc;
+	}
+	if (verify && (rc = titan_shard_verify(s, NULL)) < 0) {
+		titan_shard_close(s);
+		return rc;
+	}
+	return cat_add(c, s);
+}
+
+/* The shards of a folder: one split, or all of them in stream order. */
+static int cat_dir(struct cat_list *c, const char *dir, const char *split, bool verify)
+{
+	char **list = NULL;
+	size_t n = 0, first = c->n;
+	int rc = titan_shard_list(dir, split, &list, &n);
+
+	if (rc < 0)
+		return rc;
+	if (n == 0)
+		rc = split ? titan_error(TITAN_E_INVALID, "no '%s' shards in '%s' (%s-NNNNN.tok)", split,
+					 dir, split)
+			   : titan_error(TITAN_E_INVALID, "'%s' holds no shards (*-NNNNN.tok)", dir);
+	for (int rank = 0; rank < 3 && rc == 0; rank++)
+		for (size_t k = 0; k < n && rc == 0; k++) {
+			const char *base = strrchr(list[k], '/') ? strrchr(list[k], '/') + 1 : list[k];
+			char name[TITAN_SHARD_SPLIT_MAX + 1];
+			size_t len = strcspn(base, "-");
+
+			snprintf(name, sizeof(name), "%.*s", (int)len, base);
+			if (split_rank(name) != rank)
+				continue;
+			/* the file name says the split: the header must agree */
+			if ((rc = cat_open(c, list[k], name, verify)) < 0)
+				break;
+			if (c->n - 1 > first && !strcmp(c->s[c->n - 2]->h.split, name))
+				rc = titan_shard_check_next(&c->s[c->n - 2]->h, c->s[c->n - 2]->path,
+							    &c->s[c->n - 1]->h, c->s[c->n - 1]->path);
+		}
+	titan_shard_list_free(list, n);
+	return rc;
+}
+
+/* One shard's payload as uint32 LE ids. */
+static int cat_write(const struct titan_shard *s, uint32_t *buf, size_t cap,
+		     struct titan_afile *out)
+{
+	uint32_t tb;
+	uint64_t n;
+	const void *p = titan_shard_tokens(s, &tb, &n);
+
+	for (uint64_t i = 0; i < n;) {
+		size_t k = (size_t)(n - i < cap ? n - i : cap);
+		const void *w = (const uint32_t *)p + i;
+
+		if (tb == 2) {
+			const uint16_t *q = (const uint16_t *)p + i;
+
+			for (size_t t = 0; t < k; t++)
+				buf[t] = q[t];
+			w = buf;
+		}
+		if (fwrite(w, 4, k, out->fp) != k)
+			return titan_error(TITAN_E_IO, "cannot write %s%s%s: %s",
+					   out->path ? "'" : "", out->path ? out->path : "to standard output",
+					   out->path ? "'" : "", strerror(errno));
+		i += k;
+	}
+	return 0;
+}
+
+static int run_cat(const char *output, const char *split, bool verify, int npaths, char **paths)
+{
+	enum { CAP = 1 << 18 };
+	struct cat_list c = {0};
+	struct titan_afile out = {0};
+	uint32_t *buf = NULL;
+	uint64_t tokens = 0;
+	int rc = 0;
+
+	for (int i = 0; i < npaths && rc == 0; i++) {
+		struct stat st;
+
+		if (stat(paths[i], &st) != 0)
+			rc = titan_error(TITAN_E_IO, "cannot open '%s': %s", paths[i], strerror(errno));
+		else if (S_ISDIR(st.st_mode))
+			rc = cat_dir(&c, paths[i], split, verify);
+		else
+			rc = cat_open(&c, paths[i], split, verify);
+	}
+	if (rc == 0 && !(buf = titan_malloc(CAP * sizeof(*buf), TITAN_MEM_DATA)))
+		rc = TITAN_E_NOMEM;
+	if (rc == 0 && (rc = titan_afile_open(&out, output)) == 0) {
+		for (size_t i = 0; i < c.n && rc == 0; i++) {
+			rc = cat_write(c.s[i], buf, CAP, &out);
+			tokens += c.s[i]->h.n_tokens;
+		}
+		rc = titan_afile_close(&out, rc);
+	}
+	if (rc == 0)
+		titan_log_debug("cat: %zu shards, %" PRIu64 " tokens", c.n, tokens);
+	for (size_t i = 0; i < c.n; i++)
+		titan_shard_close(c.s[i]);
+	free(c.s);
+	titan_free(buf);
+	return rc;
+}
+
 /* ------------------------------------------------------------- main */
 
 int main(int argc, char **argv)
@@ -781,12 +953,13 @@ int main(int argc, char **argv)
 		{"force", no_argument, NULL, 'f'},
 		{"json", no_argument, NULL, OPT_JSON},
 		{"verify", no_argument, NULL, OPT_VERIFY},
+		{"split", required_argument, NULL, OPT_SPLIT},
 		{0},
 	};
 	struct job j = {.bos = -1, .eos = -1, .shard_tokens = 100000000ull, .spool = -1};
 	struct report r = {0};
 	const char *tokenizer = NULL, *mode = "write", *bad = NULL;
-	const char *vocab_arg = NULL, *eos_arg = NULL, *bos_arg = NULL;
+	const char *vocab_arg = NULL, *eos_arg = NULL, *bos_arg = NULL, *split = NULL;
 	enum titan_tok_encoding enc = TITAN_ENC_AUTO;
 	bool seed_set = false;
 	int opt, rc;
@@ -794,7 +967,7 @@ int main(int argc, char **argv)
 	if ((rc = titan_cli_init(&j.cli, "titan-shard", &argc, argv, false)) != 0)
 		return rc;
 	if (argc > 1 && (!strcmp(argv[1], "write") || !strcmp(argv[1], "info") ||
-			 !strcmp(argv[1], "verify"))) {
+			 !strcmp(argv[1], "verify") || !strcmp(argv[1], "cat"))) {
 		mode = argv[1];
 		argv[1] = argv[0];
 		argv++;
@@ -821,6 +994,13 @@ int main(int argc, char **argv)
 		case OPT_SHUFFLE_DOCS: j.shuffle = true; break;
 		case OPT_JSON: r.json = true; break;
 		case OPT_VERIFY: r.verify = true; break;
+		case OPT_SPLIT:
+			if (!titan_shard_split_valid(optarg))
+				return titan_cli_usage_error(&j.cli, "--split: expected a split name "
+							     "(train, val: 1 to %d of A-Z a-z 0-9 _), "
+							     "got '%s'", TITAN_SHARD_SPLIT_MAX, optarg);
+			split = optarg;
+			break;
 		case OPT_SEED:
 			if (titan_parse_u64(optarg, &j.seed) < 0)
 				return titan_cli_usage_error(&j.cli, "--seed: expected an unsigned "
@@ -845,6 +1025,26 @@ int main(int argc, char **argv)
 		}
 	}
 
+	if (strcmp(mode, "cat") == 0) {
+		if (tokenizer || enc || vocab_arg || eos_arg || bos_arg || j.shuffle || seed_set ||
+		    j.force || j.val_docs || j.val_tokens || r.json)
+			return titan_cli_usage_error(&j.cli, "'cat' takes only --split, --verify, "
+						     "-o FILE and paths");
+		if (optind >= argc)
+			return titan_cli_usage_error(&j.cli, "cat: no shard file or directory given");
+		for (int i = optind; i < argc; i++)
+			if ((rc = titan_cli_no_dash(&j.cli, mode, argv[i], "a shard is mapped and read "
+						    "in place, not as a stream")))
+				return rc;
+		if ((!j.out || !strcmp(j.out, "-")) && isatty(STDOUT_FILENO))
+			return titan_cli_usage_error(&j.cli, "cat: standard output is a terminal: pipe "
+						     "the binary ids (| titan-tokenize -d, | od -An -tu4) "
+						     "or give -o FILE");
+		rc = run_cat(j.out, split, r.verify, argc - optind, argv + optind);
+		return titan_cli_finish(&j.cli, rc < 0 ? titan_cli_fail_work(&j.cli, rc) : 0);
+	}
+	if (split)
+		return titan_cli_usage_error(&j.cli, "--split belongs to 'cat'");
 	if (strcmp(mode, "write") != 0) {
 		if (j.out || tokenizer || enc || vocab_arg || eos_arg || bos_arg || j.shuffle ||
 		    seed_set || j.force || j.val_docs || j.val_tokens)

@@ -14,6 +14,7 @@
 
 #include "titan/cli.h"
 #include "titan/core.h"
+#include "titan/data.h"
 #include "titan/tok.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -38,6 +39,7 @@ struct opts {
 	enum titan_tok_encoding encoding;
 	struct titan_doc_reader_opts reader;
 	bool allow_special, no_bos, no_eos, decode, keep_special;
+	bool format_set;         /* -f or --doc-per-line given */
 	const char *output;
 	/* train */
 	uint32_t vocab_size, nspecials;
@@ -48,7 +50,7 @@ static void usage(FILE *fp)
 {
 	fprintf(fp,
 "Usage: titan-tokenize -t TOKENIZER [OPTIONS] [FILE ...]          text -> token stream\n"
-"       titan-tokenize -t TOKENIZER --decode [OPTIONS] [FILE ...] token stream -> text\n"
+"       titan-tokenize -t TOKENIZER --decode [OPTIONS] [FILE ...] tokens -> JSONL/text\n"
 "       titan-tokenize train --vocab-size N [OPTIONS] FILE ...    learn a BPE vocabulary\n"
 "\n"
 "Encodes documents into the token stream titan-shard reads: little-endian\n"
@@ -68,8 +70,11 @@ static void usage(FILE *fp)
 "      --allow-special    special-token text in documents becomes its id\n"
 "                         (default: it is ordinary text)\n"
 "      --no-bos, --no-eos do not add BOS / EOS around documents\n"
-"  -d, --decode           read a token stream, write the text (BOS dropped, EOS ends a\n"
-"                         document: lines/jsonl output one document per line/object)\n"
+"  -d, --decode           read a token stream (or a titan-shard *.tok shard), write the\n"
+"                         documents (BOS dropped, EOS ends one) in --format: JSONL by\n"
+"                         default, one {\"text\": ...} object per document (--field\n"
+"                         names the key); --format text for the plain text, --format\n"
+"                         lines for one document per line\n"
 "      --keep-special     with --decode: write BOS/EOS and other specials as their text\n"
 "  -o, --output FILE      write FILE (atomically) instead of standard output\n"
 "      --threads N        encoding threads (default: all cores)\n"
@@ -87,7 +92,9 @@ static void usage(FILE *fp)
 "\n"
 "Examples:\n"
 "  titan-tokenize -t tokenizer.model corpus/*.jsonl | titan-shard -t tokenizer.model --out data/\n"
-"  titan-tokenize -t tokenizer.model --format text book.txt | titan-tokenize -t tokenizer.model -d\n"
+"  titan-tokenize -t tokenizer.model --format text book.txt |\n"
+"      titan-tokenize -t tokenizer.model -d --format text\n"
+"  titan-shard cat --split val data/ | titan-tokenize -t tokenizer.model -d\n"
 "  titan-tokenize train --vocab-size 8192 --format text kjv.txt -o kjv.tiktoken\n"
 "\n"
 "See also: titan-shard(1), docs/formats.md\n");
@@ -446,8 +453,11 @@ static int decode_end_doc(struct decoder *d, struct titan_afile *out)
 	return rc;
 }
 
+/* `ids` are tokens first.. of `name`; `off0` is the byte offset of token 0
+ * in the file and `tb` the bytes per id there (4 in a stream; a shard's
+ * payload starts after its header and may hold u16 ids), for messages. */
 static int decode_ids(struct decoder *d, const uint32_t *ids, size_t n, const char *name,
-		      uint64_t first, struct titan_afile *out)
+		      uint64_t first, uint64_t off0, unsigned tb, struct titan_afile *out)
 {
 	for (size_t i = 0; i < n; i++) {
 		uint32_t id = ids[i];
@@ -457,7 +467,7 @@ static int decode_ids(struct decoder *d, const uint32_t *ids, size_t n, const ch
 			return titan_error(TITAN_E_INVALID,
 					   "%s: token %llu (byte offset %llu) is id %u, not in the vocabulary (size %u)",
 					   name, (unsigned long long)(first + i),
-					   (unsigned long long)(first + i) * 4, id,
+					   (unsigned long long)(off0 + (first + i) * tb), id,
 					   titan_tokenizer_vocab_size(d->tok));
 		d->in_doc = true;
 		if (!d->o->keep_special && (int64_t)id == d->bos)
@@ -481,61 +491,162 @@ static int decode_ids(struct decoder *d, const uint32_t *ids, size_t n, const ch
 	return 0;
 }
 
+/* A shard (titan-shard's *.tok) met by --decode: its header is checked and
+ * skipped, and its payload (u16 or u32 ids) decoded, so that
+ * `titan-tokenize -d data/train-00000.tok` gives the text, not the header
+ * bytes read as ids.  The payload length and CRC32C are checked as the
+ * shard is read (a stream may be a pipe: nothing is seeked). */
+struct shard_in {
+	bool on;
+	struct titan_shard_header h;
+	uint64_t bytes;   /* payload bytes read */
+	uint32_t crc;
+};
+
+/* Sniff the first bytes of an input (already in buf, `have` of them, the
+ * stream read up to 4096 bytes or its end).  Returns 0, or an error. */
+static int shard_sniff(struct shard_in *si, const uint8_t *buf, size_t have, const char *name,
+		       struct titan_instream *in, const struct titan_tokenizer *tok)
+{
+	const bool plain = titan_instream_compression(in) == TITAN_COMPRESSION_NONE;
+	int64_t size = titan_instream_size(in);
+	int rc;
+
+	memset(si, 0, sizeof(*si));
+	if (have < 8 || memcmp(buf, TITAN_SHARD_MAGIC, 8) != 0) {
+		/* a token stream: a regular file can be checked before anything is written */
+		if (plain && size > 0 && size % 4)
+			return titan_error(TITAN_E_INVALID, "%s: %lld bytes is not a whole number of "
+					   "uint32 token ids (truncated stream?)", name, (long long)size);
+		return 0;
+	}
+	if ((rc = titan_shard_header_decode(buf, have, name, &si->h)) < 0)
+		return rc;
+	si->on = true;
+	if (plain && size >= 0 &&
+	    (uint64_t)size != si->h.header_bytes + si->h.n_tokens * si->h.token_bytes)
+		return titan_error(TITAN_E_FORMAT, "'%s': expected %llu bytes (header %u + %llu "
+				   "tokens of %u bytes), found %lld: truncated?", name,
+				   (unsigned long long)(si->h.header_bytes +
+							si->h.n_tokens * si->h.token_bytes),
+				   si->h.header_bytes, (unsigned long long)si->h.n_tokens,
+				   si->h.token_bytes, (long long)size);
+	if (si->h.fingerprint && si->h.fingerprint != titan_tokenizer_fingerprint(tok))
+		titan_log_warn("%s: the shard was written with another tokenizer (fingerprint "
+			       "0x%016llx, --tokenizer's 0x%016llx): the text may be wrong", name,
+			       (unsigned long long)si->h.fingerprint,
+			       (unsigned long long)titan_tokenizer_fingerprint(tok));
+	titan_log_debug("%s: a '%s' shard, %llu tokens of u%u", name, si->h.split,
+			(unsigned long long)si->h.n_tokens, 8 * si->h.token_bytes);
+	return 0;
+}
+
 static int run_decode(const struct titan_tokenizer *tok, const struct opts *o, char **files,
 		      int nfiles, struct titan_afile *out, struct progress *pr)
 {
 	struct decoder d = {.tok = tok, .o = o};
 	enum { CHUNK = 1 << 18 };
 	uint32_t *buf = malloc(CHUNK * sizeof(uint32_t) + 4);
+	uint32_t *wide = malloc(2 * CHUNK * sizeof(uint32_t)); /* u16 shard ids widened */
 	int rc = 0;
 
 	d.bos = titan_tokenizer_bos(tok);
 	d.eos = titan_tokenizer_eos(tok);
 	titan_json_init(&d.json);
-	if (!buf)
+	if (!buf || !wide) {
+		free(buf);
+		free(wide);
 		return titan_error(TITAN_E_NOMEM, "out of memory");
+	}
 	for (int f = 0; f < nfiles && rc == 0; f++) {
 		struct titan_instream *in;
+		struct shard_in si;
 		const char *name;
-		uint64_t ntok = 0, bytes0 = pr->bytes;
+		uint64_t ntok = 0, bytes0 = pr->bytes, off0 = 0;
 		size_t have = 0; /* bytes in buf */
-		bool plain;
+		unsigned tb = 4;
+		bool plain, eof = false;
 
 		if ((rc = titan_instream_open(files[f], NULL, &in)) < 0)
 			break;
 		name = titan_instream_name(in);
 		plain = titan_instream_compression(in) == TITAN_COMPRESSION_NONE;
 		pr->compressed |= !plain;
-		/* a regular file can be checked before anything is written */
-		if (plain && titan_instream_size(in) > 0 && titan_instream_size(in) % 4) {
-			rc = titan_error(TITAN_E_INVALID, "%s: %lld bytes is not a whole number of uint32 "
-					 "token ids (truncated stream?)", name,
-					 (long long)titan_instream_size(in));
-			titan_instream_close(in);
-			break;
-		}
-		for (;;) {
+		/* the first 4096 bytes (or all): a shard header or token ids */
+		while (have < TITAN_SHARD_HEADER_BYTES) {
 			int64_t got = titan_instream_read(in, (char *)buf + have,
-							  CHUNK * sizeof(uint32_t) - have);
+							  TITAN_SHARD_HEADER_BYTES - have);
 
-			if (got < 0) {
+			if (got <= 0) {
 				rc = (int)got;
+				eof = true;
 				break;
 			}
 			have += (size_t)got;
-			size_t whole = have / 4;
+		}
+		if (rc == 0)
+			rc = shard_sniff(&si, (const uint8_t *)buf, have, name, in, tok);
+		if (rc == 0 && si.on) {
+			tb = si.h.token_bytes;
+			off0 = si.h.header_bytes; /* 4096: checked by the header decode */
+			have -= si.h.header_bytes;
+			memmove(buf, (char *)buf + si.h.header_bytes, have);
+		}
+		while (rc == 0) {
+			int64_t got = 0;
 
-			if ((rc = decode_ids(&d, buf, whole, name, ntok, out)) < 0)
+			if (!eof) {
+				got = titan_instream_read(in, (char *)buf + have,
+							  CHUNK * sizeof(uint32_t) - have);
+				if (got < 0) {
+					rc = (int)got;
+					break;
+				}
+				have += (size_t)got;
+				eof = got == 0;
+			}
+			size_t whole = have / tb;
+			const uint32_t *ids = buf;
+
+			if (si.on) {
+				if (si.bytes + whole * tb > si.h.n_tokens * tb) {
+					rc = titan_error(TITAN_E_FORMAT, "'%s': more bytes than the header's "
+							 "%llu tokens: not a shard titan-shard wrote",
+							 name, (unsigned long long)si.h.n_tokens);
+					break;
+				}
+				si.crc = titan_crc32c(si.crc, buf, whole * tb);
+				si.bytes += whole * tb;
+				if (tb == 2) {
+					const uint16_t *q = (const uint16_t *)(void *)buf;
+
+					for (size_t i = 0; i < whole; i++)
+						wide[i] = q[i];
+					ids = wide;
+				}
+			}
+			if ((rc = decode_ids(&d, ids, whole, name, ntok, off0, tb, out)) < 0)
 				break;
 			ntok += whole;
 			pr->tokens += whole;
 			pr->bytes = bytes0 + titan_instream_consumed(in);
 			pr->text = pr->tokens * 4;
-			memmove(buf, buf + whole, have - whole * 4);
-			have -= whole * 4;
+			memmove(buf, (char *)buf + whole * tb, have - whole * tb);
+			have -= whole * tb;
 			progress_show(pr, false);
-			if (got == 0) {
-				if (have)
+			if (eof) {
+				if (si.on && (have || ntok != si.h.n_tokens))
+					rc = titan_error(TITAN_E_FORMAT, "'%s': the header says %llu tokens "
+							 "(%llu bytes), the payload holds %llu bytes: "
+							 "truncated?", name,
+							 (unsigned long long)si.h.n_tokens,
+							 (unsigned long long)si.h.n_tokens * tb,
+							 (unsigned long long)(si.bytes + have));
+				else if (si.on && si.crc != si.h.payload_crc32c)
+					rc = titan_error(TITAN_E_FORMAT, "'%s': payload checksum mismatch "
+							 "(header 0x%08x, data 0x%08x): the shard is corrupt",
+							 name, si.h.payload_crc32c, si.crc);
+				else if (have)
 					rc = titan_error(TITAN_E_INVALID,
 							 "%s: %llu bytes%s is not a whole number of uint32 "
 							 "token ids (truncated stream?)", name,
@@ -552,6 +663,7 @@ static int run_decode(const struct titan_tokenizer *tok, const struct opts *o, c
 	titan_bytes_release(&d.doc);
 	titan_json_release(&d.json);
 	free(buf);
+	free(wide);
 	return rc;
 }
 
@@ -673,9 +785,13 @@ int main(int argc, char **argv)
 			if (titan_doc_format_parse(optarg, &o.reader.format) < 0)
 				return titan_cli_usage_error(&cli, "--format: '%s' is not one of jsonl, "
 							     "text, lines", optarg);
+			o.format_set = true;
 			break;
 		case OPT_FIELD: o.reader.field = optarg; break;
-		case OPT_DOC_PER_LINE: o.reader.format = TITAN_DOC_LINES; break;
+		case OPT_DOC_PER_LINE:
+			o.reader.format = TITAN_DOC_LINES;
+			o.format_set = true;
+			break;
 		case OPT_ALLOW_SPECIAL: o.allow_special = true; break;
 		case OPT_NO_BOS: o.no_bos = true; break;
 		case OPT_NO_EOS: o.no_eos = true; break;
@@ -744,6 +860,17 @@ int main(int argc, char **argv)
 			rc = titan_cli_fail_work(&cli, TITAN_E_IO);
 			goto done;
 		}
+	/* a folder of shards is what titan-shard cat reads */
+	for (int i = 0; o.decode && i < nfiles; i++) {
+		struct stat st;
+
+		if (strcmp(files[i], "-") && stat(files[i], &st) == 0 && S_ISDIR(st.st_mode)) {
+			titan_error(TITAN_E_IO, "'%s' is a directory: for a folder of shards, "
+				    "titan-shard cat '%s' | titan-tokenize -d ...", files[i], files[i]);
+			rc = titan_cli_fail_work(&cli, TITAN_E_IO);
+			goto done;
+		}
+	}
 	threads = cli.threads > 0 ? cli.threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
 	if (threads < 1)
 		threads = 1;
@@ -767,8 +894,14 @@ int main(int argc, char **argv)
 	pr.docs_known = !o.decode;
 	if (train)
 		rc = run_train(&o, threads, cli.progress, files, nfiles, &out, &pr);
-	else if (o.decode)
+	else if (o.decode) {
+		/* someone reading the output expected text: say what it is */
+		if (!o.format_set && !out.path && isatty(STDOUT_FILENO))
+			titan_log_info("--decode writes JSONL (one {\"%s\": ...} object per "
+				       "document); --format text writes the plain text",
+				       o.reader.field);
 		rc = run_decode(tok, &o, files, nfiles, &out, &pr);
+	}
 	else
 		rc = run_encode(tok, &o, threads, files, nfiles, &out, &pr);
 	progress_show(&pr, true);
