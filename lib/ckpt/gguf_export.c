@@ -235,7 +235,8 @@ static int vocab_json(struct vocab *v, const char *path)
 		if (json_is_string(e) && (sp = strchr(json_string_value(e), ' ')) &&
 		    sp != json_string_value(e)) {
 			a = json_string_value(e);
-			rc = titan_ckpt_merge_add_(&v->merges, a, (size_t)(sp - a), sp + 1, strlen(sp + 1));
+			rc = titan_ckpt_merge_add_(&v->merges, a, (size_t)(sp - a), sp + 1,
+						   strlen(sp + 1));
 		} else if (json_is_array(e) && json_array_size(e) == 2 &&
 			   json_is_string(json_array_get(e, 0)) && json_is_string(json_array_get(e, 1))) {
 			a = json_string_value(json_array_get(e, 0));
