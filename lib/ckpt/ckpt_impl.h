@@ -164,6 +164,30 @@ void titan_ckpt_match_flavor_(const struct titan_model_dims *d, char name[32]);
 /* mkdir -p: 0 or TITAN_E_IO naming the folder that cannot be made. */
 int titan_ckpt_mkdirs_(const char *folder);
 
+/* tiktoken_bl.c: "a b" merge strings (malloc'd) */
+struct titan_ckpt_merges {
+	char **v;
+	size_t n, cap;
+};
+int titan_ckpt_merge_add_(struct titan_ckpt_merges *m, const char *a, size_t na, const char *b,
+			  size_t nb);
+void titan_ckpt_merges_free_(struct titan_ckpt_merges *m);
+
+/* A tiktoken tokenizer as HF byte-level BPE: n = its ids; tokens[id] the
+ * GPT-2 byte-level string (a special token: its text, special[id] set;
+ * NULL: an unused id), lens their byte lengths; the merges TikTokenConverter
+ * recovers from the ranks. */
+struct titan_ckpt_bl_vocab {
+	uint32_t n;
+	char **tokens;
+	size_t *lens;
+	bool *special;
+	struct titan_ckpt_merges merges;
+};
+struct titan_tokenizer;
+int titan_ckpt_bl_tiktoken_(const struct titan_tokenizer *tok, struct titan_ckpt_bl_vocab *v);
+void titan_ckpt_bl_free_(struct titan_ckpt_bl_vocab *v);
+
 #define NO_HDF5 titan_error(TITAN_E_UNSUPPORTED, "titan was built without HDF5: checkpoints " \
 			    "need it (install libhdf5-mpich-dev and rebuild)")
 #endif

@@ -85,8 +85,7 @@ struct vocab {
 	char **tokens;
 	size_t *lens;
 	int32_t *types;
-	char **merges;
-	size_t n_merges, cap_merges;
+	struct titan_ckpt_merges merges;
 	int64_t bos, eos;
 	const char *pre;
 };
@@ -95,210 +94,41 @@ static void vocab_release(struct vocab *v)
 {
 	for (size_t i = 0; v->tokens && i < v->n; i++)
 		free(v->tokens[i]);
-	for (size_t i = 0; i < v->n_merges; i++)
-		free(v->merges[i]);
+	titan_ckpt_merges_free_(&v->merges);
 	free(v->tokens);
 	free(v->lens);
 	free(v->types);
-	free(v->merges);
 	memset(v, 0, sizeof(*v));
 }
 
-/* GPT-2's bytes_to_unicode: printable Latin-1 bytes map to themselves, the
- * others in byte order to U+0100, U+0101, ... */
-static void byte_level_table(uint16_t cp[256])
-{
-	uint16_t n = 0;
-
-	for (int b = 0; b < 256; b++) {
-		bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174);
-
-		cp[b] = printable ? (uint16_t)b : (uint16_t)(256 + n++);
-	}
-}
-
-/* bytes -> byte-level string (malloc'd, NUL-terminated) */
-static char *byte_level(const uint16_t cp[256], const uint8_t *s, size_t n, size_t *len)
-{
-	char *out = malloc(2 * n + 1), *q = out;
-
-	if (!out)
-		return NULL;
-	for (size_t i = 0; i < n; i++) {
-		uint16_t c = cp[s[i]];
-
-		if (c < 0x80) {
-			*q++ = (char)c;
-		} else {
-			*q++ = (char)(0xc0 | c >> 6);
-			*q++ = (char)(0x80 | (c & 0x3f));
-		}
-	}
-	*q = 0;
-	if (len)
-		*len = (size_t)(q - out);
-	return out;
-}
-
-static int add_merge(struct vocab *v, const char *a, size_t na, const char *b, size_t nb)
-{
-	char *m;
-
-	if (v->n_merges == v->cap_merges) {
-		size_t cap = v->cap_merges ? 2 * v->cap_merges : 1024;
-		char **q = realloc(v->merges, cap * sizeof(*q));
-
-		if (!q)
-			return titan_error(TITAN_E_NOMEM, "out of memory");
-		v->merges = q;
-		v->cap_merges = cap;
-	}
-	if (!(m = malloc(na + nb + 2)))
-		return titan_error(TITAN_E_NOMEM, "out of memory");
-	memcpy(m, a, na);
-	m[na] = ' ';
-	memcpy(m + na + 1, b, nb);
-	m[na + nb + 1] = 0;
-	v->merges[v->n_merges++] = m;
-	return 0;
-}
-
-/* bytes -> rank (open addressing, FNV-1a) */
-struct rank_map {
-	const struct titan_tokenizer *tok;
-	uint32_t *slot;    /* id + 1; 0 = empty */
-	size_t mask;
-};
-
-static uint64_t fnv(const uint8_t *s, size_t n)
-{
-	uint64_t h = 1469598103934665603ULL;
-
-	for (size_t i = 0; i < n; i++)
-		h = (h ^ s[i]) * 1099511628211ULL;
-	return h;
-}
-
-static void map_put(struct rank_map *m, uint32_t id, const uint8_t *s, size_t n)
-{
-	size_t i = (size_t)fnv(s, n) & m->mask;
-
-	while (m->slot[i])
-		i = (i + 1) & m->mask;
-	m->slot[i] = id + 1;
-}
-
-static int64_t map_get(const struct rank_map *m, const uint8_t *s, size_t n)
-{
-	size_t i = (size_t)fnv(s, n) & m->mask;
-
-	while (m->slot[i]) {
-		size_t len;
-		const uint8_t *b = titan_tokenizer_token(m->tok, m->slot[i] - 1, &len);
-
-		if (len == n && !memcmp(b, s, n))
-			return m->slot[i] - 1;
-		i = (i + 1) & m->mask;
-	}
-	return -1;
-}
-
-struct split {
-	uint32_t l, r;
-};
-
-static int cmp_split(const void *a, const void *b)
-{
-	const struct split *x = a, *y = b;
-
-	if (x->l != y->l)
-		return x->l < y->l ? -1 : 1;
-	return (x->r > y->r) - (x->r < y->r);
-}
-
-/* A tiktoken file: tokens byte-level mapped, the specials as CONTROL, and
- * the merges transformers' TikTokenConverter.extract_vocab_merges_from_model
- * makes: for every token of two or more bytes, each split into a left and a
- * right part that are both tokens, ordered by (rank of left, rank of
- * right); all of them ordered by the rank of the token. */
+/* A tiktoken file: tokens byte-level mapped, the specials as CONTROL, the
+ * merges recovered from the ranks (tiktoken_bl.c). */
 static int vocab_tiktoken(struct vocab *v, const struct titan_tokenizer *tok)
 {
-	const uint32_t nt = titan_tokenizer_vocab_size(tok);
-	struct rank_map m = {.tok = tok};
-	uint16_t cp[256];
-	bool *special = calloc(nt + 1, sizeof(bool));
-	struct split *sp = NULL;
-	size_t cap_sp = 0, cap = 1;
-	char text[1024];
-	int rc = 0;
+	struct titan_ckpt_bl_vocab bl;
+	char text[32];
+	int rc;
 
-	byte_level_table(cp);
-	while (cap < 2 * (size_t)nt + 2)
-		cap *= 2;
-	m.mask = cap - 1;
-	if (!special || !(m.slot = calloc(cap, sizeof(*m.slot)))) {
-		rc = titan_error(TITAN_E_NOMEM, "out of memory");
-		goto done;
-	}
-	for (uint32_t id = 0; id < v->n && rc == 0; id++) {
-		size_t len;
-		const uint8_t *b = id < nt ? titan_tokenizer_token(tok, id, &len) : NULL;
-
-		if (!b) {
-			snprintf(text, sizeof(text), "[PAD%u]", id);
+	if ((rc = titan_ckpt_bl_tiktoken_(tok, &bl)) < 0)
+		return rc;
+	for (size_t id = 0; id < v->n && rc == 0; id++) {
+		if (id < bl.n && bl.tokens[id]) {
+			v->tokens[id] = bl.tokens[id];
+			v->lens[id] = bl.lens[id];
+			v->types[id] = bl.special[id] ? TOK_CONTROL : TOK_NORMAL;
+			bl.tokens[id] = NULL;
+		} else {
+			snprintf(text, sizeof(text), "[PAD%zu]", id);
 			v->tokens[id] = strdup(text);
 			v->lens[id] = strlen(text);
 			v->types[id] = TOK_UNUSED;
-		} else {
-			if (len < sizeof(text) && !memchr(b, 0, len)) {
-				memcpy(text, b, len);
-				text[len] = 0;
-				special[id] = titan_tokenizer_special(tok, text) == (int64_t)id;
-			}
-			if (special[id]) {
-				v->tokens[id] = strdup(text);
-				v->lens[id] = len;
-				v->types[id] = TOK_CONTROL;
-			} else {
-				v->tokens[id] = byte_level(cp, b, len, &v->lens[id]);
-				v->types[id] = TOK_NORMAL;
-				map_put(&m, id, b, len);
-			}
-		}
-		if (!v->tokens[id])
-			rc = titan_error(TITAN_E_NOMEM, "out of memory");
-	}
-	for (uint32_t id = 0; id < nt && id < v->n && rc == 0; id++) {
-		size_t len, k = 0;
-		const uint8_t *b = titan_tokenizer_token(tok, id, &len);
-
-		if (!b || special[id] || len < 2)
-			continue;
-		if (len - 1 > cap_sp) {
-			struct split *q = realloc(sp, (len - 1) * sizeof(*q));
-
-			if (!q) {
+			if (!v->tokens[id])
 				rc = titan_error(TITAN_E_NOMEM, "out of memory");
-				break;
-			}
-			sp = q;
-			cap_sp = len - 1;
 		}
-		for (size_t i = 1; i < len; i++) {
-			int64_t l = map_get(&m, b, i), r = map_get(&m, b + i, len - i);
-
-			if (l >= 0 && r >= 0)
-				sp[k++] = (struct split){(uint32_t)l, (uint32_t)r};
-		}
-		qsort(sp, k, sizeof(*sp), cmp_split);
-		for (size_t i = 0; i < k && rc == 0; i++)
-			rc = add_merge(v, v->tokens[sp[i].l], v->lens[sp[i].l], v->tokens[sp[i].r],
-				       v->lens[sp[i].r]);
 	}
-done:
-	free(sp);
-	free(m.slot);
-	free(special);
+	v->merges = bl.merges;
+	memset(&bl.merges, 0, sizeof(bl.merges));
+	titan_ckpt_bl_free_(&bl);
 	return rc;
 }
 
@@ -405,12 +235,13 @@ static int vocab_json(struct vocab *v, const char *path)
 		if (json_is_string(e) && (sp = strchr(json_string_value(e), ' ')) &&
 		    sp != json_string_value(e)) {
 			a = json_string_value(e);
-			rc = add_merge(v, a, (size_t)(sp - a), sp + 1, strlen(sp + 1));
+			rc = titan_ckpt_merge_add_(&v->merges, a, (size_t)(sp - a), sp + 1,
+						   strlen(sp + 1));
 		} else if (json_is_array(e) && json_array_size(e) == 2 &&
 			   json_is_string(json_array_get(e, 0)) && json_is_string(json_array_get(e, 1))) {
 			a = json_string_value(json_array_get(e, 0));
 			b = json_string_value(json_array_get(e, 1));
-			rc = add_merge(v, a, strlen(a), b, strlen(b));
+			rc = titan_ckpt_merge_add_(&v->merges, a, strlen(a), b, strlen(b));
 		} else {
 			rc = titan_error(TITAN_E_FORMAT, "'%s': model.merges[%zu] is neither \"a b\" "
 					 "nor [\"a\", \"b\"]", path, i);
@@ -486,7 +317,7 @@ static int vocab_write(struct titan_gguf_writer *w, const struct vocab *v)
 	    (rc = titan_gguf_set_array(w, "tokenizer.ggml.token_type", TITAN_GGUF_INT32, v->types,
 				       v->n)) < 0 ||
 	    (rc = titan_gguf_set_array_str(w, "tokenizer.ggml.merges",
-					   (const char *const *)v->merges, NULL, v->n_merges)) < 0)
+					   (const char *const *)v->merges.v, NULL, v->merges.n)) < 0)
 		return rc;
 	if (v->bos >= 0 && ((rc = titan_gguf_set_u32(w, "tokenizer.ggml.bos_token_id",
 						     (uint32_t)v->bos)) < 0 ||

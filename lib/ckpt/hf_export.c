@@ -83,12 +83,17 @@ static int write_json(struct written *w, const char *dir, const char *name, json
 	return rc < 0 ? rc : wrote(w, path);
 }
 
+static int64_t max_positions(const struct titan_model_dims *d, const struct titan_hf_export_opts *o)
+{
+	return o->max_position_embeddings > 0 ? o->max_position_embeddings :
+	       d->rope_scaling ? 131072 : d->rope_original_max_position;
+}
+
 static json_t *config_json(const struct titan_model_dims *d, const struct titan_hf_export_opts *o,
 			   int64_t bos, int64_t eos)
 {
 	json_t *j = json_object();
-	int64_t maxpos = o->max_position_embeddings > 0 ? o->max_position_embeddings :
-			 d->rope_scaling ? 131072 : d->rope_original_max_position;
+	int64_t maxpos = max_positions(d, o);
 
 	json_object_set_new(j, "architectures", json_pack("[s]", "LlamaForCausalLM"));
 	json_object_set_new(j, "attention_bias", json_false());
@@ -128,8 +133,147 @@ static json_t *config_json(const struct titan_model_dims *d, const struct titan_
 	return j;
 }
 
-/* Copy the tokenizer file under its base name; read bos/eos from it. */
-static int tokenizer(struct written *w, const char *dir, const char *src, int64_t vocab,
+/* {"type": "ByteLevel", ...} as Meta Llama 3's tokenizer.json has them */
+static json_t *byte_level(bool add_prefix_space, bool trim_offsets, bool use_regex)
+{
+	return json_pack("{s:s, s:b, s:b, s:b}", "type", "ByteLevel", "add_prefix_space",
+			 add_prefix_space, "trim_offsets", trim_offsets, "use_regex", use_regex);
+}
+
+static json_t *special_piece(const char *text, int type_id)
+{
+	return json_pack("{s:{s:s, s:i}}", "SpecialToken", "id", text, "type_id", type_id);
+}
+
+static json_t *sequence_piece(const char *seq, int type_id)
+{
+	return json_pack("{s:{s:s, s:i}}", "Sequence", "id", seq, "type_id", type_id);
+}
+
+/* The post-processor: the ByteLevel one, then, when the tokenizer has a BOS,
+ * TemplateProcessing putting it before each sequence (Llama 3's: BOS, no
+ * EOS, as titan's documents start). */
+static json_t *post_processor(const char *bos)
+{
+	json_t *seq = json_array(), *tp;
+
+	json_array_append_new(seq, byte_level(true, false, true));
+	if (bos) {
+		tp = json_pack("{s:s, s:[o,o], s:[o,o,o,o], s:{s:{s:s, s:[I], s:[s]}}}",
+			       "type", "TemplateProcessing",
+			       "single", special_piece(bos, 0), sequence_piece("A", 0),
+			       "pair", special_piece(bos, 0), sequence_piece("A", 0),
+			       special_piece(bos, 1), sequence_piece("B", 1),
+			       "special_tokens", bos, "id", bos, "ids", (json_int_t)0, "tokens", bos);
+		json_array_append_new(seq, tp);
+	}
+	return json_pack("{s:s, s:o}", "type", "Sequence", "processors", seq);
+}
+
+/* tokenizer.json and tokenizer_config.json for a tiktoken tokenizer, as
+ * transformers' TikTokenConverter (and Meta's Llama 3 release) has them:
+ * byte-level BPE with the merges recovered from the ranks, the tiktoken
+ * pattern as a Split pre-tokenizer followed by ByteLevel without its own
+ * regex, the special tokens as added tokens. */
+static int tokenizer_json(struct written *w, const char *dir, const char *src,
+			  const struct titan_tokenizer *tok, int64_t bos, int64_t eos,
+			  int64_t max_len)
+{
+	const char *pat = titan_pretok_pattern(titan_tokenizer_pretok_kind(tok));
+	struct titan_ckpt_bl_vocab bl;
+	json_t *vocab = NULL, *merges = NULL, *added = NULL, *j = NULL, *c = NULL, *pp, *bt;
+	const char *bos_text = NULL, *eos_text = NULL;
+	int rc;
+
+	if (!pat)
+		return titan_error(TITAN_E_UNSUPPORTED, "'%s': its pre-tokenizer has no known "
+				   "pattern for tokenizer.json", src);
+	if ((rc = titan_ckpt_bl_tiktoken_(tok, &bl)) < 0)
+		return rc;
+	vocab = json_object();
+	merges = json_array();
+	added = json_array();
+	if (!vocab || !merges || !added)
+		goto nomem;
+	for (uint32_t id = 0; id < bl.n; id++) {
+		json_t *s;
+
+		if (!bl.tokens[id])
+			continue;
+		if (bl.special[id]) {
+			s = json_pack("{s:I, s:s%, s:b, s:b, s:b, s:b, s:b}", "id", (json_int_t)id,
+				      "content", bl.tokens[id], bl.lens[id], "single_word", false,
+				      "lstrip", false, "rstrip", false, "normalized", false,
+				      "special", true);
+			if (!s || json_array_append_new(added, s) < 0)
+				goto nomem;
+			if ((int64_t)id == bos)
+				bos_text = bl.tokens[id];
+			if ((int64_t)id == eos)
+				eos_text = bl.tokens[id];
+		} else if (json_object_setn_new(vocab, bl.tokens[id], bl.lens[id],
+						json_integer(id)) < 0) {
+			goto nomem;
+		}
+	}
+	for (size_t i = 0; i < bl.merges.n; i++)
+		if (json_array_append_new(merges, json_string(bl.merges.v[i])) < 0)
+			goto nomem;
+	pp = post_processor(bos_text);
+	if (pp && bos_text) { /* the BOS id the template adds */
+		bt = json_object_get(json_array_get(json_object_get(pp, "processors"), 1),
+				     "special_tokens");
+		json_array_set_new(json_object_get(json_object_get(bt, bos_text), "ids"), 0,
+				   json_integer(bos));
+	}
+	j = json_pack("{s:s, s:n, s:n, s:o, s:n, s:{s:s, s:[{s:s, s:{s:s}, s:s, s:b}, o]}, "
+		      "s:o*, s:o, s:{s:s, s:n, s:n, s:n, s:n, s:b, s:b, s:b, s:o, s:o}}",
+		      "version", "1.0", "truncation", "padding", "added_tokens", added,
+		      "normalizer",
+		      "pre_tokenizer", "type", "Sequence", "pretokenizers", "type", "Split",
+		      "pattern", "Regex", pat, "behavior", "Isolated", "invert", false,
+		      byte_level(false, true, false),
+		      "post_processor", pp, "decoder", byte_level(true, true, true),
+		      "model", "type", "BPE", "dropout", "unk_token", "continuing_subword_prefix",
+		      "end_of_word_suffix", "fuse_unk", false, "byte_fallback", false,
+		      "ignore_merges", true, "vocab", vocab, "merges", merges);
+	added = vocab = merges = NULL; /* stolen by json_pack, even on failure */
+	if (!j)
+		goto nomem;
+	/* transformers' PreTrainedTokenizerFast reads the tokenizer.json; no
+	 * chat_template: titan trains base models */
+	c = json_pack("{s:s, s:b, s:b, s:b, s:I, s:[s,s], s:s}",
+		      "tokenizer_class", "PreTrainedTokenizerFast",
+		      "clean_up_tokenization_spaces", false, "add_bos_token", bos_text != NULL,
+		      "add_eos_token", false, "model_max_length", (json_int_t)max_len,
+		      "model_input_names", "input_ids", "attention_mask",
+		      "padding_side", "right");
+	if (!c)
+		goto nomem;
+	if (bos_text)
+		json_object_set_new(c, "bos_token", json_string(bos_text));
+	if (eos_text)
+		json_object_set_new(c, "eos_token", json_string(eos_text));
+	if ((rc = write_json(w, dir, "tokenizer.json", j)) == 0)
+		rc = write_json(w, dir, "tokenizer_config.json", c);
+	goto done;
+nomem:
+	rc = titan_error(TITAN_E_NOMEM, "out of memory writing '%s/tokenizer.json'", dir);
+done:
+	json_decref(vocab);
+	json_decref(merges);
+	json_decref(added);
+	json_decref(j);
+	json_decref(c);
+	titan_ckpt_bl_free_(&bl);
+	return rc;
+}
+
+/* Copy the tokenizer file under its base name; read bos/eos from it.  A
+ * tiktoken file also gets its tokenizer.json and tokenizer_config.json (the
+ * bos/eos ids of config.json: the tokenizer's unless o overrides them). */
+static int tokenizer(struct written *w, const char *dir, const char *src,
+		     const struct titan_model_dims *d, const struct titan_hf_export_opts *o,
 		     int64_t *bos, int64_t *eos)
 {
 	struct titan_tokenizer *tok;
@@ -142,13 +286,17 @@ static int tokenizer(struct written *w, const char *dir, const char *src, int64_
 
 	if ((rc = titan_tokenizer_load(src, TITAN_ENC_AUTO, &tok)) < 0)
 		return rc;
-	*bos = titan_tokenizer_bos(tok);
-	*eos = titan_tokenizer_eos(tok);
+	*bos = o->bos_id >= 0 ? o->bos_id : titan_tokenizer_bos(tok);
+	*eos = o->eos_id >= 0 ? o->eos_id : titan_tokenizer_eos(tok);
 	n = titan_tokenizer_vocab_size(tok);
+	if ((int64_t)n > d->vocab_size)
+		rc = titan_error(TITAN_E_INVALID, "'%s' has %zu token ids, more than the model's "
+				 "vocab_size %lld", src, n, (long long)d->vocab_size);
+	else if (titan_tokenizer_format(tok) == TITAN_TOK_TIKTOKEN)
+		rc = tokenizer_json(w, dir, src, tok, *bos, *eos, max_positions(d, o));
 	titan_tokenizer_free(tok);
-	if ((int64_t)n > vocab)
-		return titan_error(TITAN_E_INVALID, "'%s' has %zu token ids, more than the model's "
-				   "vocab_size %lld", src, n, (long long)vocab);
+	if (rc < 0)
+		return rc;
 	if (!(in = fopen(src, "rb")))
 		return titan_error(TITAN_E_IO, "cannot open '%s': %s", src, strerror(errno));
 	if (!(mem = open_memstream(&buf, &len))) {
@@ -263,12 +411,10 @@ int titan_hf_export(const char *outdir, const struct titan_param_table *t, titan
 	if (o->tokenizer) {
 		int64_t tb, te;
 
-		if ((rc = tokenizer(&w, outdir, o->tokenizer, t->dims.vocab_size, &tb, &te)) < 0)
+		if ((rc = tokenizer(&w, outdir, o->tokenizer, &t->dims, o, &tb, &te)) < 0)
 			goto done;
-		if (bos < 0)
-			bos = tb;
-		if (eos < 0)
-			eos = te;
+		bos = tb;
+		eos = te;
 	}
 	if (nshards > 1)
 		j = json_object();
