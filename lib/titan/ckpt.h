@@ -638,7 +638,10 @@ struct titan_hf_export_opts {
 	enum titan_ckpt_dtype dtype;   /* of the weights (config torch_dtype) */
 	uint64_t max_shard_size;       /* bytes per shard; 0: 5 GB (5·10^9, HF's "5GB") */
 	const char *tokenizer;         /* copied into the folder under its base name
-					  and read for bos/eos ids; NULL: none */
+					  and read for bos/eos ids; a .tiktoken file
+					  also gives tokenizer.json (byte-level BPE,
+					  merges recovered) and tokenizer_config.json;
+					  NULL: none */
 	int64_t bos_id, eos_id;        /* -1: the tokenizer's, else Llama 3's
 					  128000/128001 when vocab_size is 128256,
 					  else omitted */
