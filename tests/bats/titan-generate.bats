@@ -110,9 +110,10 @@ setup() {
 	echo "# $text" >&3
 	run -0 --separate-stderr titan-generate -n 40 "$DATA/out/checkpoint" "Ge1:3 And God said"
 	assert_equal "$output" "$text"
-	# the HF folder: q/k rows permuted back; its own copy of the tokenizer
+	# the HF folder: q/k rows permuted back; the tokenizer.json the export
+	# made of the tiktoken file (HF's first choice, as titan-generate's)
 	run -0 --separate-stderr titan-generate -n 40 "$DATA/hf" "Ge1:3 And God said"
-	[[ $stderr == *"tokenizer $DATA/hf/tok.tiktoken"* ]]
+	[[ $stderr == *"tokenizer $DATA/hf/tokenizer.json"* ]]   # written by the export from tok.tiktoken
 	assert_equal "$output" "$text"
 	assert_equal "$(lp "$stderr")" "$logprob"
 	# the prompt from standard input ('-' or nothing), bytes as they are
