@@ -28,7 +28,7 @@
 # (unset = OpenBLAS picks the kernel for the CPU; printed either way);
 # OMP_WAIT_POLICY defaults to PASSIVE and OPENBLAS_THREAD_TIMEOUT to 4 (idle
 # threads sleep instead of spinning: PyTorch on 2 threads needs the first,
-# see shared/PLATFORM.md; titan-train sets both itself when they are unset);
+# see docs/platform.md; titan-train sets both itself when they are unset);
 # OMP_NUM_THREADS/OPENBLAS_NUM_THREADS are set to the thread count.
 # TITAN_BIN=DIR runs another build's tools.
 set -euo pipefail

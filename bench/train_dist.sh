@@ -47,7 +47,7 @@
 # Environment, the same for both sides: OPENBLAS_CORETYPE is passed through
 # (unset = OpenBLAS picks the kernel for the CPU; printed either way);
 # OMP_WAIT_POLICY defaults to PASSIVE and OPENBLAS_THREAD_TIMEOUT to 4 (idle
-# threads sleep instead of spinning, see shared/PLATFORM.md; titan-train sets
+# threads sleep instead of spinning, see docs/platform.md; titan-train sets
 # both itself when they are unset); OMP_NUM_THREADS = OPENBLAS_NUM_THREADS =
 # titan --threads = torch.set_num_threads = 1.  titan's ranks also run a
 # communication progress thread each.  TITAN_BIN=DIR runs another build's

@@ -88,7 +88,7 @@ int h5fail(int code, const char *fmt, ...)
 
 /* A 16-bit float type: bfloat16 (8-bit exponent, 7-bit mantissa, bias
  * 127) or IEEE half (5, 10, 15), derived from float32 in the order
- * shared/PLATFORM.md gives (HDF5 1.10 has no predefined half type; h5py
+ * docs/platform.md gives (HDF5 1.10 has no predefined half type; h5py
  * builds its float16 the same way, so h5py maps half to numpy float16). */
 static hid_t half_type(size_t ebits, size_t mbits, size_t bias)
 {

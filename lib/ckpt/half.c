@@ -2,7 +2,7 @@
  * half.c — float32 <-> bfloat16 / float16 with round-to-nearest-even (the
  * rounding of torch's .to(torch.bfloat16) and .half()), and the checkpoint
  * dtype names.  HDF5's own float conversions do not round to nearest even
- * (shared/PLATFORM.md), so checkpoints round here and store raw bits.
+ * (docs/platform.md), so checkpoints round here and store raw bits.
  */
 #include "titan/ckpt.h"
 

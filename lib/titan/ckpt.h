@@ -596,7 +596,7 @@ int titan_ckpt_verify(struct titan_ckpt_file *f, const struct titan_ckpt_tensor_
 
 /*
  * LlamaForCausalLM (transformers) as torchtitan's Llama3StateDictAdapter
- * maps it (shared/torchtitan-notes.md §6):
+ * maps it (docs/torchtitan-notes.md §6):
  *
  *   tok_embeddings.weight             model.embed_tokens.weight
  *   layers.I.attention.wq.weight      model.layers.I.self_attn.q_proj.weight  (permuted)

@@ -4,7 +4,7 @@
  * One schema table (lib/config/schema.c) drives parsing, defaults, types,
  * ranges, enumerations, the YAML printer and the --help-config text.  The
  * sections and keys are torchtitan's (job_config.py of the TOML era, see
- * shared/torchtitan-notes.md), plus titan's own keys where it does more
+ * docs/torchtitan-notes.md), plus titan's own keys where it does more
  * (model dims of a custom flavor, metrics.peak_flops, ...).
  *
  * File format: a YAML mapping of sections, each a mapping of keys to scalars

@@ -2,7 +2,7 @@
  * titan/estimate.h — memory and throughput per rank before a job runs
  * (titan-estimate, issue 6).  torchtitan had scripts/estimate/estimation.py
  * (FSDP/HSDP only, a fake-tensor run of rank 0; deleted in Feb 2026, see
- * shared/torchtitan-notes.md §7); this is a closed-form model instead, for
+ * docs/torchtitan-notes.md §7); this is a closed-form model instead, for
  * every layout torchtitan composes (HSDP/FSDP x TP/SP x PP x CP), built on
  * the model description titan-train uses (titan/model.h).
  *

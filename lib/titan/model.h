@@ -2,7 +2,7 @@
  * titan/model.h — the Llama 3 model description shared by titan-train and
  * titan-estimate: flavor table, derived dims, parameter counts and the
  * FLOP arithmetic behind MFU (torchtitan's models/llama3/__init__.py and
- * get_dense_model_nparams_and_flops; see shared/torchtitan-notes.md §1, §3),
+ * get_dense_model_nparams_and_flops; see docs/torchtitan-notes.md §1, §3),
  * and the parameter table: names, shapes, arena layout and init_weights.
  */
 #ifndef TITAN_MODEL_H

@@ -4,7 +4,7 @@
  * `struct titan_backend_ops` per backend with the same signatures, the CPU
  * table (OpenBLAS sgemm + OpenMP, lib/cpu) being the oracle every other
  * backend is tested against.  Shapes and semantics mirror torchtitan's
- * models/llama3 (see shared/torchtitan-notes.md §1): nn.Linear without
+ * models/llama3 (see docs/torchtitan-notes.md §1): nn.Linear without
  * bias, nn.RMSNorm, complex (adjacent-pair) RoPE with Llama 3.1 scaling,
  * causal GQA scaled-dot-product attention, SwiGLU, cross-entropy with
  * ignore_index, torch.optim.AdamW.

@@ -2,7 +2,7 @@
  * titan/train.h — training-loop arithmetic shared by titan-train and its
  * tests: torchtitan's learning-rate schedule (components/lr_scheduler.py,
  * linear warmup + stable + decay) and gradient-accumulation geometry
- * (train.py).  See shared/torchtitan-notes.md §2.
+ * (train.py).  See docs/torchtitan-notes.md §2.
  */
 #ifndef TITAN_TRAIN_H
 #define TITAN_TRAIN_H

@@ -2,8 +2,8 @@
 """llama_ref.py — an independent PyTorch re-implementation of torchtitan's
 Llama 3 pre-training step, the reference titan's C model is checked against.
 
-It mirrors torchtitan's TOML-era code (see ../../shared/torchtitan-notes.md,
-sections 1 and 2) without importing torchtitan:
+It mirrors torchtitan's TOML-era code (github.com/pytorch/torchtitan: the model
+and its weight init, files below) without importing torchtitan:
 
   models/llama3/model/model.py   precompute_freqs_cis (+ Llama 3.1 apply_scaling),
                                  apply_rotary_emb (adjacent pairs, complex),

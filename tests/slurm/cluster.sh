@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # tests/slurm/cluster.sh — a throwaway two-node SLURM cluster on this machine
-# for the tests (shared/PLATFORM.md, SLURM): its own munge key and socket,
+# for the tests (docs/platform.md, SLURM): its own munge key and socket,
 # slurmctld and two slurmd daemons (nodes n1 and n2, simulated on this
 # host), every file under DIR.  Needs root and Debian's slurm-wlm + munge.
 #

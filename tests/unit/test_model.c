@@ -1,5 +1,5 @@
 /* test_model.c — Llama 3 flavor table, FFN hidden dims, parameter counts
- * and torchtitan's FLOPs/token (values in shared/torchtitan-notes.md §1, §3). */
+ * and torchtitan's FLOPs/token (values in docs/torchtitan-notes.md §1, §3). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
