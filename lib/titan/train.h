@@ -18,7 +18,8 @@
 extern "C" {
 #endif
 
-enum titan_decay_type { TITAN_DECAY_LINEAR, TITAN_DECAY_SQRT, TITAN_DECAY_COSINE };
+/* enum titan_decay_type (TITAN_DECAY_LINEAR, _SQRT, _COSINE) is lr_scheduler.decay_type's
+ * enum of titan/config.h. */
 
 /* torchtitan's warmup-stable-decay schedule as LambdaLR multipliers.
  * From training.steps (or lr_scheduler.total_steps when > 0) S:

@@ -13,7 +13,6 @@
 void titan_lr_schedule_init(struct titan_lr_schedule *s, const struct titan_config *c)
 {
 	int64_t total = c->lr_scheduler.total_steps > 0 ? c->lr_scheduler.total_steps : c->training.steps;
-	const char *t = c->lr_scheduler.decay_type;
 
 	memset(s, 0, sizeof(*s));
 	s->warmup = c->lr_scheduler.warmup_steps;
@@ -33,8 +32,7 @@ void titan_lr_schedule_init(struct titan_lr_schedule *s, const struct titan_conf
 		s->decay = total - s->warmup;
 	}
 	s->stable = total + 1 - s->warmup - s->decay;
-	s->decay_type = !strcmp(t, "sqrt") ? TITAN_DECAY_SQRT :
-			!strcmp(t, "cosine") ? TITAN_DECAY_COSINE : TITAN_DECAY_LINEAR;
+	s->decay_type = c->lr_scheduler.decay_type_e;
 	s->min_lr_factor = c->lr_scheduler.min_lr_factor;
 }
 

@@ -388,7 +388,7 @@ int titan_trainer_ckpt_setup(struct titan_trainer *t)
 		return titan_error(TITAN_E_INVALID, "checkpoint.create_seed_checkpoint: run it on one "
 				   "rank (%d were started); every layout loads the seed checkpoint",
 				   t->dist->size);
-	if (c->checkpoint.enable && !strcmp(c->checkpoint.async_mode, "async") &&
+	if (c->checkpoint.enable && c->checkpoint.async_mode_e == TITAN_ASYNC_ASYNC &&
 	    ((rc = titan_ckpt_async_new(titan_host_allocator(), &t->ckpt_async)) < 0 ||
 	     (rc = titan_ckpt_async_reserve(t->ckpt_async, titan_llama_table(t->model)->arena_floats,
 					    !c->checkpoint.model_weights_only)) < 0))

@@ -187,8 +187,8 @@ static void print_summary(FILE *fp, const struct titan_config *c, const struct t
 		(long long)c->parallelism.pipeline_parallel_degree,
 		(long long)c->parallelism.context_parallel_degree);
 	fprintf(fp, "activation checkpointing: %s%s%s\n", c->activation_checkpoint.mode,
-		strcmp(c->activation_checkpoint.mode, "selective") == 0 ? " " : "",
-		strcmp(c->activation_checkpoint.mode, "selective") == 0 ?
+		c->activation_checkpoint.mode_e == TITAN_ACT_CKPT_SELECTIVE ? " " : "",
+		c->activation_checkpoint.mode_e == TITAN_ACT_CKPT_SELECTIVE ?
 			c->activation_checkpoint.selective_ac_option : "");
 	/* what titan-train's CPU path runs its GEMMs with (lib/cpu/select.c) */
 	fprintf(fp, "cpu gemm:     %s\n", titan_blas_describe(blas, sizeof(blas)));
