@@ -13,17 +13,6 @@
 
 #include "titan/train.h"
 
-static int parse_schedule(const char *s, enum titan_est_schedule *out)
-{
-	for (int i = TITAN_EST_GPIPE; i <= TITAN_EST_ZBV; i++)
-		if (!strcmp(s, titan_est_schedule_name((enum titan_est_schedule)i))) {
-			*out = (enum titan_est_schedule)i;
-			return 0;
-		}
-	return titan_error(TITAN_E_INVALID, "parallelism.pipeline_parallel_schedule: unknown "
-			   "schedule '%s'", s);
-}
-
 static bool has_float8(const struct titan_config *c)
 {
 	for (size_t i = 0; i < c->model.converters.n; i++)
@@ -60,8 +49,7 @@ int titan_est_opts_from_config(struct titan_est_opts *o, const struct titan_conf
 	o->seq_len = c->training.seq_len;
 	o->accum = 1;
 	o->pp_microbatch = c->parallelism.pipeline_parallel_microbatch_size;
-	if ((rc = parse_schedule(c->parallelism.pipeline_parallel_schedule, &o->schedule)) < 0)
-		return rc;
+	o->schedule = (enum titan_est_schedule)c->parallelism.pipeline_parallel_schedule_e;
 	o->pp_layers_per_stage = c->parallelism.pipeline_parallel_layers_per_stage ==
 				 TITAN_CFG_NONE_INT ? 0 : c->parallelism.pipeline_parallel_layers_per_stage;
 	o->pp_split_points = c->parallelism.pipeline_parallel_split_points; /* borrowed */
