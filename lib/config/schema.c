@@ -505,23 +505,26 @@ static void fmt_bound(char *buf, size_t n, const struct titan_config_key *k, dou
 		titan_format_double(buf, n, v);
 }
 
-/* "default 8, >= 1" / "default selective; one of none, selective, full". */
-static void help_detail(const struct titan_config_key *k, char *buf, size_t n)
+/* The parts of a key's help: its default ("8", "'./outputs'", "null", "[]")
+ * and what it takes beyond its type ("one of none, selective, full",
+ * ">= 1", "0..1", "> 0", ">= -1, not 0"; "" when nothing). */
+static void help_parts(const struct titan_config_key *k, char *def, size_t ndef,
+		       char *extra, size_t nextra)
 {
-	char def[128], extra[320] = "";
 	if (k->type == TITAN_CFG_STRING)
-		snprintf(def, sizeof def, "'%s'", k->def);
+		snprintf(def, ndef, "'%s'", k->def);
 	else if (k->def[0])
-		snprintf(def, sizeof def, "%s", k->def);
+		snprintf(def, ndef, "%s", k->def);
 	else if (k->flags & TITAN_CFG_NULLABLE)
-		snprintf(def, sizeof def, "null");
+		snprintf(def, ndef, "null");
 	else
-		snprintf(def, sizeof def, "[]");
+		snprintf(def, ndef, "[]");
 
+	extra[0] = '\0';
 	if (k->type == TITAN_CFG_ENUM) {
 		char ch[256];
 		join_choices(k, ch, sizeof ch);
-		snprintf(extra, sizeof extra, "; one of %s", ch);
+		snprintf(extra, nextra, "one of %s", ch);
 	} else if ((k->type == TITAN_CFG_INT || k->type == TITAN_CFG_FLOAT) &&
 		   k->min <= k->max) {
 		char lo[48], hi[48];
@@ -529,15 +532,23 @@ static void help_detail(const struct titan_config_key *k, char *buf, size_t n)
 		fmt_bound(hi, sizeof hi, k, k->max);
 		bool nz = k->flags & TITAN_CFG_NONZERO;
 		if (isinf(k->max) && nz && k->min == 0)
-			snprintf(extra, sizeof extra, "; > 0");
+			snprintf(extra, nextra, "> 0");
 		else if (isinf(k->max) && nz)
-			snprintf(extra, sizeof extra, "; >= %s, not 0", lo);
+			snprintf(extra, nextra, ">= %s, not 0", lo);
 		else if (isinf(k->max))
-			snprintf(extra, sizeof extra, "; >= %s", lo);
+			snprintf(extra, nextra, ">= %s", lo);
 		else
-			snprintf(extra, sizeof extra, "; %s..%s", lo, hi);
+			snprintf(extra, nextra, "%s..%s", lo, hi);
 	}
-	snprintf(buf, n, "default %s%s%s", def, extra,
+}
+
+/* "default 8; >= 1" / "default selective; one of none, selective, full". */
+static void help_detail(const struct titan_config_key *k, char *buf, size_t n)
+{
+	char def[128], extra[320];
+
+	help_parts(k, def, sizeof def, extra, sizeof extra);
+	snprintf(buf, n, "default %s%s%s%s", def, extra[0] ? "; " : "", extra,
 		 k->flags & TITAN_CFG_NULLABLE ? "; or null" : "");
 }
 
@@ -562,4 +573,74 @@ void titan_config_help(FILE *fp)
 				cfg_type_name(k->type), detail, k->doc);
 		}
 	}
+}
+
+/* Text for a Markdown table cell: the characters Markdown or HTML would
+ * read as markup there are escaped. */
+static void md_text(FILE *fp, const char *s)
+{
+	for (; *s; s++) {
+		switch (*s) {
+		case '|': fputs("\\|", fp); break;
+		case '*': fputs("\\*", fp); break;
+		case '\\': fputs("\\\\", fp); break;
+		case '<': fputs("&lt;", fp); break; /* "superseded-<time>/" is no tag */
+		default: fputc(*s, fp);
+		}
+	}
+}
+
+/* Text for a man page line that does not start a line: backslashes
+ * escaped, so roff reads no escapes in it. */
+static void man_text(FILE *fp, const char *s)
+{
+	for (; *s; s++)
+		if (*s == '\\')
+			fputs("\\e", fp);
+		else
+			fputc(*s, fp);
+}
+
+int titan_config_doc(FILE *fp, enum titan_config_doc_format format)
+{
+	if (format != TITAN_CONFIG_DOC_MARKDOWN && format != TITAN_CONFIG_DOC_MAN)
+		return titan_error(TITAN_E_INVALID, "config documentation: unknown format %d",
+				   (int)format);
+	for (size_t i = 0; i < NKEYS; i++) {
+		const struct titan_config_key *k = &schema[i].k;
+		bool first = i == 0 || strcmp(k->section, schema[i - 1].k.section);
+		char def[128], extra[320];
+
+		help_parts(k, def, sizeof def, extra, sizeof extra);
+		if (k->flags & TITAN_CFG_NULLABLE)
+			snprintf(extra + strlen(extra), sizeof extra - strlen(extra), "%s",
+				 extra[0] ? "; or null" : "or null");
+		if (format == TITAN_CONFIG_DOC_MARKDOWN) {
+			if (first)
+				fprintf(fp, "%s### %s\n\n| key | type | default | values | meaning |\n"
+					    "|---|---|---|---|---|\n", i ? "\n" : "", k->section);
+			fprintf(fp, "| `%s` | %s | `%s` | ", schema[i].name,
+				cfg_type_name(k->type), def);
+			md_text(fp, extra);
+			fputs(" | ", fp);
+			md_text(fp, k->doc);
+			fputs(" |\n", fp);
+		} else {
+			/* a line never starts with text, so '.' and '\'' need no
+			 * escape; section and key names are plain */
+			if (first)
+				fprintf(fp, ".SS %s\n", k->section);
+			fprintf(fp, ".TP\n.B %s\n\\fI%s\\fR, default ", schema[i].name,
+				cfg_type_name(k->type));
+			man_text(fp, def);
+			if (extra[0]) {
+				fputs("; ", fp);
+				man_text(fp, extra);
+			}
+			fputs(".\n.br\n\\&", fp);
+			man_text(fp, k->doc);
+			fputs("\n", fp);
+		}
+	}
+	return ferror(fp) ? titan_error(TITAN_E_IO, "config documentation: write error") : 0;
 }

@@ -336,6 +336,14 @@ const char *titan_config_diff(const struct titan_config *a, const struct titan_c
  * choices and the doc line. */
 void titan_config_help(FILE *fp);
 
+/* The key reference generated from the schema, for docs/config.md (Markdown:
+ * a table per section) and the man pages (man(7): .SS per section, .TP per
+ * key); `make docs` splices it into them between marker comments
+ * (mk/gen-docs.sh).  TITAN_E_INVALID for an unknown format, TITAN_E_IO on
+ * a write error. */
+enum titan_config_doc_format { TITAN_CONFIG_DOC_MARKDOWN, TITAN_CONFIG_DOC_MAN };
+int titan_config_doc(FILE *fp, enum titan_config_doc_format format);
+
 #ifdef __cplusplus
 }
 #endif

@@ -335,6 +335,47 @@ static void test_enums(void **state)
 	titan_config_release(&c);
 }
 
+/* titan_config_doc: one Markdown row and one man entry per key, in schema
+ * order, with markup in the doc lines escaped. */
+static void test_doc(void **state)
+{
+	(void)state;
+	char *buf = NULL;
+	size_t len = 0, rows = 0, entries = 0;
+	FILE *fp = open_memstream(&buf, &len);
+
+	assert_non_null(fp);
+	assert_int_equal(titan_config_doc(fp, TITAN_CONFIG_DOC_MARKDOWN), 0);
+	fclose(fp);
+	for (char *l = buf; (l = strstr(l, "\n| `")); l++)
+		rows++;
+	assert_int_equal(rows, titan_config_nkeys());
+	assert_non_null(strstr(buf, "| `training.seq_len` | int | `2048` | >= 1 | "
+				    "sequence length in tokens |\n"));
+	assert_non_null(strstr(buf, "| `lr_scheduler.decay_ratio` | float | `null` | 0..1; or null |"));
+	assert_non_null(strstr(buf, "superseded-&lt;time>/")); /* no HTML tag */
+	assert_null(strstr(buf, "<time>"));
+	free(buf);
+
+	buf = NULL;
+	assert_non_null(fp = open_memstream(&buf, &len));
+	assert_int_equal(titan_config_doc(fp, TITAN_CONFIG_DOC_MAN), 0);
+	fclose(fp);
+	for (char *l = buf; (l = strstr(l, "\n.B ")); l++)
+		entries++;
+	assert_int_equal(entries, titan_config_nkeys());
+	assert_non_null(strstr(buf, ".SS parallelism\n.TP\n.B parallelism.data_parallel_replicate_degree\n"
+				    "\\fIint\\fR, default 1; >= 1.\n.br\n\\&DDP/HSDP replicas\n"));
+	assert_int_equal(buf[0], '.');
+	free(buf);
+
+	assert_non_null(fp = open_memstream(&buf, &len));
+	assert_int_equal(titan_config_doc(fp, (enum titan_config_doc_format)7), TITAN_E_INVALID);
+	fclose(fp);
+	assert_int_equal(len, 0);
+	free(buf);
+}
+
 static void test_defaults(void **state)
 {
 	(void)state;
@@ -1291,6 +1332,7 @@ int main(void)
 		cmocka_unit_test(test_schema),
 		cmocka_unit_test(test_schema_covers_struct),
 		cmocka_unit_test(test_enums),
+		cmocka_unit_test(test_doc),
 		cmocka_unit_test(test_defaults),
 		cmocka_unit_test(test_release_idempotent),
 		cmocka_unit_test(test_copy_and_diff),
