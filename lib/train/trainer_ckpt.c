@@ -56,8 +56,10 @@ int titan_trainer_ckpt_save(struct titan_trainer *t, int64_t step, bool last, in
 	uint64_t t0 = titan_time_ns();
 	int removed = 0, rc;
 
-	if (model_only && titan_ckpt_dtype_parse(c->checkpoint.export_dtype, &dt) < 0)
-		dt = TITAN_CKPT_FLOAT32;
+	if (model_only)
+		dt = c->checkpoint.export_dtype_e == TITAN_EXPORT_BFLOAT16 ? TITAN_CKPT_BFLOAT16 :
+		     c->checkpoint.export_dtype_e == TITAN_EXPORT_FLOAT16 ? TITAN_CKPT_FLOAT16 :
+		     TITAN_CKPT_FLOAT32;
 	if (ym) {
 		titan_config_write_yaml(c, ym);
 		fclose(ym);

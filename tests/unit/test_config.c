@@ -335,21 +335,38 @@ static void test_enums(void **state)
 	titan_config_release(&c);
 }
 
+/* titan_config_doc's text in `format` (malloc'd), and how often `needle`
+ * occurs in it. */
+static char *doc_text(enum titan_config_doc_format format)
+{
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *fp = open_memstream(&buf, &len);
+
+	assert_non_null(fp);
+	assert_int_equal(titan_config_doc(fp, format), 0);
+	fclose(fp);
+	return buf;
+}
+
+static size_t count_of(const char *s, const char *needle)
+{
+	size_t n = 0;
+	for (; (s = strstr(s, needle)); s++)
+		n++;
+	return n;
+}
+
 /* titan_config_doc: one Markdown row and one man entry per key, in schema
  * order, with markup in the doc lines escaped. */
 static void test_doc(void **state)
 {
 	(void)state;
-	char *buf = NULL;
-	size_t len = 0, rows = 0, entries = 0;
-	FILE *fp = open_memstream(&buf, &len);
+	char *buf = doc_text(TITAN_CONFIG_DOC_MARKDOWN);
+	size_t len = 0;
+	FILE *fp;
 
-	assert_non_null(fp);
-	assert_int_equal(titan_config_doc(fp, TITAN_CONFIG_DOC_MARKDOWN), 0);
-	fclose(fp);
-	for (char *l = buf; (l = strstr(l, "\n| `")); l++)
-		rows++;
-	assert_int_equal(rows, titan_config_nkeys());
+	assert_int_equal(count_of(buf, "\n| `"), titan_config_nkeys());
 	assert_non_null(strstr(buf, "| `training.seq_len` | int | `2048` | >= 1 | "
 				    "sequence length in tokens |\n"));
 	assert_non_null(strstr(buf, "| `lr_scheduler.decay_ratio` | float | `null` | 0..1; or null |"));
@@ -357,18 +374,14 @@ static void test_doc(void **state)
 	assert_null(strstr(buf, "<time>"));
 	free(buf);
 
-	buf = NULL;
-	assert_non_null(fp = open_memstream(&buf, &len));
-	assert_int_equal(titan_config_doc(fp, TITAN_CONFIG_DOC_MAN), 0);
-	fclose(fp);
-	for (char *l = buf; (l = strstr(l, "\n.B ")); l++)
-		entries++;
-	assert_int_equal(entries, titan_config_nkeys());
+	buf = doc_text(TITAN_CONFIG_DOC_MAN);
+	assert_int_equal(count_of(buf, "\n.B "), titan_config_nkeys());
 	assert_non_null(strstr(buf, ".SS parallelism\n.TP\n.B parallelism.data_parallel_replicate_degree\n"
 				    "\\fIint\\fR, default 1; >= 1.\n.br\n\\&DDP/HSDP replicas\n"));
 	assert_int_equal(buf[0], '.');
 	free(buf);
 
+	buf = NULL;
 	assert_non_null(fp = open_memstream(&buf, &len));
 	assert_int_equal(titan_config_doc(fp, (enum titan_config_doc_format)7), TITAN_E_INVALID);
 	fclose(fp);
