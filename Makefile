@@ -6,6 +6,7 @@
 #   make deps            apt-get install what is missing (idempotent, seconds when done)
 #   make check           build and run the tests (no package step)
 #   make install PREFIX=/opt/titan     bin/, man pages, configs, titan.pc
+#   make docs            regenerate the config key reference in docs/ from the schema
 #
 # Switches: V=1 (show commands), DEVELOPER=1 (-Werror), SANITIZE=address,undefined
 # (instrumented tree in build/sanitize/), CUDA= MPI= HDF5= BLAS= NCCL= ZLIB= ZSTD= auto|yes|no,
@@ -56,7 +57,7 @@ SKIP_CONFIG := 1
 endif
 endif
 
-.PHONY: all test check check-unit check-bats cuda-test demo demo-run deps install uninstall clean distclean help config man FORCE
+.PHONY: all test check check-unit check-bats cuda-test demo demo-run deps install uninstall clean distclean help config docs man FORCE
 
 help:
 	@sed -n '2,14s/^# \{0,1\}//p' Makefile
@@ -197,9 +198,12 @@ cuda-test: all
 demo-run: all
 	@$(TEST_ENV) mk/demo.sh
 
-# regenerate the man page whose CONFIGURATION section comes from the schema
-man: $(BINDIR)/titan-config
-	mk/gen-man-train.sh $(BINDIR)/titan-config > docs/titan-train.1
+# regenerate the config key reference of docs/config.md and the man pages
+# (the blocks between "BEGIN/END titan-config --doc" markers) from the schema;
+# tests/bats/docs.bats fails when they are out of date
+docs: $(BINDIR)/titan-config
+	mk/gen-docs.sh $(BINDIR)/titan-config docs
+man: docs
 
 # ----------------------------------------------------------------- install
 MAN_PAGES := $(wildcard docs/*.1)

@@ -34,14 +34,37 @@
 struct cfg_entry {
 	struct titan_config_key k; /* first: a key pointer is an entry pointer */
 	const char *name;          /* "section.key" */
+	size_t nchoices;           /* ENUM: entries of k.choices */
 };
 
 #define K(...) K_(__VA_ARGS__)
 #define K_(sec, key, TYPE, def, lo, hi, choices, flags, doc)                     \
 	{ { #sec, #key, TITAN_CFG_##TYPE,                                         \
 	    offsetof(struct titan_config, sec.key) + CFG_TYPECHECK(sec.key, TYPE), \
-	    def, lo, hi, choices, flags, doc },                                   \
-	  #sec "." #key }
+	    def, lo, hi, choices, flags, doc, 0 },                                \
+	  #sec "." #key, 0 }
+
+/*
+ * An ENUM key: its choices are the X-macro list LIST of titan/config.h, and
+ * `key`_e must be a field of `enum etype` (checked at compile time), so the
+ * schema, the string and the enum cannot disagree.
+ */
+#define CFG_CHOICE(id, name) name,
+#define CFG_COUNT(id, name) +1
+#define CFG_ENUMCHECK(member, etype)                                              \
+	(0 * sizeof(char[_Generic(((struct titan_config *)0)->member,             \
+				  enum etype: 1, default: -1)]))
+#define KE(sec, key, LIST, etype, def, doc)                                      \
+	{ { #sec, #key, TITAN_CFG_ENUM,                                           \
+	    offsetof(struct titan_config, sec.key) + CFG_TYPECHECK(sec.key, ENUM), \
+	    def, NR, (const char *const[]){ LIST(CFG_CHOICE) NULL }, 0, doc,      \
+	    offsetof(struct titan_config, sec.key##_e) +                          \
+		    CFG_ENUMCHECK(sec.key##_e, etype) },                          \
+	  #sec "." #key, 0 LIST(CFG_COUNT) }
+
+_Static_assert(sizeof(enum titan_schedule) == sizeof(int) &&
+		       sizeof(enum titan_model_name) == sizeof(int),
+	       "ENUM fields are stored as int");
 
 /* Ranges: NR = none; GE(x) = minimum x; IN(a, b) = [a, b]. */
 #define NR 1, 0
@@ -49,26 +72,6 @@ struct cfg_entry {
 #define IN(a, b) a, b
 #define NUL TITAN_CFG_NULLABLE
 #define NZ TITAN_CFG_NONZERO
-
-static const char *const ch_model_name[] = { "llama3", NULL };
-static const char *const ch_flavor[] = { "debugmodel", "1B", "3B", "8B",
-					 "70B", "405B", "custom", NULL };
-static const char *const ch_tie[] = { "auto", "true", "false", NULL };
-static const char *const ch_optim[] = { "AdamW", "Adam", NULL };
-static const char *const ch_impl[] = { "fused", "foreach", "for-loop", NULL };
-static const char *const ch_decay[] = { "linear", "sqrt", "cosine", NULL };
-static const char *const ch_dtype[] = { "float32", "bfloat16", NULL };
-static const char *const ch_mp_param[] = { "bfloat16", "float32", NULL };
-static const char *const ch_device[] = { "auto", "cpu", "cuda", NULL };
-static const char *const ch_mp_reduce[] = { "float32", NULL };
-static const char *const ch_reshard[] = { "default", "always", "never", NULL };
-static const char *const ch_schedule[] = { "GPipe", "1F1B", "Interleaved1F1B",
-					   "LoopedBFS", "InterleavedZeroBubble",
-					   "ZBVZeroBubble", NULL };
-static const char *const ch_rotate[] = { "allgather", "alltoall", NULL };
-static const char *const ch_ac[] = { "none", "selective", "full", NULL };
-static const char *const ch_export[] = { "float32", "bfloat16", "float16", NULL };
-static const char *const ch_async[] = { "disabled", "async", NULL };
 
 static const struct cfg_entry schema[] = {
 	/* job */
@@ -80,9 +83,9 @@ static const struct cfg_entry schema[] = {
 	  "log the resolved configuration at start-up"),
 
 	/* model */
-	K(model, name, ENUM, "llama3", NR, ch_model_name, 0, "model family"),
-	K(model, flavor, ENUM, "debugmodel", NR, ch_flavor, 0,
-	  "model size; custom takes the dims below"),
+	KE(model, name, TITAN_MODEL_NAMES, titan_model_name, "llama3", "model family"),
+	KE(model, flavor, TITAN_FLAVORS, titan_flavor, "debugmodel",
+	   "model size; custom takes the dims below"),
 	K(model, tokenizer_path, STRING, "", NR, NULL, 0,
 	  "tokenizer file (tiktoken .model or HF tokenizer.json); '' = none"),
 	K(model, hf_assets_path, STRING, "", NR, NULL, 0,
@@ -113,13 +116,13 @@ static const struct cfg_entry schema[] = {
 	  "RoPE scaling: high-frequency factor"),
 	K(model, rope_original_max_position, INT, "8192", GE(1), NULL, 0,
 	  "RoPE scaling: original maximum position"),
-	K(model, tie_word_embeddings, ENUM, "auto", NR, ch_tie, 0,
+	KE(model, tie_word_embeddings, TITAN_TIES, titan_tie, "auto",
 	  "share the embedding and output weights; auto = per flavor"),
 	K(model, converters, STRLIST, "", NR, NULL, 0,
 	  "model converters to apply, e.g. float8"),
 
 	/* optimizer */
-	K(optimizer, name, ENUM, "AdamW", NR, ch_optim, 0, "optimizer"),
+	KE(optimizer, name, TITAN_OPTIMIZERS, titan_optimizer, "AdamW", "optimizer"),
 	K(optimizer, lr, FLOAT, "8e-4", GE(0), NULL, NZ, "peak learning rate"),
 	K(optimizer, beta1, FLOAT, "0.9", IN(0, 1), NULL, 0,
 	  "first moment decay (must be < 1)"),
@@ -130,7 +133,7 @@ static const struct cfg_entry schema[] = {
 	  "decoupled weight decay"),
 	K(optimizer, weight_decay_exclude_norms_embeddings, BOOL, "false", NR, NULL, 0,
 	  "no weight decay on norm weights and embeddings"),
-	K(optimizer, implementation, ENUM, "fused", NR, ch_impl, 0,
+	KE(optimizer, implementation, TITAN_OPTIM_IMPLS, titan_optim_impl, "fused",
 	  "optimizer kernel implementation"),
 	K(optimizer, early_step_in_backward, BOOL, "false", NR, NULL, 0,
 	  "step each parameter as soon as its gradient is ready"),
@@ -142,7 +145,8 @@ static const struct cfg_entry schema[] = {
 	  "schedule length; -1 = training.steps"),
 	K(lr_scheduler, decay_ratio, FLOAT, "", IN(0, 1), NULL, NUL,
 	  "fraction of steps spent decaying (WSD); null = decay right after warmup"),
-	K(lr_scheduler, decay_type, ENUM, "linear", NR, ch_decay, 0, "decay shape"),
+	KE(lr_scheduler, decay_type, TITAN_DECAY_TYPES, titan_decay_type, "linear",
+	   "decay shape"),
 	K(lr_scheduler, min_lr_factor, FLOAT, "0", IN(0, 1), NULL, 0,
 	  "final learning rate as a fraction of optimizer.lr"),
 
@@ -166,14 +170,14 @@ static const struct cfg_entry schema[] = {
 	  "with skip_nonfinite: stop (exit 1) after this many non-finite steps in a row"),
 	K(training, enable_cpu_offload, BOOL, "false", NR, NULL, 0,
 	  "keep sharded parameters, gradients and optimizer state in host memory"),
-	K(training, device, ENUM, "auto", NR, ch_device, 0,
+	KE(training, device, TITAN_DEVICES, titan_device, "auto",
 	  "where one rank trains: cuda (GPU 0 of the rank), cpu, or auto (cuda on a "
 	  "single rank when a GPU is present)"),
-	K(training, dtype, ENUM, "float32", NR, ch_dtype, 0,
+	KE(training, dtype, TITAN_MASTER_DTYPES, titan_master_dtype, "float32",
 	  "dtype of master weights, gradients and optimizer state"),
-	K(training, mixed_precision_param, ENUM, "bfloat16", NR, ch_mp_param, 0,
+	KE(training, mixed_precision_param, TITAN_MP_PARAMS, titan_mp_param, "bfloat16",
 	  "compute dtype of parameters under mixed precision"),
-	K(training, mixed_precision_reduce, ENUM, "float32", NR, ch_mp_reduce, 0,
+	KE(training, mixed_precision_reduce, TITAN_MP_REDUCES, titan_mp_reduce, "float32",
 	  "dtype of gradient reductions under mixed precision"),
 	K(training, gc_freq, INT, "50", GE(1), NULL, 0,
 	  "housekeeping interval in steps"),
@@ -186,7 +190,7 @@ static const struct cfg_entry schema[] = {
 	  "DDP/HSDP replicas"),
 	K(parallelism, data_parallel_shard_degree, INT, "-1", GE(-1), NULL, NZ,
 	  "FSDP shards; -1 = the ranks left over"),
-	K(parallelism, fsdp_reshard_after_forward, ENUM, "default", NR, ch_reshard, 0,
+	KE(parallelism, fsdp_reshard_after_forward, TITAN_RESHARDS, titan_reshard, "default",
 	  "free gathered parameters after forward"),
 	K(parallelism, tensor_parallel_degree, INT, "1", GE(1), NULL, 0,
 	  "tensor parallel degree"),
@@ -198,7 +202,7 @@ static const struct cfg_entry schema[] = {
 	  "pipeline parallel degree (ranks)"),
 	K(parallelism, pipeline_parallel_split_points, STRLIST, "", NR, NULL, 0,
 	  "module names that start a stage, e.g. layers.4,layers.8"),
-	K(parallelism, pipeline_parallel_schedule, ENUM, "1F1B", NR, ch_schedule, 0,
+	KE(parallelism, pipeline_parallel_schedule, TITAN_SCHEDULES, titan_schedule, "1F1B",
 	  "pipeline schedule; LoopedBFS is not implemented (exit 2)"),
 	K(parallelism, pipeline_parallel_microbatch_size, INT, "1", GE(1), NULL, 0,
 	  "sequences per pipeline microbatch"),
@@ -206,11 +210,11 @@ static const struct cfg_entry schema[] = {
 	  "layers per pipeline stage; null = automatic"),
 	K(parallelism, context_parallel_degree, INT, "1", GE(1), NULL, 0,
 	  "context parallel degree"),
-	K(parallelism, context_parallel_rotate_method, ENUM, "allgather", NR,
-	  ch_rotate, 0, "how CP moves keys/values: allgather (whole sequence) or alltoall (ring)"),
+	KE(parallelism, context_parallel_rotate_method, TITAN_CP_ROTATES, titan_cp_rotate,
+	   "allgather", "how CP moves keys/values: allgather (whole sequence) or alltoall (ring)"),
 
 	/* activation_checkpoint */
-	K(activation_checkpoint, mode, ENUM, "selective", NR, ch_ac, 0,
+	KE(activation_checkpoint, mode, TITAN_ACT_CKPTS, titan_act_ckpt, "selective",
 	  "activation checkpointing"),
 	K(activation_checkpoint, selective_ac_option, STRING, "2", NR, NULL, 0,
 	  "selective mode: N = every N-th block, op = per-op policy"),
@@ -234,9 +238,9 @@ static const struct cfg_entry schema[] = {
 	  "the final save is HF safetensors (needs last_save_model_only)"),
 	K(checkpoint, model_weights_only, BOOL, "false", NR, NULL, 0,
 	  "every save holds only the model"),
-	K(checkpoint, export_dtype, ENUM, "float32", NR, ch_export, 0,
+	KE(checkpoint, export_dtype, TITAN_EXPORT_DTYPES, titan_export_dtype, "float32",
 	  "dtype of a model-only final save"),
-	K(checkpoint, async_mode, ENUM, "disabled", NR, ch_async, 0,
+	KE(checkpoint, async_mode, TITAN_ASYNC_MODES, titan_async_mode, "disabled",
 	  "async: copy the state to host buffers (weights and moments: 3x the model "
 	  "in float32) and write from a background thread; training waits only for "
 	  "the copy, and a save waits for the previous one"),
@@ -332,6 +336,16 @@ const struct titan_config_key *titan_config_key_at(size_t i)
 const char *cfg_full_name(const struct titan_config_key *k)
 {
 	return ((const struct cfg_entry *)k)->name;
+}
+
+const char *titan_config_choice(const char *name, int v)
+{
+	const struct titan_config_key *k = titan_config_find(name);
+
+	if (!k || k->type != TITAN_CFG_ENUM || v < 0 ||
+	    (size_t)v >= ((const struct cfg_entry *)k)->nchoices)
+		return NULL;
+	return k->choices[v];
 }
 
 size_t cfg_nsections(void)
@@ -491,23 +505,26 @@ static void fmt_bound(char *buf, size_t n, const struct titan_config_key *k, dou
 		titan_format_double(buf, n, v);
 }
 
-/* "default 8, >= 1" / "default selective; one of none, selective, full". */
-static void help_detail(const struct titan_config_key *k, char *buf, size_t n)
+/* The parts of a key's help: its default ("8", "'./outputs'", "null", "[]")
+ * and what it takes beyond its type ("one of none, selective, full",
+ * ">= 1", "0..1", "> 0", ">= -1, not 0"; "" when nothing). */
+static void help_parts(const struct titan_config_key *k, char *def, size_t ndef,
+		       char *extra, size_t nextra)
 {
-	char def[128], extra[320] = "";
 	if (k->type == TITAN_CFG_STRING)
-		snprintf(def, sizeof def, "'%s'", k->def);
+		snprintf(def, ndef, "'%s'", k->def);
 	else if (k->def[0])
-		snprintf(def, sizeof def, "%s", k->def);
+		snprintf(def, ndef, "%s", k->def);
 	else if (k->flags & TITAN_CFG_NULLABLE)
-		snprintf(def, sizeof def, "null");
+		snprintf(def, ndef, "null");
 	else
-		snprintf(def, sizeof def, "[]");
+		snprintf(def, ndef, "[]");
 
+	extra[0] = '\0';
 	if (k->type == TITAN_CFG_ENUM) {
 		char ch[256];
 		join_choices(k, ch, sizeof ch);
-		snprintf(extra, sizeof extra, "; one of %s", ch);
+		snprintf(extra, nextra, "one of %s", ch);
 	} else if ((k->type == TITAN_CFG_INT || k->type == TITAN_CFG_FLOAT) &&
 		   k->min <= k->max) {
 		char lo[48], hi[48];
@@ -515,15 +532,23 @@ static void help_detail(const struct titan_config_key *k, char *buf, size_t n)
 		fmt_bound(hi, sizeof hi, k, k->max);
 		bool nz = k->flags & TITAN_CFG_NONZERO;
 		if (isinf(k->max) && nz && k->min == 0)
-			snprintf(extra, sizeof extra, "; > 0");
+			snprintf(extra, nextra, "> 0");
 		else if (isinf(k->max) && nz)
-			snprintf(extra, sizeof extra, "; >= %s, not 0", lo);
+			snprintf(extra, nextra, ">= %s, not 0", lo);
 		else if (isinf(k->max))
-			snprintf(extra, sizeof extra, "; >= %s", lo);
+			snprintf(extra, nextra, ">= %s", lo);
 		else
-			snprintf(extra, sizeof extra, "; %s..%s", lo, hi);
+			snprintf(extra, nextra, "%s..%s", lo, hi);
 	}
-	snprintf(buf, n, "default %s%s%s", def, extra,
+}
+
+/* "default 8; >= 1" / "default selective; one of none, selective, full". */
+static void help_detail(const struct titan_config_key *k, char *buf, size_t n)
+{
+	char def[128], extra[320];
+
+	help_parts(k, def, sizeof def, extra, sizeof extra);
+	snprintf(buf, n, "default %s%s%s%s", def, extra[0] ? "; " : "", extra,
 		 k->flags & TITAN_CFG_NULLABLE ? "; or null" : "");
 }
 
@@ -548,4 +573,74 @@ void titan_config_help(FILE *fp)
 				cfg_type_name(k->type), detail, k->doc);
 		}
 	}
+}
+
+/* Text for a Markdown table cell: the characters Markdown or HTML would
+ * read as markup there are escaped. */
+static void md_text(FILE *fp, const char *s)
+{
+	for (; *s; s++) {
+		switch (*s) {
+		case '|': fputs("\\|", fp); break;
+		case '*': fputs("\\*", fp); break;
+		case '\\': fputs("\\\\", fp); break;
+		case '<': fputs("&lt;", fp); break; /* "superseded-<time>/" is no tag */
+		default: fputc(*s, fp);
+		}
+	}
+}
+
+/* Text for a man page line that does not start a line: backslashes
+ * escaped, so roff reads no escapes in it. */
+static void man_text(FILE *fp, const char *s)
+{
+	for (; *s; s++)
+		if (*s == '\\')
+			fputs("\\e", fp);
+		else
+			fputc(*s, fp);
+}
+
+int titan_config_doc(FILE *fp, enum titan_config_doc_format format)
+{
+	if (format != TITAN_CONFIG_DOC_MARKDOWN && format != TITAN_CONFIG_DOC_MAN)
+		return titan_error(TITAN_E_INVALID, "config documentation: unknown format %d",
+				   (int)format);
+	for (size_t i = 0; i < NKEYS; i++) {
+		const struct titan_config_key *k = &schema[i].k;
+		bool first = i == 0 || strcmp(k->section, schema[i - 1].k.section);
+		char def[128], extra[320];
+
+		help_parts(k, def, sizeof def, extra, sizeof extra);
+		if (k->flags & TITAN_CFG_NULLABLE)
+			snprintf(extra + strlen(extra), sizeof extra - strlen(extra), "%s",
+				 extra[0] ? "; or null" : "or null");
+		if (format == TITAN_CONFIG_DOC_MARKDOWN) {
+			if (first)
+				fprintf(fp, "%s### %s\n\n| key | type | default | values | meaning |\n"
+					    "|---|---|---|---|---|\n", i ? "\n" : "", k->section);
+			fprintf(fp, "| `%s` | %s | `%s` | ", schema[i].name,
+				cfg_type_name(k->type), def);
+			md_text(fp, extra);
+			fputs(" | ", fp);
+			md_text(fp, k->doc);
+			fputs(" |\n", fp);
+		} else {
+			/* a line never starts with text, so '.' and '\'' need no
+			 * escape; section and key names are plain */
+			if (first)
+				fprintf(fp, ".SS %s\n", k->section);
+			fprintf(fp, ".TP\n.B %s\n\\fI%s\\fR, default ", schema[i].name,
+				cfg_type_name(k->type));
+			man_text(fp, def);
+			if (extra[0]) {
+				fputs("; ", fp);
+				man_text(fp, extra);
+			}
+			fputs(".\n.br\n\\&", fp);
+			man_text(fp, k->doc);
+			fputs("\n", fp);
+		}
+	}
+	return ferror(fp) ? titan_error(TITAN_E_IO, "config documentation: write error") : 0;
 }

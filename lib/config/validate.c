@@ -29,7 +29,7 @@ static int check_model(const struct titan_config *c)
 {
 	int64_t dim = c->model.dim, n_heads = c->model.n_heads, n_kv = c->model.n_kv_heads;
 
-	if (c->model.flavor && !strcmp(c->model.flavor, "custom")) {
+	if (c->model.flavor_e == TITAN_FLAVOR_CUSTOM) {
 		static const char *const need[] = { "dim", "n_layers", "n_heads", "vocab_size" };
 		const int64_t val[] = { dim, c->model.n_layers, n_heads, c->model.vocab_size };
 		for (size_t i = 0; i < 4; i++)
@@ -46,7 +46,7 @@ static int check_model(const struct titan_config *c)
 	    !(c->model.rope_high_freq_factor > c->model.rope_low_freq_factor))
 		FAIL("model.rope_high_freq_factor: must be greater than "
 		     "model.rope_low_freq_factor when model.rope_scaling is true");
-	if (c->model.tie_word_embeddings && !strcmp(c->model.tie_word_embeddings, "true") &&
+	if (c->model.tie_word_embeddings_e == TITAN_TIE_TRUE &&
 	    c->parallelism.pipeline_parallel_degree > 1)
 		FAIL("model.tie_word_embeddings: tied weights cannot be used with "
 		     "parallelism.pipeline_parallel_degree > 1");

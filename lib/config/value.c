@@ -334,8 +334,13 @@ int cfg_set_scalar(struct titan_config *c, const struct titan_config_key *k,
 	case TITAN_CFG_ENUM:
 		/* Case-insensitive match, stored as the schema spells it. */
 		for (const char *const *ch = k->choices; *ch; ch++)
-			if (!strcasecmp(text, *ch))
-				return set_string(f, *ch);
+			if (!strcasecmp(text, *ch)) {
+				int rc = set_string(f, *ch);
+				if (rc == 0) /* the enum beside it: the choice's index */
+					*(int *)((char *)c + k->enum_offset) =
+						(int)(ch - k->choices);
+				return rc;
+			}
 		{
 			char ch[300];
 			cfg_expected(k, ch, sizeof ch); /* "one of a, b" */

@@ -65,10 +65,7 @@ const char *titan_est_phase_name(enum titan_est_phase p)
 
 const char *titan_est_schedule_name(enum titan_est_schedule s)
 {
-	static const char *const names[] = { "GPipe", "1F1B", "Interleaved1F1B", "LoopedBFS",
-					     "InterleavedZeroBubble", "ZBVZeroBubble" };
-
-	return (unsigned)s < sizeof(names) / sizeof(names[0]) ? names[s] : "?";
+	return titan_schedule_name((enum titan_schedule)s);
 }
 
 const char *titan_est_layout_str(const struct titan_est_opts *o, char *buf, size_t n)

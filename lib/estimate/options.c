@@ -13,17 +13,6 @@
 
 #include "titan/train.h"
 
-static int parse_schedule(const char *s, enum titan_est_schedule *out)
-{
-	for (int i = TITAN_EST_GPIPE; i <= TITAN_EST_ZBV; i++)
-		if (!strcmp(s, titan_est_schedule_name((enum titan_est_schedule)i))) {
-			*out = (enum titan_est_schedule)i;
-			return 0;
-		}
-	return titan_error(TITAN_E_INVALID, "parallelism.pipeline_parallel_schedule: unknown "
-			   "schedule '%s'", s);
-}
-
 static bool has_float8(const struct titan_config *c)
 {
 	for (size_t i = 0; i < c->model.converters.n; i++)
@@ -35,7 +24,6 @@ static bool has_float8(const struct titan_config *c)
 int titan_est_opts_from_config(struct titan_est_opts *o, const struct titan_config *c,
 			       const struct titan_est_device *dev, int64_t ngpu)
 {
-	const char *mode = c->activation_checkpoint.mode;
 	struct est_num n = {false};
 	int64_t every, shard;
 	int rc;
@@ -61,12 +49,11 @@ int titan_est_opts_from_config(struct titan_est_opts *o, const struct titan_conf
 	o->seq_len = c->training.seq_len;
 	o->accum = 1;
 	o->pp_microbatch = c->parallelism.pipeline_parallel_microbatch_size;
-	if ((rc = parse_schedule(c->parallelism.pipeline_parallel_schedule, &o->schedule)) < 0)
-		return rc;
+	o->schedule = (enum titan_est_schedule)c->parallelism.pipeline_parallel_schedule_e;
 	o->pp_layers_per_stage = c->parallelism.pipeline_parallel_layers_per_stage ==
 				 TITAN_CFG_NONE_INT ? 0 : c->parallelism.pipeline_parallel_layers_per_stage;
 	o->pp_split_points = c->parallelism.pipeline_parallel_split_points; /* borrowed */
-	o->cp_alltoall = !strcmp(c->parallelism.context_parallel_rotate_method, "alltoall");
+	o->cp_alltoall = c->parallelism.context_parallel_rotate_method_e == TITAN_CP_ROTATE_ALLTOALL;
 	if (dev->cpu) {
 		/* exactly titan-train's reading of the keys */
 		struct titan_llama_opts lo;
@@ -77,9 +64,9 @@ int titan_est_opts_from_config(struct titan_est_opts *o, const struct titan_conf
 			lo.ac == TITAN_AC_FULL ? TITAN_EST_AC_FULL :
 			lo.ac == TITAN_AC_SELECTIVE_OP ? TITAN_EST_AC_OP : TITAN_EST_AC_SELECTIVE;
 		o->ac_every = lo.ac_every;
-	} else if (!strcmp(mode, "none")) {
+	} else if (c->activation_checkpoint.mode_e == TITAN_ACT_CKPT_NONE) {
 		o->ac = TITAN_EST_AC_NONE;
-	} else if (!strcmp(mode, "full")) {
+	} else if (c->activation_checkpoint.mode_e == TITAN_ACT_CKPT_FULL) {
 		o->ac = TITAN_EST_AC_FULL;
 	} else if (!strcmp(c->activation_checkpoint.selective_ac_option, "op")) {
 		o->ac = TITAN_EST_AC_OP;
@@ -94,17 +81,17 @@ int titan_est_opts_from_config(struct titan_est_opts *o, const struct titan_conf
 	if (dev->cpu) {
 		o->param_bytes = o->master_bytes = o->reduce_bytes = o->optim_bytes = 4;
 	} else {
-		o->param_bytes = !strcmp(c->training.mixed_precision_param, "float32") ? 4 : 2;
-		o->master_bytes = !strcmp(c->training.dtype, "bfloat16") ? 2 : 4;
+		o->param_bytes = c->training.mixed_precision_param_e == TITAN_MP_PARAM_FLOAT32 ? 4 : 2;
+		o->master_bytes = c->training.dtype_e == TITAN_MASTER_BFLOAT16 ? 2 : 4;
 		o->reduce_bytes = 4;
 		o->optim_bytes = o->master_bytes;
 	}
 	o->float8 = has_float8(c) && !dev->cpu;
 	o->loss = TITAN_EST_LOSS_CHUNKED;
 	o->ce_chunk = 1024;
-	o->reshard = !strcmp(c->parallelism.fsdp_reshard_after_forward, "always") ?
+	o->reshard = c->parallelism.fsdp_reshard_after_forward_e == TITAN_RESHARD_ALWAYS ?
 		     TITAN_EST_RESHARD_ALWAYS :
-		     !strcmp(c->parallelism.fsdp_reshard_after_forward, "never") ?
+		     c->parallelism.fsdp_reshard_after_forward_e == TITAN_RESHARD_NEVER ?
 		     TITAN_EST_RESHARD_NEVER : TITAN_EST_RESHARD_DEFAULT;
 	o->loss_parallel = !c->parallelism.disable_loss_parallel;
 	o->async_tp = c->parallelism.enable_async_tensor_parallel;

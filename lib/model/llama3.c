@@ -94,7 +94,7 @@ int titan_model_flavor(const char *name, struct titan_model_dims *out)
 int titan_model_dims_from_config(const struct titan_config *cfg, struct titan_model_dims *d)
 {
 	const char *fl = cfg->model.flavor;
-	bool custom = strcmp(fl, "custom") == 0;
+	bool custom = cfg->model.flavor_e == TITAN_FLAVOR_CUSTOM;
 
 	if (custom) {
 		set_defaults(d);
@@ -128,10 +128,8 @@ int titan_model_dims_from_config(const struct titan_config *cfg, struct titan_mo
 	d->rope_low_freq_factor = cfg->model.rope_low_freq_factor;
 	d->rope_high_freq_factor = cfg->model.rope_high_freq_factor;
 	d->rope_original_max_position = cfg->model.rope_original_max_position;
-	if (strcmp(cfg->model.tie_word_embeddings, "true") == 0)
-		d->tied = true;
-	else if (strcmp(cfg->model.tie_word_embeddings, "false") == 0)
-		d->tied = false;
+	if (cfg->model.tie_word_embeddings_e != TITAN_TIE_AUTO)
+		d->tied = cfg->model.tie_word_embeddings_e == TITAN_TIE_TRUE;
 	if (custom && cfg->model.n_kv_heads <= 0)
 		d->n_kv_heads = d->n_heads;
 	finish(d);

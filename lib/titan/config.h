@@ -42,9 +42,74 @@ enum titan_config_type {
 	TITAN_CFG_INT,     /* int64_t */
 	TITAN_CFG_FLOAT,   /* double */
 	TITAN_CFG_STRING,  /* char * (owned; "" when empty) */
-	TITAN_CFG_ENUM,    /* char * holding one of `choices` */
+	TITAN_CFG_ENUM,    /* char * holding one of `choices`, and its enum in `key`_e */
 	TITAN_CFG_STRLIST, /* struct titan_strlist */
 };
+
+/*
+ * The choices of every ENUM key as X-macro lists, X(ENUMERATOR, "spelling"):
+ * the schema's choice lists (lib/config/schema.c) and the C enums below both
+ * come from them, so the two cannot drift.  An enumerator's value is the
+ * index of its choice.  struct titan_config holds each ENUM key twice, set
+ * together by the functions of this header: `key` (the choice as the schema
+ * spells it, for messages and the YAML printer) and `key_e` (the enum, for
+ * code).  Compare the enum; never strcmp the string.
+ */
+#define TITAN_CFG_ENUMERATOR(id, name) id,
+#define TITAN_MODEL_NAMES(X) X(TITAN_MODEL_NAME_LLAMA3, "llama3")
+#define TITAN_FLAVORS(X)                                                           \
+	X(TITAN_FLAVOR_DEBUGMODEL, "debugmodel") X(TITAN_FLAVOR_1B, "1B")          \
+	X(TITAN_FLAVOR_3B, "3B") X(TITAN_FLAVOR_8B, "8B") X(TITAN_FLAVOR_70B, "70B") \
+	X(TITAN_FLAVOR_405B, "405B") X(TITAN_FLAVOR_CUSTOM, "custom")
+#define TITAN_TIES(X) X(TITAN_TIE_AUTO, "auto") X(TITAN_TIE_TRUE, "true") X(TITAN_TIE_FALSE, "false")
+#define TITAN_OPTIMIZERS(X) X(TITAN_OPTIMIZER_ADAMW, "AdamW") X(TITAN_OPTIMIZER_ADAM, "Adam")
+#define TITAN_OPTIM_IMPLS(X)                                                       \
+	X(TITAN_OPTIM_IMPL_FUSED, "fused") X(TITAN_OPTIM_IMPL_FOREACH, "foreach")  \
+	X(TITAN_OPTIM_IMPL_FOR_LOOP, "for-loop")
+#define TITAN_DECAY_TYPES(X) /* also the lr schedule's (titan/train.h) */    \
+	X(TITAN_DECAY_LINEAR, "linear") X(TITAN_DECAY_SQRT, "sqrt")                \
+	X(TITAN_DECAY_COSINE, "cosine")
+#define TITAN_DEVICES(X) X(TITAN_DEVICE_AUTO, "auto") X(TITAN_DEVICE_CPU, "cpu") X(TITAN_DEVICE_CUDA, "cuda")
+#define TITAN_MASTER_DTYPES(X) X(TITAN_MASTER_FLOAT32, "float32") X(TITAN_MASTER_BFLOAT16, "bfloat16")
+#define TITAN_MP_PARAMS(X) X(TITAN_MP_PARAM_BFLOAT16, "bfloat16") X(TITAN_MP_PARAM_FLOAT32, "float32")
+#define TITAN_MP_REDUCES(X) X(TITAN_MP_REDUCE_FLOAT32, "float32")
+#define TITAN_RESHARDS(X)                                                          \
+	X(TITAN_RESHARD_DEFAULT, "default") X(TITAN_RESHARD_ALWAYS, "always")      \
+	X(TITAN_RESHARD_NEVER, "never")
+/* Pipeline schedules by torch's names: the one name <-> enum table of the
+ * tree (titan-train maps it to enum titan_pp_schedule, titan-estimate to
+ * enum titan_est_schedule). */
+#define TITAN_SCHEDULES(X)                                                         \
+	X(TITAN_SCHEDULE_GPIPE, "GPipe") X(TITAN_SCHEDULE_1F1B, "1F1B")            \
+	X(TITAN_SCHEDULE_INTERLEAVED_1F1B, "Interleaved1F1B")                      \
+	X(TITAN_SCHEDULE_LOOPED_BFS, "LoopedBFS")                                  \
+	X(TITAN_SCHEDULE_INTERLEAVED_ZB, "InterleavedZeroBubble")                  \
+	X(TITAN_SCHEDULE_ZBV, "ZBVZeroBubble")
+#define TITAN_CP_ROTATES(X) X(TITAN_CP_ROTATE_ALLGATHER, "allgather") X(TITAN_CP_ROTATE_ALLTOALL, "alltoall")
+#define TITAN_ACT_CKPTS(X) /* resolved into enum titan_ac_mode (titan/train.h) */ \
+	X(TITAN_ACT_CKPT_NONE, "none") X(TITAN_ACT_CKPT_SELECTIVE, "selective")    \
+	X(TITAN_ACT_CKPT_FULL, "full")
+#define TITAN_EXPORT_DTYPES(X)                                                     \
+	X(TITAN_EXPORT_FLOAT32, "float32") X(TITAN_EXPORT_BFLOAT16, "bfloat16")    \
+	X(TITAN_EXPORT_FLOAT16, "float16")
+#define TITAN_ASYNC_MODES(X) X(TITAN_ASYNC_DISABLED, "disabled") X(TITAN_ASYNC_ASYNC, "async")
+
+enum titan_model_name { TITAN_MODEL_NAMES(TITAN_CFG_ENUMERATOR) };
+enum titan_flavor { TITAN_FLAVORS(TITAN_CFG_ENUMERATOR) };
+enum titan_tie { TITAN_TIES(TITAN_CFG_ENUMERATOR) };
+enum titan_optimizer { TITAN_OPTIMIZERS(TITAN_CFG_ENUMERATOR) };
+enum titan_optim_impl { TITAN_OPTIM_IMPLS(TITAN_CFG_ENUMERATOR) };
+enum titan_decay_type { TITAN_DECAY_TYPES(TITAN_CFG_ENUMERATOR) };
+enum titan_device { TITAN_DEVICES(TITAN_CFG_ENUMERATOR) };
+enum titan_master_dtype { TITAN_MASTER_DTYPES(TITAN_CFG_ENUMERATOR) };
+enum titan_mp_param { TITAN_MP_PARAMS(TITAN_CFG_ENUMERATOR) };
+enum titan_mp_reduce { TITAN_MP_REDUCES(TITAN_CFG_ENUMERATOR) };
+enum titan_reshard { TITAN_RESHARDS(TITAN_CFG_ENUMERATOR) };
+enum titan_schedule { TITAN_SCHEDULES(TITAN_CFG_ENUMERATOR) };
+enum titan_cp_rotate { TITAN_CP_ROTATES(TITAN_CFG_ENUMERATOR) };
+enum titan_act_ckpt { TITAN_ACT_CKPTS(TITAN_CFG_ENUMERATOR) };
+enum titan_export_dtype { TITAN_EXPORT_DTYPES(TITAN_CFG_ENUMERATOR) };
+enum titan_async_mode { TITAN_ASYNC_MODES(TITAN_CFG_ENUMERATOR) };
 
 /* Flags of a schema entry. */
 #define TITAN_CFG_NULLABLE 0x1 /* YAML null / "none" allowed: FLOAT -> NAN, INT -> INT64_MIN */
@@ -66,11 +131,13 @@ struct titan_config_key {
 	const char *const *choices; /* ENUM: NULL-terminated */
 	unsigned flags;
 	const char *doc;          /* one line for --help-config */
+	size_t enum_offset;       /* ENUM: of `key`_e, the enum beside the string */
 };
 
 #define TITAN_CFG_NONE_INT INT64_MIN
 
-/* The resolved configuration.  Field names are the schema's keys. */
+/* The resolved configuration.  Field names are the schema's keys (and
+ * `key`_e, the enum of an ENUM key, see above). */
 struct titan_config {
 	struct {
 		char *dump_folder;       /* "./outputs" */
@@ -79,7 +146,9 @@ struct titan_config {
 	} job;
 	struct {
 		char *name;              /* "llama3" */
+		enum titan_model_name name_e;
 		char *flavor;            /* debugmodel, 1B, 3B, 8B, 70B, 405B, custom */
+		enum titan_flavor flavor_e;
 		char *tokenizer_path;
 		char *hf_assets_path;
 		/* custom flavor dims (used when flavor == "custom"; overrides
@@ -92,13 +161,16 @@ struct titan_config {
 		double rope_scaling_factor, rope_low_freq_factor, rope_high_freq_factor;
 		int64_t rope_original_max_position;
 		char *tie_word_embeddings; /* auto|true|false (auto: per flavor) */
+		enum titan_tie tie_word_embeddings_e;
 		struct titan_strlist converters;
 	} model;
 	struct {
 		char *name;              /* AdamW, Adam */
+		enum titan_optimizer name_e;
 		double lr, beta1, beta2, eps, weight_decay;
 		bool weight_decay_exclude_norms_embeddings;
 		char *implementation;    /* fused, foreach, for-loop */
+		enum titan_optim_impl implementation_e;
 		bool early_step_in_backward;
 	} optimizer;
 	struct {
@@ -106,6 +178,7 @@ struct titan_config {
 		int64_t total_steps;     /* -1: training.steps */
 		double decay_ratio;      /* NAN: decay right after warmup */
 		char *decay_type;        /* linear, sqrt, cosine */
+		enum titan_decay_type decay_type_e;
 		double min_lr_factor;
 	} lr_scheduler;
 	struct {
@@ -119,8 +192,12 @@ struct titan_config {
 		int64_t max_consecutive_nonfinite;
 		bool enable_cpu_offload;
 		char *device;            /* auto, cpu, cuda */
+		enum titan_device device_e;
 		char *dtype;             /* float32, bfloat16 */
+		enum titan_master_dtype dtype_e;
 		char *mixed_precision_param, *mixed_precision_reduce;
+		enum titan_mp_param mixed_precision_param_e;
+		enum titan_mp_reduce mixed_precision_reduce_e;
 		int64_t gc_freq;
 		int64_t seed;
 		bool deterministic;
@@ -128,18 +205,22 @@ struct titan_config {
 	struct {
 		int64_t data_parallel_replicate_degree, data_parallel_shard_degree;
 		char *fsdp_reshard_after_forward; /* default, always, never */
+		enum titan_reshard fsdp_reshard_after_forward_e;
 		int64_t tensor_parallel_degree;
 		bool disable_loss_parallel, enable_async_tensor_parallel;
 		int64_t pipeline_parallel_degree;
 		struct titan_strlist pipeline_parallel_split_points;
 		char *pipeline_parallel_schedule;
+		enum titan_schedule pipeline_parallel_schedule_e;
 		int64_t pipeline_parallel_microbatch_size;
 		int64_t pipeline_parallel_layers_per_stage; /* NONE_INT: auto */
 		int64_t context_parallel_degree;
 		char *context_parallel_rotate_method; /* allgather, alltoall */
+		enum titan_cp_rotate context_parallel_rotate_method_e;
 	} parallelism;
 	struct {
 		char *mode;              /* none, selective, full */
+		enum titan_act_ckpt mode_e;
 		char *selective_ac_option; /* "<int N>" or "op" */
 		bool preserve_rng_state;
 	} activation_checkpoint;
@@ -152,7 +233,9 @@ struct titan_config {
 		bool last_save_model_only, last_save_in_hf;
 		bool model_weights_only;
 		char *export_dtype;      /* float32, bfloat16, float16 */
+		enum titan_export_dtype export_dtype_e;
 		char *async_mode;        /* disabled, async */
+		enum titan_async_mode async_mode_e;
 		int64_t keep_latest_k;
 		int64_t load_step;
 		struct titan_strlist exclude_from_loading;
@@ -192,6 +275,10 @@ size_t titan_config_nkeys(void);
 const struct titan_config_key *titan_config_key_at(size_t i);
 /* "section.key" -> entry, or NULL. */
 const struct titan_config_key *titan_config_find(const char *name);
+/* The spelling of choice `v` (an enumerator of the key's enum) of the ENUM
+ * key `name`: ("training.device", TITAN_DEVICE_CUDA) -> "cuda"; NULL when
+ * there is no such key or choice. */
+const char *titan_config_choice(const char *name, int v);
 /* Closest "section.key" to a misspelt one (edit distance <= 3 or a unique
  * key with the same name in another section), or NULL. */
 const char *titan_config_suggest(const char *name, char *buf, size_t n);
@@ -248,6 +335,14 @@ const char *titan_config_diff(const struct titan_config *a, const struct titan_c
 /* --help-config: every section and key with type, default, range or
  * choices and the doc line. */
 void titan_config_help(FILE *fp);
+
+/* The key reference generated from the schema, for docs/config.md (Markdown:
+ * a table per section) and the man pages (man(7): .SS per section, .TP per
+ * key); `make docs` splices it into them between marker comments
+ * (mk/gen-docs.sh).  TITAN_E_INVALID for an unknown format, TITAN_E_IO on
+ * a write error. */
+enum titan_config_doc_format { TITAN_CONFIG_DOC_MARKDOWN, TITAN_CONFIG_DOC_MAN };
+int titan_config_doc(FILE *fp, enum titan_config_doc_format format);
 
 #ifdef __cplusplus
 }

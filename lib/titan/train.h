@@ -18,7 +18,8 @@
 extern "C" {
 #endif
 
-enum titan_decay_type { TITAN_DECAY_LINEAR, TITAN_DECAY_SQRT, TITAN_DECAY_COSINE };
+/* enum titan_decay_type (TITAN_DECAY_LINEAR, _SQRT, _COSINE) is lr_scheduler.decay_type's
+ * enum of titan/config.h. */
 
 /* torchtitan's warmup-stable-decay schedule as LambdaLR multipliers.
  * From training.steps (or lr_scheduler.total_steps when > 0) S:
@@ -314,8 +315,21 @@ int titan_pp_stage_of(enum titan_pp_schedule sched, int pp, int rank, int v);
  * (TITAN_E_INVALID when layers_per_stage gives another count). */
 int titan_pp_stages_per_rank(const struct titan_config *c, enum titan_pp_schedule sched,
 			     int64_t n_layers, int pp);
-/* From parallelism.pipeline_parallel_schedule: TITAN_E_INVALID for the
- * schedules not implemented. */
+/*
+ * Pipeline schedule names have one table: TITAN_SCHEDULES of titan/config.h,
+ * whose enum titan_schedule is parallelism.pipeline_parallel_schedule_e and
+ * whose names are the schema's choices.  enum titan_pp_schedule is the part
+ * titan-train runs; titan-estimate's enum titan_est_schedule has
+ * enum titan_schedule's values.
+ */
+/* torch's name of a schedule ("ZBVZeroBubble"), or "?" out of range. */
+const char *titan_schedule_name(enum titan_schedule s);
+/* The schedule titan-train runs for `s`: TITAN_E_INVALID for the schedules
+ * not implemented (LoopedBFS), naming them. */
+int titan_pp_schedule_from(enum titan_schedule s, enum titan_pp_schedule *out);
+/* From parallelism.pipeline_parallel_schedule's text: TITAN_E_INVALID for
+ * the schedules not implemented (as titan_pp_schedule_from; test_pp_schedule
+ * checks the two agree on every name). */
 int titan_pp_schedule_parse(const char *name, enum titan_pp_schedule *out);
 
 /* One action of a schedule: forward (F), backward (B: the whole backward,

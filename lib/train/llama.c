@@ -358,17 +358,16 @@ static void select_mb(struct titan_llama *m, int k)
 
 int titan_llama_opts_from_config(struct titan_llama_opts *o, const struct titan_config *c)
 {
-	const char *mode = c->activation_checkpoint.mode;
 	int64_t every;
 
 	memset(o, 0, sizeof(*o));
 	o->batch = c->training.local_batch_size;
 	o->seq = c->training.seq_len;
 	o->exclude_norms_embeddings_from_wd = c->optimizer.weight_decay_exclude_norms_embeddings;
-	o->cp_ring = !strcmp(c->parallelism.context_parallel_rotate_method, "alltoall");
-	if (!strcmp(mode, "none")) {
+	o->cp_ring = c->parallelism.context_parallel_rotate_method_e == TITAN_CP_ROTATE_ALLTOALL;
+	if (c->activation_checkpoint.mode_e == TITAN_ACT_CKPT_NONE) {
 		o->ac = TITAN_AC_NONE;
-	} else if (!strcmp(mode, "full")) {
+	} else if (c->activation_checkpoint.mode_e == TITAN_ACT_CKPT_FULL) {
 		o->ac = TITAN_AC_FULL;
 	} else if (!strcmp(c->activation_checkpoint.selective_ac_option, "op")) {
 		o->ac = TITAN_AC_SELECTIVE_OP;

@@ -1,11 +1,13 @@
 /*
  * schedule.c — torchtitan's learning-rate schedule
  * (components/lr_scheduler.py: build_lr_schedulers +
- * linear_warmup_stable_decay) and gradient-accumulation geometry.
+ * linear_warmup_stable_decay), gradient-accumulation geometry and the
+ * pipeline schedules' names.
  */
 #include "titan/train.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "titan/core.h"
@@ -13,7 +15,6 @@
 void titan_lr_schedule_init(struct titan_lr_schedule *s, const struct titan_config *c)
 {
 	int64_t total = c->lr_scheduler.total_steps > 0 ? c->lr_scheduler.total_steps : c->training.steps;
-	const char *t = c->lr_scheduler.decay_type;
 
 	memset(s, 0, sizeof(*s));
 	s->warmup = c->lr_scheduler.warmup_steps;
@@ -33,8 +34,7 @@ void titan_lr_schedule_init(struct titan_lr_schedule *s, const struct titan_conf
 		s->decay = total - s->warmup;
 	}
 	s->stable = total + 1 - s->warmup - s->decay;
-	s->decay_type = !strcmp(t, "sqrt") ? TITAN_DECAY_SQRT :
-			!strcmp(t, "cosine") ? TITAN_DECAY_COSINE : TITAN_DECAY_LINEAR;
+	s->decay_type = c->lr_scheduler.decay_type_e;
 	s->min_lr_factor = c->lr_scheduler.min_lr_factor;
 }
 
@@ -75,4 +75,59 @@ int titan_grad_accum_steps(const struct titan_config *c, int64_t dp_degree, int6
 				   (long long)global, (long long)local, (long long)dp_degree);
 	*out = global / per_step;
 	return 0;
+}
+
+/* The schedules by torch's names: the X-macro table of titan/config.h. */
+#define SCHEDULE_NAME(id, name) [id] = name,
+static const char *const schedule_names[] = { TITAN_SCHEDULES(SCHEDULE_NAME) };
+#undef SCHEDULE_NAME
+#define NSCHEDULES (sizeof(schedule_names) / sizeof(schedule_names[0]))
+
+/* What titan-train runs of each; -1: not implemented. */
+static const int pp_schedule_of[NSCHEDULES] = {
+	[TITAN_SCHEDULE_GPIPE] = TITAN_PP_GPIPE,
+	[TITAN_SCHEDULE_1F1B] = TITAN_PP_1F1B,
+	[TITAN_SCHEDULE_INTERLEAVED_1F1B] = TITAN_PP_INTERLEAVED_1F1B,
+	[TITAN_SCHEDULE_LOOPED_BFS] = -1,
+	[TITAN_SCHEDULE_INTERLEAVED_ZB] = TITAN_PP_INTERLEAVED_ZB,
+	[TITAN_SCHEDULE_ZBV] = TITAN_PP_ZBV,
+};
+
+const char *titan_schedule_name(enum titan_schedule s)
+{
+	return (unsigned)s < NSCHEDULES ? schedule_names[s] : "?";
+}
+
+/* "A, B and C" of the schedules that are (`implemented`) or are not run. */
+static void join_schedules(char *buf, size_t n, bool implemented)
+{
+	size_t k = 0, count = 0, len = 0;
+
+	for (size_t i = 0; i < NSCHEDULES; i++)
+		count += (pp_schedule_of[i] >= 0) == implemented;
+	buf[0] = '\0';
+	for (size_t i = 0; i < NSCHEDULES && len < n; i++) {
+		if ((pp_schedule_of[i] >= 0) != implemented)
+			continue;
+		int w = snprintf(buf + len, n - len, "%s%s",
+				 k == 0 ? "" : k + 1 == count ? " and " : ", ", schedule_names[i]);
+		if (w < 0)
+			break;
+		len += (size_t)w;
+		k++;
+	}
+}
+
+int titan_pp_schedule_from(enum titan_schedule s, enum titan_pp_schedule *out)
+{
+	char yes[160], no[80];
+
+	if ((unsigned)s < NSCHEDULES && pp_schedule_of[s] >= 0) {
+		*out = (enum titan_pp_schedule)pp_schedule_of[s];
+		return 0;
+	}
+	join_schedules(yes, sizeof yes, true);
+	join_schedules(no, sizeof no, false);
+	return titan_error(TITAN_E_INVALID, "parallelism.pipeline_parallel_schedule: '%s' is not "
+			   "implemented yet (%s are; %s is not)", titan_schedule_name(s), yes, no);
 }

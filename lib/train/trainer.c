@@ -693,7 +693,7 @@ static int check_supported(const struct titan_config *c)
 		return titan_error(TITAN_E_INVALID, "model.converters: '%s' needs the CUDA "
 				   "backend; titan-train's CPU path has no converters (remove the key)",
 				   c->model.converters.items[0]);
-	if (strcmp(c->training.dtype, "float32") != 0)
+	if (c->training.dtype_e != TITAN_MASTER_FLOAT32)
 		return titan_error(TITAN_E_INVALID, "training.dtype: '%s' master weights need "
 				   "the CUDA backend; the CPU path keeps them in float32",
 				   c->training.dtype);
@@ -732,9 +732,9 @@ const char *titan_trainer_device(const struct titan_config *c, int nranks)
 {
 	int n = 0;
 
-	if (!strcmp(c->training.device, "cuda"))
+	if (c->training.device_e == TITAN_DEVICE_CUDA)
 		return "cuda";
-	if (!strcmp(c->training.device, "cpu") || nranks > 1 || !titan_cuda_built() ||
+	if (c->training.device_e == TITAN_DEVICE_CPU || nranks > 1 || !titan_cuda_built() ||
 	    titan_cuda_device_count(&n) < 0 || n == 0) {
 		titan_error_clear();
 		return "cpu";
@@ -761,7 +761,7 @@ static int open_backend(struct titan_trainer *t, const struct titan_trainer_opts
 		/* the docs promise no key is silently ignored: say what the
 		 * CPU computes in (its kernels are float32; bf16 applies on
 		 * CUDA, where it is the GEMM precision) */
-		if (!strcmp(c->training.mixed_precision_param, "bfloat16"))
+		if (c->training.mixed_precision_param_e == TITAN_MP_PARAM_BFLOAT16)
 			titan_log_info("training.mixed_precision_param bfloat16: the CPU computes in "
 				       "float32 (mixed precision applies on CUDA)");
 		return 0;
@@ -774,7 +774,7 @@ static int open_backend(struct titan_trainer *t, const struct titan_trainer_opts
 		return titan_error(TITAN_E_UNSUPPORTED, "training.enable_cpu_offload: not with "
 				   "training.device: cuda on one rank");
 	co.device = 0;
-	co.matmul = strcmp(c->training.mixed_precision_param, "bfloat16") == 0
+	co.matmul = c->training.mixed_precision_param_e == TITAN_MP_PARAM_BFLOAT16
 			    ? TITAN_CUDA_MATMUL_BF16 : TITAN_CUDA_MATMUL_FP32;
 	if ((rc = titan_cuda_device_info(co.device, &info)) < 0 ||
 	    (rc = titan_cuda_mem_backend(co.device, &mb)) < 0)
@@ -1189,8 +1189,8 @@ int titan_trainer_new(const struct titan_config *cfg, const struct titan_trainer
 		struct titan_dp_opts dpo = {
 			.shard = t->fsdp_degree > 1 ? comm(t, TITAN_DIM_FSDP) : NULL,
 			.replicate = comm(t, TITAN_DIM_DP_REPLICATE),
-			.reshard_after_forward = strcmp(c->parallelism.fsdp_reshard_after_forward,
-							"never") != 0,
+			.reshard_after_forward = c->parallelism.fsdp_reshard_after_forward_e !=
+						 TITAN_RESHARD_NEVER,
 			.bucket_bytes = (int64_t)(c->comm.bucket_size_mb * 1048576.0),
 		};
 		struct titan_llama_group_hooks gh;

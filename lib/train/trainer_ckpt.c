@@ -56,8 +56,10 @@ int titan_trainer_ckpt_save(struct titan_trainer *t, int64_t step, bool last, in
 	uint64_t t0 = titan_time_ns();
 	int removed = 0, rc;
 
-	if (model_only && titan_ckpt_dtype_parse(c->checkpoint.export_dtype, &dt) < 0)
-		dt = TITAN_CKPT_FLOAT32;
+	if (model_only)
+		dt = c->checkpoint.export_dtype_e == TITAN_EXPORT_BFLOAT16 ? TITAN_CKPT_BFLOAT16 :
+		     c->checkpoint.export_dtype_e == TITAN_EXPORT_FLOAT16 ? TITAN_CKPT_FLOAT16 :
+		     TITAN_CKPT_FLOAT32;
 	if (ym) {
 		titan_config_write_yaml(c, ym);
 		fclose(ym);
@@ -388,7 +390,7 @@ int titan_trainer_ckpt_setup(struct titan_trainer *t)
 		return titan_error(TITAN_E_INVALID, "checkpoint.create_seed_checkpoint: run it on one "
 				   "rank (%d were started); every layout loads the seed checkpoint",
 				   t->dist->size);
-	if (c->checkpoint.enable && !strcmp(c->checkpoint.async_mode, "async") &&
+	if (c->checkpoint.enable && c->checkpoint.async_mode_e == TITAN_ASYNC_ASYNC &&
 	    ((rc = titan_ckpt_async_new(titan_host_allocator(), &t->ckpt_async)) < 0 ||
 	     (rc = titan_ckpt_async_reserve(t->ckpt_async, titan_llama_table(t->model)->arena_floats,
 					    !c->checkpoint.model_weights_only)) < 0))

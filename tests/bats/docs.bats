@@ -1,6 +1,7 @@
 #!/usr/bin/env bats
 # Documentation: every tool has a man page that renders cleanly, and
-# docs/config.md lists every config key.
+# docs/config.md and the man pages list every config key (generated from the
+# schema by titan-config --doc, checked by regenerating them).
 
 bats_require_minimum_version 1.5.0
 
@@ -35,6 +36,35 @@ for s, kv in json.load(sys.stdin).items():
 	done
 }
 
-@test "titan-train.1 documents the current config schema (mk/gen-man-train.sh)" {
-	run -0 bash -c "mk/gen-man-train.sh '$TITAN_BIN/titan-config' | diff -u docs/titan-train.1 -"
+@test "the config reference in docs/ is the schema's (make docs: mk/gen-docs.sh)" {
+	# the files whose reference is generated keep their marker blocks
+	for f in docs/config.md docs/titan-train.1 docs/titan-config.1; do
+		[ "$(grep -c 'BEGIN titan-config --doc ' "$f")" = 1 ] || fail "$f: no generated block"
+		[ "$(grep -c 'END titan-config --doc ' "$f")" = 1 ] || fail "$f: no end of the block"
+	done
+	# regenerated into a copy, nothing differs: a key added to the schema
+	# (or a changed default or doc line) without `make docs` fails here
+	cp -R docs "$BATS_TEST_TMPDIR/docs"
+	run -0 mk/gen-docs.sh "$TITAN_BIN/titan-config" "$BATS_TEST_TMPDIR/docs"
+	run -0 diff -ru docs "$BATS_TEST_TMPDIR/docs"
+	# the generated blocks are not empty: every key is in each
+	n=$(titan-config --json | /usr/bin/python3 -c '
+import json, sys
+print(sum(len(kv) for kv in json.load(sys.stdin).values()))')
+	[ "$(grep -c '^| `[a-z_]*\.[a-z_0-9]*` |' docs/config.md)" = "$n" ]
+	[ "$(grep -c '^\.B [a-z_]*\.[a-z_0-9]*$' docs/titan-config.1)" = "$n" ]
+}
+
+@test "titan-config --doc: markdown and man from the schema, unknown formats refused" {
+	run -0 --separate-stderr titan-config --doc markdown
+	[[ ${lines[0]} == "### job" ]]
+	[[ $output == *'| `training.steps` | int | `10000` | >= 1 | training steps |'* ]]
+	[[ $output == *'| `training.device` | choice | `auto` | one of auto, cpu, cuda |'* ]]
+	run -0 --separate-stderr titan-config --doc man
+	[[ ${lines[0]} == ".SS job" ]]
+	[[ $output == *$'.B training.steps\n\\fIint\\fR, default 10000; >= 1.\n.br\n\\&training steps'* ]]
+	run -2 --separate-stderr titan-config --doc xml
+	[[ $stderr == "titan-config: error: --doc: 'xml' is not a format (markdown, man)"* ]]
+	run -2 --separate-stderr titan-config --doc man --json
+	[[ $stderr == "titan-config: error: --doc prints the schema's reference: not with"* ]]
 }

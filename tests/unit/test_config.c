@@ -12,6 +12,7 @@
 
 #include <cmocka.h>
 
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -193,6 +194,16 @@ static void test_schema_covers_struct(void **state)
 			assert_int_equal(size_at[k->offset + b], 0); /* no overlap */
 			size_at[k->offset + b] = (unsigned char)sz;
 		}
+		if (k->type != TITAN_CFG_ENUM) {
+			assert_int_equal(k->enum_offset, 0);
+			continue;
+		}
+		/* the enum beside the string */
+		assert_true(k->enum_offset + sizeof(int) <= sizeof(struct titan_config));
+		for (size_t b = 0; b < sizeof(int); b++) {
+			assert_int_equal(size_at[k->enum_offset + b], 0);
+			size_at[k->enum_offset + b] = (unsigned char)sizeof(int);
+		}
 	}
 	for (size_t off = 0; off < sizeof size_at; off++) {
 		if (size_at[off])
@@ -200,13 +211,182 @@ static void test_schema_covers_struct(void **state)
 		size_t end = off;
 		while (end < sizeof size_at && !size_at[end])
 			end++;
-		if (off == 0 || size_at[off - 1] != sizeof(bool) || end % 8 != 0)
+		/* only padding after a bool or an enum */
+		bool pad = off > 0 && (size_at[off - 1] == sizeof(bool) ||
+				       size_at[off - 1] == sizeof(int));
+		if (!pad || end % 8 != 0)
 			print_error("bytes %zu..%zu of struct titan_config have no schema key\n",
 				    off, end - 1);
-		assert_true(off > 0 && size_at[off - 1] == sizeof(bool));
+		assert_true(pad);
 		assert_int_equal(end % 8, 0);
 		off = end;
 	}
+}
+
+/*
+ * Every ENUM key's choices map to its C enum and back: the X-macro lists of
+ * titan/config.h, the schema's choice lists and the `key`_e fields agree
+ * (value = index of the choice), setting a key (in any case) sets both
+ * fields, and titan_config_choice() gives the spelling of an enumerator.
+ */
+struct enum_pair {
+	int id;
+	const char *name;
+};
+#define PAIR(id, name) { id, name },
+#define LIST(key, X) { key, (const struct enum_pair[]){ X(PAIR){ -1, NULL } } }
+static const struct {
+	const char *key;
+	const struct enum_pair *pairs;
+} enum_lists[] = {
+	LIST("model.name", TITAN_MODEL_NAMES),
+	LIST("model.flavor", TITAN_FLAVORS),
+	LIST("model.tie_word_embeddings", TITAN_TIES),
+	LIST("optimizer.name", TITAN_OPTIMIZERS),
+	LIST("optimizer.implementation", TITAN_OPTIM_IMPLS),
+	LIST("lr_scheduler.decay_type", TITAN_DECAY_TYPES),
+	LIST("training.device", TITAN_DEVICES),
+	LIST("training.dtype", TITAN_MASTER_DTYPES),
+	LIST("training.mixed_precision_param", TITAN_MP_PARAMS),
+	LIST("training.mixed_precision_reduce", TITAN_MP_REDUCES),
+	LIST("parallelism.fsdp_reshard_after_forward", TITAN_RESHARDS),
+	LIST("parallelism.pipeline_parallel_schedule", TITAN_SCHEDULES),
+	LIST("parallelism.context_parallel_rotate_method", TITAN_CP_ROTATES),
+	LIST("activation_checkpoint.mode", TITAN_ACT_CKPTS),
+	LIST("checkpoint.export_dtype", TITAN_EXPORT_DTYPES),
+	LIST("checkpoint.async_mode", TITAN_ASYNC_MODES),
+};
+#undef LIST
+#undef PAIR
+
+static int enum_field(const struct titan_config *c, const struct titan_config_key *k)
+{
+	return *(const int *)((const char *)c + k->enum_offset);
+}
+
+static void test_enums(void **state)
+{
+	(void)state;
+	const size_t nlists = sizeof enum_lists / sizeof enum_lists[0];
+	size_t nenum = 0;
+	struct titan_config c, d;
+
+	for (size_t i = 0, n = titan_config_nkeys(); i < n; i++)
+		nenum += titan_config_key_at(i)->type == TITAN_CFG_ENUM;
+	assert_int_equal(nenum, nlists); /* every ENUM key has its list */
+
+	assert_int_equal(titan_config_init(&c), 0);
+	for (size_t l = 0; l < nlists; l++) {
+		const struct titan_config_key *k = titan_config_find(enum_lists[l].key);
+		const struct enum_pair *p = enum_lists[l].pairs;
+		size_t np = 0;
+		char upper[64];
+
+		assert_non_null(k);
+		assert_int_equal(k->type, TITAN_CFG_ENUM);
+		/* the default's enum */
+		assert_str(k->choices[enum_field(&c, k)], *(char *const *)((char *)&c + k->offset));
+		for (; p[np].name; np++) {
+			assert_int_equal(p[np].id, (int)np);
+			assert_non_null(k->choices[np]);
+			assert_str(k->choices[np], p[np].name);
+			assert_str(titan_config_choice(enum_lists[l].key, p[np].id), p[np].name);
+			/* text -> enum, case-insensitively, stored as spelt */
+			size_t len = strlen(p[np].name);
+			for (size_t b = 0; b <= len; b++)
+				upper[b] = (char)toupper((unsigned char)p[np].name[b]);
+			assert_int_equal(titan_config_set(&c, enum_lists[l].key, upper, "t"), 0);
+			assert_int_equal(enum_field(&c, k), p[np].id);
+			assert_str(*(char *const *)((char *)&c + k->offset), p[np].name);
+		}
+		assert_null(k->choices[np]); /* no choice without an enumerator */
+		assert_null(titan_config_choice(enum_lists[l].key, (int)np));
+		assert_null(titan_config_choice(enum_lists[l].key, -1));
+		/* a bad value changes neither field */
+		assert_int_equal(titan_config_set(&c, enum_lists[l].key, "nonesuch", "t"),
+				 TITAN_E_INVALID);
+		assert_int_equal(enum_field(&c, k), p[np - 1].id);
+	}
+	assert_null(titan_config_choice("training.steps", 0));
+	assert_null(titan_config_choice("training.nonesuch", 0));
+
+	/* by name, as code reads them */
+	assert_int_equal(titan_config_set(&c, "training.device", "cuda", "t"), 0);
+	assert_int_equal(c.training.device_e, TITAN_DEVICE_CUDA);
+	assert_int_equal(titan_config_set(&c, "parallelism.pipeline_parallel_schedule",
+					  "interleavedzerobubble", "t"), 0);
+	assert_int_equal(c.parallelism.pipeline_parallel_schedule_e, TITAN_SCHEDULE_INTERLEAVED_ZB);
+	assert_str(c.parallelism.pipeline_parallel_schedule, "InterleavedZeroBubble");
+	assert_int_equal(titan_config_set(&c, "lr_scheduler.decay_type", "cosine", "t"), 0);
+	assert_int_equal(c.lr_scheduler.decay_type_e, TITAN_DECAY_COSINE);
+	assert_int_equal(titan_config_set(&c, "model.flavor", "70B", "t"), 0);
+	assert_int_equal(c.model.flavor_e, TITAN_FLAVOR_70B);
+	assert_int_equal(titan_config_copy(&d, &c), 0);
+	assert_int_equal(d.model.flavor_e, TITAN_FLAVOR_70B);
+	assert_int_equal(d.training.device_e, TITAN_DEVICE_CUDA);
+	titan_config_release(&d);
+	titan_config_release(&c);
+
+	assert_int_equal(titan_config_init(&c), 0);
+	assert_int_equal(c.training.device_e, TITAN_DEVICE_AUTO);
+	assert_int_equal(c.parallelism.pipeline_parallel_schedule_e, TITAN_SCHEDULE_1F1B);
+	assert_int_equal(c.activation_checkpoint.mode_e, TITAN_ACT_CKPT_SELECTIVE);
+	assert_int_equal(c.checkpoint.async_mode_e, TITAN_ASYNC_DISABLED);
+	titan_config_release(&c);
+}
+
+/* titan_config_doc's text in `format` (malloc'd), and how often `needle`
+ * occurs in it. */
+static char *doc_text(enum titan_config_doc_format format)
+{
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *fp = open_memstream(&buf, &len);
+
+	assert_non_null(fp);
+	assert_int_equal(titan_config_doc(fp, format), 0);
+	fclose(fp);
+	return buf;
+}
+
+static size_t count_of(const char *s, const char *needle)
+{
+	size_t n = 0;
+	for (; (s = strstr(s, needle)); s++)
+		n++;
+	return n;
+}
+
+/* titan_config_doc: one Markdown row and one man entry per key, in schema
+ * order, with markup in the doc lines escaped. */
+static void test_doc(void **state)
+{
+	(void)state;
+	char *buf = doc_text(TITAN_CONFIG_DOC_MARKDOWN);
+	size_t len = 0;
+	FILE *fp;
+
+	assert_int_equal(count_of(buf, "\n| `"), titan_config_nkeys());
+	assert_non_null(strstr(buf, "| `training.seq_len` | int | `2048` | >= 1 | "
+				    "sequence length in tokens |\n"));
+	assert_non_null(strstr(buf, "| `lr_scheduler.decay_ratio` | float | `null` | 0..1; or null |"));
+	assert_non_null(strstr(buf, "superseded-&lt;time>/")); /* no HTML tag */
+	assert_null(strstr(buf, "<time>"));
+	free(buf);
+
+	buf = doc_text(TITAN_CONFIG_DOC_MAN);
+	assert_int_equal(count_of(buf, "\n.B "), titan_config_nkeys());
+	assert_non_null(strstr(buf, ".SS parallelism\n.TP\n.B parallelism.data_parallel_replicate_degree\n"
+				    "\\fIint\\fR, default 1; >= 1.\n.br\n\\&DDP/HSDP replicas\n"));
+	assert_int_equal(buf[0], '.');
+	free(buf);
+
+	buf = NULL;
+	assert_non_null(fp = open_memstream(&buf, &len));
+	assert_int_equal(titan_config_doc(fp, (enum titan_config_doc_format)7), TITAN_E_INVALID);
+	fclose(fp);
+	assert_int_equal(len, 0);
+	free(buf);
 }
 
 static void test_defaults(void **state)
@@ -1164,6 +1344,8 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_schema),
 		cmocka_unit_test(test_schema_covers_struct),
+		cmocka_unit_test(test_enums),
+		cmocka_unit_test(test_doc),
 		cmocka_unit_test(test_defaults),
 		cmocka_unit_test(test_release_idempotent),
 		cmocka_unit_test(test_copy_and_diff),

@@ -18,6 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "titan/core.h"
+#include "titan/estimate.h"
 #include "titan/train.h"
 
 /* "F0.1" = forward of the rank's stage 0, microbatch 1 */
@@ -187,6 +189,46 @@ static void test_last_w_after_last_b(void **state)
 	}
 }
 
+/*
+ * One name table for the pipeline schedules: the schema's choices, the
+ * names titan-train and titan-estimate print, and the schedule titan-train
+ * runs of each (by enum, and by name through pp.c's parse) all agree.
+ */
+static void test_schedule_names(void **state)
+{
+	static const char *const key = "parallelism.pipeline_parallel_schedule";
+	(void)state;
+	int n = 0;
+
+	for (; titan_config_choice(key, n); n++) {
+		const char *name = titan_config_choice(key, n);
+		enum titan_pp_schedule a = TITAN_PP_GPIPE, b = TITAN_PP_GPIPE;
+		char msg[512];
+
+		assert_string_equal(titan_schedule_name((enum titan_schedule)n), name);
+		assert_string_equal(titan_est_schedule_name((enum titan_est_schedule)n), name);
+		int rc = titan_pp_schedule_parse(name, &a);
+		snprintf(msg, sizeof msg, "%s", rc < 0 ? titan_errmsg() : "");
+		assert_int_equal(titan_pp_schedule_from((enum titan_schedule)n, &b), rc);
+		if (rc < 0)
+			assert_string_equal(titan_errmsg(), msg);
+		else
+			assert_int_equal(a, b);
+	}
+	assert_int_equal(n, 6);
+	assert_string_equal(titan_schedule_name((enum titan_schedule)n), "?");
+
+	enum titan_pp_schedule s;
+	assert_int_equal(titan_pp_schedule_from(TITAN_SCHEDULE_ZBV, &s), 0);
+	assert_int_equal(s, TITAN_PP_ZBV);
+	assert_int_equal(titan_pp_schedule_from(TITAN_SCHEDULE_INTERLEAVED_1F1B, &s), 0);
+	assert_int_equal(s, TITAN_PP_INTERLEAVED_1F1B);
+	assert_int_equal(titan_pp_schedule_from(TITAN_SCHEDULE_LOOPED_BFS, &s), TITAN_E_INVALID);
+	assert_string_equal(titan_errmsg(), "parallelism.pipeline_parallel_schedule: 'LoopedBFS' "
+			    "is not implemented yet (GPipe, 1F1B, Interleaved1F1B, "
+			    "InterleavedZeroBubble and ZBVZeroBubble are; LoopedBFS is not)");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -194,6 +236,7 @@ int main(void)
 		cmocka_unit_test(test_zbv_order),
 		cmocka_unit_test(test_every_layout_runs),
 		cmocka_unit_test(test_last_w_after_last_b),
+		cmocka_unit_test(test_schedule_names),
 	};
 	return cmocka_run_group_tests_name("pp_schedule", tests, NULL, NULL);
 }

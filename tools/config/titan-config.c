@@ -20,6 +20,7 @@ enum {
 	OPT_JSON,
 	OPT_SUMMARY,
 	OPT_NON_DEFAULT,
+	OPT_DOC,
 };
 
 static void usage(FILE *fp)
@@ -38,6 +39,7 @@ static void usage(FILE *fp)
 "      --summary         print the model and run summary (parameters, FLOPs/token)\n"
 "  -o, --output FILE     write to FILE (atomically; '-': standard output)\n"
 "      --help-config     list every key with its type, default, range and meaning\n"
+"      --doc FORMAT      the key reference for the docs: markdown or man\n"
 "  -v, --verbose         more log output; -q, --quiet: errors only\n"
 "  -h, --help            show this help;  --version: version and features\n"
 "\n"
@@ -187,8 +189,8 @@ static void print_summary(FILE *fp, const struct titan_config *c, const struct t
 		(long long)c->parallelism.pipeline_parallel_degree,
 		(long long)c->parallelism.context_parallel_degree);
 	fprintf(fp, "activation checkpointing: %s%s%s\n", c->activation_checkpoint.mode,
-		strcmp(c->activation_checkpoint.mode, "selective") == 0 ? " " : "",
-		strcmp(c->activation_checkpoint.mode, "selective") == 0 ?
+		c->activation_checkpoint.mode_e == TITAN_ACT_CKPT_SELECTIVE ? " " : "",
+		c->activation_checkpoint.mode_e == TITAN_ACT_CKPT_SELECTIVE ?
 			c->activation_checkpoint.selective_ac_option : "");
 	/* what titan-train's CPU path runs its GEMMs with (lib/cpu/select.c) */
 	fprintf(fp, "cpu gemm:     %s\n", titan_blas_describe(blas, sizeof(blas)));
@@ -205,12 +207,13 @@ int main(int argc, char **argv)
 		{"summary", no_argument, NULL, OPT_SUMMARY},
 		{"non-default", no_argument, NULL, OPT_NON_DEFAULT},
 		{"output", required_argument, NULL, 'o'},
+		{"doc", required_argument, NULL, OPT_DOC},
 		{0},
 	};
 	struct titan_cli cli;
 	struct titan_config cfg = {0}, defaults = {0};
 	bool check = false, json = false, summary = false, non_default = false;
-	const char *get = NULL, *output = NULL;
+	const char *get = NULL, *output = NULL, *doc = NULL;
 	char *buf = NULL;
 	size_t len = 0;
 	FILE *out = stdout;
@@ -229,6 +232,7 @@ int main(int argc, char **argv)
 		case OPT_JSON: json = true; break;
 		case OPT_SUMMARY: summary = true; break;
 		case OPT_NON_DEFAULT: non_default = true; break;
+		case OPT_DOC: doc = optarg; break;
 		case 'o': output = strcmp(optarg, "-") ? optarg : NULL; break; /* '-': stdout */
 		default:
 			rc = titan_cli_option(&cli, opt, optarg);
@@ -248,6 +252,15 @@ int main(int argc, char **argv)
 	    !(json && non_default)) {
 		rc = titan_cli_usage_error(&cli, "--check, --get, --json, --summary and --non-default "
 					   "are exclusive (--json --non-default combine)");
+		goto done_early;
+	}
+	if (doc && (check || json || summary || get || non_default)) {
+		rc = titan_cli_usage_error(&cli, "--doc prints the schema's reference: not with "
+					   "--check, --get, --json, --summary or --non-default");
+		goto done_early;
+	}
+	if (doc && strcmp(doc, "markdown") && strcmp(doc, "man")) {
+		rc = titan_cli_usage_error(&cli, "--doc: '%s' is not a format (markdown, man)", doc);
 		goto done_early;
 	}
 
@@ -291,7 +304,10 @@ int main(int argc, char **argv)
 		rc = titan_cli_fail(&cli, TITAN_E_NOMEM);
 		goto done;
 	}
-	if (json) {
+	if (doc) {
+		rc = titan_config_doc(out, strcmp(doc, "man") ? TITAN_CONFIG_DOC_MARKDOWN
+							: TITAN_CONFIG_DOC_MAN);
+	} else if (json) {
 		rc = write_json(out, &cfg, non_default ? &defaults : NULL);
 	} else if (non_default) {
 		rc = write_non_default_yaml(out, &cfg, &defaults);

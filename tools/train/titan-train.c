@@ -313,8 +313,8 @@ int main(int argc, char **argv)
 		const char *dev = titan_trainer_device(&cfg, dist->size);
 
 		snprintf(device, sizeof(device), "%s%s%s", cfg.training.device,
-			 strcmp(dev, cfg.training.device) ? " → " : "",
-			 strcmp(dev, cfg.training.device) ? dev : "");
+			 cfg.training.device_e == TITAN_DEVICE_AUTO ? " → " : "",
+			 cfg.training.device_e == TITAN_DEVICE_AUTO ? dev : "");
 	}
 	titan_log_info("titan-train %s (%s), built with %s; this run: training.device %s, "
 		       "%d rank(s)%s, config %s; %s", titan_version(), titan_git_revision(),
