@@ -71,8 +71,10 @@ test: deps
 demo: deps
 	@$(MAKE) --no-print-directory demo-run
 
+# clean keeps build/cache (the test peers and corpora, downloaded)
 clean:
-	rm -rf $(BUILD) $(patsubst tools/%,bin/titan-%,$(TOOL_MAINS:.c=))
+	if [ -d $(BUILD) ]; then find $(BUILD) -mindepth 1 -maxdepth 1 ! -path build/cache -exec rm -rf {} +; fi
+	rm -rf $(patsubst tools/%,bin/titan-%,$(TOOL_MAINS:.c=))
 
 distclean:
 	rm -rf build bin

@@ -8,7 +8,7 @@
 #
 # For each encoding: titan-tokenize with --threads 1 and --threads 2, and the
 # tiktoken peer (tests/peers/encode.mjs --time), on CORPUS (default: the
-# ~50 MB tests/corpora/cache/bench.txt, one document with --format text).
+# ~50 MB build/cache/corpora/bench.txt, one document with --format text).
 # Prints MB/s (1 MB = 1e6 bytes of corpus) and the ratio titan (1 thread) /
 # tiktoken.  titan's MB/s is corpus bytes over the wall time of the whole
 # command (loading the tokenizer, reading, writing to /dev/null included);
@@ -65,8 +65,8 @@ titan=${TITAN_TOKENIZE:-$root/bin/titan-tokenize}
 [ -x "$titan" ] || die "$titan is not built: run make"
 tests/peers/setup.sh >/dev/null || die "tests/peers/setup.sh failed"
 if [ -z "$corpus" ]; then
-	if [ "$format" = jsonl ]; then corpus=tests/corpora/cache/bench.jsonl; else corpus=tests/corpora/cache/bench.txt; fi
-	[ -s "$corpus" ] || tests/corpora/fetch.sh --bench tests/corpora/cache >/dev/null || die "building the bench corpus failed"
+	if [ "$format" = jsonl ]; then corpus=build/cache/corpora/bench.jsonl; else corpus=build/cache/corpora/bench.txt; fi
+	[ -s "$corpus" ] || tests/corpora/fetch.sh --bench build/cache/corpora >/dev/null || die "building the bench corpus failed"
 fi
 [ -r "$corpus" ] || die "cannot read corpus '$corpus'"
 bytes=$(wc -c <"$corpus")
@@ -86,7 +86,7 @@ if [ -n "$compress" ]; then
 	fi
 fi
 
-vocab_of() { echo "tests/peers/cache/$1.tiktoken"; }
+vocab_of() { echo "build/cache/peers/cache/$1.tiktoken"; }
 peer_fmt=(--format "$format")
 titan_fmt=(--format "$format")
 
@@ -110,7 +110,7 @@ titan_mbps() {
 peer_mbps() {
 	local best=0 line r i
 	for ((i = 0; i < repeat; i++)); do
-		line=$(node tests/peers/encode.mjs --peer tiktoken --vocab "$(vocab_of "$1")" --encoding "$1" \
+		line=$(node build/cache/peers/encode.mjs --peer tiktoken --vocab "$(vocab_of "$1")" --encoding "$1" \
 			"${peer_fmt[@]}" --time "$corpus" 2>&1 >/dev/null) || die "the tiktoken peer failed: $line"
 		r=$(printf '%s\n' "$line" | sed -n 's/.*MBps=\([0-9.]*\).*/\1/p')
 		[ -n "$r" ] || die "no MBps in the peer's output: $line"
@@ -123,20 +123,20 @@ echo "corpus: $corpus ($(awk -v b="$bytes" 'BEGIN { printf "%.1f", b / 1e6 }') M
 [ -z "$zcorpus" ] || echo "compressed: $compress, $(awk -v b="$(wc -c <"$zcorpus")" 'BEGIN { printf "%.1f", b / 1e6 }') MB"
 echo "cpu: $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1), $(nproc) cores; OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset}"
 echo "titan: $("$titan" --version 2>&1 | head -1)"
-echo "peer: tiktoken $(node -p 'require("./tests/peers/node_modules/tiktoken/package.json").version') (WASM) on node $(node --version)"
+echo "peer: tiktoken $(node -p 'require("./build/cache/peers/node_modules/tiktoken/package.json").version') (WASM) on node $(node --version)"
 
 if [ "$check" = 1 ]; then
 	bad=0
 	for e in $encodings; do
 		"$titan" --tokenizer "$(vocab_of "$e")" --encoding "$e" "${titan_fmt[@]}" "$corpus" >"$tmp/titan" ||
 			die "titan-tokenize failed on $corpus ($e)"
-		node tests/peers/encode.mjs --peer tiktoken --vocab "$(vocab_of "$e")" --encoding "$e" \
+		node build/cache/peers/encode.mjs --peer tiktoken --vocab "$(vocab_of "$e")" --encoding "$e" \
 			"${peer_fmt[@]}" "$corpus" >"$tmp/peer" || die "the tiktoken peer failed ($e)"
 		if cmp -s "$tmp/titan" "$tmp/peer"; then
 			echo "$e: identical ($(($(wc -c <"$tmp/titan") / 4)) ids)"
 		else
 			echo "$e: DIFFERENT"
-			node tests/peers/compare.mjs --vocab "$(vocab_of "$e")" --encoding "$e" "$tmp/titan" "$tmp/peer" || true
+			node build/cache/peers/compare.mjs --vocab "$(vocab_of "$e")" --encoding "$e" "$tmp/titan" "$tmp/peer" || true
 			bad=1
 		fi
 		if [ -n "$zcorpus" ]; then

