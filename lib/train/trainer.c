@@ -240,11 +240,7 @@ static int validate(struct titan_trainer *t, int64_t step)
 		/* every rank stops at the same call: global rows decide */
 		if (rc == 0 || info.global_rows == 0)
 			break;
-		if (t->dp && (rc = titan_dp_begin_microbatch(t->dp, false, true)) < 0)
-			return rc;
-		rc = t->pp ? titan_pp_step(t->pp, t->inputs, t->labels, t->n / t->mo.pp_microbatches,
-					   0.0f, false, true, &ls, &nv)
-			   : titan_llama_step(t->model, t->inputs, t->labels, 0.0f, false, &ls, &nv);
+		rc = titan_engine_eval_microbatch(t->engine, t->inputs, t->labels, &ls, &nv);
 		if (rc < 0)
 			return rc;
 		sums[0] += ls;
@@ -531,31 +527,20 @@ int titan_trainer_run(struct titan_trainer *t)
 		}
 		t->data_ns += titan_time_ns() - t0;
 		titan_trace_end(t->trace);
-		if ((rc = titan_llama_zero_grads(t->model)) < 0)
+		if ((rc = titan_engine_zero_grads(t->engine)) < 0)
 			return rc;
+		titan_engine_begin_step(t->engine, t->accum, valid);
 		for (int64_t mb = 0; mb < t->accum; mb++) {
 			double ls;
 			int64_t nv;
 
-			if (t->dp && (rc = titan_dp_begin_microbatch(t->dp, true, mb == t->accum - 1)) < 0)
-				return rc;
-			if (t->pp)
-				rc = titan_pp_step(t->pp, t->inputs + mb * t->n, t->labels + mb * t->n,
-						   t->n / t->mo.pp_microbatches,
-						   valid ? 1.0f / (float)valid : 0.0f, true,
-						   mb == t->accum - 1, &ls, &nv);
-			else
-				rc = titan_llama_step(t->model, t->inputs + mb * t->n,
-						      t->labels + mb * t->n,
-						      valid ? 1.0f / (float)valid : 0.0f, true, &ls, &nv);
-			if (rc < 0)
+			if ((rc = titan_engine_train_microbatch(t->engine, t->inputs + mb * t->n,
+								t->labels + mb * t->n, &ls, &nv)) < 0)
 				return rc;
 			loss_sum += ls;
 		}
 		titan_trace_begin(t->trace, "grad sync", "comm", step);
-		if (t->dp && (rc = titan_dp_finish_grads(t->dp)) < 0)
-			return rc;
-		if ((rc = titan_llama_tp_reduce_grads(t->model)) < 0)
+		if ((rc = titan_engine_finish_grads(t->engine)) < 0)
 			return rc;
 		titan_trace_end(t->trace);
 		/* the global loss: Σ ranks' loss sums / global valid tokens */
@@ -565,9 +550,7 @@ int titan_trainer_run(struct titan_trainer *t)
 						TITAN_DTYPE_F64, TITAN_REDOP_SUM, "loss")) < 0)
 			return rc;
 		loss = valid ? red[0] / (double)valid : NAN;
-		rc = t->dp ? titan_dp_grad_norm(t->dp, c->training.max_norm, &norm, &coef)
-			   : titan_llama_grad_norm(t->model, c->training.max_norm, &norm, &coef);
-		if (rc < 0)
+		if ((rc = titan_engine_grad_norm(t->engine, c->training.max_norm, &norm, &coef)) < 0)
 			return rc;
 		if (!isfinite(loss) || !isfinite(norm)) {
 			if (!c->training.skip_nonfinite)
@@ -589,7 +572,7 @@ int titan_trainer_run(struct titan_trainer *t)
 			hp.lr = c->optimizer.lr * titan_lr_factor(&sched, step - 1);
 			set_phase(t, TITAN_PHASE_OPTIMIZER);
 			titan_trace_begin(t->trace, "optimizer", "train", step);
-			rc = titan_llama_adamw(t->model, &hp, ++opt_steps, coef);
+			rc = titan_engine_optimizer_step(t->engine, &hp, ++opt_steps, coef);
 			titan_trace_end(t->trace);
 			if (rc < 0)
 				return rc;
@@ -1023,6 +1006,7 @@ static void log_layout(const struct titan_trainer *t)
 {
 	const struct titan_config *c = &t->cfg;
 	const int64_t *d = t->dist->dims.degree;
+	const int units = titan_engine_dp_units(t->engine);
 	char line[1024] = "";
 	size_t n = 0;
 
@@ -1046,12 +1030,11 @@ static void log_layout(const struct titan_trainer *t)
 		    (long long)c->training.seq_len);
 	if (!n)
 		ADD("single rank");
-	if (t->dp && t->fsdp_degree > 1)
+	if (units && t->fsdp_degree > 1)
 		ADD("; parameters sharded over %s%lld ranks in %d FSDP unit(s)",
-		    d[TITAN_DIM_CP] > 1 ? "dp_shard x cp, " : "", (long long)t->fsdp_degree,
-		    titan_dp_units(t->dp));
-	else if (t->dp)
-		ADD("; gradients all-reduced in %d bucket(s)", titan_dp_units(t->dp));
+		    d[TITAN_DIM_CP] > 1 ? "dp_shard x cp, " : "", (long long)t->fsdp_degree, units);
+	else if (units)
+		ADD("; gradients all-reduced in %d bucket(s)", units);
 #undef ADD
 	titan_log_info("Parallelism: %s; %d rank(s), %d thread(s) per rank", line, t->dist->size,
 		       t->be.nthreads);
@@ -1125,86 +1108,13 @@ int titan_trainer_new(const struct titan_config *cfg, const struct titan_trainer
 		}
 	}
 	t->mo.device_memory = t->cuda;
-	if (t->fsdp_degree > 1) {
-		t->mo.shard_rank = titan_comm_rank(comm(t, TITAN_DIM_FSDP));
-		t->mo.shard_degree = (int)t->fsdp_degree;
-	}
-	t->mo.tp = comm(t, TITAN_DIM_TP);
-	t->mo.cp = comm(t, TITAN_DIM_CP);
-	t->mo.loss_parallel = !c->parallelism.disable_loss_parallel;
-	if (t->dist->dims.degree[TITAN_DIM_PP] > 1) {
-		const int pp = (int)t->dist->dims.degree[TITAN_DIM_PP];
-		const int rank = (int)t->dist->coord[TITAN_DIM_PP];
-		enum titan_pp_schedule sched;
-		int nv;
-
-		if ((rc = titan_pp_schedule_parse(c->parallelism.pipeline_parallel_schedule,
-						  &sched)) < 0 ||
-		    (rc = nv = titan_pp_stages_per_rank(c, sched, t->dims.n_layers, pp)) < 0)
-			return rc;
-		t->mo.pp_split_backward = sched == TITAN_PP_INTERLEAVED_ZB || sched == TITAN_PP_ZBV;
-		/* loop style: the rank's v-th stage is global stage rank + v·pp;
-		 * ZBV's V style: stages rank and 2·pp − 1 − rank */
-		for (int v = 0; v < nv; v++) {
-			const int gs = titan_pp_stage_of(sched, pp, rank, v);
-			struct titan_pp_stage st;
-
-			if ((rc = titan_pp_split(c, t->dims.n_layers, pp * nv, gs, &st)) < 0)
-				return rc;
-			if (v == 0) {
-				t->mo.stage_l0 = st.l0;
-				t->mo.stage_l1 = st.l1;
-				t->mo.stage_first = st.first;
-			} else {
-				t->mo.more_l0[v - 1] = st.l0;
-				t->mo.more_l1[v - 1] = st.l1;
-			}
-			t->mo.stage_last = st.last;
-			titan_log_info("Pipeline stage %d of %d (rank %d): layers %d-%d%s%s", gs,
-				       pp * nv, rank, st.l0, st.l1 - 1, st.first ? ", embedding" : "",
-				       st.last ? ", norm + output" : "");
-		}
-		t->mo.nmore = nv - 1;
-		t->mo.batch = c->parallelism.pipeline_parallel_microbatch_size;
-		t->mo.pp_microbatches = c->training.local_batch_size /
-					c->parallelism.pipeline_parallel_microbatch_size;
-		t->mo.pp = comm(t, TITAN_DIM_PP);
-	}
-	if ((rc = titan_llama_new(&t->dims, &t->mo, &t->be, t->dev_alloc, &t->model)) < 0)
+	rc = titan_parallelize(&(struct titan_parallelize_opts){
+		.cfg = c, .dist = t->dist, .dims = &t->dims, .mo = &t->mo, .be = &t->be,
+		.alloc = t->dev_alloc, .hooks = &(struct titan_llama_hooks){hook_begin, hook_end, t},
+		.tokens = t->n}, &t->engine);
+	if (rc < 0)
 		return rc;
-	titan_llama_set_hooks(t->model, &(struct titan_llama_hooks){hook_begin, hook_end, t});
-	if (t->mo.stage_l1 > 0) {
-		enum titan_pp_schedule sched;
-
-		if ((rc = titan_pp_schedule_parse(c->parallelism.pipeline_parallel_schedule,
-						  &sched)) < 0 ||
-		    (rc = titan_pp_new(t->model, comm(t, TITAN_DIM_PP), sched,
-				       (int)t->mo.pp_microbatches, &t->pp)) < 0)
-			return rc;
-	}
-	/* each rank initialises its own rows: the same weights on any layout */
-	if ((rc = titan_llama_init_weights(t->model, (uint64_t)c->training.seed)) < 0)
-		return rc;
-	if (t->dp_degree > 1 || t->fsdp_degree > 1) { /* FSDP's mesh includes cp */
-		struct titan_dp_opts dpo = {
-			.shard = t->fsdp_degree > 1 ? comm(t, TITAN_DIM_FSDP) : NULL,
-			.replicate = comm(t, TITAN_DIM_DP_REPLICATE),
-			.reshard_after_forward = strcmp(c->parallelism.fsdp_reshard_after_forward,
-							"never") != 0,
-			.bucket_bytes = (int64_t)(c->comm.bucket_size_mb * 1048576.0),
-		};
-		struct titan_llama_group_hooks gh;
-
-		if (t->fsdp_degree <= 1 && c->comm.bucket_size_mb < 0)
-			dpo.bucket_bytes = 25 << 20; /* torch DDP's bucket_cap_mb */
-		else if (c->comm.bucket_size_mb < 0)
-			dpo.bucket_bytes = 0;         /* FSDP: one unit per block */
-		if ((rc = titan_dp_new(t->model, &dpo, &t->dp)) < 0)
-			return rc;
-		titan_llama_set_group_hooks(t->model, titan_dp_hooks(t->dp, &gh));
-		if (t->pp)
-			titan_pp_set_dp(t->pp, t->dp);
-	}
+	t->model = titan_engine_model(t->engine);
 	if ((rc = titan_trainer_ckpt_setup(t)) < 0)
 		return rc;
 	t->inputs = titan_malloc((size_t)(t->accum * t->n) * sizeof(int32_t), TITAN_MEM_DATA);
@@ -1223,7 +1133,7 @@ int titan_trainer_new(const struct titan_config *cfg, const struct titan_trainer
 		titan_log_info("Seed checkpoint only (checkpoint.create_seed_checkpoint): no "
 			       "training steps; runs with checkpoint.enable and this "
 			       "checkpoint.folder start from it");
-	else if (t->pp)
+	else if (t->mo.stage_l1 > 0)
 		/* a pipeline step runs accum x (local batch / microbatch size)
 		 * microbatches of the pipeline's size */
 		titan_log_info("Training starts: %lld steps, %lld microbatch(es) of %lld x %lld tokens "
@@ -1288,9 +1198,7 @@ void titan_trainer_free(struct titan_trainer *t)
 		close(t->lock_fd - 1); /* the lock goes with it */
 	titan_free(t->inputs);
 	titan_free(t->labels);
-	titan_dp_free(t->dp);
-	titan_pp_free(t->pp);
-	titan_llama_free(t->model);
+	titan_engine_free(t->engine);
 	titan_loader_close(t->train);
 	titan_loader_close(t->val);
 	if (t->be_ready)

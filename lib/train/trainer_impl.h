@@ -14,6 +14,7 @@
 #include "titan/ops.h"
 #include "titan/trace.h"
 #include "titan/train.h"
+#include "engine.h"
 
 struct titan_trainer {
 	struct titan_config cfg;
@@ -25,9 +26,8 @@ struct titan_trainer {
 	bool cuda;                     /* training.device resolved to cuda */
 	struct titan_allocator *dev_alloc; /* cuda: device memory of the model */
 	struct titan_allocator *mem;   /* what the memory line reports */
-	struct titan_llama *model;
-	struct titan_dp *dp;           /* NULL on one DP rank */
-	struct titan_pp *pp;           /* NULL without pipeline parallelism */
+	struct titan_engine *engine;   /* the model on this layout (engine.h) */
+	struct titan_llama *model;     /* the engine's, for checkpoints */
 	struct titan_loader *train, *val;
 	int64_t dp_degree, dp_rank, fsdp_degree;
 	int64_t accum, n;              /* microbatches per step, tokens per microbatch */
