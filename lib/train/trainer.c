@@ -198,27 +198,6 @@ static void comm_span(void *ctx, const struct titan_comm_span *s)
 	titan_trace_complete(t->trace, name, "comm", 1, s->start_ns, s->end_ns, s->step);
 }
 
-/* One metrics.jsonl row, on disk when this returns.  A write that fails
- * (a full disk) leaves the file at its last complete row — the partial
- * one is cut off and stdio's buffer dropped, so that closing the file
- * cannot append it later — and stops the run. */
-static int write_row(struct titan_trainer *t, struct titan_json *j)
-{
-	const off_t at = ftello(t->jsonl);
-	int rc = titan_json_write_line(j, t->jsonl), err;
-
-	if (rc == 0 && fflush(t->jsonl) == 0)
-		return 0;
-	err = errno ? errno : EIO;
-	titan_error_clear();
-	__fpurge(t->jsonl);
-	if (at < 0 || ftruncate(fileno(t->jsonl), at) != 0)
-		titan_log_warn("cannot cut the partial row off '%s': %s", t->jsonl_path,
-			       strerror(errno));
-	return titan_error(TITAN_E_IO, "cannot write metrics to '%s': %s (the file ends at the "
-			   "last complete row)", t->jsonl_path, strerror(err));
-}
-
 /* ------------------------------------------------------------ validation */
 
 static int validate(struct titan_trainer *t, int64_t step)
@@ -251,221 +230,9 @@ static int validate(struct titan_trainer *t, int64_t step)
 					TITAN_DTYPE_F64, TITAN_REDOP_SUM, "validation loss")) < 0)
 		return rc;
 	loss = sums[1] > 0 ? sums[0] / sums[1] : NAN;
-	if (t->verbosity >= 0 && t->print_rank)
-		printf("validate step: %2lld  loss: %8.5f  tps: %.0f\n", (long long)step, loss,
-		       (double)(steps * t->n) / ((double)(titan_time_ns() - t0) * 1e-9));
-	if (t->jsonl) {
-		struct titan_json j;
-
-		titan_json_init(&j);
-		titan_json_object_begin(&j);
-		titan_json_key(&j, "step");
-		titan_json_int(&j, step);
-		titan_json_key(&j, "validation_loss");
-		titan_json_double(&j, loss);
-		titan_json_key(&j, "validation_tokens");
-		titan_json_int(&j, (int64_t)sums[1]);
-		titan_json_object_end(&j);
-		rc = write_row(t, &j);
-		titan_json_release(&j);
-		if (rc < 0)
-			return rc;
-	}
-	if (t->tb) {
-		titan_tfevents_scalar(t->tb, "validation_metrics/loss", loss);
-		titan_tfevents_scalar(t->tb, "validation_metrics/tokens", sums[1]);
-		if ((rc = titan_tfevents_write(t->tb, step, (double)titan_unix_time_ns() * 1e-9)) < 0)
-			return rc;
-	}
-	return 0;
-}
-
-/* ------------------------------------------------------------ metrics */
-
-/* torchtitan's memory figures (DeviceMemoryMonitor.get_peak_stats): peaks
- * since the last logged step.  On CUDA they come from the caching
- * allocator (active = live blocks at their rounded sizes, reserved = its
- * cudaMalloc'd segments); on the CPU the tagged allocator's peak is both
- * max_active and max_reserved (the host allocator caches nothing) and
- * there are no retries or OOMs to count. */
-struct mem_peaks {
-	int64_t max_active, max_reserved, num_alloc_retries, num_ooms;
-};
-
-static void mem_peaks(const struct titan_trainer *t, const struct titan_mem_stats *ms,
-		      struct mem_peaks *out)
-{
-	struct titan_caching_stats cs;
-
-	*out = (struct mem_peaks){ms->total_peak, ms->total_peak, 0, 0};
-	if (t->cuda && titan_cuda_mem_stats(0, &cs) == 0)
-		*out = (struct mem_peaks){cs.active_peak, cs.reserved_peak, cs.num_alloc_retries,
-					  cs.num_ooms};
-}
-
-/* The step's metrics as TensorBoard scalars, under torchtitan's tags
- * (MetricsProcessor.log) where it has the metric, the values of the
- * metrics.jsonl row. */
-static int log_tensorboard(struct titan_trainer *t, int64_t step, const double *v,
-			   const struct titan_mem_stats *ms, const struct mem_peaks *mp,
-			   const double *mx)
-{
-	struct titan_tfevents *e = t->tb;
-	char tag[96];
-
-	titan_tfevents_scalar(e, "loss_metrics/global_avg_loss", v[0]);
-	titan_tfevents_scalar(e, "grad_norm", v[1]);
-	titan_tfevents_scalar(e, "lr", v[2]);
-	titan_tfevents_scalar(e, "n_tokens_seen", v[3]);
-	titan_tfevents_scalar(e, "throughput(tps)", v[4]);
-	titan_tfevents_scalar(e, "tflops", v[5]);
-	titan_tfevents_scalar(e, "mfu(%)", v[6]);
-	titan_tfevents_scalar(e, "time_metrics/end_to_end(s)", v[7]);
-	titan_tfevents_scalar(e, "time_metrics/data_loading(s)", v[8]);
-	titan_tfevents_scalar(e, "time_metrics/data_loading(%)", v[7] > 0 ? 100.0 * v[8] / v[7] : 0);
-	titan_tfevents_scalar(e, "time_metrics/checkpoint_blocked(s)", t->ckpt_blocked_s);
-	titan_tfevents_scalar(e, "memory/max_active(GiB)", (double)mp->max_active / 1073741824.0);
-	titan_tfevents_scalar(e, "memory/max_active(%)",
-			      100.0 * (double)mp->max_active / t->total_mem);
-	titan_tfevents_scalar(e, "memory/max_reserved(GiB)",
-			      (double)mp->max_reserved / 1073741824.0);
-	titan_tfevents_scalar(e, "memory/max_reserved(%)",
-			      100.0 * (double)mp->max_reserved / t->total_mem);
-	if (t->cuda) {
-		titan_tfevents_scalar(e, "memory/num_alloc_retries",
-				      (double)mp->num_alloc_retries);
-		titan_tfevents_scalar(e, "memory/num_ooms", (double)mp->num_ooms);
-	}
-	for (int k = 0; k < TITAN_MEM_NTAGS; k++) {
-		snprintf(tag, sizeof(tag), "memory/by_tag/%s(GiB)",
-			 titan_mem_tag_name((enum titan_mem_tag)k));
-		titan_tfevents_scalar(e, tag, (double)ms->peak_at_total[k] / 1073741824.0);
-	}
-	if (t->dist->size > 1) {
-		titan_tfevents_scalar(e, "memory/max_reserved_max_rank(GiB)", mx[0] / 1073741824.0);
-		titan_tfevents_scalar(e, "time_metrics/end_to_end_max_rank(s)", mx[1]);
-	}
-	return titan_tfevents_write(e, step, (double)titan_unix_time_ns() * 1e-9);
-}
-
-static int log_step(struct titan_trainer *t, int64_t step, double loss, double norm, double lr,
-		    int64_t tokens_seen)
-{
-	struct titan_allocator *host = t->mem;
-	struct titan_mem_stats ms;
-	struct mem_peaks mp;
-	uint64_t now = titan_time_ns();
-	double dt = (double)(now - t->t_last) * 1e-9;
-	double tps = (double)t->tokens_since / dt;
-	double tflops = t->flops_per_token * tps / 1e12;
-	double mfu = t->peak_flops > 0 ? 100.0 * t->flops_per_token * tps / t->peak_flops : 0;
-	double gib, mx[2];
-	char g[48];
-	int rc;
-
-	titan_mem_get_stats(host, &ms);
-	mem_peaks(t, &ms, &mp);
-	/* the slowest and the largest rank, for the metrics (one small
-	 * all-reduce per logged step) */
-	mx[0] = (double)mp.max_reserved;
-	mx[1] = dt / (double)t->steps_since;
-	if ((rc = titan_comm_all_reduce(comm(t, TITAN_DIM_WORLD), TITAN_IN_PLACE, mx, 2,
-					TITAN_DTYPE_F64, TITAN_REDOP_MAX, "metrics")) < 0)
-		return rc;
-	gib = (double)mp.max_reserved / 1073741824.0;
-	/* torchtitan warns at every logged step once any happened */
-	if (mp.num_alloc_retries > 0)
-		titan_log_warn("%lld CUDA memory allocation retries.",
-			       (long long)mp.num_alloc_retries);
-	if (mp.num_ooms > 0)
-		titan_log_warn("%lld CUDA OOM errors thrown.", (long long)mp.num_ooms);
-	if (t->verbosity >= 0 && t->print_rank) {
-		printf("%sstep: %2lld  loss: %8.5f  grad_norm: %7.4f  memory: %5.2fGiB(%.2f%%)  "
-		       "tps: %s  tflops: %.2f  mfu: %.2f%%\n", t->line_prefix, (long long)step, loss,
-		       norm, gib, 100.0 * (double)mp.max_reserved / t->total_mem,
-		       titan_format_grouped(g, sizeof(g), tps), tflops, mfu);
-		fflush(stdout);
-	}
-	if (t->jsonl) {
-		struct titan_json j;
-
-		titan_json_init(&j);
-		titan_json_object_begin(&j);
-		titan_json_key(&j, "step");
-		titan_json_int(&j, step);
-		titan_json_key(&j, "loss");
-		titan_json_double(&j, loss);
-		titan_json_key(&j, "grad_norm");
-		titan_json_double(&j, norm);
-		titan_json_key(&j, "lr");
-		titan_json_double(&j, lr);
-		titan_json_key(&j, "tokens_seen");
-		titan_json_int(&j, tokens_seen);
-		titan_json_key(&j, "tps");
-		titan_json_double(&j, tps);
-		titan_json_key(&j, "tflops");
-		titan_json_double(&j, tflops);
-		titan_json_key(&j, "mfu_pct");
-		titan_json_double(&j, mfu);
-		titan_json_key(&j, "step_time_s");
-		titan_json_double(&j, dt / (double)t->steps_since);
-		titan_json_key(&j, "data_time_s");
-		titan_json_double(&j, (double)t->data_ns * 1e-9 / (double)t->steps_since);
-		titan_json_key(&j, "checkpoint_blocked_s");
-		titan_json_double(&j, t->ckpt_blocked_s);
-		titan_json_key(&j, "memory_peak_bytes");
-		titan_json_int(&j, ms.total_peak);
-		titan_json_key(&j, "memory_peak_by_tag");
-		titan_json_object_begin(&j);
-		for (int k = 0; k < TITAN_MEM_NTAGS; k++) {
-			titan_json_key(&j, titan_mem_tag_name((enum titan_mem_tag)k));
-			titan_json_int(&j, ms.peak_at_total[k]);
-		}
-		titan_json_object_end(&j);
-		if (t->cuda) { /* the caching allocator's, as torchtitan's */
-			titan_json_key(&j, "memory_max_active_bytes");
-			titan_json_int(&j, mp.max_active);
-			titan_json_key(&j, "memory_max_active_pct");
-			titan_json_double(&j, 100.0 * (double)mp.max_active / t->total_mem);
-			titan_json_key(&j, "memory_max_reserved_bytes");
-			titan_json_int(&j, mp.max_reserved);
-			titan_json_key(&j, "memory_max_reserved_pct");
-			titan_json_double(&j, 100.0 * (double)mp.max_reserved / t->total_mem);
-			titan_json_key(&j, "num_alloc_retries");
-			titan_json_int(&j, mp.num_alloc_retries);
-			titan_json_key(&j, "num_ooms");
-			titan_json_int(&j, mp.num_ooms);
-		}
-		if (t->dist->size > 1) {
-			titan_json_key(&j, "world_size");
-			titan_json_int(&j, t->dist->size);
-			titan_json_key(&j, "memory_peak_bytes_max_rank");
-			titan_json_int(&j, (int64_t)mx[0]);
-			titan_json_key(&j, "step_time_s_max_rank");
-			titan_json_double(&j, mx[1]);
-		}
-		titan_json_object_end(&j);
-		rc = write_row(t, &j);
-		titan_json_release(&j);
-		if (rc < 0)
-			return rc;
-	}
-	if (t->tb) {
-		const double v[] = {loss, norm, lr, (double)tokens_seen, tps, tflops, mfu,
-				    dt / (double)t->steps_since,
-				    (double)t->data_ns * 1e-9 / (double)t->steps_since};
-
-		if ((rc = log_tensorboard(t, step, v, &ms, &mp, mx)) < 0)
-			return rc;
-	}
-	titan_mem_reset_peak(host);
-	if (t->cuda)
-		titan_cuda_mem_reset_peak(0);
-	t->ckpt_blocked_s = 0;
-	t->t_last = titan_time_ns();
-	t->tokens_since = t->steps_since = 0;
-	t->data_ns = 0;
-	return 0;
+	return titan_trainer_log_validation(t, &(struct titan_validation_row){
+		step, loss, sums[1],
+		(double)(steps * t->n) / ((double)(titan_time_ns() - t0) * 1e-9)});
 }
 
 /* ------------------------------------------------------------ the loop */
@@ -595,7 +362,7 @@ int titan_trainer_run(struct titan_trainer *t)
 		if ((rc = agree_stop(t, &sig)) < 0)
 			return rc;
 		if ((step == 1 || step % c->metrics.log_freq == 0 || step == c->training.steps ||
-		     sig) && (rc = log_step(t, step, loss, norm, hp.lr, tokens_seen)) < 0)
+		     sig) && (rc = titan_trainer_log_step(t, step, loss, norm, hp.lr, tokens_seen)) < 0)
 			return rc;
 		if ((rc = titan_trainer_ckpt_reap(t, false)) < 0)
 			return rc;
@@ -883,93 +650,6 @@ static int lock_dump_folder(struct titan_trainer *t)
 	return 0;
 }
 
-static int open_jsonl(struct titan_trainer *t)
-{
-	const struct titan_config *c = &t->cfg;
-	char path[4200], file[4096];
-	bool append = t->start_step > 0;
-	int rc, fd;
-
-	if (!*c->metrics.save_jsonl_file || (t->dist->rank != 0 && !c->metrics.save_for_all_ranks))
-		return 0;
-	/* an absolute metrics.save_jsonl_file is that file (os.path.join) */
-	if ((rc = titan_path_join(file, sizeof(file), c->job.dump_folder,
-				  c->metrics.save_jsonl_file)) < 0)
-		return titan_error_prefix("metrics.save_jsonl_file");
-	if (t->dist->rank != 0) {
-		/* metrics.save_for_all_ranks: FILE.rankR.jsonl beside rank 0's */
-		const char *slash = strrchr(file, '/'), *dot = strrchr(file, '.');
-
-		if (!dot || (slash && dot < slash))
-			dot = file + strlen(file);
-		if (snprintf(path, sizeof(path), "%.*s.rank%d%s", (int)(dot - file), file,
-			     t->dist->rank, dot) >= (int)sizeof(path))
-			return titan_error(TITAN_E_INVALID, "metrics.save_jsonl_file: path too long");
-	} else {
-		snprintf(path, sizeof(path), "%s", file);
-	}
-	/* the file's folder: the dump folder or wherever an absolute or
-	 * nested name points */
-	{
-		char dir[4200], *slash;
-
-		snprintf(dir, sizeof(dir), "%s", path);
-		if ((slash = strrchr(dir, '/')) && slash > dir) {
-			*slash = '\0';
-			if ((rc = titan_mkdirs(dir)) < 0)
-				return rc;
-		}
-	}
-	/* a resumed run continues the file; a symbolic link at the name is
-	 * replaced by a regular file, never written through (issue 21) */
-	snprintf(t->jsonl_path, sizeof(t->jsonl_path), "%s", path);
-	if ((rc = titan_create_nofollow(path, O_WRONLY | (append ? O_APPEND : O_TRUNC), &fd)) < 0)
-		return rc;
-	if (!(t->jsonl = fdopen(fd, append ? "a" : "w"))) {
-		close(fd);
-		return titan_error(TITAN_E_IO, "cannot create '%s': %s", path, strerror(errno));
-	}
-	return 0;
-}
-
-/* metrics.enable_tensorboard: DUMP/save_tb_folder/YYYYmmdd-HHMM/ (the
- * minute the run started, torchtitan's folders: a resumed run is a new
- * TensorBoard run), on rank 0; with metrics.save_for_all_ranks every rank
- * in rank_R/ of rank 0's folder. */
-static int open_tensorboard(struct titan_trainer *t)
-{
-	const struct titan_config *c = &t->cfg;
-	int64_t now = (int64_t)(titan_unix_time_ns() / 1000000000u);
-	char base[4096], dir[4300], when[32];
-	struct tm tm;
-	time_t secs;
-	int rc;
-
-	if (!c->metrics.enable_tensorboard)
-		return 0;
-	if (c->metrics.save_for_all_ranks && t->dist->size > 1 &&
-	    (rc = titan_comm_broadcast(comm(t, TITAN_DIM_WORLD), &now, 1, TITAN_DTYPE_I64, 0,
-				       "tensorboard folder")) < 0)
-		return rc;
-	if (t->dist->rank != 0 && !c->metrics.save_for_all_ranks)
-		return 0;
-	secs = (time_t)now;
-	if (!localtime_r(&secs, &tm) || !strftime(when, sizeof(when), "%Y%m%d-%H%M", &tm))
-		snprintf(when, sizeof(when), "%lld", (long long)now);
-	/* an absolute metrics.save_tb_folder is that folder (os.path.join) */
-	if ((rc = titan_path_join(base, sizeof(base), c->job.dump_folder,
-				  c->metrics.save_tb_folder)) < 0)
-		return titan_error_prefix("metrics.save_tb_folder");
-	snprintf(dir, sizeof(dir), "%s/%s", base, when);
-	if (c->metrics.save_for_all_ranks)
-		snprintf(dir + strlen(dir), sizeof(dir) - strlen(dir), "/rank_%d", t->dist->rank);
-	if ((rc = titan_mkdirs(dir)) < 0 ||
-	    (rc = titan_tfevents_open(&t->tb, dir, (double)titan_unix_time_ns() * 1e-9)) < 0)
-		return rc;
-	titan_log_info("TensorBoard events: %s", titan_tfevents_path(t->tb));
-	return 0;
-}
-
 /* Which process is which rank: a launcher that kills the job reports PIDs
  * and hosts ("BAD TERMINATION ... PID 1234 RUNNING AT node7"), the rest of
  * titan speaks of ranks. */
@@ -1148,9 +828,7 @@ int titan_trainer_new(const struct titan_config *cfg, const struct titan_trainer
 			       (long long)c->training.steps, (long long)t->accum,
 			       (long long)c->training.local_batch_size, (long long)c->training.seq_len,
 			       c->activation_checkpoint.mode);
-	if ((rc = open_jsonl(t)) < 0)
-		return rc;
-	return open_tensorboard(t);
+	return titan_trainer_metrics_open(t);
 }
 
 int titan_trainer_close(struct titan_trainer *t)
@@ -1166,19 +844,7 @@ int titan_trainer_close(struct titan_trainer *t)
 					 strerror(errno));
 		t->memtrace = NULL;
 	}
-	if (t->jsonl) {
-		if (fclose(t->jsonl) != 0 && rc == 0)
-			rc = titan_error(TITAN_E_IO, "cannot write metrics to '%s': %s", t->jsonl_path,
-					 strerror(errno));
-		t->jsonl = NULL;
-	}
-	if (t->tb) {
-		int e = titan_tfevents_close(t->tb);
-
-		rc = rc < 0 ? rc : e;
-		t->tb = NULL;
-	}
-	return rc;
+	return titan_trainer_metrics_close(t, rc);
 }
 
 void titan_trainer_free(struct titan_trainer *t)

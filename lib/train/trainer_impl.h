@@ -15,6 +15,7 @@
 #include "titan/trace.h"
 #include "titan/train.h"
 #include "engine.h"
+#include "metrics.h"
 
 struct titan_trainer {
 	struct titan_config cfg;
@@ -66,5 +67,14 @@ int titan_trainer_ckpt_save(struct titan_trainer *t, int64_t step, bool last, in
 			    int64_t opt_steps);
 int titan_trainer_ckpt_reap(struct titan_trainer *t, bool block);
 void titan_trainer_ckpt_release(struct titan_trainer *t);
+/* metrics.c: metrics.jsonl and the TensorBoard events (rank 0, or every
+ * rank with metrics.save_for_all_ranks), a logged step's row to every
+ * sink (the console line when print_rank), a validation pass's; close
+ * keeps an error rc already there. */
+int titan_trainer_metrics_open(struct titan_trainer *t);
+int titan_trainer_log_step(struct titan_trainer *t, int64_t step, double loss, double norm,
+			   double lr, int64_t tokens_seen);
+int titan_trainer_log_validation(struct titan_trainer *t, const struct titan_validation_row *r);
+int titan_trainer_metrics_close(struct titan_trainer *t, int rc);
 
 #endif
