@@ -28,6 +28,7 @@
 #include "titan/cuda.h"
 #include "titan/data.h"
 #include "titan/dist.h"
+#include "titan/estimate.h"
 #include "titan/trace.h"
 #include "trainer_impl.h"
 
@@ -462,22 +463,6 @@ static int check_supported(const struct titan_config *c)
 	return 0;
 }
 
-/* bf16 dense peak FLOP/s of a GPU by name (torchtitan's
- * get_peak_flops), 0 when unknown. */
-static double gpu_peak_flops(const char *name)
-{
-	if (strstr(name, "H100") || strstr(name, "H200") || strstr(name, "H800") ||
-	    strstr(name, "H20"))
-		return strstr(name, "H20") && !strstr(name, "H200") ? 148e12 : 989e12;
-	if (strstr(name, "B200"))
-		return 2.25e15;
-	if (strstr(name, "A100") || strstr(name, "A800"))
-		return 312e12;
-	if (strstr(name, "L40S"))
-		return 362e12;
-	return 0;
-}
-
 const char *titan_trainer_device(const struct titan_config *c, int nranks)
 {
 	int n = 0;
@@ -537,7 +522,7 @@ static int open_backend(struct titan_trainer *t, const struct titan_trainer_opts
 	t->cuda = true;
 	t->mem = t->dev_alloc;
 	t->total_mem = (double)info.total_memory;
-	t->peak_flops = gpu_peak_flops(info.name);
+	t->peak_flops = titan_gpu_peak_flops(info.name);
 	titan_log_info("Device: %s (cuda:%d, compute capability %d.%d, %.1f GiB), GEMMs in %s",
 		       info.name, co.device, info.cc_major, info.cc_minor,
 		       (double)info.total_memory / 1073741824.0,
