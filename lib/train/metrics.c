@@ -40,50 +40,61 @@ void titan_validation_print(FILE *f, const struct titan_validation_row *r)
 		r->tps);
 }
 
-static void kint(struct titan_json *j, const char *k, int64_t v)
-{
-	titan_json_key(j, k);
-	titan_json_int(j, v);
-}
-
-static void kdbl(struct titan_json *j, const char *k, double v)
-{
-	titan_json_key(j, k);
-	titan_json_double(j, v);
-}
-
 void titan_metrics_json(struct titan_json *j, const struct titan_metrics_row *r)
 {
 	titan_json_object_begin(j);
-	kint(j, "step", r->step);
-	kdbl(j, "loss", r->loss);
-	kdbl(j, "grad_norm", r->grad_norm);
-	kdbl(j, "lr", r->lr);
-	kint(j, "tokens_seen", r->tokens_seen);
-	kdbl(j, "tps", r->tps);
-	kdbl(j, "tflops", r->tflops);
-	kdbl(j, "mfu_pct", r->mfu_pct);
-	kdbl(j, "step_time_s", r->step_time_s);
-	kdbl(j, "data_time_s", r->data_time_s);
-	kdbl(j, "checkpoint_blocked_s", r->checkpoint_blocked_s);
-	kint(j, "memory_peak_bytes", r->memory_peak_bytes);
+	titan_json_key(j, "step");
+	titan_json_int(j, r->step);
+	titan_json_key(j, "loss");
+	titan_json_double(j, r->loss);
+	titan_json_key(j, "grad_norm");
+	titan_json_double(j, r->grad_norm);
+	titan_json_key(j, "lr");
+	titan_json_double(j, r->lr);
+	titan_json_key(j, "tokens_seen");
+	titan_json_int(j, r->tokens_seen);
+	titan_json_key(j, "tps");
+	titan_json_double(j, r->tps);
+	titan_json_key(j, "tflops");
+	titan_json_double(j, r->tflops);
+	titan_json_key(j, "mfu_pct");
+	titan_json_double(j, r->mfu_pct);
+	titan_json_key(j, "step_time_s");
+	titan_json_double(j, r->step_time_s);
+	titan_json_key(j, "data_time_s");
+	titan_json_double(j, r->data_time_s);
+	titan_json_key(j, "checkpoint_blocked_s");
+	titan_json_double(j, r->checkpoint_blocked_s);
+	titan_json_key(j, "memory_peak_bytes");
+	titan_json_int(j, r->memory_peak_bytes);
 	titan_json_key(j, "memory_peak_by_tag");
 	titan_json_object_begin(j);
-	for (int k = 0; k < TITAN_MEM_NTAGS; k++)
-		kint(j, titan_mem_tag_name((enum titan_mem_tag)k), r->memory_peak_by_tag[k]);
+	for (int k = 0; k < TITAN_MEM_NTAGS; k++) {
+		titan_json_key(j, titan_mem_tag_name((enum titan_mem_tag)k));
+		titan_json_int(j, r->memory_peak_by_tag[k]);
+	}
 	titan_json_object_end(j);
 	if (r->cuda) { /* the caching allocator's, as torchtitan's */
-		kint(j, "memory_max_active_bytes", r->max_active);
-		kdbl(j, "memory_max_active_pct", 100.0 * (double)r->max_active / r->total_mem);
-		kint(j, "memory_max_reserved_bytes", r->max_reserved);
-		kdbl(j, "memory_max_reserved_pct", 100.0 * (double)r->max_reserved / r->total_mem);
-		kint(j, "num_alloc_retries", r->num_alloc_retries);
-		kint(j, "num_ooms", r->num_ooms);
+		titan_json_key(j, "memory_max_active_bytes");
+		titan_json_int(j, r->max_active);
+		titan_json_key(j, "memory_max_active_pct");
+		titan_json_double(j, 100.0 * (double)r->max_active / r->total_mem);
+		titan_json_key(j, "memory_max_reserved_bytes");
+		titan_json_int(j, r->max_reserved);
+		titan_json_key(j, "memory_max_reserved_pct");
+		titan_json_double(j, 100.0 * (double)r->max_reserved / r->total_mem);
+		titan_json_key(j, "num_alloc_retries");
+		titan_json_int(j, r->num_alloc_retries);
+		titan_json_key(j, "num_ooms");
+		titan_json_int(j, r->num_ooms);
 	}
 	if (r->world_size > 1) {
-		kint(j, "world_size", r->world_size);
-		kint(j, "memory_peak_bytes_max_rank", (int64_t)r->max_rank_reserved);
-		kdbl(j, "step_time_s_max_rank", r->max_rank_step_time_s);
+		titan_json_key(j, "world_size");
+		titan_json_int(j, r->world_size);
+		titan_json_key(j, "memory_peak_bytes_max_rank");
+		titan_json_int(j, (int64_t)r->max_rank_reserved);
+		titan_json_key(j, "step_time_s_max_rank");
+		titan_json_double(j, r->max_rank_step_time_s);
 	}
 	titan_json_object_end(j);
 }
@@ -91,9 +102,12 @@ void titan_metrics_json(struct titan_json *j, const struct titan_metrics_row *r)
 void titan_validation_json(struct titan_json *j, const struct titan_validation_row *r)
 {
 	titan_json_object_begin(j);
-	kint(j, "step", r->step);
-	kdbl(j, "validation_loss", r->loss);
-	kint(j, "validation_tokens", (int64_t)r->tokens);
+	titan_json_key(j, "step");
+	titan_json_int(j, r->step);
+	titan_json_key(j, "validation_loss");
+	titan_json_double(j, r->loss);
+	titan_json_key(j, "validation_tokens");
+	titan_json_int(j, (int64_t)r->tokens);
 	titan_json_object_end(j);
 }
 
