@@ -1,9 +1,10 @@
 /*
  * device.c — the devices titan-estimate knows: memory as PyTorch reports
  * it (torch.cuda.get_device_properties().total_memory, the "CUDA capacity"
- * of torchtitan's log), dense peak FLOP/s as torchtitan's get_peak_flops
- * table, and default link bandwidths (NVLink per GPU and direction; one
- * 400 Gb/s NIC per GPU between nodes, 200 Gb/s for A100 systems).
+ * of torchtitan's log), dense peak FLOP/s from the GPU peak table below
+ * (torchtitan's get_peak_flops; titan-train's MFU reads the same table),
+ * and default link bandwidths (NVLink per GPU and direction; one 400 Gb/s
+ * NIC per GPU between nodes, 200 Gb/s for A100 systems).
  */
 #include "est_impl.h"
 
@@ -12,14 +13,54 @@
 
 #define GB 1e9
 
+/* Dense peak FLOP/s by a word of the GPU's name, the first match wins
+ * (torchtitan's get_peak_flops: "H20" is the H20 unless the name says
+ * H200).  bf16, then float8 (NAN: none, or not in the table). */
+static const struct gpu_peak {
+	const char *key;
+	double bf16, fp8;
+} gpu_peaks[] = {
+	{ "H200", 989e12, 1979e12 },
+	{ "H20", 148e12, NAN },
+	{ "H100", 989e12, 1979e12 },
+	{ "H800", 989e12, NAN },
+	{ "B200", 2.25e15, 4500e12 },
+	{ "A100", 312e12, NAN },
+	{ "A800", 312e12, NAN },
+	{ "L40S", 362e12, NAN },
+};
+
+static const struct gpu_peak *gpu_peak(const char *name)
+{
+	for (size_t i = 0; i < sizeof(gpu_peaks) / sizeof(gpu_peaks[0]); i++)
+		if (strstr(name, gpu_peaks[i].key))
+			return &gpu_peaks[i];
+	return NULL;
+}
+
+double titan_gpu_peak_flops(const char *name)
+{
+	const struct gpu_peak *p = gpu_peak(name);
+
+	return p ? p->bf16 : 0;
+}
+
+double titan_gpu_peak_flops_fp8(const char *name)
+{
+	const struct gpu_peak *p = gpu_peak(name);
+
+	return p ? p->fp8 : NAN;
+}
+
+/* The peaks come from gpu_peaks by the description (the GPU's name). */
 static const struct titan_est_device devices[] = {
-	{ "a100-80g", "NVIDIA A100-SXM4-80GB", false, 79.25 * GiB, 312e12, NAN,
+	{ "a100-80g", "NVIDIA A100-SXM4-80GB", false, 79.25 * GiB, NAN, NAN,
 	  300 * GB, 25 * GB, 1.0 * GiB, 0.10 },
-	{ "h100-80g", "NVIDIA H100 80GB HBM3", false, 79.18 * GiB, 989e12, 1979e12,
+	{ "h100-80g", "NVIDIA H100 80GB HBM3", false, 79.18 * GiB, NAN, NAN,
 	  450 * GB, 50 * GB, 1.0 * GiB, 0.10 },
-	{ "h200", "NVIDIA H200", false, 139.81 * GiB, 989e12, 1979e12,
+	{ "h200", "NVIDIA H200", false, 139.81 * GiB, NAN, NAN,
 	  450 * GB, 50 * GB, 1.0 * GiB, 0.10 },
-	{ "b200", "NVIDIA B200", false, 178.35 * GiB, 2250e12, 4500e12,
+	{ "b200", "NVIDIA B200", false, 178.35 * GiB, NAN, NAN,
 	  900 * GB, 50 * GB, 1.0 * GiB, 0.10 },
 	/* cpu links: MPICH shared memory within a node (a memcpy-bound few
 	 * GB/s per rank), 100 Gb/s between nodes; --link-bandwidth overrides */
@@ -44,7 +85,10 @@ int titan_est_device_lookup(const char *name, struct titan_est_device *out)
 		if (strcmp(name, devices[i].name))
 			continue;
 		*out = devices[i];
-		if (out->cpu) {
+		if (!out->cpu) {
+			out->peak_flops = titan_gpu_peak_flops(out->description);
+			out->peak_flops_fp8 = titan_gpu_peak_flops_fp8(out->description);
+		} else {
 			long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGESIZE);
 
 			out->memory = pages > 0 && size > 0 ? (double)pages * (double)size : 0;

@@ -65,6 +65,12 @@ struct titan_est_device {
 /* The table: a100-80g, h100-80g, h200, b200 and cpu (memory = this
  * machine's RAM, peak unknown).  TITAN_E_INVALID naming the known ones. */
 int titan_est_device_lookup(const char *name, struct titan_est_device *out);
+/* The one GPU peak table (lib/estimate/device.c; titan-train's MFU and the
+ * devices above): dense bf16 FLOP/s of a GPU by its name as the driver
+ * reports it ("NVIDIA H100 80GB HBM3"), 0 when unknown; float8, NAN when
+ * unknown. */
+double titan_gpu_peak_flops(const char *name);
+double titan_gpu_peak_flops_fp8(const char *name);
 int titan_est_ndevices(void);
 const char *titan_est_device_name(int i);
 

@@ -1,6 +1,9 @@
 /*
- * trainer_impl.h — the trainer's state, shared by trainer.c (set-up, loop,
- * metrics) and trainer_ckpt.c (checkpoints).  Private to lib/train.
+ * trainer_impl.h — the trainer's state, shared by its files (private to
+ * lib/train): trainer.c (the loop and construction), engine.c (the model
+ * on its layout), metrics.c (the metrics row and its sinks),
+ * trainer_setup.c, trainer_device.c, trainer_profile.c and trainer_ckpt.c
+ * (checkpoints).
  */
 #ifndef TITAN_TRAINER_IMPL_H
 #define TITAN_TRAINER_IMPL_H
@@ -14,6 +17,8 @@
 #include "titan/ops.h"
 #include "titan/trace.h"
 #include "titan/train.h"
+#include "engine.h"
+#include "metrics.h"
 
 struct titan_trainer {
 	struct titan_config cfg;
@@ -25,9 +30,8 @@ struct titan_trainer {
 	bool cuda;                     /* training.device resolved to cuda */
 	struct titan_allocator *dev_alloc; /* cuda: device memory of the model */
 	struct titan_allocator *mem;   /* what the memory line reports */
-	struct titan_llama *model;
-	struct titan_dp *dp;           /* NULL on one DP rank */
-	struct titan_pp *pp;           /* NULL without pipeline parallelism */
+	struct titan_engine *engine;   /* the model on this layout (engine.h) */
+	struct titan_llama *model;     /* the engine's, for checkpoints */
 	struct titan_loader *train, *val;
 	int64_t dp_degree, dp_rank, fsdp_degree;
 	int64_t accum, n;              /* microbatches per step, tokens per microbatch */
@@ -35,7 +39,7 @@ struct titan_trainer {
 	FILE *jsonl;                   /* rank 0 (all ranks with save_for_all_ranks) */
 	char jsonl_path[4200];
 	struct titan_tfevents *tb;     /* metrics.enable_tensorboard (rank 0, or all ranks) */
-	int lock_fd;                   /* job.dump_folder's lock + 1 (rank 0), 0: none */         /* its path, for messages */
+	int lock_fd;                   /* job.dump_folder's lock + 1 (rank 0), 0: none */
 	double peak_flops, flops_per_token, total_mem;
 	char peak_from[320];      /* where peak_flops came from, for the log */
 	int verbosity;
@@ -60,11 +64,45 @@ struct titan_trainer {
 	int64_t nonfinite_run;         /* non-finite steps in a row (skip_nonfinite) */
 };
 
+static inline struct titan_comm *titan_trainer_comm(const struct titan_trainer *t,
+						    enum titan_mesh_dim d)
+{
+	return t->dist->comm[d];
+}
+
+/* trainer_setup.c: the checks, loaders, dump-folder lock, start-up lines */
 int titan_mkdirs(const char *path);
+int titan_trainer_check_layout(const struct titan_trainer *t);
+int titan_trainer_check_supported(const struct titan_config *c);
+int titan_trainer_open_loaders(struct titan_trainer *t);
+int titan_trainer_lock_dump_folder(struct titan_trainer *t);
+int titan_trainer_log_ranks(struct titan_trainer *t);
+void titan_trainer_log_start(const struct titan_trainer *t);
+/* trainer_device.c: training.device's backend; the peak MFU is of */
+int titan_trainer_open_backend(struct titan_trainer *t, const struct titan_trainer_opts *o);
+void titan_trainer_choose_peak(struct titan_trainer *t);
+/* trainer_profile.c: phases, model spans, per-step traces, memory trace */
+void titan_trainer_set_phase(struct titan_trainer *t, uint16_t phase);
+struct titan_llama_hooks titan_trainer_model_hooks(struct titan_trainer *t);
+int titan_trainer_trace_step_begin(struct titan_trainer *t, int64_t step);
+int titan_trainer_trace_step_end(struct titan_trainer *t);
+int titan_trainer_memtrace_open(struct titan_trainer *t);
+int titan_trainer_memtrace_close(struct titan_trainer *t);
+void titan_trainer_profile_release(struct titan_trainer *t);
+/* trainer_ckpt.c */
 int titan_trainer_ckpt_setup(struct titan_trainer *t);
 int titan_trainer_ckpt_save(struct titan_trainer *t, int64_t step, bool last, int64_t tokens_seen,
 			    int64_t opt_steps);
 int titan_trainer_ckpt_reap(struct titan_trainer *t, bool block);
 void titan_trainer_ckpt_release(struct titan_trainer *t);
+/* metrics.c: metrics.jsonl and the TensorBoard events (rank 0, or every
+ * rank with metrics.save_for_all_ranks), a logged step's row to every
+ * sink (the console line when print_rank), a validation pass's; close
+ * keeps an error rc already there. */
+int titan_trainer_metrics_open(struct titan_trainer *t);
+int titan_trainer_log_step(struct titan_trainer *t, int64_t step, double loss, double norm,
+			   double lr, int64_t tokens_seen);
+int titan_trainer_log_validation(struct titan_trainer *t, const struct titan_validation_row *r);
+int titan_trainer_metrics_close(struct titan_trainer *t, int rc);
 
 #endif

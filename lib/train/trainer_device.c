@@ -1,0 +1,148 @@
+/*
+ * trainer_device.c — what the trainer runs on: training.device resolved
+ * (cuda or cpu), the backend opened on it, and the peak FLOP/s that MFU
+ * is measured against (metrics.peak_flops, the GPU peak table, the CPU's
+ * nominal peak, or an sgemm probe).
+ */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cblas.h>
+
+#include "titan/core.h"
+#include "titan/cuda.h"
+#include "titan/estimate.h"
+#include "trainer_impl.h"
+
+/* Peak fp32 FLOP/s of this CPU measured with an sgemm (1024^3, best of 3)
+ * on the threads the run uses: OpenBLAS's own threading for the probe (the
+ * training GEMMs run it on one thread per tile of C, lib/cpu/matmul.c).
+ * Only with metrics.measure_peak_flops: it moves between runs (1.28e11 to
+ * 1.93e11 on one machine), the nominal peak (lib/cpu/peak.c) does not. */
+static double measure_peak(int nthreads)
+{
+	const int n = 1024;
+	float *a = titan_malloc((size_t)n * n * 3 * sizeof(float), TITAN_MEM_WORKSPACE);
+	double best = 0;
+
+	if (!a)
+		return 0;
+	openblas_set_num_threads(nthreads);
+	for (size_t i = 0; i < (size_t)n * n * 3; i++)
+		a[i] = (float)(i % 7) * 0.1f;
+	for (int r = 0; r < 3; r++) {
+		uint64_t t0 = titan_time_ns();
+
+		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1.0f, a, n,
+			    a + (size_t)n * n, n, 0.0f, a + 2 * (size_t)n * n, n);
+		double s = (double)(titan_time_ns() - t0) * 1e-9;
+		double f = 2.0 * n * n * (double)n / s;
+
+		if (f > best)
+			best = f;
+	}
+	openblas_set_num_threads(1);
+	titan_free(a);
+	return best;
+}
+
+const char *titan_trainer_device(const struct titan_config *c, int nranks)
+{
+	int n = 0;
+
+	if (c->training.device_e == TITAN_DEVICE_CUDA)
+		return "cuda";
+	if (c->training.device_e == TITAN_DEVICE_CPU || nranks > 1 || !titan_cuda_built() ||
+	    titan_cuda_device_count(&n) < 0 || n == 0) {
+		titan_error_clear();
+		return "cpu";
+	}
+	return "cuda";
+}
+
+/* training.device: cuda needs a GPU and one rank with no model parallelism
+ * (this version); auto picks cuda when that holds and a GPU is there. */
+int titan_trainer_open_backend(struct titan_trainer *t, const struct titan_trainer_opts *o)
+{
+	const struct titan_config *c = &t->cfg;
+	const bool parallel = t->dist->size > 1;
+	struct titan_cuda_opts co = {0};
+	struct titan_cuda_device_info info;
+	struct titan_mem_backend mb;
+	int rc;
+
+	t->mem = titan_host_allocator();
+	if (!strcmp(titan_trainer_device(c, t->dist->size), "cpu")) {
+		if ((rc = titan_backend_cpu_init(&t->be, o->threads)) < 0)
+			return rc;
+		t->be_ready = true;
+		/* the docs promise no key is silently ignored: say what the
+		 * CPU computes in (its kernels are float32; bf16 applies on
+		 * CUDA, where it is the GEMM precision) */
+		if (c->training.mixed_precision_param_e == TITAN_MP_PARAM_BFLOAT16)
+			titan_log_info("training.mixed_precision_param bfloat16: the CPU computes in "
+				       "float32 (mixed precision applies on CUDA)");
+		return 0;
+	}
+	if (parallel)
+		return titan_error(TITAN_E_UNSUPPORTED, "training.device: cuda trains on one rank "
+				   "in this version (%d ranks here); use training.device: cpu for "
+				   "multi-rank runs", t->dist->size);
+	if (c->training.enable_cpu_offload)
+		return titan_error(TITAN_E_UNSUPPORTED, "training.enable_cpu_offload: not with "
+				   "training.device: cuda on one rank");
+	co.device = 0;
+	co.matmul = c->training.mixed_precision_param_e == TITAN_MP_PARAM_BFLOAT16
+			    ? TITAN_CUDA_MATMUL_BF16 : TITAN_CUDA_MATMUL_FP32;
+	if ((rc = titan_cuda_device_info(co.device, &info)) < 0 ||
+	    (rc = titan_cuda_mem_backend(co.device, &mb)) < 0)
+		return titan_error_prefix("training.device: cuda");
+	if (!(t->dev_alloc = titan_allocator_new("cuda:0", &mb)))
+		return titan_error(TITAN_E_NOMEM, "out of memory");
+	if ((rc = titan_backend_cuda_init(&t->be, &co, t->dev_alloc)) < 0)
+		return titan_error_prefix("training.device: cuda");
+	t->be_ready = true;
+	t->cuda = true;
+	t->mem = t->dev_alloc;
+	t->total_mem = (double)info.total_memory;
+	t->peak_flops = titan_gpu_peak_flops(info.name);
+	titan_log_info("Device: %s (cuda:%d, compute capability %d.%d, %.1f GiB), GEMMs in %s",
+		       info.name, co.device, info.cc_major, info.cc_minor,
+		       (double)info.total_memory / 1073741824.0,
+		       co.matmul == TITAN_CUDA_MATMUL_BF16 ? "bf16 (fp32 accumulate)" : "fp32");
+	if (t->peak_flops == 0 && isnan(c->metrics.peak_flops))
+		titan_log_warn("no bf16 peak known for '%s': MFU reads 0 (set "
+			       "metrics.peak_flops)", info.name);
+	return 0;
+}
+
+/* Before the model: the probe's 12 MiB are never on top of its arenas. */
+void titan_trainer_choose_peak(struct titan_trainer *t)
+{
+	const struct titan_config *c = &t->cfg;
+
+	if (!isnan(c->metrics.peak_flops)) {
+		t->peak_flops = c->metrics.peak_flops;
+		snprintf(t->peak_from, sizeof(t->peak_from), "metrics.peak_flops");
+	} else if (t->cuda) { /* open_backend looked it up */
+		snprintf(t->peak_from, sizeof(t->peak_from), "bf16 dense peak of the GPU");
+	} else if (c->metrics.measure_peak_flops) {
+		t->peak_flops = measure_peak(t->be.nthreads);
+		snprintf(t->peak_from, sizeof(t->peak_from), "sgemm measured at start-up "
+			 "(metrics.measure_peak_flops), %d threads", t->be.nthreads);
+	} else {
+		struct titan_cpu_peak cp;
+
+		if (titan_cpu_peak_flops(NULL, t->be.nthreads, &cp) == 0) {
+			t->peak_flops = cp.flops;
+			snprintf(t->peak_from, sizeof(t->peak_from), "%s: %d threads x %.3f GHz (%s) "
+				 "x %d FLOP/cycle, %s; override with metrics.peak_flops", cp.isa,
+				 cp.threads, cp.clock_hz * 1e-9, cp.clock_from, cp.flops_per_cycle,
+				 cp.kernel);
+		} else {
+			titan_log_warn("%s: no MFU", titan_errmsg());
+			snprintf(t->peak_from, sizeof(t->peak_from), "unknown");
+		}
+	}
+}
