@@ -15,6 +15,7 @@
 #include "titan/cuda.h"
 #include "titan/dist.h"
 #include "cp_attn.h"
+#include "stage.h"
 
 /* What one block keeps for backward. */
 struct acts {
@@ -38,6 +39,29 @@ struct wstash {
 	struct acts x;
 };
 
+/* One microbatch's state (alloc_mb): the stage's block inputs x[l0..l1]
+ * (x[L]: the final norm's input), the kept activations per block (NULL
+ * pointers for checkpointed blocks), the final norm's output and 1/rms,
+ * the token ids, under PP the loss's gradient of xnf, and with the split
+ * backward the weight passes' stash. */
+struct mb {
+	float **x;
+	struct acts *acts;
+	float *xnf, *rstdf, *dxn_out;
+	uint32_t *ids;
+	struct wstash *w;  /* split backward: per block, or NULL */
+	float *dxnf;       /* split backward, last stage: the final norm's dy */
+};
+
+/* The pipeline bookkeeping: the rank's stages and one microbatch state
+ * per microbatch in flight (n: 1 without PP). */
+struct mbsets {
+	struct titan_stages st;
+	int n;
+	struct mb *mb;
+	float *ones;          /* split backward: [C] ones, the weight pass's norm weight */
+};
+
 struct titan_llama {
 	struct titan_model_dims d;
 	struct titan_llama_opts o;
@@ -53,32 +77,9 @@ struct titan_llama {
 	int32_t *lab_dev;
 	float *freqs;         /* [T, D/2, 2] */
 	int64_t n;            /* tokens per microbatch */
-	/* the microbatch in use (select_mb): */
-	float **x;            /* block inputs x[l0..l1] [N,C] (x[L]: final norm input) */
-	struct acts *acts;    /* per block; NULL pointers for checkpointed blocks */
 	bool *ckpt;           /* block is recomputed in backward */
 	struct acts recompute;
-	float *xnf, *rstdf;   /* final norm */
-	uint32_t *ids;
-	float *dxn_out;       /* PP last stage: the loss's gradient of xnf */
-	/* Pipeline stage: blocks [l0, l1), the embedding when `first`, norm,
-	 * output and loss when `last`; one set of the above per microbatch of
-	 * a step (nmb: 1 without PP) */
-	int l0, l1, nmb;
-	bool first, last;
-	/* the rank's stages (virtual stages of interleaved schedules):
-	 * blocks [sl0[v], sl1[v]); select_stage sets l0, l1, first, last */
-	int nst, sl0[8], sl1[8];
-	bool sfirst, slast;
-	struct mb {
-		float **x;
-		struct acts *acts;
-		float *xnf, *rstdf, *dxn_out;
-		uint32_t *ids;
-		struct wstash *w;  /* split backward: per block, or NULL */
-		float *dxnf;       /* split backward, last stage: the final norm's dy */
-	} *mb;
-	float *ones;          /* split backward: [C] ones, the weight pass's norm weight */
+	struct mbsets pl;
 	struct titan_comm *pp;
 	/* backward scratch */
 	float *dx, *dh, *dxn, *datt, *dq, *dk, *dv, *dg, *da, *db;
@@ -126,22 +127,7 @@ int titan_llama_ngroups(const struct titan_llama *m)
 
 bool titan_llama_group_active(const struct titan_llama *m, int g)
 {
-	if (g == 0)
-		return m->sfirst;
-	if (g == m->ngroups - 1)
-		return m->slast;
-	for (int v = 0; v < m->nst; v++)
-		if (g - 1 >= m->sl0[v] && g - 1 < m->sl1[v])
-			return true;
-	return false;
-}
-
-static void select_stage(struct titan_llama *m, int v)
-{
-	m->l0 = m->sl0[v];
-	m->l1 = m->sl1[v];
-	m->first = m->sfirst && v == 0;
-	m->last = m->slast && v == m->nst - 1;
+	return titan_stages_has_group(&m->pl.st, g, m->ngroups);
 }
 
 void titan_llama_group_params(const struct titan_llama *m, int g, int *first, int *end)
@@ -269,11 +255,13 @@ static int alloc_mb(struct titan_llama *m, struct mb *b)
 	b->acts = calloc((size_t)L, sizeof(*b->acts));
 	if (!b->x || !b->acts)
 		return TITAN_E_NOMEM;
-	for (int v = 0; v < m->nst; v++) {
-		for (int64_t i = m->sl0[v]; i <= m->sl1[v]; i++) /* ZBV: adjacent stages share one */
+	for (int v = 0; v < m->pl.st.n; v++) {
+		const struct titan_stage *s = &m->pl.st.v[v];
+
+		for (int64_t i = s->l0; i <= s->l1; i++) /* ZBV: adjacent stages share one */
 			if (!b->x[i] && !(b->x[i] = buf(m, m->nl * C, act)))
 				return TITAN_E_NOMEM;
-		for (int64_t i = m->sl0[v]; i < m->sl1[v]; i++) {
+		for (int64_t i = s->l0; i < s->l1; i++) {
 			if (m->o.ac == TITAN_AC_SELECTIVE_OP)
 				rc = alloc_acts_op(m, &b->acts[i], &m->recompute);
 			else
@@ -284,13 +272,13 @@ static int alloc_mb(struct titan_llama *m, struct mb *b)
 	}
 	if (!(b->ids = (uint32_t *)buf(m, m->n, TITAN_MEM_DATA)))
 		return TITAN_E_NOMEM;
-	if (!m->slast)
+	if (!m->pl.st.last)
 		return 0;
 	b->xnf = buf(m, m->n * C, act);
 	b->rstdf = buf(m, m->nl, act);
 	if (!b->xnf || !b->rstdf)
 		return TITAN_E_NOMEM;
-	if ((m->nmb > 1 || m->o.pp_split_backward) && !(b->dxn_out = buf(m, m->n * C, act)))
+	if ((m->pl.n > 1 || m->o.pp_split_backward) && !(b->dxn_out = buf(m, m->n * C, act)))
 		return TITAN_E_NOMEM;
 	if (m->o.pp_split_backward && !(b->dxnf = buf(m, m->nl * C, act)))
 		return TITAN_E_NOMEM;
@@ -309,10 +297,10 @@ static int alloc_wstash(struct titan_llama *m, struct mb *b)
 
 	if (!(b->w = calloc((size_t)d->n_layers, sizeof(*b->w))))
 		return TITAN_E_NOMEM;
-	for (int v = 0; v < m->nst; v++) {
-		if (m->sfirst && v == 0)
+	for (int v = 0; v < m->pl.st.n; v++) {
+		if (m->pl.st.v[v].first)
 			continue;
-		for (int64_t l = m->sl0[v]; l < m->sl1[v]; l++) {
+		for (int64_t l = m->pl.st.v[v].l0; l < m->pl.st.v[v].l1; l++) {
 			struct wstash *w = &b->w[l];
 			struct acts *x = &w->x;
 
@@ -342,18 +330,6 @@ static int alloc_wstash(struct titan_llama *m, struct mb *b)
 		}
 	}
 	return 0;
-}
-
-static void select_mb(struct titan_llama *m, int k)
-{
-	struct mb *b = &m->mb[k];
-
-	m->x = b->x;
-	m->acts = b->acts;
-	m->xnf = b->xnf;
-	m->rstdf = b->rstdf;
-	m->ids = b->ids;
-	m->dxn_out = b->dxn_out;
 }
 
 int titan_llama_opts_from_config(struct titan_llama_opts *o, const struct titan_config *c)
@@ -449,32 +425,8 @@ int titan_llama_new(const struct titan_model_dims *d, const struct titan_llama_o
 	}
 	m->nl = m->n / m->tpn;
 	m->pp = o->pp;
-	m->nmb = o->pp_microbatches > 1 ? (int)o->pp_microbatches : 1;
-	m->sfirst = m->slast = true;
-	m->nst = 1;
-	m->sl0[0] = 0;
-	m->sl1[0] = (int)L;
-	if (o->stage_l1 > 0) {
-		TITAN_ASSERT(o->nmore >= 0 && o->nmore < 8);
-		m->nst = 1 + o->nmore;
-		m->sl0[0] = o->stage_l0;
-		m->sl1[0] = o->stage_l1;
-		for (int v = 1; v < m->nst; v++) {
-			m->sl0[v] = o->more_l0[v - 1];
-			m->sl1[v] = o->more_l1[v - 1];
-			to.more_l0[v - 1] = m->sl0[v];
-			to.more_l1[v - 1] = m->sl1[v];
-		}
-		to.nmore = o->nmore;
-		m->sfirst = o->stage_first;
-		m->slast = o->stage_last;
-		to.staged = true;
-		to.stage_l0 = m->sl0[0];
-		to.stage_l1 = m->sl1[0];
-		to.stage_first = m->sfirst;
-		to.stage_last = m->slast;
-	}
-	select_stage(m, 0);
+	m->pl.n = o->pp_microbatches > 1 ? (int)o->pp_microbatches : 1;
+	titan_stages_init(&m->pl.st, o, (int)L, &to);
 	m->H = d->n_heads / m->tpn;
 	m->Hkv = d->n_kv_heads / m->tpn;
 	m->F = d->ffn_hidden / m->tpn;
@@ -569,8 +521,8 @@ int titan_llama_new(const struct titan_model_dims *d, const struct titan_llama_o
 	}
 	rc = TITAN_E_NOMEM;
 	m->ckpt = calloc((size_t)L, sizeof(*m->ckpt));
-	m->mb = calloc((size_t)m->nmb, sizeof(*m->mb));
-	if (!m->ckpt || !m->mb)
+	m->pl.mb = calloc((size_t)m->pl.n, sizeof(*m->pl.mb));
+	if (!m->ckpt || !m->pl.mb)
 		goto fail;
 	for (int64_t i = 0; i < L; i++)
 		m->ckpt[i] = o->ac == TITAN_AC_FULL ||
@@ -593,18 +545,17 @@ int titan_llama_new(const struct titan_model_dims *d, const struct titan_llama_o
 	} else if (o->ac != TITAN_AC_NONE && alloc_acts(m, &m->recompute) < 0) {
 		goto fail;
 	}
-	for (int k = 0; k < m->nmb; k++)
-		if ((rc = alloc_mb(m, &m->mb[k])) < 0 ||
-		    (o->pp_split_backward && (rc = alloc_wstash(m, &m->mb[k])) < 0))
+	for (int k = 0; k < m->pl.n; k++)
+		if ((rc = alloc_mb(m, &m->pl.mb[k])) < 0 ||
+		    (o->pp_split_backward && (rc = alloc_wstash(m, &m->pl.mb[k])) < 0))
 			goto fail;
 	if (o->pp_split_backward) {
 		rc = TITAN_E_NOMEM;
-		if (!(m->ones = buf(m, C, ws)))
+		if (!(m->pl.ones = buf(m, C, ws)))
 			goto fail;
 		for (int64_t c = 0; c < C; c++) /* host memory: PP has no device path */
-			m->ones[c] = 1.0f;
+			m->pl.ones[c] = 1.0f;
 	}
-	select_mb(m, 0);
 	rc = TITAN_E_NOMEM;
 	m->dx = buf(m, m->nl * C, ws);
 	m->dh = buf(m, m->nl * C, ws);
@@ -654,12 +605,12 @@ void titan_llama_free(struct titan_llama *m)
 	free(m->pv);
 	free(m->gv);
 	free(m->group_first);
-	for (int k = 0; m->mb && k < m->nmb; k++) {
-		free(m->mb[k].x);
-		free(m->mb[k].acts);
-		free(m->mb[k].w);
+	for (int k = 0; m->pl.mb && k < m->pl.n; k++) {
+		free(m->pl.mb[k].x);
+		free(m->pl.mb[k].acts);
+		free(m->pl.mb[k].w);
 	}
-	free(m->mb);
+	free(m->pl.mb);
 	free(m->ckpt);
 	titan_param_arena_release(&m->params);
 	titan_param_arena_release(&m->grads);
@@ -886,7 +837,8 @@ static int cp_attention_bwd(struct titan_llama *m, struct acts *a)
  * tokens; xn1/xn2 are gathered to all n tokens, and the outputs of wo and
  * w2 (partial sums over this rank's heads / hidden units) are
  * reduce-scattered back to nl tokens. */
-static int block_fwd(struct titan_llama *m, int l, struct acts *a, bool rest_only)
+static int block_fwd(struct titan_llama *m, const struct mb *b, int l, struct acts *a,
+		     bool rest_only)
 {
 	const struct titan_backend_ops *op = m->be->ops;
 	struct titan_backend *be = m->be;
@@ -894,8 +846,8 @@ static int block_fwd(struct titan_llama *m, int l, struct acts *a, bool rest_onl
 	const int64_t n = m->n, nl = m->nl, C = d->dim, F = m->F;
 	const int64_t q = m->H * d->head_dim, kv = m->Hkv * d->head_dim;
 	const struct titan_attn_dims ad = {m->o.batch, m->o.seq, m->H, m->Hkv, d->head_dim};
-	const float *x = m->x[l];
-	float *y = m->x[l + 1];
+	const float *x = b->x[l];
+	float *y = b->x[l + 1];
 	int rc;
 
 	CK(op->rmsnorm_fwd(be, m->tp ? m->xn_loc : a->xn1, a->rstd1, x,
@@ -944,7 +896,8 @@ static int block_fwd(struct titan_llama *m, int l, struct acts *a, bool rest_onl
 /* Before block `l`'s backward under activation checkpointing: recompute
  * the block (full AC: into m->recompute, which *a then points at) or, per
  * op, what it did not keep.  0 when nothing is recomputed. */
-static int block_recompute(struct titan_llama *m, int64_t l, struct acts **a)
+static int block_recompute(struct titan_llama *m, const struct mb *b, int64_t l,
+			   struct acts **a)
 {
 	int rc;
 
@@ -953,7 +906,7 @@ static int block_recompute(struct titan_llama *m, int64_t l, struct acts **a)
 	if (m->ckpt[l])
 		*a = &m->recompute;
 	span_begin(m, "recompute", (int)l);
-	rc = block_fwd(m, (int)l, *a, !m->ckpt[l]);
+	rc = block_fwd(m, b, (int)l, *a, !m->ckpt[l]);
 	span_end(m, "recompute");
 	return rc;
 }
@@ -964,7 +917,8 @@ static int block_recompute(struct titan_llama *m, int64_t l, struct acts **a)
  * norms' outputs reduce-scattered).  With a stash `w` (split backward)
  * only the input gradient: the weight-gradient GEMMs and norm sums are
  * skipped and what they read is stashed for block_wgrad. */
-static int block_bwd(struct titan_llama *m, int l, struct acts *a, struct wstash *w)
+static int block_bwd(struct titan_llama *m, const struct mb *b, int l, struct acts *a,
+		     struct wstash *w)
 {
 	const struct titan_backend_ops *op = m->be->ops;
 	struct titan_backend *be = m->be;
@@ -1029,7 +983,7 @@ static int block_bwd(struct titan_llama *m, int l, struct acts *a, struct wstash
 		CK(op->copy(be, w->dxn1, dxn, nl * C));
 	CK(op->copy(be, m->dx, m->dh, nl * C));
 	CK(op->rmsnorm_bwd(be, m->dx, w ? NULL : G(m, TITAN_PARAM_ATTENTION_NORM, l), dxn,
-			   m->x[l], P(m, TITAN_PARAM_ATTENTION_NORM, l), a->rstd1, nl, C, true));
+			   b->x[l], P(m, TITAN_PARAM_ATTENTION_NORM, l), a->rstd1, nl, C, true));
 	if (w && w->x.xn1) { /* shared buffers: keep what the weight pass reads */
 		struct acts *x = &w->x;
 
@@ -1050,49 +1004,50 @@ static int block_bwd(struct titan_llama *m, int l, struct acts *a, struct wstash
  * skipped, by the same calls on the same operands (the norms' input
  * gradients, which the calls also compute, go to scratch: ones stand in
  * for the weight, which they alone read). */
-static int block_wgrad(struct titan_llama *m, int l, const struct wstash *w)
+static int block_wgrad(struct titan_llama *m, const struct mb *b, int l)
 {
 	const struct titan_backend_ops *op = m->be->ops;
 	struct titan_backend *be = m->be;
 	const struct titan_model_dims *d = &m->d;
 	const int64_t n = m->n, nl = m->nl, C = d->dim, F = m->F;
 	const int64_t q = m->H * d->head_dim, kv = m->Hkv * d->head_dim;
-	const struct acts *a = w->x.xn1 ? &w->x : &m->acts[l];
+	const struct wstash *w = &b->w[l];
+	const struct acts *a = w->x.xn1 ? &w->x : &b->acts[l];
 	int rc;
 
 	CK(op->matmul_bwd(be, NULL, G(m, TITAN_PARAM_W2, l), w->dy, a->g, NULL, n, F, C, false));
 	CK(op->matmul_bwd(be, NULL, G(m, TITAN_PARAM_W1, l), a->a, a->xn2, NULL, n, C, F, false));
 	CK(op->matmul_bwd(be, NULL, G(m, TITAN_PARAM_W3, l), a->b, a->xn2, NULL, n, C, F, false));
-	CK(op->rmsnorm_bwd(be, m->dh, G(m, TITAN_PARAM_FFN_NORM, l), w->dxn2, a->h, m->ones,
+	CK(op->rmsnorm_bwd(be, m->dh, G(m, TITAN_PARAM_FFN_NORM, l), w->dxn2, a->h, m->pl.ones,
 			   a->rstd2, nl, C, false));
 	CK(op->matmul_bwd(be, NULL, G(m, TITAN_PARAM_WO, l), w->dh, a->att, NULL, n, q, C, false));
 	CK(op->matmul_bwd(be, NULL, G(m, TITAN_PARAM_WQ, l), w->dq, a->xn1, NULL, n, C, q, false));
 	CK(op->matmul_bwd(be, NULL, G(m, TITAN_PARAM_WK, l), w->dk, a->xn1, NULL, n, C, kv, false));
 	CK(op->matmul_bwd(be, NULL, G(m, TITAN_PARAM_WV, l), w->dv, a->xn1, NULL, n, C, kv, false));
-	return op->rmsnorm_bwd(be, m->dh, G(m, TITAN_PARAM_ATTENTION_NORM, l), w->dxn1, m->x[l],
-			       m->ones, a->rstd1, nl, C, false);
+	return op->rmsnorm_bwd(be, m->dh, G(m, TITAN_PARAM_ATTENTION_NORM, l), w->dxn1, b->x[l],
+			       m->pl.ones, a->rstd1, nl, C, false);
 }
 
 /* TP embedding (torchtitan: RowwiseParallel on the vocabulary, output
  * sharded on the sequence): each rank looks up the ids in its rows, zeros
  * for the others, and the sum is reduce-scattered to nl tokens. */
-static int tp_embedding_fwd(struct titan_llama *m)
+static int tp_embedding_fwd(struct titan_llama *m, const struct mb *b)
 {
 	const int64_t C = m->d.dim;
 	const float *w = P(m, TITAN_PARAM_TOK_EMBEDDINGS, -1);
 
 	for (int64_t i = 0; i < m->n; i++) {
-		const int64_t r = (int64_t)m->ids[i] - m->v0;
+		const int64_t r = (int64_t)b->ids[i] - m->v0;
 
 		if (r >= 0 && r < m->V)
 			memcpy(m->part + i * C, w + r * C, (size_t)C * sizeof(float));
 		else
 			memset(m->part + i * C, 0, (size_t)C * sizeof(float));
 	}
-	return tp_scatter(m, m->x[0], m->part, "tp embedding");
+	return tp_scatter(m, b->x[0], m->part, "tp embedding");
 }
 
-static int tp_embedding_bwd(struct titan_llama *m)
+static int tp_embedding_bwd(struct titan_llama *m, const struct mb *b)
 {
 	const int64_t C = m->d.dim;
 	float *dw = G(m, TITAN_PARAM_TOK_EMBEDDINGS, -1);
@@ -1100,7 +1055,7 @@ static int tp_embedding_bwd(struct titan_llama *m)
 
 	CK(tp_gather(m, m->dfull, m->dx, "tp embedding grad"));
 	for (int64_t i = 0; i < m->n; i++) { /* token order, as embedding_bwd */
-		const int64_t r = (int64_t)m->ids[i] - m->v0;
+		const int64_t r = (int64_t)b->ids[i] - m->v0;
 
 		if (r >= 0 && r < m->V)
 			for (int64_t c = 0; c < C; c++)
@@ -1231,7 +1186,7 @@ static int tp_classifier_ce(struct titan_llama *m, double *loss_sum, int64_t *n_
 }
 
 /* The microbatch's token ids (with CP, this rank's tokens of each row). */
-static int load_ids(struct titan_llama *m, const int32_t *inputs)
+static int load_ids(struct titan_llama *m, struct mb *b, const int32_t *inputs)
 {
 	for (int64_t i = 0; i < m->n; i++) {
 		const int64_t at = m->cp ? (i / m->seq_l) * m->seq_l * m->cpn + m->pos[i % m->seq_l]
@@ -1241,12 +1196,13 @@ static int load_ids(struct titan_llama *m, const int32_t *inputs)
 			return titan_error(TITAN_E_INVALID, "input token %lld is id %d, outside the "
 					   "vocabulary (size %lld)", (long long)at, inputs[at],
 					   (long long)m->d.vocab_size);
-		(m->dev ? m->ids_host : m->ids)[i] = (uint32_t)inputs[at];
+		(m->dev ? m->ids_host : b->ids)[i] = (uint32_t)inputs[at];
 	}
-	return m->dev ? titan_cuda_memcpy(m->ids, m->ids_host, (size_t)m->n * sizeof(*m->ids)) : 0;
+	return m->dev ? titan_cuda_memcpy(b->ids, m->ids_host, (size_t)m->n * sizeof(*b->ids)) : 0;
 }
 
-static int forward(struct titan_llama *m, const int32_t *inputs)
+static int forward(struct titan_llama *m, const struct titan_stage *s, struct mb *b,
+		   const int32_t *inputs)
 {
 	const struct titan_backend_ops *op = m->be->ops;
 	const struct titan_llama_group_hooks *h = &m->ghooks;
@@ -1254,14 +1210,14 @@ static int forward(struct titan_llama *m, const int32_t *inputs)
 	const int L = (int)m->d.n_layers;
 	int rc = 0;
 
-	if (m->first)
-		CK(load_ids(m, inputs));
+	if (s->first)
+		CK(load_ids(m, b, inputs));
 	span_begin(m, "forward", -1);
-	if (m->first) {
+	if (s->first) {
 		span_begin(m, "embedding", -1);
 		if ((rc = ghook(m, h->pre_forward, 0)) == 0)
-			rc = m->tp ? tp_embedding_fwd(m) :
-			     op->embedding_fwd(m->be, m->x[0], m->ids,
+			rc = m->tp ? tp_embedding_fwd(m, b) :
+			     op->embedding_fwd(m->be, b->x[0], b->ids,
 					       P(m, TITAN_PARAM_TOK_EMBEDDINGS, -1), m->n,
 					       m->d.vocab_size, C);
 		if (rc == 0)
@@ -1272,25 +1228,25 @@ static int forward(struct titan_llama *m, const int32_t *inputs)
 			return rc;
 		}
 	}
-	for (int l = m->l0; l < m->l1 && rc == 0; l++) {
+	for (int l = s->l0; l < s->l1 && rc == 0; l++) {
 		span_begin(m, "forward", l);
 		if ((rc = ghook(m, h->pre_forward, 1 + l)) == 0)
-			rc = block_fwd(m, l, m->ckpt[l] ? &m->recompute : &m->acts[l], false);
+			rc = block_fwd(m, b, l, m->ckpt[l] ? &m->recompute : &b->acts[l], false);
 		if (rc == 0)
 			rc = ghook(m, h->post_forward, 1 + l);
 		span_end(m, "forward");
 	}
-	if (!m->last) {
+	if (!s->last) {
 		span_end(m, "forward");
 		return rc;
 	}
 	if (rc == 0)
 		rc = ghook(m, h->pre_forward, L + 1);
 	if (rc == 0)
-		rc = op->rmsnorm_fwd(m->be, m->tp ? m->xn_loc : m->xnf, m->rstdf, m->x[L],
+		rc = op->rmsnorm_fwd(m->be, m->tp ? m->xn_loc : b->xnf, b->rstdf, b->x[L],
 				     P(m, TITAN_PARAM_NORM, -1), m->nl, C, (float)m->d.norm_eps);
 	if (rc == 0 && m->tp)
-		rc = tp_gather(m, m->xnf, m->xn_loc, "tp output input");
+		rc = tp_gather(m, b->xnf, m->xn_loc, "tp output input");
 	span_end(m, "forward");
 	return rc;
 }
@@ -1302,8 +1258,8 @@ static int forward(struct titan_llama *m, const int32_t *inputs)
  * post_forward, and post_backward after the final norm's backward. */
 /* The loss on the last stage's xnf; with `dxn`, its gradient goes there
  * (and the classifier's into the gradient arena). */
-static int loss_fwd(struct titan_llama *m, const int32_t *labels, float grad_scale, float *dxn,
-		    double *loss_sum, int64_t *n_valid)
+static int loss_fwd(struct titan_llama *m, const struct mb *b, const int32_t *labels,
+		    float grad_scale, float *dxn, double *loss_sum, int64_t *n_valid)
 {
 	const struct titan_backend_ops *op = m->be->ops;
 	const struct titan_llama_group_hooks *h = &m->ghooks;
@@ -1328,11 +1284,11 @@ static int loss_fwd(struct titan_llama *m, const int32_t *labels, float grad_sca
 	rc = dxn ? ghook(m, h->pre_backward, last) : 0;
 	if (rc == 0 && m->tp)
 		rc = tp_classifier_ce(m, loss_sum, n_valid, dxn,
-				      dxn ? G(m, TITAN_PARAM_OUTPUT, -1) : NULL, m->xnf,
+				      dxn ? G(m, TITAN_PARAM_OUTPUT, -1) : NULL, b->xnf,
 				      P(m, TITAN_PARAM_OUTPUT, -1), labels, grad_scale);
 	else if (rc == 0)
 		rc = op->classifier_ce(m->be, loss_sum, n_valid, dxn,
-				       dxn ? G(m, TITAN_PARAM_OUTPUT, -1) : NULL, m->xnf,
+				       dxn ? G(m, TITAN_PARAM_OUTPUT, -1) : NULL, b->xnf,
 				       P(m, TITAN_PARAM_OUTPUT, -1), labels, m->n, m->d.dim,
 				       m->d.vocab_size, grad_scale, m->o.ce_chunk);
 	if (rc == 0)
@@ -1345,7 +1301,8 @@ static int loss_fwd(struct titan_llama *m, const int32_t *labels, float grad_sca
  * final norm output) on the last stage, otherwise from m->dx (the next
  * stage's gradient of this stage's output); leaves the gradient of the
  * stage's input in m->dx (unused on the first stage). */
-static int backward_pass(struct titan_llama *m, const float *dxn)
+static int backward_pass(struct titan_llama *m, const struct titan_stage *s, const struct mb *b,
+			 const float *dxn)
 {
 	const struct titan_backend_ops *op = m->be->ops;
 	const struct titan_llama_group_hooks *h = &m->ghooks;
@@ -1353,7 +1310,7 @@ static int backward_pass(struct titan_llama *m, const float *dxn)
 	int rc = 0;
 
 	span_begin(m, "backward", -1);
-	if (m->last) {
+	if (s->last) {
 		span_begin(m, "norm backward", -1);
 		/* a pipeline schedule may have run other microbatches' backward
 		 * since this one's loss: the last group is gathered again (a
@@ -1364,31 +1321,31 @@ static int backward_pass(struct titan_llama *m, const float *dxn)
 			rc = tp_scatter(m, m->dxn_loc, dxn, "tp output input grad");
 		if (rc == 0)
 			rc = op->rmsnorm_bwd(m->be, m->dx, G(m, TITAN_PARAM_NORM, -1),
-					     m->tp ? m->dxn_loc : dxn, m->x[L],
-					     P(m, TITAN_PARAM_NORM, -1), m->rstdf, m->nl, C, false);
+					     m->tp ? m->dxn_loc : dxn, b->x[L],
+					     P(m, TITAN_PARAM_NORM, -1), b->rstdf, m->nl, C, false);
 		if (rc == 0)
 			rc = ghook(m, h->post_backward, (int)L + 1);
 		span_end(m, "norm backward");
 	}
-	for (int64_t l = m->l1 - 1; l >= m->l0 && rc == 0; l--) {
-		struct acts *a = &m->acts[l];
+	for (int64_t l = s->l1 - 1; l >= s->l0 && rc == 0; l--) {
+		struct acts *a = &b->acts[l];
 
 		if ((rc = ghook(m, h->pre_backward, 1 + (int)l)) < 0)
 			break;
-		if ((rc = block_recompute(m, l, &a)) < 0)
+		if ((rc = block_recompute(m, b, l, &a)) < 0)
 			break;
 		span_begin(m, "backward", (int)l);
-		rc = block_bwd(m, (int)l, a, NULL);
+		rc = block_bwd(m, b, (int)l, a, NULL);
 		if (rc == 0)
 			rc = ghook(m, h->post_backward, 1 + (int)l);
 		span_end(m, "backward");
 	}
-	if (rc == 0 && m->first) {
+	if (rc == 0 && s->first) {
 		span_begin(m, "embedding backward", -1);
 		if ((rc = ghook(m, h->pre_backward, 0)) == 0 && m->tp)
-			rc = tp_embedding_bwd(m);
+			rc = tp_embedding_bwd(m, b);
 		else if (rc == 0)
-			rc = op->embedding_bwd(m->be, G(m, TITAN_PARAM_TOK_EMBEDDINGS, -1), m->ids,
+			rc = op->embedding_bwd(m->be, G(m, TITAN_PARAM_TOK_EMBEDDINGS, -1), b->ids,
 					       m->dx, m->n, m->d.vocab_size, C);
 		if (rc == 0)
 			rc = ghook(m, h->post_backward, 0);
@@ -1406,43 +1363,58 @@ static int backward_pass(struct titan_llama *m, const float *dxn)
 int titan_llama_step(struct titan_llama *m, const int32_t *inputs, const int32_t *labels,
 		     float grad_scale, bool backward, double *loss_sum, int64_t *n_valid)
 {
+	const struct titan_stage *s = &m->pl.st.v[0];
+	struct mb *b = &m->pl.mb[0];
 	int rc;
 
-	TITAN_ASSERT(m->nst == 1 && m->first && m->last);
-	CK(forward(m, inputs));
-	CK(loss_fwd(m, labels, grad_scale, backward ? m->dxn : NULL, loss_sum, n_valid));
-	return backward ? backward_pass(m, m->dxn) : 0;
+	TITAN_ASSERT(m->pl.st.n == 1 && s->first && s->last);
+	CK(forward(m, s, b, inputs));
+	CK(loss_fwd(m, b, labels, grad_scale, backward ? m->dxn : NULL, loss_sum, n_valid));
+	return backward ? backward_pass(m, s, b, m->dxn) : 0;
 }
 
 int titan_llama_pp_nstages(const struct titan_llama *m)
 {
-	return m->nst;
+	return m->pl.st.n;
+}
+
+/* Stage v, microbatch k of a pipeline call. */
+static const struct titan_stage *pp_stage(const struct titan_llama *m, int v, int k)
+{
+	TITAN_ASSERT(k >= 0 && k < m->pl.n && v >= 0 && v < m->pl.st.n);
+	return &m->pl.st.v[v];
+}
+
+/* The last stage's loss gradient of microbatch b: its own with several
+ * microbatches or the split backward, else the scratch. */
+static float *loss_grad(struct titan_llama *m, const struct mb *b)
+{
+	return b->dxn_out ? b->dxn_out : m->dxn;
 }
 
 int titan_llama_pp_forward(struct titan_llama *m, int v, int k, const int32_t *inputs,
 			   const int32_t *labels, float grad_scale, bool backward,
 			   double *loss_sum, int64_t *n_valid)
 {
+	const struct titan_stage *s = pp_stage(m, v, k);
+	struct mb *b = &m->pl.mb[k];
 	int rc;
 
-	TITAN_ASSERT(k >= 0 && k < m->nmb && v >= 0 && v < m->nst);
-	select_stage(m, v);
-	select_mb(m, k);
 	*loss_sum = 0;
 	*n_valid = 0;
-	CK(forward(m, inputs));
-	if (!m->last)
+	CK(forward(m, s, b, inputs));
+	if (!s->last)
 		return 0;
-	return loss_fwd(m, labels, grad_scale,
-			backward ? (m->dxn_out ? m->dxn_out : m->dxn) : NULL, loss_sum, n_valid);
+	return loss_fwd(m, b, labels, grad_scale, backward ? loss_grad(m, b) : NULL, loss_sum,
+			n_valid);
 }
 
 int titan_llama_pp_backward(struct titan_llama *m, int v, int k)
 {
-	TITAN_ASSERT(k >= 0 && k < m->nmb && v >= 0 && v < m->nst);
-	select_stage(m, v);
-	select_mb(m, k);
-	return backward_pass(m, m->last ? (m->dxn_out ? m->dxn_out : m->dxn) : NULL);
+	const struct titan_stage *s = pp_stage(m, v, k);
+	struct mb *b = &m->pl.mb[k];
+
+	return backward_pass(m, s, b, s->last ? loss_grad(m, b) : NULL);
 }
 
 /* The input pass of a stage that is not the first global stage: the
@@ -1454,36 +1426,35 @@ int titan_llama_pp_backward_input(struct titan_llama *m, int v, int k)
 	const struct titan_backend_ops *op = m->be->ops;
 	const struct titan_llama_group_hooks *h = &m->ghooks;
 	const int64_t C = m->d.dim, L = m->d.n_layers;
-	struct mb *b = &m->mb[k];
+	const struct titan_stage *s = pp_stage(m, v, k);
+	struct mb *b = &m->pl.mb[k];
 	int rc = 0;
 
-	TITAN_ASSERT(k >= 0 && k < m->nmb && v >= 0 && v < m->nst && m->o.pp_split_backward);
-	select_stage(m, v);
-	select_mb(m, k);
-	if (m->first) /* torch's stage 0: the whole backward is the weight pass */
+	TITAN_ASSERT(m->o.pp_split_backward);
+	if (s->first) /* torch's stage 0: the whole backward is the weight pass */
 		return 0;
 	span_begin(m, "backward", -1); /* the phase: backward */
-	if (m->last) {
+	if (s->last) {
 		span_begin(m, "norm backward", -1);
 		rc = ghook(m, h->pre_backward, (int)L + 1);
 		if (rc == 0 && m->tp)
-			rc = tp_scatter(m, m->dxn_loc, m->dxn_out, "tp output input grad");
+			rc = tp_scatter(m, m->dxn_loc, b->dxn_out, "tp output input grad");
 		if (rc == 0)
-			rc = op->copy(m->be, b->dxnf, m->tp ? m->dxn_loc : m->dxn_out, m->nl * C);
+			rc = op->copy(m->be, b->dxnf, m->tp ? m->dxn_loc : b->dxn_out, m->nl * C);
 		if (rc == 0)
-			rc = op->rmsnorm_bwd(m->be, m->dx, NULL, b->dxnf, m->x[L],
-					     P(m, TITAN_PARAM_NORM, -1), m->rstdf, m->nl, C, false);
+			rc = op->rmsnorm_bwd(m->be, m->dx, NULL, b->dxnf, b->x[L],
+					     P(m, TITAN_PARAM_NORM, -1), b->rstdf, m->nl, C, false);
 		span_end(m, "norm backward");
 	}
-	for (int64_t l = m->l1 - 1; l >= m->l0 && rc == 0; l--) {
-		struct acts *a = &m->acts[l];
+	for (int64_t l = s->l1 - 1; l >= s->l0 && rc == 0; l--) {
+		struct acts *a = &b->acts[l];
 
 		if ((rc = ghook(m, h->pre_backward, 1 + (int)l)) < 0)
 			break;
-		if ((rc = block_recompute(m, l, &a)) < 0)
+		if ((rc = block_recompute(m, b, l, &a)) < 0)
 			break;
 		span_begin(m, "backward input", (int)l);
-		rc = block_bwd(m, (int)l, a, &b->w[l]);
+		rc = block_bwd(m, b, (int)l, a, &b->w[l]);
 		span_end(m, "backward input");
 	}
 	span_end(m, "backward");
@@ -1498,28 +1469,27 @@ int titan_llama_pp_backward_weight(struct titan_llama *m, int v, int k)
 {
 	const struct titan_llama_group_hooks *h = &m->ghooks;
 	const int64_t C = m->d.dim, L = m->d.n_layers;
-	struct mb *b = &m->mb[k];
+	const struct titan_stage *s = pp_stage(m, v, k);
+	struct mb *b = &m->pl.mb[k];
 	int rc = 0;
 
-	TITAN_ASSERT(k >= 0 && k < m->nmb && v >= 0 && v < m->nst && m->o.pp_split_backward);
-	select_stage(m, v);
-	select_mb(m, k);
-	if (m->first)
-		return backward_pass(m, m->last ? m->dxn_out : NULL);
+	TITAN_ASSERT(m->o.pp_split_backward);
+	if (s->first)
+		return backward_pass(m, s, b, s->last ? b->dxn_out : NULL);
 	span_begin(m, "backward", -1); /* the phase: backward */
-	if (m->last) {
+	if (s->last) {
 		span_begin(m, "norm backward", -1);
 		if ((rc = ghook(m, h->pre_weight, (int)L + 1)) == 0)
 			rc = m->be->ops->rmsnorm_bwd(m->be, m->dh, G(m, TITAN_PARAM_NORM, -1), b->dxnf,
-						     m->x[L], m->ones, m->rstdf, m->nl, C, false);
+						     b->x[L], m->pl.ones, b->rstdf, m->nl, C, false);
 		if (rc == 0)
 			rc = ghook(m, h->post_backward, (int)L + 1);
 		span_end(m, "norm backward");
 	}
-	for (int64_t l = m->l1 - 1; l >= m->l0 && rc == 0; l--) {
+	for (int64_t l = s->l1 - 1; l >= s->l0 && rc == 0; l--) {
 		span_begin(m, "backward weight", (int)l);
 		if ((rc = ghook(m, h->pre_weight, 1 + (int)l)) == 0)
-			rc = block_wgrad(m, (int)l, &b->w[l]);
+			rc = block_wgrad(m, b, (int)l);
 		if (rc == 0)
 			rc = ghook(m, h->post_backward, 1 + (int)l);
 		span_end(m, "backward weight");
@@ -1530,12 +1500,12 @@ int titan_llama_pp_backward_weight(struct titan_llama *m, int v, int k)
 
 float *titan_llama_pp_input(struct titan_llama *m, int v, int k)
 {
-	return m->mb[k].x[m->sl0[v]];
+	return m->pl.mb[k].x[pp_stage(m, v, k)->l0];
 }
 
 float *titan_llama_pp_output(struct titan_llama *m, int v, int k)
 {
-	return m->mb[k].x[m->sl1[v]];
+	return m->pl.mb[k].x[pp_stage(m, v, k)->l1];
 }
 
 float *titan_llama_pp_grad(struct titan_llama *m)
@@ -1555,8 +1525,8 @@ int titan_llama_logits(struct titan_llama *m, const int32_t *inputs, float *logi
 	if (m->tp || m->cp)
 		return titan_error(TITAN_E_UNSUPPORTED, "logits of a tensor- or context-parallel "
 				   "model: load the checkpoint on one rank");
-	CK(forward(m, inputs));
-	CK(m->be->ops->matmul_fwd(m->be, logits, m->xnf, P(m, TITAN_PARAM_OUTPUT, -1), m->n,
+	CK(forward(m, &m->pl.st.v[0], &m->pl.mb[0], inputs));
+	CK(m->be->ops->matmul_fwd(m->be, logits, m->pl.mb[0].xnf, P(m, TITAN_PARAM_OUTPUT, -1), m->n,
 				  m->d.dim, m->d.vocab_size, false));
 	return ghook(m, m->ghooks.post_forward, (int)m->d.n_layers + 1);
 }
