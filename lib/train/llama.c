@@ -34,8 +34,10 @@ struct acts {
  * SwiGLU gradients da, db, g) when the block's activations are shared
  * (checkpointed, or selective "op"); otherwise x is empty and the pass
  * reads the microbatch's own acts. */
+enum wslot { WS_DY, WS_DH, WS_DQ, WS_DK, WS_DV, WS_DXN2, WS_DXN1, WS_NSLOT,
+	     WS_DXNF = WS_NSLOT /* the final norm's dy: struct mb's dxnf */ };
 struct wstash {
-	float *dy, *dh, *dq, *dk, *dv, *dxn2, *dxn1;
+	float *g[WS_NSLOT];
 	struct acts x;
 };
 
@@ -304,15 +306,13 @@ static int alloc_wstash(struct titan_llama *m, struct mb *b)
 			struct wstash *w = &b->w[l];
 			struct acts *x = &w->x;
 
-			w->dy = buf(m, n * C, t);
-			w->dh = buf(m, n * C, t);
-			w->dq = buf(m, n * q, t);
-			w->dk = buf(m, n * kv, t);
-			w->dv = buf(m, n * kv, t);
-			w->dxn2 = buf(m, nl * C, t);
-			w->dxn1 = buf(m, nl * C, t);
-			if (!w->dy || !w->dh || !w->dq || !w->dk || !w->dv || !w->dxn2 || !w->dxn1)
-				return TITAN_E_NOMEM;
+			const int64_t size[WS_NSLOT] = {
+				[WS_DY] = n * C, [WS_DH] = n * C, [WS_DQ] = n * q, [WS_DK] = n * kv,
+				[WS_DV] = n * kv, [WS_DXN2] = nl * C, [WS_DXN1] = nl * C};
+
+			for (int i = 0; i < WS_NSLOT; i++)
+				if (!(w->g[i] = buf(m, size[i], t)))
+					return TITAN_E_NOMEM;
 			if (!m->ckpt[l] && m->o.ac != TITAN_AC_SELECTIVE_OP)
 				continue;
 			x->xn1 = buf(m, n * C, t);
@@ -911,15 +911,94 @@ static int block_recompute(struct titan_llama *m, const struct mb *b, int64_t l,
 	return rc;
 }
 
+/* The weight-gradient sink of a backward pass: where the weight gradients
+ * of the ops go.  Immediate (the fused backward): added to the gradient
+ * views now.  Deferred (the zero-bubble input pass): not computed; what
+ * the weight pass reads is kept instead, the output gradients in the
+ * microbatch's stash slots (keep) and the layer inputs when they live in
+ * shared recompute buffers (keep_acts). */
+struct wsink;
+struct wsink_ops {
+	/* the view weight r's gradient is added to; NULL: not now */
+	float *(*dw)(const struct wsink *k, enum titan_param_role r, int layer);
+	int (*keep)(const struct wsink *k, int l, enum wslot slot, const float *src, int64_t n);
+	int (*keep_acts)(const struct wsink *k, int l, const struct acts *a);
+};
+struct wsink {
+	const struct wsink_ops *ops;
+	struct titan_llama *m;
+	const struct mb *b;
+};
+
+static float *dw_now(const struct wsink *k, enum titan_param_role r, int layer)
+{
+	return G(k->m, r, layer);
+}
+
+static int keep_nothing(const struct wsink *k, int l, enum wslot slot, const float *src,
+			int64_t n)
+{
+	(void)k, (void)l, (void)slot, (void)src, (void)n;
+	return 0;
+}
+
+static int keep_no_acts(const struct wsink *k, int l, const struct acts *a)
+{
+	(void)k, (void)l, (void)a;
+	return 0;
+}
+
+static float *dw_later(const struct wsink *k, enum titan_param_role r, int layer)
+{
+	(void)k, (void)r, (void)layer;
+	return NULL;
+}
+
+static int keep_stash(const struct wsink *k, int l, enum wslot slot, const float *src,
+		      int64_t n)
+{
+	float *dst = slot == WS_DXNF ? k->b->dxnf : k->b->w[l].g[slot];
+
+	return k->m->be->ops->copy(k->m->be, dst, src, n);
+}
+
+/* shared buffers (checkpointed blocks, selective "op"): keep what the
+ * weight pass reads */
+static int keep_stash_acts(const struct wsink *k, int l, const struct acts *a)
+{
+	const struct titan_backend_ops *op = k->m->be->ops;
+	struct titan_backend *be = k->m->be;
+	const struct acts *x = &k->b->w[l].x;
+	const int64_t n = k->m->n, nl = k->m->nl, C = k->m->d.dim, F = k->m->F;
+	const int64_t q = k->m->H * k->m->d.head_dim;
+	int rc;
+
+	if (!x->xn1)
+		return 0;
+	CK(op->copy(be, x->xn1, a->xn1, n * C));
+	CK(op->copy(be, x->att, a->att, n * q));
+	CK(op->copy(be, x->h, a->h, nl * C));
+	CK(op->copy(be, x->xn2, a->xn2, n * C));
+	CK(op->copy(be, x->rstd1, a->rstd1, nl));
+	CK(op->copy(be, x->rstd2, a->rstd2, nl));
+	CK(op->copy(be, x->a, a->a, n * F));
+	CK(op->copy(be, x->b, a->b, n * F));
+	return op->copy(be, x->g, a->g, n * F);
+}
+
+static const struct wsink_ops sink_immediate = {dw_now, keep_nothing, keep_no_acts};
+static const struct wsink_ops sink_deferred = {dw_later, keep_stash, keep_stash_acts};
+
 /* Block `l` backward: m->dx holds dL/dx[l+1] on entry and dL/dx[l] on exit
  * (this rank's nl tokens with TP: gathered before the matmuls whose
  * forward outputs were scattered, the input gradients of the gathered
- * norms' outputs reduce-scattered).  With a stash `w` (split backward)
- * only the input gradient: the weight-gradient GEMMs and norm sums are
- * skipped and what they read is stashed for block_wgrad. */
-static int block_bwd(struct titan_llama *m, const struct mb *b, int l, struct acts *a,
-		     struct wstash *w)
+ * norms' outputs reduce-scattered).  The weight gradients go to the sink
+ * `k` (skipped and their operands stashed for block_wgrad when it is
+ * deferred). */
+static int block_bwd(const struct wsink *k, int l, struct acts *a)
 {
+	struct titan_llama *m = k->m;
+	const struct wsink_ops *g = k->ops;
 	const struct titan_backend_ops *op = m->be->ops;
 	struct titan_backend *be = m->be;
 	const struct titan_model_dims *d = &m->d;
@@ -934,30 +1013,27 @@ static int block_bwd(struct titan_llama *m, const struct mb *b, int l, struct ac
 		CK(tp_gather(m, m->dfull, m->dx, "tp ffn output grad"));
 		dy = m->dfull;
 	}
-	if (w)
-		CK(op->copy(be, w->dy, dy, n * C));
-	CK(op->matmul_bwd(be, m->dg, w ? NULL : G(m, TITAN_PARAM_W2, l), dy, a->g,
+	CK(g->keep(k, l, WS_DY, dy, n * C));
+	CK(op->matmul_bwd(be, m->dg, g->dw(k, TITAN_PARAM_W2, l), dy, a->g,
 			  P(m, TITAN_PARAM_W2, l), n, F, C, false));
 	CK(op->swiglu_bwd(be, a->a, a->b, m->dg, a->a, a->b, n * F)); /* da, db in place */
-	CK(op->matmul_bwd(be, m->dxn, w ? NULL : G(m, TITAN_PARAM_W1, l), a->a, a->xn2,
+	CK(op->matmul_bwd(be, m->dxn, g->dw(k, TITAN_PARAM_W1, l), a->a, a->xn2,
 			  P(m, TITAN_PARAM_W1, l), n, C, F, false));
-	CK(op->matmul_bwd(be, m->dxn, w ? NULL : G(m, TITAN_PARAM_W3, l), a->b, a->xn2,
+	CK(op->matmul_bwd(be, m->dxn, g->dw(k, TITAN_PARAM_W3, l), a->b, a->xn2,
 			  P(m, TITAN_PARAM_W3, l), n, C, F, true));
 	if (m->tp)
 		CK(tp_scatter(m, m->dxn_loc, m->dxn, "tp ffn input grad"));
-	if (w)
-		CK(op->copy(be, w->dxn2, dxn, nl * C));
+	CK(g->keep(k, l, WS_DXN2, dxn, nl * C));
 	CK(op->copy(be, m->dh, m->dx, nl * C));
-	CK(op->rmsnorm_bwd(be, m->dh, w ? NULL : G(m, TITAN_PARAM_FFN_NORM, l), dxn, a->h,
+	CK(op->rmsnorm_bwd(be, m->dh, g->dw(k, TITAN_PARAM_FFN_NORM, l), dxn, a->h,
 			   P(m, TITAN_PARAM_FFN_NORM, l), a->rstd2, nl, C, true));
 	/* attention: h = x + wo(attn(rope(wq xn1), rope(wk xn1), wv xn1)), xn1 = norm(x) */
 	if (m->tp) {
 		CK(tp_gather(m, m->dfull, m->dh, "tp attention output grad"));
 		dh = m->dfull;
 	}
-	if (w)
-		CK(op->copy(be, w->dh, dh, n * C));
-	CK(op->matmul_bwd(be, m->datt, w ? NULL : G(m, TITAN_PARAM_WO, l), dh, a->att,
+	CK(g->keep(k, l, WS_DH, dh, n * C));
+	CK(op->matmul_bwd(be, m->datt, g->dw(k, TITAN_PARAM_WO, l), dh, a->att,
 			  P(m, TITAN_PARAM_WO, l), n, q, C, false));
 	if (m->cp)
 		CK(cp_attention_bwd(m, a));
@@ -966,38 +1042,22 @@ static int block_bwd(struct titan_llama *m, const struct mb *b, int l, struct ac
 				     a->lse, &ad));
 	CK(op->rope_bwd(be, m->dq, m->freqs, m->o.batch, m->seq_l, m->H, d->head_dim));
 	CK(op->rope_bwd(be, m->dk, m->freqs, m->o.batch, m->seq_l, m->Hkv, d->head_dim));
-	if (w) {
-		CK(op->copy(be, w->dq, m->dq, n * q));
-		CK(op->copy(be, w->dk, m->dk, n * kv));
-		CK(op->copy(be, w->dv, m->dv, n * kv));
-	}
-	CK(op->matmul_bwd(be, m->dxn, w ? NULL : G(m, TITAN_PARAM_WQ, l), m->dq, a->xn1,
+	CK(g->keep(k, l, WS_DQ, m->dq, n * q));
+	CK(g->keep(k, l, WS_DK, m->dk, n * kv));
+	CK(g->keep(k, l, WS_DV, m->dv, n * kv));
+	CK(op->matmul_bwd(be, m->dxn, g->dw(k, TITAN_PARAM_WQ, l), m->dq, a->xn1,
 			  P(m, TITAN_PARAM_WQ, l), n, C, q, false));
-	CK(op->matmul_bwd(be, m->dxn, w ? NULL : G(m, TITAN_PARAM_WK, l), m->dk, a->xn1,
+	CK(op->matmul_bwd(be, m->dxn, g->dw(k, TITAN_PARAM_WK, l), m->dk, a->xn1,
 			  P(m, TITAN_PARAM_WK, l), n, C, kv, true));
-	CK(op->matmul_bwd(be, m->dxn, w ? NULL : G(m, TITAN_PARAM_WV, l), m->dv, a->xn1,
+	CK(op->matmul_bwd(be, m->dxn, g->dw(k, TITAN_PARAM_WV, l), m->dv, a->xn1,
 			  P(m, TITAN_PARAM_WV, l), n, C, kv, true));
 	if (m->tp)
 		CK(tp_scatter(m, m->dxn_loc, m->dxn, "tp attention input grad"));
-	if (w)
-		CK(op->copy(be, w->dxn1, dxn, nl * C));
+	CK(g->keep(k, l, WS_DXN1, dxn, nl * C));
 	CK(op->copy(be, m->dx, m->dh, nl * C));
-	CK(op->rmsnorm_bwd(be, m->dx, w ? NULL : G(m, TITAN_PARAM_ATTENTION_NORM, l), dxn,
-			   b->x[l], P(m, TITAN_PARAM_ATTENTION_NORM, l), a->rstd1, nl, C, true));
-	if (w && w->x.xn1) { /* shared buffers: keep what the weight pass reads */
-		struct acts *x = &w->x;
-
-		CK(op->copy(be, x->xn1, a->xn1, n * C));
-		CK(op->copy(be, x->att, a->att, n * q));
-		CK(op->copy(be, x->h, a->h, nl * C));
-		CK(op->copy(be, x->xn2, a->xn2, n * C));
-		CK(op->copy(be, x->rstd1, a->rstd1, nl));
-		CK(op->copy(be, x->rstd2, a->rstd2, nl));
-		CK(op->copy(be, x->a, a->a, n * F));
-		CK(op->copy(be, x->b, a->b, n * F));
-		CK(op->copy(be, x->g, a->g, n * F));
-	}
-	return 0;
+	CK(op->rmsnorm_bwd(be, m->dx, g->dw(k, TITAN_PARAM_ATTENTION_NORM, l), dxn, k->b->x[l],
+			   P(m, TITAN_PARAM_ATTENTION_NORM, l), a->rstd1, nl, C, true));
+	return g->keep_acts(k, l, a);
 }
 
 /* Block `l`'s weight pass (split backward): the weight gradients block_bwd
@@ -1011,21 +1071,26 @@ static int block_wgrad(struct titan_llama *m, const struct mb *b, int l)
 	const struct titan_model_dims *d = &m->d;
 	const int64_t n = m->n, nl = m->nl, C = d->dim, F = m->F;
 	const int64_t q = m->H * d->head_dim, kv = m->Hkv * d->head_dim;
-	const struct wstash *w = &b->w[l];
-	const struct acts *a = w->x.xn1 ? &w->x : &b->acts[l];
+	float *const *w = b->w[l].g;
+	const struct acts *a = b->w[l].x.xn1 ? &b->w[l].x : &b->acts[l];
 	int rc;
 
-	CK(op->matmul_bwd(be, NULL, G(m, TITAN_PARAM_W2, l), w->dy, a->g, NULL, n, F, C, false));
+	CK(op->matmul_bwd(be, NULL, G(m, TITAN_PARAM_W2, l), w[WS_DY], a->g, NULL, n, F, C,
+			  false));
 	CK(op->matmul_bwd(be, NULL, G(m, TITAN_PARAM_W1, l), a->a, a->xn2, NULL, n, C, F, false));
 	CK(op->matmul_bwd(be, NULL, G(m, TITAN_PARAM_W3, l), a->b, a->xn2, NULL, n, C, F, false));
-	CK(op->rmsnorm_bwd(be, m->dh, G(m, TITAN_PARAM_FFN_NORM, l), w->dxn2, a->h, m->pl.ones,
-			   a->rstd2, nl, C, false));
-	CK(op->matmul_bwd(be, NULL, G(m, TITAN_PARAM_WO, l), w->dh, a->att, NULL, n, q, C, false));
-	CK(op->matmul_bwd(be, NULL, G(m, TITAN_PARAM_WQ, l), w->dq, a->xn1, NULL, n, C, q, false));
-	CK(op->matmul_bwd(be, NULL, G(m, TITAN_PARAM_WK, l), w->dk, a->xn1, NULL, n, C, kv, false));
-	CK(op->matmul_bwd(be, NULL, G(m, TITAN_PARAM_WV, l), w->dv, a->xn1, NULL, n, C, kv, false));
-	return op->rmsnorm_bwd(be, m->dh, G(m, TITAN_PARAM_ATTENTION_NORM, l), w->dxn1, b->x[l],
-			       m->pl.ones, a->rstd1, nl, C, false);
+	CK(op->rmsnorm_bwd(be, m->dh, G(m, TITAN_PARAM_FFN_NORM, l), w[WS_DXN2], a->h,
+			   m->pl.ones, a->rstd2, nl, C, false));
+	CK(op->matmul_bwd(be, NULL, G(m, TITAN_PARAM_WO, l), w[WS_DH], a->att, NULL, n, q, C,
+			  false));
+	CK(op->matmul_bwd(be, NULL, G(m, TITAN_PARAM_WQ, l), w[WS_DQ], a->xn1, NULL, n, C, q,
+			  false));
+	CK(op->matmul_bwd(be, NULL, G(m, TITAN_PARAM_WK, l), w[WS_DK], a->xn1, NULL, n, C, kv,
+			  false));
+	CK(op->matmul_bwd(be, NULL, G(m, TITAN_PARAM_WV, l), w[WS_DV], a->xn1, NULL, n, C, kv,
+			  false));
+	return op->rmsnorm_bwd(be, m->dh, G(m, TITAN_PARAM_ATTENTION_NORM, l), w[WS_DXN1],
+			       b->x[l], m->pl.ones, a->rstd1, nl, C, false);
 }
 
 /* TP embedding (torchtitan: RowwiseParallel on the vocabulary, output
@@ -1251,11 +1316,6 @@ static int forward(struct titan_llama *m, const struct titan_stage *s, struct mb
 	return rc;
 }
 
-/* Group hooks around one step (titan/train.h): forward runs pre/post_forward
- * of groups 0 .. L and pre_forward of the last group (norm + output), which
- * stays in use through the loss; with backward its pre_backward comes before
- * the loss (the classifier's gradient is computed there), then its
- * post_forward, and post_backward after the final norm's backward. */
 /* The loss on the last stage's xnf; with `dxn`, its gradient goes there
  * (and the classifier's into the gradient arena). */
 static int loss_fwd(struct titan_llama *m, const struct mb *b, const int32_t *labels,
@@ -1297,62 +1357,144 @@ static int loss_fwd(struct titan_llama *m, const struct mb *b, const int32_t *la
 	return rc;
 }
 
+/* A backward pass over a stage: the fused backward (weight gradients to
+ * the immediate sink), the zero-bubble input pass (to the deferred sink)
+ * or its weight pass (the deferred gradients from the stash); one walk,
+ * backward_walk, with the pass's step for the final norm and for a block
+ * (the embedding's backward only comes with the fused one). */
+struct bwd_pass {
+	struct wsink sink;
+	const struct titan_stage *s;
+	int (*norm)(const struct bwd_pass *p, const float *dxn);
+	int (*block)(const struct bwd_pass *p, int l);
+	int (*post)(void *ctx, int group); /* post_backward, NULL: no hook (input pass) */
+	const char *span;                  /* a block's span */
+};
+
+/* The final norm's backward from `dxn`, the loss's gradient of its output:
+ * its input gradient into m->dx. */
+static int norm_bwd(const struct bwd_pass *p, const float *dxn)
+{
+	struct titan_llama *m = p->sink.m;
+	const struct mb *b = p->sink.b;
+	const struct wsink_ops *g = p->sink.ops;
+	const int L = (int)m->d.n_layers;
+	int rc = 0;
+
+	/* a pipeline schedule may have run other microbatches' backward
+	 * since this one's loss: the last group is gathered again (a no-op
+	 * right after the loss) */
+	if (m->pl.st.staged)
+		rc = ghook(m, m->ghooks.pre_backward, L + 1);
+	if (rc == 0 && m->tp)
+		rc = tp_scatter(m, m->dxn_loc, dxn, "tp output input grad");
+	if (m->tp)
+		dxn = m->dxn_loc;
+	if (rc == 0)
+		rc = g->keep(&p->sink, -1, WS_DXNF, dxn, m->nl * m->d.dim);
+	if (rc == 0)
+		rc = m->be->ops->rmsnorm_bwd(m->be, m->dx, g->dw(&p->sink, TITAN_PARAM_NORM, -1),
+					     dxn, b->x[L], P(m, TITAN_PARAM_NORM, -1), b->rstdf,
+					     m->nl, m->d.dim, false);
+	return rc == 0 ? ghook(m, p->post, L + 1) : rc;
+}
+
+/* Block l's backward (recomputing it first under activation
+ * checkpointing). */
+static int block_backward(const struct bwd_pass *p, int l)
+{
+	struct titan_llama *m = p->sink.m;
+	struct acts *a = &p->sink.b->acts[l];
+	int rc;
+
+	CK(ghook(m, m->ghooks.pre_backward, 1 + l));
+	CK(block_recompute(m, p->sink.b, l, &a));
+	span_begin(m, p->span, l);
+	rc = block_bwd(&p->sink, l, a);
+	if (rc == 0)
+		rc = ghook(m, p->post, 1 + l);
+	span_end(m, p->span);
+	return rc;
+}
+
+/* The weight pass of the final norm, from the stashed dy (dxn unused). */
+static int norm_wgrad(const struct bwd_pass *p, const float *dxn)
+{
+	struct titan_llama *m = p->sink.m;
+	const struct mb *b = p->sink.b;
+	const int L = (int)m->d.n_layers;
+	int rc;
+
+	(void)dxn;
+	CK(ghook(m, m->ghooks.pre_weight, L + 1));
+	CK(m->be->ops->rmsnorm_bwd(m->be, m->dh, G(m, TITAN_PARAM_NORM, -1), b->dxnf, b->x[L],
+				   m->pl.ones, b->rstdf, m->nl, m->d.dim, false));
+	return ghook(m, p->post, L + 1);
+}
+
+static int block_weight(const struct bwd_pass *p, int l)
+{
+	struct titan_llama *m = p->sink.m;
+	int rc;
+
+	span_begin(m, p->span, l);
+	if ((rc = ghook(m, m->ghooks.pre_weight, 1 + l)) == 0)
+		rc = block_wgrad(m, p->sink.b, l);
+	if (rc == 0)
+		rc = ghook(m, p->post, 1 + l);
+	span_end(m, p->span);
+	return rc;
+}
+
+static int embedding_bwd(struct titan_llama *m, const struct mb *b)
+{
+	const struct titan_llama_group_hooks *h = &m->ghooks;
+	int rc;
+
+	span_begin(m, "embedding backward", -1);
+	if ((rc = ghook(m, h->pre_backward, 0)) == 0 && m->tp)
+		rc = tp_embedding_bwd(m, b);
+	else if (rc == 0)
+		rc = m->be->ops->embedding_bwd(m->be, G(m, TITAN_PARAM_TOK_EMBEDDINGS, -1), b->ids,
+					       m->dx, m->n, m->d.vocab_size, m->d.dim);
+	if (rc == 0)
+		rc = ghook(m, h->post_backward, 0);
+	span_end(m, "embedding backward");
+	return rc;
+}
+
 /* Backward through the stage: from `dxn` (the loss's gradient of the
  * final norm output) on the last stage, otherwise from m->dx (the next
  * stage's gradient of this stage's output); leaves the gradient of the
  * stage's input in m->dx (unused on the first stage). */
-static int backward_pass(struct titan_llama *m, const struct titan_stage *s, const struct mb *b,
-			 const float *dxn)
+static int backward_walk(const struct bwd_pass *p, const float *dxn)
 {
-	const struct titan_backend_ops *op = m->be->ops;
-	const struct titan_llama_group_hooks *h = &m->ghooks;
-	const int64_t C = m->d.dim, L = m->d.n_layers;
+	const struct titan_stage *s = p->s;
+	struct titan_llama *m = p->sink.m;
 	int rc = 0;
 
 	span_begin(m, "backward", -1);
 	if (s->last) {
 		span_begin(m, "norm backward", -1);
-		/* a pipeline schedule may have run other microbatches' backward
-		 * since this one's loss: the last group is gathered again (a
-		 * no-op right after the loss) */
-		if (m->o.stage_l1 > 0)
-			rc = ghook(m, h->pre_backward, (int)L + 1);
-		if (rc == 0 && m->tp)
-			rc = tp_scatter(m, m->dxn_loc, dxn, "tp output input grad");
-		if (rc == 0)
-			rc = op->rmsnorm_bwd(m->be, m->dx, G(m, TITAN_PARAM_NORM, -1),
-					     m->tp ? m->dxn_loc : dxn, b->x[L],
-					     P(m, TITAN_PARAM_NORM, -1), b->rstdf, m->nl, C, false);
-		if (rc == 0)
-			rc = ghook(m, h->post_backward, (int)L + 1);
+		rc = p->norm(p, dxn);
 		span_end(m, "norm backward");
 	}
-	for (int64_t l = s->l1 - 1; l >= s->l0 && rc == 0; l--) {
-		struct acts *a = &b->acts[l];
-
-		if ((rc = ghook(m, h->pre_backward, 1 + (int)l)) < 0)
-			break;
-		if ((rc = block_recompute(m, b, l, &a)) < 0)
-			break;
-		span_begin(m, "backward", (int)l);
-		rc = block_bwd(m, b, (int)l, a, NULL);
-		if (rc == 0)
-			rc = ghook(m, h->post_backward, 1 + (int)l);
-		span_end(m, "backward");
-	}
-	if (rc == 0 && s->first) {
-		span_begin(m, "embedding backward", -1);
-		if ((rc = ghook(m, h->pre_backward, 0)) == 0 && m->tp)
-			rc = tp_embedding_bwd(m, b);
-		else if (rc == 0)
-			rc = op->embedding_bwd(m->be, G(m, TITAN_PARAM_TOK_EMBEDDINGS, -1), b->ids,
-					       m->dx, m->n, m->d.vocab_size, C);
-		if (rc == 0)
-			rc = ghook(m, h->post_backward, 0);
-		span_end(m, "embedding backward");
-	}
+	for (int l = s->l1 - 1; l >= s->l0 && rc == 0; l--)
+		rc = p->block(p, l);
+	if (rc == 0 && s->first)
+		rc = embedding_bwd(m, p->sink.b);
 	span_end(m, "backward");
 	return rc;
+}
+
+/* The fused backward: weight gradients now, post_backward hooks. */
+static int backward_pass(struct titan_llama *m, const struct titan_stage *s, const struct mb *b,
+			 const float *dxn)
+{
+	const struct bwd_pass p = {{&sink_immediate, m, b}, s, norm_bwd, block_backward,
+				   m->ghooks.post_backward, "backward"};
+
+	return backward_walk(&p, dxn);
 }
 
 /* Group hooks around one step (titan/train.h): forward runs pre/post_forward
@@ -1423,42 +1565,15 @@ int titan_llama_pp_backward(struct titan_llama *m, int v, int k)
  * the classifier were added by the loss). */
 int titan_llama_pp_backward_input(struct titan_llama *m, int v, int k)
 {
-	const struct titan_backend_ops *op = m->be->ops;
-	const struct titan_llama_group_hooks *h = &m->ghooks;
-	const int64_t C = m->d.dim, L = m->d.n_layers;
 	const struct titan_stage *s = pp_stage(m, v, k);
 	struct mb *b = &m->pl.mb[k];
-	int rc = 0;
+	const struct bwd_pass p = {{&sink_deferred, m, b}, s, norm_bwd, block_backward, NULL,
+				   "backward input"};
 
 	TITAN_ASSERT(m->o.pp_split_backward);
 	if (s->first) /* torch's stage 0: the whole backward is the weight pass */
 		return 0;
-	span_begin(m, "backward", -1); /* the phase: backward */
-	if (s->last) {
-		span_begin(m, "norm backward", -1);
-		rc = ghook(m, h->pre_backward, (int)L + 1);
-		if (rc == 0 && m->tp)
-			rc = tp_scatter(m, m->dxn_loc, b->dxn_out, "tp output input grad");
-		if (rc == 0)
-			rc = op->copy(m->be, b->dxnf, m->tp ? m->dxn_loc : b->dxn_out, m->nl * C);
-		if (rc == 0)
-			rc = op->rmsnorm_bwd(m->be, m->dx, NULL, b->dxnf, b->x[L],
-					     P(m, TITAN_PARAM_NORM, -1), b->rstdf, m->nl, C, false);
-		span_end(m, "norm backward");
-	}
-	for (int64_t l = s->l1 - 1; l >= s->l0 && rc == 0; l--) {
-		struct acts *a = &b->acts[l];
-
-		if ((rc = ghook(m, h->pre_backward, 1 + (int)l)) < 0)
-			break;
-		if ((rc = block_recompute(m, b, l, &a)) < 0)
-			break;
-		span_begin(m, "backward input", (int)l);
-		rc = block_bwd(m, b, (int)l, a, &b->w[l]);
-		span_end(m, "backward input");
-	}
-	span_end(m, "backward");
-	return rc;
+	return backward_walk(&p, b->dxn_out);
 }
 
 /* The weight pass: on the first global stage the whole backward (from
@@ -1467,35 +1582,15 @@ int titan_llama_pp_backward_input(struct titan_llama *m, int v, int k)
  * hooks. */
 int titan_llama_pp_backward_weight(struct titan_llama *m, int v, int k)
 {
-	const struct titan_llama_group_hooks *h = &m->ghooks;
-	const int64_t C = m->d.dim, L = m->d.n_layers;
 	const struct titan_stage *s = pp_stage(m, v, k);
 	struct mb *b = &m->pl.mb[k];
-	int rc = 0;
+	const struct bwd_pass p = {{&sink_immediate, m, b}, s, norm_wgrad, block_weight,
+				   m->ghooks.post_backward, "backward weight"};
 
 	TITAN_ASSERT(m->o.pp_split_backward);
 	if (s->first)
 		return backward_pass(m, s, b, s->last ? b->dxn_out : NULL);
-	span_begin(m, "backward", -1); /* the phase: backward */
-	if (s->last) {
-		span_begin(m, "norm backward", -1);
-		if ((rc = ghook(m, h->pre_weight, (int)L + 1)) == 0)
-			rc = m->be->ops->rmsnorm_bwd(m->be, m->dh, G(m, TITAN_PARAM_NORM, -1), b->dxnf,
-						     b->x[L], m->pl.ones, b->rstdf, m->nl, C, false);
-		if (rc == 0)
-			rc = ghook(m, h->post_backward, (int)L + 1);
-		span_end(m, "norm backward");
-	}
-	for (int64_t l = s->l1 - 1; l >= s->l0 && rc == 0; l--) {
-		span_begin(m, "backward weight", (int)l);
-		if ((rc = ghook(m, h->pre_weight, 1 + (int)l)) == 0)
-			rc = block_wgrad(m, b, (int)l);
-		if (rc == 0)
-			rc = ghook(m, h->post_backward, 1 + (int)l);
-		span_end(m, "backward weight");
-	}
-	span_end(m, "backward");
-	return rc;
+	return backward_walk(&p, NULL);
 }
 
 float *titan_llama_pp_input(struct titan_llama *m, int v, int k)
