@@ -3,7 +3,13 @@
  * blocks, the fused classifier + cross-entropy, hand-written backward,
  * activation checkpointing by recomputation, gradient norm and AdamW.
  * Mirrors torchtitan's models/llama3/model.py (Transformer.forward) and
- * train.py's train_step; the ops are lib/titan/ops.h's.
+ * train.py's train_step; the ops are lib/titan/ops.h's.  The block math
+ * has no layout branches: the layout comes in as small interfaces — the
+ * stage and microbatch a call works on (stage.h, struct mb), the
+ * sequence/tensor-parallel moves (tp.h, the identity on one rank), the
+ * attention (cp.h: local or context-parallel), the activation-
+ * checkpointing policy (struct ac_policy) and the weight-gradient sink of
+ * a backward pass (immediate, or deferred for the zero-bubble W pass).
  */
 #include "titan/train.h"
 
@@ -14,8 +20,9 @@
 #include "titan/core.h"
 #include "titan/cuda.h"
 #include "titan/dist.h"
-#include "cp_attn.h"
+#include "cp.h"
 #include "stage.h"
+#include "tp.h"
 
 /* What one block keeps for backward. */
 struct acts {
@@ -55,6 +62,36 @@ struct mb {
 	float *dxnf;       /* split backward, last stage: the final norm's dy */
 };
 
+/* The ops of a block's forward, in order (fwd_op); a list of them is what
+ * block_fwd runs. */
+enum fwd_op {
+	F_NORM1, F_WQ, F_WK, F_WV, F_ROPE_Q, F_ROPE_K, F_ATTENTION, F_WO,
+	F_NORM2, F_W1, F_W3, F_SWIGLU, F_W2, F_NOPS
+};
+
+/* Activation checkpointing (titan/train.h's titan_ac_mode): per block,
+ * what its backward recomputes first.  Blocks with `whole` set (full AC,
+ * selective every N) keep no activations and recompute every op into the
+ * shared set; the others recompute the `redo` ops in place (selective
+ * "op": what it does not keep) or nothing. */
+struct ac_policy {
+	bool *whole;
+	const enum fwd_op *redo;
+	int nredo;
+	struct acts shared;
+};
+
+static const enum fwd_op fwd_all[F_NOPS] = {
+	F_NORM1, F_WQ, F_WK, F_WV, F_ROPE_Q, F_ROPE_K, F_ATTENTION, F_WO,
+	F_NORM2, F_W1, F_W3, F_SWIGLU, F_W2,
+};
+/* Selective "op" recomputes all but what torchtitan's policy keeps: q
+ * (after RoPE), v, the attention output and its lse, w1·x and the block
+ * output. */
+static const enum fwd_op fwd_unsaved[] = {
+	F_NORM1, F_WK, F_ROPE_K, F_WO, F_NORM2, F_W3, F_SWIGLU,
+};
+
 /* The pipeline bookkeeping: the rank's stages and one microbatch state
  * per microbatch in flight (n: 1 without PP). */
 struct mbsets {
@@ -79,8 +116,7 @@ struct titan_llama {
 	int32_t *lab_dev;
 	float *freqs;         /* [T, D/2, 2] */
 	int64_t n;            /* tokens per microbatch */
-	bool *ckpt;           /* block is recomputed in backward */
-	struct acts recompute;
+	struct ac_policy ac;
 	struct mbsets pl;
 	struct titan_comm *pp;
 	/* backward scratch */
@@ -94,24 +130,12 @@ struct titan_llama {
 	int *group_first;     /* [ngroups + 1]: first parameter of each group */
 	int ngroups;
 	struct titan_llama_group_hooks ghooks;
-	/* tensor parallelism (titan_llama_opts): this rank's heads, kv heads,
-	 * FFN hidden size and vocabulary rows [v0, v0 + V); nl tokens of the
-	 * residual stream (n without TP) */
-	struct titan_comm *tp;
-	int tpr, tpn;
-	int64_t H, Hkv, F, V, v0, nl;
-	float *xn_loc, *part, *dfull, *dxn_loc;  /* TP scratch: [nl,C], [n,C], [n,C], [nl,C] */
-	float *cz, *czg, *czf;                    /* TP loss: logits [chunk,V], gathered, full */
-	float *cmx;
-	double *cst;
-	/* context parallelism: this rank holds, of each sequence, chunks cpr
-	 * and 2·cpn − 1 − cpr of 2·cpn (torchtitan's load balancing): seq_l
-	 * tokens at positions pos[], their labels in lab */
-	struct titan_comm *cp;
-	int cpr, cpn;
-	int64_t seq_l, *pos;
-	int32_t *lab;
-	float *kf, *vf, *dkf, *dvf, *cpg;  /* whole-sequence k, v, their grads; gather buffer */
+	/* this rank's heads, kv heads and FFN hidden size (tensor
+	 * parallelism splits them) and tokens of the residual stream (n,
+	 * or with sequence parallelism n / tp) */
+	int64_t H, Hkv, F, nl;
+	struct titan_sp sp;   /* sequence/tensor-parallel moves (tp.h) */
+	struct titan_cp cp;   /* attention, tokens' places (cp.h) */
 };
 
 void titan_llama_set_group_hooks(struct titan_llama *m, const struct titan_llama_group_hooks *h)
@@ -201,6 +225,28 @@ static float *buf(struct titan_llama *m, int64_t nfloats, enum titan_mem_tag tag
 	return p;
 }
 
+/* The activation-checkpointing policy of opts (the shared set is
+ * allocated by the caller). */
+static int ac_policy_init(struct ac_policy *p, const struct titan_llama_opts *o, int L)
+{
+	if (!(p->whole = calloc((size_t)L, sizeof(*p->whole))))
+		return TITAN_E_NOMEM;
+	for (int i = 0; i < L; i++)
+		p->whole[i] = o->ac == TITAN_AC_FULL ||
+			      (o->ac == TITAN_AC_SELECTIVE && (i + 1) % o->ac_every == 0);
+	if (o->ac == TITAN_AC_SELECTIVE_OP) {
+		p->redo = fwd_unsaved;
+		p->nredo = (int)(sizeof(fwd_unsaved) / sizeof(fwd_unsaved[0]));
+	}
+	return 0;
+}
+
+/* buf for the parallel parts (tp.h, cp.h) */
+static float *model_buf(void *m, int64_t nfloats, enum titan_mem_tag tag)
+{
+	return buf(m, nfloats, tag);
+}
+
 static int alloc_acts(struct titan_llama *m, struct acts *a)
 {
 	const struct titan_model_dims *d = &m->d;
@@ -265,9 +311,9 @@ static int alloc_mb(struct titan_llama *m, struct mb *b)
 				return TITAN_E_NOMEM;
 		for (int64_t i = s->l0; i < s->l1; i++) {
 			if (m->o.ac == TITAN_AC_SELECTIVE_OP)
-				rc = alloc_acts_op(m, &b->acts[i], &m->recompute);
+				rc = alloc_acts_op(m, &b->acts[i], &m->ac.shared);
 			else
-				rc = m->ckpt[i] ? 0 : alloc_acts(m, &b->acts[i]);
+				rc = m->ac.whole[i] ? 0 : alloc_acts(m, &b->acts[i]);
 			if (rc < 0)
 				return rc;
 		}
@@ -313,7 +359,7 @@ static int alloc_wstash(struct titan_llama *m, struct mb *b)
 			for (int i = 0; i < WS_NSLOT; i++)
 				if (!(w->g[i] = buf(m, size[i], t)))
 					return TITAN_E_NOMEM;
-			if (!m->ckpt[l] && m->o.ac != TITAN_AC_SELECTIVE_OP)
+			if (!m->ac.whole[l] && m->o.ac != TITAN_AC_SELECTIVE_OP)
 				continue;
 			x->xn1 = buf(m, n * C, t);
 			x->att = buf(m, n * q, t);
@@ -372,7 +418,7 @@ int titan_llama_new(const struct titan_model_dims *d, const struct titan_llama_o
 	const enum titan_mem_tag ws = TITAN_MEM_WORKSPACE;
 	struct titan_param_table_opts to;
 	int64_t F, q, kv;
-	int rc;
+	int tpn, rc;
 
 	*out = NULL;
 	if (!m)
@@ -395,41 +441,32 @@ int titan_llama_new(const struct titan_model_dims *d, const struct titan_llama_o
 				 "a pipeline stage (opts.stage_l1)");
 		goto fail;
 	}
-	m->cp = o->cp && titan_comm_size(o->cp) > 1 ? o->cp : NULL;
-	m->cpr = m->cp ? titan_comm_rank(m->cp) : 0;
-	m->cpn = m->cp ? titan_comm_size(m->cp) : 1;
-	if (o->seq % (2 * m->cpn) && m->cp) {
-		rc = titan_error(TITAN_E_INVALID, "context parallelism: seq_len %lld does not split "
-				 "into 2 x context_parallel_degree %d chunks", (long long)o->seq,
-				 m->cpn);
+	tpn = o->tp && titan_comm_size(o->tp) > 1 ? titan_comm_size(o->tp) : 1;
+	m->H = d->n_heads / tpn;
+	m->Hkv = d->n_kv_heads / tpn;
+	m->F = d->ffn_hidden / tpn;
+	if ((rc = titan_cp_init(&m->cp, be, m->alloc, o->cp, o->cp_ring, o->batch, o->seq, m->H,
+				m->Hkv, d->head_dim)) < 0)
 		goto fail;
-	}
-	m->seq_l = o->seq / m->cpn;
-	m->n = o->batch * m->seq_l;
-	m->tp = o->tp && titan_comm_size(o->tp) > 1 ? o->tp : NULL;
-	m->tpr = m->tp ? titan_comm_rank(m->tp) : 0;
-	m->tpn = m->tp ? titan_comm_size(m->tp) : 1;
+	m->n = m->cp.n;
 	titan_param_table_opts_default(&to);
 	if (o->shard_degree > 1) {
 		to.shard_rank = o->shard_rank;
 		to.shard_degree = o->shard_degree;
 	}
-	to.tp_rank = m->tpr;
-	to.tp_degree = m->tpn;
-	if (m->n % m->tpn) {
+	to.tp_rank = tpn > 1 ? titan_comm_rank(o->tp) : 0;
+	to.tp_degree = tpn;
+	if (m->n % tpn) {
 		rc = titan_error(TITAN_E_INVALID, "sequence parallelism: the %lld tokens of a "
 				 "microbatch (batch %lld x seq %lld) do not split over "
 				 "tensor_parallel_degree %d", (long long)m->n, (long long)o->batch,
-				 (long long)o->seq, m->tpn);
+				 (long long)o->seq, tpn);
 		goto fail;
 	}
-	m->nl = m->n / m->tpn;
+	m->nl = m->n / tpn;
 	m->pp = o->pp;
 	m->pl.n = o->pp_microbatches > 1 ? (int)o->pp_microbatches : 1;
 	titan_stages_init(&m->pl.st, o, (int)L, &to);
-	m->H = d->n_heads / m->tpn;
-	m->Hkv = d->n_kv_heads / m->tpn;
-	m->F = d->ffn_hidden / m->tpn;
 	F = m->F;
 	q = m->H * d->head_dim;
 	kv = m->Hkv * d->head_dim;
@@ -466,42 +503,11 @@ int titan_llama_new(const struct titan_model_dims *d, const struct titan_llama_o
 	m->group_first[L + 2] = m->table.n;
 	for (int g = 0; g < m->ngroups; g++)
 		titan_llama_bind_group(m, g, NULL, NULL);
-	m->v0 = m->table.params[0].tp_off;
-	m->V = m->table.params[0].shape[0];
-	if (!(m->freqs = buf(m, m->seq_l * d->head_dim, TITAN_MEM_OTHER)))
+	if (!(m->freqs = buf(m, m->cp.tl * d->head_dim, TITAN_MEM_OTHER)))
 		goto fail;
-	if (m->cp) {
-		/* the RoPE rows of this rank's positions */
-		float *full = malloc((size_t)(o->seq * d->head_dim) * sizeof(float));
-		const int64_t half = o->seq / (2 * m->cpn);
-		const int64_t kvf = o->batch * o->seq * m->Hkv * d->head_dim;
-
-		m->pos = (int64_t *)buf(m, 2 * m->seq_l, TITAN_MEM_OTHER);
-		m->lab = (int32_t *)buf(m, m->n, TITAN_MEM_DATA);
-		if (!o->cp_ring) { /* allgather: the whole sequence's k, v (the
-				    * ring allocates its buffers per call) */
-			m->kf = buf(m, kvf, TITAN_MEM_WORKSPACE);
-			m->vf = buf(m, kvf, TITAN_MEM_WORKSPACE);
-			m->dkf = buf(m, kvf, TITAN_MEM_WORKSPACE);
-			m->dvf = buf(m, kvf, TITAN_MEM_WORKSPACE);
-			m->cpg = buf(m, kvf, TITAN_MEM_WORKSPACE);
-		}
-		if (!full || !m->pos || !m->lab ||
-		    (!o->cp_ring && (!m->kf || !m->vf || !m->dkf || !m->dvf || !m->cpg))) {
-			free(full);
-			rc = TITAN_E_NOMEM;
-			goto fail;
-		}
-		for (int64_t t = 0; t < m->seq_l; t++)
-			m->pos[t] = t < half ? m->cpr * half + t
-					     : (2 * m->cpn - 1 - m->cpr) * half + (t - half);
-		rc = titan_rope_freqs(full, o->seq, d->head_dim, d->rope_theta,
-				      d->rope_scaling ? &sc : NULL);
-		for (int64_t t = 0; rc == 0 && t < m->seq_l; t++)
-			memcpy(m->freqs + t * d->head_dim, full + m->pos[t] * d->head_dim,
-			       (size_t)d->head_dim * sizeof(float));
-		free(full);
-		if (rc < 0)
+	if (m->cp.comm) {
+		if ((rc = titan_cp_alloc(&m->cp, model_buf, m, m->freqs, d->rope_theta,
+					 d->rope_scaling ? &sc : NULL)) < 0)
 			goto fail;
 	} else if (m->dev) {
 		float *f = malloc((size_t)(o->seq * d->head_dim) * sizeof(float));
@@ -520,16 +526,13 @@ int titan_llama_new(const struct titan_model_dims *d, const struct titan_llama_o
 		goto fail;
 	}
 	rc = TITAN_E_NOMEM;
-	m->ckpt = calloc((size_t)L, sizeof(*m->ckpt));
 	m->pl.mb = calloc((size_t)m->pl.n, sizeof(*m->pl.mb));
-	if (!m->ckpt || !m->pl.mb)
+	if (!m->pl.mb || (rc = ac_policy_init(&m->ac, o, (int)L)) < 0)
 		goto fail;
-	for (int64_t i = 0; i < L; i++)
-		m->ckpt[i] = o->ac == TITAN_AC_FULL ||
-			     (o->ac == TITAN_AC_SELECTIVE && (i + 1) % o->ac_every == 0);
+	rc = TITAN_E_NOMEM;
 	if (o->ac == TITAN_AC_SELECTIVE_OP) {
 		/* the shared set holds only what every block recomputes */
-		struct acts *r = &m->recompute;
+		struct acts *r = &m->ac.shared;
 		const enum titan_mem_tag t = TITAN_MEM_ACTIVATIONS;
 
 		r->xn1 = buf(m, m->n * C, t);
@@ -542,7 +545,7 @@ int titan_llama_new(const struct titan_model_dims *d, const struct titan_llama_o
 		r->g = buf(m, m->n * F, t);
 		if (!r->xn1 || !r->rstd1 || !r->k || !r->h || !r->xn2 || !r->rstd2 || !r->b || !r->g)
 			goto fail;
-	} else if (o->ac != TITAN_AC_NONE && alloc_acts(m, &m->recompute) < 0) {
+	} else if (o->ac != TITAN_AC_NONE && alloc_acts(m, &m->ac.shared) < 0) {
 		goto fail;
 	}
 	for (int k = 0; k < m->pl.n; k++)
@@ -567,25 +570,10 @@ int titan_llama_new(const struct titan_model_dims *d, const struct titan_llama_o
 	m->dg = buf(m, m->n * F, ws);
 	if (!m->dx || !m->dh || !m->dxn || !m->datt || !m->dq || !m->dk || !m->dv || !m->dg)
 		goto fail;
-	if (m->tp) {
-		const int64_t ch = m->o.ce_chunk < m->n ? m->o.ce_chunk : m->n;
-		const int64_t vc = (d->vocab_size + m->tpn - 1) / m->tpn;
-
-		m->xn_loc = buf(m, m->nl * C, ws);
-		m->part = buf(m, m->n * C, ws);
-		m->dfull = buf(m, m->n * C, ws);
-		m->dxn_loc = buf(m, m->nl * C, ws);
-		m->cz = buf(m, ch * vc, ws);
-		m->cmx = buf(m, ch, ws);
-		m->cst = (double *)buf(m, 4 * ch, ws);
-		if (!m->xn_loc || !m->part || !m->dfull || !m->dxn_loc || !m->cz || !m->cmx ||
-		    !m->cst)
-			goto fail;
-		if (!o->loss_parallel &&
-		    (!(m->czg = buf(m, m->tpn * ch * vc, ws)) ||
-		     !(m->czf = buf(m, ch * d->vocab_size, ws))))
-			goto fail;
-	}
+	if ((rc = titan_sp_init(&m->sp, be, o->tp, m->n, C, d->vocab_size,
+				m->table.params[0].tp_off, m->table.params[0].shape[0],
+				m->o.ce_chunk, o->loss_parallel, model_buf, m)) < 0)
+		goto fail;
 	*out = m;
 	return 0;
 fail:
@@ -611,7 +599,7 @@ void titan_llama_free(struct titan_llama *m)
 		free(m->pl.mb[k].w);
 	}
 	free(m->pl.mb);
-	free(m->ckpt);
+	free(m->ac.whole);
 	titan_param_arena_release(&m->params);
 	titan_param_arena_release(&m->grads);
 	titan_param_arena_release(&m->m);
@@ -699,214 +687,96 @@ static float *G(struct titan_llama *m, enum titan_param_role r, int layer)
 
 #define CK(call) do { if ((rc = (call)) < 0) return rc; } while (0)
 
-/* ---------------------------------------------- tensor-parallel moves */
-
-/* full[n,C] = the TP group's local rows [nl,C] in rank order. */
-static int tp_gather(struct titan_llama *m, float *full, const float *loc, const char *what)
-{
-	return titan_comm_all_gather(m->tp, loc, full, (size_t)(m->nl * m->d.dim),
-				     TITAN_DTYPE_F32, what);
-}
-
-/* loc[nl,C] = this rank's rows of the sum over the group of full[n,C]. */
-static int tp_scatter(struct titan_llama *m, float *loc, const float *full, const char *what)
-{
-	return titan_comm_reduce_scatter(m->tp, full, loc, (size_t)(m->nl * m->d.dim),
-					 TITAN_DTYPE_F32, what);
-}
-
-/* ------------------------------------------ context-parallel attention */
-
-/* Position in the sequence of rank r's local token t. */
-static int64_t cp_pos(const struct titan_llama *m, int r, int64_t t)
-{
-	const int64_t half = m->seq_l / 2;
-
-	return t < half ? r * half + t : (2 * m->cpn - 1 - r) * half + (t - half);
-}
-
-/* kf, vf: the whole sequence's keys and values from every rank's [B,Tl]. */
-static int cp_gather_kv(struct titan_llama *m, const struct acts *a)
-{
-	const int64_t B = m->o.batch, Tl = m->seq_l, T = Tl * m->cpn;
-	const int64_t kv = m->Hkv * m->d.head_dim;
-	const float *src[2] = {a->k, a->v};
-	float *dst[2] = {m->kf, m->vf};
-	int rc;
-
-	for (int w = 0; w < 2; w++) {
-		CK(titan_comm_all_gather(m->cp, src[w], m->cpg, (size_t)(m->n * kv), TITAN_DTYPE_F32,
-					 w ? "cp values" : "cp keys"));
-		for (int r = 0; r < m->cpn; r++)
-			for (int64_t b = 0; b < B; b++)
-				for (int64_t t = 0; t < Tl; t++)
-					memcpy(dst[w] + (b * T + cp_pos(m, r, t)) * kv,
-					       m->cpg + ((r * B + b) * Tl + t) * kv,
-					       (size_t)kv * sizeof(float));
-	}
-	return 0;
-}
-
-/* rotate_method alltoall: the ring of cp_ring.c */
-static struct titan_cp_ring cp_ring(const struct titan_llama *m)
-{
-	return (struct titan_cp_ring){m->be, m->alloc, m->cp, m->cpr, m->cpn, m->o.batch,
-				      m->seq_l, m->H, m->Hkv, m->d.head_dim};
-}
-
-/* rotate_method allgather: query chunk `i` (0: chunk cpr, 1: chunk
- * 2·cpn − 1 − cpr) against the gathered sequence, each query seeing the
- * keys up to its position (the backend's attention_part ops). */
-static struct titan_attn_part cp_gathered_part(const struct titan_llama *m, int i)
-{
-	const int64_t Tl = m->seq_l, half = Tl / 2, T = Tl * m->cpn;
-	const int64_t chunk = i ? 2 * m->cpn - 1 - m->cpr : m->cpr;
-
-	return (struct titan_attn_part){m->o.batch, half, T, Tl, T, m->H, m->Hkv, m->d.head_dim,
-					chunk * half};
-}
-
-static int cp_attention_fwd(struct titan_llama *m, struct acts *a)
-{
-	const int64_t half = m->seq_l / 2, qs = m->H * m->d.head_dim;
-	int rc;
-
-	if (m->o.cp_ring) {
-		const struct titan_cp_ring r = cp_ring(m);
-
-		return titan_cp_ring_fwd(&r, a->att, a->lse, a->q, a->k, a->v);
-	}
-	CK(cp_gather_kv(m, a));
-	for (int i = 0; i < 2; i++) {
-		const struct titan_attn_part p = cp_gathered_part(m, i);
-		const int64_t o = i * half;
-
-		CK(m->be->ops->attention_part_fwd(m->be, a->att + o * qs, a->lse + o, a->q + o * qs,
-						  m->kf, m->vf, &p, false));
-	}
-	return 0;
-}
-
-/* dq, and dk, dv of this rank's tokens: every rank's contributions to the
- * whole sequence's key/value gradients reduce-scattered to their owners. */
-static int cp_attention_bwd(struct titan_llama *m, struct acts *a)
-{
-	const int64_t B = m->o.batch, Tl = m->seq_l, T = Tl * m->cpn;
-	const int64_t kv = m->Hkv * m->d.head_dim, half = Tl / 2, qs = m->H * m->d.head_dim;
-	const struct titan_backend_ops *op = m->be->ops;
-	const float *src[2] = {m->dkf, m->dvf};
-	float *dst[2] = {m->dk, m->dv};
-	int rc;
-
-	if (m->o.cp_ring) {
-		const struct titan_cp_ring r = cp_ring(m);
-
-		return titan_cp_ring_bwd(&r, m->dq, m->dk, m->dv, m->datt, a->q, a->k, a->v, a->att,
-					 a->lse);
-	}
-	CK(cp_gather_kv(m, a));
-	CK(op->zero(m->be, m->dq, m->n * qs));
-	CK(op->zero(m->be, m->dkf, B * T * kv));
-	CK(op->zero(m->be, m->dvf, B * T * kv));
-	for (int i = 0; i < 2; i++) {
-		const struct titan_attn_part p = cp_gathered_part(m, i);
-		const int64_t o = i * half;
-
-		CK(op->attention_part_bwd(m->be, m->dq + o * qs, m->dkf, m->dvf, m->datt + o * qs,
-					  a->q + o * qs, m->kf, m->vf, a->att + o * qs, a->lse + o,
-					  &p, true));
-	}
-	for (int w = 0; w < 2; w++) {
-		for (int r = 0; r < m->cpn; r++)
-			for (int64_t b = 0; b < B; b++)
-				for (int64_t t = 0; t < Tl; t++)
-					memcpy(m->cpg + ((r * B + b) * Tl + t) * kv,
-					       src[w] + (b * T + cp_pos(m, r, t)) * kv,
-					       (size_t)kv * sizeof(float));
-		CK(titan_comm_reduce_scatter(m->cp, m->cpg, dst[w], (size_t)(m->n * kv),
-					     TITAN_DTYPE_F32, w ? "cp value grads" : "cp key grads"));
-	}
-	return 0;
-}
-
-/* Block `l` forward: x[l] -> x[l+1], keeping activations in `a`.  With
- * `rest_only` (selective "op" in backward) `a` already holds what the block
- * kept (q, v, att, lse, w1·x, and x[l+1]): only the rest is computed, by
- * the same calls on the same inputs, so with the same bits.  With TP the
+/* One op of block l's forward, which reads x[l], writes x[l + 1] and
+ * keeps its activations in `a`: the sequence-parallel moves and the
+ * attention are the model's implementations (tp.h, cp.h).  With TP the
  * residual stream (x, h, y) and the norms' statistics hold this rank's nl
- * tokens; xn1/xn2 are gathered to all n tokens, and the outputs of wo and
- * w2 (partial sums over this rank's heads / hidden units) are
- * reduce-scattered back to nl tokens. */
-static int block_fwd(struct titan_llama *m, const struct mb *b, int l, struct acts *a,
-		     bool rest_only)
+ * tokens, xn1/xn2 are gathered to all n tokens, and wo and w2 are
+ * row-parallel (their partial sums reduce-scattered back to nl). */
+static int fwd_op(struct titan_llama *m, const struct mb *b, int l, struct acts *a,
+		  enum fwd_op o)
 {
 	const struct titan_backend_ops *op = m->be->ops;
 	struct titan_backend *be = m->be;
+	struct titan_sp *sp = &m->sp;
 	const struct titan_model_dims *d = &m->d;
-	const int64_t n = m->n, nl = m->nl, C = d->dim, F = m->F;
-	const int64_t q = m->H * d->head_dim, kv = m->Hkv * d->head_dim;
-	const struct titan_attn_dims ad = {m->o.batch, m->o.seq, m->H, m->Hkv, d->head_dim};
-	const float *x = b->x[l];
-	float *y = b->x[l + 1];
-	int rc;
+	const int64_t n = m->n, C = d->dim, F = m->F, B = m->o.batch, T = m->cp.tl;
+	const int64_t D = d->head_dim, q = m->H * D, kv = m->Hkv * D;
+	const float eps = (float)d->norm_eps;
 
-	CK(op->rmsnorm_fwd(be, m->tp ? m->xn_loc : a->xn1, a->rstd1, x,
-			   P(m, TITAN_PARAM_ATTENTION_NORM, l), nl, C, (float)d->norm_eps));
-	if (m->tp)
-		CK(tp_gather(m, a->xn1, m->xn_loc, "tp attention input"));
-	if (!rest_only)
-		CK(op->matmul_fwd(be, a->q, a->xn1, P(m, TITAN_PARAM_WQ, l), n, C, q, false));
-	CK(op->matmul_fwd(be, a->k, a->xn1, P(m, TITAN_PARAM_WK, l), n, C, kv, false));
-	if (!rest_only) {
-		CK(op->matmul_fwd(be, a->v, a->xn1, P(m, TITAN_PARAM_WV, l), n, C, kv, false));
-		CK(op->rope_fwd(be, a->q, m->freqs, m->o.batch, m->seq_l, m->H, d->head_dim));
+	switch (o) {
+	/* attention: h = x + wo(attn(rope(wq xn1), rope(wk xn1), wv xn1)), xn1 = norm(x) */
+	case F_NORM1:
+		return sp->ops->norm(sp, a->xn1, a->rstd1, b->x[l],
+				     P(m, TITAN_PARAM_ATTENTION_NORM, l), eps, "tp attention input");
+	case F_WQ:
+		return op->matmul_fwd(be, a->q, a->xn1, P(m, TITAN_PARAM_WQ, l), n, C, q, false);
+	case F_WK:
+		return op->matmul_fwd(be, a->k, a->xn1, P(m, TITAN_PARAM_WK, l), n, C, kv, false);
+	case F_WV:
+		return op->matmul_fwd(be, a->v, a->xn1, P(m, TITAN_PARAM_WV, l), n, C, kv, false);
+	case F_ROPE_Q:
+		return op->rope_fwd(be, a->q, m->freqs, B, T, m->H, D);
+	case F_ROPE_K:
+		return op->rope_fwd(be, a->k, m->freqs, B, T, m->Hkv, D);
+	case F_ATTENTION:
+		return m->cp.attn->fwd(&m->cp, a->att, a->lse, a->q, a->k, a->v);
+	case F_WO:
+		return sp->ops->linear_residual(sp, a->h, b->x[l], a->att, P(m, TITAN_PARAM_WO, l), q,
+						"tp attention output");
+	/* feed-forward: y = h + w2(silu(w1 xn2) * w3 xn2), xn2 = norm(h) */
+	case F_NORM2:
+		return sp->ops->norm(sp, a->xn2, a->rstd2, a->h, P(m, TITAN_PARAM_FFN_NORM, l), eps,
+				     "tp ffn input");
+	case F_W1:
+		return op->matmul_fwd(be, a->a, a->xn2, P(m, TITAN_PARAM_W1, l), n, C, F, false);
+	case F_W3:
+		return op->matmul_fwd(be, a->b, a->xn2, P(m, TITAN_PARAM_W3, l), n, C, F, false);
+	case F_SWIGLU:
+		return op->swiglu_fwd(be, a->g, a->a, a->b, n * F);
+	case F_W2:
+		return sp->ops->linear_residual(sp, b->x[l + 1], a->h, a->g, P(m, TITAN_PARAM_W2, l),
+						F, "tp ffn output");
+	case F_NOPS:
+		break;
 	}
-	CK(op->rope_fwd(be, a->k, m->freqs, m->o.batch, m->seq_l, m->Hkv, d->head_dim));
-	if (!rest_only && m->cp)
-		CK(cp_attention_fwd(m, a));
-	else if (!rest_only)
-		CK(op->attention_fwd(be, a->att, a->lse, a->q, a->k, a->v, &ad));
-	if (m->tp) {
-		CK(op->matmul_fwd(be, m->part, a->att, P(m, TITAN_PARAM_WO, l), n, q, C, false));
-		CK(tp_scatter(m, a->h, m->part, "tp attention output"));
-		CK(op->add(be, a->h, x, a->h, nl * C));
-	} else {
-		CK(op->copy(be, a->h, x, n * C));
-		CK(op->matmul_fwd(be, a->h, a->att, P(m, TITAN_PARAM_WO, l), n, q, C, true));
-	}
-	CK(op->rmsnorm_fwd(be, m->tp ? m->xn_loc : a->xn2, a->rstd2, a->h,
-			   P(m, TITAN_PARAM_FFN_NORM, l), nl, C, (float)d->norm_eps));
-	if (m->tp)
-		CK(tp_gather(m, a->xn2, m->xn_loc, "tp ffn input"));
-	if (!rest_only)
-		CK(op->matmul_fwd(be, a->a, a->xn2, P(m, TITAN_PARAM_W1, l), n, C, F, false));
-	CK(op->matmul_fwd(be, a->b, a->xn2, P(m, TITAN_PARAM_W3, l), n, C, F, false));
-	CK(op->swiglu_fwd(be, a->g, a->a, a->b, n * F));
-	if (!rest_only && m->tp) {
-		CK(op->matmul_fwd(be, m->part, a->g, P(m, TITAN_PARAM_W2, l), n, F, C, false));
-		CK(tp_scatter(m, y, m->part, "tp ffn output"));
-		CK(op->add(be, y, a->h, y, nl * C));
-	} else if (!rest_only) {
-		CK(op->copy(be, y, a->h, n * C));
-		CK(op->matmul_fwd(be, y, a->g, P(m, TITAN_PARAM_W2, l), n, F, C, true));
-	}
-	return 0;
+	return titan_error(TITAN_E_INVALID, "block forward: no op %d", (int)o);
 }
 
-/* Before block `l`'s backward under activation checkpointing: recompute
- * the block (full AC: into m->recompute, which *a then points at) or, per
- * op, what it did not keep.  0 when nothing is recomputed. */
-static int block_recompute(struct titan_llama *m, const struct mb *b, int64_t l,
-			   struct acts **a)
+/* Block `l` forward: the ops `ops` in order (fwd_all: the whole block;
+ * a recomputation's: what the block did not keep, by the same calls on
+ * the same inputs, so with the same bits). */
+static int block_fwd(struct titan_llama *m, const struct mb *b, int l, struct acts *a,
+		     const enum fwd_op *ops, int nops)
 {
 	int rc;
 
-	if (!m->ckpt[l] && m->o.ac != TITAN_AC_SELECTIVE_OP)
+	for (int i = 0; i < nops; i++)
+		CK(fwd_op(m, b, l, a, ops[i]));
+	return 0;
+}
+
+/* Where block l's forward keeps its activations: the shared set when its
+ * backward recomputes it whole. */
+static struct acts *fwd_acts(struct titan_llama *m, const struct mb *b, int l)
+{
+	return m->ac.whole[l] ? &m->ac.shared : &b->acts[l];
+}
+
+/* Before block `l`'s backward, what the activation-checkpointing policy
+ * recomputes: the whole block (into the shared set, which *a then points
+ * at), the ops selective "op" did not keep, or nothing. */
+static int block_recompute(struct titan_llama *m, const struct mb *b, int l, struct acts **a)
+{
+	const bool whole = m->ac.whole[l];
+	int rc;
+
+	if (!whole && m->ac.nredo == 0)
 		return 0;
-	if (m->ckpt[l])
-		*a = &m->recompute;
-	span_begin(m, "recompute", (int)l);
-	rc = block_fwd(m, b, (int)l, *a, !m->ckpt[l]);
+	*a = fwd_acts(m, b, l);
+	span_begin(m, "recompute", l);
+	rc = whole ? block_fwd(m, b, l, *a, fwd_all, F_NOPS)
+		   : block_fwd(m, b, l, *a, m->ac.redo, m->ac.nredo);
 	span_end(m, "recompute");
 	return rc;
 }
@@ -990,29 +860,26 @@ static const struct wsink_ops sink_immediate = {dw_now, keep_nothing, keep_no_ac
 static const struct wsink_ops sink_deferred = {dw_later, keep_stash, keep_stash_acts};
 
 /* Block `l` backward: m->dx holds dL/dx[l+1] on entry and dL/dx[l] on exit
- * (this rank's nl tokens with TP: gathered before the matmuls whose
- * forward outputs were scattered, the input gradients of the gathered
- * norms' outputs reduce-scattered).  The weight gradients go to the sink
- * `k` (skipped and their operands stashed for block_wgrad when it is
- * deferred). */
+ * (this rank's nl tokens with sequence parallelism: gathered before the
+ * matmuls whose forward outputs were scattered, the input gradients of
+ * the gathered norms' outputs reduce-scattered).  The weight gradients go
+ * to the sink `k` (skipped and their operands stashed for block_wgrad
+ * when it is deferred). */
 static int block_bwd(const struct wsink *k, int l, struct acts *a)
 {
 	struct titan_llama *m = k->m;
 	const struct wsink_ops *g = k->ops;
 	const struct titan_backend_ops *op = m->be->ops;
 	struct titan_backend *be = m->be;
+	struct titan_sp *sp = &m->sp;
 	const struct titan_model_dims *d = &m->d;
-	const int64_t n = m->n, nl = m->nl, C = d->dim, F = m->F;
-	const int64_t q = m->H * d->head_dim, kv = m->Hkv * d->head_dim;
-	const struct titan_attn_dims ad = {m->o.batch, m->o.seq, m->H, m->Hkv, d->head_dim};
-	float *dy = m->dx, *dh = m->dh, *dxn = m->tp ? m->dxn_loc : m->dxn;
+	const int64_t n = m->n, nl = m->nl, C = d->dim, F = m->F, B = m->o.batch, T = m->cp.tl;
+	const int64_t D = d->head_dim, q = m->H * D, kv = m->Hkv * D;
+	const float *dy, *dh, *dxn;
 	int rc;
 
 	/* feed-forward: y = h + w2(silu(w1 xn2) * w3 xn2), xn2 = norm(h) */
-	if (m->tp) {
-		CK(tp_gather(m, m->dfull, m->dx, "tp ffn output grad"));
-		dy = m->dfull;
-	}
+	CK(sp->ops->gather_grad(sp, &dy, m->dx, "tp ffn output grad"));
 	CK(g->keep(k, l, WS_DY, dy, n * C));
 	CK(op->matmul_bwd(be, m->dg, g->dw(k, TITAN_PARAM_W2, l), dy, a->g,
 			  P(m, TITAN_PARAM_W2, l), n, F, C, false));
@@ -1021,27 +888,20 @@ static int block_bwd(const struct wsink *k, int l, struct acts *a)
 			  P(m, TITAN_PARAM_W1, l), n, C, F, false));
 	CK(op->matmul_bwd(be, m->dxn, g->dw(k, TITAN_PARAM_W3, l), a->b, a->xn2,
 			  P(m, TITAN_PARAM_W3, l), n, C, F, true));
-	if (m->tp)
-		CK(tp_scatter(m, m->dxn_loc, m->dxn, "tp ffn input grad"));
+	CK(sp->ops->scatter_grad(sp, &dxn, m->dxn, "tp ffn input grad"));
 	CK(g->keep(k, l, WS_DXN2, dxn, nl * C));
 	CK(op->copy(be, m->dh, m->dx, nl * C));
 	CK(op->rmsnorm_bwd(be, m->dh, g->dw(k, TITAN_PARAM_FFN_NORM, l), dxn, a->h,
 			   P(m, TITAN_PARAM_FFN_NORM, l), a->rstd2, nl, C, true));
 	/* attention: h = x + wo(attn(rope(wq xn1), rope(wk xn1), wv xn1)), xn1 = norm(x) */
-	if (m->tp) {
-		CK(tp_gather(m, m->dfull, m->dh, "tp attention output grad"));
-		dh = m->dfull;
-	}
+	CK(sp->ops->gather_grad(sp, &dh, m->dh, "tp attention output grad"));
 	CK(g->keep(k, l, WS_DH, dh, n * C));
 	CK(op->matmul_bwd(be, m->datt, g->dw(k, TITAN_PARAM_WO, l), dh, a->att,
 			  P(m, TITAN_PARAM_WO, l), n, q, C, false));
-	if (m->cp)
-		CK(cp_attention_bwd(m, a));
-	else
-		CK(op->attention_bwd(be, m->dq, m->dk, m->dv, m->datt, a->q, a->k, a->v, a->att,
-				     a->lse, &ad));
-	CK(op->rope_bwd(be, m->dq, m->freqs, m->o.batch, m->seq_l, m->H, d->head_dim));
-	CK(op->rope_bwd(be, m->dk, m->freqs, m->o.batch, m->seq_l, m->Hkv, d->head_dim));
+	CK(m->cp.attn->bwd(&m->cp, m->dq, m->dk, m->dv, m->datt, a->q, a->k, a->v, a->att,
+			   a->lse));
+	CK(op->rope_bwd(be, m->dq, m->freqs, B, T, m->H, D));
+	CK(op->rope_bwd(be, m->dk, m->freqs, B, T, m->Hkv, D));
 	CK(g->keep(k, l, WS_DQ, m->dq, n * q));
 	CK(g->keep(k, l, WS_DK, m->dk, n * kv));
 	CK(g->keep(k, l, WS_DV, m->dv, n * kv));
@@ -1051,8 +911,7 @@ static int block_bwd(const struct wsink *k, int l, struct acts *a)
 			  P(m, TITAN_PARAM_WK, l), n, C, kv, true));
 	CK(op->matmul_bwd(be, m->dxn, g->dw(k, TITAN_PARAM_WV, l), m->dv, a->xn1,
 			  P(m, TITAN_PARAM_WV, l), n, C, kv, true));
-	if (m->tp)
-		CK(tp_scatter(m, m->dxn_loc, m->dxn, "tp attention input grad"));
+	CK(sp->ops->scatter_grad(sp, &dxn, m->dxn, "tp attention input grad"));
 	CK(g->keep(k, l, WS_DXN1, dxn, nl * C));
 	CK(op->copy(be, m->dx, m->dh, nl * C));
 	CK(op->rmsnorm_bwd(be, m->dx, g->dw(k, TITAN_PARAM_ATTENTION_NORM, l), dxn, k->b->x[l],
@@ -1093,169 +952,11 @@ static int block_wgrad(struct titan_llama *m, const struct mb *b, int l)
 			       b->x[l], m->pl.ones, a->rstd1, nl, C, false);
 }
 
-/* TP embedding (torchtitan: RowwiseParallel on the vocabulary, output
- * sharded on the sequence): each rank looks up the ids in its rows, zeros
- * for the others, and the sum is reduce-scattered to nl tokens. */
-static int tp_embedding_fwd(struct titan_llama *m, const struct mb *b)
-{
-	const int64_t C = m->d.dim;
-	const float *w = P(m, TITAN_PARAM_TOK_EMBEDDINGS, -1);
-
-	for (int64_t i = 0; i < m->n; i++) {
-		const int64_t r = (int64_t)b->ids[i] - m->v0;
-
-		if (r >= 0 && r < m->V)
-			memcpy(m->part + i * C, w + r * C, (size_t)C * sizeof(float));
-		else
-			memset(m->part + i * C, 0, (size_t)C * sizeof(float));
-	}
-	return tp_scatter(m, b->x[0], m->part, "tp embedding");
-}
-
-static int tp_embedding_bwd(struct titan_llama *m, const struct mb *b)
-{
-	const int64_t C = m->d.dim;
-	float *dw = G(m, TITAN_PARAM_TOK_EMBEDDINGS, -1);
-	int rc;
-
-	CK(tp_gather(m, m->dfull, m->dx, "tp embedding grad"));
-	for (int64_t i = 0; i < m->n; i++) { /* token order, as embedding_bwd */
-		const int64_t r = (int64_t)b->ids[i] - m->v0;
-
-		if (r >= 0 && r < m->V)
-			for (int64_t c = 0; c < C; c++)
-				dw[r * C + c] += m->dfull[i * C + c];
-	}
-	return 0;
-}
-
-/* TP classifier + cross-entropy on h[n,C] (gathered) and this rank's
- * vocabulary rows W[V,C], `chunk` tokens at a time.  Loss parallel: the
- * row max, the sum of exponentials and the target logit are all-reduced
- * over the group; otherwise each chunk's logits are all-gathered and every
- * rank computes the whole rows (torchtitan without loss_parallel).  The
- * loss is the same on every rank; dh is this rank's partial sum (reduce-
- * scattered by the caller), dW its rows' gradient. */
-static int tp_classifier_ce(struct titan_llama *m, double *loss_sum, int64_t *n_valid,
-			    float *dh, float *dw, const float *h, const float *w,
-			    const int32_t *labels, float gs)
-{
-	const struct titan_backend_ops *op = m->be->ops;
-	const int64_t n = m->n, C = m->d.dim, V = m->V, Vg = m->d.vocab_size, v0 = m->v0;
-	const int64_t vc = (Vg + m->tpn - 1) / m->tpn;
-	const int64_t chunk = m->o.ce_chunk < n ? m->o.ce_chunk : n;
-	const bool lp = m->o.loss_parallel, grads = dh != NULL;
-	double total = 0;
-	int64_t count = 0;
-	int rc;
-
-	for (int64_t i = 0; i < n; i++)
-		if (labels[i] >= Vg)
-			return titan_error(TITAN_E_INVALID, "label %d at position %lld is outside "
-					   "the vocabulary (size %lld)", (int)labels[i],
-					   (long long)i, (long long)Vg);
-	for (int64_t n0 = 0; n0 < n; n0 += chunk) {
-		const int64_t cn = n0 + chunk < n ? chunk : n - n0;
-		const int32_t *lc = labels + n0;
-		float *z = m->cz, *mx = m->cmx;
-		double *st = m->cst;
-
-		if (V > 0)
-			CK(op->matmul_fwd(m->be, z, h + n0 * C, w, cn, C, V, false));
-		if (lp) {
-			for (int64_t r = 0; r < cn; r++) {
-				float x = -INFINITY;
-
-				for (int64_t j = 0; j < V; j++)
-					x = z[r * V + j] > x ? z[r * V + j] : x;
-				mx[r] = x;
-			}
-			CK(titan_comm_all_reduce(m->tp, TITAN_IN_PLACE, mx, (size_t)cn,
-						 TITAN_DTYPE_F32, TITAN_REDOP_MAX, "tp loss max"));
-			for (int64_t r = 0; r < cn; r++) {
-				double sum = 0;
-				const int64_t y = (int64_t)lc[r] - v0;
-
-				/* the target logit, from the rank that holds it */
-				st[2 * r + 1] = lc[r] >= 0 && y >= 0 && y < V ? z[r * V + y] : 0;
-				for (int64_t j = 0; j < V; j++) {
-					z[r * V + j] = expf(z[r * V + j] - mx[r]);
-					sum += z[r * V + j];
-				}
-				st[2 * r] = sum;
-			}
-			CK(titan_comm_all_reduce(m->tp, TITAN_IN_PLACE, st, (size_t)(2 * cn),
-						 TITAN_DTYPE_F64, TITAN_REDOP_SUM, "tp loss sums"));
-		} else {
-			/* gather the chunk's logits: [tp][cn][vc], the last ranks' padded */
-			float *zg = m->czg, *zf = m->czf;
-
-			for (int64_t r = cn - 1; r >= 0; r--) /* widen rows V -> vc in place */
-				memmove(z + r * vc, z + r * V, (size_t)V * sizeof(float));
-			CK(titan_comm_all_gather(m->tp, z, zg, (size_t)(cn * vc), TITAN_DTYPE_F32,
-						 "tp logits"));
-			for (int k = 0; k < m->tpn; k++) {
-				const int64_t c0 = k * vc, nc = c0 + vc <= Vg ? vc : Vg > c0 ? Vg - c0 : 0;
-
-				for (int64_t r = 0; r < cn; r++)
-					memcpy(zf + r * Vg + c0, zg + ((int64_t)k * cn + r) * vc,
-					       (size_t)nc * sizeof(float));
-			}
-			for (int64_t r = 0; r < cn; r++) {
-				float *zr = zf + r * Vg, x = -INFINITY;
-				double sum = 0;
-
-				for (int64_t j = 0; j < Vg; j++)
-					x = zr[j] > x ? zr[j] : x;
-				mx[r] = x;
-				st[2 * r + 1] = lc[r] >= 0 ? zr[lc[r]] : 0;
-				for (int64_t j = 0; j < Vg; j++) {
-					zr[j] = expf(zr[j] - x);
-					sum += zr[j];
-				}
-				st[2 * r] = sum;
-				/* this rank's columns back, compact */
-				memcpy(z + r * V, zr + v0, (size_t)V * sizeof(float));
-			}
-		}
-		/* loss and, with grads, dz = (softmax − onehot)·gs in z */
-		for (int64_t r = 0; r < cn; r++) {
-			const int64_t y = (int64_t)lc[r] - v0;
-			const float inv = (float)(1.0 / st[2 * r]);
-
-			if (lc[r] < 0) {
-				if (grads)
-					memset(z + r * V, 0, (size_t)V * sizeof(float));
-				continue;
-			}
-			total += ((double)mx[r] + log(st[2 * r])) - st[2 * r + 1];
-			count++;
-			if (!grads)
-				continue;
-			for (int64_t j = 0; j < V; j++)
-				z[r * V + j] = z[r * V + j] * inv * gs;
-			if (y >= 0 && y < V)
-				z[r * V + y] -= gs;
-		}
-		if (grads) {
-			if (V > 0)
-				CK(op->matmul_bwd(m->be, dh + n0 * C, dw, z, h + n0 * C, w, cn, C, V,
-						  false));
-			else
-				CK(op->zero(m->be, dh + n0 * C, cn * C));
-		}
-	}
-	*loss_sum = total;
-	*n_valid = count;
-	return 0;
-}
-
 /* The microbatch's token ids (with CP, this rank's tokens of each row). */
 static int load_ids(struct titan_llama *m, struct mb *b, const int32_t *inputs)
 {
 	for (int64_t i = 0; i < m->n; i++) {
-		const int64_t at = m->cp ? (i / m->seq_l) * m->seq_l * m->cpn + m->pos[i % m->seq_l]
-				     : i;
+		const int64_t at = titan_cp_token(&m->cp, i);
 
 		if (inputs[at] < 0 || inputs[at] >= m->d.vocab_size)
 			return titan_error(TITAN_E_INVALID, "input token %lld is id %d, outside the "
@@ -1269,10 +970,9 @@ static int load_ids(struct titan_llama *m, struct mb *b, const int32_t *inputs)
 static int forward(struct titan_llama *m, const struct titan_stage *s, struct mb *b,
 		   const int32_t *inputs)
 {
-	const struct titan_backend_ops *op = m->be->ops;
 	const struct titan_llama_group_hooks *h = &m->ghooks;
-	const int64_t C = m->d.dim;
 	const int L = (int)m->d.n_layers;
+	struct titan_sp *sp = &m->sp;
 	int rc = 0;
 
 	if (s->first)
@@ -1281,10 +981,8 @@ static int forward(struct titan_llama *m, const struct titan_stage *s, struct mb
 	if (s->first) {
 		span_begin(m, "embedding", -1);
 		if ((rc = ghook(m, h->pre_forward, 0)) == 0)
-			rc = m->tp ? tp_embedding_fwd(m, b) :
-			     op->embedding_fwd(m->be, b->x[0], b->ids,
-					       P(m, TITAN_PARAM_TOK_EMBEDDINGS, -1), m->n,
-					       m->d.vocab_size, C);
+			rc = sp->ops->embedding_fwd(sp, b->x[0], b->ids,
+						    P(m, TITAN_PARAM_TOK_EMBEDDINGS, -1));
 		if (rc == 0)
 			rc = ghook(m, h->post_forward, 0);
 		span_end(m, "embedding");
@@ -1296,7 +994,7 @@ static int forward(struct titan_llama *m, const struct titan_stage *s, struct mb
 	for (int l = s->l0; l < s->l1 && rc == 0; l++) {
 		span_begin(m, "forward", l);
 		if ((rc = ghook(m, h->pre_forward, 1 + l)) == 0)
-			rc = block_fwd(m, b, l, m->ckpt[l] ? &m->recompute : &b->acts[l], false);
+			rc = block_fwd(m, b, l, fwd_acts(m, b, l), fwd_all, F_NOPS);
 		if (rc == 0)
 			rc = ghook(m, h->post_forward, 1 + l);
 		span_end(m, "forward");
@@ -1308,10 +1006,8 @@ static int forward(struct titan_llama *m, const struct titan_stage *s, struct mb
 	if (rc == 0)
 		rc = ghook(m, h->pre_forward, L + 1);
 	if (rc == 0)
-		rc = op->rmsnorm_fwd(m->be, m->tp ? m->xn_loc : b->xnf, b->rstdf, b->x[L],
-				     P(m, TITAN_PARAM_NORM, -1), m->nl, C, (float)m->d.norm_eps);
-	if (rc == 0 && m->tp)
-		rc = tp_gather(m, b->xnf, m->xn_loc, "tp output input");
+		rc = sp->ops->norm(sp, b->xnf, b->rstdf, b->x[L], P(m, TITAN_PARAM_NORM, -1),
+				   (float)m->d.norm_eps, "tp output input");
 	span_end(m, "forward");
 	return rc;
 }
@@ -1321,16 +1017,12 @@ static int forward(struct titan_llama *m, const struct titan_stage *s, struct mb
 static int loss_fwd(struct titan_llama *m, const struct mb *b, const int32_t *labels,
 		    float grad_scale, float *dxn, double *loss_sum, int64_t *n_valid)
 {
-	const struct titan_backend_ops *op = m->be->ops;
 	const struct titan_llama_group_hooks *h = &m->ghooks;
 	const int last = (int)m->d.n_layers + 1;
+	struct titan_sp *sp = &m->sp;
 	int rc;
 
-	if (m->cp) { /* this rank's tokens' labels */
-		for (int64_t i = 0; i < m->n; i++)
-			m->lab[i] = labels[(i / m->seq_l) * m->seq_l * m->cpn + m->pos[i % m->seq_l]];
-		labels = m->lab;
-	}
+	labels = titan_cp_labels(&m->cp, labels); /* this rank's tokens' */
 	if (m->dev) { /* the CUDA loss does not range-check labels */
 		for (int64_t i = 0; i < m->n; i++)
 			if (labels[i] >= m->d.vocab_size)
@@ -1342,15 +1034,10 @@ static int loss_fwd(struct titan_llama *m, const struct mb *b, const int32_t *la
 	}
 	span_begin(m, "loss", -1);
 	rc = dxn ? ghook(m, h->pre_backward, last) : 0;
-	if (rc == 0 && m->tp)
-		rc = tp_classifier_ce(m, loss_sum, n_valid, dxn,
-				      dxn ? G(m, TITAN_PARAM_OUTPUT, -1) : NULL, b->xnf,
-				      P(m, TITAN_PARAM_OUTPUT, -1), labels, grad_scale);
-	else if (rc == 0)
-		rc = op->classifier_ce(m->be, loss_sum, n_valid, dxn,
-				       dxn ? G(m, TITAN_PARAM_OUTPUT, -1) : NULL, b->xnf,
-				       P(m, TITAN_PARAM_OUTPUT, -1), labels, m->n, m->d.dim,
-				       m->d.vocab_size, grad_scale, m->o.ce_chunk);
+	if (rc == 0)
+		rc = sp->ops->classifier_ce(sp, loss_sum, n_valid, dxn,
+					    dxn ? G(m, TITAN_PARAM_OUTPUT, -1) : NULL, b->xnf,
+					    P(m, TITAN_PARAM_OUTPUT, -1), labels, grad_scale);
 	if (rc == 0)
 		rc = ghook(m, h->post_forward, last);
 	span_end(m, "loss");
@@ -1386,10 +1073,8 @@ static int norm_bwd(const struct bwd_pass *p, const float *dxn)
 	 * right after the loss) */
 	if (m->pl.st.staged)
 		rc = ghook(m, m->ghooks.pre_backward, L + 1);
-	if (rc == 0 && m->tp)
-		rc = tp_scatter(m, m->dxn_loc, dxn, "tp output input grad");
-	if (m->tp)
-		dxn = m->dxn_loc;
+	if (rc == 0)
+		rc = m->sp.ops->scatter_grad(&m->sp, &dxn, dxn, "tp output input grad");
 	if (rc == 0)
 		rc = g->keep(&p->sink, -1, WS_DXNF, dxn, m->nl * m->d.dim);
 	if (rc == 0)
@@ -1452,11 +1137,9 @@ static int embedding_bwd(struct titan_llama *m, const struct mb *b)
 	int rc;
 
 	span_begin(m, "embedding backward", -1);
-	if ((rc = ghook(m, h->pre_backward, 0)) == 0 && m->tp)
-		rc = tp_embedding_bwd(m, b);
-	else if (rc == 0)
-		rc = m->be->ops->embedding_bwd(m->be, G(m, TITAN_PARAM_TOK_EMBEDDINGS, -1), b->ids,
-					       m->dx, m->n, m->d.vocab_size, m->d.dim);
+	if ((rc = ghook(m, h->pre_backward, 0)) == 0)
+		rc = m->sp.ops->embedding_bwd(&m->sp, G(m, TITAN_PARAM_TOK_EMBEDDINGS, -1), b->ids,
+					      m->dx);
 	if (rc == 0)
 		rc = ghook(m, h->post_backward, 0);
 	span_end(m, "embedding backward");
@@ -1617,7 +1300,7 @@ int titan_llama_logits(struct titan_llama *m, const int32_t *inputs, float *logi
 {
 	int rc;
 
-	if (m->tp || m->cp)
+	if (m->sp.comm || m->cp.comm)
 		return titan_error(TITAN_E_UNSUPPORTED, "logits of a tensor- or context-parallel "
 				   "model: load the checkpoint on one rank");
 	CK(forward(m, &m->pl.st.v[0], &m->pl.mb[0], inputs));
@@ -1635,13 +1318,8 @@ int titan_llama_grad_sumsq(struct titan_llama *m, double *sumsq)
 
 		CK(m->be->ops->sumsq(m->be, &sumsq[i], titan_param_view(&m->grads, p),
 				     p->local_numel));
-		if (m->tp && p->tp_dim < 0 && m->tpr > 0)
-			sumsq[i] = 0; /* replicated: counted on TP rank 0 */
 	}
-	if (m->tp && (rc = titan_comm_all_reduce(m->tp, TITAN_IN_PLACE, sumsq, (size_t)m->table.n,
-						  TITAN_DTYPE_F64, TITAN_REDOP_SUM,
-						  "tp grad norm")) < 0)
-		return rc;
+	CK(m->sp.ops->reduce_sumsq(&m->sp, &m->table, sumsq));
 	/* pipeline stages: every parameter on one stage, zero elsewhere */
 	if (m->pp && titan_comm_size(m->pp) > 1)
 		return titan_comm_all_reduce(m->pp, TITAN_IN_PLACE, sumsq, (size_t)m->table.n,
@@ -1651,40 +1329,7 @@ int titan_llama_grad_sumsq(struct titan_llama *m, double *sumsq)
 
 int titan_llama_tp_reduce_grads(struct titan_llama *m)
 {
-	int64_t total = 0, at = 0;
-	float *pack;
-	int rc;
-
-	if (!m->tp)
-		return 0;
-	for (int i = 0; i < m->table.n; i++)
-		if (m->table.params[i].tp_dim < 0)
-			total += m->table.params[i].local_numel;
-	if (!(pack = malloc((size_t)(total ? total : 1) * sizeof(*pack))))
-		return titan_error(TITAN_E_NOMEM, "out of memory");
-	for (int i = 0; i < m->table.n; i++) {
-		const struct titan_param *p = &m->table.params[i];
-
-		if (p->tp_dim < 0) {
-			memcpy(pack + at, titan_param_view(&m->grads, p),
-			       (size_t)p->local_numel * sizeof(float));
-			at += p->local_numel;
-		}
-	}
-	rc = titan_comm_all_reduce(m->tp, TITAN_IN_PLACE, pack, (size_t)total, TITAN_DTYPE_F32,
-				   TITAN_REDOP_SUM, "tp norm grads");
-	at = 0;
-	for (int i = 0; i < m->table.n && rc == 0; i++) {
-		const struct titan_param *p = &m->table.params[i];
-
-		if (p->tp_dim < 0) {
-			memcpy(titan_param_view(&m->grads, p), pack + at,
-			       (size_t)p->local_numel * sizeof(float));
-			at += p->local_numel;
-		}
-	}
-	free(pack);
-	return rc;
+	return m->sp.ops->reduce_grads(&m->sp, &m->table, &m->grads);
 }
 
 void titan_grad_norm_from_sumsq(const double *sumsq, int n, double max_norm, double *norm,
