@@ -120,7 +120,7 @@ struct titan_llama {
 	struct mbsets pl;
 	struct titan_comm *pp;
 	/* backward scratch */
-	float *dx, *dh, *dxn, *datt, *dq, *dk, *dv, *dg, *da, *db;
+	float *dx, *dh, *dxn, *datt, *dq, *dk, *dv, *dg;
 	void **blocks;        /* every allocation, for free */
 	int nblocks, capblocks;
 	struct titan_llama_hooks hooks;
@@ -406,18 +406,85 @@ int titan_llama_opts_from_config(struct titan_llama_opts *o, const struct titan_
 	return 0;
 }
 
+/* The RoPE table: of this rank's positions under CP, staged through the
+ * host for device memory. */
+static int init_rope(struct titan_llama *m)
+{
+	const struct titan_model_dims *d = &m->d;
+	const struct titan_rope_scaling sc = {d->rope_scaling_factor, d->rope_low_freq_factor,
+					      d->rope_high_freq_factor,
+					      (double)d->rope_original_max_position};
+	const struct titan_rope_scaling *scp = d->rope_scaling ? &sc : NULL;
+	const int64_t T = m->o.seq, D = d->head_dim;
+	float *f;
+	int rc;
+
+	if (!(m->freqs = buf(m, m->cp.tl * D, TITAN_MEM_OTHER)))
+		return TITAN_E_NOMEM;
+	if (m->cp.comm)
+		return titan_cp_alloc(&m->cp, model_buf, m, m->freqs, d->rope_theta, scp);
+	if (!m->dev)
+		return titan_rope_freqs(m->freqs, T, D, d->rope_theta, scp);
+	f = malloc((size_t)(T * D) * sizeof(float));
+	rc = f ? titan_rope_freqs(f, T, D, d->rope_theta, scp)
+	       : titan_error(TITAN_E_NOMEM, "out of memory");
+	if (rc == 0)
+		rc = titan_cuda_memcpy(m->freqs, f, (size_t)(T * D) * sizeof(float));
+	free(f);
+	return rc;
+}
+
+/* The activation-checkpointing policy's shared set: a whole one, or
+ * under selective "op" only what every block recomputes. */
+static int alloc_shared_acts(struct titan_llama *m)
+{
+	struct acts *r = &m->ac.shared;
+	const enum titan_mem_tag t = TITAN_MEM_ACTIVATIONS;
+	const int64_t C = m->d.dim, kv = m->Hkv * m->d.head_dim;
+
+	if (m->o.ac == TITAN_AC_NONE)
+		return 0;
+	if (m->o.ac != TITAN_AC_SELECTIVE_OP)
+		return alloc_acts(m, r);
+	r->xn1 = buf(m, m->n * C, t);
+	r->rstd1 = buf(m, m->nl, t);
+	r->k = buf(m, m->n * kv, t);
+	r->h = buf(m, m->nl * C, t);
+	r->xn2 = buf(m, m->n * C, t);
+	r->rstd2 = buf(m, m->nl, t);
+	r->b = buf(m, m->n * m->F, t);
+	r->g = buf(m, m->n * m->F, t);
+	if (!r->xn1 || !r->rstd1 || !r->k || !r->h || !r->xn2 || !r->rstd2 || !r->b || !r->g)
+		return TITAN_E_NOMEM;
+	return 0;
+}
+
+/* The backward scratch. */
+static int alloc_scratch(struct titan_llama *m)
+{
+	const enum titan_mem_tag ws = TITAN_MEM_WORKSPACE;
+	const int64_t C = m->d.dim, q = m->H * m->d.head_dim, kv = m->Hkv * m->d.head_dim;
+
+	m->dx = buf(m, m->nl * C, ws);
+	m->dh = buf(m, m->nl * C, ws);
+	m->dxn = buf(m, m->n * C, ws);
+	m->datt = buf(m, m->n * q, ws);
+	m->dq = buf(m, m->n * q, ws);
+	m->dk = buf(m, m->n * kv, ws);
+	m->dv = buf(m, m->n * kv, ws);
+	m->dg = buf(m, m->n * m->F, ws);
+	if (!m->dx || !m->dh || !m->dxn || !m->datt || !m->dq || !m->dk || !m->dv || !m->dg)
+		return TITAN_E_NOMEM;
+	return 0;
+}
+
 int titan_llama_new(const struct titan_model_dims *d, const struct titan_llama_opts *o,
 		    struct titan_backend *be, struct titan_allocator *alloc,
 		    struct titan_llama **out)
 {
 	struct titan_llama *m = calloc(1, sizeof(*m));
-	struct titan_rope_scaling sc = {d->rope_scaling_factor, d->rope_low_freq_factor,
-					d->rope_high_freq_factor,
-					(double)d->rope_original_max_position};
 	const int64_t L = d->n_layers, C = d->dim;
-	const enum titan_mem_tag ws = TITAN_MEM_WORKSPACE;
 	struct titan_param_table_opts to;
-	int64_t F, q, kv;
 	int tpn, rc;
 
 	*out = NULL;
@@ -467,9 +534,6 @@ int titan_llama_new(const struct titan_model_dims *d, const struct titan_llama_o
 	m->pp = o->pp;
 	m->pl.n = o->pp_microbatches > 1 ? (int)o->pp_microbatches : 1;
 	titan_stages_init(&m->pl.st, o, (int)L, &to);
-	F = m->F;
-	q = m->H * d->head_dim;
-	kv = m->Hkv * d->head_dim;
 	if ((rc = titan_param_table_init(&m->table, d, &to)) < 0 ||
 	    (rc = titan_param_arena_init(&m->params, &m->table, m->alloc, TITAN_MEM_PARAMS)) < 0 ||
 	    (rc = titan_param_arena_init(&m->grads, &m->table, m->alloc, TITAN_MEM_GRADS)) < 0 ||
@@ -503,74 +567,26 @@ int titan_llama_new(const struct titan_model_dims *d, const struct titan_llama_o
 	m->group_first[L + 2] = m->table.n;
 	for (int g = 0; g < m->ngroups; g++)
 		titan_llama_bind_group(m, g, NULL, NULL);
-	if (!(m->freqs = buf(m, m->cp.tl * d->head_dim, TITAN_MEM_OTHER)))
+	if ((rc = init_rope(m)) < 0)
 		goto fail;
-	if (m->cp.comm) {
-		if ((rc = titan_cp_alloc(&m->cp, model_buf, m, m->freqs, d->rope_theta,
-					 d->rope_scaling ? &sc : NULL)) < 0)
-			goto fail;
-	} else if (m->dev) {
-		float *f = malloc((size_t)(o->seq * d->head_dim) * sizeof(float));
-
-		rc = f ? titan_rope_freqs(f, o->seq, d->head_dim, d->rope_theta,
-					  d->rope_scaling ? &sc : NULL)
-		       : titan_error(TITAN_E_NOMEM, "out of memory");
-		if (rc == 0)
-			rc = titan_cuda_memcpy(m->freqs, f,
-					       (size_t)(o->seq * d->head_dim) * sizeof(float));
-		free(f);
-		if (rc < 0)
-			goto fail;
-	} else if ((rc = titan_rope_freqs(m->freqs, o->seq, d->head_dim, d->rope_theta,
-					  d->rope_scaling ? &sc : NULL)) < 0) {
-		goto fail;
-	}
 	rc = TITAN_E_NOMEM;
 	m->pl.mb = calloc((size_t)m->pl.n, sizeof(*m->pl.mb));
-	if (!m->pl.mb || (rc = ac_policy_init(&m->ac, o, (int)L)) < 0)
+	if (!m->pl.mb || (rc = ac_policy_init(&m->ac, o, (int)L)) < 0 ||
+	    (rc = alloc_shared_acts(m)) < 0)
 		goto fail;
-	rc = TITAN_E_NOMEM;
-	if (o->ac == TITAN_AC_SELECTIVE_OP) {
-		/* the shared set holds only what every block recomputes */
-		struct acts *r = &m->ac.shared;
-		const enum titan_mem_tag t = TITAN_MEM_ACTIVATIONS;
-
-		r->xn1 = buf(m, m->n * C, t);
-		r->rstd1 = buf(m, m->nl, t);
-		r->k = buf(m, m->n * kv, t);
-		r->h = buf(m, m->nl * C, t);
-		r->xn2 = buf(m, m->n * C, t);
-		r->rstd2 = buf(m, m->nl, t);
-		r->b = buf(m, m->n * F, t);
-		r->g = buf(m, m->n * F, t);
-		if (!r->xn1 || !r->rstd1 || !r->k || !r->h || !r->xn2 || !r->rstd2 || !r->b || !r->g)
-			goto fail;
-	} else if (o->ac != TITAN_AC_NONE && alloc_acts(m, &m->ac.shared) < 0) {
-		goto fail;
-	}
 	for (int k = 0; k < m->pl.n; k++)
 		if ((rc = alloc_mb(m, &m->pl.mb[k])) < 0 ||
 		    (o->pp_split_backward && (rc = alloc_wstash(m, &m->pl.mb[k])) < 0))
 			goto fail;
 	if (o->pp_split_backward) {
 		rc = TITAN_E_NOMEM;
-		if (!(m->pl.ones = buf(m, C, ws)))
+		if (!(m->pl.ones = buf(m, C, TITAN_MEM_WORKSPACE)))
 			goto fail;
 		for (int64_t c = 0; c < C; c++) /* host memory: PP has no device path */
 			m->pl.ones[c] = 1.0f;
 	}
-	rc = TITAN_E_NOMEM;
-	m->dx = buf(m, m->nl * C, ws);
-	m->dh = buf(m, m->nl * C, ws);
-	m->dxn = buf(m, m->n * C, ws);
-	m->datt = buf(m, m->n * q, ws);
-	m->dq = buf(m, m->n * q, ws);
-	m->dk = buf(m, m->n * kv, ws);
-	m->dv = buf(m, m->n * kv, ws);
-	m->dg = buf(m, m->n * F, ws);
-	if (!m->dx || !m->dh || !m->dxn || !m->datt || !m->dq || !m->dk || !m->dv || !m->dg)
-		goto fail;
-	if ((rc = titan_sp_init(&m->sp, be, o->tp, m->n, C, d->vocab_size,
+	if ((rc = alloc_scratch(m)) < 0 ||
+	    (rc = titan_sp_init(&m->sp, be, o->tp, m->n, C, d->vocab_size,
 				m->table.params[0].tp_off, m->table.params[0].shape[0],
 				m->o.ce_chunk, o->loss_parallel, model_buf, m)) < 0)
 		goto fail;

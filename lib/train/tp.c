@@ -351,21 +351,15 @@ int titan_sp_init(struct titan_sp *sp, struct titan_backend *be, struct titan_co
 	const enum titan_mem_tag ws = TITAN_MEM_WORKSPACE;
 	int64_t ch, vc;
 
-	memset(sp, 0, sizeof(*sp));
-	sp->ops = &identity;
-	sp->be = be;
-	sp->comm = comm && titan_comm_size(comm) > 1 ? comm : NULL;
-	sp->rank = sp->comm ? titan_comm_rank(sp->comm) : 0;
-	sp->size = sp->comm ? titan_comm_size(sp->comm) : 1;
-	sp->n = n;
+	const bool tp = comm && titan_comm_size(comm) > 1;
+
+	*sp = (struct titan_sp){.ops = &identity, .be = be, .comm = tp ? comm : NULL,
+				.rank = tp ? titan_comm_rank(comm) : 0,
+				.size = tp ? titan_comm_size(comm) : 1, .n = n, .C = C,
+				.vocab = vocab, .V = V, .v0 = v0, .ce_chunk = ce_chunk,
+				.loss_parallel = loss_parallel};
 	sp->nl = n / sp->size;
-	sp->C = C;
-	sp->vocab = vocab;
-	sp->v0 = v0;
-	sp->V = V;
-	sp->ce_chunk = ce_chunk;
-	sp->loss_parallel = loss_parallel;
-	if (!sp->comm)
+	if (!tp)
 		return 0;
 	sp->ops = &tensor_parallel;
 	ch = ce_chunk < n ? ce_chunk : n;
