@@ -189,7 +189,7 @@ static void sim_post_backward(struct fsdp_sim *s, int g)
  * stage is global stage rank + v·pp, split by titan_pp_split); without PP
  * one stage of every block, the embedding and the output. */
 struct geo {
-	int nst, l0[8], l1[8];
+	int nst, l0[TITAN_PP_MAX_STAGES_PER_RANK], l1[TITAN_PP_MAX_STAGES_PER_RANK];
 	bool sfirst, slast;
 };
 
@@ -356,10 +356,10 @@ static int rank_geo(const struct titan_model_dims *d, const struct titan_est_opt
 
 	if ((rc = est_pipeline(o, d, &v, &st)) < 0)
 		return rc;
-	if (v > 8) {
+	if (v > TITAN_PP_MAX_STAGES_PER_RANK) {
 		free(st);
 		return titan_error(TITAN_E_INVALID, "%lld stages per rank: titan-train holds at "
-				   "most 8", (long long)v);
+				   "most %d", (long long)v, TITAN_PP_MAX_STAGES_PER_RANK);
 	}
 	memset(G, 0, sizeof(*G));
 	G->nst = (int)v;

@@ -124,7 +124,7 @@ int est_gpu_model(const struct titan_model_dims *d, const struct titan_est_opts 
 		for (int64_t s = 0; s < v; s++) {
 			const struct est_stage *sg = &st[est_stage_of(o, pr, s, v)];
 
-			if (s < 8) {
+			if (s < TITAN_PP_MAX_STAGES_PER_RANK) {
 				r->stages[s] = (int)est_stage_of(o, pr, s, v);
 				r->stage_l0[s] = (int)sg->first_layer;
 				r->stage_l1[s] = (int)(sg->first_layer + sg->nlayers);

@@ -187,13 +187,13 @@ void titan_estimate_json(const struct titan_estimate *e, struct titan_json *j)
 		kint(j, "stage", r->pp_rank);
 		titan_json_key(j, "stages");
 		titan_json_array_begin(j);
-		for (int s = 0; s < r->nstages && s < 8; s++)
+		for (int s = 0; s < r->nstages && s < TITAN_PP_MAX_STAGES_PER_RANK; s++)
 			titan_json_int(j, r->stages[s]);
 		titan_json_array_end(j);
 		/* each stage's blocks [l0, l1), as titan_pp_split gives them */
 		titan_json_key(j, "stage_layers");
 		titan_json_array_begin(j);
-		for (int s = 0; s < r->nstages && s < 8; s++) {
+		for (int s = 0; s < r->nstages && s < TITAN_PP_MAX_STAGES_PER_RANK; s++) {
 			titan_json_array_begin(j);
 			titan_json_int(j, r->stage_l0[s]);
 			titan_json_int(j, r->stage_l1[s]);

@@ -195,8 +195,9 @@ struct titan_est_moment {
 struct titan_est_rank {
 	int pp_rank;
 	int nstages;              /* pipeline stages held by this rank */
-	int stages[8];            /* their indices (first 8) */
-	int stage_l0[8], stage_l1[8]; /* their blocks [l0, l1) (titan_pp_split) */
+	int stages[TITAN_PP_MAX_STAGES_PER_RANK]; /* their indices */
+	/* their blocks [l0, l1) (titan_pp_split) */
+	int stage_l0[TITAN_PP_MAX_STAGES_PER_RANK], stage_l1[TITAN_PP_MAX_STAGES_PER_RANK];
 	int64_t layers;           /* transformer blocks held */
 	bool first, last;         /* holds the embedding / the output */
 	int64_t params_local;     /* parameter elements held (after TP, before FSDP) */

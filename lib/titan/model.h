@@ -122,6 +122,10 @@ enum titan_param_role {
 /* Parameters per transformer block (wq .. ffn_norm). */
 #define TITAN_PARAMS_PER_LAYER 9
 
+/* Pipeline stages one rank holds at most (interleaved schedules' virtual
+ * stages): titan-train's model, schedules and titan-estimate. */
+#define TITAN_PP_MAX_STAGES_PER_RANK 8
+
 enum titan_init_kind {
 	TITAN_INIT_NORMAL = 0,    /* N(mean, std²) */
 	TITAN_INIT_TRUNC_NORMAL,  /* N(mean, std²) truncated to [a, b] (absolute) */
@@ -175,7 +179,8 @@ struct titan_param_table_opts {
 	int stage_l0, stage_l1;
 	/* further block ranges of the same rank (interleaved schedules'
 	 * virtual stages): [more_l0[i], more_l1[i]) for i < nmore */
-	int nmore, more_l0[7], more_l1[7];
+	int nmore, more_l0[TITAN_PP_MAX_STAGES_PER_RANK - 1],
+	    more_l1[TITAN_PP_MAX_STAGES_PER_RANK - 1];
 };
 
 struct titan_param_table {

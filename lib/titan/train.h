@@ -117,7 +117,8 @@ struct titan_llama_opts {
 	/* interleaved schedules: this rank's further stages (virtual stages
 	 * 1 .. nmore, in order; stage_first applies to stage 0 only,
 	 * stage_last to the rank's last) */
-	int nmore, more_l0[7], more_l1[7];
+	int nmore, more_l0[TITAN_PP_MAX_STAGES_PER_RANK - 1],
+	    more_l1[TITAN_PP_MAX_STAGES_PER_RANK - 1];
 	/* zero-bubble schedules: backward split into an input pass and a
 	 * weight pass per (stage, microbatch) (titan_llama_pp_backward_input
 	 * / _weight); each microbatch then keeps, per block of its stages but
@@ -340,9 +341,10 @@ enum { TITAN_PP_F, TITAN_PP_B, TITAN_PP_W };
 struct titan_pp_action {
 	int op, stage, mb;
 };
-/* The actions of rank `rank` of `pp` with V stages each (1 .. 8) and M
- * microbatches, in the order torch.distributed.pipelining's schedule runs
- * them (without `backward`: the forwards only).  `out` holds 3·V·M
+/* The actions of rank `rank` of `pp` with V stages each (1 ..
+ * TITAN_PP_MAX_STAGES_PER_RANK) and M microbatches, in the order
+ * torch.distributed.pipelining's schedule runs them (without `backward`:
+ * the forwards only).  `out` holds 3·V·M
  * entries; returns how many were written (2·V·M, or 3·V·M with the
  * split), or TITAN_E_NOMEM. */
 int titan_pp_schedule_actions(enum titan_pp_schedule sched, int pp, int rank, int V, int M,

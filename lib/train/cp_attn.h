@@ -1,7 +1,8 @@
 /*
  * cp_attn.h — private to lib/train: context parallelism's ring attention
- * (cp_ring.c).  The allgather method is in llama.c (the gathered keys and
- * values through the backend's attention_part ops).
+ * (cp_ring.c), one of the attention implementations of cp.h (cp.c holds
+ * the others: local, and allgather through the backend's attention_part
+ * ops).
  */
 #ifndef TITAN_TRAIN_CP_ATTN_H
 #define TITAN_TRAIN_CP_ATTN_H

@@ -3,7 +3,13 @@
  * blocks, the fused classifier + cross-entropy, hand-written backward,
  * activation checkpointing by recomputation, gradient norm and AdamW.
  * Mirrors torchtitan's models/llama3/model.py (Transformer.forward) and
- * train.py's train_step; the ops are lib/titan/ops.h's.
+ * train.py's train_step; the ops are lib/titan/ops.h's.  The block math
+ * has no layout branches: the layout comes in as small interfaces — the
+ * stage and microbatch a call works on (stage.h, struct mb), the
+ * sequence/tensor-parallel moves (tp.h, the identity on one rank), the
+ * attention (cp.h: local or context-parallel), the activation-
+ * checkpointing policy (struct ac_policy) and the weight-gradient sink of
+ * a backward pass (immediate, or deferred for the zero-bubble W pass).
  */
 #include "titan/train.h"
 
@@ -14,7 +20,9 @@
 #include "titan/core.h"
 #include "titan/cuda.h"
 #include "titan/dist.h"
-#include "cp_attn.h"
+#include "cp.h"
+#include "stage.h"
+#include "tp.h"
 
 /* What one block keeps for backward. */
 struct acts {
@@ -33,9 +41,64 @@ struct acts {
  * SwiGLU gradients da, db, g) when the block's activations are shared
  * (checkpointed, or selective "op"); otherwise x is empty and the pass
  * reads the microbatch's own acts. */
+enum wslot { WS_DY, WS_DH, WS_DQ, WS_DK, WS_DV, WS_DXN2, WS_DXN1, WS_NSLOT,
+	     WS_DXNF = WS_NSLOT /* the final norm's dy: struct mb's dxnf */ };
 struct wstash {
-	float *dy, *dh, *dq, *dk, *dv, *dxn2, *dxn1;
+	float *g[WS_NSLOT];
 	struct acts x;
+};
+
+/* One microbatch's state (alloc_mb): the stage's block inputs x[l0..l1]
+ * (x[L]: the final norm's input), the kept activations per block (NULL
+ * pointers for checkpointed blocks), the final norm's output and 1/rms,
+ * the token ids, under PP the loss's gradient of xnf, and with the split
+ * backward the weight passes' stash. */
+struct mb {
+	float **x;
+	struct acts *acts;
+	float *xnf, *rstdf, *dxn_out;
+	uint32_t *ids;
+	struct wstash *w;  /* split backward: per block, or NULL */
+	float *dxnf;       /* split backward, last stage: the final norm's dy */
+};
+
+/* The ops of a block's forward, in order (fwd_op); a list of them is what
+ * block_fwd runs. */
+enum fwd_op {
+	F_NORM1, F_WQ, F_WK, F_WV, F_ROPE_Q, F_ROPE_K, F_ATTENTION, F_WO,
+	F_NORM2, F_W1, F_W3, F_SWIGLU, F_W2, F_NOPS
+};
+
+/* Activation checkpointing (titan/train.h's titan_ac_mode): per block,
+ * what its backward recomputes first.  Blocks with `whole` set (full AC,
+ * selective every N) keep no activations and recompute every op into the
+ * shared set; the others recompute the `redo` ops in place (selective
+ * "op": what it does not keep) or nothing. */
+struct ac_policy {
+	bool *whole;
+	const enum fwd_op *redo;
+	int nredo;
+	struct acts shared;
+};
+
+static const enum fwd_op fwd_all[F_NOPS] = {
+	F_NORM1, F_WQ, F_WK, F_WV, F_ROPE_Q, F_ROPE_K, F_ATTENTION, F_WO,
+	F_NORM2, F_W1, F_W3, F_SWIGLU, F_W2,
+};
+/* Selective "op" recomputes all but what torchtitan's policy keeps: q
+ * (after RoPE), v, the attention output and its lse, w1·x and the block
+ * output. */
+static const enum fwd_op fwd_unsaved[] = {
+	F_NORM1, F_WK, F_ROPE_K, F_WO, F_NORM2, F_W3, F_SWIGLU,
+};
+
+/* The pipeline bookkeeping: the rank's stages and one microbatch state
+ * per microbatch in flight (n: 1 without PP). */
+struct mbsets {
+	struct titan_stages st;
+	int n;
+	struct mb *mb;
+	float *ones;          /* split backward: [C] ones, the weight pass's norm weight */
 };
 
 struct titan_llama {
@@ -53,35 +116,11 @@ struct titan_llama {
 	int32_t *lab_dev;
 	float *freqs;         /* [T, D/2, 2] */
 	int64_t n;            /* tokens per microbatch */
-	/* the microbatch in use (select_mb): */
-	float **x;            /* block inputs x[l0..l1] [N,C] (x[L]: final norm input) */
-	struct acts *acts;    /* per block; NULL pointers for checkpointed blocks */
-	bool *ckpt;           /* block is recomputed in backward */
-	struct acts recompute;
-	float *xnf, *rstdf;   /* final norm */
-	uint32_t *ids;
-	float *dxn_out;       /* PP last stage: the loss's gradient of xnf */
-	/* Pipeline stage: blocks [l0, l1), the embedding when `first`, norm,
-	 * output and loss when `last`; one set of the above per microbatch of
-	 * a step (nmb: 1 without PP) */
-	int l0, l1, nmb;
-	bool first, last;
-	/* the rank's stages (virtual stages of interleaved schedules):
-	 * blocks [sl0[v], sl1[v]); select_stage sets l0, l1, first, last */
-	int nst, sl0[8], sl1[8];
-	bool sfirst, slast;
-	struct mb {
-		float **x;
-		struct acts *acts;
-		float *xnf, *rstdf, *dxn_out;
-		uint32_t *ids;
-		struct wstash *w;  /* split backward: per block, or NULL */
-		float *dxnf;       /* split backward, last stage: the final norm's dy */
-	} *mb;
-	float *ones;          /* split backward: [C] ones, the weight pass's norm weight */
+	struct ac_policy ac;
+	struct mbsets pl;
 	struct titan_comm *pp;
 	/* backward scratch */
-	float *dx, *dh, *dxn, *datt, *dq, *dk, *dv, *dg, *da, *db;
+	float *dx, *dh, *dxn, *datt, *dq, *dk, *dv, *dg;
 	void **blocks;        /* every allocation, for free */
 	int nblocks, capblocks;
 	struct titan_llama_hooks hooks;
@@ -91,24 +130,12 @@ struct titan_llama {
 	int *group_first;     /* [ngroups + 1]: first parameter of each group */
 	int ngroups;
 	struct titan_llama_group_hooks ghooks;
-	/* tensor parallelism (titan_llama_opts): this rank's heads, kv heads,
-	 * FFN hidden size and vocabulary rows [v0, v0 + V); nl tokens of the
-	 * residual stream (n without TP) */
-	struct titan_comm *tp;
-	int tpr, tpn;
-	int64_t H, Hkv, F, V, v0, nl;
-	float *xn_loc, *part, *dfull, *dxn_loc;  /* TP scratch: [nl,C], [n,C], [n,C], [nl,C] */
-	float *cz, *czg, *czf;                    /* TP loss: logits [chunk,V], gathered, full */
-	float *cmx;
-	double *cst;
-	/* context parallelism: this rank holds, of each sequence, chunks cpr
-	 * and 2·cpn − 1 − cpr of 2·cpn (torchtitan's load balancing): seq_l
-	 * tokens at positions pos[], their labels in lab */
-	struct titan_comm *cp;
-	int cpr, cpn;
-	int64_t seq_l, *pos;
-	int32_t *lab;
-	float *kf, *vf, *dkf, *dvf, *cpg;  /* whole-sequence k, v, their grads; gather buffer */
+	/* this rank's heads, kv heads and FFN hidden size (tensor
+	 * parallelism splits them) and tokens of the residual stream (n,
+	 * or with sequence parallelism n / tp) */
+	int64_t H, Hkv, F, nl;
+	struct titan_sp sp;   /* sequence/tensor-parallel moves (tp.h) */
+	struct titan_cp cp;   /* attention, tokens' places (cp.h) */
 };
 
 void titan_llama_set_group_hooks(struct titan_llama *m, const struct titan_llama_group_hooks *h)
@@ -126,22 +153,7 @@ int titan_llama_ngroups(const struct titan_llama *m)
 
 bool titan_llama_group_active(const struct titan_llama *m, int g)
 {
-	if (g == 0)
-		return m->sfirst;
-	if (g == m->ngroups - 1)
-		return m->slast;
-	for (int v = 0; v < m->nst; v++)
-		if (g - 1 >= m->sl0[v] && g - 1 < m->sl1[v])
-			return true;
-	return false;
-}
-
-static void select_stage(struct titan_llama *m, int v)
-{
-	m->l0 = m->sl0[v];
-	m->l1 = m->sl1[v];
-	m->first = m->sfirst && v == 0;
-	m->last = m->slast && v == m->nst - 1;
+	return titan_stages_has_group(&m->pl.st, g, m->ngroups);
 }
 
 void titan_llama_group_params(const struct titan_llama *m, int g, int *first, int *end)
@@ -213,6 +225,28 @@ static float *buf(struct titan_llama *m, int64_t nfloats, enum titan_mem_tag tag
 	return p;
 }
 
+/* The activation-checkpointing policy of opts (the shared set is
+ * allocated by the caller). */
+static int ac_policy_init(struct ac_policy *p, const struct titan_llama_opts *o, int L)
+{
+	if (!(p->whole = calloc((size_t)L, sizeof(*p->whole))))
+		return TITAN_E_NOMEM;
+	for (int i = 0; i < L; i++)
+		p->whole[i] = o->ac == TITAN_AC_FULL ||
+			      (o->ac == TITAN_AC_SELECTIVE && (i + 1) % o->ac_every == 0);
+	if (o->ac == TITAN_AC_SELECTIVE_OP) {
+		p->redo = fwd_unsaved;
+		p->nredo = (int)(sizeof(fwd_unsaved) / sizeof(fwd_unsaved[0]));
+	}
+	return 0;
+}
+
+/* buf for the parallel parts (tp.h, cp.h) */
+static float *model_buf(void *m, int64_t nfloats, enum titan_mem_tag tag)
+{
+	return buf(m, nfloats, tag);
+}
+
 static int alloc_acts(struct titan_llama *m, struct acts *a)
 {
 	const struct titan_model_dims *d = &m->d;
@@ -269,28 +303,30 @@ static int alloc_mb(struct titan_llama *m, struct mb *b)
 	b->acts = calloc((size_t)L, sizeof(*b->acts));
 	if (!b->x || !b->acts)
 		return TITAN_E_NOMEM;
-	for (int v = 0; v < m->nst; v++) {
-		for (int64_t i = m->sl0[v]; i <= m->sl1[v]; i++) /* ZBV: adjacent stages share one */
+	for (int v = 0; v < m->pl.st.n; v++) {
+		const struct titan_stage *s = &m->pl.st.v[v];
+
+		for (int64_t i = s->l0; i <= s->l1; i++) /* ZBV: adjacent stages share one */
 			if (!b->x[i] && !(b->x[i] = buf(m, m->nl * C, act)))
 				return TITAN_E_NOMEM;
-		for (int64_t i = m->sl0[v]; i < m->sl1[v]; i++) {
+		for (int64_t i = s->l0; i < s->l1; i++) {
 			if (m->o.ac == TITAN_AC_SELECTIVE_OP)
-				rc = alloc_acts_op(m, &b->acts[i], &m->recompute);
+				rc = alloc_acts_op(m, &b->acts[i], &m->ac.shared);
 			else
-				rc = m->ckpt[i] ? 0 : alloc_acts(m, &b->acts[i]);
+				rc = m->ac.whole[i] ? 0 : alloc_acts(m, &b->acts[i]);
 			if (rc < 0)
 				return rc;
 		}
 	}
 	if (!(b->ids = (uint32_t *)buf(m, m->n, TITAN_MEM_DATA)))
 		return TITAN_E_NOMEM;
-	if (!m->slast)
+	if (!m->pl.st.last)
 		return 0;
 	b->xnf = buf(m, m->n * C, act);
 	b->rstdf = buf(m, m->nl, act);
 	if (!b->xnf || !b->rstdf)
 		return TITAN_E_NOMEM;
-	if ((m->nmb > 1 || m->o.pp_split_backward) && !(b->dxn_out = buf(m, m->n * C, act)))
+	if ((m->pl.n > 1 || m->o.pp_split_backward) && !(b->dxn_out = buf(m, m->n * C, act)))
 		return TITAN_E_NOMEM;
 	if (m->o.pp_split_backward && !(b->dxnf = buf(m, m->nl * C, act)))
 		return TITAN_E_NOMEM;
@@ -309,23 +345,21 @@ static int alloc_wstash(struct titan_llama *m, struct mb *b)
 
 	if (!(b->w = calloc((size_t)d->n_layers, sizeof(*b->w))))
 		return TITAN_E_NOMEM;
-	for (int v = 0; v < m->nst; v++) {
-		if (m->sfirst && v == 0)
+	for (int v = 0; v < m->pl.st.n; v++) {
+		if (m->pl.st.v[v].first)
 			continue;
-		for (int64_t l = m->sl0[v]; l < m->sl1[v]; l++) {
+		for (int64_t l = m->pl.st.v[v].l0; l < m->pl.st.v[v].l1; l++) {
 			struct wstash *w = &b->w[l];
 			struct acts *x = &w->x;
 
-			w->dy = buf(m, n * C, t);
-			w->dh = buf(m, n * C, t);
-			w->dq = buf(m, n * q, t);
-			w->dk = buf(m, n * kv, t);
-			w->dv = buf(m, n * kv, t);
-			w->dxn2 = buf(m, nl * C, t);
-			w->dxn1 = buf(m, nl * C, t);
-			if (!w->dy || !w->dh || !w->dq || !w->dk || !w->dv || !w->dxn2 || !w->dxn1)
-				return TITAN_E_NOMEM;
-			if (!m->ckpt[l] && m->o.ac != TITAN_AC_SELECTIVE_OP)
+			const int64_t size[WS_NSLOT] = {
+				[WS_DY] = n * C, [WS_DH] = n * C, [WS_DQ] = n * q, [WS_DK] = n * kv,
+				[WS_DV] = n * kv, [WS_DXN2] = nl * C, [WS_DXN1] = nl * C};
+
+			for (int i = 0; i < WS_NSLOT; i++)
+				if (!(w->g[i] = buf(m, size[i], t)))
+					return TITAN_E_NOMEM;
+			if (!m->ac.whole[l] && m->o.ac != TITAN_AC_SELECTIVE_OP)
 				continue;
 			x->xn1 = buf(m, n * C, t);
 			x->att = buf(m, n * q, t);
@@ -342,18 +376,6 @@ static int alloc_wstash(struct titan_llama *m, struct mb *b)
 		}
 	}
 	return 0;
-}
-
-static void select_mb(struct titan_llama *m, int k)
-{
-	struct mb *b = &m->mb[k];
-
-	m->x = b->x;
-	m->acts = b->acts;
-	m->xnf = b->xnf;
-	m->rstdf = b->rstdf;
-	m->ids = b->ids;
-	m->dxn_out = b->dxn_out;
 }
 
 int titan_llama_opts_from_config(struct titan_llama_opts *o, const struct titan_config *c)
@@ -383,19 +405,86 @@ int titan_llama_opts_from_config(struct titan_llama_opts *o, const struct titan_
 	return 0;
 }
 
+/* The RoPE table: of this rank's positions under CP, staged through the
+ * host for device memory. */
+static int init_rope(struct titan_llama *m)
+{
+	const struct titan_model_dims *d = &m->d;
+	const struct titan_rope_scaling sc = {d->rope_scaling_factor, d->rope_low_freq_factor,
+					      d->rope_high_freq_factor,
+					      (double)d->rope_original_max_position};
+	const struct titan_rope_scaling *scp = d->rope_scaling ? &sc : NULL;
+	const int64_t T = m->o.seq, D = d->head_dim;
+	float *f;
+	int rc;
+
+	if (!(m->freqs = buf(m, m->cp.tl * D, TITAN_MEM_OTHER)))
+		return TITAN_E_NOMEM;
+	if (m->cp.comm)
+		return titan_cp_alloc(&m->cp, model_buf, m, m->freqs, d->rope_theta, scp);
+	if (!m->dev)
+		return titan_rope_freqs(m->freqs, T, D, d->rope_theta, scp);
+	f = malloc((size_t)(T * D) * sizeof(float));
+	rc = f ? titan_rope_freqs(f, T, D, d->rope_theta, scp)
+	       : titan_error(TITAN_E_NOMEM, "out of memory");
+	if (rc == 0)
+		rc = titan_cuda_memcpy(m->freqs, f, (size_t)(T * D) * sizeof(float));
+	free(f);
+	return rc;
+}
+
+/* The activation-checkpointing policy's shared set: a whole one, or
+ * under selective "op" only what every block recomputes. */
+static int alloc_shared_acts(struct titan_llama *m)
+{
+	struct acts *r = &m->ac.shared;
+	const enum titan_mem_tag t = TITAN_MEM_ACTIVATIONS;
+	const int64_t C = m->d.dim, kv = m->Hkv * m->d.head_dim;
+
+	if (m->o.ac == TITAN_AC_NONE)
+		return 0;
+	if (m->o.ac != TITAN_AC_SELECTIVE_OP)
+		return alloc_acts(m, r);
+	r->xn1 = buf(m, m->n * C, t);
+	r->rstd1 = buf(m, m->nl, t);
+	r->k = buf(m, m->n * kv, t);
+	r->h = buf(m, m->nl * C, t);
+	r->xn2 = buf(m, m->n * C, t);
+	r->rstd2 = buf(m, m->nl, t);
+	r->b = buf(m, m->n * m->F, t);
+	r->g = buf(m, m->n * m->F, t);
+	if (!r->xn1 || !r->rstd1 || !r->k || !r->h || !r->xn2 || !r->rstd2 || !r->b || !r->g)
+		return TITAN_E_NOMEM;
+	return 0;
+}
+
+/* The backward scratch. */
+static int alloc_scratch(struct titan_llama *m)
+{
+	const enum titan_mem_tag ws = TITAN_MEM_WORKSPACE;
+	const int64_t C = m->d.dim, q = m->H * m->d.head_dim, kv = m->Hkv * m->d.head_dim;
+
+	m->dx = buf(m, m->nl * C, ws);
+	m->dh = buf(m, m->nl * C, ws);
+	m->dxn = buf(m, m->n * C, ws);
+	m->datt = buf(m, m->n * q, ws);
+	m->dq = buf(m, m->n * q, ws);
+	m->dk = buf(m, m->n * kv, ws);
+	m->dv = buf(m, m->n * kv, ws);
+	m->dg = buf(m, m->n * m->F, ws);
+	if (!m->dx || !m->dh || !m->dxn || !m->datt || !m->dq || !m->dk || !m->dv || !m->dg)
+		return TITAN_E_NOMEM;
+	return 0;
+}
+
 int titan_llama_new(const struct titan_model_dims *d, const struct titan_llama_opts *o,
 		    struct titan_backend *be, struct titan_allocator *alloc,
 		    struct titan_llama **out)
 {
 	struct titan_llama *m = calloc(1, sizeof(*m));
-	struct titan_rope_scaling sc = {d->rope_scaling_factor, d->rope_low_freq_factor,
-					d->rope_high_freq_factor,
-					(double)d->rope_original_max_position};
 	const int64_t L = d->n_layers, C = d->dim;
-	const enum titan_mem_tag ws = TITAN_MEM_WORKSPACE;
 	struct titan_param_table_opts to;
-	int64_t F, q, kv;
-	int rc;
+	int tpn, rc;
 
 	*out = NULL;
 	if (!m)
@@ -418,68 +507,32 @@ int titan_llama_new(const struct titan_model_dims *d, const struct titan_llama_o
 				 "a pipeline stage (opts.stage_l1)");
 		goto fail;
 	}
-	m->cp = o->cp && titan_comm_size(o->cp) > 1 ? o->cp : NULL;
-	m->cpr = m->cp ? titan_comm_rank(m->cp) : 0;
-	m->cpn = m->cp ? titan_comm_size(m->cp) : 1;
-	if (o->seq % (2 * m->cpn) && m->cp) {
-		rc = titan_error(TITAN_E_INVALID, "context parallelism: seq_len %lld does not split "
-				 "into 2 x context_parallel_degree %d chunks", (long long)o->seq,
-				 m->cpn);
+	tpn = o->tp && titan_comm_size(o->tp) > 1 ? titan_comm_size(o->tp) : 1;
+	m->H = d->n_heads / tpn;
+	m->Hkv = d->n_kv_heads / tpn;
+	m->F = d->ffn_hidden / tpn;
+	if ((rc = titan_cp_init(&m->cp, be, m->alloc, o->cp, o->cp_ring, o->batch, o->seq, m->H,
+				m->Hkv, d->head_dim)) < 0)
 		goto fail;
-	}
-	m->seq_l = o->seq / m->cpn;
-	m->n = o->batch * m->seq_l;
-	m->tp = o->tp && titan_comm_size(o->tp) > 1 ? o->tp : NULL;
-	m->tpr = m->tp ? titan_comm_rank(m->tp) : 0;
-	m->tpn = m->tp ? titan_comm_size(m->tp) : 1;
+	m->n = m->cp.n;
 	titan_param_table_opts_default(&to);
 	if (o->shard_degree > 1) {
 		to.shard_rank = o->shard_rank;
 		to.shard_degree = o->shard_degree;
 	}
-	to.tp_rank = m->tpr;
-	to.tp_degree = m->tpn;
-	if (m->n % m->tpn) {
+	to.tp_rank = tpn > 1 ? titan_comm_rank(o->tp) : 0;
+	to.tp_degree = tpn;
+	if (m->n % tpn) {
 		rc = titan_error(TITAN_E_INVALID, "sequence parallelism: the %lld tokens of a "
 				 "microbatch (batch %lld x seq %lld) do not split over "
 				 "tensor_parallel_degree %d", (long long)m->n, (long long)o->batch,
-				 (long long)o->seq, m->tpn);
+				 (long long)o->seq, tpn);
 		goto fail;
 	}
-	m->nl = m->n / m->tpn;
+	m->nl = m->n / tpn;
 	m->pp = o->pp;
-	m->nmb = o->pp_microbatches > 1 ? (int)o->pp_microbatches : 1;
-	m->sfirst = m->slast = true;
-	m->nst = 1;
-	m->sl0[0] = 0;
-	m->sl1[0] = (int)L;
-	if (o->stage_l1 > 0) {
-		TITAN_ASSERT(o->nmore >= 0 && o->nmore < 8);
-		m->nst = 1 + o->nmore;
-		m->sl0[0] = o->stage_l0;
-		m->sl1[0] = o->stage_l1;
-		for (int v = 1; v < m->nst; v++) {
-			m->sl0[v] = o->more_l0[v - 1];
-			m->sl1[v] = o->more_l1[v - 1];
-			to.more_l0[v - 1] = m->sl0[v];
-			to.more_l1[v - 1] = m->sl1[v];
-		}
-		to.nmore = o->nmore;
-		m->sfirst = o->stage_first;
-		m->slast = o->stage_last;
-		to.staged = true;
-		to.stage_l0 = m->sl0[0];
-		to.stage_l1 = m->sl1[0];
-		to.stage_first = m->sfirst;
-		to.stage_last = m->slast;
-	}
-	select_stage(m, 0);
-	m->H = d->n_heads / m->tpn;
-	m->Hkv = d->n_kv_heads / m->tpn;
-	m->F = d->ffn_hidden / m->tpn;
-	F = m->F;
-	q = m->H * d->head_dim;
-	kv = m->Hkv * d->head_dim;
+	m->pl.n = o->pp_microbatches > 1 ? (int)o->pp_microbatches : 1;
+	titan_stages_init(&m->pl.st, o, (int)L, &to);
 	if ((rc = titan_param_table_init(&m->table, d, &to)) < 0 ||
 	    (rc = titan_param_arena_init(&m->params, &m->table, m->alloc, TITAN_MEM_PARAMS)) < 0 ||
 	    (rc = titan_param_arena_init(&m->grads, &m->table, m->alloc, TITAN_MEM_GRADS)) < 0 ||
@@ -513,127 +566,29 @@ int titan_llama_new(const struct titan_model_dims *d, const struct titan_llama_o
 	m->group_first[L + 2] = m->table.n;
 	for (int g = 0; g < m->ngroups; g++)
 		titan_llama_bind_group(m, g, NULL, NULL);
-	m->v0 = m->table.params[0].tp_off;
-	m->V = m->table.params[0].shape[0];
-	if (!(m->freqs = buf(m, m->seq_l * d->head_dim, TITAN_MEM_OTHER)))
+	if ((rc = init_rope(m)) < 0)
 		goto fail;
-	if (m->cp) {
-		/* the RoPE rows of this rank's positions */
-		float *full = malloc((size_t)(o->seq * d->head_dim) * sizeof(float));
-		const int64_t half = o->seq / (2 * m->cpn);
-		const int64_t kvf = o->batch * o->seq * m->Hkv * d->head_dim;
-
-		m->pos = (int64_t *)buf(m, 2 * m->seq_l, TITAN_MEM_OTHER);
-		m->lab = (int32_t *)buf(m, m->n, TITAN_MEM_DATA);
-		if (!o->cp_ring) { /* allgather: the whole sequence's k, v (the
-				    * ring allocates its buffers per call) */
-			m->kf = buf(m, kvf, TITAN_MEM_WORKSPACE);
-			m->vf = buf(m, kvf, TITAN_MEM_WORKSPACE);
-			m->dkf = buf(m, kvf, TITAN_MEM_WORKSPACE);
-			m->dvf = buf(m, kvf, TITAN_MEM_WORKSPACE);
-			m->cpg = buf(m, kvf, TITAN_MEM_WORKSPACE);
-		}
-		if (!full || !m->pos || !m->lab ||
-		    (!o->cp_ring && (!m->kf || !m->vf || !m->dkf || !m->dvf || !m->cpg))) {
-			free(full);
-			rc = TITAN_E_NOMEM;
-			goto fail;
-		}
-		for (int64_t t = 0; t < m->seq_l; t++)
-			m->pos[t] = t < half ? m->cpr * half + t
-					     : (2 * m->cpn - 1 - m->cpr) * half + (t - half);
-		rc = titan_rope_freqs(full, o->seq, d->head_dim, d->rope_theta,
-				      d->rope_scaling ? &sc : NULL);
-		for (int64_t t = 0; rc == 0 && t < m->seq_l; t++)
-			memcpy(m->freqs + t * d->head_dim, full + m->pos[t] * d->head_dim,
-			       (size_t)d->head_dim * sizeof(float));
-		free(full);
-		if (rc < 0)
-			goto fail;
-	} else if (m->dev) {
-		float *f = malloc((size_t)(o->seq * d->head_dim) * sizeof(float));
-
-		rc = f ? titan_rope_freqs(f, o->seq, d->head_dim, d->rope_theta,
-					  d->rope_scaling ? &sc : NULL)
-		       : titan_error(TITAN_E_NOMEM, "out of memory");
-		if (rc == 0)
-			rc = titan_cuda_memcpy(m->freqs, f,
-					       (size_t)(o->seq * d->head_dim) * sizeof(float));
-		free(f);
-		if (rc < 0)
-			goto fail;
-	} else if ((rc = titan_rope_freqs(m->freqs, o->seq, d->head_dim, d->rope_theta,
-					  d->rope_scaling ? &sc : NULL)) < 0) {
-		goto fail;
-	}
 	rc = TITAN_E_NOMEM;
-	m->ckpt = calloc((size_t)L, sizeof(*m->ckpt));
-	m->mb = calloc((size_t)m->nmb, sizeof(*m->mb));
-	if (!m->ckpt || !m->mb)
+	m->pl.mb = calloc((size_t)m->pl.n, sizeof(*m->pl.mb));
+	if (!m->pl.mb || (rc = ac_policy_init(&m->ac, o, (int)L)) < 0 ||
+	    (rc = alloc_shared_acts(m)) < 0)
 		goto fail;
-	for (int64_t i = 0; i < L; i++)
-		m->ckpt[i] = o->ac == TITAN_AC_FULL ||
-			     (o->ac == TITAN_AC_SELECTIVE && (i + 1) % o->ac_every == 0);
-	if (o->ac == TITAN_AC_SELECTIVE_OP) {
-		/* the shared set holds only what every block recomputes */
-		struct acts *r = &m->recompute;
-		const enum titan_mem_tag t = TITAN_MEM_ACTIVATIONS;
-
-		r->xn1 = buf(m, m->n * C, t);
-		r->rstd1 = buf(m, m->nl, t);
-		r->k = buf(m, m->n * kv, t);
-		r->h = buf(m, m->nl * C, t);
-		r->xn2 = buf(m, m->n * C, t);
-		r->rstd2 = buf(m, m->nl, t);
-		r->b = buf(m, m->n * F, t);
-		r->g = buf(m, m->n * F, t);
-		if (!r->xn1 || !r->rstd1 || !r->k || !r->h || !r->xn2 || !r->rstd2 || !r->b || !r->g)
-			goto fail;
-	} else if (o->ac != TITAN_AC_NONE && alloc_acts(m, &m->recompute) < 0) {
-		goto fail;
-	}
-	for (int k = 0; k < m->nmb; k++)
-		if ((rc = alloc_mb(m, &m->mb[k])) < 0 ||
-		    (o->pp_split_backward && (rc = alloc_wstash(m, &m->mb[k])) < 0))
+	for (int k = 0; k < m->pl.n; k++)
+		if ((rc = alloc_mb(m, &m->pl.mb[k])) < 0 ||
+		    (o->pp_split_backward && (rc = alloc_wstash(m, &m->pl.mb[k])) < 0))
 			goto fail;
 	if (o->pp_split_backward) {
 		rc = TITAN_E_NOMEM;
-		if (!(m->ones = buf(m, C, ws)))
+		if (!(m->pl.ones = buf(m, C, TITAN_MEM_WORKSPACE)))
 			goto fail;
 		for (int64_t c = 0; c < C; c++) /* host memory: PP has no device path */
-			m->ones[c] = 1.0f;
+			m->pl.ones[c] = 1.0f;
 	}
-	select_mb(m, 0);
-	rc = TITAN_E_NOMEM;
-	m->dx = buf(m, m->nl * C, ws);
-	m->dh = buf(m, m->nl * C, ws);
-	m->dxn = buf(m, m->n * C, ws);
-	m->datt = buf(m, m->n * q, ws);
-	m->dq = buf(m, m->n * q, ws);
-	m->dk = buf(m, m->n * kv, ws);
-	m->dv = buf(m, m->n * kv, ws);
-	m->dg = buf(m, m->n * F, ws);
-	if (!m->dx || !m->dh || !m->dxn || !m->datt || !m->dq || !m->dk || !m->dv || !m->dg)
+	if ((rc = alloc_scratch(m)) < 0 ||
+	    (rc = titan_sp_init(&m->sp, be, o->tp, m->n, C, d->vocab_size,
+				m->table.params[0].tp_off, m->table.params[0].shape[0],
+				m->o.ce_chunk, o->loss_parallel, model_buf, m)) < 0)
 		goto fail;
-	if (m->tp) {
-		const int64_t ch = m->o.ce_chunk < m->n ? m->o.ce_chunk : m->n;
-		const int64_t vc = (d->vocab_size + m->tpn - 1) / m->tpn;
-
-		m->xn_loc = buf(m, m->nl * C, ws);
-		m->part = buf(m, m->n * C, ws);
-		m->dfull = buf(m, m->n * C, ws);
-		m->dxn_loc = buf(m, m->nl * C, ws);
-		m->cz = buf(m, ch * vc, ws);
-		m->cmx = buf(m, ch, ws);
-		m->cst = (double *)buf(m, 4 * ch, ws);
-		if (!m->xn_loc || !m->part || !m->dfull || !m->dxn_loc || !m->cz || !m->cmx ||
-		    !m->cst)
-			goto fail;
-		if (!o->loss_parallel &&
-		    (!(m->czg = buf(m, m->tpn * ch * vc, ws)) ||
-		     !(m->czf = buf(m, ch * d->vocab_size, ws))))
-			goto fail;
-	}
 	*out = m;
 	return 0;
 fail:
@@ -653,13 +608,13 @@ void titan_llama_free(struct titan_llama *m)
 	free(m->pv);
 	free(m->gv);
 	free(m->group_first);
-	for (int k = 0; m->mb && k < m->nmb; k++) {
-		free(m->mb[k].x);
-		free(m->mb[k].acts);
-		free(m->mb[k].w);
+	for (int k = 0; m->pl.mb && k < m->pl.n; k++) {
+		free(m->pl.mb[k].x);
+		free(m->pl.mb[k].acts);
+		free(m->pl.mb[k].w);
 	}
-	free(m->mb);
-	free(m->ckpt);
+	free(m->pl.mb);
+	free(m->ac.whole);
 	titan_param_arena_release(&m->params);
 	titan_param_arena_release(&m->grads);
 	titan_param_arena_release(&m->m);
@@ -747,522 +702,302 @@ static float *G(struct titan_llama *m, enum titan_param_role r, int layer)
 
 #define CK(call) do { if ((rc = (call)) < 0) return rc; } while (0)
 
-/* ---------------------------------------------- tensor-parallel moves */
-
-/* full[n,C] = the TP group's local rows [nl,C] in rank order. */
-static int tp_gather(struct titan_llama *m, float *full, const float *loc, const char *what)
-{
-	return titan_comm_all_gather(m->tp, loc, full, (size_t)(m->nl * m->d.dim),
-				     TITAN_DTYPE_F32, what);
-}
-
-/* loc[nl,C] = this rank's rows of the sum over the group of full[n,C]. */
-static int tp_scatter(struct titan_llama *m, float *loc, const float *full, const char *what)
-{
-	return titan_comm_reduce_scatter(m->tp, full, loc, (size_t)(m->nl * m->d.dim),
-					 TITAN_DTYPE_F32, what);
-}
-
-/* ------------------------------------------ context-parallel attention */
-
-/* Position in the sequence of rank r's local token t. */
-static int64_t cp_pos(const struct titan_llama *m, int r, int64_t t)
-{
-	const int64_t half = m->seq_l / 2;
-
-	return t < half ? r * half + t : (2 * m->cpn - 1 - r) * half + (t - half);
-}
-
-/* kf, vf: the whole sequence's keys and values from every rank's [B,Tl]. */
-static int cp_gather_kv(struct titan_llama *m, const struct acts *a)
-{
-	const int64_t B = m->o.batch, Tl = m->seq_l, T = Tl * m->cpn;
-	const int64_t kv = m->Hkv * m->d.head_dim;
-	const float *src[2] = {a->k, a->v};
-	float *dst[2] = {m->kf, m->vf};
-	int rc;
-
-	for (int w = 0; w < 2; w++) {
-		CK(titan_comm_all_gather(m->cp, src[w], m->cpg, (size_t)(m->n * kv), TITAN_DTYPE_F32,
-					 w ? "cp values" : "cp keys"));
-		for (int r = 0; r < m->cpn; r++)
-			for (int64_t b = 0; b < B; b++)
-				for (int64_t t = 0; t < Tl; t++)
-					memcpy(dst[w] + (b * T + cp_pos(m, r, t)) * kv,
-					       m->cpg + ((r * B + b) * Tl + t) * kv,
-					       (size_t)kv * sizeof(float));
-	}
-	return 0;
-}
-
-/* rotate_method alltoall: the ring of cp_ring.c */
-static struct titan_cp_ring cp_ring(const struct titan_llama *m)
-{
-	return (struct titan_cp_ring){m->be, m->alloc, m->cp, m->cpr, m->cpn, m->o.batch,
-				      m->seq_l, m->H, m->Hkv, m->d.head_dim};
-}
-
-/* rotate_method allgather: query chunk `i` (0: chunk cpr, 1: chunk
- * 2·cpn − 1 − cpr) against the gathered sequence, each query seeing the
- * keys up to its position (the backend's attention_part ops). */
-static struct titan_attn_part cp_gathered_part(const struct titan_llama *m, int i)
-{
-	const int64_t Tl = m->seq_l, half = Tl / 2, T = Tl * m->cpn;
-	const int64_t chunk = i ? 2 * m->cpn - 1 - m->cpr : m->cpr;
-
-	return (struct titan_attn_part){m->o.batch, half, T, Tl, T, m->H, m->Hkv, m->d.head_dim,
-					chunk * half};
-}
-
-static int cp_attention_fwd(struct titan_llama *m, struct acts *a)
-{
-	const int64_t half = m->seq_l / 2, qs = m->H * m->d.head_dim;
-	int rc;
-
-	if (m->o.cp_ring) {
-		const struct titan_cp_ring r = cp_ring(m);
-
-		return titan_cp_ring_fwd(&r, a->att, a->lse, a->q, a->k, a->v);
-	}
-	CK(cp_gather_kv(m, a));
-	for (int i = 0; i < 2; i++) {
-		const struct titan_attn_part p = cp_gathered_part(m, i);
-		const int64_t o = i * half;
-
-		CK(m->be->ops->attention_part_fwd(m->be, a->att + o * qs, a->lse + o, a->q + o * qs,
-						  m->kf, m->vf, &p, false));
-	}
-	return 0;
-}
-
-/* dq, and dk, dv of this rank's tokens: every rank's contributions to the
- * whole sequence's key/value gradients reduce-scattered to their owners. */
-static int cp_attention_bwd(struct titan_llama *m, struct acts *a)
-{
-	const int64_t B = m->o.batch, Tl = m->seq_l, T = Tl * m->cpn;
-	const int64_t kv = m->Hkv * m->d.head_dim, half = Tl / 2, qs = m->H * m->d.head_dim;
-	const struct titan_backend_ops *op = m->be->ops;
-	const float *src[2] = {m->dkf, m->dvf};
-	float *dst[2] = {m->dk, m->dv};
-	int rc;
-
-	if (m->o.cp_ring) {
-		const struct titan_cp_ring r = cp_ring(m);
-
-		return titan_cp_ring_bwd(&r, m->dq, m->dk, m->dv, m->datt, a->q, a->k, a->v, a->att,
-					 a->lse);
-	}
-	CK(cp_gather_kv(m, a));
-	CK(op->zero(m->be, m->dq, m->n * qs));
-	CK(op->zero(m->be, m->dkf, B * T * kv));
-	CK(op->zero(m->be, m->dvf, B * T * kv));
-	for (int i = 0; i < 2; i++) {
-		const struct titan_attn_part p = cp_gathered_part(m, i);
-		const int64_t o = i * half;
-
-		CK(op->attention_part_bwd(m->be, m->dq + o * qs, m->dkf, m->dvf, m->datt + o * qs,
-					  a->q + o * qs, m->kf, m->vf, a->att + o * qs, a->lse + o,
-					  &p, true));
-	}
-	for (int w = 0; w < 2; w++) {
-		for (int r = 0; r < m->cpn; r++)
-			for (int64_t b = 0; b < B; b++)
-				for (int64_t t = 0; t < Tl; t++)
-					memcpy(m->cpg + ((r * B + b) * Tl + t) * kv,
-					       src[w] + (b * T + cp_pos(m, r, t)) * kv,
-					       (size_t)kv * sizeof(float));
-		CK(titan_comm_reduce_scatter(m->cp, m->cpg, dst[w], (size_t)(m->n * kv),
-					     TITAN_DTYPE_F32, w ? "cp value grads" : "cp key grads"));
-	}
-	return 0;
-}
-
-/* Block `l` forward: x[l] -> x[l+1], keeping activations in `a`.  With
- * `rest_only` (selective "op" in backward) `a` already holds what the block
- * kept (q, v, att, lse, w1·x, and x[l+1]): only the rest is computed, by
- * the same calls on the same inputs, so with the same bits.  With TP the
+/* One op of block l's forward, which reads x[l], writes x[l + 1] and
+ * keeps its activations in `a`: the sequence-parallel moves and the
+ * attention are the model's implementations (tp.h, cp.h).  With TP the
  * residual stream (x, h, y) and the norms' statistics hold this rank's nl
- * tokens; xn1/xn2 are gathered to all n tokens, and the outputs of wo and
- * w2 (partial sums over this rank's heads / hidden units) are
- * reduce-scattered back to nl tokens. */
-static int block_fwd(struct titan_llama *m, int l, struct acts *a, bool rest_only)
+ * tokens, xn1/xn2 are gathered to all n tokens, and wo and w2 are
+ * row-parallel (their partial sums reduce-scattered back to nl). */
+static int fwd_op(struct titan_llama *m, const struct mb *b, int l, struct acts *a,
+		  enum fwd_op o)
 {
 	const struct titan_backend_ops *op = m->be->ops;
 	struct titan_backend *be = m->be;
+	struct titan_sp *sp = &m->sp;
 	const struct titan_model_dims *d = &m->d;
-	const int64_t n = m->n, nl = m->nl, C = d->dim, F = m->F;
-	const int64_t q = m->H * d->head_dim, kv = m->Hkv * d->head_dim;
-	const struct titan_attn_dims ad = {m->o.batch, m->o.seq, m->H, m->Hkv, d->head_dim};
-	const float *x = m->x[l];
-	float *y = m->x[l + 1];
-	int rc;
+	const int64_t n = m->n, C = d->dim, F = m->F, B = m->o.batch, T = m->cp.tl;
+	const int64_t D = d->head_dim, q = m->H * D, kv = m->Hkv * D;
+	const float eps = (float)d->norm_eps;
 
-	CK(op->rmsnorm_fwd(be, m->tp ? m->xn_loc : a->xn1, a->rstd1, x,
-			   P(m, TITAN_PARAM_ATTENTION_NORM, l), nl, C, (float)d->norm_eps));
-	if (m->tp)
-		CK(tp_gather(m, a->xn1, m->xn_loc, "tp attention input"));
-	if (!rest_only)
-		CK(op->matmul_fwd(be, a->q, a->xn1, P(m, TITAN_PARAM_WQ, l), n, C, q, false));
-	CK(op->matmul_fwd(be, a->k, a->xn1, P(m, TITAN_PARAM_WK, l), n, C, kv, false));
-	if (!rest_only) {
-		CK(op->matmul_fwd(be, a->v, a->xn1, P(m, TITAN_PARAM_WV, l), n, C, kv, false));
-		CK(op->rope_fwd(be, a->q, m->freqs, m->o.batch, m->seq_l, m->H, d->head_dim));
+	switch (o) {
+	/* attention: h = x + wo(attn(rope(wq xn1), rope(wk xn1), wv xn1)), xn1 = norm(x) */
+	case F_NORM1:
+		return sp->ops->norm(sp, a->xn1, a->rstd1, b->x[l],
+				     P(m, TITAN_PARAM_ATTENTION_NORM, l), eps, "tp attention input");
+	case F_WQ:
+		return op->matmul_fwd(be, a->q, a->xn1, P(m, TITAN_PARAM_WQ, l), n, C, q, false);
+	case F_WK:
+		return op->matmul_fwd(be, a->k, a->xn1, P(m, TITAN_PARAM_WK, l), n, C, kv, false);
+	case F_WV:
+		return op->matmul_fwd(be, a->v, a->xn1, P(m, TITAN_PARAM_WV, l), n, C, kv, false);
+	case F_ROPE_Q:
+		return op->rope_fwd(be, a->q, m->freqs, B, T, m->H, D);
+	case F_ROPE_K:
+		return op->rope_fwd(be, a->k, m->freqs, B, T, m->Hkv, D);
+	case F_ATTENTION:
+		return m->cp.attn->fwd(&m->cp, a->att, a->lse, a->q, a->k, a->v);
+	case F_WO:
+		return sp->ops->linear_residual(sp, a->h, b->x[l], a->att, P(m, TITAN_PARAM_WO, l), q,
+						"tp attention output");
+	/* feed-forward: y = h + w2(silu(w1 xn2) * w3 xn2), xn2 = norm(h) */
+	case F_NORM2:
+		return sp->ops->norm(sp, a->xn2, a->rstd2, a->h, P(m, TITAN_PARAM_FFN_NORM, l), eps,
+				     "tp ffn input");
+	case F_W1:
+		return op->matmul_fwd(be, a->a, a->xn2, P(m, TITAN_PARAM_W1, l), n, C, F, false);
+	case F_W3:
+		return op->matmul_fwd(be, a->b, a->xn2, P(m, TITAN_PARAM_W3, l), n, C, F, false);
+	case F_SWIGLU:
+		return op->swiglu_fwd(be, a->g, a->a, a->b, n * F);
+	case F_W2:
+		return sp->ops->linear_residual(sp, b->x[l + 1], a->h, a->g, P(m, TITAN_PARAM_W2, l),
+						F, "tp ffn output");
+	case F_NOPS:
+		break;
 	}
-	CK(op->rope_fwd(be, a->k, m->freqs, m->o.batch, m->seq_l, m->Hkv, d->head_dim));
-	if (!rest_only && m->cp)
-		CK(cp_attention_fwd(m, a));
-	else if (!rest_only)
-		CK(op->attention_fwd(be, a->att, a->lse, a->q, a->k, a->v, &ad));
-	if (m->tp) {
-		CK(op->matmul_fwd(be, m->part, a->att, P(m, TITAN_PARAM_WO, l), n, q, C, false));
-		CK(tp_scatter(m, a->h, m->part, "tp attention output"));
-		CK(op->add(be, a->h, x, a->h, nl * C));
-	} else {
-		CK(op->copy(be, a->h, x, n * C));
-		CK(op->matmul_fwd(be, a->h, a->att, P(m, TITAN_PARAM_WO, l), n, q, C, true));
-	}
-	CK(op->rmsnorm_fwd(be, m->tp ? m->xn_loc : a->xn2, a->rstd2, a->h,
-			   P(m, TITAN_PARAM_FFN_NORM, l), nl, C, (float)d->norm_eps));
-	if (m->tp)
-		CK(tp_gather(m, a->xn2, m->xn_loc, "tp ffn input"));
-	if (!rest_only)
-		CK(op->matmul_fwd(be, a->a, a->xn2, P(m, TITAN_PARAM_W1, l), n, C, F, false));
-	CK(op->matmul_fwd(be, a->b, a->xn2, P(m, TITAN_PARAM_W3, l), n, C, F, false));
-	CK(op->swiglu_fwd(be, a->g, a->a, a->b, n * F));
-	if (!rest_only && m->tp) {
-		CK(op->matmul_fwd(be, m->part, a->g, P(m, TITAN_PARAM_W2, l), n, F, C, false));
-		CK(tp_scatter(m, y, m->part, "tp ffn output"));
-		CK(op->add(be, y, a->h, y, nl * C));
-	} else if (!rest_only) {
-		CK(op->copy(be, y, a->h, n * C));
-		CK(op->matmul_fwd(be, y, a->g, P(m, TITAN_PARAM_W2, l), n, F, C, true));
-	}
-	return 0;
+	return titan_error(TITAN_E_INVALID, "block forward: no op %d", (int)o);
 }
 
-/* Before block `l`'s backward under activation checkpointing: recompute
- * the block (full AC: into m->recompute, which *a then points at) or, per
- * op, what it did not keep.  0 when nothing is recomputed. */
-static int block_recompute(struct titan_llama *m, int64_t l, struct acts **a)
+/* Block `l` forward: the ops `ops` in order (fwd_all: the whole block;
+ * a recomputation's: what the block did not keep, by the same calls on
+ * the same inputs, so with the same bits). */
+static int block_fwd(struct titan_llama *m, const struct mb *b, int l, struct acts *a,
+		     const enum fwd_op *ops, int nops)
 {
 	int rc;
 
-	if (!m->ckpt[l] && m->o.ac != TITAN_AC_SELECTIVE_OP)
+	for (int i = 0; i < nops; i++)
+		CK(fwd_op(m, b, l, a, ops[i]));
+	return 0;
+}
+
+/* Where block l's forward keeps its activations: the shared set when its
+ * backward recomputes it whole. */
+static struct acts *fwd_acts(struct titan_llama *m, const struct mb *b, int l)
+{
+	return m->ac.whole[l] ? &m->ac.shared : &b->acts[l];
+}
+
+/* Before block `l`'s backward, what the activation-checkpointing policy
+ * recomputes: the whole block (into the shared set, which *a then points
+ * at), the ops selective "op" did not keep, or nothing. */
+static int block_recompute(struct titan_llama *m, const struct mb *b, int l, struct acts **a)
+{
+	const bool whole = m->ac.whole[l];
+	int rc;
+
+	if (!whole && m->ac.nredo == 0)
 		return 0;
-	if (m->ckpt[l])
-		*a = &m->recompute;
-	span_begin(m, "recompute", (int)l);
-	rc = block_fwd(m, (int)l, *a, !m->ckpt[l]);
+	*a = fwd_acts(m, b, l);
+	span_begin(m, "recompute", l);
+	rc = whole ? block_fwd(m, b, l, *a, fwd_all, F_NOPS)
+		   : block_fwd(m, b, l, *a, m->ac.redo, m->ac.nredo);
 	span_end(m, "recompute");
 	return rc;
 }
 
-/* Block `l` backward: m->dx holds dL/dx[l+1] on entry and dL/dx[l] on exit
- * (this rank's nl tokens with TP: gathered before the matmuls whose
- * forward outputs were scattered, the input gradients of the gathered
- * norms' outputs reduce-scattered).  With a stash `w` (split backward)
- * only the input gradient: the weight-gradient GEMMs and norm sums are
- * skipped and what they read is stashed for block_wgrad. */
-static int block_bwd(struct titan_llama *m, int l, struct acts *a, struct wstash *w)
+/* The weight-gradient sink of a backward pass: where the weight gradients
+ * of the ops go.  Immediate (the fused backward): added to the gradient
+ * views now.  Deferred (the zero-bubble input pass): not computed; what
+ * the weight pass reads is kept instead, the output gradients in the
+ * microbatch's stash slots (keep) and the layer inputs when they live in
+ * shared recompute buffers (keep_acts). */
+struct wsink;
+struct wsink_ops {
+	/* the view weight r's gradient is added to; NULL: not now */
+	float *(*dw)(const struct wsink *k, enum titan_param_role r, int layer);
+	int (*keep)(const struct wsink *k, int l, enum wslot slot, const float *src, int64_t n);
+	int (*keep_acts)(const struct wsink *k, int l, const struct acts *a);
+};
+struct wsink {
+	const struct wsink_ops *ops;
+	struct titan_llama *m;
+	const struct mb *b;
+};
+
+static float *dw_now(const struct wsink *k, enum titan_param_role r, int layer)
 {
+	return G(k->m, r, layer);
+}
+
+static int keep_nothing(const struct wsink *k, int l, enum wslot slot, const float *src,
+			int64_t n)
+{
+	(void)k, (void)l, (void)slot, (void)src, (void)n;
+	return 0;
+}
+
+static int keep_no_acts(const struct wsink *k, int l, const struct acts *a)
+{
+	(void)k, (void)l, (void)a;
+	return 0;
+}
+
+static float *dw_later(const struct wsink *k, enum titan_param_role r, int layer)
+{
+	(void)k, (void)r, (void)layer;
+	return NULL;
+}
+
+static int keep_stash(const struct wsink *k, int l, enum wslot slot, const float *src,
+		      int64_t n)
+{
+	float *dst = slot == WS_DXNF ? k->b->dxnf : k->b->w[l].g[slot];
+
+	return k->m->be->ops->copy(k->m->be, dst, src, n);
+}
+
+/* shared buffers (checkpointed blocks, selective "op"): keep what the
+ * weight pass reads */
+static int keep_stash_acts(const struct wsink *k, int l, const struct acts *a)
+{
+	const struct titan_backend_ops *op = k->m->be->ops;
+	struct titan_backend *be = k->m->be;
+	const struct acts *x = &k->b->w[l].x;
+	const int64_t n = k->m->n, nl = k->m->nl, C = k->m->d.dim, F = k->m->F;
+	const int64_t q = k->m->H * k->m->d.head_dim;
+	int rc;
+
+	if (!x->xn1)
+		return 0;
+	CK(op->copy(be, x->xn1, a->xn1, n * C));
+	CK(op->copy(be, x->att, a->att, n * q));
+	CK(op->copy(be, x->h, a->h, nl * C));
+	CK(op->copy(be, x->xn2, a->xn2, n * C));
+	CK(op->copy(be, x->rstd1, a->rstd1, nl));
+	CK(op->copy(be, x->rstd2, a->rstd2, nl));
+	CK(op->copy(be, x->a, a->a, n * F));
+	CK(op->copy(be, x->b, a->b, n * F));
+	return op->copy(be, x->g, a->g, n * F);
+}
+
+static const struct wsink_ops sink_immediate = {dw_now, keep_nothing, keep_no_acts};
+static const struct wsink_ops sink_deferred = {dw_later, keep_stash, keep_stash_acts};
+
+/* Block `l` backward: m->dx holds dL/dx[l+1] on entry and dL/dx[l] on exit
+ * (this rank's nl tokens with sequence parallelism: gathered before the
+ * matmuls whose forward outputs were scattered, the input gradients of
+ * the gathered norms' outputs reduce-scattered).  The weight gradients go
+ * to the sink `k` (skipped and their operands stashed for block_wgrad
+ * when it is deferred). */
+static int block_bwd(const struct wsink *k, int l, struct acts *a)
+{
+	struct titan_llama *m = k->m;
+	const struct wsink_ops *g = k->ops;
 	const struct titan_backend_ops *op = m->be->ops;
 	struct titan_backend *be = m->be;
+	struct titan_sp *sp = &m->sp;
 	const struct titan_model_dims *d = &m->d;
-	const int64_t n = m->n, nl = m->nl, C = d->dim, F = m->F;
-	const int64_t q = m->H * d->head_dim, kv = m->Hkv * d->head_dim;
-	const struct titan_attn_dims ad = {m->o.batch, m->o.seq, m->H, m->Hkv, d->head_dim};
-	float *dy = m->dx, *dh = m->dh, *dxn = m->tp ? m->dxn_loc : m->dxn;
+	const int64_t n = m->n, nl = m->nl, C = d->dim, F = m->F, B = m->o.batch, T = m->cp.tl;
+	const int64_t D = d->head_dim, q = m->H * D, kv = m->Hkv * D;
+	const float *dy, *dh, *dxn;
 	int rc;
 
 	/* feed-forward: y = h + w2(silu(w1 xn2) * w3 xn2), xn2 = norm(h) */
-	if (m->tp) {
-		CK(tp_gather(m, m->dfull, m->dx, "tp ffn output grad"));
-		dy = m->dfull;
-	}
-	if (w)
-		CK(op->copy(be, w->dy, dy, n * C));
-	CK(op->matmul_bwd(be, m->dg, w ? NULL : G(m, TITAN_PARAM_W2, l), dy, a->g,
+	CK(sp->ops->gather_grad(sp, &dy, m->dx, "tp ffn output grad"));
+	CK(g->keep(k, l, WS_DY, dy, n * C));
+	CK(op->matmul_bwd(be, m->dg, g->dw(k, TITAN_PARAM_W2, l), dy, a->g,
 			  P(m, TITAN_PARAM_W2, l), n, F, C, false));
 	CK(op->swiglu_bwd(be, a->a, a->b, m->dg, a->a, a->b, n * F)); /* da, db in place */
-	CK(op->matmul_bwd(be, m->dxn, w ? NULL : G(m, TITAN_PARAM_W1, l), a->a, a->xn2,
+	CK(op->matmul_bwd(be, m->dxn, g->dw(k, TITAN_PARAM_W1, l), a->a, a->xn2,
 			  P(m, TITAN_PARAM_W1, l), n, C, F, false));
-	CK(op->matmul_bwd(be, m->dxn, w ? NULL : G(m, TITAN_PARAM_W3, l), a->b, a->xn2,
+	CK(op->matmul_bwd(be, m->dxn, g->dw(k, TITAN_PARAM_W3, l), a->b, a->xn2,
 			  P(m, TITAN_PARAM_W3, l), n, C, F, true));
-	if (m->tp)
-		CK(tp_scatter(m, m->dxn_loc, m->dxn, "tp ffn input grad"));
-	if (w)
-		CK(op->copy(be, w->dxn2, dxn, nl * C));
+	CK(sp->ops->scatter_grad(sp, &dxn, m->dxn, "tp ffn input grad"));
+	CK(g->keep(k, l, WS_DXN2, dxn, nl * C));
 	CK(op->copy(be, m->dh, m->dx, nl * C));
-	CK(op->rmsnorm_bwd(be, m->dh, w ? NULL : G(m, TITAN_PARAM_FFN_NORM, l), dxn, a->h,
+	CK(op->rmsnorm_bwd(be, m->dh, g->dw(k, TITAN_PARAM_FFN_NORM, l), dxn, a->h,
 			   P(m, TITAN_PARAM_FFN_NORM, l), a->rstd2, nl, C, true));
 	/* attention: h = x + wo(attn(rope(wq xn1), rope(wk xn1), wv xn1)), xn1 = norm(x) */
-	if (m->tp) {
-		CK(tp_gather(m, m->dfull, m->dh, "tp attention output grad"));
-		dh = m->dfull;
-	}
-	if (w)
-		CK(op->copy(be, w->dh, dh, n * C));
-	CK(op->matmul_bwd(be, m->datt, w ? NULL : G(m, TITAN_PARAM_WO, l), dh, a->att,
+	CK(sp->ops->gather_grad(sp, &dh, m->dh, "tp attention output grad"));
+	CK(g->keep(k, l, WS_DH, dh, n * C));
+	CK(op->matmul_bwd(be, m->datt, g->dw(k, TITAN_PARAM_WO, l), dh, a->att,
 			  P(m, TITAN_PARAM_WO, l), n, q, C, false));
-	if (m->cp)
-		CK(cp_attention_bwd(m, a));
-	else
-		CK(op->attention_bwd(be, m->dq, m->dk, m->dv, m->datt, a->q, a->k, a->v, a->att,
-				     a->lse, &ad));
-	CK(op->rope_bwd(be, m->dq, m->freqs, m->o.batch, m->seq_l, m->H, d->head_dim));
-	CK(op->rope_bwd(be, m->dk, m->freqs, m->o.batch, m->seq_l, m->Hkv, d->head_dim));
-	if (w) {
-		CK(op->copy(be, w->dq, m->dq, n * q));
-		CK(op->copy(be, w->dk, m->dk, n * kv));
-		CK(op->copy(be, w->dv, m->dv, n * kv));
-	}
-	CK(op->matmul_bwd(be, m->dxn, w ? NULL : G(m, TITAN_PARAM_WQ, l), m->dq, a->xn1,
+	CK(m->cp.attn->bwd(&m->cp, m->dq, m->dk, m->dv, m->datt, a->q, a->k, a->v, a->att,
+			   a->lse));
+	CK(op->rope_bwd(be, m->dq, m->freqs, B, T, m->H, D));
+	CK(op->rope_bwd(be, m->dk, m->freqs, B, T, m->Hkv, D));
+	CK(g->keep(k, l, WS_DQ, m->dq, n * q));
+	CK(g->keep(k, l, WS_DK, m->dk, n * kv));
+	CK(g->keep(k, l, WS_DV, m->dv, n * kv));
+	CK(op->matmul_bwd(be, m->dxn, g->dw(k, TITAN_PARAM_WQ, l), m->dq, a->xn1,
 			  P(m, TITAN_PARAM_WQ, l), n, C, q, false));
-	CK(op->matmul_bwd(be, m->dxn, w ? NULL : G(m, TITAN_PARAM_WK, l), m->dk, a->xn1,
+	CK(op->matmul_bwd(be, m->dxn, g->dw(k, TITAN_PARAM_WK, l), m->dk, a->xn1,
 			  P(m, TITAN_PARAM_WK, l), n, C, kv, true));
-	CK(op->matmul_bwd(be, m->dxn, w ? NULL : G(m, TITAN_PARAM_WV, l), m->dv, a->xn1,
+	CK(op->matmul_bwd(be, m->dxn, g->dw(k, TITAN_PARAM_WV, l), m->dv, a->xn1,
 			  P(m, TITAN_PARAM_WV, l), n, C, kv, true));
-	if (m->tp)
-		CK(tp_scatter(m, m->dxn_loc, m->dxn, "tp attention input grad"));
-	if (w)
-		CK(op->copy(be, w->dxn1, dxn, nl * C));
+	CK(sp->ops->scatter_grad(sp, &dxn, m->dxn, "tp attention input grad"));
+	CK(g->keep(k, l, WS_DXN1, dxn, nl * C));
 	CK(op->copy(be, m->dx, m->dh, nl * C));
-	CK(op->rmsnorm_bwd(be, m->dx, w ? NULL : G(m, TITAN_PARAM_ATTENTION_NORM, l), dxn,
-			   m->x[l], P(m, TITAN_PARAM_ATTENTION_NORM, l), a->rstd1, nl, C, true));
-	if (w && w->x.xn1) { /* shared buffers: keep what the weight pass reads */
-		struct acts *x = &w->x;
-
-		CK(op->copy(be, x->xn1, a->xn1, n * C));
-		CK(op->copy(be, x->att, a->att, n * q));
-		CK(op->copy(be, x->h, a->h, nl * C));
-		CK(op->copy(be, x->xn2, a->xn2, n * C));
-		CK(op->copy(be, x->rstd1, a->rstd1, nl));
-		CK(op->copy(be, x->rstd2, a->rstd2, nl));
-		CK(op->copy(be, x->a, a->a, n * F));
-		CK(op->copy(be, x->b, a->b, n * F));
-		CK(op->copy(be, x->g, a->g, n * F));
-	}
-	return 0;
+	CK(op->rmsnorm_bwd(be, m->dx, g->dw(k, TITAN_PARAM_ATTENTION_NORM, l), dxn, k->b->x[l],
+			   P(m, TITAN_PARAM_ATTENTION_NORM, l), a->rstd1, nl, C, true));
+	return g->keep_acts(k, l, a);
 }
 
 /* Block `l`'s weight pass (split backward): the weight gradients block_bwd
  * skipped, by the same calls on the same operands (the norms' input
  * gradients, which the calls also compute, go to scratch: ones stand in
  * for the weight, which they alone read). */
-static int block_wgrad(struct titan_llama *m, int l, const struct wstash *w)
+static int block_wgrad(struct titan_llama *m, const struct mb *b, int l)
 {
 	const struct titan_backend_ops *op = m->be->ops;
 	struct titan_backend *be = m->be;
 	const struct titan_model_dims *d = &m->d;
 	const int64_t n = m->n, nl = m->nl, C = d->dim, F = m->F;
 	const int64_t q = m->H * d->head_dim, kv = m->Hkv * d->head_dim;
-	const struct acts *a = w->x.xn1 ? &w->x : &m->acts[l];
+	float *const *w = b->w[l].g;
+	const struct acts *a = b->w[l].x.xn1 ? &b->w[l].x : &b->acts[l];
 	int rc;
 
-	CK(op->matmul_bwd(be, NULL, G(m, TITAN_PARAM_W2, l), w->dy, a->g, NULL, n, F, C, false));
+	CK(op->matmul_bwd(be, NULL, G(m, TITAN_PARAM_W2, l), w[WS_DY], a->g, NULL, n, F, C,
+			  false));
 	CK(op->matmul_bwd(be, NULL, G(m, TITAN_PARAM_W1, l), a->a, a->xn2, NULL, n, C, F, false));
 	CK(op->matmul_bwd(be, NULL, G(m, TITAN_PARAM_W3, l), a->b, a->xn2, NULL, n, C, F, false));
-	CK(op->rmsnorm_bwd(be, m->dh, G(m, TITAN_PARAM_FFN_NORM, l), w->dxn2, a->h, m->ones,
-			   a->rstd2, nl, C, false));
-	CK(op->matmul_bwd(be, NULL, G(m, TITAN_PARAM_WO, l), w->dh, a->att, NULL, n, q, C, false));
-	CK(op->matmul_bwd(be, NULL, G(m, TITAN_PARAM_WQ, l), w->dq, a->xn1, NULL, n, C, q, false));
-	CK(op->matmul_bwd(be, NULL, G(m, TITAN_PARAM_WK, l), w->dk, a->xn1, NULL, n, C, kv, false));
-	CK(op->matmul_bwd(be, NULL, G(m, TITAN_PARAM_WV, l), w->dv, a->xn1, NULL, n, C, kv, false));
-	return op->rmsnorm_bwd(be, m->dh, G(m, TITAN_PARAM_ATTENTION_NORM, l), w->dxn1, m->x[l],
-			       m->ones, a->rstd1, nl, C, false);
-}
-
-/* TP embedding (torchtitan: RowwiseParallel on the vocabulary, output
- * sharded on the sequence): each rank looks up the ids in its rows, zeros
- * for the others, and the sum is reduce-scattered to nl tokens. */
-static int tp_embedding_fwd(struct titan_llama *m)
-{
-	const int64_t C = m->d.dim;
-	const float *w = P(m, TITAN_PARAM_TOK_EMBEDDINGS, -1);
-
-	for (int64_t i = 0; i < m->n; i++) {
-		const int64_t r = (int64_t)m->ids[i] - m->v0;
-
-		if (r >= 0 && r < m->V)
-			memcpy(m->part + i * C, w + r * C, (size_t)C * sizeof(float));
-		else
-			memset(m->part + i * C, 0, (size_t)C * sizeof(float));
-	}
-	return tp_scatter(m, m->x[0], m->part, "tp embedding");
-}
-
-static int tp_embedding_bwd(struct titan_llama *m)
-{
-	const int64_t C = m->d.dim;
-	float *dw = G(m, TITAN_PARAM_TOK_EMBEDDINGS, -1);
-	int rc;
-
-	CK(tp_gather(m, m->dfull, m->dx, "tp embedding grad"));
-	for (int64_t i = 0; i < m->n; i++) { /* token order, as embedding_bwd */
-		const int64_t r = (int64_t)m->ids[i] - m->v0;
-
-		if (r >= 0 && r < m->V)
-			for (int64_t c = 0; c < C; c++)
-				dw[r * C + c] += m->dfull[i * C + c];
-	}
-	return 0;
-}
-
-/* TP classifier + cross-entropy on h[n,C] (gathered) and this rank's
- * vocabulary rows W[V,C], `chunk` tokens at a time.  Loss parallel: the
- * row max, the sum of exponentials and the target logit are all-reduced
- * over the group; otherwise each chunk's logits are all-gathered and every
- * rank computes the whole rows (torchtitan without loss_parallel).  The
- * loss is the same on every rank; dh is this rank's partial sum (reduce-
- * scattered by the caller), dW its rows' gradient. */
-static int tp_classifier_ce(struct titan_llama *m, double *loss_sum, int64_t *n_valid,
-			    float *dh, float *dw, const float *h, const float *w,
-			    const int32_t *labels, float gs)
-{
-	const struct titan_backend_ops *op = m->be->ops;
-	const int64_t n = m->n, C = m->d.dim, V = m->V, Vg = m->d.vocab_size, v0 = m->v0;
-	const int64_t vc = (Vg + m->tpn - 1) / m->tpn;
-	const int64_t chunk = m->o.ce_chunk < n ? m->o.ce_chunk : n;
-	const bool lp = m->o.loss_parallel, grads = dh != NULL;
-	double total = 0;
-	int64_t count = 0;
-	int rc;
-
-	for (int64_t i = 0; i < n; i++)
-		if (labels[i] >= Vg)
-			return titan_error(TITAN_E_INVALID, "label %d at position %lld is outside "
-					   "the vocabulary (size %lld)", (int)labels[i],
-					   (long long)i, (long long)Vg);
-	for (int64_t n0 = 0; n0 < n; n0 += chunk) {
-		const int64_t cn = n0 + chunk < n ? chunk : n - n0;
-		const int32_t *lc = labels + n0;
-		float *z = m->cz, *mx = m->cmx;
-		double *st = m->cst;
-
-		if (V > 0)
-			CK(op->matmul_fwd(m->be, z, h + n0 * C, w, cn, C, V, false));
-		if (lp) {
-			for (int64_t r = 0; r < cn; r++) {
-				float x = -INFINITY;
-
-				for (int64_t j = 0; j < V; j++)
-					x = z[r * V + j] > x ? z[r * V + j] : x;
-				mx[r] = x;
-			}
-			CK(titan_comm_all_reduce(m->tp, TITAN_IN_PLACE, mx, (size_t)cn,
-						 TITAN_DTYPE_F32, TITAN_REDOP_MAX, "tp loss max"));
-			for (int64_t r = 0; r < cn; r++) {
-				double sum = 0;
-				const int64_t y = (int64_t)lc[r] - v0;
-
-				/* the target logit, from the rank that holds it */
-				st[2 * r + 1] = lc[r] >= 0 && y >= 0 && y < V ? z[r * V + y] : 0;
-				for (int64_t j = 0; j < V; j++) {
-					z[r * V + j] = expf(z[r * V + j] - mx[r]);
-					sum += z[r * V + j];
-				}
-				st[2 * r] = sum;
-			}
-			CK(titan_comm_all_reduce(m->tp, TITAN_IN_PLACE, st, (size_t)(2 * cn),
-						 TITAN_DTYPE_F64, TITAN_REDOP_SUM, "tp loss sums"));
-		} else {
-			/* gather the chunk's logits: [tp][cn][vc], the last ranks' padded */
-			float *zg = m->czg, *zf = m->czf;
-
-			for (int64_t r = cn - 1; r >= 0; r--) /* widen rows V -> vc in place */
-				memmove(z + r * vc, z + r * V, (size_t)V * sizeof(float));
-			CK(titan_comm_all_gather(m->tp, z, zg, (size_t)(cn * vc), TITAN_DTYPE_F32,
-						 "tp logits"));
-			for (int k = 0; k < m->tpn; k++) {
-				const int64_t c0 = k * vc, nc = c0 + vc <= Vg ? vc : Vg > c0 ? Vg - c0 : 0;
-
-				for (int64_t r = 0; r < cn; r++)
-					memcpy(zf + r * Vg + c0, zg + ((int64_t)k * cn + r) * vc,
-					       (size_t)nc * sizeof(float));
-			}
-			for (int64_t r = 0; r < cn; r++) {
-				float *zr = zf + r * Vg, x = -INFINITY;
-				double sum = 0;
-
-				for (int64_t j = 0; j < Vg; j++)
-					x = zr[j] > x ? zr[j] : x;
-				mx[r] = x;
-				st[2 * r + 1] = lc[r] >= 0 ? zr[lc[r]] : 0;
-				for (int64_t j = 0; j < Vg; j++) {
-					zr[j] = expf(zr[j] - x);
-					sum += zr[j];
-				}
-				st[2 * r] = sum;
-				/* this rank's columns back, compact */
-				memcpy(z + r * V, zr + v0, (size_t)V * sizeof(float));
-			}
-		}
-		/* loss and, with grads, dz = (softmax − onehot)·gs in z */
-		for (int64_t r = 0; r < cn; r++) {
-			const int64_t y = (int64_t)lc[r] - v0;
-			const float inv = (float)(1.0 / st[2 * r]);
-
-			if (lc[r] < 0) {
-				if (grads)
-					memset(z + r * V, 0, (size_t)V * sizeof(float));
-				continue;
-			}
-			total += ((double)mx[r] + log(st[2 * r])) - st[2 * r + 1];
-			count++;
-			if (!grads)
-				continue;
-			for (int64_t j = 0; j < V; j++)
-				z[r * V + j] = z[r * V + j] * inv * gs;
-			if (y >= 0 && y < V)
-				z[r * V + y] -= gs;
-		}
-		if (grads) {
-			if (V > 0)
-				CK(op->matmul_bwd(m->be, dh + n0 * C, dw, z, h + n0 * C, w, cn, C, V,
-						  false));
-			else
-				CK(op->zero(m->be, dh + n0 * C, cn * C));
-		}
-	}
-	*loss_sum = total;
-	*n_valid = count;
-	return 0;
+	CK(op->rmsnorm_bwd(be, m->dh, G(m, TITAN_PARAM_FFN_NORM, l), w[WS_DXN2], a->h,
+			   m->pl.ones, a->rstd2, nl, C, false));
+	CK(op->matmul_bwd(be, NULL, G(m, TITAN_PARAM_WO, l), w[WS_DH], a->att, NULL, n, q, C,
+			  false));
+	CK(op->matmul_bwd(be, NULL, G(m, TITAN_PARAM_WQ, l), w[WS_DQ], a->xn1, NULL, n, C, q,
+			  false));
+	CK(op->matmul_bwd(be, NULL, G(m, TITAN_PARAM_WK, l), w[WS_DK], a->xn1, NULL, n, C, kv,
+			  false));
+	CK(op->matmul_bwd(be, NULL, G(m, TITAN_PARAM_WV, l), w[WS_DV], a->xn1, NULL, n, C, kv,
+			  false));
+	return op->rmsnorm_bwd(be, m->dh, G(m, TITAN_PARAM_ATTENTION_NORM, l), w[WS_DXN1],
+			       b->x[l], m->pl.ones, a->rstd1, nl, C, false);
 }
 
 /* The microbatch's token ids (with CP, this rank's tokens of each row). */
-static int load_ids(struct titan_llama *m, const int32_t *inputs)
+static int load_ids(struct titan_llama *m, struct mb *b, const int32_t *inputs)
 {
 	for (int64_t i = 0; i < m->n; i++) {
-		const int64_t at = m->cp ? (i / m->seq_l) * m->seq_l * m->cpn + m->pos[i % m->seq_l]
-				     : i;
+		const int64_t at = titan_cp_token(&m->cp, i);
 
 		if (inputs[at] < 0 || inputs[at] >= m->d.vocab_size)
 			return titan_error(TITAN_E_INVALID, "input token %lld is id %d, outside the "
 					   "vocabulary (size %lld)", (long long)at, inputs[at],
 					   (long long)m->d.vocab_size);
-		(m->dev ? m->ids_host : m->ids)[i] = (uint32_t)inputs[at];
+		(m->dev ? m->ids_host : b->ids)[i] = (uint32_t)inputs[at];
 	}
-	return m->dev ? titan_cuda_memcpy(m->ids, m->ids_host, (size_t)m->n * sizeof(*m->ids)) : 0;
+	return m->dev ? titan_cuda_memcpy(b->ids, m->ids_host, (size_t)m->n * sizeof(*b->ids)) : 0;
 }
 
-static int forward(struct titan_llama *m, const int32_t *inputs)
+static int forward(struct titan_llama *m, const struct titan_stage *s, struct mb *b,
+		   const int32_t *inputs)
 {
-	const struct titan_backend_ops *op = m->be->ops;
 	const struct titan_llama_group_hooks *h = &m->ghooks;
-	const int64_t C = m->d.dim;
 	const int L = (int)m->d.n_layers;
+	struct titan_sp *sp = &m->sp;
 	int rc = 0;
 
-	if (m->first)
-		CK(load_ids(m, inputs));
+	if (s->first)
+		CK(load_ids(m, b, inputs));
 	span_begin(m, "forward", -1);
-	if (m->first) {
+	if (s->first) {
 		span_begin(m, "embedding", -1);
 		if ((rc = ghook(m, h->pre_forward, 0)) == 0)
-			rc = m->tp ? tp_embedding_fwd(m) :
-			     op->embedding_fwd(m->be, m->x[0], m->ids,
-					       P(m, TITAN_PARAM_TOK_EMBEDDINGS, -1), m->n,
-					       m->d.vocab_size, C);
+			rc = sp->ops->embedding_fwd(sp, b->x[0], b->ids,
+						    P(m, TITAN_PARAM_TOK_EMBEDDINGS, -1));
 		if (rc == 0)
 			rc = ghook(m, h->post_forward, 0);
 		span_end(m, "embedding");
@@ -1271,49 +1006,38 @@ static int forward(struct titan_llama *m, const int32_t *inputs)
 			return rc;
 		}
 	}
-	for (int l = m->l0; l < m->l1 && rc == 0; l++) {
+	for (int l = s->l0; l < s->l1 && rc == 0; l++) {
 		span_begin(m, "forward", l);
 		if ((rc = ghook(m, h->pre_forward, 1 + l)) == 0)
-			rc = block_fwd(m, l, m->ckpt[l] ? &m->recompute : &m->acts[l], false);
+			rc = block_fwd(m, b, l, fwd_acts(m, b, l), fwd_all, F_NOPS);
 		if (rc == 0)
 			rc = ghook(m, h->post_forward, 1 + l);
 		span_end(m, "forward");
 	}
-	if (!m->last) {
+	if (!s->last) {
 		span_end(m, "forward");
 		return rc;
 	}
 	if (rc == 0)
 		rc = ghook(m, h->pre_forward, L + 1);
 	if (rc == 0)
-		rc = op->rmsnorm_fwd(m->be, m->tp ? m->xn_loc : m->xnf, m->rstdf, m->x[L],
-				     P(m, TITAN_PARAM_NORM, -1), m->nl, C, (float)m->d.norm_eps);
-	if (rc == 0 && m->tp)
-		rc = tp_gather(m, m->xnf, m->xn_loc, "tp output input");
+		rc = sp->ops->norm(sp, b->xnf, b->rstdf, b->x[L], P(m, TITAN_PARAM_NORM, -1),
+				   (float)m->d.norm_eps, "tp output input");
 	span_end(m, "forward");
 	return rc;
 }
 
-/* Group hooks around one step (titan/train.h): forward runs pre/post_forward
- * of groups 0 .. L and pre_forward of the last group (norm + output), which
- * stays in use through the loss; with backward its pre_backward comes before
- * the loss (the classifier's gradient is computed there), then its
- * post_forward, and post_backward after the final norm's backward. */
 /* The loss on the last stage's xnf; with `dxn`, its gradient goes there
  * (and the classifier's into the gradient arena). */
-static int loss_fwd(struct titan_llama *m, const int32_t *labels, float grad_scale, float *dxn,
-		    double *loss_sum, int64_t *n_valid)
+static int loss_fwd(struct titan_llama *m, const struct mb *b, const int32_t *labels,
+		    float grad_scale, float *dxn, double *loss_sum, int64_t *n_valid)
 {
-	const struct titan_backend_ops *op = m->be->ops;
 	const struct titan_llama_group_hooks *h = &m->ghooks;
 	const int last = (int)m->d.n_layers + 1;
+	struct titan_sp *sp = &m->sp;
 	int rc;
 
-	if (m->cp) { /* this rank's tokens' labels */
-		for (int64_t i = 0; i < m->n; i++)
-			m->lab[i] = labels[(i / m->seq_l) * m->seq_l * m->cpn + m->pos[i % m->seq_l]];
-		labels = m->lab;
-	}
+	labels = titan_cp_labels(&m->cp, labels); /* this rank's tokens' */
 	if (m->dev) { /* the CUDA loss does not range-check labels */
 		for (int64_t i = 0; i < m->n; i++)
 			if (labels[i] >= m->d.vocab_size)
@@ -1325,18 +1049,115 @@ static int loss_fwd(struct titan_llama *m, const int32_t *labels, float grad_sca
 	}
 	span_begin(m, "loss", -1);
 	rc = dxn ? ghook(m, h->pre_backward, last) : 0;
-	if (rc == 0 && m->tp)
-		rc = tp_classifier_ce(m, loss_sum, n_valid, dxn,
-				      dxn ? G(m, TITAN_PARAM_OUTPUT, -1) : NULL, m->xnf,
-				      P(m, TITAN_PARAM_OUTPUT, -1), labels, grad_scale);
-	else if (rc == 0)
-		rc = op->classifier_ce(m->be, loss_sum, n_valid, dxn,
-				       dxn ? G(m, TITAN_PARAM_OUTPUT, -1) : NULL, m->xnf,
-				       P(m, TITAN_PARAM_OUTPUT, -1), labels, m->n, m->d.dim,
-				       m->d.vocab_size, grad_scale, m->o.ce_chunk);
+	if (rc == 0)
+		rc = sp->ops->classifier_ce(sp, loss_sum, n_valid, dxn,
+					    dxn ? G(m, TITAN_PARAM_OUTPUT, -1) : NULL, b->xnf,
+					    P(m, TITAN_PARAM_OUTPUT, -1), labels, grad_scale);
 	if (rc == 0)
 		rc = ghook(m, h->post_forward, last);
 	span_end(m, "loss");
+	return rc;
+}
+
+/* A backward pass over a stage: the fused backward (weight gradients to
+ * the immediate sink), the zero-bubble input pass (to the deferred sink)
+ * or its weight pass (the deferred gradients from the stash); one walk,
+ * backward_walk, with the pass's step for the final norm and for a block
+ * (the embedding's backward only comes with the fused one). */
+struct bwd_pass {
+	struct wsink sink;
+	const struct titan_stage *s;
+	int (*norm)(const struct bwd_pass *p, const float *dxn);
+	int (*block)(const struct bwd_pass *p, int l);
+	int (*post)(void *ctx, int group); /* post_backward, NULL: no hook (input pass) */
+	const char *span;                  /* a block's span */
+};
+
+/* The final norm's backward from `dxn`, the loss's gradient of its output:
+ * its input gradient into m->dx. */
+static int norm_bwd(const struct bwd_pass *p, const float *dxn)
+{
+	struct titan_llama *m = p->sink.m;
+	const struct mb *b = p->sink.b;
+	const struct wsink_ops *g = p->sink.ops;
+	const int L = (int)m->d.n_layers;
+	int rc = 0;
+
+	/* a pipeline schedule may have run other microbatches' backward
+	 * since this one's loss: the last group is gathered again (a no-op
+	 * right after the loss) */
+	if (m->pl.st.staged)
+		rc = ghook(m, m->ghooks.pre_backward, L + 1);
+	if (rc == 0)
+		rc = m->sp.ops->scatter_grad(&m->sp, &dxn, dxn, "tp output input grad");
+	if (rc == 0)
+		rc = g->keep(&p->sink, -1, WS_DXNF, dxn, m->nl * m->d.dim);
+	if (rc == 0)
+		rc = m->be->ops->rmsnorm_bwd(m->be, m->dx, g->dw(&p->sink, TITAN_PARAM_NORM, -1),
+					     dxn, b->x[L], P(m, TITAN_PARAM_NORM, -1), b->rstdf,
+					     m->nl, m->d.dim, false);
+	return rc == 0 ? ghook(m, p->post, L + 1) : rc;
+}
+
+/* Block l's backward (recomputing it first under activation
+ * checkpointing). */
+static int block_backward(const struct bwd_pass *p, int l)
+{
+	struct titan_llama *m = p->sink.m;
+	struct acts *a = &p->sink.b->acts[l];
+	int rc;
+
+	CK(ghook(m, m->ghooks.pre_backward, 1 + l));
+	CK(block_recompute(m, p->sink.b, l, &a));
+	span_begin(m, p->span, l);
+	rc = block_bwd(&p->sink, l, a);
+	if (rc == 0)
+		rc = ghook(m, p->post, 1 + l);
+	span_end(m, p->span);
+	return rc;
+}
+
+/* The weight pass of the final norm, from the stashed dy (dxn unused). */
+static int norm_wgrad(const struct bwd_pass *p, const float *dxn)
+{
+	struct titan_llama *m = p->sink.m;
+	const struct mb *b = p->sink.b;
+	const int L = (int)m->d.n_layers;
+	int rc;
+
+	(void)dxn;
+	CK(ghook(m, m->ghooks.pre_weight, L + 1));
+	CK(m->be->ops->rmsnorm_bwd(m->be, m->dh, G(m, TITAN_PARAM_NORM, -1), b->dxnf, b->x[L],
+				   m->pl.ones, b->rstdf, m->nl, m->d.dim, false));
+	return ghook(m, p->post, L + 1);
+}
+
+static int block_weight(const struct bwd_pass *p, int l)
+{
+	struct titan_llama *m = p->sink.m;
+	int rc;
+
+	span_begin(m, p->span, l);
+	if ((rc = ghook(m, m->ghooks.pre_weight, 1 + l)) == 0)
+		rc = block_wgrad(m, p->sink.b, l);
+	if (rc == 0)
+		rc = ghook(m, p->post, 1 + l);
+	span_end(m, p->span);
+	return rc;
+}
+
+static int embedding_bwd(struct titan_llama *m, const struct mb *b)
+{
+	const struct titan_llama_group_hooks *h = &m->ghooks;
+	int rc;
+
+	span_begin(m, "embedding backward", -1);
+	if ((rc = ghook(m, h->pre_backward, 0)) == 0)
+		rc = m->sp.ops->embedding_bwd(&m->sp, G(m, TITAN_PARAM_TOK_EMBEDDINGS, -1), b->ids,
+					      m->dx);
+	if (rc == 0)
+		rc = ghook(m, h->post_backward, 0);
+	span_end(m, "embedding backward");
 	return rc;
 }
 
@@ -1344,57 +1165,34 @@ static int loss_fwd(struct titan_llama *m, const int32_t *labels, float grad_sca
  * final norm output) on the last stage, otherwise from m->dx (the next
  * stage's gradient of this stage's output); leaves the gradient of the
  * stage's input in m->dx (unused on the first stage). */
-static int backward_pass(struct titan_llama *m, const float *dxn)
+static int backward_walk(const struct bwd_pass *p, const float *dxn)
 {
-	const struct titan_backend_ops *op = m->be->ops;
-	const struct titan_llama_group_hooks *h = &m->ghooks;
-	const int64_t C = m->d.dim, L = m->d.n_layers;
+	const struct titan_stage *s = p->s;
+	struct titan_llama *m = p->sink.m;
 	int rc = 0;
 
 	span_begin(m, "backward", -1);
-	if (m->last) {
+	if (s->last) {
 		span_begin(m, "norm backward", -1);
-		/* a pipeline schedule may have run other microbatches' backward
-		 * since this one's loss: the last group is gathered again (a
-		 * no-op right after the loss) */
-		if (m->o.stage_l1 > 0)
-			rc = ghook(m, h->pre_backward, (int)L + 1);
-		if (rc == 0 && m->tp)
-			rc = tp_scatter(m, m->dxn_loc, dxn, "tp output input grad");
-		if (rc == 0)
-			rc = op->rmsnorm_bwd(m->be, m->dx, G(m, TITAN_PARAM_NORM, -1),
-					     m->tp ? m->dxn_loc : dxn, m->x[L],
-					     P(m, TITAN_PARAM_NORM, -1), m->rstdf, m->nl, C, false);
-		if (rc == 0)
-			rc = ghook(m, h->post_backward, (int)L + 1);
+		rc = p->norm(p, dxn);
 		span_end(m, "norm backward");
 	}
-	for (int64_t l = m->l1 - 1; l >= m->l0 && rc == 0; l--) {
-		struct acts *a = &m->acts[l];
-
-		if ((rc = ghook(m, h->pre_backward, 1 + (int)l)) < 0)
-			break;
-		if ((rc = block_recompute(m, l, &a)) < 0)
-			break;
-		span_begin(m, "backward", (int)l);
-		rc = block_bwd(m, (int)l, a, NULL);
-		if (rc == 0)
-			rc = ghook(m, h->post_backward, 1 + (int)l);
-		span_end(m, "backward");
-	}
-	if (rc == 0 && m->first) {
-		span_begin(m, "embedding backward", -1);
-		if ((rc = ghook(m, h->pre_backward, 0)) == 0 && m->tp)
-			rc = tp_embedding_bwd(m);
-		else if (rc == 0)
-			rc = op->embedding_bwd(m->be, G(m, TITAN_PARAM_TOK_EMBEDDINGS, -1), m->ids,
-					       m->dx, m->n, m->d.vocab_size, C);
-		if (rc == 0)
-			rc = ghook(m, h->post_backward, 0);
-		span_end(m, "embedding backward");
-	}
+	for (int l = s->l1 - 1; l >= s->l0 && rc == 0; l--)
+		rc = p->block(p, l);
+	if (rc == 0 && s->first)
+		rc = embedding_bwd(m, p->sink.b);
 	span_end(m, "backward");
 	return rc;
+}
+
+/* The fused backward: weight gradients now, post_backward hooks. */
+static int backward_pass(struct titan_llama *m, const struct titan_stage *s, const struct mb *b,
+			 const float *dxn)
+{
+	const struct bwd_pass p = {{&sink_immediate, m, b}, s, norm_bwd, block_backward,
+				   m->ghooks.post_backward, "backward"};
+
+	return backward_walk(&p, dxn);
 }
 
 /* Group hooks around one step (titan/train.h): forward runs pre/post_forward
@@ -1405,43 +1203,58 @@ static int backward_pass(struct titan_llama *m, const float *dxn)
 int titan_llama_step(struct titan_llama *m, const int32_t *inputs, const int32_t *labels,
 		     float grad_scale, bool backward, double *loss_sum, int64_t *n_valid)
 {
+	const struct titan_stage *s = &m->pl.st.v[0];
+	struct mb *b = &m->pl.mb[0];
 	int rc;
 
-	TITAN_ASSERT(m->nst == 1 && m->first && m->last);
-	CK(forward(m, inputs));
-	CK(loss_fwd(m, labels, grad_scale, backward ? m->dxn : NULL, loss_sum, n_valid));
-	return backward ? backward_pass(m, m->dxn) : 0;
+	TITAN_ASSERT(m->pl.st.n == 1 && s->first && s->last);
+	CK(forward(m, s, b, inputs));
+	CK(loss_fwd(m, b, labels, grad_scale, backward ? m->dxn : NULL, loss_sum, n_valid));
+	return backward ? backward_pass(m, s, b, m->dxn) : 0;
 }
 
 int titan_llama_pp_nstages(const struct titan_llama *m)
 {
-	return m->nst;
+	return m->pl.st.n;
+}
+
+/* Stage v, microbatch k of a pipeline call. */
+static const struct titan_stage *pp_stage(const struct titan_llama *m, int v, int k)
+{
+	TITAN_ASSERT(k >= 0 && k < m->pl.n && v >= 0 && v < m->pl.st.n);
+	return &m->pl.st.v[v];
+}
+
+/* The last stage's loss gradient of microbatch b: its own with several
+ * microbatches or the split backward, else the scratch. */
+static float *loss_grad(struct titan_llama *m, const struct mb *b)
+{
+	return b->dxn_out ? b->dxn_out : m->dxn;
 }
 
 int titan_llama_pp_forward(struct titan_llama *m, int v, int k, const int32_t *inputs,
 			   const int32_t *labels, float grad_scale, bool backward,
 			   double *loss_sum, int64_t *n_valid)
 {
+	const struct titan_stage *s = pp_stage(m, v, k);
+	struct mb *b = &m->pl.mb[k];
 	int rc;
 
-	TITAN_ASSERT(k >= 0 && k < m->nmb && v >= 0 && v < m->nst);
-	select_stage(m, v);
-	select_mb(m, k);
 	*loss_sum = 0;
 	*n_valid = 0;
-	CK(forward(m, inputs));
-	if (!m->last)
+	CK(forward(m, s, b, inputs));
+	if (!s->last)
 		return 0;
-	return loss_fwd(m, labels, grad_scale,
-			backward ? (m->dxn_out ? m->dxn_out : m->dxn) : NULL, loss_sum, n_valid);
+	return loss_fwd(m, b, labels, grad_scale, backward ? loss_grad(m, b) : NULL, loss_sum,
+			n_valid);
 }
 
 int titan_llama_pp_backward(struct titan_llama *m, int v, int k)
 {
-	TITAN_ASSERT(k >= 0 && k < m->nmb && v >= 0 && v < m->nst);
-	select_stage(m, v);
-	select_mb(m, k);
-	return backward_pass(m, m->last ? (m->dxn_out ? m->dxn_out : m->dxn) : NULL);
+	const struct titan_stage *s = pp_stage(m, v, k);
+	struct mb *b = &m->pl.mb[k];
+
+	return backward_pass(m, s, b, s->last ? loss_grad(m, b) : NULL);
 }
 
 /* The input pass of a stage that is not the first global stage: the
@@ -1450,43 +1263,15 @@ int titan_llama_pp_backward(struct titan_llama *m, int v, int k)
  * the classifier were added by the loss). */
 int titan_llama_pp_backward_input(struct titan_llama *m, int v, int k)
 {
-	const struct titan_backend_ops *op = m->be->ops;
-	const struct titan_llama_group_hooks *h = &m->ghooks;
-	const int64_t C = m->d.dim, L = m->d.n_layers;
-	struct mb *b = &m->mb[k];
-	int rc = 0;
+	const struct titan_stage *s = pp_stage(m, v, k);
+	struct mb *b = &m->pl.mb[k];
+	const struct bwd_pass p = {{&sink_deferred, m, b}, s, norm_bwd, block_backward, NULL,
+				   "backward input"};
 
-	TITAN_ASSERT(k >= 0 && k < m->nmb && v >= 0 && v < m->nst && m->o.pp_split_backward);
-	select_stage(m, v);
-	select_mb(m, k);
-	if (m->first) /* torch's stage 0: the whole backward is the weight pass */
+	TITAN_ASSERT(m->o.pp_split_backward);
+	if (s->first) /* torch's stage 0: the whole backward is the weight pass */
 		return 0;
-	span_begin(m, "backward", -1); /* the phase: backward */
-	if (m->last) {
-		span_begin(m, "norm backward", -1);
-		rc = ghook(m, h->pre_backward, (int)L + 1);
-		if (rc == 0 && m->tp)
-			rc = tp_scatter(m, m->dxn_loc, m->dxn_out, "tp output input grad");
-		if (rc == 0)
-			rc = op->copy(m->be, b->dxnf, m->tp ? m->dxn_loc : m->dxn_out, m->nl * C);
-		if (rc == 0)
-			rc = op->rmsnorm_bwd(m->be, m->dx, NULL, b->dxnf, m->x[L],
-					     P(m, TITAN_PARAM_NORM, -1), m->rstdf, m->nl, C, false);
-		span_end(m, "norm backward");
-	}
-	for (int64_t l = m->l1 - 1; l >= m->l0 && rc == 0; l--) {
-		struct acts *a = &m->acts[l];
-
-		if ((rc = ghook(m, h->pre_backward, 1 + (int)l)) < 0)
-			break;
-		if ((rc = block_recompute(m, l, &a)) < 0)
-			break;
-		span_begin(m, "backward input", (int)l);
-		rc = block_bwd(m, (int)l, a, &b->w[l]);
-		span_end(m, "backward input");
-	}
-	span_end(m, "backward");
-	return rc;
+	return backward_walk(&p, b->dxn_out);
 }
 
 /* The weight pass: on the first global stage the whole backward (from
@@ -1495,46 +1280,25 @@ int titan_llama_pp_backward_input(struct titan_llama *m, int v, int k)
  * hooks. */
 int titan_llama_pp_backward_weight(struct titan_llama *m, int v, int k)
 {
-	const struct titan_llama_group_hooks *h = &m->ghooks;
-	const int64_t C = m->d.dim, L = m->d.n_layers;
-	struct mb *b = &m->mb[k];
-	int rc = 0;
+	const struct titan_stage *s = pp_stage(m, v, k);
+	struct mb *b = &m->pl.mb[k];
+	const struct bwd_pass p = {{&sink_immediate, m, b}, s, norm_wgrad, block_weight,
+				   m->ghooks.post_backward, "backward weight"};
 
-	TITAN_ASSERT(k >= 0 && k < m->nmb && v >= 0 && v < m->nst && m->o.pp_split_backward);
-	select_stage(m, v);
-	select_mb(m, k);
-	if (m->first)
-		return backward_pass(m, m->last ? m->dxn_out : NULL);
-	span_begin(m, "backward", -1); /* the phase: backward */
-	if (m->last) {
-		span_begin(m, "norm backward", -1);
-		if ((rc = ghook(m, h->pre_weight, (int)L + 1)) == 0)
-			rc = m->be->ops->rmsnorm_bwd(m->be, m->dh, G(m, TITAN_PARAM_NORM, -1), b->dxnf,
-						     m->x[L], m->ones, m->rstdf, m->nl, C, false);
-		if (rc == 0)
-			rc = ghook(m, h->post_backward, (int)L + 1);
-		span_end(m, "norm backward");
-	}
-	for (int64_t l = m->l1 - 1; l >= m->l0 && rc == 0; l--) {
-		span_begin(m, "backward weight", (int)l);
-		if ((rc = ghook(m, h->pre_weight, 1 + (int)l)) == 0)
-			rc = block_wgrad(m, (int)l, &b->w[l]);
-		if (rc == 0)
-			rc = ghook(m, h->post_backward, 1 + (int)l);
-		span_end(m, "backward weight");
-	}
-	span_end(m, "backward");
-	return rc;
+	TITAN_ASSERT(m->o.pp_split_backward);
+	if (s->first)
+		return backward_pass(m, s, b, s->last ? b->dxn_out : NULL);
+	return backward_walk(&p, NULL);
 }
 
 float *titan_llama_pp_input(struct titan_llama *m, int v, int k)
 {
-	return m->mb[k].x[m->sl0[v]];
+	return m->pl.mb[k].x[pp_stage(m, v, k)->l0];
 }
 
 float *titan_llama_pp_output(struct titan_llama *m, int v, int k)
 {
-	return m->mb[k].x[m->sl1[v]];
+	return m->pl.mb[k].x[pp_stage(m, v, k)->l1];
 }
 
 float *titan_llama_pp_grad(struct titan_llama *m)
@@ -1551,11 +1315,11 @@ int titan_llama_logits(struct titan_llama *m, const int32_t *inputs, float *logi
 {
 	int rc;
 
-	if (m->tp || m->cp)
+	if (m->sp.comm || m->cp.comm)
 		return titan_error(TITAN_E_UNSUPPORTED, "logits of a tensor- or context-parallel "
 				   "model: load the checkpoint on one rank");
-	CK(forward(m, inputs));
-	CK(m->be->ops->matmul_fwd(m->be, logits, m->xnf, P(m, TITAN_PARAM_OUTPUT, -1), m->n,
+	CK(forward(m, &m->pl.st.v[0], &m->pl.mb[0], inputs));
+	CK(m->be->ops->matmul_fwd(m->be, logits, m->pl.mb[0].xnf, P(m, TITAN_PARAM_OUTPUT, -1), m->n,
 				  m->d.dim, m->d.vocab_size, false));
 	return ghook(m, m->ghooks.post_forward, (int)m->d.n_layers + 1);
 }
@@ -1569,13 +1333,8 @@ int titan_llama_grad_sumsq(struct titan_llama *m, double *sumsq)
 
 		CK(m->be->ops->sumsq(m->be, &sumsq[i], titan_param_view(&m->grads, p),
 				     p->local_numel));
-		if (m->tp && p->tp_dim < 0 && m->tpr > 0)
-			sumsq[i] = 0; /* replicated: counted on TP rank 0 */
 	}
-	if (m->tp && (rc = titan_comm_all_reduce(m->tp, TITAN_IN_PLACE, sumsq, (size_t)m->table.n,
-						  TITAN_DTYPE_F64, TITAN_REDOP_SUM,
-						  "tp grad norm")) < 0)
-		return rc;
+	CK(m->sp.ops->reduce_sumsq(&m->sp, &m->table, sumsq));
 	/* pipeline stages: every parameter on one stage, zero elsewhere */
 	if (m->pp && titan_comm_size(m->pp) > 1)
 		return titan_comm_all_reduce(m->pp, TITAN_IN_PLACE, sumsq, (size_t)m->table.n,
@@ -1585,40 +1344,7 @@ int titan_llama_grad_sumsq(struct titan_llama *m, double *sumsq)
 
 int titan_llama_tp_reduce_grads(struct titan_llama *m)
 {
-	int64_t total = 0, at = 0;
-	float *pack;
-	int rc;
-
-	if (!m->tp)
-		return 0;
-	for (int i = 0; i < m->table.n; i++)
-		if (m->table.params[i].tp_dim < 0)
-			total += m->table.params[i].local_numel;
-	if (!(pack = malloc((size_t)(total ? total : 1) * sizeof(*pack))))
-		return titan_error(TITAN_E_NOMEM, "out of memory");
-	for (int i = 0; i < m->table.n; i++) {
-		const struct titan_param *p = &m->table.params[i];
-
-		if (p->tp_dim < 0) {
-			memcpy(pack + at, titan_param_view(&m->grads, p),
-			       (size_t)p->local_numel * sizeof(float));
-			at += p->local_numel;
-		}
-	}
-	rc = titan_comm_all_reduce(m->tp, TITAN_IN_PLACE, pack, (size_t)total, TITAN_DTYPE_F32,
-				   TITAN_REDOP_SUM, "tp norm grads");
-	at = 0;
-	for (int i = 0; i < m->table.n && rc == 0; i++) {
-		const struct titan_param *p = &m->table.params[i];
-
-		if (p->tp_dim < 0) {
-			memcpy(titan_param_view(&m->grads, p), pack + at,
-			       (size_t)p->local_numel * sizeof(float));
-			at += p->local_numel;
-		}
-	}
-	free(pack);
-	return rc;
+	return m->sp.ops->reduce_grads(&m->sp, &m->table, &m->grads);
 }
 
 void titan_grad_norm_from_sumsq(const double *sumsq, int n, double max_norm, double *norm,

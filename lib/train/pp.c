@@ -218,7 +218,7 @@ int titan_pp_schedule_actions(enum titan_pp_schedule sched, int P, int rank, int
 {
 	int n = 0;
 
-	TITAN_ASSERT(V >= 1 && V <= 8 && rank >= 0 && rank < P && M >= 1);
+	TITAN_ASSERT(V >= 1 && V <= TITAN_PP_MAX_STAGES_PER_RANK && rank >= 0 && rank < P && M >= 1);
 	if (!backward || sched == TITAN_PP_GPIPE) {
 		for (int v = 0; v < V; v++)
 			for (int k = 0; k < M; k++)
@@ -249,7 +249,7 @@ int titan_pp_schedule_actions(enum titan_pp_schedule sched, int P, int rank, int
 		return n;
 	}
 	const int ops = V * M;
-	int fk[8] = {0}, bk[8] = {0}, wk[8] = {0};
+	int fk[TITAN_PP_MAX_STAGES_PER_RANK] = {0}, bk[TITAN_PP_MAX_STAGES_PER_RANK] = {0}, wk[TITAN_PP_MAX_STAGES_PER_RANK] = {0};
 
 	if (sched == TITAN_PP_INTERLEAVED_1F1B) {
 		/* torch.distributed.pipelining's ScheduleInterleaved1F1B: the
@@ -348,7 +348,7 @@ int titan_pp_step(struct titan_pp *p, const int32_t *inputs, const int32_t *labe
 	/* the last gradient contribution of each of the rank's stages (its
 	 * last backward, or with the split its last W): DDP reduces a
 	 * stage's gradients after it */
-	int lastb[8] = {0};
+	int lastb[TITAN_PP_MAX_STAGES_PER_RANK] = {0};
 	for (int i = 0; i < n; i++)
 		if (act[i].op == (split ? TITAN_PP_W : TITAN_PP_B))
 			lastb[act[i].stage] = i;
@@ -466,9 +466,10 @@ int titan_pp_stages_per_rank(const struct titan_config *c, enum titan_pp_schedul
 	if (per <= 0)
 		return 2;
 	stages = (n_layers + 2 + per - 1) / per;
-	if (stages % pp || stages / pp > 8)
+	if (stages % pp || stages / pp > TITAN_PP_MAX_STAGES_PER_RANK)
 		return titan_error(TITAN_E_INVALID, "parallelism.pipeline_parallel_layers_per_stage "
 				   "%lld: %lld stages, not a multiple of pipeline_parallel_degree %d "
-				   "(at most 8 per rank)", (long long)per, (long long)stages, pp);
+				   "(at most %d per rank)", (long long)per, (long long)stages, pp,
+				   TITAN_PP_MAX_STAGES_PER_RANK);
 	return (int)(stages / pp);
 }

@@ -284,6 +284,84 @@ static void test_bad_input_id(void **state)
 	titan_backend_release(&be);
 }
 
+/* A last pipeline stage of every block (no embedding) with two
+ * microbatches: the zero-bubble split backward (both input passes, then
+ * both weight passes, so the second input pass runs between the first's
+ * two halves) gives the fused backward's input gradients and weight
+ * gradients bit for bit, under every activation-checkpointing mode (the
+ * deferred weight-gradient sink keeps what the shared recompute buffers
+ * lose). */
+static void stage_backward(enum titan_ac_mode ac, bool split, float **grads, float **dx,
+			   int64_t *nfloats)
+{
+	struct titan_model_dims d = tiny();
+	struct titan_llama_opts o = {.batch = B, .seq = T, .ac = ac, .ac_every = 2, .ce_chunk = 7,
+				     .stage_l0 = 0, .stage_l1 = 4, .stage_last = true,
+				     .pp_microbatches = 2, .pp_split_backward = split};
+	struct titan_backend be;
+	struct titan_llama *m;
+	struct titan_rng r;
+	int32_t in[B * T], lab[B * T];
+	double loss;
+	int64_t valid, nb;
+
+	assert_int_equal(titan_backend_cpu_init(&be, 1), 0);
+	assert_int_equal(titan_llama_new(&d, &o, &be, NULL, &m), 0);
+	titan_llama_init_weights(m, 42);
+	assert_int_equal(titan_llama_zero_grads(m), 0);
+	tokens(in, lab);
+	titan_rng_init(&r, 11, 0);
+	nb = titan_llama_pp_boundary_floats(m);
+	*dx = malloc(2 * (size_t)nb * sizeof(float));
+	for (int k = 0; k < 2; k++) {
+		float *x = titan_llama_pp_input(m, 0, k);
+
+		for (int64_t i = 0; i < nb; i++)
+			x[i] = (float)titan_rng_below(&r, 1000) / 1000.0f - 0.5f;
+		assert_int_equal(titan_llama_pp_forward(m, 0, k, in, lab, 1.0f / 23, true, &loss,
+							&valid), 0);
+		assert_int_equal(valid, B * T - 1);
+	}
+	for (int k = 0; k < 2; k++) {
+		assert_int_equal(split ? titan_llama_pp_backward_input(m, 0, k)
+				       : titan_llama_pp_backward(m, 0, k), 0);
+		memcpy(*dx + k * nb, titan_llama_pp_grad(m), (size_t)nb * sizeof(float));
+	}
+	for (int k = 0; split && k < 2; k++)
+		assert_int_equal(titan_llama_pp_backward_weight(m, 0, k), 0);
+	*nfloats = titan_llama_table(m)->arena_floats;
+	*grads = malloc((size_t)*nfloats * sizeof(float));
+	memcpy(*grads, titan_llama_grads(m)->data, (size_t)*nfloats * sizeof(float));
+	titan_llama_free(m);
+	titan_backend_release(&be);
+}
+
+static void test_split_backward_equals_fused(void **state)
+{
+	const enum titan_ac_mode modes[] = {TITAN_AC_NONE, TITAN_AC_FULL, TITAN_AC_SELECTIVE,
+					    TITAN_AC_SELECTIVE_OP};
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(modes) / sizeof(modes[0]); i++) {
+		float *gf, *dxf, *gs, *dxs;
+		int64_t n, ns;
+		double sum = 0;
+
+		stage_backward(modes[i], false, &gf, &dxf, &n);
+		stage_backward(modes[i], true, &gs, &dxs, &ns);
+		assert_int_equal(n, ns);
+		for (int64_t j = 0; j < n; j++)
+			sum += fabs(gf[j]);
+		assert_true(sum > 0);
+		assert_memory_equal(gs, gf, (size_t)n * sizeof(float));
+		assert_memory_equal(dxs, dxf, 2 * (size_t)(B * T * 32) * sizeof(float));
+		free(gf);
+		free(dxf);
+		free(gs);
+		free(dxs);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -293,6 +371,7 @@ int main(void)
 		cmocka_unit_test(test_grad_norm_and_adamw),
 		cmocka_unit_test(test_weight_decay_exclusion),
 		cmocka_unit_test(test_bad_input_id),
+		cmocka_unit_test(test_split_backward_equals_fused),
 	};
 	return cmocka_run_group_tests_name("llama", tests, NULL, NULL);
 }

@@ -1,0 +1,246 @@
+/*
+ * cp.c — attention for the Llama model's blocks (cp.h): local, or
+ * context-parallel by all-gathered keys and values or by the ring of
+ * cp_ring.c, and where a rank's tokens sit in the sequence.
+ */
+#include "cp.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "titan/dist.h"
+#include "cp_attn.h"
+
+#define CK(call) do { if ((rc = (call)) < 0) return rc; } while (0)
+
+/* ------------------------------------------------------------- local */
+
+static struct titan_attn_dims local_dims(const struct titan_cp *cp)
+{
+	return (struct titan_attn_dims){cp->batch, cp->seq, cp->h, cp->hkv, cp->d};
+}
+
+static int local_fwd(struct titan_cp *cp, float *out, float *lse, const float *q, const float *k,
+		     const float *v)
+{
+	const struct titan_attn_dims ad = local_dims(cp);
+
+	return cp->be->ops->attention_fwd(cp->be, out, lse, q, k, v, &ad);
+}
+
+static int local_bwd(struct titan_cp *cp, float *dq, float *dk, float *dv, const float *dout,
+		     const float *q, const float *k, const float *v, const float *out,
+		     const float *lse)
+{
+	const struct titan_attn_dims ad = local_dims(cp);
+
+	return cp->be->ops->attention_bwd(cp->be, dq, dk, dv, dout, q, k, v, out, lse, &ad);
+}
+
+static const struct titan_attn_ops local = {local_fwd, local_bwd};
+
+/* --------------------------------------------------- CP: all-gather */
+
+/* Position in the sequence of rank r's local token t. */
+static int64_t cp_pos(const struct titan_cp *cp, int r, int64_t t)
+{
+	const int64_t half = cp->tl / 2;
+
+	return t < half ? r * half + t : (2 * cp->size - 1 - r) * half + (t - half);
+}
+
+/* kf, vf: the whole sequence's keys and values from every rank's [B,Tl]. */
+static int cp_gather_kv(struct titan_cp *cp, const float *k, const float *v)
+{
+	const int64_t B = cp->batch, Tl = cp->tl, T = Tl * cp->size;
+	const int64_t kv = cp->hkv * cp->d;
+	const float *src[2] = {k, v};
+	float *dst[2] = {cp->kf, cp->vf};
+	int rc;
+
+	for (int w = 0; w < 2; w++) {
+		CK(titan_comm_all_gather(cp->comm, src[w], cp->cpg, (size_t)(cp->n * kv),
+					 TITAN_DTYPE_F32, w ? "cp values" : "cp keys"));
+		for (int r = 0; r < cp->size; r++)
+			for (int64_t b = 0; b < B; b++)
+				for (int64_t t = 0; t < Tl; t++)
+					memcpy(dst[w] + (b * T + cp_pos(cp, r, t)) * kv,
+					       cp->cpg + ((r * B + b) * Tl + t) * kv,
+					       (size_t)kv * sizeof(float));
+	}
+	return 0;
+}
+
+/* Query chunk `i` (0: chunk rank, 1: chunk 2·size − 1 − rank) against the
+ * gathered sequence, each query seeing the keys up to its position (the
+ * backend's attention_part ops). */
+static struct titan_attn_part gathered_part(const struct titan_cp *cp, int i)
+{
+	const int64_t Tl = cp->tl, half = Tl / 2, T = Tl * cp->size;
+	const int64_t chunk = i ? 2 * cp->size - 1 - cp->rank : cp->rank;
+
+	return (struct titan_attn_part){cp->batch, half, T, Tl, T, cp->h, cp->hkv, cp->d,
+					chunk * half};
+}
+
+static int gather_fwd(struct titan_cp *cp, float *out, float *lse, const float *q,
+		      const float *k, const float *v)
+{
+	const int64_t half = cp->tl / 2, qs = cp->h * cp->d;
+	int rc;
+
+	CK(cp_gather_kv(cp, k, v));
+	for (int i = 0; i < 2; i++) {
+		const struct titan_attn_part p = gathered_part(cp, i);
+		const int64_t o = i * half;
+
+		CK(cp->be->ops->attention_part_fwd(cp->be, out + o * qs, lse + o, q + o * qs,
+						   cp->kf, cp->vf, &p, false));
+	}
+	return 0;
+}
+
+/* dq, and dk, dv of this rank's tokens: every rank's contributions to the
+ * whole sequence's key/value gradients reduce-scattered to their owners. */
+static int gather_bwd(struct titan_cp *cp, float *dq, float *dk, float *dv, const float *dout,
+		      const float *q, const float *k, const float *v, const float *out,
+		      const float *lse)
+{
+	const int64_t B = cp->batch, Tl = cp->tl, T = Tl * cp->size;
+	const int64_t kv = cp->hkv * cp->d, half = Tl / 2, qs = cp->h * cp->d;
+	const struct titan_backend_ops *op = cp->be->ops;
+	const float *src[2] = {cp->dkf, cp->dvf};
+	float *dst[2] = {dk, dv};
+	int rc;
+
+	CK(cp_gather_kv(cp, k, v));
+	CK(op->zero(cp->be, dq, cp->n * qs));
+	CK(op->zero(cp->be, cp->dkf, B * T * kv));
+	CK(op->zero(cp->be, cp->dvf, B * T * kv));
+	for (int i = 0; i < 2; i++) {
+		const struct titan_attn_part p = gathered_part(cp, i);
+		const int64_t o = i * half;
+
+		CK(op->attention_part_bwd(cp->be, dq + o * qs, cp->dkf, cp->dvf, dout + o * qs,
+					  q + o * qs, cp->kf, cp->vf, out + o * qs, lse + o, &p,
+					  true));
+	}
+	for (int w = 0; w < 2; w++) {
+		for (int r = 0; r < cp->size; r++)
+			for (int64_t b = 0; b < B; b++)
+				for (int64_t t = 0; t < Tl; t++)
+					memcpy(cp->cpg + ((r * B + b) * Tl + t) * kv,
+					       src[w] + (b * T + cp_pos(cp, r, t)) * kv,
+					       (size_t)kv * sizeof(float));
+		CK(titan_comm_reduce_scatter(cp->comm, cp->cpg, dst[w], (size_t)(cp->n * kv),
+					     TITAN_DTYPE_F32, w ? "cp value grads" : "cp key grads"));
+	}
+	return 0;
+}
+
+static const struct titan_attn_ops all_gather = {gather_fwd, gather_bwd};
+
+/* ---------------------------------------------------------- CP: ring */
+
+static struct titan_cp_ring ring_of(const struct titan_cp *cp)
+{
+	return (struct titan_cp_ring){cp->be, cp->alloc, cp->comm, cp->rank, cp->size, cp->batch,
+				      cp->tl, cp->h, cp->hkv, cp->d};
+}
+
+static int ring_fwd(struct titan_cp *cp, float *out, float *lse, const float *q, const float *k,
+		    const float *v)
+{
+	const struct titan_cp_ring r = ring_of(cp);
+
+	return titan_cp_ring_fwd(&r, out, lse, q, k, v);
+}
+
+static int ring_bwd(struct titan_cp *cp, float *dq, float *dk, float *dv, const float *dout,
+		    const float *q, const float *k, const float *v, const float *out,
+		    const float *lse)
+{
+	const struct titan_cp_ring r = ring_of(cp);
+
+	return titan_cp_ring_bwd(&r, dq, dk, dv, dout, q, k, v, out, lse);
+}
+
+static const struct titan_attn_ops ring = {ring_fwd, ring_bwd};
+
+/* ------------------------------------------------------------ set-up */
+
+int titan_cp_init(struct titan_cp *cp, struct titan_backend *be, struct titan_allocator *alloc,
+		  struct titan_comm *comm, bool use_ring, int64_t batch, int64_t seq, int64_t h,
+		  int64_t hkv, int64_t d)
+{
+	memset(cp, 0, sizeof(*cp));
+	cp->attn = &local;
+	cp->be = be;
+	cp->alloc = alloc;
+	cp->comm = comm && titan_comm_size(comm) > 1 ? comm : NULL;
+	cp->ring = use_ring;
+	cp->rank = cp->comm ? titan_comm_rank(cp->comm) : 0;
+	cp->size = cp->comm ? titan_comm_size(cp->comm) : 1;
+	if (cp->comm && seq % (2 * cp->size))
+		return titan_error(TITAN_E_INVALID, "context parallelism: seq_len %lld does not "
+				   "split into 2 x context_parallel_degree %d chunks",
+				   (long long)seq, cp->size);
+	cp->batch = batch;
+	cp->seq = seq;
+	cp->tl = seq / cp->size;
+	cp->n = batch * cp->tl;
+	cp->h = h;
+	cp->hkv = hkv;
+	cp->d = d;
+	if (cp->comm)
+		cp->attn = use_ring ? &ring : &all_gather;
+	return 0;
+}
+
+int titan_cp_alloc(struct titan_cp *cp, titan_cp_buf_fn buf, void *ctx, float *freqs,
+		   double theta, const struct titan_rope_scaling *scaling)
+{
+	/* the RoPE rows of this rank's positions */
+	float *full = malloc((size_t)(cp->seq * cp->d) * sizeof(float));
+	const int64_t kvf = cp->batch * cp->seq * cp->hkv * cp->d;
+	int rc;
+
+	cp->pos = (int64_t *)buf(ctx, 2 * cp->tl, TITAN_MEM_OTHER);
+	cp->lab = (int32_t *)buf(ctx, cp->n, TITAN_MEM_DATA);
+	if (!cp->ring) { /* allgather: the whole sequence's k, v (the ring
+			  * allocates its buffers per call) */
+		cp->kf = buf(ctx, kvf, TITAN_MEM_WORKSPACE);
+		cp->vf = buf(ctx, kvf, TITAN_MEM_WORKSPACE);
+		cp->dkf = buf(ctx, kvf, TITAN_MEM_WORKSPACE);
+		cp->dvf = buf(ctx, kvf, TITAN_MEM_WORKSPACE);
+		cp->cpg = buf(ctx, kvf, TITAN_MEM_WORKSPACE);
+	}
+	if (!full || !cp->pos || !cp->lab ||
+	    (!cp->ring && (!cp->kf || !cp->vf || !cp->dkf || !cp->dvf || !cp->cpg))) {
+		free(full);
+		return TITAN_E_NOMEM;
+	}
+	for (int64_t t = 0; t < cp->tl; t++)
+		cp->pos[t] = cp_pos(cp, cp->rank, t);
+	rc = titan_rope_freqs(full, cp->seq, cp->d, theta, scaling);
+	for (int64_t t = 0; rc == 0 && t < cp->tl; t++)
+		memcpy(freqs + t * cp->d, full + cp->pos[t] * cp->d, (size_t)cp->d * sizeof(float));
+	free(full);
+	return rc;
+}
+
+int64_t titan_cp_token(const struct titan_cp *cp, int64_t i)
+{
+	if (!cp->comm)
+		return i;
+	return (i / cp->tl) * cp->tl * cp->size + cp->pos[i % cp->tl];
+}
+
+const int32_t *titan_cp_labels(struct titan_cp *cp, const int32_t *labels)
+{
+	if (!cp->comm)
+		return labels;
+	for (int64_t i = 0; i < cp->n; i++)
+		cp->lab[i] = labels[titan_cp_token(cp, i)];
+	return cp->lab;
+}

@@ -1,0 +1,69 @@
+/*
+ * cp.h — private to lib/train: the attention implementation the Llama
+ * model's block math calls, and the placement of a sequence's tokens
+ * under context parallelism (cp.c).  Three implementations: local
+ * attention (no CP: the backend's attention ops over whole sequences),
+ * CP all-gather (rotate_method allgather: the whole sequence's keys and
+ * values gathered, the backend's attention_part ops on this rank's two
+ * query chunks) and CP ring (rotate_method alltoall: cp_ring.c).  Under
+ * CP this rank holds, of each sequence, chunks rank and 2·size − 1 − rank
+ * of 2·size (torchtitan's causal load balancing).
+ */
+#ifndef TITAN_TRAIN_CP_H
+#define TITAN_TRAIN_CP_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "titan/core.h"
+#include "titan/ops.h"
+
+struct titan_comm;
+struct titan_cp;
+
+struct titan_attn_ops {
+	/* out [B,Tl,H,D], lse [B,H,Tl] from q [B,Tl,H,D], k, v [B,Tl,Hkv,D] */
+	int (*fwd)(struct titan_cp *cp, float *out, float *lse, const float *q, const float *k,
+		   const float *v);
+	/* dq, dk, dv of this rank's tokens (overwritten) from dout and the
+	 * forward's out and lse */
+	int (*bwd)(struct titan_cp *cp, float *dq, float *dk, float *dv, const float *dout,
+		   const float *q, const float *k, const float *v, const float *out,
+		   const float *lse);
+};
+
+struct titan_cp {
+	const struct titan_attn_ops *attn;
+	struct titan_backend *be;
+	struct titan_allocator *alloc;
+	struct titan_comm *comm;  /* the CP group; NULL: no CP */
+	bool ring;
+	int rank, size;
+	int64_t batch, seq, tl, n;    /* rows, sequence, tokens of a row here, batch·tl */
+	int64_t h, hkv, d;            /* heads, kv heads, head dim */
+	int64_t *pos;                 /* CP: the sequence position of local token t [tl] */
+	int32_t *lab;                 /* CP: this rank's labels [n] */
+	float *kf, *vf, *dkf, *dvf, *cpg; /* all-gather: whole-sequence k, v, grads; gather buffer */
+};
+
+/* Scratch allocation, as titan_sp_buf_fn (tp.h). */
+typedef float *(*titan_cp_buf_fn)(void *ctx, int64_t nfloats, enum titan_mem_tag tag);
+
+/* The geometry: local attention without `comm` (NULL or one rank), else
+ * CP over it (the ring with `ring`); TITAN_E_INVALID when seq does not
+ * split into 2·size chunks.  No allocation. */
+int titan_cp_init(struct titan_cp *cp, struct titan_backend *be, struct titan_allocator *alloc,
+		  struct titan_comm *comm, bool ring, int64_t batch, int64_t seq, int64_t h,
+		  int64_t hkv, int64_t d);
+/* CP only: the positions, labels and (all-gather) the whole-sequence
+ * buffers; `freqs` [tl, d] gets the RoPE rows of this rank's positions.
+ * TITAN_E_NOMEM. */
+int titan_cp_alloc(struct titan_cp *cp, titan_cp_buf_fn buf, void *ctx, float *freqs,
+		   double theta, const struct titan_rope_scaling *scaling);
+/* The index in a microbatch [batch, seq] of local token i (i itself
+ * without CP). */
+int64_t titan_cp_token(const struct titan_cp *cp, int64_t i);
+/* This rank's labels of a microbatch's: `labels` itself without CP. */
+const int32_t *titan_cp_labels(struct titan_cp *cp, const int32_t *labels);
+
+#endif

@@ -1,0 +1,381 @@
+/*
+ * tp.c — the sequence/tensor-parallel moves of the Llama model (tp.h):
+ * the identity on one rank and torchtitan's TP plan with sequence
+ * parallelism over a group, including the vocabulary-parallel embedding
+ * and cross-entropy.
+ */
+#include "tp.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "titan/dist.h"
+#include "titan/ops.h"
+
+#define CK(call) do { if ((rc = (call)) < 0) return rc; } while (0)
+
+/* ------------------------------------------------------------ identity */
+
+static int id_norm(struct titan_sp *sp, float *xn, float *rstd, const float *x, const float *w,
+		   float eps, const char *what)
+{
+	(void)what;
+	return sp->be->ops->rmsnorm_fwd(sp->be, xn, rstd, x, w, sp->nl, sp->C, eps);
+}
+
+static int id_linear_residual(struct titan_sp *sp, float *y, const float *res, const float *in,
+			      const float *w, int64_t k, const char *what)
+{
+	const struct titan_backend_ops *op = sp->be->ops;
+	int rc;
+
+	(void)what;
+	CK(op->copy(sp->be, y, res, sp->n * sp->C));
+	return op->matmul_fwd(sp->be, y, in, w, sp->n, k, sp->C, true);
+}
+
+static int id_gather_grad(struct titan_sp *sp, const float **full, const float *loc,
+			  const char *what)
+{
+	(void)sp, (void)what;
+	*full = loc;
+	return 0;
+}
+
+static int id_scatter_grad(struct titan_sp *sp, const float **loc, const float *full,
+			   const char *what)
+{
+	(void)sp, (void)what;
+	*loc = full;
+	return 0;
+}
+
+static int id_embedding_fwd(struct titan_sp *sp, float *x0, const uint32_t *ids, const float *w)
+{
+	return sp->be->ops->embedding_fwd(sp->be, x0, ids, w, sp->n, sp->vocab, sp->C);
+}
+
+static int id_embedding_bwd(struct titan_sp *sp, float *dw, const uint32_t *ids, const float *dx0)
+{
+	return sp->be->ops->embedding_bwd(sp->be, dw, ids, dx0, sp->n, sp->vocab, sp->C);
+}
+
+static int id_classifier_ce(struct titan_sp *sp, double *loss_sum, int64_t *n_valid, float *dh,
+			    float *dw, const float *h, const float *w, const int32_t *labels,
+			    float gs)
+{
+	return sp->be->ops->classifier_ce(sp->be, loss_sum, n_valid, dh, dw, h, w, labels, sp->n,
+					  sp->C, sp->vocab, gs, sp->ce_chunk);
+}
+
+static int id_reduce_grads(struct titan_sp *sp, const struct titan_param_table *t,
+			   const struct titan_param_arena *grads)
+{
+	(void)sp, (void)t, (void)grads;
+	return 0;
+}
+
+static int id_reduce_sumsq(struct titan_sp *sp, const struct titan_param_table *t,
+			   double *sumsq)
+{
+	(void)sp, (void)t, (void)sumsq;
+	return 0;
+}
+
+static const struct titan_sp_ops identity = {
+	id_norm, id_linear_residual, id_gather_grad, id_scatter_grad, id_embedding_fwd,
+	id_embedding_bwd, id_classifier_ce, id_reduce_grads, id_reduce_sumsq,
+};
+
+/* ------------------------------------------------- tensor parallelism */
+
+/* full[n,C] = the group's local rows [nl,C] in rank order. */
+static int tp_gather(struct titan_sp *sp, float *full, const float *loc, const char *what)
+{
+	return titan_comm_all_gather(sp->comm, loc, full, (size_t)(sp->nl * sp->C),
+				     TITAN_DTYPE_F32, what);
+}
+
+/* loc[nl,C] = this rank's rows of the sum over the group of full[n,C]. */
+static int tp_scatter(struct titan_sp *sp, float *loc, const float *full, const char *what)
+{
+	return titan_comm_reduce_scatter(sp->comm, full, loc, (size_t)(sp->nl * sp->C),
+					 TITAN_DTYPE_F32, what);
+}
+
+static int tp_norm(struct titan_sp *sp, float *xn, float *rstd, const float *x, const float *w,
+		   float eps, const char *what)
+{
+	int rc;
+
+	CK(sp->be->ops->rmsnorm_fwd(sp->be, sp->xn_loc, rstd, x, w, sp->nl, sp->C, eps));
+	return tp_gather(sp, xn, sp->xn_loc, what);
+}
+
+static int tp_linear_residual(struct titan_sp *sp, float *y, const float *res, const float *in,
+			      const float *w, int64_t k, const char *what)
+{
+	const struct titan_backend_ops *op = sp->be->ops;
+	int rc;
+
+	CK(op->matmul_fwd(sp->be, sp->part, in, w, sp->n, k, sp->C, false));
+	CK(tp_scatter(sp, y, sp->part, what));
+	return op->add(sp->be, y, res, y, sp->nl * sp->C);
+}
+
+static int tp_gather_grad(struct titan_sp *sp, const float **full, const float *loc,
+			  const char *what)
+{
+	*full = sp->dfull;
+	return tp_gather(sp, sp->dfull, loc, what);
+}
+
+static int tp_scatter_grad(struct titan_sp *sp, const float **loc, const float *full,
+			   const char *what)
+{
+	*loc = sp->dxn_loc;
+	return tp_scatter(sp, sp->dxn_loc, full, what);
+}
+
+/* TP embedding (torchtitan: RowwiseParallel on the vocabulary, output
+ * sharded on the sequence): each rank looks up the ids in its rows, zeros
+ * for the others, and the sum is reduce-scattered to nl tokens. */
+static int tp_embedding_fwd(struct titan_sp *sp, float *x0, const uint32_t *ids, const float *w)
+{
+	const int64_t C = sp->C;
+
+	for (int64_t i = 0; i < sp->n; i++) {
+		const int64_t r = (int64_t)ids[i] - sp->v0;
+
+		if (r >= 0 && r < sp->V)
+			memcpy(sp->part + i * C, w + r * C, (size_t)C * sizeof(float));
+		else
+			memset(sp->part + i * C, 0, (size_t)C * sizeof(float));
+	}
+	return tp_scatter(sp, x0, sp->part, "tp embedding");
+}
+
+static int tp_embedding_bwd(struct titan_sp *sp, float *dw, const uint32_t *ids, const float *dx0)
+{
+	const int64_t C = sp->C;
+	int rc;
+
+	CK(tp_gather(sp, sp->dfull, dx0, "tp embedding grad"));
+	for (int64_t i = 0; i < sp->n; i++) { /* token order, as embedding_bwd */
+		const int64_t r = (int64_t)ids[i] - sp->v0;
+
+		if (r >= 0 && r < sp->V)
+			for (int64_t c = 0; c < C; c++)
+				dw[r * C + c] += sp->dfull[i * C + c];
+	}
+	return 0;
+}
+
+/* TP classifier + cross-entropy on h[n,C] (gathered) and this rank's
+ * vocabulary rows W[V,C], `chunk` tokens at a time.  Loss parallel: the
+ * row max, the sum of exponentials and the target logit are all-reduced
+ * over the group; otherwise each chunk's logits are all-gathered and every
+ * rank computes the whole rows (torchtitan without loss_parallel).  The
+ * loss is the same on every rank; dh is this rank's partial sum (reduce-
+ * scattered by the caller), dW its rows' gradient. */
+static int tp_classifier_ce(struct titan_sp *sp, double *loss_sum, int64_t *n_valid, float *dh,
+			    float *dw, const float *h, const float *w, const int32_t *labels,
+			    float gs)
+{
+	const struct titan_backend_ops *op = sp->be->ops;
+	const int64_t n = sp->n, C = sp->C, V = sp->V, Vg = sp->vocab, v0 = sp->v0;
+	const int64_t vc = (Vg + sp->size - 1) / sp->size;
+	const int64_t chunk = sp->ce_chunk < n ? sp->ce_chunk : n;
+	const bool lp = sp->loss_parallel, grads = dh != NULL;
+	double total = 0;
+	int64_t count = 0;
+	int rc;
+
+	for (int64_t i = 0; i < n; i++)
+		if (labels[i] >= Vg)
+			return titan_error(TITAN_E_INVALID, "label %d at position %lld is outside "
+					   "the vocabulary (size %lld)", (int)labels[i],
+					   (long long)i, (long long)Vg);
+	for (int64_t n0 = 0; n0 < n; n0 += chunk) {
+		const int64_t cn = n0 + chunk < n ? chunk : n - n0;
+		const int32_t *lc = labels + n0;
+		float *z = sp->cz, *mx = sp->cmx;
+		double *st = sp->cst;
+
+		if (V > 0)
+			CK(op->matmul_fwd(sp->be, z, h + n0 * C, w, cn, C, V, false));
+		if (lp) {
+			for (int64_t r = 0; r < cn; r++) {
+				float x = -INFINITY;
+
+				for (int64_t j = 0; j < V; j++)
+					x = z[r * V + j] > x ? z[r * V + j] : x;
+				mx[r] = x;
+			}
+			CK(titan_comm_all_reduce(sp->comm, TITAN_IN_PLACE, mx, (size_t)cn,
+						 TITAN_DTYPE_F32, TITAN_REDOP_MAX, "tp loss max"));
+			for (int64_t r = 0; r < cn; r++) {
+				double sum = 0;
+				const int64_t y = (int64_t)lc[r] - v0;
+
+				/* the target logit, from the rank that holds it */
+				st[2 * r + 1] = lc[r] >= 0 && y >= 0 && y < V ? z[r * V + y] : 0;
+				for (int64_t j = 0; j < V; j++) {
+					z[r * V + j] = expf(z[r * V + j] - mx[r]);
+					sum += z[r * V + j];
+				}
+				st[2 * r] = sum;
+			}
+			CK(titan_comm_all_reduce(sp->comm, TITAN_IN_PLACE, st, (size_t)(2 * cn),
+						 TITAN_DTYPE_F64, TITAN_REDOP_SUM, "tp loss sums"));
+		} else {
+			/* gather the chunk's logits: [tp][cn][vc], the last ranks' padded */
+			float *zg = sp->czg, *zf = sp->czf;
+
+			for (int64_t r = cn - 1; r >= 0; r--) /* widen rows V -> vc in place */
+				memmove(z + r * vc, z + r * V, (size_t)V * sizeof(float));
+			CK(titan_comm_all_gather(sp->comm, z, zg, (size_t)(cn * vc), TITAN_DTYPE_F32,
+						 "tp logits"));
+			for (int k = 0; k < sp->size; k++) {
+				const int64_t c0 = k * vc, nc = c0 + vc <= Vg ? vc : Vg > c0 ? Vg - c0 : 0;
+
+				for (int64_t r = 0; r < cn; r++)
+					memcpy(zf + r * Vg + c0, zg + ((int64_t)k * cn + r) * vc,
+					       (size_t)nc * sizeof(float));
+			}
+			for (int64_t r = 0; r < cn; r++) {
+				float *zr = zf + r * Vg, x = -INFINITY;
+				double sum = 0;
+
+				for (int64_t j = 0; j < Vg; j++)
+					x = zr[j] > x ? zr[j] : x;
+				mx[r] = x;
+				st[2 * r + 1] = lc[r] >= 0 ? zr[lc[r]] : 0;
+				for (int64_t j = 0; j < Vg; j++) {
+					zr[j] = expf(zr[j] - x);
+					sum += zr[j];
+				}
+				st[2 * r] = sum;
+				/* this rank's columns back, compact */
+				memcpy(z + r * V, zr + v0, (size_t)V * sizeof(float));
+			}
+		}
+		/* loss and, with grads, dz = (softmax − onehot)·gs in z */
+		for (int64_t r = 0; r < cn; r++) {
+			const int64_t y = (int64_t)lc[r] - v0;
+			const float inv = (float)(1.0 / st[2 * r]);
+
+			if (lc[r] < 0) {
+				if (grads)
+					memset(z + r * V, 0, (size_t)V * sizeof(float));
+				continue;
+			}
+			total += ((double)mx[r] + log(st[2 * r])) - st[2 * r + 1];
+			count++;
+			if (!grads)
+				continue;
+			for (int64_t j = 0; j < V; j++)
+				z[r * V + j] = z[r * V + j] * inv * gs;
+			if (y >= 0 && y < V)
+				z[r * V + y] -= gs;
+		}
+		if (grads) {
+			if (V > 0)
+				CK(op->matmul_bwd(sp->be, dh + n0 * C, dw, z, h + n0 * C, w, cn, C, V,
+						  false));
+			else
+				CK(op->zero(sp->be, dh + n0 * C, cn * C));
+		}
+	}
+	*loss_sum = total;
+	*n_valid = count;
+	return 0;
+}
+
+static int tp_reduce_grads(struct titan_sp *sp, const struct titan_param_table *t,
+			   const struct titan_param_arena *grads)
+{
+	int64_t total = 0, at = 0;
+	float *pack;
+	int rc;
+
+	for (int i = 0; i < t->n; i++)
+		if (t->params[i].tp_dim < 0)
+			total += t->params[i].local_numel;
+	if (!(pack = malloc((size_t)(total ? total : 1) * sizeof(*pack))))
+		return titan_error(TITAN_E_NOMEM, "out of memory");
+	for (int i = 0; i < t->n; i++) {
+		const struct titan_param *p = &t->params[i];
+
+		if (p->tp_dim < 0) {
+			memcpy(pack + at, titan_param_view(grads, p),
+			       (size_t)p->local_numel * sizeof(float));
+			at += p->local_numel;
+		}
+	}
+	rc = titan_comm_all_reduce(sp->comm, TITAN_IN_PLACE, pack, (size_t)total, TITAN_DTYPE_F32,
+				   TITAN_REDOP_SUM, "tp norm grads");
+	at = 0;
+	for (int i = 0; i < t->n && rc == 0; i++) {
+		const struct titan_param *p = &t->params[i];
+
+		if (p->tp_dim < 0) {
+			memcpy(titan_param_view(grads, p), pack + at,
+			       (size_t)p->local_numel * sizeof(float));
+			at += p->local_numel;
+		}
+	}
+	free(pack);
+	return rc;
+}
+
+static int tp_reduce_sumsq(struct titan_sp *sp, const struct titan_param_table *t, double *sumsq)
+{
+	for (int i = 0; i < t->n; i++)
+		if (t->params[i].tp_dim < 0 && sp->rank > 0)
+			sumsq[i] = 0; /* replicated: counted on TP rank 0 */
+	return titan_comm_all_reduce(sp->comm, TITAN_IN_PLACE, sumsq, (size_t)t->n,
+				     TITAN_DTYPE_F64, TITAN_REDOP_SUM, "tp grad norm");
+}
+
+static const struct titan_sp_ops tensor_parallel = {
+	tp_norm, tp_linear_residual, tp_gather_grad, tp_scatter_grad, tp_embedding_fwd,
+	tp_embedding_bwd, tp_classifier_ce, tp_reduce_grads, tp_reduce_sumsq,
+};
+
+int titan_sp_init(struct titan_sp *sp, struct titan_backend *be, struct titan_comm *comm,
+		  int64_t n, int64_t C, int64_t vocab, int64_t v0, int64_t V, int64_t ce_chunk,
+		  bool loss_parallel, titan_sp_buf_fn buf, void *ctx)
+{
+	const enum titan_mem_tag ws = TITAN_MEM_WORKSPACE;
+	int64_t ch, vc;
+
+	const bool tp = comm && titan_comm_size(comm) > 1;
+
+	*sp = (struct titan_sp){.ops = &identity, .be = be, .comm = tp ? comm : NULL,
+				.rank = tp ? titan_comm_rank(comm) : 0,
+				.size = tp ? titan_comm_size(comm) : 1, .n = n, .C = C,
+				.vocab = vocab, .V = V, .v0 = v0, .ce_chunk = ce_chunk,
+				.loss_parallel = loss_parallel};
+	sp->nl = n / sp->size;
+	if (!tp)
+		return 0;
+	sp->ops = &tensor_parallel;
+	ch = ce_chunk < n ? ce_chunk : n;
+	vc = (vocab + sp->size - 1) / sp->size;
+	sp->xn_loc = buf(ctx, sp->nl * C, ws);
+	sp->part = buf(ctx, n * C, ws);
+	sp->dfull = buf(ctx, n * C, ws);
+	sp->dxn_loc = buf(ctx, sp->nl * C, ws);
+	sp->cz = buf(ctx, ch * vc, ws);
+	sp->cmx = buf(ctx, ch, ws);
+	sp->cst = (double *)buf(ctx, 4 * ch, ws);
+	if (!sp->xn_loc || !sp->part || !sp->dfull || !sp->dxn_loc || !sp->cz || !sp->cmx ||
+	    !sp->cst)
+		return TITAN_E_NOMEM;
+	if (!loss_parallel && (!(sp->czg = buf(ctx, sp->size * ch * vc, ws)) ||
+			       !(sp->czf = buf(ctx, ch * vocab, ws))))
+		return TITAN_E_NOMEM;
+	return 0;
+}
