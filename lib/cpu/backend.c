@@ -64,15 +64,11 @@ static int cpu_buf_copy_rows(struct titan_backend *be, float *dst, int64_t dst_o
 			     int64_t dst_stride, const float *src, int64_t src_off,
 			     int64_t src_stride, int64_t rows, int64_t width)
 {
+	int rc = titan_buf_copy_rows_check(dst_off, dst_stride, src_off, src_stride, rows, width);
+
 	(void)be;
-	if (rows < 0 || width < 0 || dst_off < 0 || src_off < 0 || dst_stride < width ||
-	    src_stride < width)
-		return titan_error(TITAN_E_INVALID, "buf_copy_rows: %lld rows of %lld floats, "
-				   "strides %lld and %lld, offsets %lld and %lld", (long long)rows,
-				   (long long)width, (long long)dst_stride, (long long)src_stride,
-				   (long long)dst_off, (long long)src_off);
-	if (!rows || !width)
-		return 0;
+	if (rc < 0 || !rows || !width)
+		return rc;
 	dst += dst_off;
 	src += src_off;
 	if (dst_stride == width && src_stride == width) {
@@ -141,6 +137,18 @@ int titan_backend_cpu_init(struct titan_backend *be, int nthreads)
 	 * one thread (its own split would depend on the thread count). */
 	openblas_set_num_threads(1);
 #endif
+	return 0;
+}
+
+int titan_buf_copy_rows_check(int64_t dst_off, int64_t dst_stride, int64_t src_off,
+			      int64_t src_stride, int64_t rows, int64_t width)
+{
+	if (rows < 0 || width < 0 || dst_off < 0 || src_off < 0 || dst_stride < width ||
+	    src_stride < width)
+		return titan_error(TITAN_E_INVALID, "buf_copy_rows: %lld rows of %lld floats, "
+				   "strides %lld and %lld, offsets %lld and %lld", (long long)rows,
+				   (long long)width, (long long)dst_stride, (long long)src_stride,
+				   (long long)dst_off, (long long)src_off);
 	return 0;
 }
 

@@ -138,14 +138,10 @@ int cuda_op_buf_copy_rows(struct titan_backend *be, float *dst, int64_t dst_off,
 			  int64_t dst_stride, const float *src, int64_t src_off, int64_t src_stride,
 			  int64_t rows, int64_t width)
 {
-	if (rows < 0 || width < 0 || dst_off < 0 || src_off < 0 || dst_stride < width ||
-	    src_stride < width)
-		return titan_error(TITAN_E_INVALID, "buf_copy_rows: %lld rows of %lld floats, "
-				   "strides %lld and %lld, offsets %lld and %lld", (long long)rows,
-				   (long long)width, (long long)dst_stride, (long long)src_stride,
-				   (long long)dst_off, (long long)src_off);
-	if (!rows || !width)
-		return 0;
+	int rc = titan_buf_copy_rows_check(dst_off, dst_stride, src_off, src_stride, rows, width);
+
+	if (rc < 0 || !rows || !width)
+		return rc;
 	CU_CHECK(cudaMemcpy2DAsync(dst + dst_off, (size_t)dst_stride * sizeof(float),
 				   src + src_off, (size_t)src_stride * sizeof(float),
 				   (size_t)width * sizeof(float), (size_t)rows, cudaMemcpyDefault,
@@ -208,13 +204,7 @@ static const struct titan_backend_ops cuda_ops = {
 	.add = cuda_add,
 	.copy = cuda_copy,
 	.zero = cuda_zero,
-	.buf_alloc = cuda_op_buf_alloc,
-	.buf_free = cuda_buf_free,
-	.buf_set = cuda_op_buf_set,
-	.buf_get = cuda_op_buf_get,
-	.buf_copy = cuda_op_buf_copy,
-	.buf_copy_rows = cuda_op_buf_copy_rows,
-	.buf_memset = cuda_op_buf_memset,
+	CUDA_BUF_OPS,
 };
 
 extern "C" int titan_backend_cuda_init(struct titan_backend *be, const struct titan_cuda_opts *o,

@@ -190,13 +190,7 @@ static const struct titan_backend_ops prof_ops = {
 	.copy = prof_copy,
 	.zero = prof_zero,
 	/* buffer ops are transfers, not ops: not timed */
-	.buf_alloc = cuda_op_buf_alloc,
-	.buf_free = cuda_buf_free,
-	.buf_set = cuda_op_buf_set,
-	.buf_get = cuda_op_buf_get,
-	.buf_copy = cuda_op_buf_copy,
-	.buf_copy_rows = cuda_op_buf_copy_rows,
-	.buf_memset = cuda_op_buf_memset,
+	CUDA_BUF_OPS,
 };
 
 /* Wraps be's table when TITAN_CUDA_PROFILE is set (once per process). */

@@ -401,6 +401,11 @@ const char *titan_blas_format(const struct titan_blas_choice *c, const char *ver
 bool titan_blas_warning_for(const struct titan_blas_choice *c, char *buf, size_t n);
 /* Calls be->ops->release; NULL-safe. */
 void titan_backend_release(struct titan_backend *be);
+/* The arguments of buf_copy_rows as every backend checks them: 0, or
+ * TITAN_E_INVALID naming the numbers (negative sizes or offsets, a stride
+ * below the width). */
+int titan_buf_copy_rows_check(int64_t dst_off, int64_t dst_stride, int64_t src_off,
+			      int64_t src_stride, int64_t rows, int64_t width);
 
 /* Llama 3.1 RoPE frequency scaling (torchtitan RoPEScalingArgs). */
 struct titan_rope_scaling {
