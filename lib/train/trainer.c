@@ -1179,7 +1179,7 @@ int titan_trainer_new(const struct titan_config *cfg, const struct titan_trainer
 		if ((rc = titan_pp_schedule_parse(c->parallelism.pipeline_parallel_schedule,
 						  &sched)) < 0 ||
 		    (rc = titan_pp_new(t->model, comm(t, TITAN_DIM_PP), sched,
-				       (int)t->mo.pp_microbatches, &t->pp)) < 0)
+				       (int)t->mo.pp_microbatches, &t->be, &t->pp)) < 0)
 			return rc;
 	}
 	/* each rank initialises its own rows: the same weights on any layout */
@@ -1192,6 +1192,7 @@ int titan_trainer_new(const struct titan_config *cfg, const struct titan_trainer
 			.reshard_after_forward = strcmp(c->parallelism.fsdp_reshard_after_forward,
 							"never") != 0,
 			.bucket_bytes = (int64_t)(c->comm.bucket_size_mb * 1048576.0),
+			.be = &t->be,
 		};
 		struct titan_llama_group_hooks gh;
 
