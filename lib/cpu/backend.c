@@ -5,6 +5,7 @@
 #include "cpu_impl.h"
 
 #include <omp.h>
+#include <string.h>
 
 #include "config.h"
 #if TITAN_HAVE_BLAS
@@ -39,6 +40,54 @@ static void cpu_release(struct titan_backend *be)
 	(void)be;
 }
 
+/* ---- buffers: host memory, so plain memcpy/memset ---------------------- */
+
+static void *cpu_buf_alloc(struct titan_backend *be, size_t bytes, enum titan_mem_tag tag)
+{
+	return titan_mem_alloc(be->alloc ? be->alloc : titan_host_allocator(), bytes, tag);
+}
+
+static void cpu_buf_free(struct titan_backend *be, void *buf)
+{
+	titan_mem_free(be->alloc ? be->alloc : titan_host_allocator(), buf);
+}
+
+static int cpu_buf_copy(struct titan_backend *be, void *dst, const void *src, size_t bytes)
+{
+	(void)be;
+	if (bytes)
+		memcpy(dst, src, bytes);
+	return 0;
+}
+
+static int cpu_buf_copy_rows(struct titan_backend *be, float *dst, int64_t dst_off,
+			     int64_t dst_stride, const float *src, int64_t src_off,
+			     int64_t src_stride, int64_t rows, int64_t width)
+{
+	int rc = titan_buf_copy_rows_check(dst_off, dst_stride, src_off, src_stride, rows, width);
+
+	(void)be;
+	if (rc < 0 || !rows || !width)
+		return rc;
+	dst += dst_off;
+	src += src_off;
+	if (dst_stride == width && src_stride == width) {
+		memcpy(dst, src, (size_t)(rows * width) * sizeof(float));
+		return 0;
+	}
+	for (int64_t r = 0; r < rows; r++)
+		memcpy(dst + r * dst_stride, src + r * src_stride, (size_t)width * sizeof(float));
+	return 0;
+}
+
+static int cpu_buf_memset(struct titan_backend *be, void *dst, int value, size_t bytes)
+{
+	(void)be;
+	if (bytes)
+		memset(dst, value, bytes);
+	return 0;
+}
+
 static const struct titan_backend_ops cpu_ops = {
 	.name = "cpu",
 	.release = cpu_release,
@@ -63,6 +112,13 @@ static const struct titan_backend_ops cpu_ops = {
 	.add = titan_cpu_add,
 	.copy = titan_cpu_copy,
 	.zero = titan_cpu_zero,
+	.buf_alloc = cpu_buf_alloc,
+	.buf_free = cpu_buf_free,
+	.buf_set = cpu_buf_copy,
+	.buf_get = cpu_buf_copy,
+	.buf_copy = cpu_buf_copy,
+	.buf_copy_rows = cpu_buf_copy_rows,
+	.buf_memset = cpu_buf_memset,
 };
 
 int titan_backend_cpu_init(struct titan_backend *be, int nthreads)
@@ -81,6 +137,18 @@ int titan_backend_cpu_init(struct titan_backend *be, int nthreads)
 	 * one thread (its own split would depend on the thread count). */
 	openblas_set_num_threads(1);
 #endif
+	return 0;
+}
+
+int titan_buf_copy_rows_check(int64_t dst_off, int64_t dst_stride, int64_t src_off,
+			      int64_t src_stride, int64_t rows, int64_t width)
+{
+	if (rows < 0 || width < 0 || dst_off < 0 || src_off < 0 || dst_stride < width ||
+	    src_stride < width)
+		return titan_error(TITAN_E_INVALID, "buf_copy_rows: %lld rows of %lld floats, "
+				   "strides %lld and %lld, offsets %lld and %lld", (long long)rows,
+				   (long long)width, (long long)dst_stride, (long long)src_stride,
+				   (long long)dst_off, (long long)src_off);
 	return 0;
 }
 

@@ -91,6 +91,71 @@ void *cuda_host_scratch(struct titan_backend *be, size_t bytes)
 	return c->host_scratch;
 }
 
+/* ---- buffers (titan/ops.h): cudaMemcpy*Async on the compute stream ---- */
+
+void *cuda_op_buf_alloc(struct titan_backend *be, size_t bytes, enum titan_mem_tag tag)
+{
+	void *p = NULL;
+
+	if (be->alloc)
+		return titan_mem_alloc(be->alloc, bytes, tag);
+	if (cudaMalloc(&p, bytes ? bytes : 1) != cudaSuccess) {
+		(void)cudaGetLastError();
+		titan_error(TITAN_E_NOMEM, "CUDA: out of device memory for a buffer of %zu bytes",
+			    bytes);
+		return NULL;
+	}
+	return p;
+}
+
+/* set and get: the copy is queued behind the stream's work (the host side
+ * may be pageable or pinned; UVA tells the direction), then waited for so
+ * that the host memory may be reused or read at once */
+int cuda_op_buf_set(struct titan_backend *be, void *dst, const void *host, size_t bytes)
+{
+	struct cuda_impl *c = cuda_of(be);
+
+	if (!bytes)
+		return 0;
+	CU_CHECK(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyDefault, c->stream));
+	CU_CHECK(cudaStreamSynchronize(c->stream));
+	return 0;
+}
+
+int cuda_op_buf_get(struct titan_backend *be, void *host, const void *src, size_t bytes)
+{
+	return cuda_op_buf_set(be, host, src, bytes);
+}
+
+int cuda_op_buf_copy(struct titan_backend *be, void *dst, const void *src, size_t bytes)
+{
+	if (bytes)
+		CU_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, cuda_of(be)->stream));
+	return 0;
+}
+
+int cuda_op_buf_copy_rows(struct titan_backend *be, float *dst, int64_t dst_off,
+			  int64_t dst_stride, const float *src, int64_t src_off, int64_t src_stride,
+			  int64_t rows, int64_t width)
+{
+	int rc = titan_buf_copy_rows_check(dst_off, dst_stride, src_off, src_stride, rows, width);
+
+	if (rc < 0 || !rows || !width)
+		return rc;
+	CU_CHECK(cudaMemcpy2DAsync(dst + dst_off, (size_t)dst_stride * sizeof(float),
+				   src + src_off, (size_t)src_stride * sizeof(float),
+				   (size_t)width * sizeof(float), (size_t)rows, cudaMemcpyDefault,
+				   cuda_of(be)->stream));
+	return 0;
+}
+
+int cuda_op_buf_memset(struct titan_backend *be, void *dst, int value, size_t bytes)
+{
+	if (bytes)
+		CU_CHECK(cudaMemsetAsync(dst, value, bytes, cuda_of(be)->stream));
+	return 0;
+}
+
 static void cuda_release(struct titan_backend *be)
 {
 	struct cuda_impl *c;
@@ -139,6 +204,7 @@ static const struct titan_backend_ops cuda_ops = {
 	.add = cuda_add,
 	.copy = cuda_copy,
 	.zero = cuda_zero,
+	CUDA_BUF_OPS,
 };
 
 extern "C" int titan_backend_cuda_init(struct titan_backend *be, const struct titan_cuda_opts *o,

@@ -156,6 +156,21 @@ int cuda_scale(struct titan_backend *be, float *x, int64_t n, float alpha);
 int cuda_add(struct titan_backend *be, float *y, const float *a, const float *b, int64_t n);
 int cuda_copy(struct titan_backend *be, float *dst, const float *src, int64_t n);
 int cuda_zero(struct titan_backend *be, float *x, int64_t n);
+/* backend.cu: the buffer ops */
+void *cuda_op_buf_alloc(struct titan_backend *be, size_t bytes, enum titan_mem_tag tag);
+int cuda_op_buf_set(struct titan_backend *be, void *dst, const void *host, size_t bytes);
+int cuda_op_buf_get(struct titan_backend *be, void *host, const void *src, size_t bytes);
+int cuda_op_buf_copy(struct titan_backend *be, void *dst, const void *src, size_t bytes);
+int cuda_op_buf_copy_rows(struct titan_backend *be, float *dst, int64_t dst_off,
+			  int64_t dst_stride, const float *src, int64_t src_off, int64_t src_stride,
+			  int64_t rows, int64_t width);
+int cuda_op_buf_memset(struct titan_backend *be, void *dst, int value, size_t bytes);
+/* Their entries of an op table (the backend's and the profiling one's). */
+#define CUDA_BUF_OPS                                                             \
+	.buf_alloc = cuda_op_buf_alloc, .buf_free = cuda_buf_free,               \
+	.buf_set = cuda_op_buf_set, .buf_get = cuda_op_buf_get,                  \
+	.buf_copy = cuda_op_buf_copy, .buf_copy_rows = cuda_op_buf_copy_rows,    \
+	.buf_memset = cuda_op_buf_memset
 /* attention.cu */
 int cuda_attention_fwd(struct titan_backend *be, float *out, float *lse, const float *q,
 		       const float *k, const float *v, const struct titan_attn_dims *d);

@@ -189,6 +189,8 @@ static const struct titan_backend_ops prof_ops = {
 	.add = prof_add,
 	.copy = prof_copy,
 	.zero = prof_zero,
+	/* buffer ops are transfers, not ops: not timed */
+	CUDA_BUF_OPS,
 };
 
 /* Wraps be's table when TITAN_CUDA_PROFILE is set (once per process). */

@@ -1,6 +1,6 @@
 /*
- * dist_impl.h — lib/dist's private structures: communicators, requests,
- * the flight recorder, timeouts.  Private to lib/dist.
+ * dist_impl.h — lib/dist's private structures: the MPI communicator and
+ * its requests, the flight recorder, timeouts.  Private to lib/dist.
  */
 #ifndef TITAN_DIST_IMPL_H
 #define TITAN_DIST_IMPL_H
@@ -29,9 +29,10 @@ enum dist_op {
 };
 const char *dist_op_name(enum dist_op op);
 
-struct titan_comm_req {
-	struct titan_comm *c;
-	struct titan_comm_req *next;   /* queue */
+/* The MPI communicator (comm.c): struct titan_comm's MPI implementation. */
+struct mpi_req {
+	struct titan_comm_req base;    /* base.c: its communicator */
+	struct mpi_req *next;          /* queue */
 	enum dist_op op;
 	const void *send;
 	void *recv;
@@ -49,7 +50,8 @@ struct titan_comm_req {
 #endif
 };
 
-struct titan_comm {
+struct mpi_comm {
+	struct titan_comm base;        /* base.ops: the MPI table */
 	struct titan_dist *dist;
 	char name[32];
 	int rank, size;
@@ -62,7 +64,7 @@ struct titan_comm {
 	bool thread_started, stop;
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
-	struct titan_comm_req *head, *tail;
+	struct mpi_req *head, *tail;
 	int waiters;
 };
 

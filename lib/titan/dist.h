@@ -2,8 +2,9 @@
  * titan/dist.h — ranks, the device mesh and communicators: torchtitan's
  * ParallelDims (torchtitan/distributed/parallel_dims.py) over MPI, and a
  * small communicator interface (all-reduce, all-gather, reduce-scatter,
- * broadcast, send/recv, non-blocking with wait) that the NCCL backend will
- * implement for device buffers.
+ * broadcast, send/recv, non-blocking with wait; struct titan_comm_ops)
+ * implemented over MPI on host buffers, staged through the host for a
+ * backend's device buffers, and by NCCL later.
  *
  * Process model.  titan_dist_init() starts MPI when the build has it and
  * the process was started by a launcher (mpiexec/hydra, srun with pmi2, or
@@ -114,7 +115,7 @@ enum titan_redop { TITAN_REDOP_SUM = 0, TITAN_REDOP_MAX, TITAN_REDOP_MIN };
 /* Bytes of one element. */
 size_t titan_dtype_size(enum titan_dtype t);
 
-struct titan_comm;     /* opaque */
+struct titan_comm;     /* a communicator (callers use only the functions) */
 struct titan_comm_req; /* a non-blocking operation in flight */
 
 int titan_comm_rank(const struct titan_comm *c);
@@ -171,6 +172,70 @@ int titan_comm_barrier(struct titan_comm *c, const char *what);
  * as void *, valid while `c` lives; for parallel HDF5 and
  * titan_ckpt_save_dist), or NULL in a single-process run. */
 void *titan_comm_mpi_handle(const struct titan_comm *c);
+
+/* Frees a communicator made by titan_comm_staged_new (the mesh's are the
+ * world's: titan_dist_finalize frees them).  NULL-safe. */
+void titan_comm_free(struct titan_comm *c);
+
+/* A staged communicator: the collectives of `inner` on buffers that live
+ * in `be`'s memory (device memory on cuda), through host memory.  Each
+ * operation copies its input to a host staging buffer with be's buf_get
+ * when it is issued (after the work queued on `be` before it), runs on
+ * `inner` (MPI over host buffers), and its wait copies the result back
+ * with buf_set.  The MPI path for CUDA ranks until NCCL works on device
+ * buffers directly.  Every buffer given to it must be one of be's (cuda:
+ * or host memory, which get/set accept too); the results are those of
+ * `inner` bit for bit.  Rank, size and name are inner's, and so are the
+ * flight recorder entries and timeouts.  `inner` and `be` must outlive it.
+ * 0, or TITAN_E_NOMEM. */
+struct titan_backend;
+int titan_comm_staged_new(struct titan_comm *inner, struct titan_backend *be,
+			  struct titan_comm **out);
+
+/* --------------------------------------- implementing a communicator
+ *
+ * A communicator is an op table over its own state: MPI on host buffers
+ * (lib/dist/mpi.c: the world's and the mesh's), the staged one above, and
+ * later NCCL on device buffers; callers never see which.  The titan_comm_*
+ * functions check what every implementation would (root, peer and tag
+ * ranges) and dispatch; the blocking forms are the non-blocking entry and
+ * wait.  An implementation embeds struct titan_comm as the first member
+ * of its state and struct titan_comm_req as the first member of its
+ * requests (with `c` set: titan_comm_wait finds the table through it).
+ * The entries have the semantics of the functions of the same names. */
+struct titan_comm_ops {
+	const char *name; /* "mpi", "staged", ("nccl") */
+	int (*rank)(const struct titan_comm *c);
+	int (*size)(const struct titan_comm *c);
+	int (*world_rank)(const struct titan_comm *c, int r);
+	const char *(*comm_name)(const struct titan_comm *c);
+	void *(*mpi_handle)(const struct titan_comm *c);
+	int (*iall_reduce)(struct titan_comm *c, const void *send, void *recv, size_t count,
+			   enum titan_dtype dt, enum titan_redop op, const char *what,
+			   struct titan_comm_req **req);
+	int (*iall_gather)(struct titan_comm *c, const void *send, void *recv, size_t count,
+			   enum titan_dtype dt, const char *what, struct titan_comm_req **req);
+	int (*ireduce_scatter)(struct titan_comm *c, const void *send, void *recv, size_t count,
+			       enum titan_dtype dt, const char *what, struct titan_comm_req **req);
+	int (*ibroadcast)(struct titan_comm *c, void *buf, size_t count, enum titan_dtype dt,
+			  int root, const char *what, struct titan_comm_req **req);
+	int (*isend)(struct titan_comm *c, const void *buf, size_t count, enum titan_dtype dt,
+		     int dest, int tag, const char *what, struct titan_comm_req **req);
+	int (*irecv)(struct titan_comm *c, void *buf, size_t count, enum titan_dtype dt, int src,
+		     int tag, const char *what, struct titan_comm_req **req);
+	int (*ibarrier)(struct titan_comm *c, const char *what, struct titan_comm_req **req);
+	/* wait frees the request (never NULL here); test does not */
+	int (*wait)(struct titan_comm_req *req);
+	bool (*test)(struct titan_comm_req *req);
+	/* frees the communicator's state (titan_comm_free) */
+	void (*release)(struct titan_comm *c);
+};
+struct titan_comm {
+	const struct titan_comm_ops *ops;
+};
+struct titan_comm_req {
+	struct titan_comm *c;
+};
 
 /* ------------------------------------------------------------ the world */
 

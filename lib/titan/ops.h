@@ -274,6 +274,43 @@ struct titan_backend_ops {
 		    int64_t n);
 	/* x[0..n) = 0. */
 	int (*zero)(struct titan_backend *be, float *x, int64_t n);
+
+	/* ---- buffers: memory, transfers to and from the host ---------------
+	 * What the parallel code (data and pipeline parallelism, context and
+	 * tensor parallelism's packing, staged communication) moves data
+	 * with, so that it never reads or writes backend memory from host
+	 * code.  A buffer is a pointer into the backend's memory (host for
+	 * cpu, device for cuda), offsets included: a tensor inside an arena
+	 * is one.  Sizes are bytes unless an op says floats; 0 is allowed
+	 * everywhere and does nothing.  buf_copy, buf_copy_rows and buf_memset
+	 * are ordered with the compute ops (cuda: queued on the compute
+	 * stream, asynchronous); buf_set and buf_get return when the host
+	 * memory has been read or written (cuda: after the work queued before
+	 * them).  Source and destination must not overlap. */
+
+	/* A buffer of `bytes` from be->alloc counted under `tag` (cpu: the
+	 * host allocator when be->alloc is NULL; cuda: cudaMalloc), contents
+	 * undefined.  NULL + TITAN_E_NOMEM recorded on failure. */
+	void *(*buf_alloc)(struct titan_backend *be, size_t bytes, enum titan_mem_tag tag);
+	/* Frees a buf_alloc buffer; NULL is a no-op.  Work queued before the
+	 * call may still use it (cuda: one stream, so the caching allocator
+	 * hands it out again only to later work). */
+	void (*buf_free)(struct titan_backend *be, void *buf);
+	/* Host -> buffer: dst[0..bytes) = host[0..bytes). */
+	int (*buf_set)(struct titan_backend *be, void *dst, const void *host, size_t bytes);
+	/* Buffer -> host: host[0..bytes) = src[0..bytes). */
+	int (*buf_get)(struct titan_backend *be, void *host, const void *src, size_t bytes);
+	/* Buffer -> buffer: dst[0..bytes) = src[0..bytes). */
+	int (*buf_copy)(struct titan_backend *be, void *dst, const void *src, size_t bytes);
+	/* Strided rows, buffer -> buffer (packing for collectives):
+	 *   dst[dst_off + r·dst_stride + j] = src[src_off + r·src_stride + j]
+	 * for r < rows, j < width, in floats.  TITAN_E_INVALID for negative
+	 * sizes or offsets, or a stride below width. */
+	int (*buf_copy_rows)(struct titan_backend *be, float *dst, int64_t dst_off,
+			     int64_t dst_stride, const float *src, int64_t src_off,
+			     int64_t src_stride, int64_t rows, int64_t width);
+	/* dst[0..bytes) = (unsigned char)value. */
+	int (*buf_memset)(struct titan_backend *be, void *dst, int value, size_t bytes);
 };
 
 /* The CPU backend: nthreads <= 0 means omp_get_max_threads().  Workspace
@@ -364,6 +401,11 @@ const char *titan_blas_format(const struct titan_blas_choice *c, const char *ver
 bool titan_blas_warning_for(const struct titan_blas_choice *c, char *buf, size_t n);
 /* Calls be->ops->release; NULL-safe. */
 void titan_backend_release(struct titan_backend *be);
+/* The arguments of buf_copy_rows as every backend checks them: 0, or
+ * TITAN_E_INVALID naming the numbers (negative sizes or offsets, a stride
+ * below the width). */
+int titan_buf_copy_rows_check(int64_t dst_off, int64_t dst_stride, int64_t src_off,
+			      int64_t src_stride, int64_t rows, int64_t width);
 
 /* Llama 3.1 RoPE frequency scaling (torchtitan RoPEScalingArgs). */
 struct titan_rope_scaling {

@@ -355,10 +355,12 @@ int titan_pp_schedule_actions(enum titan_pp_schedule sched, int pp, int rank, in
  * Bubble a multiple of its rounds.  TITAN_E_INVALID naming the numbers. */
 int titan_pp_check_microbatches(enum titan_pp_schedule sched, int pp, int nmb);
 /* A stage's schedule runner over the pipeline communicator `c` (stage =
- * its rank) for a model built as that stage with nmb microbatch sets. */
+ * its rank) for a model built as that stage with nmb microbatch sets; its
+ * gradient buffers are the model's backend `be`'s (buf_alloc), copied with
+ * its buffer ops. */
 struct titan_pp;
 int titan_pp_new(struct titan_llama *m, struct titan_comm *c, enum titan_pp_schedule sched,
-		 int nmb, struct titan_pp **out);
+		 int nmb, struct titan_backend *be, struct titan_pp **out);
 /* With data parallelism over the stage: the runner tells `dp` before each
  * forward and backward which microbatch is the step's last backward (DDP
  * and HSDP reduce after it).  NULL: none. */
@@ -430,6 +432,9 @@ struct titan_dp_opts {
 	struct titan_comm *replicate;  /* dp_replicate mesh, or NULL */
 	bool reshard_after_forward;
 	int64_t bucket_bytes;          /* merge groups into units up to this size; 0: per group */
+	/* The model's backend: the communication buffers are its (buf_alloc),
+	 * packed and unpacked with its buffer ops, never by host code. */
+	struct titan_backend *be;
 };
 struct titan_dp;
 int titan_dp_new(struct titan_llama *m, const struct titan_dp_opts *o, struct titan_dp **out);

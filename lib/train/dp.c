@@ -21,7 +21,10 @@
  * N·S floats, rank-major, copied out into the unsharded layout (the
  * unsharded table's arena slice, which the model's views bind to); a
  * reduce-scatter takes the gradients copied in rank-major and leaves this
- * rank's S, which are added to its sharded gradients.
+ * rank's S, which are added to its sharded gradients.  The buffers are the
+ * model backend's and every copy, fill and addition is one of its ops
+ * (titan/ops.h buf_*, add): no host code touches them, so they may be
+ * device memory (the communicator then stages them, titan/dist.h).
  *
  * Memory (tag comm): the gathered copy of a unit (its unsharded size), the
  * all-gather buffers (S + N·S) while it is in flight, an unsharded
@@ -59,7 +62,8 @@ struct unit {
 struct titan_dp {
 	struct titan_llama *m;
 	const struct titan_param_table *t;
-	struct titan_allocator *alloc;
+	struct titan_backend *be;  /* the model's: buffers and their copies */
+	const struct titan_backend_ops *op;
 	struct titan_dp_opts o;
 	int nshard, shard_rank;  /* fsdp comm */
 	int nrep;                /* replicate comm */
@@ -78,13 +82,27 @@ struct titan_dp {
 
 static float *mem(struct titan_dp *dp, int64_t floats)
 {
-	return titan_mem_alloc(dp->alloc, (size_t)floats * sizeof(float), TITAN_MEM_COMM);
+	return dp->op->buf_alloc(dp->be, (size_t)floats * sizeof(float), TITAN_MEM_COMM);
 }
 
 static void unmem(struct titan_dp *dp, float **p)
 {
-	titan_mem_free(dp->alloc, *p);
+	dp->op->buf_free(dp->be, *p);
 	*p = NULL;
+}
+
+/* The rows [r·chunk, r·chunk + chunk) of parameter p that shard r holds
+ * (torch.chunk: the last shards may be short or empty): first row, count. */
+static int64_t shard_rows(const struct titan_param *p, int r, int64_t *r0)
+{
+	int64_t rows = p->chunk_rows;
+
+	*r0 = r * p->chunk_rows;
+	if (*r0 > p->shape[0])
+		*r0 = p->shape[0];
+	if (*r0 + rows > p->shape[0])
+		rows = p->shape[0] - *r0;
+	return rows;
 }
 
 static int64_t full_end(const struct titan_param_table *t, int p1)
@@ -152,8 +170,13 @@ int titan_dp_new(struct titan_llama *m, const struct titan_dp_opts *o, struct ti
 		return titan_error(TITAN_E_NOMEM, "out of memory");
 	dp->m = m;
 	dp->t = titan_llama_table(m);
-	dp->alloc = titan_host_allocator();
+	dp->be = o->be;
 	dp->o = *o;
+	if (!dp->be) {
+		rc = titan_error(TITAN_E_INTERNAL, "data parallelism without a backend");
+		goto fail;
+	}
+	dp->op = dp->be->ops;
 	dp->nshard = o->shard ? titan_comm_size(o->shard) : 1;
 	dp->shard_rank = o->shard ? titan_comm_rank(o->shard) : 0;
 	dp->nrep = o->replicate ? titan_comm_size(o->replicate) : 1;
@@ -209,10 +232,13 @@ static int gather_start(struct titan_dp *dp, struct unit *u)
 	for (int i = u->p0; i < u->p1; i++) {
 		const struct titan_param *p = &dp->t->params[i];
 		const int64_t slot = p->chunk_rows * p->shape[1];
+		int rc;
 
-		memcpy(u->gsend + off, titan_param_view(pa, p), (size_t)p->local_numel * sizeof(float));
-		memset(u->gsend + off + p->local_numel, 0,
-		       (size_t)(slot - p->local_numel) * sizeof(float));
+		if ((rc = dp->op->buf_copy(dp->be, u->gsend + off, titan_param_view(pa, p),
+					   (size_t)p->local_numel * sizeof(float))) < 0 ||
+		    (rc = dp->op->buf_memset(dp->be, u->gsend + off + p->local_numel, 0,
+					     (size_t)(slot - p->local_numel) * sizeof(float))) < 0)
+			return rc;
 		off += slot;
 	}
 	snprintf(what, sizeof(what), "%s params", u->name);
@@ -237,21 +263,20 @@ static int gather_finish(struct titan_dp *dp, struct unit *u)
 	if (!(u->full = mem(dp, u->full_floats)))
 		return TITAN_E_NOMEM;
 	for (int r = 0; r < dp->nshard; r++) {
-		const float *src = u->grecv + (int64_t)r * u->shard_floats;
+		int64_t src = (int64_t)r * u->shard_floats;
 
-		for (int i = u->p0; i < u->p1; i++) {
+		for (int i = u->p0; i < u->p1 && rc == 0; i++) {
 			const struct titan_param *p = &dp->t->params[i];
-			int64_t r0 = r * p->chunk_rows, rows = p->chunk_rows;
+			const int64_t cols = p->shape[1];
+			int64_t r0, rows = shard_rows(p, r, &r0);
 
-			if (r0 > p->shape[0])
-				r0 = p->shape[0];
-			if (r0 + rows > p->shape[0])
-				rows = p->shape[0] - r0;
-			memcpy(u->full + (p->full_offset - base) + r0 * p->shape[1], src,
-			       (size_t)(rows * p->shape[1]) * sizeof(float));
-			src += p->chunk_rows * p->shape[1];
+			rc = dp->op->buf_copy_rows(dp->be, u->full, (p->full_offset - base) + r0 * cols,
+						   cols, u->grecv, src, cols, rows, cols);
+			src += p->chunk_rows * cols;
 		}
 	}
+	if (rc < 0)
+		return rc;
 	unmem(dp, &u->grecv);
 	bind_unit(dp, u);
 	return 0;
@@ -267,11 +292,14 @@ static void release_params(struct titan_dp *dp, struct unit *u)
 
 static int ensure_grad(struct titan_dp *dp, struct unit *u)
 {
+	int rc;
+
 	if (u->grad)
 		return 0;
-	if (!(u->grad = titan_mem_calloc(dp->alloc, (size_t)u->full_floats * sizeof(float),
-					 TITAN_MEM_COMM)))
+	if (!(u->grad = mem(dp, u->full_floats)))
 		return TITAN_E_NOMEM;
+	if ((rc = dp->op->buf_memset(dp->be, u->grad, 0, (size_t)u->full_floats * sizeof(float))) < 0)
+		return rc;
 	bind_unit(dp, u);
 	return 0;
 }
@@ -293,26 +321,25 @@ static int reduce_start(struct titan_dp *dp, struct unit *u)
 
 	if (dp->fsdp) {
 		const int64_t base = dp->t->params[u->p0].full_offset;
-		float *dst;
+		int64_t dst;
 
 		if (!(u->rsend = mem(dp, u->shard_floats * dp->nshard)) ||
 		    !(u->rrecv = mem(dp, u->shard_floats)))
 			return TITAN_E_NOMEM;
-		dst = u->rsend;
+		dst = 0;
 		for (int r = 0; r < dp->nshard; r++) {
 			for (int i = u->p0; i < u->p1; i++) {
 				const struct titan_param *p = &dp->t->params[i];
-				const int64_t slot = p->chunk_rows * p->shape[1];
-				int64_t r0 = r * p->chunk_rows, rows = p->chunk_rows;
+				const int64_t cols = p->shape[1], slot = p->chunk_rows * cols;
+				int64_t r0, rows = shard_rows(p, r, &r0);
 
-				if (r0 > p->shape[0])
-					r0 = p->shape[0];
-				if (r0 + rows > p->shape[0])
-					rows = p->shape[0] - r0;
-				memcpy(dst, u->grad + (p->full_offset - base) + r0 * p->shape[1],
-				       (size_t)(rows * p->shape[1]) * sizeof(float));
-				memset(dst + rows * p->shape[1], 0,
-				       (size_t)(slot - rows * p->shape[1]) * sizeof(float));
+				if ((rc = dp->op->buf_copy_rows(dp->be, u->rsend, dst, cols, u->grad,
+								(p->full_offset - base) + r0 * cols,
+								cols, rows, cols)) < 0 ||
+				    (rc = dp->op->buf_memset(dp->be, u->rsend + dst + rows * cols, 0,
+							     (size_t)(slot - rows * cols) *
+							     sizeof(float))) < 0)
+					return rc;
 				dst += slot;
 			}
 		}
@@ -368,15 +395,16 @@ static int reduce_advance(struct titan_dp *dp, int keep)
 			const struct titan_param_arena *ga = titan_llama_grads(dp->m);
 			const float *src = u->rrecv;
 
-			for (int j = u->p0; j < u->p1; j++) {
+			for (int j = u->p0; j < u->p1 && rc == 0; j++) {
 				const struct titan_param *p = &dp->t->params[j];
 				float *g = titan_param_view(ga, p);
 
-				for (int64_t k = 0; k < p->local_numel; k++)
-					g[k] += src[k];
+				rc = dp->op->add(dp->be, g, g, src, p->local_numel);
 				src += p->chunk_rows * p->shape[1];
 			}
 			unmem(dp, &u->rrecv);
+			if (rc < 0)
+				return rc;
 			if (u->rs_last && dp->nrep > 1) {
 				int64_t cnt;
 				float *g = shard_grads(dp, u, &cnt);

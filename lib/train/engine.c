@@ -140,6 +140,7 @@ static int build_dp(const struct titan_parallelize_opts *o, int64_t fsdp, struct
 		.reshard_after_forward = c->parallelism.fsdp_reshard_after_forward_e !=
 					 TITAN_RESHARD_NEVER,
 		.bucket_bytes = (int64_t)(c->comm.bucket_size_mb * 1048576.0),
+		.be = o->be,
 	};
 	struct titan_llama_group_hooks gh;
 	int rc;
@@ -194,7 +195,7 @@ int titan_parallelize(const struct titan_parallelize_opts *o, struct titan_engin
 		titan_llama_set_hooks(e->model, o->hooks);
 	if (mo->stage_l1 > 0) {
 		if ((rc = titan_pp_new(e->model, comm(o, TITAN_DIM_PP), sched,
-				       (int)mo->pp_microbatches, &e->pp)) < 0)
+				       (int)mo->pp_microbatches, o->be, &e->pp)) < 0)
 			return rc;
 		e->pp_tokens = o->tokens / mo->pp_microbatches;
 		e->run = run_pipeline;

@@ -16,7 +16,8 @@
  * the model and its own gradient buffer here), so a stage never waits for
  * a peer to reach a matching call and the transfers overlap the compute of
  * the microbatches in between; sends are non-blocking from per-microbatch
- * buffers and completed at the end of the step.  Tags: 2(s·M + k) for
+ * buffers and completed at the end of the step.  The gradient buffers are
+ * the model backend's, copied with its buffer ops.  Tags: 2(s·M + k) for
  * microbatch k's activations from global stage s to s + 1, one more for
  * its gradient from s + 1 back to s.
  */
@@ -32,6 +33,7 @@ struct titan_pp {
 	struct titan_llama *m;
 	struct titan_dp *dp;
 	struct titan_comm *c;
+	struct titan_backend *be;   /* the model's: gin/gout are its buffers */
 	int rank, pp, nv, nmb;      /* rank, ranks, stages per rank, microbatches */
 	enum titan_pp_schedule sched;
 	int64_t nb;                 /* floats at a stage boundary */
@@ -95,7 +97,7 @@ int titan_pp_check_microbatches(enum titan_pp_schedule sched, int pp, int nmb)
 }
 
 int titan_pp_new(struct titan_llama *m, struct titan_comm *c, enum titan_pp_schedule sched,
-		 int nmb, struct titan_pp **out)
+		 int nmb, struct titan_backend *be, struct titan_pp **out)
 {
 	struct titan_pp *p = calloc(1, sizeof(*p));
 
@@ -104,6 +106,7 @@ int titan_pp_new(struct titan_llama *m, struct titan_comm *c, enum titan_pp_sche
 		return titan_error(TITAN_E_NOMEM, "out of memory");
 	p->m = m;
 	p->c = c;
+	p->be = be;
 	p->rank = titan_comm_rank(c);
 	p->pp = titan_comm_size(c);
 	p->nv = titan_llama_pp_nstages(m);
@@ -125,10 +128,10 @@ int titan_pp_new(struct titan_llama *m, struct titan_comm *c, enum titan_pp_sche
 	if (!p->gin || !p->gout || !p->req)
 		goto nomem;
 	for (int k = 0; k < nmb * p->nv; k++)
-		if (!(p->gin[k] = titan_mem_alloc(titan_host_allocator(),
-						  (size_t)p->nb * sizeof(float), TITAN_MEM_COMM)) ||
-		    !(p->gout[k] = titan_mem_alloc(titan_host_allocator(),
-						   (size_t)p->nb * sizeof(float), TITAN_MEM_COMM)))
+		if (!(p->gin[k] = be->ops->buf_alloc(be, (size_t)p->nb * sizeof(float),
+						     TITAN_MEM_COMM)) ||
+		    !(p->gout[k] = be->ops->buf_alloc(be, (size_t)p->nb * sizeof(float),
+						      TITAN_MEM_COMM)))
 			goto nomem;
 	*out = p;
 	return 0;
@@ -148,9 +151,9 @@ void titan_pp_free(struct titan_pp *p)
 		return;
 	for (int k = 0; k < p->nmb * p->nv; k++) {
 		if (p->gin)
-			titan_mem_free(titan_host_allocator(), p->gin[k]);
+			p->be->ops->buf_free(p->be, p->gin[k]);
 		if (p->gout)
-			titan_mem_free(titan_host_allocator(), p->gout[k]);
+			p->be->ops->buf_free(p->be, p->gout[k]);
 	}
 	free(p->gin);
 	free(p->gout);
@@ -335,6 +338,7 @@ int titan_pp_step(struct titan_pp *p, const int32_t *inputs, const int32_t *labe
 	struct titan_llama *m = p->m;
 	const int M = p->nmb, V = p->nv, P = p->pp, S = P * V;
 	const bool split = p->sched == TITAN_PP_INTERLEAVED_ZB || p->sched == TITAN_PP_ZBV;
+	const size_t bytes = (size_t)p->nb * sizeof(float);
 	struct titan_pp_action *act = malloc(3 * (size_t)(V * M) * sizeof(*act));
 	double red[2] = {0, 0};
 	int n, rc = 0;
@@ -411,23 +415,27 @@ int titan_pp_step(struct titan_pp *p, const int32_t *inputs, const int32_t *labe
 			if (rc < 0 || (split && s == 0))
 				continue;
 			if (s < S - 1)
-				memcpy(g, p->gin[v * M + k], (size_t)p->nb * sizeof(float));
-			rc = split ? titan_llama_pp_backward_input(m, v, k)
-				   : titan_llama_pp_backward(m, v, k);
+				rc = p->be->ops->buf_copy(p->be, g, p->gin[v * M + k], bytes);
+			if (rc == 0)
+				rc = split ? titan_llama_pp_backward_input(m, v, k)
+					   : titan_llama_pp_backward(m, v, k);
 			if (rc == 0 && s > 0 && rank_of(p, s - 1) == p->rank) {
 				/* the previous stage is ours: its received gradient */
-				memcpy(p->gin[local_of(p, s - 1) * M + k], g,
-				       (size_t)p->nb * sizeof(float));
+				rc = p->be->ops->buf_copy(p->be, p->gin[local_of(p, s - 1) * M + k], g,
+							  bytes);
 			} else if (rc == 0 && s > 0) {
-				memcpy(p->gout[v * M + k], g, (size_t)p->nb * sizeof(float));
-				rc = titan_comm_isend(p->c, p->gout[v * M + k], (size_t)p->nb,
-						      TITAN_DTYPE_F32, rank_of(p, s - 1),
-						      2 * ((s - 1) * M + k) + 1, "pp gradients", &r[3]);
+				rc = p->be->ops->buf_copy(p->be, p->gout[v * M + k], g, bytes);
+				if (rc == 0)
+					rc = titan_comm_isend(p->c, p->gout[v * M + k], (size_t)p->nb,
+							      TITAN_DTYPE_F32, rank_of(p, s - 1),
+							      2 * ((s - 1) * M + k) + 1, "pp gradients",
+							      &r[3]);
 			}
 		} else {
 			if (s == 0 && s < S - 1)
-				memcpy(g, p->gin[v * M + k], (size_t)p->nb * sizeof(float));
-			rc = titan_llama_pp_backward_weight(m, v, k);
+				rc = p->be->ops->buf_copy(p->be, g, p->gin[v * M + k], bytes);
+			if (rc == 0)
+				rc = titan_llama_pp_backward_weight(m, v, k);
 		}
 	}
 	free(act);

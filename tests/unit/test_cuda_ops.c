@@ -1277,6 +1277,93 @@ static void test_vector_ops(void **state)
 	}
 }
 
+/* The buffer ops on device memory against their CPU twin on host memory
+ * (test_ops.c test_buffer_ops): the same calls, the same bytes after
+ * each; the guards catch a write past a buffer. */
+static void test_buffer_ops(void **state)
+{
+	enum { SR = 41, SC = 53, DR = 41, DC = 48, NB = SR * SC * 4 };
+	static const struct { int64_t dst_off, dst_stride, src_off, src_stride, rows, width; }
+		rc_cases[] = {
+			{1, DC, SC + 2, SC, 30, 40},  /* strided both sides */
+			{3, 40, 5, 40, 35, 40},       /* contiguous: one block */
+			{0, DC, 0, SC, 0, 40},        /* 0 rows */
+			{0, DC, 0, SC, 5, 0},         /* 0 width */
+			{7, DC, 1, 1, 20, 1},         /* one column */
+		};
+
+	(void)state;
+	need_gpu();
+	begin_case("buffers", 0, "%dx%d -> %dx%d", SR, SC, DR, DC);
+	struct titan_backend *be = &g.cu[0], *cpu = &g.cpu;
+	const struct titan_backend_ops *o = be->ops, *c = cpu->ops;
+	float *src = FALLOC(SR * SC), *want = FALLOC(DR * DC), *got = FALLOC(DR * DC);
+	enum titan_mem_tag tag;
+
+	fill(src, SR * SC, 1.0f);
+	/* alloc: the device allocator under the caller's tag */
+	void *a = o->buf_alloc(be, 1000, TITAN_MEM_COMM);
+	assert_non_null(a);
+	assert_int_equal(titan_mem_size(g.dev, a, &tag), 1000);
+	assert_int_equal(tag, TITAN_MEM_COMM);
+	o->buf_free(be, a);
+	o->buf_free(be, NULL);
+
+	float *sd = dnew(NB), *dd = dnew((size_t)DR * DC * 4);
+
+	/* set / get round trip at an odd byte offset, then against a plain copy */
+	snprintf(g.op, sizeof(g.op), "buf_set/get");
+	set_label(NULL);
+	CU(o->buf_set(be, (char *)sd + 3, src, NB - 3));
+	memset(got, 0, (size_t)DR * DC * 4);
+	CU(o->buf_get(be, got, (char *)sd + 3, (size_t)DR * DC * 4));
+	check_exact("round trip", got, src, DR * DC);
+	CU(o->buf_set(be, sd, src, NB));
+	dget(got, sd, (size_t)DR * DC * 4);
+	check_exact("set", got, src, DR * DC);
+
+	snprintf(g.op, sizeof(g.op), "buf_copy");
+	set_label(NULL);
+	dpoison(dd, (size_t)DR * DC * 4);
+	CU(o->buf_copy(be, dd, sd, (size_t)DR * DC * 4));
+	CU(o->buf_get(be, got, dd, (size_t)DR * DC * 4));
+	check_exact("dst", got, src, DR * DC);
+
+	snprintf(g.op, sizeof(g.op), "buf_memset");
+	set_label(NULL);
+	memcpy(want, src, (size_t)DR * DC * 4);
+	CPU(c->buf_memset(cpu, want + 5, 0, 100 * 4));
+	CPU(c->buf_memset(cpu, want + 200, 0x3f, 17));
+	CU(o->buf_set(be, dd, src, (size_t)DR * DC * 4));
+	CU(o->buf_memset(be, dd + 5, 0, 100 * 4));
+	CU(o->buf_memset(be, dd + 200, 0x3f, 17));
+	CU(o->buf_memset(be, dd, 0x11, 0));
+	CU(o->buf_get(be, got, dd, (size_t)DR * DC * 4));
+	check_exact("dst", got, want, DR * DC);
+
+	snprintf(g.op, sizeof(g.op), "buf_copy_rows");
+	for (size_t i = 0; i < LEN(rc_cases); i++) {
+		const int64_t *k = &rc_cases[i].dst_off;
+
+		snprintf(g.shape, sizeof(g.shape), "rows %lld width %lld", (long long)k[4],
+			 (long long)k[5]);
+		set_label(NULL);
+		for (int j = 0; j < DR * DC; j++)
+			want[j] = -(float)j;
+		CPU(c->buf_copy_rows(cpu, want, k[0], k[1], src, k[2], k[3], k[4], k[5]));
+		CU(o->buf_set(be, dd, want, 0)); /* 0 bytes: nothing */
+		for (int j = 0; j < DR * DC; j++)
+			got[j] = -(float)j;
+		CU(o->buf_set(be, dd, got, (size_t)DR * DC * 4));
+		CU(o->buf_copy_rows(be, dd, k[0], k[1], sd, k[2], k[3], k[4], k[5]));
+		CU(o->buf_get(be, got, dd, (size_t)DR * DC * 4));
+		check_exact("dst", got, want, DR * DC);
+	}
+	assert_int_equal(o->buf_copy_rows(be, dd, 0, 3, sd, 0, SC, 2, 5), TITAN_E_INVALID);
+	dfree(sd), dfree(dd);
+	free(src), free(want), free(got);
+}
+
 /* ---------------------------------------------------------------- setup */
 
 static int group_setup(void **state)
@@ -1383,6 +1470,7 @@ int main(void)
 		cmocka_unit_test(test_adamw),
 		cmocka_unit_test(test_sumsq),
 		cmocka_unit_test(test_vector_ops),
+		cmocka_unit_test(test_buffer_ops),
 	};
 	return cmocka_run_group_tests_name("cuda_ops", tests, group_setup, group_teardown);
 }

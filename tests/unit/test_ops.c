@@ -1098,6 +1098,93 @@ static void run_compare(const struct run *a, const struct run *b, bool blas)
 #undef SAME
 }
 
+/* The buffer ops (host memory on the CPU): alloc under a tag, set/get/
+ * copy of bytes at offsets, strided rows with offsets, memset; each leaves
+ * the bytes around its destination alone. */
+static void test_buffer_ops(void **state)
+{
+	struct titan_backend be = cpu(2);
+	const struct titan_backend_ops *o = be.ops;
+	struct titan_allocator *host = titan_host_allocator();
+	enum titan_mem_tag tag;
+	enum { SR = 7, SC = 9, DR = 6, DC = 6 };
+	float src[SR * SC], dst[DR * DC], want[DR * DC];
+	unsigned char h[64], back[64];
+
+	(void)state;
+	/* alloc/free: the backend's allocator, the caller's tag, 0 bytes too */
+	float *a = o->buf_alloc(&be, 100 * sizeof(float), TITAN_MEM_COMM);
+	void *z = o->buf_alloc(&be, 0, TITAN_MEM_WORKSPACE);
+	assert_non_null(a);
+	assert_non_null(z);
+	assert_int_equal(titan_mem_size(host, a, &tag), 100 * sizeof(float));
+	assert_int_equal(tag, TITAN_MEM_COMM);
+	assert_int_equal(titan_mem_size(host, z, &tag), 0);
+	assert_int_equal(tag, TITAN_MEM_WORKSPACE);
+	o->buf_free(&be, z);
+	o->buf_free(&be, NULL);
+
+	/* set / get at an offset inside the buffer */
+	for (int i = 0; i < 64; i++)
+		h[i] = (unsigned char)(i * 7 + 1);
+	assert_int_equal(o->buf_memset(&be, a, 0x5a, 100 * sizeof(float)), 0);
+	assert_int_equal(o->buf_set(&be, (char *)a + 3, h, 64), 0);
+	memset(back, 0, sizeof(back));
+	assert_int_equal(o->buf_get(&be, back, (char *)a + 3, 64), 0);
+	assert_memory_equal(back, h, 64);
+	assert_int_equal(((unsigned char *)a)[2], 0x5a);
+	assert_int_equal(((unsigned char *)a)[67], 0x5a);
+	assert_int_equal(o->buf_set(&be, a, NULL, 0), 0); /* 0 bytes: nothing read */
+	assert_int_equal(o->buf_get(&be, NULL, a, 0), 0);
+
+	/* copy buffer -> buffer */
+	assert_int_equal(o->buf_copy(&be, a + 50, (char *)a + 3, 64), 0);
+	assert_memory_equal(a + 50, h, 64);
+	assert_int_equal(((unsigned char *)(a + 50))[64], 0x5a);
+	assert_int_equal(o->buf_copy(&be, a, a + 50, 0), 0);
+
+	/* memset: a part, then the byte pattern */
+	assert_int_equal(o->buf_memset(&be, a + 20, 0, 5 * sizeof(float)), 0);
+	for (int i = 20; i < 25; i++)
+		assert_true(a[i] == 0.0f);
+	assert_int_equal(((unsigned char *)(a + 25))[0], 0x5a);
+	assert_int_equal(((unsigned char *)(a + 20))[-1], 0x5a);
+	assert_int_equal(o->buf_memset(&be, a, 0x12, 0), 0);
+	assert_int_equal(((unsigned char *)a)[0], 0x5a);
+
+	/* strided rows with offsets: 4 rows of 5 from src row 1 col 2
+	 * (stride 9) to dst row 0 col 1 (stride 6) */
+	for (int i = 0; i < SR * SC; i++)
+		src[i] = (float)i;
+	for (int i = 0; i < DR * DC; i++)
+		dst[i] = want[i] = -1.0f;
+	for (int r = 0; r < 4; r++)
+		for (int j = 0; j < 5; j++)
+			want[1 + r * DC + j] = src[SC + 2 + r * SC + j];
+	assert_int_equal(o->buf_copy_rows(&be, dst, 1, DC, src, SC + 2, SC, 4, 5), 0);
+	assert_memory_equal(dst, want, sizeof(dst));
+	/* contiguous rows (stride = width) are one block */
+	for (int i = 0; i < DR * DC; i++)
+		dst[i] = want[i] = -1.0f;
+	for (int i = 0; i < 3 * 4; i++)
+		want[2 + i] = src[5 + i];
+	assert_int_equal(o->buf_copy_rows(&be, dst, 2, 4, src, 5, 4, 3, 4), 0);
+	assert_memory_equal(dst, want, sizeof(dst));
+	/* 0 rows or 0 width: nothing written */
+	assert_int_equal(o->buf_copy_rows(&be, dst, 0, DC, src, 0, SC, 0, 5), 0);
+	assert_int_equal(o->buf_copy_rows(&be, dst, 0, DC, src, 0, SC, 3, 0), 0);
+	assert_memory_equal(dst, want, sizeof(dst));
+	/* a stride below the width, negative sizes or offsets */
+	assert_int_equal(o->buf_copy_rows(&be, dst, 0, 3, src, 0, SC, 2, 5), TITAN_E_INVALID);
+	assert_non_null(strstr(titan_errmsg(), "buf_copy_rows"));
+	assert_int_equal(o->buf_copy_rows(&be, dst, 0, DC, src, 0, 4, 2, 5), TITAN_E_INVALID);
+	assert_int_equal(o->buf_copy_rows(&be, dst, 0, DC, src, 0, SC, -1, 5), TITAN_E_INVALID);
+	assert_int_equal(o->buf_copy_rows(&be, dst, -1, DC, src, 0, SC, 1, 5), TITAN_E_INVALID);
+	assert_memory_equal(dst, want, sizeof(dst));
+	o->buf_free(&be, a);
+	titan_backend_release(&be);
+}
+
 static void test_determinism(void **state)
 {
 	(void)state;
@@ -1189,6 +1276,7 @@ int main(void)
 		cmocka_unit_test(test_classifier_ce),
 		cmocka_unit_test(test_adamw),
 		cmocka_unit_test(test_vector_helpers),
+		cmocka_unit_test(test_buffer_ops),
 		cmocka_unit_test(test_determinism),
 		cmocka_unit_test(test_sgemm_tiles),
 	};
