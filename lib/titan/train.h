@@ -328,10 +328,6 @@ const char *titan_schedule_name(enum titan_schedule s);
 /* The schedule titan-train runs for `s`: TITAN_E_INVALID for the schedules
  * not implemented (LoopedBFS), naming them. */
 int titan_pp_schedule_from(enum titan_schedule s, enum titan_pp_schedule *out);
-/* From parallelism.pipeline_parallel_schedule's text: TITAN_E_INVALID for
- * the schedules not implemented (as titan_pp_schedule_from; test_pp_schedule
- * checks the two agree on every name). */
-int titan_pp_schedule_parse(const char *name, enum titan_pp_schedule *out);
 
 /* One action of a schedule: forward (F), backward (B: the whole backward,
  * or with the zero-bubble schedules the input pass, torch's "I"), or weight

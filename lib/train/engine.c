@@ -186,7 +186,7 @@ int titan_parallelize(const struct titan_parallelize_opts *o, struct titan_engin
 	mo->cp = comm(o, TITAN_DIM_CP);
 	mo->loss_parallel = !c->parallelism.disable_loss_parallel;
 	if (pd->degree[TITAN_DIM_PP] > 1 &&
-	    ((rc = titan_pp_schedule_parse(c->parallelism.pipeline_parallel_schedule, &sched)) < 0 ||
+	    ((rc = titan_pp_schedule_from(c->parallelism.pipeline_parallel_schedule_e, &sched)) < 0 ||
 	     (rc = pp_stages(o, sched)) < 0))
 		return rc;
 	if ((rc = titan_llama_new(o->dims, mo, o->be, o->alloc, &e->model)) < 0)

@@ -41,21 +41,6 @@ struct titan_pp {
 	struct titan_comm_req **req; /* 4 per (v, k): act in, act out, grad in, grad out */
 };
 
-static const char *const sched_names[] = {"GPipe", "1F1B", "Interleaved1F1B",
-					   "InterleavedZeroBubble", "ZBVZeroBubble"};
-
-int titan_pp_schedule_parse(const char *name, enum titan_pp_schedule *out)
-{
-	for (int i = 0; i < (int)(sizeof(sched_names) / sizeof(*sched_names)); i++)
-		if (!strcmp(name, sched_names[i])) {
-			*out = (enum titan_pp_schedule)i;
-			return 0;
-		}
-	return titan_error(TITAN_E_INVALID, "parallelism.pipeline_parallel_schedule: '%s' is not "
-			   "implemented yet (GPipe, 1F1B, Interleaved1F1B, InterleavedZeroBubble and "
-			   "ZBVZeroBubble are; LoopedBFS is not)", name);
-}
-
 int titan_pp_stage_of(enum titan_pp_schedule sched, int pp, int rank, int v)
 {
 	if (sched == TITAN_PP_ZBV)

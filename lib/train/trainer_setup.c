@@ -44,8 +44,8 @@ int titan_trainer_check_layout(const struct titan_trainer *t)
 	int rc;
 
 	if (pp > 1) {
-		if ((rc = titan_pp_schedule_parse(c->parallelism.pipeline_parallel_schedule,
-						  &sched)) < 0)
+		if ((rc = titan_pp_schedule_from(c->parallelism.pipeline_parallel_schedule_e,
+						 &sched)) < 0)
 			return rc;
 		if (t->dims.tied)
 			return titan_error(TITAN_E_INVALID, "model.tie_word_embeddings with "

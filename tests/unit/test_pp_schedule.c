@@ -202,18 +202,13 @@ static void test_schedule_names(void **state)
 
 	for (; titan_config_choice(key, n); n++) {
 		const char *name = titan_config_choice(key, n);
-		enum titan_pp_schedule a = TITAN_PP_GPIPE, b = TITAN_PP_GPIPE;
-		char msg[512];
+		enum titan_pp_schedule b = TITAN_PP_GPIPE;
 
 		assert_string_equal(titan_schedule_name((enum titan_schedule)n), name);
 		assert_string_equal(titan_est_schedule_name((enum titan_est_schedule)n), name);
-		int rc = titan_pp_schedule_parse(name, &a);
-		snprintf(msg, sizeof msg, "%s", rc < 0 ? titan_errmsg() : "");
-		assert_int_equal(titan_pp_schedule_from((enum titan_schedule)n, &b), rc);
-		if (rc < 0)
-			assert_string_equal(titan_errmsg(), msg);
-		else
-			assert_int_equal(a, b);
+		/* every schedule but LoopedBFS runs */
+		int rc = titan_pp_schedule_from((enum titan_schedule)n, &b);
+		assert_int_equal(rc, n == TITAN_SCHEDULE_LOOPED_BFS ? TITAN_E_INVALID : 0);
 	}
 	assert_int_equal(n, 6);
 	assert_string_equal(titan_schedule_name((enum titan_schedule)n), "?");
