@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <yaml.h>
 
 /* Where a node is, as "NAME:LINE:COL". */
@@ -475,14 +476,30 @@ out:
 	return 0;
 }
 
-int titan_config_load_file(struct titan_config *c, const char *path)
+static bool is_toml_name(const char *path)
+{
+	size_t n = strlen(path);
+	return n > 5 && !strcasecmp(path + n - 5, ".toml");
+}
+
+int titan_config_load_file_format(struct titan_config *c, const char *path,
+				  enum titan_config_format format)
 {
 	char *buf = NULL;
 	size_t len = 0;
 	int rc = slurp(path, &buf, &len);
 	if (rc < 0)
 		return rc;
-	rc = titan_config_load_string(c, buf, len, strcmp(path, "-") ? path : "<stdin>");
+	const char *name = strcmp(path, "-") ? path : "<stdin>";
+	if (format == TITAN_CONFIG_TOML || (format == TITAN_CONFIG_AUTO && is_toml_name(path)))
+		rc = titan_config_load_toml_string(c, buf, len, name);
+	else
+		rc = titan_config_load_string(c, buf, len, name);
 	free(buf);
 	return rc;
+}
+
+int titan_config_load_file(struct titan_config *c, const char *path)
+{
+	return titan_config_load_file_format(c, path, TITAN_CONFIG_AUTO);
 }
