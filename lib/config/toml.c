@@ -582,6 +582,10 @@ static int define(struct tparse *P, const char *name, bool table, const char *at
 			if (table && d->table)
 				return perr(P, at, "[%s]: duplicate table (first at line %zu, "
 					    "column %zu)", name, d->line, d->col);
+			if (table != d->table)
+				return perr(P, at, "%s: already a %s (line %zu, column %zu), "
+					    "not a %s", name, d->table ? "table" : "value",
+					    d->line, d->col, table ? "table" : "value");
 			return perr(P, at, "%s: duplicate key (first at line %zu, column %zu)",
 				    name, d->line, d->col);
 		}
