@@ -307,6 +307,10 @@ static int apply_section(struct titan_config *c, yaml_document_t *doc, const cha
 					   org, full, dup->start_mark.line + 1,
 					   dup->start_mark.column + 1);
 		const struct titan_config_key *k = titan_config_find(full);
+		char tt[CFG_NAME_MAX + 16];
+		if (!k && cfg_titan_name_of(full, tt, sizeof tt))
+			return titan_error(TITAN_E_INVALID, "%s: %.120s: torchtitan's name: titan's "
+					   "is '%s'", org, full, tt);
 		if (!k) {
 			tail[0] = '\0';
 			if (titan_config_suggest(full, sug, sizeof sug))
@@ -349,6 +353,22 @@ static int apply_document(struct titan_config *c, yaml_document_t *doc, const ch
 					   "%s: %.120s: duplicate section (first at line %zu, column %zu)",
 					   org, sec, dup->start_mark.line + 1,
 					   dup->start_mark.column + 1);
+		if (!cfg_is_section(sec, strlen(sec)) && vn->type == YAML_MAPPING_NODE) {
+			/* debug: {seed: 1}: name titan's key for the first such key */
+			for (yaml_node_pair_t *q = vn->data.mapping.pairs.start;
+			     q < vn->data.mapping.pairs.top; q++) {
+				yaml_node_t *qk = yaml_document_get_node(doc, q->key);
+				char full[CFG_NAME_MAX + 128], tt[CFG_NAME_MAX + 16];
+				if (qk->type != YAML_SCALAR_NODE)
+					continue;
+				snprintf(full, sizeof full, "%.60s.%.60s", sec, scalar_text(qk));
+				if (cfg_titan_name_of(full, tt, sizeof tt))
+					return titan_error(TITAN_E_INVALID, "%s: %s: torchtitan's "
+							   "name: titan's is '%s'",
+							   origin_of(org, sizeof org, name, qk),
+							   full, tt);
+			}
+		}
 		if (!cfg_is_section(sec, strlen(sec))) {
 			const struct titan_config_key *k = titan_config_find(sec);
 			if (k)

@@ -186,6 +186,25 @@ static const struct tt_name *tt_find(const char *name)
 	return NULL;
 }
 
+/* titan's key for a TT_MAP entry `t` matching `name`, in buf */
+static const char *mapped_name(const struct tt_name *t, const char *name, char *buf, size_t n)
+{
+	size_t len = strlen(t->to);
+	if (len > 2 && !strcmp(t->to + len - 2, ".*")) /* section renamed */
+		snprintf(buf, n, "%.*s%s", (int)(len - 1), t->to, name + strlen(t->name) - 1);
+	else
+		snprintf(buf, n, "%s", t->to);
+	return buf;
+}
+
+const char *cfg_titan_name_of(const char *name, char *buf, size_t n)
+{
+	const struct tt_name *t = tt_find(name);
+	if (!t || t->kind != TT_MAP || !titan_config_find(mapped_name(t, name, buf, n)))
+		return NULL;
+	return buf;
+}
+
 /* ------------------------------------------------------------- values */
 
 enum tv_type { TV_STRING, TV_INT, TV_FLOAT, TV_BOOL, TV_ARRAY };
@@ -1032,12 +1051,7 @@ static int apply(struct tparse *P, const char *name, const struct tval *v)
 		return unknown(name, org);
 	if (t->kind == TT_MAP) {
 		size_t n = strlen(t->to);
-		if (n > 2 && !strcmp(t->to + n - 2, ".*")) /* section renamed */
-			snprintf(mapped, sizeof mapped, "%.*s%s", (int)(n - 1), t->to,
-				 name + strlen(t->name) - 1);
-		else
-			snprintf(mapped, sizeof mapped, "%s", t->to);
-		if (!(k = titan_config_find(mapped)))
+		if (!(k = titan_config_find(mapped_name(t, name, mapped, sizeof mapped))))
 			return titan_error(TITAN_E_INVALID, "%s: %.120s: unknown key (torchtitan's "
 					   "[%.*s] is titan's [%.*s], which has no '%s')", org,
 					   name, (int)(strlen(t->name) - 2), t->name,

@@ -91,6 +91,14 @@ TOML
 	assert_output 20
 }
 
+@test "YAML and --section.key take titan's names, and name it for torchtitan's" {
+	printf 'debug:\n  seed: 3\n' > "$BATS_TEST_TMPDIR/j.yaml"
+	run -2 --separate-stderr titan-config --config "$BATS_TEST_TMPDIR/j.yaml"
+	[[ $stderr == *"j.yaml:2:3: debug.seed: torchtitan's name: titan's is 'training.seed'"* ]] || fail "$stderr"
+	run -2 --separate-stderr titan-config --profiler.profile_freq=3
+	[[ $stderr == *"command line: profiler.profile_freq: torchtitan's name: titan's is 'profiling.profile_freq'"* ]] || fail "$stderr"
+}
+
 @test "a torchtitan key titan cannot honour is refused (2) with titan's way, FILE:LINE:COL" {
 	f=$BATS_TEST_TMPDIR/j.toml
 	printf '[job]\ndescription = "x"\n\n[compile]\nenable = true\n' > "$f"

@@ -226,6 +226,36 @@ static void test_torchtitan_names(void **state)
 		     "[section])");
 }
 
+/* YAML and the command line take titan's names only, and say which */
+static void test_names_in_yaml(void **state)
+{
+	(void)state;
+	struct titan_config c;
+	const char *y = "debug:\n  seed: 3\n";
+	assert_int_equal(titan_config_init(&c), 0);
+	assert_int_equal(titan_config_load_string(&c, y, strlen(y), "t.yaml"), TITAN_E_INVALID);
+	assert_string_equal(titan_errmsg(), "t.yaml:2:3: debug.seed: torchtitan's name: titan's "
+			    "is 'training.seed'");
+	y = "training:\n  steps: 2\n  max_context_length: 64\n";
+	assert_int_equal(titan_config_load_string(&c, y, strlen(y), "t.yaml"), TITAN_E_INVALID);
+	assert_string_equal(titan_errmsg(), "t.yaml:3:3: training.max_context_length: "
+			    "torchtitan's name: titan's is 'training.seq_len'");
+	assert_int_equal(titan_config_set(&c, "profiler.profile_freq", "3", "command line"),
+			 TITAN_E_INVALID);
+	assert_string_equal(titan_errmsg(), "command line: profiler.profile_freq: torchtitan's "
+			    "name: titan's is 'profiling.profile_freq'");
+	assert_int_equal(titan_config_set(&c, "debug.deterministic", NULL, "command line"),
+			 TITAN_E_INVALID);
+	assert_string_equal(titan_errmsg(), "command line: debug.deterministic: torchtitan's "
+			    "name: titan's is 'training.deterministic'");
+	/* a torchtitan section with no renamed key: unknown, as before */
+	y = "debug:\n  foo: 3\n";
+	assert_int_equal(titan_config_load_string(&c, y, strlen(y), "t.yaml"), TITAN_E_INVALID);
+	assert_string_equal(titan_errmsg(), "t.yaml:1:1: debug: unknown section");
+	assert_int_equal(c.training.steps, 10000);
+	titan_config_release(&c);
+}
+
 /* type mismatches and values out of the schema */
 static void test_value_errors(void **state)
 {
@@ -447,6 +477,7 @@ int main(void)
 		cmocka_unit_test(test_values),
 		cmocka_unit_test(test_values_more),
 		cmocka_unit_test(test_torchtitan_names),
+		cmocka_unit_test(test_names_in_yaml),
 		cmocka_unit_test(test_value_errors),
 		cmocka_unit_test(test_syntax_errors),
 		cmocka_unit_test(test_atomic),
