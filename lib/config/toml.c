@@ -239,6 +239,7 @@ struct def {
 	char *name;
 	bool table; /* a [table] header (else a value or an inline table) */
 	size_t line, col;
+	char *from; /* "\x01titan.name" entries: the torchtitan name that set it */
 };
 
 struct tparse {
@@ -627,6 +628,7 @@ static int define(struct tparse *P, const char *name, bool table, const char *at
 	if (!(d->name = titan_strdup(name)))
 		return TITAN_E_NOMEM;
 	d->table = table;
+	d->from = NULL;
 	d->line = P->line;
 	d->col = col_of(P, at);
 	P->ndefs++;
@@ -1037,14 +1039,40 @@ static int unknown(const char *name, const char *org)
 	return titan_error(TITAN_E_INVALID, "%s: %.120s: unknown key%s", org, name, tail);
 }
 
+/* A key set twice under its two names (debug.seed and training.seed):
+ * the renamed one is recorded as "\x01training.seed" when set. */
+static const struct def *find_def(const struct tparse *P, const char *name)
+{
+	for (size_t i = 0; i < P->ndefs; i++)
+		if (!strcmp(P->defs[i].name, name))
+			return &P->defs[i];
+	return NULL;
+}
+
+static int set_twice(const struct tparse *P, const char *org, const char *name,
+		     const char *titan)
+{
+	char alias[TOML_NAME_MAX + 24];
+	snprintf(alias, sizeof alias, "\x01%s", titan);
+	const struct def *d = find_def(P, alias);
+	if (!d && strcmp(name, titan))
+		d = find_def(P, titan);
+	if (!d)
+		return 0;
+	return titan_error(TITAN_E_INVALID, "%s: %.120s: %s is set already, as %s at line %zu",
+			   org, name, titan, d->from ? d->from : titan, d->line);
+}
+
 static int apply(struct tparse *P, const char *name, const struct tval *v)
 {
 	char org[512], mapped[TOML_NAME_MAX + 16];
 	const struct titan_config_key *k = titan_config_find(name);
 
 	snprintf(org, sizeof org, "%s:%zu:%zu", P->name, v->line, v->col);
-	if (k)
-		return set_key(P, k, v, org);
+	if (k) {
+		int rc = set_twice(P, org, name, name);
+		return rc < 0 ? rc : set_key(P, k, v, org);
+	}
 
 	const struct tt_name *t = tt_find(name);
 	if (!t)
@@ -1056,6 +1084,17 @@ static int apply(struct tparse *P, const char *name, const struct tval *v)
 					   "[%.*s] is titan's [%.*s], which has no '%s')", org,
 					   name, (int)(strlen(t->name) - 2), t->name,
 					   (int)(n - 2), t->to, name + strlen(t->name) - 1);
+		int rc = set_twice(P, org, name, mapped);
+		if (rc < 0)
+			return rc;
+		/* record the titan name, at the torchtitan key's place */
+		char alias[TOML_NAME_MAX + 24];
+		snprintf(alias, sizeof alias, "\x01%s", mapped);
+		if ((rc = define(P, alias, false, P->p)) < 0)
+			return rc;
+		if (!(P->defs[P->ndefs - 1].from = titan_strdup(name)))
+			return TITAN_E_NOMEM;
+		P->defs[P->ndefs - 1].line = v->line;
 		/* errors name both: "f.toml:3:8: debug.seed: training.seed: ..." */
 		snprintf(org + strlen(org), sizeof org - strlen(org), ": %s", name);
 		return set_key(P, k, v, org);
@@ -1136,8 +1175,10 @@ int titan_config_load_toml_string(struct titan_config *c, const char *toml, size
 			titan_config_release(&tmp);
 		}
 	}
-	for (size_t i = 0; i < P.ndefs; i++)
+	for (size_t i = 0; i < P.ndefs; i++) {
 		free(P.defs[i].name);
+		free(P.defs[i].from);
+	}
 	free(P.defs);
 	free(text);
 	return rc;

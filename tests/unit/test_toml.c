@@ -174,6 +174,14 @@ static void test_torchtitan_names(void **state)
 	assert_int_equal(c.training.seq_len, 512);
 	titan_config_release(&c);
 
+	expect_error("[debug]\nseed = 7\n[training]\nseed = 3\n",
+		     "t.toml:4:8: training.seed: training.seed is set already, as debug.seed at "
+		     "line 2");
+	expect_error("training.seed = 3\ndebug.seed = 7\n",
+		     "t.toml:2:14: debug.seed: training.seed is set already, as training.seed at "
+		     "line 1");
+	expect_error("[debug]\nseed = 7\n[debug]\n",
+		     "t.toml:3:1: [debug]: duplicate table (first at line 1, column 1)");
 	expect_error("[debug]\nseed = -1\n",
 		     "t.toml:2:8: debug.seed: training.seed: -1 is out of range (minimum 0)");
 	expect_error("[metrics]\nenable_wandb = true\n",
