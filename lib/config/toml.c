@@ -294,6 +294,15 @@ static void skip_ws(struct tparse *P)
 		P->p++;
 }
 
+/* Consume `ch` when it is next. */
+static bool eat(struct tparse *P, char ch)
+{
+	if (P->p >= P->end || *P->p != ch)
+		return false;
+	P->p++;
+	return true;
+}
+
 static bool at_newline(const struct tparse *P)
 {
 	return P->p < P->end && (*P->p == '\n' ||
@@ -781,10 +790,8 @@ static int parse_value(struct tparse *P, struct tval *v, int depth)
 		for (;;) {
 			if ((rc = skip_space(P)) < 0)
 				return rc;
-			if (P->p < P->end && *P->p == ']') {
-				P->p++;
+			if (eat(P, ']'))
 				return 0;
-			}
 			if (P->p < P->end && *P->p == '{')
 				return perr(P, P->p, "an array of tables is not part of a job config");
 			if (v->n == cap) {
@@ -800,14 +807,10 @@ static int parse_value(struct tparse *P, struct tval *v, int depth)
 				return rc;
 			if ((rc = skip_space(P)) < 0)
 				return rc;
-			if (P->p < P->end && *P->p == ',') {
-				P->p++;
+			if (eat(P, ','))
 				continue;
-			}
-			if (P->p < P->end && *P->p == ']') {
-				P->p++;
+			if (eat(P, ']'))
 				return 0;
-			}
 			char b[32];
 			return perr(P, P->p, "expected ',' or ']' in an array, got %s",
 				    show_char(b, sizeof b, P));
@@ -875,14 +878,10 @@ static int parse_keyvals_inline(struct tparse *P, const char *prefix, int depth)
 		if ((rc = parse_keyval(P, prefix, depth)) < 0)
 			return rc;
 		skip_ws(P);
-		if (P->p < P->end && *P->p == ',') {
-			P->p++;
+		if (eat(P, ','))
 			continue;
-		}
-		if (P->p < P->end && *P->p == '}') {
-			P->p++;
+		if (eat(P, '}'))
 			return 0;
-		}
 		return perr(P, P->p, "expected ',' or '}' in an inline table, got %s",
 			    show_char(b, sizeof b, P));
 	}
