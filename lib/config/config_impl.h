@@ -31,6 +31,13 @@ const char *cfg_type_name(enum titan_config_type t);
  * "an integer", "a boolean (true/false)", "one of a, b", ... */
 const char *cfg_expected(const struct titan_config_key *k, char *buf, size_t n);
 
+/* ---- toml.c */
+/* titan's name of a key torchtitan names differently ("debug.seed" ->
+ * "training.seed", "profiler.profile_freq" -> "profiling.profile_freq";
+ * `buf` holds it), or NULL: YAML and the command line take titan's names
+ * only and say which. */
+const char *cfg_titan_name_of(const char *torchtitan_name, char *buf, size_t n);
+
 /* ---- value.c */
 static inline void *cfg_field(struct titan_config *c, const struct titan_config_key *k)
 {

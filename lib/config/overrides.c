@@ -142,11 +142,18 @@ void titan_config_overrides_release(struct titan_config_overrides *ov)
 int titan_config_resolve(struct titan_config *c, const char *path,
 			 const struct titan_config_overrides *ov)
 {
+	return titan_config_resolve_format(c, path, TITAN_CONFIG_AUTO, ov);
+}
+
+int titan_config_resolve_format(struct titan_config *c, const char *path,
+				enum titan_config_format format,
+				const struct titan_config_overrides *ov)
+{
 	int rc = titan_config_init(c);
 	if (rc < 0)
 		return rc;
 	if (path)
-		rc = titan_config_load_file(c, path);
+		rc = titan_config_load_file_format(c, path, format);
 	for (size_t i = 0; rc == 0 && ov && i < ov->n; i++)
 		rc = titan_config_set(c, ov->names[i], ov->values[i], "command line");
 	if (rc == 0)

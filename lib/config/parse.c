@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <yaml.h>
 
 /* Where a node is, as "NAME:LINE:COL". */
@@ -306,6 +307,10 @@ static int apply_section(struct titan_config *c, yaml_document_t *doc, const cha
 					   org, full, dup->start_mark.line + 1,
 					   dup->start_mark.column + 1);
 		const struct titan_config_key *k = titan_config_find(full);
+		char tt[CFG_NAME_MAX + 16];
+		if (!k && cfg_titan_name_of(full, tt, sizeof tt))
+			return titan_error(TITAN_E_INVALID, "%s: %.120s: torchtitan's name: titan's "
+					   "is '%s'", org, full, tt);
 		if (!k) {
 			tail[0] = '\0';
 			if (titan_config_suggest(full, sug, sizeof sug))
@@ -348,6 +353,22 @@ static int apply_document(struct titan_config *c, yaml_document_t *doc, const ch
 					   "%s: %.120s: duplicate section (first at line %zu, column %zu)",
 					   org, sec, dup->start_mark.line + 1,
 					   dup->start_mark.column + 1);
+		if (!cfg_is_section(sec, strlen(sec)) && vn->type == YAML_MAPPING_NODE) {
+			/* debug: {seed: 1}: name titan's key for the first such key */
+			for (yaml_node_pair_t *q = vn->data.mapping.pairs.start;
+			     q < vn->data.mapping.pairs.top; q++) {
+				yaml_node_t *qk = yaml_document_get_node(doc, q->key);
+				char full[CFG_NAME_MAX + 128], tt[CFG_NAME_MAX + 16];
+				if (qk->type != YAML_SCALAR_NODE)
+					continue;
+				snprintf(full, sizeof full, "%.60s.%.60s", sec, scalar_text(qk));
+				if (cfg_titan_name_of(full, tt, sizeof tt))
+					return titan_error(TITAN_E_INVALID, "%s: %s: torchtitan's "
+							   "name: titan's is '%s'",
+							   origin_of(org, sizeof org, name, qk),
+							   full, tt);
+			}
+		}
 		if (!cfg_is_section(sec, strlen(sec))) {
 			const struct titan_config_key *k = titan_config_find(sec);
 			if (k)
@@ -475,14 +496,30 @@ out:
 	return 0;
 }
 
-int titan_config_load_file(struct titan_config *c, const char *path)
+static bool is_toml_name(const char *path)
+{
+	size_t n = strlen(path);
+	return n > 5 && !strcasecmp(path + n - 5, ".toml");
+}
+
+int titan_config_load_file_format(struct titan_config *c, const char *path,
+				  enum titan_config_format format)
 {
 	char *buf = NULL;
 	size_t len = 0;
 	int rc = slurp(path, &buf, &len);
 	if (rc < 0)
 		return rc;
-	rc = titan_config_load_string(c, buf, len, strcmp(path, "-") ? path : "<stdin>");
+	const char *name = strcmp(path, "-") ? path : "<stdin>";
+	if (format == TITAN_CONFIG_TOML || (format == TITAN_CONFIG_AUTO && is_toml_name(path)))
+		rc = titan_config_load_toml_string(c, buf, len, name);
+	else
+		rc = titan_config_load_string(c, buf, len, name);
 	free(buf);
 	return rc;
+}
+
+int titan_config_load_file(struct titan_config *c, const char *path)
+{
+	return titan_config_load_file_format(c, path, TITAN_CONFIG_AUTO);
 }

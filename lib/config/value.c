@@ -381,6 +381,10 @@ int titan_config_set(struct titan_config *c, const char *name, const char *value
 					   "%s%s%.*s: not a section.key name%s", pre ? pre : "",
 					   pre ? ": " : "", SHOW, name, tail);
 		}
+		char tt[CFG_NAME_MAX + 16];
+		if (cfg_titan_name_of(name, tt, sizeof tt))
+			return titan_error(TITAN_E_INVALID, "%s%s%.*s: torchtitan's name: titan's "
+					   "is '%s'", pre ? pre : "", pre ? ": " : "", SHOW, name, tt);
 		if (!cfg_is_section(name, (size_t)(dot - name))) {
 			char sec[CFG_NAME_MAX];
 			snprintf(sec, sizeof sec, "%.*s", (int)(dot - name), name);

@@ -292,11 +292,27 @@ int titan_config_copy(struct titan_config *dst, const struct titan_config *src);
 /* ---- input */
 /* Apply a YAML file over the current values.  Unknown sections/keys, wrong
  * types, out-of-range and bad enum values, duplicate keys and YAML syntax
- * errors fail with "PATH:LINE:COL: section.key: why". */
+ * errors fail with "PATH:LINE:COL: section.key: why".  A path ending in
+ * ".toml" is read as torchtitan's TOML (titan_config_load_toml_string). */
 int titan_config_load_file(struct titan_config *c, const char *path);
 /* Same from memory; `name` is used in messages in place of a path. */
 int titan_config_load_string(struct titan_config *c, const char *yaml, size_t len,
 			     const char *name);
+/* torchtitan's TOML job files (lib/config/toml.c): the TOML they use, with
+ * torchtitan's names of titan's keys mapped (debug.seed -> training.seed)
+ * and its keys without a titan counterpart accepted only with the value
+ * that asks for nothing (compile.enable = false), else refused naming what
+ * titan has instead.  Errors as for YAML, "NAME:LINE:COL: key: why". */
+int titan_config_load_toml_string(struct titan_config *c, const char *toml, size_t len,
+				  const char *name);
+enum titan_config_format {
+	TITAN_CONFIG_AUTO, /* TOML for a name ending in ".toml", else YAML */
+	TITAN_CONFIG_YAML,
+	TITAN_CONFIG_TOML,
+};
+/* titan_config_load_file in a given format ("-": standard input). */
+int titan_config_load_file_format(struct titan_config *c, const char *path,
+				  enum titan_config_format format);
 /* Set one key from text ("section.key", "value"); `origin` prefixes errors
  * ("command line", "cfg.yaml:3:5").  A NULL value sets a BOOL to true. */
 int titan_config_set(struct titan_config *c, const char *name, const char *value,
@@ -321,6 +337,10 @@ void titan_config_overrides_release(struct titan_config_overrides *ov);
 /* Defaults, then `path` (NULL: none), then overrides, then validate. */
 int titan_config_resolve(struct titan_config *c, const char *path,
 			 const struct titan_config_overrides *ov);
+/* Same with the file in a given format. */
+int titan_config_resolve_format(struct titan_config *c, const char *path,
+				enum titan_config_format format,
+				const struct titan_config_overrides *ov);
 
 /* ---- output */
 /* The whole config as YAML (every section and key, in schema order), which

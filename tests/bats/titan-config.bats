@@ -177,6 +177,25 @@ assert c["lr_scheduler"]["decay_ratio"] == 0.8
 	done
 }
 
+@test "presets keep torchtitan's TensorBoard keys; no doc says TensorBoard has no counterpart" {
+	# the presets' torchtitan files: tests/data/torchtitan (8B, debug);
+	# 70B and 405B set TensorBoard as 8B does
+	for pair in llama3_8b:llama3_8b llama3_debug:debug_model; do
+		for k in metrics.enable_tensorboard metrics.save_tb_folder; do
+			run -0 titan-config -c "configs/${pair%%:*}.yaml" --get "$k"
+			preset=$output
+			run -0 titan-config -c "tests/data/torchtitan/${pair#*:}.toml" --get "$k"
+			[ "$preset" = "$output" ] || fail "${pair%%:*}: $k is '$preset', torchtitan's '$output'"
+		done
+	done
+	for p in configs/llama3_70b.yaml configs/llama3_405b.yaml; do
+		run -0 titan-config -c "$p" --get metrics.enable_tensorboard
+		assert_output true
+	done
+	run -1 grep -il 'TensorBoard[^.]*no titan' configs/*.yaml docs/config.md
+	run -1 grep -n '(TensorBoard, W&B' docs/config.md
+}
+
 @test "--summary gives torchtitan's parameter counts and FLOPs/token" {
 	run -0 titan-config -c configs/llama3_8b.yaml --summary
 	assert_output --partial "8030261248 total (8.030 B)"

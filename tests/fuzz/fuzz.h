@@ -42,6 +42,11 @@ size_t fuzz_split(const uint8_t *data, size_t n, struct fuzz_part *parts, size_t
 /* After a call: a failure must come with a message (printed when
  * FUZZ_VERBOSE=1, to see where seeds stop); the error is then cleared. */
 void fuzz_check_error(int rc);
+struct titan_config;
+/* The oracle of the config harnesses: what titan_config_write_yaml prints
+ * of `c`, titan_config_load_string reads back to equal values; aborts
+ * saying which key differs. */
+void fuzz_config_round_trip(const struct titan_config *c);
 
 /* Bytes taken from the front of an input (0 when exhausted). */
 struct fuzz_in {

@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "titan/config.h"
 #include "titan/core.h"
 
 static char dir[512];
@@ -169,3 +170,29 @@ uint8_t fuzz_u8(struct fuzz_in *in) { return (uint8_t)take(in, 1); }
 uint16_t fuzz_u16(struct fuzz_in *in) { return (uint16_t)take(in, 2); }
 uint32_t fuzz_u32(struct fuzz_in *in) { return (uint32_t)take(in, 4); }
 uint64_t fuzz_u64(struct fuzz_in *in) { return take(in, 8); }
+
+void fuzz_config_round_trip(const struct titan_config *c)
+{
+	struct titan_config back;
+	char *yaml = NULL;
+	size_t len = 0;
+	FILE *fp = open_memstream(&yaml, &len);
+
+	if (!fp || titan_config_write_yaml(c, fp) < 0)
+		abort();
+	fclose(fp);
+	if (titan_config_init(&back) < 0)
+		abort();
+	if (titan_config_load_string(&back, yaml, len, "printed.yaml") < 0) {
+		fprintf(stderr, "fuzz: the printed config does not load: %s\n%s", titan_errmsg(),
+			yaml);
+		abort();
+	}
+	if (titan_config_diff(c, &back)) {
+		fprintf(stderr, "fuzz: %s differs after printing and reading back\n%s",
+			titan_config_diff(c, &back), yaml);
+		abort();
+	}
+	titan_config_release(&back);
+	free(yaml);
+}

@@ -20,6 +20,7 @@ copy() { # HARNESS FILE... (files over 64 KiB are left out)
 	return 0
 }
 copy config "$src"/tests/fixtures/config/*.yaml "$src"/configs/*.yaml
+copy toml "$src"/tests/data/torchtitan/*.toml
 copy tokenizer "$src"/tests/fixtures/tok/*.tiktoken "$src"/tests/fixtures/tok/*.json
 copy safetensors "$src"/tests/fixtures/safetensors/*.safetensors
 # compressed inputs: byte 0 the mode of fuzz_instream.c, byte 1 the read

@@ -21,17 +21,23 @@ enum {
 	OPT_SUMMARY,
 	OPT_NON_DEFAULT,
 	OPT_DOC,
+	OPT_FROM,
 };
 
 static void usage(FILE *fp)
 {
 	fprintf(fp,
 "Usage: titan-config [OPTIONS] [--section.key=VALUE ...]\n"
+"       titan-config --from yaml|toml FILE [OPTIONS] [--section.key=VALUE ...]\n"
 "Resolve a titan job config (schema defaults < --config FILE < overrides),\n"
 "check it, and print it.\n"
 "\n"
 "Options:\n"
-"  -c, --config FILE     YAML job config (default: the schema defaults)\n"
+"  -c, --config FILE     YAML job config, or torchtitan's TOML for a name ending\n"
+"                        in .toml (default: the schema defaults)\n"
+"      --from FORMAT     read the config file (FILE or --config) as yaml or toml\n"
+"                        whatever its name: 'titan-config --from toml FILE'\n"
+"                        prints a torchtitan job file as titan's YAML\n"
 "      --check           validate only: print nothing, exit 0 if valid, 2 if not\n"
 "      --get KEY         print the value of one key (section.key)\n"
 "      --json            print the resolved config as one JSON object\n"
@@ -208,12 +214,13 @@ int main(int argc, char **argv)
 		{"non-default", no_argument, NULL, OPT_NON_DEFAULT},
 		{"output", required_argument, NULL, 'o'},
 		{"doc", required_argument, NULL, OPT_DOC},
+		{"from", required_argument, NULL, OPT_FROM},
 		{0},
 	};
 	struct titan_cli cli;
 	struct titan_config cfg = {0}, defaults = {0};
 	bool check = false, json = false, summary = false, non_default = false;
-	const char *get = NULL, *output = NULL, *doc = NULL;
+	const char *get = NULL, *output = NULL, *doc = NULL, *from = NULL;
 	char *buf = NULL;
 	size_t len = 0;
 	FILE *out = stdout;
@@ -233,6 +240,7 @@ int main(int argc, char **argv)
 		case OPT_SUMMARY: summary = true; break;
 		case OPT_NON_DEFAULT: non_default = true; break;
 		case OPT_DOC: doc = optarg; break;
+		case OPT_FROM: from = optarg; break;
 		case 'o': output = strcmp(optarg, "-") ? optarg : NULL; break; /* '-': stdout */
 		default:
 			rc = titan_cli_option(&cli, opt, optarg);
@@ -242,6 +250,16 @@ int main(int argc, char **argv)
 				rc = titan_cli_usage_error(&cli, "unhandled option");
 			goto done_early;
 		}
+	}
+	if (from && strcmp(from, "yaml") && strcmp(from, "toml")) {
+		rc = titan_cli_usage_error(&cli, "--from: '%s' is not a format (yaml, toml)", from);
+		goto done_early;
+	}
+	if (from && optind < argc && !cli.config_path)
+		cli.config_path = argv[optind++]; /* titan-config --from toml FILE */
+	if (from && !cli.config_path) {
+		rc = titan_cli_usage_error(&cli, "--from %s: which file? (--from %s FILE)", from, from);
+		goto done_early;
 	}
 	if (optind < argc) {
 		rc = titan_cli_usage_error(&cli, "unexpected argument '%s' (config files go after --config)",
@@ -264,8 +282,18 @@ int main(int argc, char **argv)
 		goto done_early;
 	}
 
-	if ((rc = titan_cli_load_config(&cli, &cfg)) != 0)
+	if (from) {
+		rc = titan_config_resolve_format(&cfg, cli.config_path, !strcmp(from, "toml") ?
+						 TITAN_CONFIG_TOML : TITAN_CONFIG_YAML,
+						 &cli.overrides);
+		if (rc < 0) {
+			titan_cli_fail(&cli, rc);
+			rc = rc == TITAN_E_NOMEM ? 1 : 2;
+			goto done;
+		}
+	} else if ((rc = titan_cli_load_config(&cli, &cfg)) != 0) {
 		goto done;
+	}
 	if (check) {
 		struct titan_model_dims d;
 
