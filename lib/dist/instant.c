@@ -53,10 +53,14 @@ static void *instant_mpi_handle(const struct titan_comm *c)
 	return NULL;
 }
 
-/* Done at once: no request (titan_comm_wait and _test take NULL as done). */
-static int done(struct titan_comm_req **req)
+/* Done at once, but with a request as any communicator's: callers may
+ * keep "a request in flight" as state (dp.c's gathers do), so an
+ * operation never returns NULL; the wait frees it. */
+static int done(struct titan_comm *c, struct titan_comm_req **req)
 {
-	*req = NULL;
+	if (!(*req = malloc(sizeof(**req))))
+		return titan_error(TITAN_E_NOMEM, "out of memory");
+	(*req)->c = c;
 	return 0;
 }
 
@@ -65,28 +69,28 @@ static int instant_all_reduce(struct titan_comm *c, const void *send, void *recv
 			      struct titan_comm_req **req)
 {
 	(void)c, (void)send, (void)recv, (void)count, (void)dt, (void)op, (void)what;
-	return done(req);
+	return done(c, req);
 }
 
 static int instant_all_gather(struct titan_comm *c, const void *send, void *recv, size_t count,
 			      enum titan_dtype dt, const char *what, struct titan_comm_req **req)
 {
 	(void)c, (void)send, (void)recv, (void)count, (void)dt, (void)what;
-	return done(req);
+	return done(c, req);
 }
 
 static int instant_broadcast(struct titan_comm *c, void *buf, size_t count, enum titan_dtype dt,
 			     int root, const char *what, struct titan_comm_req **req)
 {
 	(void)c, (void)buf, (void)count, (void)dt, (void)root, (void)what;
-	return done(req);
+	return done(c, req);
 }
 
 static int instant_p2p(struct titan_comm *c, const void *buf, size_t count, enum titan_dtype dt,
 		       int peer, int tag, const char *what, struct titan_comm_req **req)
 {
 	(void)c, (void)buf, (void)count, (void)dt, (void)peer, (void)tag, (void)what;
-	return done(req);
+	return done(c, req);
 }
 
 static int instant_recv(struct titan_comm *c, void *buf, size_t count, enum titan_dtype dt,
@@ -98,13 +102,12 @@ static int instant_recv(struct titan_comm *c, void *buf, size_t count, enum tita
 static int instant_barrier(struct titan_comm *c, const char *what, struct titan_comm_req **req)
 {
 	(void)c, (void)what;
-	return done(req);
+	return done(c, req);
 }
 
-/* Never called: the operations hand out no requests. */
 static int instant_wait(struct titan_comm_req *req)
 {
-	(void)req;
+	free(req);
 	return 0;
 }
 

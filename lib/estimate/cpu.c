@@ -7,19 +7,18 @@
  * InterleavedZeroBubble, ZBVZeroBubble) x CP (allgather, alltoall); rank
  * 0 by default (the largest shard, the metrics.jsonl writer).  The
  * pipeline rank's stages are titan-train's own (titan_pp_split,
- * titan_pp_stages_per_rank, titan_pp_stage_of), and so is the order of a
- * step's actions (titan_pp_schedule_actions).  The sizes come from the
+ * titan_pp_stages_per_rank, titan_pp_stage_of).  The sizes come from the
  * same macros the ops use (TITAN_ATTN_BLOCK, TITAN_SUMSQ_CHUNK in
  * titan/ops.h, TITAN_CE_CHUNK in titan/train.h); the buffer list mirrors
  * the code, and tests/bats/titan-estimate.bats, titan-estimate-pp-cp.bats
  * and titan-train-dist.bats run titan-train and compare, so a change there
  * that is not mirrored here fails `make test`.
  *
- * FSDP's buffers (tag comm) change at every hook of a step; fsdp_sim
- * replays lib/train/dp.c's schedule (the same units, the same order of
- * allocations and frees, through the pipeline schedule's actions) and
- * keeps, for each moment, the most comm bytes live when it happens.  DDP
- * and the replicas' all-reduce of HSDP reduce in place: no buffers.
+ * FSDP's buffers (tag comm) change at every hook of a step: they come from
+ * a dry run of the engine itself (dry.c: lib/train/dp.c through the
+ * pipeline schedule's actions on the measure backend), the most comm bytes
+ * live at each moment.  DDP and the replicas' all-reduce of HSDP reduce in
+ * place: no buffers.
  */
 #include "est_impl.h"
 #include "titan/ops.h"
@@ -30,160 +29,6 @@
 #include <string.h>
 
 #define PROBE_N 1024           /* titan-train.c measure_peak: 3 n x n fp32 matrices */
-
-/* ---------------------------------------------------------- FSDP replay */
-
-enum { SIM_FWD_COMM, SIM_FWD_ATTN, SIM_LOSS, SIM_BWD_COMM, SIM_RECOMPUTE, SIM_BWD_ATTN,
-       SIM_NKINDS };
-
-struct sim_unit {
-	int g0, g1, p0, p1;        /* groups [g0, g1], parameters [p0, p1) */
-	int64_t full, shard;       /* bytes: unsharded slice, S (one rank's part) */
-	bool gathered, gathering, grad, reducing;
-};
-
-struct fsdp_sim {
-	struct sim_unit *u;
-	int nunits, *unit_of, *pending, npending;
-	int64_t nshard;
-	bool tied, reshard;
-	int64_t live;              /* comm bytes live */
-	int kind;                  /* moment an allocation counts for */
-	int64_t max[SIM_NKINDS];
-};
-
-static void sim_alloc(struct fsdp_sim *s, int64_t b)
-{
-	s->live += b;
-	if (s->live > s->max[s->kind])
-		s->max[s->kind] = s->live;
-}
-
-static void sim_at(struct fsdp_sim *s, int kind)
-{
-	if (s->live > s->max[kind])
-		s->max[kind] = s->live;
-}
-
-/* dp.c gather_start / gather_finish / release_params / ensure_grad */
-static void sim_gather_start(struct fsdp_sim *s, struct sim_unit *u)
-{
-	if (u->gathered || u->gathering)
-		return;
-	sim_alloc(s, u->shard);                   /* gsend */
-	sim_alloc(s, u->shard * s->nshard);       /* grecv */
-	u->gathering = true;
-}
-
-static void sim_gather_finish(struct fsdp_sim *s, struct sim_unit *u)
-{
-	if (u->gathered)
-		return;
-	sim_gather_start(s, u);
-	s->live -= u->shard;                      /* gsend */
-	sim_alloc(s, u->full);                    /* the gathered copy, grecv still live */
-	s->live -= u->shard * s->nshard;
-	u->gathering = false;
-	u->gathered = true;
-}
-
-static void sim_release(struct fsdp_sim *s, struct sim_unit *u)
-{
-	if (u->gathered)
-		s->live -= u->full;
-	u->gathered = false;
-}
-
-static void sim_ensure_grad(struct fsdp_sim *s, struct sim_unit *u)
-{
-	if (!u->grad)
-		sim_alloc(s, u->full);
-	u->grad = true;
-}
-
-/* reduce_start, then reduce_advance(keep) as dp.c: the oldest reductions
- * complete (rsend freed, added, rrecv freed); the replicas' all-reduce of
- * HSDP is in place */
-static void sim_reduce_start(struct fsdp_sim *s, struct sim_unit *u)
-{
-	sim_alloc(s, u->shard * s->nshard);       /* rsend */
-	sim_alloc(s, u->shard);                   /* rrecv */
-	s->live -= u->full;                       /* the unsharded gradients */
-	u->grad = false;
-	u->reducing = true;
-	s->pending[s->npending++] = (int)(u - s->u);
-}
-
-static void sim_reduce_advance(struct fsdp_sim *s, int keep)
-{
-	int n = s->npending - keep, w = 0;
-
-	for (int i = 0; i < s->npending; i++) {
-		struct sim_unit *u = &s->u[s->pending[i]];
-
-		if (i >= n) {
-			s->pending[w++] = s->pending[i];
-			continue;
-		}
-		s->live -= u->shard * s->nshard + u->shard;
-		u->reducing = false;
-	}
-	s->npending = w;
-}
-
-static void sim_pre_forward(struct fsdp_sim *s, int g)
-{
-	const int k = s->unit_of[g];
-
-	if (g != s->u[k].g0)
-		return;
-	sim_gather_finish(s, &s->u[k]);
-	if (k + 1 < s->nunits)
-		sim_gather_start(s, &s->u[k + 1]);
-}
-
-static void sim_post_forward(struct fsdp_sim *s, int g)
-{
-	const int k = s->unit_of[g];
-
-	if (g != s->u[k].g1 || k == s->nunits - 1 || (s->tied && k == 0) || !s->reshard)
-		return;
-	sim_release(s, &s->u[k]);
-}
-
-static void sim_pre_backward(struct fsdp_sim *s, int g)
-{
-	const int k = s->unit_of[g];
-
-	if (g != s->u[k].g1)
-		return;
-	sim_gather_finish(s, &s->u[k]);
-	sim_ensure_grad(s, &s->u[k]);
-	if (s->tied && k == s->nunits - 1)
-		sim_ensure_grad(s, &s->u[0]);
-	if (k > 0)
-		sim_gather_start(s, &s->u[k - 1]);
-}
-
-/* dp.c pre_weight: the unit's unsharded gradients again */
-static void sim_pre_weight(struct fsdp_sim *s, int g)
-{
-	const int k = s->unit_of[g];
-
-	if (g == s->u[k].g1)
-		sim_ensure_grad(s, &s->u[k]);
-}
-
-static void sim_post_backward(struct fsdp_sim *s, int g)
-{
-	const int k = s->unit_of[g];
-
-	if (g != s->u[k].g0)
-		return;
-	sim_release(s, &s->u[k]);
-	sim_reduce_start(s, &s->u[k]);
-	sim_reduce_advance(s, 1);
-}
 
 /* The stages a pipeline rank holds (lib/train/trainer.c: the rank's v-th
  * stage is global stage rank + v·pp, split by titan_pp_split); without PP
@@ -203,147 +48,6 @@ static bool geo_active(const struct geo *G, int g, int ng)
 		if (g - 1 >= G->l0[v] && g - 1 < G->l1[v])
 			return true;
 	return false;
-}
-
-/* One action of a step on the rank's stage v: a microbatch's forward
- * (with the loss on the last stage), backward, or with the zero-bubble
- * schedules' split backward its input pass (B) and weight pass (W). */
-enum { ACT_F, ACT_B, ACT_W };
-struct act {
-	int op, v;
-	bool split;
-};
-
-/* The units of dp.c's build_units over the rank's groups of
- * lib/train/llama.c (0: the embeddings; 1 + l: block l; last: the final
- * norm and the output), then the step's actions with the hooks of
- * titan_llama_step / titan_llama_pp_forward / _backward in their order;
- * titan_dp_begin_microbatch completes the reductions in flight before
- * each action (before each microbatch without PP), titan_dp_finish_grads
- * after the last. */
-static int fsdp_replay(const struct titan_param_table *t, const struct titan_est_opts *o,
-		       int64_t nshard, const struct geo *G, const struct act *acts, int nacts,
-		       int64_t max[SIM_NKINDS])
-{
-	const int L = (int)t->dims.n_layers, ng = L + 2;
-	const bool staged = o->layout.pp > 1;
-	struct fsdp_sim s = {0};
-	struct sim_unit *u = NULL;
-
-	s.u = calloc((size_t)ng, sizeof(*s.u));
-	s.unit_of = calloc((size_t)ng, sizeof(*s.unit_of));
-	s.pending = calloc((size_t)ng, sizeof(*s.pending));
-	if (!s.u || !s.unit_of || !s.pending) {
-		free(s.u);
-		free(s.unit_of);
-		free(s.pending);
-		return titan_error(TITAN_E_NOMEM, "out of memory");
-	}
-	s.nshard = nshard;
-	s.tied = t->dims.tied;
-	s.reshard = o->reshard != TITAN_EST_RESHARD_NEVER;
-	for (int g = 0; g < ng; g++) {
-		const int p0 = g == 0 ? 0 : 1 + TITAN_PARAMS_PER_LAYER * (g - 1);
-		const int p1 = g == 0 ? 1 : g == ng - 1 ? t->n : p0 + TITAN_PARAMS_PER_LAYER;
-
-		s.unit_of[g] = -1;
-		if (!geo_active(G, g, ng))
-			continue; /* another pipeline stage's */
-		if (!u || g == 1 || g == ng - 1 || u->g1 == ng - 1 || u->full >= o->cpu_bucket_bytes) {
-			u = &s.u[s.nunits++];
-			u->g0 = g;
-			u->p0 = p0;
-		}
-		u->g1 = g;
-		u->p1 = p1;
-		/* dp.c: full_floats spans the unit's first to last parameter */
-		u->full = ((p1 < t->n ? t->params[p1].full_offset : t->full_arena_floats) -
-			   t->params[u->p0].full_offset) * 4;
-		s.unit_of[g] = s.nunits - 1;
-	}
-	for (int k = 0; k < s.nunits; k++)
-		for (int p = s.u[k].p0; p < s.u[k].p1; p++)
-			s.u[k].shard += t->params[p].chunk_rows * t->params[p].shape[1] * 4;
-
-	for (int i = 0; i < nacts; i++) {
-		const int v = acts[i].v, l0 = G->l0[v], l1 = G->l1[v];
-		const bool first = G->sfirst && v == 0, last = G->slast && v == G->nst - 1;
-
-		sim_reduce_advance(&s, 0);              /* titan_dp_begin_microbatch */
-		if (acts[i].op == ACT_F) {
-			s.kind = SIM_FWD_COMM;
-			if (first) {
-				sim_pre_forward(&s, 0);
-				sim_post_forward(&s, 0);
-			}
-			for (int l = l0; l < l1; l++) {
-				sim_pre_forward(&s, 1 + l);
-				sim_at(&s, SIM_FWD_ATTN);
-				sim_post_forward(&s, 1 + l);
-			}
-			if (!last)
-				continue;
-			sim_pre_forward(&s, L + 1);
-			s.kind = SIM_LOSS; /* only allocations before the loss: its peak is later */
-			sim_pre_backward(&s, L + 1);
-			sim_at(&s, SIM_LOSS);
-			sim_post_forward(&s, L + 1);
-			continue;
-		}
-		s.kind = SIM_BWD_COMM;
-		if (acts[i].split && !first) {
-			/* titan_llama_pp_backward_input: pre_backward hooks only;
-			 * _weight: pre_weight and post_backward (the first
-			 * global stage's input pass is empty, its weight pass the
-			 * whole backward, below) */
-			const bool w = acts[i].op == ACT_W;
-
-			if (last) {
-				(w ? sim_pre_weight : sim_pre_backward)(&s, L + 1);
-				if (w)
-					sim_post_backward(&s, L + 1);
-			}
-			for (int l = l1 - 1; l >= l0; l--) {
-				if (w) {
-					sim_pre_weight(&s, 1 + l);
-					sim_post_backward(&s, 1 + l);
-					continue;
-				}
-				sim_pre_backward(&s, 1 + l);
-				if (est_block_ckpt(o, l))
-					sim_at(&s, SIM_RECOMPUTE);
-				sim_at(&s, SIM_BWD_ATTN);
-			}
-			continue;
-		}
-		if (acts[i].split && acts[i].op == ACT_B)
-			continue;
-		if (last) {
-			if (staged) /* llama.c backward_pass: gathered again under PP */
-				sim_pre_backward(&s, L + 1);
-			sim_post_backward(&s, L + 1);
-		}
-		for (int l = l1 - 1; l >= l0; l--) {
-			sim_pre_backward(&s, 1 + l);
-			if (est_block_ckpt(o, l))
-				sim_at(&s, SIM_RECOMPUTE);
-			sim_at(&s, SIM_BWD_ATTN);
-			sim_post_backward(&s, 1 + l);
-		}
-		if (first) {
-			sim_pre_backward(&s, 0);
-			sim_post_backward(&s, 0);
-		}
-	}
-	sim_reduce_advance(&s, 0);                      /* titan_dp_finish_grads */
-	for (int k = 0; k < s.nunits; k++)
-		sim_release(&s, &s.u[k]);
-	TITAN_ASSERT(s.live == 0);
-	memcpy(max, s.max, sizeof(s.max));
-	free(s.u);
-	free(s.unit_of);
-	free(s.pending);
-	return 0;
 }
 
 /* The rank's stages, as titan-train sets them up (lib/train/trainer.c). */
@@ -377,39 +81,6 @@ static int rank_geo(const struct titan_model_dims *d, const struct titan_est_opt
 	return 0;
 }
 
-/* The step's actions on pipeline rank ppr: lib/train/pp.c's own order
- * (titan_pp_schedule_actions); without PP one forward and its backward. */
-static int step_actions(const struct titan_est_opts *o, int64_t ppr, int nst, int nmb,
-			struct act **out, int *n)
-{
-	const enum titan_pp_schedule sched = est_train_schedule(o->schedule);
-	const bool split = sched == TITAN_PP_INTERLEAVED_ZB || sched == TITAN_PP_ZBV;
-	struct titan_pp_action *pa = NULL;
-	struct act *a = calloc(3 * (size_t)nst * (size_t)nmb, sizeof(*a));
-	int k;
-
-	*out = a;
-	if (!a)
-		return titan_error(TITAN_E_NOMEM, "out of memory");
-	if (o->layout.pp == 1) {
-		a[0] = (struct act){ACT_F, 0, false};
-		a[1] = (struct act){ACT_B, 0, false};
-		*n = 2;
-		return 0;
-	}
-	if (!(pa = calloc(3 * (size_t)nst * (size_t)nmb, sizeof(*pa))))
-		return titan_error(TITAN_E_NOMEM, "out of memory");
-	k = titan_pp_schedule_actions(sched, (int)o->layout.pp, (int)ppr, nst, nmb, true, pa);
-	for (int i = 0; i < k; i++)
-		a[i] = (struct act){pa[i].op == TITAN_PP_F ? ACT_F : pa[i].op == TITAN_PP_B ? ACT_B : ACT_W,
-				    pa[i].stage, split};
-	free(pa);
-	if (k < 0)
-		return titan_error(TITAN_E_NOMEM, "out of memory");
-	*n = k;
-	return 0;
-}
-
 int est_cpu_model(const struct titan_model_dims *d, const struct titan_est_opts *o,
 		  struct titan_estimate *e)
 {
@@ -430,16 +101,15 @@ int est_cpu_model(const struct titan_model_dims *d, const struct titan_est_opts 
 	const int64_t fsdp = l->dp_shard * cp;
 	struct titan_param_table_opts po;
 	struct geo G;
-	struct act *acts = NULL;
 	int64_t N, nl, threads, kept = 0, nckpt = 0, blocks, xin = 0, set, arena, chunk;
 	int64_t sumsq = 0, x, tq, ppr, nstages = 1, top = -1, wst = 0, wsx = 0;
 	/* zero-bubble schedules: backward split into input and weight passes */
 	const bool split = pp > 1 && (o->schedule == TITAN_EST_INTERLEAVED_ZB ||
 				      o->schedule == TITAN_EST_ZBV);
 	bool *hasx;
-	int64_t comm[SIM_NKINDS] = {0};
+	int64_t comm[EST_FSDP_NKINDS] = {0};
 	int m_start = -1, m_fwd, m_loss = -1, m_rec = -1, m_bwd, m_norm, m_opt, m_log = -1;
-	int m_fcomm = -1, m_bcomm = -1, nacts = 0;
+	int m_fcomm = -1, m_bcomm = -1;
 	uint32_t all, rc_at;
 	int rc;
 
@@ -476,14 +146,9 @@ int est_cpu_model(const struct titan_model_dims *d, const struct titan_est_opts 
 	}
 	if ((rc = titan_param_table_init(&t, d, &po)) < 0)
 		return rc;
-	if (fsdp > 1) {
-		if ((rc = step_actions(o, ppr, G.nst, (int)nmb, &acts, &nacts)) == 0)
-			rc = fsdp_replay(&t, o, fsdp, &G, acts, nacts, comm);
-		free(acts);
-		if (rc < 0) {
-			titan_param_table_release(&t);
-			return rc;
-		}
+	if (fsdp > 1 && (rc = est_dry_fsdp(d, o, comm)) < 0) {
+		titan_param_table_release(&t);
+		return rc;
 	}
 	if (!(e->ranks = calloc(1, sizeof(*e->ranks)))) {
 		titan_param_table_release(&t);
@@ -559,7 +224,7 @@ int est_cpu_model(const struct titan_model_dims *d, const struct titan_est_opts 
 	/* moments in the order a step meets them */
 	if (o->cpu_peak_probe)
 		m_start = est_moment(r, TITAN_EST_PHASE_STARTUP, "startup", "sgemm peak probe (setup)");
-	if (comm[SIM_FWD_COMM])
+	if (comm[EST_FSDP_FWD_COMM])
 		m_fcomm = est_moment(r, TITAN_EST_PHASE_FORWARD, "fsdp fwd",
 				     "FSDP all-gather (forward)");
 	m_fwd = est_moment(r, TITAN_EST_PHASE_FORWARD, "forward", "attention forward");
@@ -572,7 +237,7 @@ int est_cpu_model(const struct titan_model_dims *d, const struct titan_est_opts 
 	if (nckpt && m_rec < 0)
 		m_rec = est_moment(r, TITAN_EST_PHASE_BACKWARD, "recompute",
 				   "recompute: attention forward");
-	if (comm[SIM_BWD_COMM])
+	if (comm[EST_FSDP_BWD_COMM])
 		m_bcomm = est_moment(r, TITAN_EST_PHASE_BACKWARD, "fsdp bwd",
 				     "FSDP gather/reduce-scatter (backward)");
 	m_norm = est_moment(r, TITAN_EST_PHASE_BACKWARD, "gradnorm", "gradient norm");
@@ -748,20 +413,20 @@ int est_cpu_model(const struct titan_model_dims *d, const struct titan_est_opts 
 	 * moment */
 	if (m_fcomm >= 0)
 		est_item(r, "FSDP: all-gather copy-out (forward)", TITAN_MEM_COMM,
-			 comm[SIM_FWD_COMM], EST_AT(m_fcomm));
+			 comm[EST_FSDP_FWD_COMM], EST_AT(m_fcomm));
 	est_item(r, "FSDP: gathered units + prefetch (forward)", TITAN_MEM_COMM,
-		 comm[SIM_FWD_ATTN], EST_AT(m_fwd));
+		 comm[EST_FSDP_FWD_ATTN], EST_AT(m_fwd));
 	if (m_loss >= 0)
 		est_item(r, "FSDP: gathered + grads + prefetch (loss)", TITAN_MEM_COMM,
-			 comm[SIM_LOSS], EST_AT(m_loss));
+			 comm[EST_FSDP_LOSS], EST_AT(m_loss));
 	if (m_rec >= 0)
 		est_item(r, "FSDP: gathered + grads + prefetch (recompute)", TITAN_MEM_COMM,
-			 comm[SIM_RECOMPUTE], EST_AT(m_rec));
+			 comm[EST_FSDP_RECOMPUTE], EST_AT(m_rec));
 	est_item(r, "FSDP: gathered + grads + prefetch (backward)", TITAN_MEM_COMM,
-		 comm[SIM_BWD_ATTN], EST_AT(m_bwd));
+		 comm[EST_FSDP_BWD_ATTN], EST_AT(m_bwd));
 	if (m_bcomm >= 0)
 		est_item(r, "FSDP: copy-out / reduce-scatter (backward)", TITAN_MEM_COMM,
-			 comm[SIM_BWD_COMM], EST_AT(m_bcomm));
+			 comm[EST_FSDP_BWD_COMM], EST_AT(m_bcomm));
 	est_rank_finish(r, o->dev.alloc_overhead, &n);
 	if (n.overflow)
 		return titan_error(TITAN_E_INVALID, "the estimate does not fit in 64-bit byte counts "
