@@ -19,10 +19,13 @@
  * and loss ops mark the moments.
  *
  * The blocks are readable and writable address space (MAP_NORESERVE, see
- * titan_measure_mem_backend), not guarded: lib/train/llama.c still writes
- * the RoPE table and the token ids from host code, and lib/train/tp.c and
- * cp.c pack from host code; the pages they touch (a microbatch's worth)
- * are the only ones committed.
+ * titan_measure_mem_backend), not guarded: host code still writes backend
+ * buffers — with the guard the run faults first in lib/train/llama.c
+ * init_rope (the RoPE table, titan_rope_freqs) and lib/train/cp.c
+ * titan_cp_alloc (CP's positions); llama.c also writes the token ids, tp.c
+ * and cp.c pack with memcpy — and the pages they touch (a short
+ * microbatch's, below) are the only ones committed.  Once those go through
+ * the backend's buffer ops the guard can be turned on here.
  */
 #include "est_impl.h"
 #include "titan/dist.h"
