@@ -307,25 +307,18 @@ static int dry_step(struct titan_engine *e, const struct titan_est_opts *o, int6
 	return rc;
 }
 
-/* FSDP's buffers are the parameters' (units, shards) and their moments
- * the order of the hooks and actions, which the tokens do not change: the
- * dry run takes the shortest sequence the layout allows (2·cp·tp: CP's
- * 2·cp chunks, TP's sequence-parallel split), so that the host code that
- * still loops over a microbatch's tokens (TP's loss and packing in
- * lib/train/tp.c, CP's in cp.c) costs nothing. */
-int est_dry_fsdp(const struct titan_model_dims *dims, const struct titan_est_opts *full,
-		 int64_t max[EST_FSDP_NKINDS])
+int est_dry_run(const struct titan_model_dims *dims, const struct titan_est_opts *full,
+		int64_t seq_len, struct est_dry *out)
 {
-	struct titan_est_opts short_seq = *full;
-	const struct titan_est_opts *o = &short_seq;
-
-	struct dry d = {.max = max};
+	struct titan_est_opts opts = *full;
+	const struct titan_est_opts *o = &opts;
+	struct dry d = {.max = out->fsdp};
 	struct titan_config c;
 	struct titan_dist dist;
 	struct titan_mem_backend mb;
 	struct titan_backend be;
 	struct titan_llama_opts mo = {
-		.batch = o->local_batch, .seq = o->seq_len, .ac_every = o->ac_every,
+		.batch = o->local_batch, .seq = seq_len, .ac_every = o->ac_every,
 		.cp_ring = o->cp_alltoall,
 		.ac = o->ac == TITAN_EST_AC_NONE ? TITAN_AC_NONE : o->ac == TITAN_EST_AC_FULL ?
 		      TITAN_AC_FULL : o->ac == TITAN_EST_AC_OP ? TITAN_AC_SELECTIVE_OP :
@@ -333,14 +326,12 @@ int est_dry_fsdp(const struct titan_model_dims *dims, const struct titan_est_opt
 	};
 	struct titan_llama_group_hooks gh;
 	struct titan_engine *e = NULL;
-	struct titan_mem_stats st;
-	int64_t tokens;
+	const int64_t tokens = o->local_batch * seq_len;
 	enum titan_log_level lvl;
 	int rc;
 
-	short_seq.seq_len = mo.seq = 2 * full->layout.cp * full->layout.tp;
-	tokens = o->local_batch * o->seq_len;
-	memset(max, 0, EST_FSDP_NKINDS * sizeof(*max));
+	memset(out, 0, sizeof(*out));
+	opts.seq_len = seq_len;
 	titan_measure_mem_backend(&mb, false);
 	if (!(d.a = titan_allocator_new("dry run", &mb)))
 		return TITAN_E_NOMEM;
@@ -374,9 +365,10 @@ int est_dry_fsdp(const struct titan_model_dims *dims, const struct titan_est_opt
 			pre_forward, post_forward, pre_backward, post_backward, pre_weight, &d});
 	}
 	if (rc == 0) {
-		titan_mem_get_stats(d.a, &st);
-		d.base = st.cur[TITAN_MEM_COMM];
-		rc = dry_step(e, o, tokens);
+		titan_mem_get_stats(d.a, &out->built);
+		d.base = out->built.cur[TITAN_MEM_COMM];
+		if ((rc = dry_step(e, o, tokens)) == 0)
+			titan_mem_get_stats(d.a, &out->after);
 	}
 	titan_engine_free(e);
 	titan_log_set_level(lvl);
@@ -384,5 +376,21 @@ int est_dry_fsdp(const struct titan_model_dims *dims, const struct titan_est_opt
 		titan_comm_free(dist.comm[k]);
 	dry_config_release(&c);
 	titan_allocator_free(d.a);
+	return rc;
+}
+
+/* FSDP's buffers are the parameters' (units, shards) and their moments
+ * the order of the hooks and actions, which the tokens do not change: the
+ * dry run takes the shortest sequence the layout allows (2·cp·tp: CP's
+ * 2·cp chunks, TP's sequence-parallel split), so that the host code that
+ * still loops over a microbatch's tokens (TP's loss and packing in
+ * lib/train/tp.c, CP's in cp.c) costs nothing. */
+int est_dry_fsdp(const struct titan_model_dims *d, const struct titan_est_opts *o,
+		 int64_t max[EST_FSDP_NKINDS])
+{
+	struct est_dry r;
+	int rc = est_dry_run(d, o, 2 * o->layout.cp * o->layout.tp, &r);
+
+	memcpy(max, r.fsdp, sizeof(r.fsdp));
 	return rc;
 }

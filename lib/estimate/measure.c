@@ -30,10 +30,16 @@ static void *guarded_alloc(void *ctx, size_t bytes)
 	return reserve(true, bytes);
 }
 
+/* Under strict overcommit accounting (vm.overcommit_memory 2) a writable
+ * mapping counts in full, MAP_NORESERVE or not: a block too large for
+ * that is address space only, as with the guard (host code that touches
+ * buffers touches small ones). */
 static void *open_alloc(void *ctx, size_t bytes)
 {
+	void *p = reserve(false, bytes);
+
 	(void)ctx;
-	return reserve(false, bytes);
+	return p ? p : reserve(true, bytes);
 }
 
 static void unreserve(void *ctx, void *ptr, size_t bytes)

@@ -269,7 +269,8 @@ int titan_estimate_print(const struct titan_estimate *e, FILE *fp);
  * blocks are address space only (mmap MAP_NORESERVE, unmapped on free: no
  * memory is committed).  With `guard` they are PROT_NONE, so host code that
  * touches a buffer during the dry run faults instead of silently working;
- * without, touched pages are real (committed as touched). */
+ * without, touched pages are real (committed as touched; a block the
+ * kernel's overcommit accounting refuses is address space only). */
 void titan_measure_mem_backend(struct titan_mem_backend *out, bool guard);
 /* A backend whose compute and buffer ops do nothing (buffers are never
  * read or written; sums and losses come out 0, no token valid) but whose

@@ -27,6 +27,7 @@
 #include "titan/ops.h"
 #include "titan/train.h"
 
+#include "estimate/est_impl.h"
 #include "train/engine.h"
 
 /* ------------------------------------------------------------ instant comm */
@@ -333,6 +334,89 @@ static void test_estimate_dry_run_405b(void **state)
 	titan_estimate_release(&e);
 }
 
+/* The CPU model's buffers that stay for the run (items present at every
+ * moment of a step, but the trainer's inputs and labels) are, tag by tag,
+ * what the engine itself holds after a step of the dry run at full length
+ * — on every layout, without mpiexec: the formulas of lib/estimate/cpu.c
+ * checked against the code they restate. */
+static void test_static_buffers_are_the_engines(void **state)
+{
+	static const struct {
+		int64_t ngpu, rank, rep, shard, tp, pp, cp;
+		enum titan_est_schedule sched;
+		enum titan_est_ac ac;
+		bool alltoall, no_loss_parallel;
+	} L[] = {
+		{1, 0, 1, 1, 1, 1, 1, TITAN_EST_1F1B, TITAN_EST_AC_NONE, false, false},
+		{1, 0, 1, 1, 1, 1, 1, TITAN_EST_1F1B, TITAN_EST_AC_FULL, false, false},
+		{1, 0, 1, 1, 1, 1, 1, TITAN_EST_1F1B, TITAN_EST_AC_SELECTIVE, false, false},
+		{2, 1, 1, 2, 1, 1, 1, TITAN_EST_1F1B, TITAN_EST_AC_FULL, false, false},
+		{4, 3, 2, 2, 1, 1, 1, TITAN_EST_1F1B, TITAN_EST_AC_NONE, false, false},
+		{2, 1, 1, 1, 2, 1, 1, TITAN_EST_1F1B, TITAN_EST_AC_NONE, false, false},
+		{4, 2, 1, 2, 2, 1, 1, TITAN_EST_1F1B, TITAN_EST_AC_FULL, false, true},
+		{2, 1, 1, 1, 1, 1, 2, TITAN_EST_1F1B, TITAN_EST_AC_NONE, false, false},
+		{2, 0, 1, 1, 1, 1, 2, TITAN_EST_1F1B, TITAN_EST_AC_FULL, true, false},
+		{4, 3, 1, 1, 2, 1, 2, TITAN_EST_1F1B, TITAN_EST_AC_NONE, true, false},
+		{2, 0, 1, 1, 1, 2, 1, TITAN_EST_GPIPE, TITAN_EST_AC_NONE, false, false},
+		{2, 1, 1, 1, 1, 2, 1, TITAN_EST_1F1B, TITAN_EST_AC_FULL, false, false},
+		{2, 1, 1, 1, 1, 2, 1, TITAN_EST_INTERLEAVED_1F1B, TITAN_EST_AC_NONE, false, false},
+		{2, 0, 1, 1, 1, 2, 1, TITAN_EST_INTERLEAVED_ZB, TITAN_EST_AC_SELECTIVE, false, false},
+		{4, 3, 1, 2, 1, 2, 1, TITAN_EST_ZBV, TITAN_EST_AC_NONE, false, false},
+	};
+	struct titan_model_dims d = tiny();
+
+	(void)state;
+	d.n_layers = 8;
+	d.tied = false;
+	for (size_t i = 0; i < sizeof(L) / sizeof(*L); i++) {
+		struct titan_est_opts o;
+		struct titan_estimate e;
+		struct est_dry dry;
+		int64_t sum[TITAN_MEM_NTAGS] = {0};
+		const struct titan_est_rank *r;
+		uint32_t every = 0;
+
+		memset(&o, 0, sizeof(o));
+		assert_int_equal(titan_est_device_lookup("cpu", &o.dev), 0);
+		o.ngpu = L[i].ngpu;
+		o.gpus_per_node = 8;
+		o.layout = (struct titan_est_layout){L[i].rep, L[i].shard, L[i].tp, L[i].pp, L[i].cp};
+		o.local_batch = 4;
+		o.seq_len = 24;
+		o.accum = 1;
+		o.pp_microbatch = 1;
+		o.schedule = L[i].sched;
+		o.ac = L[i].ac;
+		o.ac_every = 2;
+		o.param_bytes = o.master_bytes = o.reduce_bytes = o.optim_bytes = 4;
+		o.ce_chunk = 1024;
+		o.loss_parallel = !L[i].no_loss_parallel;
+		o.cp_alltoall = L[i].alltoall;
+		o.mfu = 0.4;
+		o.threads = 2;
+		o.rank = L[i].rank;
+		if (titan_est_check(&o, &d) < 0)
+			fail_msg("layout %zu: %s", i, titan_errmsg());
+		if (titan_estimate_run(&d, &o, &e) < 0)
+			fail_msg("layout %zu: %s", i, titan_errmsg());
+		if (est_dry_run(&d, &e.opts, o.seq_len, &dry) < 0)
+			fail_msg("layout %zu: %s", i, titan_errmsg());
+		r = &e.ranks[0];
+		for (int m = 0; m < r->nmoments; m++)
+			every |= 1u << m;
+		for (int k = 0; k < r->nitems; k++)
+			if ((r->items[k].moments & every) == every &&
+			    strcmp(r->items[k].name, "inputs + labels (all microbatches)"))
+				sum[r->items[k].tag] += r->items[k].bytes;
+		for (int t = 0; t < TITAN_MEM_NTAGS; t++)
+			if (sum[t] != dry.after.cur[t])
+				fail_msg("layout %zu: %s: estimate %lld, the engine %lld", i,
+					 titan_mem_tag_name((enum titan_mem_tag)t), (long long)sum[t],
+					 (long long)dry.after.cur[t]);
+		titan_estimate_release(&e);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -342,6 +426,7 @@ int main(void)
 		cmocka_unit_test(test_backend_workspace),
 		cmocka_unit_test(test_engine_dry_run_counts_as_real),
 		cmocka_unit_test(test_estimate_dry_run_405b),
+		cmocka_unit_test(test_static_buffers_are_the_engines),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
