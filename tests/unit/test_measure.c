@@ -29,6 +29,7 @@
 
 #include "estimate/est_impl.h"
 #include "train/engine.h"
+#include "tiny_model.h"
 
 /* ------------------------------------------------------------ instant comm */
 
@@ -190,19 +191,7 @@ enum { B = 2, T = 70, V = 61 };
 
 static struct titan_model_dims tiny(void)
 {
-	struct titan_model_dims d;
-
-	assert_int_equal(titan_model_flavor("debugmodel", &d), 0);
-	d.dim = 32;
-	d.n_layers = 3;
-	d.n_heads = 4;
-	d.n_kv_heads = 2;
-	d.head_dim = 8;
-	d.vocab_size = V;
-	d.multiple_of = 16;
-	d.ffn_dim_multiplier = NAN;
-	d.ffn_hidden = titan_ffn_hidden_dim(d.dim, d.multiple_of, d.ffn_dim_multiplier);
-	return d;
+	return tiny_dims(32, 3, 4, 2, V);
 }
 
 /* One step (two microbatches, norm, AdamW) of the engine on `be`, every
@@ -305,22 +294,10 @@ static void test_estimate_dry_run_405b(void **state)
 
 	(void)state;
 	assert_int_equal(titan_model_flavor("405B", &d), 0);
-	memset(&o, 0, sizeof(o));
-	assert_int_equal(titan_est_device_lookup("cpu", &o.dev), 0);
+	o = tiny_cpu_opts(1, 8192, TITAN_EST_AC_FULL, 0, 4);
 	o.ngpu = 1024;
-	o.gpus_per_node = 8;
 	o.layout = (struct titan_est_layout){1, -1, 8, 1, 1};
-	o.local_batch = 1;
-	o.seq_len = 8192;
-	o.accum = 1;
-	o.pp_microbatch = 1;
-	o.schedule = TITAN_EST_1F1B;
-	o.ac = TITAN_EST_AC_FULL;
-	o.param_bytes = o.master_bytes = o.reduce_bytes = o.optim_bytes = 4;
-	o.ce_chunk = 1024;
 	o.loss_parallel = true;
-	o.mfu = 0.4;
-	o.threads = 4;
 	o.rank = 1000;
 	if (titan_est_check(&o, &d) < 0)
 		fail_msg("%s", titan_errmsg());
@@ -376,24 +353,12 @@ static void test_static_buffers_are_the_engines(void **state)
 		const struct titan_est_rank *r;
 		uint32_t every = 0;
 
-		memset(&o, 0, sizeof(o));
-		assert_int_equal(titan_est_device_lookup("cpu", &o.dev), 0);
+		o = tiny_cpu_opts(4, 24, L[i].ac, 2, 2);
 		o.ngpu = L[i].ngpu;
-		o.gpus_per_node = 8;
 		o.layout = (struct titan_est_layout){L[i].rep, L[i].shard, L[i].tp, L[i].pp, L[i].cp};
-		o.local_batch = 4;
-		o.seq_len = 24;
-		o.accum = 1;
-		o.pp_microbatch = 1;
 		o.schedule = L[i].sched;
-		o.ac = L[i].ac;
-		o.ac_every = 2;
-		o.param_bytes = o.master_bytes = o.reduce_bytes = o.optim_bytes = 4;
-		o.ce_chunk = 1024;
 		o.loss_parallel = !L[i].no_loss_parallel;
 		o.cp_alltoall = L[i].alltoall;
-		o.mfu = 0.4;
-		o.threads = 2;
 		o.rank = L[i].rank;
 		if (titan_est_check(&o, &d) < 0)
 			fail_msg("layout %zu: %s", i, titan_errmsg());
