@@ -60,6 +60,25 @@ bool est_multi_stage(enum titan_est_schedule s);
 /* Block b (global index) is fully checkpointed in the layer-selective sense. */
 bool est_block_ckpt(const struct titan_est_opts *o, int64_t b);
 
+/* FSDP's buffers (tag comm, bytes) at the moments of a step of titan-train's
+ * CPU engine on rank o->rank: the most live while the forward's, the
+ * loss's and the backward's hooks allocate, and live at the attention
+ * forward, the loss, a recomputation's attention forward and the attention
+ * backward — from a dry run of the engine (dry.c). */
+enum { EST_FSDP_FWD_COMM, EST_FSDP_FWD_ATTN, EST_FSDP_LOSS, EST_FSDP_BWD_COMM,
+       EST_FSDP_RECOMPUTE, EST_FSDP_BWD_ATTN, EST_FSDP_NKINDS };
+int est_dry_fsdp(const struct titan_model_dims *d, const struct titan_est_opts *o,
+		 int64_t max[EST_FSDP_NKINDS]);
+/* The dry run itself, with sequences of seq_len tokens: the FSDP moments
+ * above, and the allocator's stats once the engine is built and after the
+ * step (what stays: the engine's buffers for the run). */
+struct est_dry {
+	int64_t fsdp[EST_FSDP_NKINDS];
+	struct titan_mem_stats built, after;
+};
+int est_dry_run(const struct titan_model_dims *d, const struct titan_est_opts *o,
+		int64_t seq_len, struct est_dry *out);
+
 int est_cpu_model(const struct titan_model_dims *d, const struct titan_est_opts *o,
 		  struct titan_estimate *e);
 int est_gpu_model(const struct titan_model_dims *d, const struct titan_est_opts *o,

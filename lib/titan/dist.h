@@ -173,7 +173,7 @@ int titan_comm_barrier(struct titan_comm *c, const char *what);
  * titan_ckpt_save_dist), or NULL in a single-process run. */
 void *titan_comm_mpi_handle(const struct titan_comm *c);
 
-/* Frees a communicator made by titan_comm_staged_new (the mesh's are the
+/* Frees a communicator made by titan_comm_staged_new or _instant_new (the mesh's are the
  * world's: titan_dist_finalize frees them).  NULL-safe. */
 void titan_comm_free(struct titan_comm *c);
 
@@ -191,6 +191,17 @@ void titan_comm_free(struct titan_comm *c);
 struct titan_backend;
 int titan_comm_staged_new(struct titan_comm *inner, struct titan_backend *be,
 			  struct titan_comm **out);
+
+/* An instant communicator: rank `rank` of a group of `size` ranks, alone
+ * in this process (its peers are virtual: world rank of group rank r is
+ * world_base + r x world_stride, as the mesh's strided groups).  Every
+ * operation completes when issued and touches no buffer (collectives leave
+ * their outputs, receives their buffers, as they were): one process plays
+ * one rank of any layout through the real parallel code, for a dry run
+ * (titan-estimate's measure pass).  Free with titan_comm_free.  0, or
+ * TITAN_E_INVALID (a rank outside the group), TITAN_E_NOMEM. */
+int titan_comm_instant_new(const char *name, int rank, int size, int world_base,
+			   int world_stride, struct titan_comm **out);
 
 /* --------------------------------------- implementing a communicator
  *

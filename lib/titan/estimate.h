@@ -261,6 +261,27 @@ void titan_estimate_json(const struct titan_estimate *e, struct titan_json *j);
 /* The text report (what titan-estimate prints by default). */
 int titan_estimate_print(const struct titan_estimate *e, FILE *fp);
 
+/* ------------------------------------------------------- measure pass
+ *
+ * A dry run of the real engine, as ggml's measure pass: a titan_allocator
+ * over the memory backend below counts every block exactly as titan-train's
+ * (bytes as requested, tags, peaks, the breakdown at the peak) while the
+ * blocks are address space only (mmap MAP_NORESERVE, unmapped on free: no
+ * memory is committed).  With `guard` they are PROT_NONE, so host code that
+ * touches a buffer during the dry run faults instead of silently working;
+ * without, touched pages are real (committed as touched; a block the
+ * kernel's overcommit accounting refuses is address space only). */
+void titan_measure_mem_backend(struct titan_mem_backend *out, bool guard);
+/* A backend whose compute and buffer ops do nothing (buffers are never
+ * read or written; sums and losses come out 0, no token valid) but whose
+ * buffers come from `alloc` and whose ops take and give back, from
+ * `alloc`, the workspace lib/cpu's ops take for `nthreads` threads (<= 0:
+ * 1): attention tiles, the loss's chunk logits, the norm's partial sums.
+ * Pair with an instant communicator (titan/dist.h) for other ranks. */
+struct titan_backend;
+void titan_backend_measure_init(struct titan_backend *be, struct titan_allocator *alloc,
+				int nthreads);
+
 /* ------------------------------------------------------------- search */
 
 struct titan_est_candidate {

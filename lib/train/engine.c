@@ -201,7 +201,7 @@ int titan_parallelize(const struct titan_parallelize_opts *o, struct titan_engin
 		e->run = run_pipeline;
 	}
 	/* each rank initialises its own rows: the same weights on any layout */
-	if ((rc = titan_llama_init_weights(e->model, (uint64_t)c->training.seed)) < 0)
+	if (!o->no_init && (rc = titan_llama_init_weights(e->model, (uint64_t)c->training.seed)) < 0)
 		return rc;
 	if ((dp > 1 || fsdp > 1) && (rc = build_dp(o, fsdp, e)) < 0)
 		return rc;
@@ -221,6 +221,11 @@ void titan_engine_free(struct titan_engine *e)
 struct titan_llama *titan_engine_model(const struct titan_engine *e)
 {
 	return e->model;
+}
+
+struct titan_dp *titan_engine_dp(const struct titan_engine *e)
+{
+	return e->dp;
 }
 
 int titan_engine_dp_units(const struct titan_engine *e)

@@ -41,6 +41,9 @@ struct titan_parallelize_opts {
 	struct titan_allocator *alloc;    /* the model's (device) memory, or NULL */
 	const struct titan_llama_hooks *hooks; /* profiling spans, or NULL */
 	int64_t tokens;                   /* tokens per microbatch (local batch x seq) */
+	/* a dry run (titan-estimate's measure pass): the weights are left as
+	 * allocated, never written (training.seed unused) */
+	bool no_init;
 };
 
 struct titan_engine;
@@ -54,6 +57,9 @@ int titan_parallelize(const struct titan_parallelize_opts *o, struct titan_engin
 void titan_engine_free(struct titan_engine *e); /* NULL-safe; frees the model too */
 
 struct titan_llama *titan_engine_model(const struct titan_engine *e);
+/* The data-parallel engine, NULL without DP (its hooks are the model's
+ * group hooks; a dry run wraps them). */
+struct titan_dp *titan_engine_dp(const struct titan_engine *e);
 /* DP's units (FSDP units or DDP buckets) for the layout line; 0 without DP. */
 int titan_engine_dp_units(const struct titan_engine *e);
 

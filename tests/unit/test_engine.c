@@ -26,24 +26,13 @@
 #include "titan/train.h"
 
 #include "train/engine.h"
+#include "tiny_model.h"
 
 enum { B = 2, T = 12, V = 61, SEED = 11 };
 
 static struct titan_model_dims tiny(void)
 {
-	struct titan_model_dims d;
-
-	assert_int_equal(titan_model_flavor("debugmodel", &d), 0);
-	d.dim = 32;
-	d.n_layers = 2;
-	d.n_heads = 4;
-	d.n_kv_heads = 2;
-	d.head_dim = 8;
-	d.vocab_size = V;
-	d.multiple_of = 16;
-	d.ffn_dim_multiplier = NAN;
-	d.ffn_hidden = titan_ffn_hidden_dim(d.dim, d.multiple_of, d.ffn_dim_multiplier);
-	return d;
+	return tiny_dims(32, 2, 4, 2, V);
 }
 
 static void tokens(uint64_t seed, int32_t *in, int32_t *lab)

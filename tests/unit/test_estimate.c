@@ -19,49 +19,18 @@
 #include "titan/model.h"
 #include "titan/ops.h"
 #include "titan/train.h"
+#include "tiny_model.h"
 
 static struct titan_model_dims small(int64_t dim, int64_t layers, int64_t heads, int64_t kv,
 				     int64_t vocab)
 {
-	struct titan_model_dims d;
+	struct titan_model_dims d = tiny_dims(dim, layers, heads, kv, vocab);
 
-	assert_int_equal(titan_model_flavor("debugmodel", &d), 0);
 	snprintf(d.flavor, sizeof(d.flavor), "custom");
-	d.dim = dim;
-	d.n_layers = layers;
-	d.n_heads = heads;
-	d.n_kv_heads = kv;
-	d.head_dim = dim / heads;
-	d.vocab_size = vocab;
-	d.multiple_of = 16;
-	d.ffn_dim_multiplier = NAN;
-	d.ffn_hidden = titan_ffn_hidden_dim(d.dim, d.multiple_of, d.ffn_dim_multiplier);
 	return d;
 }
 
-static struct titan_est_opts cpu_opts(int64_t batch, int64_t seq, enum titan_est_ac ac,
-				      int every, int threads)
-{
-	struct titan_est_opts o;
-
-	memset(&o, 0, sizeof(o));
-	assert_int_equal(titan_est_device_lookup("cpu", &o.dev), 0);
-	o.ngpu = 1;
-	o.gpus_per_node = 8;
-	o.layout = (struct titan_est_layout){1, 1, 1, 1, 1};
-	o.local_batch = batch;
-	o.seq_len = seq;
-	o.accum = 1;
-	o.pp_microbatch = 1;
-	o.schedule = TITAN_EST_1F1B;
-	o.ac = ac;
-	o.ac_every = every;
-	o.param_bytes = o.master_bytes = o.reduce_bytes = o.optim_bytes = 4;
-	o.ce_chunk = 1024;
-	o.mfu = 0.4;
-	o.threads = threads;
-	return o;
-}
+#define cpu_opts tiny_cpu_opts
 
 static const struct titan_est_item *item(const struct titan_est_rank *r, const char *prefix)
 {

@@ -1,0 +1,359 @@
+/*
+ * measure.c — the measure pass (titan/estimate.h), as ggml's: a memory
+ * backend whose blocks are address space only, and a compute backend
+ * whose ops do nothing but take and give back the workspace the CPU ops
+ * take.  The real engine (lib/train: titan_parallelize, one step) runs on
+ * them through a titan_allocator, which counts every block exactly as in
+ * titan-train — bytes as requested, tags, current and peak per tag, the
+ * breakdown at the total peak — while nothing is computed and no memory
+ * is committed.  With `guard` the blocks are PROT_NONE: host code that
+ * touches a buffer during the dry run faults instead of silently working.
+ */
+#include "titan/estimate.h"
+#include "titan/ops.h"
+
+#include <sys/mman.h>
+
+/* ---------------------------------------------------------- address space */
+
+static void *reserve(bool guard, size_t bytes)
+{
+	void *p = mmap(NULL, bytes, guard ? PROT_NONE : PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+
+	return p == MAP_FAILED ? NULL : p;
+}
+
+static void *guarded_alloc(void *ctx, size_t bytes)
+{
+	(void)ctx;
+	return reserve(true, bytes);
+}
+
+/* Under strict overcommit accounting (vm.overcommit_memory 2) a writable
+ * mapping counts in full, MAP_NORESERVE or not: a block too large for
+ * that is address space only, as with the guard (host code that touches
+ * buffers touches small ones). */
+static void *open_alloc(void *ctx, size_t bytes)
+{
+	void *p = reserve(false, bytes);
+
+	(void)ctx;
+	return p ? p : reserve(true, bytes);
+}
+
+static void unreserve(void *ctx, void *ptr, size_t bytes)
+{
+	(void)ctx;
+	munmap(ptr, bytes);
+}
+
+/* titan_mem_calloc's zeroing: nothing to zero in address space. */
+static int no_zero(void *ctx, void *ptr, size_t bytes)
+{
+	(void)ctx, (void)ptr, (void)bytes;
+	return 0;
+}
+
+void titan_measure_mem_backend(struct titan_mem_backend *out, bool guard)
+{
+	*out = (struct titan_mem_backend){
+		.name = guard ? "measure" : "measure-open",
+		.alloc = guard ? guarded_alloc : open_alloc,
+		.free = unreserve,
+		.zero = no_zero,
+	};
+}
+
+/* ---------------------------------------------------------- the ops */
+
+/* The CPU ops' workspace (lib/cpu): a block taken and given back. */
+static int workspace(struct titan_backend *be, int64_t bytes)
+{
+	void *p = titan_mem_alloc(be->alloc, (size_t)bytes, TITAN_MEM_WORKSPACE);
+
+	if (!p)
+		return TITAN_E_NOMEM;
+	titan_mem_free(be->alloc, p);
+	return 0;
+}
+
+static int64_t threads(const struct titan_backend *be, int64_t work)
+{
+	int64_t nt = be->nthreads > 0 ? be->nthreads : 1;
+
+	if (work < nt)
+		nt = work;
+	return nt < 1 ? 1 : nt;
+}
+
+static int64_t block_q(const struct titan_backend *be)
+{
+	return be->attn_block_q > 0 ? be->attn_block_q : TITAN_ATTN_BLOCK;
+}
+
+static int64_t block_k(const struct titan_backend *be)
+{
+	return be->attn_block_k > 0 ? be->attn_block_k : TITAN_ATTN_BLOCK;
+}
+
+/* forward of tq query rows: per task (row, head, query block) tiles of
+ * bq·bk + D·bk + 2·bq floats, one set per thread */
+static int attn_fwd_ws(struct titan_backend *be, int64_t batch, int64_t tq, int64_t h,
+		       int64_t d)
+{
+	const int64_t bq = block_q(be), bk = block_k(be), ntask = batch * h * ((tq + bq - 1) / bq);
+
+	if (!ntask)
+		return 0;
+	return workspace(be, threads(be, ntask) * (bq * bk + d * bk + 2 * bq) * 4);
+}
+
+/* backward: a task per (row, kv head), tq + 2·bq·bk + 2·D·bk floats */
+static int attn_bwd_ws(struct titan_backend *be, int64_t batch, int64_t tq, int64_t tk,
+		       int64_t hkv, int64_t d)
+{
+	const int64_t bq = block_q(be), bk = block_k(be), ntask = batch * hkv;
+
+	if (!ntask || (!tq && !tk))
+		return 0;
+	return workspace(be, threads(be, ntask) * (tq + 2 * bq * bk + 2 * d * bk) * 4);
+}
+
+static void m_release(struct titan_backend *be)
+{
+	(void)be;
+}
+
+static int m_matmul_fwd(struct titan_backend *be, float *y, const float *x, const float *w,
+			int64_t n, int64_t in, int64_t out, bool accumulate)
+{
+	(void)be, (void)y, (void)x, (void)w, (void)n, (void)in, (void)out, (void)accumulate;
+	return 0;
+}
+
+static int m_matmul_bwd(struct titan_backend *be, float *dx, float *dw, const float *dy,
+			const float *x, const float *w, int64_t n, int64_t in, int64_t out,
+			bool accumulate_dx)
+{
+	(void)be, (void)dx, (void)dw, (void)dy, (void)x, (void)w, (void)n, (void)in, (void)out;
+	(void)accumulate_dx;
+	return 0;
+}
+
+static int m_embedding(struct titan_backend *be, float *a, const uint32_t *ids, const float *b,
+		       int64_t n, int64_t v, int64_t c)
+{
+	(void)be, (void)a, (void)ids, (void)b, (void)n, (void)v, (void)c;
+	return 0;
+}
+
+static int m_rmsnorm_fwd(struct titan_backend *be, float *y, float *rstd, const float *x,
+			 const float *w, int64_t n, int64_t c, float eps)
+{
+	(void)be, (void)y, (void)rstd, (void)x, (void)w, (void)n, (void)c, (void)eps;
+	return 0;
+}
+
+static int m_rmsnorm_bwd(struct titan_backend *be, float *dx, float *dw, const float *dy,
+			 const float *x, const float *w, const float *rstd, int64_t n, int64_t c,
+			 bool accumulate_dx)
+{
+	(void)be, (void)dx, (void)dw, (void)dy, (void)x, (void)w, (void)rstd, (void)n, (void)c;
+	(void)accumulate_dx;
+	return 0;
+}
+
+static int m_rope(struct titan_backend *be, float *x, const float *freqs, int64_t batch,
+		  int64_t seq, int64_t nh, int64_t head_dim)
+{
+	(void)be, (void)x, (void)freqs, (void)batch, (void)seq, (void)nh, (void)head_dim;
+	return 0;
+}
+
+static int m_swiglu_fwd(struct titan_backend *be, float *h, const float *a, const float *b,
+			int64_t n)
+{
+	(void)be, (void)h, (void)a, (void)b, (void)n;
+	return 0;
+}
+
+static int m_swiglu_bwd(struct titan_backend *be, float *da, float *db, const float *dh,
+			const float *a, const float *b, int64_t n)
+{
+	(void)be, (void)da, (void)db, (void)dh, (void)a, (void)b, (void)n;
+	return 0;
+}
+
+static int m_attention_fwd(struct titan_backend *be, float *out, float *lse, const float *q,
+			   const float *k, const float *v, const struct titan_attn_dims *d)
+{
+	(void)out, (void)lse, (void)q, (void)k, (void)v;
+	return attn_fwd_ws(be, d->batch, d->seq, d->n_heads, d->head_dim);
+}
+
+static int m_attention_bwd(struct titan_backend *be, float *dq, float *dk, float *dv,
+			   const float *dout, const float *q, const float *k, const float *v,
+			   const float *out, const float *lse, const struct titan_attn_dims *d)
+{
+	(void)dq, (void)dk, (void)dv, (void)dout, (void)q, (void)k, (void)v, (void)out, (void)lse;
+	return attn_bwd_ws(be, d->batch, d->seq, d->seq, d->n_kv_heads, d->head_dim);
+}
+
+static int m_attention_part_fwd(struct titan_backend *be, float *out, float *lse,
+				const float *q, const float *k, const float *v,
+				const struct titan_attn_part *p, bool merge)
+{
+	(void)out, (void)lse, (void)q, (void)k, (void)v, (void)merge;
+	return attn_fwd_ws(be, p->batch, p->tq, p->n_heads, p->head_dim);
+}
+
+static int m_attention_part_bwd(struct titan_backend *be, float *dq, float *dk, float *dv,
+				const float *dout, const float *q, const float *k,
+				const float *v, const float *out, const float *lse,
+				const struct titan_attn_part *p, bool accumulate)
+{
+	(void)dq, (void)dk, (void)dv, (void)dout, (void)q, (void)k, (void)v, (void)out, (void)lse;
+	(void)accumulate;
+	return attn_bwd_ws(be, p->batch, p->tq, p->tk, p->n_kv_heads, p->head_dim);
+}
+
+/* chunk·V logits and chunk row losses, both live at once; no token is
+ * valid (the labels are not read: they may be the dry run's too) */
+static int m_classifier_ce(struct titan_backend *be, double *loss_sum, int64_t *n_valid,
+			   float *dh, float *dw, const float *h, const float *w,
+			   const int32_t *labels, int64_t n, int64_t c, int64_t v,
+			   float grad_scale, int64_t chunk)
+{
+	void *z, *rl;
+
+	(void)dh, (void)dw, (void)h, (void)w, (void)labels, (void)c, (void)grad_scale;
+	*loss_sum = 0.0;
+	*n_valid = 0;
+	if (n <= 0)
+		return 0;
+	if (chunk <= 0 || chunk > n)
+		chunk = n;
+	z = titan_mem_alloc(be->alloc, (size_t)(chunk * v) * sizeof(float), TITAN_MEM_WORKSPACE);
+	rl = z ? titan_mem_alloc(be->alloc, (size_t)chunk * sizeof(double), TITAN_MEM_WORKSPACE)
+	       : NULL;
+	titan_mem_free(be->alloc, z);
+	titan_mem_free(be->alloc, rl);
+	return rl ? 0 : TITAN_E_NOMEM;
+}
+
+static int m_adamw(struct titan_backend *be, float *p, float *m, float *v, const float *g,
+		   int64_t n, const struct titan_adamw_hparams *hp, int64_t step, float grad_mul)
+{
+	(void)be, (void)p, (void)m, (void)v, (void)g, (void)n, (void)hp, (void)step, (void)grad_mul;
+	return 0;
+}
+
+/* one partial sum per TITAN_SUMSQ_CHUNK elements; the sum is 0 */
+static int m_sumsq(struct titan_backend *be, double *out, const float *x, int64_t n)
+{
+	(void)x;
+	*out = 0.0;
+	if (n <= 0)
+		return 0;
+	return workspace(be, (n + TITAN_SUMSQ_CHUNK - 1) / TITAN_SUMSQ_CHUNK * 8);
+}
+
+static int m_scale(struct titan_backend *be, float *x, int64_t n, float alpha)
+{
+	(void)be, (void)x, (void)n, (void)alpha;
+	return 0;
+}
+
+static int m_add(struct titan_backend *be, float *y, const float *a, const float *b, int64_t n)
+{
+	(void)be, (void)y, (void)a, (void)b, (void)n;
+	return 0;
+}
+
+static int m_copy(struct titan_backend *be, float *dst, const float *src, int64_t n)
+{
+	(void)be, (void)dst, (void)src, (void)n;
+	return 0;
+}
+
+static int m_zero(struct titan_backend *be, float *x, int64_t n)
+{
+	(void)be, (void)x, (void)n;
+	return 0;
+}
+
+static void *m_buf_alloc(struct titan_backend *be, size_t bytes, enum titan_mem_tag tag)
+{
+	return titan_mem_alloc(be->alloc, bytes, tag);
+}
+
+static void m_buf_free(struct titan_backend *be, void *buf)
+{
+	titan_mem_free(be->alloc, buf);
+}
+
+static int m_buf_move(struct titan_backend *be, void *dst, const void *src, size_t bytes)
+{
+	(void)be, (void)dst, (void)src, (void)bytes;
+	return 0;
+}
+
+static int m_buf_copy_rows(struct titan_backend *be, float *dst, int64_t dst_off,
+			   int64_t dst_stride, const float *src, int64_t src_off,
+			   int64_t src_stride, int64_t rows, int64_t width)
+{
+	(void)be, (void)dst, (void)src;
+	return titan_buf_copy_rows_check(dst_off, dst_stride, src_off, src_stride, rows, width);
+}
+
+static int m_buf_memset(struct titan_backend *be, void *dst, int value, size_t bytes)
+{
+	(void)be, (void)dst, (void)value, (void)bytes;
+	return 0;
+}
+
+static const struct titan_backend_ops measure_ops = {
+	.name = "measure",
+	.release = m_release,
+	.matmul_fwd = m_matmul_fwd,
+	.matmul_bwd = m_matmul_bwd,
+	.embedding_fwd = m_embedding,
+	.embedding_bwd = m_embedding,
+	.rmsnorm_fwd = m_rmsnorm_fwd,
+	.rmsnorm_bwd = m_rmsnorm_bwd,
+	.rope_fwd = m_rope,
+	.rope_bwd = m_rope,
+	.swiglu_fwd = m_swiglu_fwd,
+	.swiglu_bwd = m_swiglu_bwd,
+	.attention_fwd = m_attention_fwd,
+	.attention_bwd = m_attention_bwd,
+	.attention_part_fwd = m_attention_part_fwd,
+	.attention_part_bwd = m_attention_part_bwd,
+	.classifier_ce = m_classifier_ce,
+	.adamw_step = m_adamw,
+	.sumsq = m_sumsq,
+	.scale = m_scale,
+	.add = m_add,
+	.copy = m_copy,
+	.zero = m_zero,
+	.buf_alloc = m_buf_alloc,
+	.buf_free = m_buf_free,
+	.buf_set = m_buf_move,
+	.buf_get = m_buf_move,
+	.buf_copy = m_buf_move,
+	.buf_copy_rows = m_buf_copy_rows,
+	.buf_memset = m_buf_memset,
+};
+
+void titan_backend_measure_init(struct titan_backend *be, struct titan_allocator *alloc,
+				int nthreads)
+{
+	*be = (struct titan_backend){
+		.ops = &measure_ops,
+		.alloc = alloc,
+		.nthreads = nthreads > 0 ? nthreads : 1,
+		.attn_block_q = TITAN_ATTN_BLOCK,
+		.attn_block_k = TITAN_ATTN_BLOCK,
+	};
+}
