@@ -6,6 +6,7 @@
  */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cblas.h>
@@ -61,16 +62,43 @@ const char *titan_trainer_device(const struct titan_config *c, int nranks)
 	return "cuda";
 }
 
-/* training.device: cuda needs a GPU and one rank with no model parallelism
- * (this version); auto picks cuda when that holds and a GPU is there. */
+/* The test hook TITAN_STAGED_COMM=1: a CPU run reaches the model's
+ * buffers the way a CUDA run does (staged communicators, checkpoints
+ * through buf_get/buf_set), so the multi-rank tests run the code of CUDA
+ * ranks on the CPU (docs/design.md). */
+static bool staged_hook(void)
+{
+	const char *e = getenv("TITAN_STAGED_COMM");
+
+	return e && !strcmp(e, "1");
+}
+
+/* The mesh's communicators on the backend's buffers: staged through the
+ * host (titan_comm_staged_new) for every group the engine and the loss
+ * use; the world's stays (host scalars, and its MPI handle for parallel
+ * HDF5). */
+static int stage_comms(struct titan_trainer *t)
+{
+	int rc;
+
+	for (int d = 0; d < TITAN_DIM_NALL; d++)
+		if (d != TITAN_DIM_WORLD && t->dist->comm[d] &&
+		    (rc = titan_comm_staged_new(t->dist->comm[d], &t->be, &t->comm[d])) < 0)
+			return rc;
+	return 0;
+}
+
+/* training.device: cuda needs a GPU (each rank takes GPU rank mod the
+ * GPUs it sees; collectives are MPI staged through the host); auto picks
+ * cuda on one rank when a GPU is there. */
 int titan_trainer_open_backend(struct titan_trainer *t, const struct titan_trainer_opts *o)
 {
 	const struct titan_config *c = &t->cfg;
-	const bool parallel = t->dist->size > 1;
 	struct titan_cuda_opts co = {0};
 	struct titan_cuda_device_info info;
 	struct titan_mem_backend mb;
-	int rc;
+	char name[32];
+	int rc, ndev = 0;
 
 	t->mem = titan_host_allocator();
 	if (!strcmp(titan_trainer_device(c, t->dist->size), "cpu")) {
@@ -83,27 +111,32 @@ int titan_trainer_open_backend(struct titan_trainer *t, const struct titan_train
 		if (c->training.mixed_precision_param_e == TITAN_MP_PARAM_BFLOAT16)
 			titan_log_info("training.mixed_precision_param bfloat16: the CPU computes in "
 				       "float32 (mixed precision applies on CUDA)");
-		return 0;
+		t->staged = staged_hook();
+		return t->staged ? stage_comms(t) : 0;
 	}
-	if (parallel)
-		return titan_error(TITAN_E_UNSUPPORTED, "training.device: cuda trains on one rank "
-				   "in this version (%d ranks here); use training.device: cpu for "
-				   "multi-rank runs", t->dist->size);
 	if (c->training.enable_cpu_offload)
 		return titan_error(TITAN_E_UNSUPPORTED, "training.enable_cpu_offload: not with "
-				   "training.device: cuda on one rank");
-	co.device = 0;
+				   "training.device: cuda");
+	if (titan_cuda_device_count(&ndev) < 0 || ndev <= 0) {
+		titan_error_clear(); /* device_info says why, as on one rank */
+		ndev = 1;
+	}
+	co.device = t->dist->rank % ndev;
+	snprintf(name, sizeof(name), "cuda:%d", co.device);
 	co.matmul = c->training.mixed_precision_param_e == TITAN_MP_PARAM_BFLOAT16
 			    ? TITAN_CUDA_MATMUL_BF16 : TITAN_CUDA_MATMUL_FP32;
 	if ((rc = titan_cuda_device_info(co.device, &info)) < 0 ||
 	    (rc = titan_cuda_mem_backend(co.device, &mb)) < 0)
 		return titan_error_prefix("training.device: cuda");
-	if (!(t->dev_alloc = titan_allocator_new("cuda:0", &mb)))
+	if (!(t->dev_alloc = titan_allocator_new(name, &mb)))
 		return titan_error(TITAN_E_NOMEM, "out of memory");
 	if ((rc = titan_backend_cuda_init(&t->be, &co, t->dev_alloc)) < 0)
 		return titan_error_prefix("training.device: cuda");
 	t->be_ready = true;
 	t->cuda = true;
+	t->staged = true;
+	if ((rc = stage_comms(t)) < 0)
+		return rc;
 	t->mem = t->dev_alloc;
 	t->total_mem = (double)info.total_memory;
 	t->peak_flops = titan_gpu_peak_flops(info.name);

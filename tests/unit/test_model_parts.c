@@ -200,7 +200,7 @@ static void test_attention_local(void **state)
 	assert_int_equal(cp.n, B * T);
 	for (int64_t i = 0; i < B * T; i++)
 		assert_int_equal(titan_cp_token(&cp, i), i);
-	assert_ptr_equal(titan_cp_labels(&cp, lab), lab);
+	assert_ptr_equal(titan_cp_labels(&cp, lab, NULL), lab);
 	fill(q, B * T * H * D, 1);
 	fill(k, B * T * HKV * D, 2);
 	fill(v, B * T * HKV * D, 3);
