@@ -663,19 +663,28 @@ int titan_llama_state_set(struct titan_llama *m, const float *params, const floa
 	return 0;
 }
 
-/* torchtitan's init on the host (lib/model), set into the backend's
- * parameter arena. */
+/* torchtitan's init on the host (lib/model), a parameter at a time (a
+ * small uncounted staging buffer: the memory peak stays the model's), set
+ * into the backend's parameter arena. */
 int titan_llama_init_weights(struct titan_llama *m, uint64_t seed)
 {
-	struct titan_param_arena h;
-	int rc;
+	int64_t most = 0;
+	float *h;
+	int rc = 0;
 
-	if ((rc = titan_param_arena_init(&h, &m->table, titan_host_allocator(),
-					 TITAN_MEM_OTHER)) < 0)
-		return rc;
-	titan_model_init_params(&h, seed);
-	rc = titan_llama_state_set(m, h.data, NULL, NULL);
-	titan_param_arena_release(&h);
+	for (int i = 0; i < m->table.n; i++)
+		if (m->table.params[i].local_numel > most)
+			most = m->table.params[i].local_numel;
+	if (!(h = malloc((size_t)(most ? most : 1) * sizeof(*h))))
+		return titan_error(TITAN_E_NOMEM, "out of memory");
+	for (int i = 0; i < m->table.n && rc == 0; i++) {
+		const struct titan_param *p = &m->table.params[i];
+
+		titan_model_init_param_rows(p, seed, p->row0, p->rows, h);
+		rc = m->be->ops->buf_set(m->be, titan_param_view(&m->params, p), h,
+					 (size_t)p->local_numel * sizeof(*h));
+	}
+	free(h);
 	return rc;
 }
 
