@@ -193,6 +193,14 @@ int titan_cp_init(struct titan_cp *cp, struct titan_backend *be, struct titan_al
 	cp->ring = use_ring;
 	cp->rank = cp->comm ? titan_comm_rank(cp->comm) : 0;
 	cp->size = cp->comm ? titan_comm_size(cp->comm) : 1;
+	/* a real gap, not a layout rule: CP runs its attention as parts
+	 * (query chunks against gathered or passed keys), which the CUDA
+	 * backend does not have yet */
+	if (cp->comm && (!be->ops->attention_part_fwd || !be->ops->attention_part_bwd))
+		return titan_error(TITAN_E_UNSUPPORTED, "context_parallel_degree %d: the %s backend "
+				   "has no partial attention (attention_part_fwd/bwd), which context "
+				   "parallelism runs on; use training.device: cpu", cp->size,
+				   be->ops->name);
 	if (cp->comm && seq % (2 * cp->size))
 		return titan_error(TITAN_E_INVALID, "context parallelism: seq_len %lld does not "
 				   "split into 2 x context_parallel_degree %d chunks",

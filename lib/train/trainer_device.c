@@ -77,7 +77,7 @@ static bool staged_hook(void)
  * host (titan_comm_staged_new) for every group the engine and the loss
  * use; the world's stays (host scalars, and its MPI handle for parallel
  * HDF5). */
-static int stage_comms(struct titan_trainer *t)
+static int stage_comms(struct titan_trainer *t, const char *why)
 {
 	int rc;
 
@@ -85,20 +85,21 @@ static int stage_comms(struct titan_trainer *t)
 		if (d != TITAN_DIM_WORLD && t->dist->comm[d] &&
 		    (rc = titan_comm_staged_new(t->dist->comm[d], &t->be, &t->comm[d])) < 0)
 			return rc;
+	if (t->dist->size > 1)
+		titan_log_info("Collectives: MPI staged through host memory (%s)", why);
 	return 0;
 }
 
-/* training.device: cuda needs a GPU (each rank takes GPU rank mod the
- * GPUs it sees; collectives are MPI staged through the host); auto picks
- * cuda on one rank when a GPU is there. */
+/* training.device: cuda needs a GPU: each rank trains on its first one
+ * (several ranks: collectives over MPI, staged through the host); auto
+ * picks cuda on one rank when a GPU is there. */
 int titan_trainer_open_backend(struct titan_trainer *t, const struct titan_trainer_opts *o)
 {
 	const struct titan_config *c = &t->cfg;
 	struct titan_cuda_opts co = {0};
 	struct titan_cuda_device_info info;
 	struct titan_mem_backend mb;
-	char name[32];
-	int rc, ndev = 0;
+	int rc;
 
 	t->mem = titan_host_allocator();
 	if (!strcmp(titan_trainer_device(c, t->dist->size), "cpu")) {
@@ -112,30 +113,25 @@ int titan_trainer_open_backend(struct titan_trainer *t, const struct titan_train
 			titan_log_info("training.mixed_precision_param bfloat16: the CPU computes in "
 				       "float32 (mixed precision applies on CUDA)");
 		t->staged = staged_hook();
-		return t->staged ? stage_comms(t) : 0;
+		return t->staged ? stage_comms(t, "TITAN_STAGED_COMM=1") : 0;
 	}
 	if (c->training.enable_cpu_offload)
 		return titan_error(TITAN_E_UNSUPPORTED, "training.enable_cpu_offload: not with "
 				   "training.device: cuda");
-	if (titan_cuda_device_count(&ndev) < 0 || ndev <= 0) {
-		titan_error_clear(); /* device_info says why, as on one rank */
-		ndev = 1;
-	}
-	co.device = t->dist->rank % ndev;
-	snprintf(name, sizeof(name), "cuda:%d", co.device);
+	co.device = 0; /* the rank's first GPU (CUDA_VISIBLE_DEVICES picks it) */
 	co.matmul = c->training.mixed_precision_param_e == TITAN_MP_PARAM_BFLOAT16
 			    ? TITAN_CUDA_MATMUL_BF16 : TITAN_CUDA_MATMUL_FP32;
 	if ((rc = titan_cuda_device_info(co.device, &info)) < 0 ||
 	    (rc = titan_cuda_mem_backend(co.device, &mb)) < 0)
 		return titan_error_prefix("training.device: cuda");
-	if (!(t->dev_alloc = titan_allocator_new(name, &mb)))
+	if (!(t->dev_alloc = titan_allocator_new("cuda:0", &mb)))
 		return titan_error(TITAN_E_NOMEM, "out of memory");
 	if ((rc = titan_backend_cuda_init(&t->be, &co, t->dev_alloc)) < 0)
 		return titan_error_prefix("training.device: cuda");
 	t->be_ready = true;
 	t->cuda = true;
 	t->staged = true;
-	if ((rc = stage_comms(t)) < 0)
+	if ((rc = stage_comms(t, "training.device: cuda; no NCCL yet")) < 0)
 		return rc;
 	t->mem = t->dev_alloc;
 	t->total_mem = (double)info.total_memory;
