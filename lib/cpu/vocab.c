@@ -12,7 +12,7 @@
 #include <math.h>
 #include <string.h>
 
-static int sizes(const char *op, int64_t a, int64_t b, int64_t c)
+int titan_vocab_part_check(const char *op, int64_t a, int64_t b, int64_t c)
 {
 	if (a < 0 || b < 0 || c < 0)
 		return titan_error(TITAN_E_INVALID, "%s: negative size (%lld, %lld, %lld)", op,
@@ -25,7 +25,7 @@ int titan_cpu_embedding_part_fwd(struct titan_backend *be, float *out, const uin
 {
 	int rc;
 
-	if ((rc = sizes("embedding_part_fwd", n, V, C)) < 0)
+	if ((rc = titan_vocab_part_check("embedding_part_fwd", n, V, C)) < 0)
 		return rc;
 #pragma omp parallel for num_threads(titan_cpu_threads(be, n)) schedule(static)
 	for (int64_t i = 0; i < n; i++) {
@@ -48,7 +48,7 @@ int titan_cpu_embedding_part_bwd(struct titan_backend *be, float *dw, const uint
 	const int64_t nb = (C + CB - 1) / CB;
 	int rc;
 
-	if ((rc = sizes("embedding_part_bwd", n, V, C)) < 0)
+	if ((rc = titan_vocab_part_check("embedding_part_bwd", n, V, C)) < 0)
 		return rc;
 #pragma omp parallel for num_threads(titan_cpu_threads(be, nb)) schedule(static)
 	for (int64_t b = 0; b < nb; b++) {
@@ -70,7 +70,7 @@ int titan_cpu_ce_part_max(struct titan_backend *be, float *mx, const float *z, i
 {
 	int rc;
 
-	if ((rc = sizes("ce_part_max", rows, V, 0)) < 0)
+	if ((rc = titan_vocab_part_check("ce_part_max", rows, V, 0)) < 0)
 		return rc;
 #pragma omp parallel for num_threads(titan_cpu_threads(be, rows)) schedule(static)
 	for (int64_t r = 0; r < rows; r++) {
@@ -88,7 +88,7 @@ int titan_cpu_ce_part_exp(struct titan_backend *be, double *st, float *z, const 
 {
 	int rc;
 
-	if ((rc = sizes("ce_part_exp", rows, V, 0)) < 0)
+	if ((rc = titan_vocab_part_check("ce_part_exp", rows, V, 0)) < 0)
 		return rc;
 #pragma omp parallel for num_threads(titan_cpu_threads(be, rows)) schedule(static)
 	for (int64_t r = 0; r < rows; r++) {
@@ -112,7 +112,7 @@ int titan_cpu_ce_part_grad(struct titan_backend *be, double *st, float *z, const
 {
 	int rc;
 
-	if ((rc = sizes("ce_part_grad", rows, V, 0)) < 0)
+	if ((rc = titan_vocab_part_check("ce_part_grad", rows, V, 0)) < 0)
 		return rc;
 #pragma omp parallel for num_threads(titan_cpu_threads(be, rows)) schedule(static)
 	for (int64_t r = 0; r < rows; r++) {

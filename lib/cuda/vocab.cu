@@ -100,20 +100,13 @@ static __global__ void ce_grad_kernel(double *st, float *z, const float *mx,
 	}
 }
 
-static int sizes(const char *op, int64_t a, int64_t b, int64_t c)
-{
-	if (a < 0 || b < 0 || c < 0)
-		return titan_error(TITAN_E_INVALID, "%s: negative size (%lld, %lld, %lld)", op,
-				   (long long)a, (long long)b, (long long)c);
-	return 0;
-}
-
 int cuda_embedding_part_fwd(struct titan_backend *be, float *out, const uint32_t *ids,
 			    const float *w, int64_t n, int64_t v0, int64_t V, int64_t C)
 {
 	int rc;
 
-	if ((rc = sizes("embedding_part_fwd", n, V, C)) < 0 || n == 0 || C == 0)
+	if ((rc = titan_vocab_part_check("embedding_part_fwd", n, V, C)) < 0 || n == 0 ||
+	    C == 0)
 		return rc;
 	part_fwd_kernel<<<cuda_blocks(n, 1), THREADS, 0, cuda_of(be)->stream>>>(out, ids, w, n,
 										  v0, V, C);
@@ -126,7 +119,8 @@ int cuda_embedding_part_bwd(struct titan_backend *be, float *dw, const uint32_t 
 {
 	int rc;
 
-	if ((rc = sizes("embedding_part_bwd", n, V, C)) < 0 || n == 0 || C == 0 || V == 0)
+	if ((rc = titan_vocab_part_check("embedding_part_bwd", n, V, C)) < 0 || n == 0 ||
+	    C == 0 || V == 0)
 		return rc;
 	part_bwd_kernel<<<cuda_blocks(C, THREADS), THREADS, 0, cuda_of(be)->stream>>>(dw, ids, dx,
 										       n, v0, V, C);
@@ -138,7 +132,7 @@ int cuda_ce_part_max(struct titan_backend *be, float *mx, const float *z, int64_
 {
 	int rc;
 
-	if ((rc = sizes("ce_part_max", rows, V, 0)) < 0 || rows == 0)
+	if ((rc = titan_vocab_part_check("ce_part_max", rows, V, 0)) < 0 || rows == 0)
 		return rc;
 	ce_max_kernel<<<cuda_blocks(rows, THREADS), THREADS, 0, cuda_of(be)->stream>>>(mx, z, rows,
 										       V);
@@ -151,7 +145,7 @@ int cuda_ce_part_exp(struct titan_backend *be, double *st, float *z, const float
 {
 	int rc;
 
-	if ((rc = sizes("ce_part_exp", rows, V, 0)) < 0 || rows == 0)
+	if ((rc = titan_vocab_part_check("ce_part_exp", rows, V, 0)) < 0 || rows == 0)
 		return rc;
 	ce_exp_kernel<<<cuda_blocks(rows, THREADS), THREADS, 0, cuda_of(be)->stream>>>(
 		st, z, mx, labels, v0, rows, V);
@@ -165,7 +159,7 @@ int cuda_ce_part_grad(struct titan_backend *be, double *st, float *z, const floa
 {
 	int rc;
 
-	if ((rc = sizes("ce_part_grad", rows, V, 0)) < 0 || rows == 0)
+	if ((rc = titan_vocab_part_check("ce_part_grad", rows, V, 0)) < 0 || rows == 0)
 		return rc;
 	ce_grad_kernel<<<cuda_blocks(rows, THREADS), THREADS, 0, cuda_of(be)->stream>>>(
 		st, z, mx, labels, v0, rows, V, gs, grads);

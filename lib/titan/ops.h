@@ -442,6 +442,9 @@ void titan_backend_release(struct titan_backend *be);
  * below the width). */
 int titan_buf_copy_rows_check(int64_t dst_off, int64_t dst_stride, int64_t src_off,
 			      int64_t src_stride, int64_t rows, int64_t width);
+/* The sizes of a vocabulary-parallel op as every backend checks them: 0,
+ * or TITAN_E_INVALID naming the op when one is negative. */
+int titan_vocab_part_check(const char *op, int64_t a, int64_t b, int64_t c);
 
 /* Llama 3.1 RoPE frequency scaling (torchtitan RoPEScalingArgs). */
 struct titan_rope_scaling {
