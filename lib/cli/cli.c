@@ -217,8 +217,9 @@ void titan_cli_version(FILE *fp, const char *prog)
 	fprintf(fp, "gemm:     %s\n", titan_blas_describe(blas, sizeof(blas)));
 	/* what is built in and what uses it (issue 15) */
 	if (!strcmp(prog, "titan-train") && titan_has_feature("cuda"))
-		fprintf(fp, "trains on: cpu, or one GPU on one rank (training.device: cuda|auto); "
-			"multi-rank runs train on cpu (NCCL is built in, not yet used)\n");
+		fprintf(fp, "trains on: cpu, or one GPU per rank (training.device: cuda; auto picks "
+			"it on one rank); multi-rank cuda runs talk over MPI staged through the "
+			"host (NCCL is built in, not yet used)\n");
 }
 
 int titan_cli_load_config(const struct titan_cli *cli, struct titan_config *cfg)

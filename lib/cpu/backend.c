@@ -119,6 +119,11 @@ static const struct titan_backend_ops cpu_ops = {
 	.buf_copy = cpu_buf_copy,
 	.buf_copy_rows = cpu_buf_copy_rows,
 	.buf_memset = cpu_buf_memset,
+	.embedding_part_fwd = titan_cpu_embedding_part_fwd,
+	.embedding_part_bwd = titan_cpu_embedding_part_bwd,
+	.ce_part_max = titan_cpu_ce_part_max,
+	.ce_part_exp = titan_cpu_ce_part_exp,
+	.ce_part_grad = titan_cpu_ce_part_grad,
 };
 
 int titan_backend_cpu_init(struct titan_backend *be, int nthreads)

@@ -206,4 +206,17 @@ int titan_cpu_adamw_step(struct titan_backend *be, float *p, float *m,
 int titan_cpu_sumsq(struct titan_backend *be, double *out, const float *x,
 		    int64_t n);
 
+/* vocab.c: the vocabulary-parallel pieces (titan/ops.h) */
+int titan_cpu_embedding_part_fwd(struct titan_backend *be, float *out, const uint32_t *ids,
+				 const float *w, int64_t n, int64_t v0, int64_t V, int64_t C);
+int titan_cpu_embedding_part_bwd(struct titan_backend *be, float *dw, const uint32_t *ids,
+				 const float *dx, int64_t n, int64_t v0, int64_t V, int64_t C);
+int titan_cpu_ce_part_max(struct titan_backend *be, float *mx, const float *z, int64_t rows,
+			  int64_t V);
+int titan_cpu_ce_part_exp(struct titan_backend *be, double *st, float *z, const float *mx,
+			  const int32_t *labels, int64_t v0, int64_t rows, int64_t V);
+int titan_cpu_ce_part_grad(struct titan_backend *be, double *st, float *z, const float *mx,
+			   const int32_t *labels, int64_t v0, int64_t rows, int64_t V, float gs,
+			   bool grads);
+
 #endif

@@ -205,6 +205,7 @@ static const struct titan_backend_ops cuda_ops = {
 	.copy = cuda_copy,
 	.zero = cuda_zero,
 	CUDA_BUF_OPS,
+	CUDA_VOCAB_OPS,
 };
 
 extern "C" int titan_backend_cuda_init(struct titan_backend *be, const struct titan_cuda_opts *o,

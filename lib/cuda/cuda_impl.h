@@ -171,6 +171,24 @@ int cuda_op_buf_memset(struct titan_backend *be, void *dst, int value, size_t by
 	.buf_set = cuda_op_buf_set, .buf_get = cuda_op_buf_get,                  \
 	.buf_copy = cuda_op_buf_copy, .buf_copy_rows = cuda_op_buf_copy_rows,    \
 	.buf_memset = cuda_op_buf_memset
+/* vocab.cu: the vocabulary-parallel pieces */
+int cuda_embedding_part_fwd(struct titan_backend *be, float *out, const uint32_t *ids,
+			    const float *w, int64_t n, int64_t v0, int64_t V, int64_t C);
+int cuda_embedding_part_bwd(struct titan_backend *be, float *dw, const uint32_t *ids,
+			    const float *dx, int64_t n, int64_t v0, int64_t V, int64_t C);
+int cuda_ce_part_max(struct titan_backend *be, float *mx, const float *z, int64_t rows,
+		     int64_t V);
+int cuda_ce_part_exp(struct titan_backend *be, double *st, float *z, const float *mx,
+		     const int32_t *labels, int64_t v0, int64_t rows, int64_t V);
+int cuda_ce_part_grad(struct titan_backend *be, double *st, float *z, const float *mx,
+		      const int32_t *labels, int64_t v0, int64_t rows, int64_t V, float gs,
+		      bool grads);
+/* Their entries of an op table (the backend's and, untimed, the profiling
+ * one's). */
+#define CUDA_VOCAB_OPS                                                             \
+	.embedding_part_fwd = cuda_embedding_part_fwd,                             \
+	.embedding_part_bwd = cuda_embedding_part_bwd, .ce_part_max = cuda_ce_part_max, \
+	.ce_part_exp = cuda_ce_part_exp, .ce_part_grad = cuda_ce_part_grad
 /* attention.cu */
 int cuda_attention_fwd(struct titan_backend *be, float *out, float *lse, const float *q,
 		       const float *k, const float *v, const struct titan_attn_dims *d);

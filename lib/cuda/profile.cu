@@ -191,6 +191,7 @@ static const struct titan_backend_ops prof_ops = {
 	.zero = prof_zero,
 	/* buffer ops are transfers, not ops: not timed */
 	CUDA_BUF_OPS,
+	CUDA_VOCAB_OPS, /* not timed either (TP only) */
 };
 
 /* Wraps be's table when TITAN_CUDA_PROFILE is set (once per process). */

@@ -242,6 +242,37 @@ static int m_classifier_ce(struct titan_backend *be, double *loss_sum, int64_t *
 	return rl ? 0 : TITAN_E_NOMEM;
 }
 
+/* Tensor parallelism's vocabulary pieces (lib/cpu/vocab.c): no workspace. */
+static int m_embedding_part(struct titan_backend *be, float *a, const uint32_t *ids,
+			    const float *b, int64_t n, int64_t v0, int64_t V, int64_t C)
+{
+	(void)be, (void)a, (void)ids, (void)b, (void)n, (void)v0, (void)V, (void)C;
+	return 0;
+}
+
+static int m_ce_part_max(struct titan_backend *be, float *mx, const float *z, int64_t rows,
+			 int64_t V)
+{
+	(void)be, (void)mx, (void)z, (void)rows, (void)V;
+	return 0;
+}
+
+static int m_ce_part_exp(struct titan_backend *be, double *st, float *z, const float *mx,
+			 const int32_t *labels, int64_t v0, int64_t rows, int64_t V)
+{
+	(void)be, (void)st, (void)z, (void)mx, (void)labels, (void)v0, (void)rows, (void)V;
+	return 0;
+}
+
+static int m_ce_part_grad(struct titan_backend *be, double *st, float *z, const float *mx,
+			  const int32_t *labels, int64_t v0, int64_t rows, int64_t V, float gs,
+			  bool grads)
+{
+	(void)be, (void)st, (void)z, (void)mx, (void)labels, (void)v0, (void)rows, (void)V;
+	(void)gs, (void)grads;
+	return 0;
+}
+
 static int m_adamw(struct titan_backend *be, float *p, float *m, float *v, const float *g,
 		   int64_t n, const struct titan_adamw_hparams *hp, int64_t step, float grad_mul)
 {
@@ -331,6 +362,11 @@ static const struct titan_backend_ops measure_ops = {
 	.attention_part_fwd = m_attention_part_fwd,
 	.attention_part_bwd = m_attention_part_bwd,
 	.classifier_ce = m_classifier_ce,
+	.embedding_part_fwd = m_embedding_part,
+	.embedding_part_bwd = m_embedding_part,
+	.ce_part_max = m_ce_part_max,
+	.ce_part_exp = m_ce_part_exp,
+	.ce_part_grad = m_ce_part_grad,
 	.adamw_step = m_adamw,
 	.sumsq = m_sumsq,
 	.scale = m_scale,

@@ -311,6 +311,42 @@ struct titan_backend_ops {
 			     int64_t src_stride, int64_t rows, int64_t width);
 	/* dst[0..bytes) = (unsigned char)value. */
 	int (*buf_memset)(struct titan_backend *be, void *dst, int value, size_t bytes);
+
+	/* ---- vocabulary-parallel pieces --------------------------------------
+	 * Tensor parallelism's embedding and cross-entropy (lib/train/tp.c),
+	 * where a rank holds the rows [v0, v0 + V) of the embedding table or
+	 * the classifier, and the group's collectives join the pieces.  Each
+	 * element's arithmetic is in a fixed order, so the backends agree up
+	 * to expf and log. */
+
+	/* out[i,:] = w[ids[i] − v0, :] for the ids in [v0, v0 + V), else 0
+	 * (i < n; w [V,C], out [n,C]). */
+	int (*embedding_part_fwd)(struct titan_backend *be, float *out, const uint32_t *ids,
+				  const float *w, int64_t n, int64_t v0, int64_t V, int64_t C);
+	/* dw[ids[i] − v0, :] += dx[i, :] for the ids in range, each element's
+	 * sum in token order (embedding_bwd's bits). */
+	int (*embedding_part_bwd)(struct titan_backend *be, float *dw, const uint32_t *ids,
+				  const float *dx, int64_t n, int64_t v0, int64_t V, int64_t C);
+	/* Cross-entropy over logits split by columns: z [rows,V] holds this
+	 * rank's columns [v0, v0 + V) of each row, labels [rows] the targets
+	 * (< 0: ignored).  Per row r:
+	 *   ce_part_max: mx[r] = max_j z[r,j] (−inf when V is 0);
+	 *   ce_part_exp (mx the group's max): st[2r+1] = z[r, labels[r] − v0]
+	 *     when labels[r] >= 0 and that column is here, else 0; then
+	 *     z[r,j] = expf(z[r,j] − mx[r]) and st[2r] = their sum in double,
+	 *     in j order;
+	 *   ce_part_grad (mx, st the group's: summed): the row's loss
+	 *     st[2r] = (mx[r] + log st[2r]) − st[2r+1] and st[2r+1] = 1, or
+	 *     both 0 for an ignored row; with `grads`, z[r,:] = (softmax −
+	 *     onehot)·gs as z·(1/st[2r])·gs with gs subtracted at the label's
+	 *     column (0 for an ignored row), else z is left as it is. */
+	int (*ce_part_max)(struct titan_backend *be, float *mx, const float *z, int64_t rows,
+			   int64_t V);
+	int (*ce_part_exp)(struct titan_backend *be, double *st, float *z, const float *mx,
+			   const int32_t *labels, int64_t v0, int64_t rows, int64_t V);
+	int (*ce_part_grad)(struct titan_backend *be, double *st, float *z, const float *mx,
+			    const int32_t *labels, int64_t v0, int64_t rows, int64_t V, float gs,
+			    bool grads);
 };
 
 /* The CPU backend: nthreads <= 0 means omp_get_max_threads().  Workspace
@@ -406,6 +442,9 @@ void titan_backend_release(struct titan_backend *be);
  * below the width). */
 int titan_buf_copy_rows_check(int64_t dst_off, int64_t dst_stride, int64_t src_off,
 			      int64_t src_stride, int64_t rows, int64_t width);
+/* The sizes of a vocabulary-parallel op as every backend checks them: 0,
+ * or TITAN_E_INVALID naming the op when one is negative. */
+int titan_vocab_part_check(const char *op, int64_t a, int64_t b, int64_t c);
 
 /* Llama 3.1 RoPE frequency scaling (torchtitan RoPEScalingArgs). */
 struct titan_rope_scaling {

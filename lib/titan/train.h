@@ -125,12 +125,6 @@ struct titan_llama_opts {
 	 * the first global stage, the weight gradients' inputs until its
 	 * weight pass (TITAN_MEM_ACTIVATIONS) */
 	bool pp_split_backward;
-	/* The allocator given to titan_llama_new is device memory (the CUDA
-	 * backend): the model stages ids, labels, the RoPE table and
-	 * initial weights through the host, and titan_llama_params/moments
-	 * return host shadows that titan_llama_sync copies (single rank, no
-	 * TP/CP/PP/FSDP in this version). */
-	bool device_memory;
 };
 /* From activation_checkpoint.{mode, selective_ac_option}: an integer N or
  * "op"; anything else is TITAN_E_INVALID naming the key. */
@@ -150,16 +144,23 @@ int titan_llama_new(const struct titan_model_dims *d, const struct titan_llama_o
 		    struct titan_llama **out);
 void titan_llama_free(struct titan_llama *m);
 const struct titan_param_table *titan_llama_table(const struct titan_llama *m);
+/* The arenas, in the backend's memory (host code: titan_llama_state_get). */
 struct titan_param_arena *titan_llama_params(struct titan_llama *m);
 struct titan_param_arena *titan_llama_grads(struct titan_llama *m);
-/* The AdamW moments (arenas of the parameters' layout), for checkpoints. */
+/* The AdamW moments (arenas of the parameters' layout, backend memory). */
 void titan_llama_moments(struct titan_llama *m, float **exp_avg, float **exp_avg_sq);
 /* torchtitan init_weights from `seed` (lib/model). */
 int titan_llama_init_weights(struct titan_llama *m, uint64_t seed);
-/* With opts.device_memory: copy parameters and AdamW moments from the
- * device to the host shadows (to_device false: before a checkpoint is
- * written) or back (true: after one is read).  A no-op otherwise. */
-int titan_llama_sync(struct titan_llama *m, bool to_device);
+/* The parameters and AdamW moments between the backend's arenas and host
+ * memory (checkpoints): each of params, exp_avg, exp_avg_sq that is not
+ * NULL is arena_floats floats of host memory, copied with the backend's
+ * buf_get (state_get) or buf_set (state_set).  The model's memory is the
+ * backend's (device memory on CUDA): host code reads and writes its
+ * arenas only through these. */
+int titan_llama_state_get(struct titan_llama *m, float *params, float *exp_avg,
+			  float *exp_avg_sq);
+int titan_llama_state_set(struct titan_llama *m, const float *params, const float *exp_avg,
+			  const float *exp_avg_sq);
 int titan_llama_zero_grads(struct titan_llama *m);
 
 /* One microbatch: inputs/labels [batch·seq] (labels < 0 are ignored).

@@ -49,10 +49,32 @@ static int64_t cp_pos(const struct titan_cp *cp, int r, int64_t t)
 	return t < half ? r * half + t : (2 * cp->size - 1 - r) * half + (t - half);
 }
 
+/* Between the gather layout [size][B][Tl] (rank-major, cpg) and the
+ * sequence layout [B][T] of kv-float rows: each rank's two chunks of half
+ * rows are contiguous on both sides, so one strided copy per (rank, chunk)
+ * moves them for every batch row (the backend's buf_copy_rows). */
+static int cp_permute(struct titan_cp *cp, float *seq, float *gath, bool to_seq)
+{
+	const int64_t B = cp->batch, Tl = cp->tl, T = Tl * cp->size, half = Tl / 2;
+	const int64_t kv = cp->hkv * cp->d;
+	const struct titan_backend_ops *op = cp->be->ops;
+	int rc;
+
+	for (int r = 0; r < cp->size; r++)
+		for (int64_t c = 0; c < 2; c++) {
+			const int64_t so = cp_pos(cp, r, c * half) * kv, go = (r * B * Tl + c * half) * kv;
+
+			CK(to_seq ? op->buf_copy_rows(cp->be, seq, so, T * kv, gath, go, Tl * kv, B,
+						      half * kv)
+				  : op->buf_copy_rows(cp->be, gath, go, Tl * kv, seq, so,
+						      T * kv, B, half * kv));
+		}
+	return 0;
+}
+
 /* kf, vf: the whole sequence's keys and values from every rank's [B,Tl]. */
 static int cp_gather_kv(struct titan_cp *cp, const float *k, const float *v)
 {
-	const int64_t B = cp->batch, Tl = cp->tl, T = Tl * cp->size;
 	const int64_t kv = cp->hkv * cp->d;
 	const float *src[2] = {k, v};
 	float *dst[2] = {cp->kf, cp->vf};
@@ -61,12 +83,7 @@ static int cp_gather_kv(struct titan_cp *cp, const float *k, const float *v)
 	for (int w = 0; w < 2; w++) {
 		CK(titan_comm_all_gather(cp->comm, src[w], cp->cpg, (size_t)(cp->n * kv),
 					 TITAN_DTYPE_F32, w ? "cp values" : "cp keys"));
-		for (int r = 0; r < cp->size; r++)
-			for (int64_t b = 0; b < B; b++)
-				for (int64_t t = 0; t < Tl; t++)
-					memcpy(dst[w] + (b * T + cp_pos(cp, r, t)) * kv,
-					       cp->cpg + ((r * B + b) * Tl + t) * kv,
-					       (size_t)kv * sizeof(float));
+		CK(cp_permute(cp, dst[w], cp->cpg, true));
 	}
 	return 0;
 }
@@ -126,12 +143,7 @@ static int gather_bwd(struct titan_cp *cp, float *dq, float *dk, float *dv, cons
 					  true));
 	}
 	for (int w = 0; w < 2; w++) {
-		for (int r = 0; r < cp->size; r++)
-			for (int64_t b = 0; b < B; b++)
-				for (int64_t t = 0; t < Tl; t++)
-					memcpy(cp->cpg + ((r * B + b) * Tl + t) * kv,
-					       src[w] + (b * T + cp_pos(cp, r, t)) * kv,
-					       (size_t)kv * sizeof(float));
+		CK(cp_permute(cp, (float *)src[w], cp->cpg, false));
 		CK(titan_comm_reduce_scatter(cp->comm, cp->cpg, dst[w], (size_t)(cp->n * kv),
 					     TITAN_DTYPE_F32, w ? "cp value grads" : "cp key grads"));
 	}
@@ -181,6 +193,14 @@ int titan_cp_init(struct titan_cp *cp, struct titan_backend *be, struct titan_al
 	cp->ring = use_ring;
 	cp->rank = cp->comm ? titan_comm_rank(cp->comm) : 0;
 	cp->size = cp->comm ? titan_comm_size(cp->comm) : 1;
+	/* a real gap, not a layout rule: CP runs its attention as parts
+	 * (query chunks against gathered or passed keys), which the CUDA
+	 * backend does not have yet */
+	if (cp->comm && (!be->ops->attention_part_fwd || !be->ops->attention_part_bwd))
+		return titan_error(TITAN_E_UNSUPPORTED, "context_parallel_degree %d: the %s backend "
+				   "has no partial attention (attention_part_fwd/bwd), which context "
+				   "parallelism runs on; use training.device: cpu", cp->size,
+				   be->ops->name);
 	if (cp->comm && seq % (2 * cp->size))
 		return titan_error(TITAN_E_INVALID, "context parallelism: seq_len %lld does not "
 				   "split into 2 x context_parallel_degree %d chunks",
@@ -200,9 +220,12 @@ int titan_cp_init(struct titan_cp *cp, struct titan_backend *be, struct titan_al
 int titan_cp_alloc(struct titan_cp *cp, titan_cp_buf_fn buf, void *ctx, float *freqs,
 		   double theta, const struct titan_rope_scaling *scaling)
 {
-	/* the RoPE rows of this rank's positions */
-	float *full = malloc((size_t)(cp->seq * cp->d) * sizeof(float));
+	/* the RoPE rows of this rank's positions, and the positions, made
+	 * on the host (after the whole table) and set into the buffers */
+	float *full = malloc((size_t)(cp->seq * cp->d + cp->tl * cp->d) * sizeof(float));
+	int64_t *pos = malloc((size_t)cp->tl * sizeof(*pos));
 	const int64_t kvf = cp->batch * cp->seq * cp->hkv * cp->d;
+	const struct titan_backend_ops *op = cp->be->ops;
 	int rc;
 
 	cp->pos = (int64_t *)buf(ctx, 2 * cp->tl, TITAN_MEM_OTHER);
@@ -215,32 +238,41 @@ int titan_cp_alloc(struct titan_cp *cp, titan_cp_buf_fn buf, void *ctx, float *f
 		cp->dvf = buf(ctx, kvf, TITAN_MEM_WORKSPACE);
 		cp->cpg = buf(ctx, kvf, TITAN_MEM_WORKSPACE);
 	}
-	if (!full || !cp->pos || !cp->lab ||
+	if (!full || !pos || !cp->pos || !cp->lab ||
 	    (!cp->ring && (!cp->kf || !cp->vf || !cp->dkf || !cp->dvf || !cp->cpg))) {
 		free(full);
+		free(pos);
 		return TITAN_E_NOMEM;
 	}
+	float *loc = full + cp->seq * cp->d;
+
 	for (int64_t t = 0; t < cp->tl; t++)
-		cp->pos[t] = cp_pos(cp, cp->rank, t);
+		pos[t] = cp_pos(cp, cp->rank, t);
 	rc = titan_rope_freqs(full, cp->seq, cp->d, theta, scaling);
 	for (int64_t t = 0; rc == 0 && t < cp->tl; t++)
-		memcpy(freqs + t * cp->d, full + cp->pos[t] * cp->d, (size_t)cp->d * sizeof(float));
+		memcpy(loc + t * cp->d, full + pos[t] * cp->d, (size_t)cp->d * sizeof(float));
+	if (rc == 0)
+		rc = op->buf_set(cp->be, freqs, loc, (size_t)(cp->tl * cp->d) * sizeof(float));
+	if (rc == 0)
+		rc = op->buf_set(cp->be, cp->pos, pos, (size_t)cp->tl * sizeof(*pos));
 	free(full);
+	free(pos);
 	return rc;
 }
 
+/* From the closed form (cp->pos is the backend's copy). */
 int64_t titan_cp_token(const struct titan_cp *cp, int64_t i)
 {
 	if (!cp->comm)
 		return i;
-	return (i / cp->tl) * cp->tl * cp->size + cp->pos[i % cp->tl];
+	return (i / cp->tl) * cp->tl * cp->size + cp_pos(cp, cp->rank, i % cp->tl);
 }
 
-const int32_t *titan_cp_labels(struct titan_cp *cp, const int32_t *labels)
+const int32_t *titan_cp_labels(struct titan_cp *cp, const int32_t *labels, int32_t *host)
 {
 	if (!cp->comm)
 		return labels;
 	for (int64_t i = 0; i < cp->n; i++)
-		cp->lab[i] = labels[titan_cp_token(cp, i)];
-	return cp->lab;
+		host[i] = labels[titan_cp_token(cp, i)];
+	return host;
 }

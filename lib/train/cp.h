@@ -41,8 +41,11 @@ struct titan_cp {
 	int rank, size;
 	int64_t batch, seq, tl, n;    /* rows, sequence, tokens of a row here, batch·tl */
 	int64_t h, hkv, d;            /* heads, kv heads, head dim */
-	int64_t *pos;                 /* CP: the sequence position of local token t [tl] */
-	int32_t *lab;                 /* CP: this rank's labels [n] */
+	/* CP, backend buffers: the sequence position of local token t [tl]
+	 * (host code computes it: titan_cp_token) and this rank's labels [n]
+	 * (the model sets them there for the loss) */
+	int64_t *pos;
+	int32_t *lab;
 	float *kf, *vf, *dkf, *dvf, *cpg; /* all-gather: whole-sequence k, v, grads; gather buffer */
 };
 
@@ -63,7 +66,8 @@ int titan_cp_alloc(struct titan_cp *cp, titan_cp_buf_fn buf, void *ctx, float *f
 /* The index in a microbatch [batch, seq] of local token i (i itself
  * without CP). */
 int64_t titan_cp_token(const struct titan_cp *cp, int64_t i);
-/* This rank's labels of a microbatch's: `labels` itself without CP. */
-const int32_t *titan_cp_labels(struct titan_cp *cp, const int32_t *labels);
+/* This rank's labels of a microbatch's (host memory): written to `host`
+ * [n] and returned; `labels` itself without CP. */
+const int32_t *titan_cp_labels(struct titan_cp *cp, const int32_t *labels, int32_t *host);
 
 #endif

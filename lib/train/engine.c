@@ -86,7 +86,7 @@ static int norm_dp(struct titan_engine *e, double max_norm, double *norm, float 
 
 static struct titan_comm *comm(const struct titan_parallelize_opts *o, enum titan_mesh_dim d)
 {
-	return o->dist->comm[d];
+	return o->comm && o->comm[d] ? o->comm[d] : o->dist->comm[d];
 }
 
 /* Pipeline stages: this rank's stages of the schedule, in order (loop

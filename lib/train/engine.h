@@ -32,6 +32,9 @@
 struct titan_parallelize_opts {
 	const struct titan_config *cfg;
 	struct titan_dist *dist;          /* its mesh gives every group */
+	/* the groups to use instead, by titan_mesh_dim (the trainer's staged
+	 * communicators), or NULL: dist's */
+	struct titan_comm *const *comm;
 	const struct titan_model_dims *dims;
 	/* from titan_llama_opts_from_config; completed here with the FSDP
 	 * shard, the TP/CP/PP groups and the stage geometry (the trainer's

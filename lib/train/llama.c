@@ -18,7 +18,6 @@
 #include <string.h>
 
 #include "titan/core.h"
-#include "titan/cuda.h"
 #include "titan/dist.h"
 #include "cp.h"
 #include "stage.h"
@@ -108,12 +107,9 @@ struct titan_llama {
 	struct titan_allocator *alloc;
 	struct titan_param_table table;
 	struct titan_param_arena params, grads, m, v;
-	/* opts.device_memory: host shadows of params, m and v; staging of
-	 * ids and labels */
-	bool dev;
-	struct titan_param_arena hparams, hm, hv;
+	/* host staging of the token ids (written into a microbatch's ids
+	 * with buf_set), and of CP's labels */
 	uint32_t *ids_host;
-	int32_t *lab_dev;
 	float *freqs;         /* [T, D/2, 2] */
 	int64_t n;            /* tokens per microbatch */
 	struct ac_policy ac;
@@ -405,8 +401,8 @@ int titan_llama_opts_from_config(struct titan_llama_opts *o, const struct titan_
 	return 0;
 }
 
-/* The RoPE table: of this rank's positions under CP, staged through the
- * host for device memory. */
+/* The RoPE table: of this rank's positions under CP; computed on the host
+ * and set into the backend's buffer. */
 static int init_rope(struct titan_llama *m)
 {
 	const struct titan_model_dims *d = &m->d;
@@ -422,13 +418,11 @@ static int init_rope(struct titan_llama *m)
 		return TITAN_E_NOMEM;
 	if (m->cp.comm)
 		return titan_cp_alloc(&m->cp, model_buf, m, m->freqs, d->rope_theta, scp);
-	if (!m->dev)
-		return titan_rope_freqs(m->freqs, T, D, d->rope_theta, scp);
 	f = malloc((size_t)(T * D) * sizeof(float));
 	rc = f ? titan_rope_freqs(f, T, D, d->rope_theta, scp)
 	       : titan_error(TITAN_E_NOMEM, "out of memory");
 	if (rc == 0)
-		rc = titan_cuda_memcpy(m->freqs, f, (size_t)(T * D) * sizeof(float));
+		rc = m->be->ops->buf_set(m->be, m->freqs, f, (size_t)(T * D) * sizeof(float));
 	free(f);
 	return rc;
 }
@@ -477,6 +471,21 @@ static int alloc_scratch(struct titan_llama *m)
 	return 0;
 }
 
+/* x[0..n) = 1 (the split backward's norm weight). */
+static int set_ones(struct titan_llama *m, float *x, int64_t n)
+{
+	float *h = malloc((size_t)n * sizeof(*h));
+	int rc;
+
+	if (!h)
+		return titan_error(TITAN_E_NOMEM, "out of memory");
+	for (int64_t i = 0; i < n; i++)
+		h[i] = 1.0f;
+	rc = m->be->ops->buf_set(m->be, x, h, (size_t)n * sizeof(*h));
+	free(h);
+	return rc;
+}
+
 int titan_llama_new(const struct titan_model_dims *d, const struct titan_llama_opts *o,
 		    struct titan_backend *be, struct titan_allocator *alloc,
 		    struct titan_llama **out)
@@ -495,13 +504,6 @@ int titan_llama_new(const struct titan_model_dims *d, const struct titan_llama_o
 		m->o.ce_chunk = TITAN_CE_CHUNK;
 	m->be = be;
 	m->alloc = alloc ? alloc : titan_host_allocator();
-	m->dev = o->device_memory;
-	if (m->dev && ((o->tp && titan_comm_size(o->tp) > 1) || (o->cp && titan_comm_size(o->cp) > 1) ||
-		       o->stage_l1 > 0 || o->shard_degree > 1)) {
-		rc = titan_error(TITAN_E_UNSUPPORTED, "the CUDA backend trains on one rank in this "
-				 "version (no TP, CP, PP or FSDP)");
-		goto fail;
-	}
 	if (o->pp_split_backward && o->stage_l1 <= 0) {
 		rc = titan_error(TITAN_E_INVALID, "the split backward (zero-bubble schedules) needs "
 				 "a pipeline stage (opts.stage_l1)");
@@ -539,19 +541,9 @@ int titan_llama_new(const struct titan_model_dims *d, const struct titan_llama_o
 	    (rc = titan_param_arena_init(&m->m, &m->table, m->alloc, TITAN_MEM_OPTIM)) < 0 ||
 	    (rc = titan_param_arena_init(&m->v, &m->table, m->alloc, TITAN_MEM_OPTIM)) < 0)
 		goto fail;
-	if (m->dev) {
-		struct titan_allocator *h = titan_host_allocator();
-
-		if ((rc = titan_param_arena_init(&m->hparams, &m->table, h, TITAN_MEM_OTHER)) < 0 ||
-		    (rc = titan_param_arena_init(&m->hm, &m->table, h, TITAN_MEM_OTHER)) < 0 ||
-		    (rc = titan_param_arena_init(&m->hv, &m->table, h, TITAN_MEM_OTHER)) < 0)
-			goto fail;
-		rc = TITAN_E_NOMEM;
-		if (!(m->ids_host = malloc((size_t)m->n * sizeof(*m->ids_host))) ||
-		    !(m->lab_dev = (int32_t *)buf(m, m->n, TITAN_MEM_DATA)))
-			goto fail;
-	}
 	rc = TITAN_E_NOMEM;
+	if (!(m->ids_host = malloc((size_t)m->n * sizeof(*m->ids_host))))
+		goto fail;
 	/* groups: embeddings, each block, norm + output (FSDP's units) */
 	m->ngroups = (int)L + 2;
 	m->pv = calloc((size_t)m->table.n, sizeof(*m->pv));
@@ -581,8 +573,8 @@ int titan_llama_new(const struct titan_model_dims *d, const struct titan_llama_o
 		rc = TITAN_E_NOMEM;
 		if (!(m->pl.ones = buf(m, C, TITAN_MEM_WORKSPACE)))
 			goto fail;
-		for (int64_t c = 0; c < C; c++) /* host memory: PP has no device path */
-			m->pl.ones[c] = 1.0f;
+		if ((rc = set_ones(m, m->pl.ones, C)) < 0)
+			goto fail;
 	}
 	if ((rc = alloc_scratch(m)) < 0 ||
 	    (rc = titan_sp_init(&m->sp, be, o->tp, m->n, C, d->vocab_size,
@@ -619,9 +611,6 @@ void titan_llama_free(struct titan_llama *m)
 	titan_param_arena_release(&m->grads);
 	titan_param_arena_release(&m->m);
 	titan_param_arena_release(&m->v);
-	titan_param_arena_release(&m->hparams);
-	titan_param_arena_release(&m->hm);
-	titan_param_arena_release(&m->hv);
 	free(m->ids_host);
 	titan_param_table_release(&m->table);
 	free(m);
@@ -634,7 +623,7 @@ const struct titan_param_table *titan_llama_table(const struct titan_llama *m)
 
 struct titan_param_arena *titan_llama_params(struct titan_llama *m)
 {
-	return m->dev ? &m->hparams : &m->params;
+	return &m->params;
 }
 
 struct titan_param_arena *titan_llama_grads(struct titan_llama *m)
@@ -644,34 +633,59 @@ struct titan_param_arena *titan_llama_grads(struct titan_llama *m)
 
 void titan_llama_moments(struct titan_llama *m, float **exp_avg, float **exp_avg_sq)
 {
-	*exp_avg = m->dev ? m->hm.data : m->m.data;
-	*exp_avg_sq = m->dev ? m->hv.data : m->v.data;
+	*exp_avg = m->m.data;
+	*exp_avg_sq = m->v.data;
 }
 
-int titan_llama_sync(struct titan_llama *m, bool to_device)
+int titan_llama_state_get(struct titan_llama *m, float *params, float *exp_avg,
+			  float *exp_avg_sq)
 {
 	const size_t bytes = (size_t)m->table.arena_floats * sizeof(float);
-	struct titan_param_arena *d[3] = {&m->params, &m->m, &m->v};
-	struct titan_param_arena *h[3] = {&m->hparams, &m->hm, &m->hv};
-	int rc;
+	const struct titan_param_arena *a[3] = {&m->params, &m->m, &m->v};
+	float *h[3] = {params, exp_avg, exp_avg_sq};
 
-	if (!m->dev)
-		return 0;
 	for (int i = 0; i < 3; i++)
-		if ((rc = to_device ? titan_cuda_memcpy(d[i]->data, h[i]->data, bytes)
-				    : titan_cuda_memcpy(h[i]->data, d[i]->data, bytes)) < 0)
-			return titan_error_prefix("copying the model state %s the GPU",
-						  to_device ? "to" : "from");
+		if (h[i] && m->be->ops->buf_get(m->be, h[i], a[i]->data, bytes) < 0)
+			return titan_error_prefix("copying the model state from the backend");
 	return 0;
 }
 
+int titan_llama_state_set(struct titan_llama *m, const float *params, const float *exp_avg,
+			  const float *exp_avg_sq)
+{
+	const size_t bytes = (size_t)m->table.arena_floats * sizeof(float);
+	struct titan_param_arena *a[3] = {&m->params, &m->m, &m->v};
+	const float *h[3] = {params, exp_avg, exp_avg_sq};
+
+	for (int i = 0; i < 3; i++)
+		if (h[i] && m->be->ops->buf_set(m->be, a[i]->data, h[i], bytes) < 0)
+			return titan_error_prefix("copying the model state to the backend");
+	return 0;
+}
+
+/* torchtitan's init on the host (lib/model), a parameter at a time (a
+ * small uncounted staging buffer: the memory peak stays the model's), set
+ * into the backend's parameter arena. */
 int titan_llama_init_weights(struct titan_llama *m, uint64_t seed)
 {
-	titan_model_init_params(m->dev ? &m->hparams : &m->params, seed);
-	if (!m->dev)
-		return 0;
-	return titan_cuda_memcpy(m->params.data, m->hparams.data,
-				 (size_t)m->table.arena_floats * sizeof(float));
+	int64_t most = 0;
+	float *h;
+	int rc = 0;
+
+	for (int i = 0; i < m->table.n; i++)
+		if (m->table.params[i].local_numel > most)
+			most = m->table.params[i].local_numel;
+	if (!(h = malloc((size_t)(most ? most : 1) * sizeof(*h))))
+		return titan_error(TITAN_E_NOMEM, "out of memory");
+	for (int i = 0; i < m->table.n && rc == 0; i++) {
+		const struct titan_param *p = &m->table.params[i];
+
+		titan_model_init_param_rows(p, seed, p->row0, p->rows, h);
+		rc = m->be->ops->buf_set(m->be, titan_param_view(&m->params, p), h,
+					 (size_t)p->local_numel * sizeof(*h));
+	}
+	free(h);
+	return rc;
 }
 
 int titan_llama_zero_grads(struct titan_llama *m)
@@ -977,9 +991,28 @@ static int load_ids(struct titan_llama *m, struct mb *b, const int32_t *inputs)
 			return titan_error(TITAN_E_INVALID, "input token %lld is id %d, outside the "
 					   "vocabulary (size %lld)", (long long)at, inputs[at],
 					   (long long)m->d.vocab_size);
-		(m->dev ? m->ids_host : b->ids)[i] = (uint32_t)inputs[at];
+		m->ids_host[i] = (uint32_t)inputs[at];
 	}
-	return m->dev ? titan_cuda_memcpy(b->ids, m->ids_host, (size_t)m->n * sizeof(*b->ids)) : 0;
+	return m->be->ops->buf_set(m->be, b->ids, m->ids_host, (size_t)m->n * sizeof(*b->ids));
+}
+
+/* The microbatch's labels (with CP, this rank's tokens'), range-checked
+ * on the host (the message of the backends' classifier_ce) and set into a
+ * backend buffer: CP's labels buffer, or else the SwiGLU gradient scratch
+ * dg (n·F floats, unused until the blocks' backward, which runs after the
+ * loss in stream order). */
+static int load_labels(struct titan_llama *m, const int32_t **labels)
+{
+	const int32_t *l = titan_cp_labels(&m->cp, *labels, (int32_t *)m->ids_host);
+	int32_t *dst = m->cp.comm ? m->cp.lab : (int32_t *)m->dg;
+
+	for (int64_t i = 0; i < m->n; i++)
+		if (l[i] >= m->d.vocab_size)
+			return titan_error(TITAN_E_INVALID, "label %d at position %lld is outside "
+					   "the vocabulary (size %lld)", (int)l[i], (long long)i,
+					   (long long)m->d.vocab_size);
+	*labels = dst;
+	return m->be->ops->buf_set(m->be, dst, l, (size_t)m->n * sizeof(*l));
 }
 
 static int forward(struct titan_llama *m, const struct titan_stage *s, struct mb *b,
@@ -1037,16 +1070,7 @@ static int loss_fwd(struct titan_llama *m, const struct mb *b, const int32_t *la
 	struct titan_sp *sp = &m->sp;
 	int rc;
 
-	labels = titan_cp_labels(&m->cp, labels); /* this rank's tokens' */
-	if (m->dev) { /* the CUDA loss does not range-check labels */
-		for (int64_t i = 0; i < m->n; i++)
-			if (labels[i] >= m->d.vocab_size)
-				return titan_error(TITAN_E_INVALID, "label %lld is id %d, outside the "
-						   "vocabulary (size %lld)", (long long)i, labels[i],
-						   (long long)m->d.vocab_size);
-		CK(titan_cuda_memcpy(m->lab_dev, labels, (size_t)m->n * sizeof(*labels)));
-		labels = m->lab_dev;
-	}
+	CK(load_labels(m, &labels));
 	span_begin(m, "loss", -1);
 	rc = dxn ? ghook(m, h->pre_backward, last) : 0;
 	if (rc == 0)

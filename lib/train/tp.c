@@ -6,9 +6,7 @@
  */
 #include "tp.h"
 
-#include <math.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "titan/dist.h"
 #include "titan/ops.h"
@@ -143,154 +141,111 @@ static int tp_scatter_grad(struct titan_sp *sp, const float **loc, const float *
  * for the others, and the sum is reduce-scattered to nl tokens. */
 static int tp_embedding_fwd(struct titan_sp *sp, float *x0, const uint32_t *ids, const float *w)
 {
-	const int64_t C = sp->C;
+	int rc;
 
-	for (int64_t i = 0; i < sp->n; i++) {
-		const int64_t r = (int64_t)ids[i] - sp->v0;
-
-		if (r >= 0 && r < sp->V)
-			memcpy(sp->part + i * C, w + r * C, (size_t)C * sizeof(float));
-		else
-			memset(sp->part + i * C, 0, (size_t)C * sizeof(float));
-	}
+	CK(sp->be->ops->embedding_part_fwd(sp->be, sp->part, ids, w, sp->n, sp->v0, sp->V, sp->C));
 	return tp_scatter(sp, x0, sp->part, "tp embedding");
 }
 
 static int tp_embedding_bwd(struct titan_sp *sp, float *dw, const uint32_t *ids, const float *dx0)
 {
-	const int64_t C = sp->C;
 	int rc;
 
 	CK(tp_gather(sp, sp->dfull, dx0, "tp embedding grad"));
-	for (int64_t i = 0; i < sp->n; i++) { /* token order, as embedding_bwd */
-		const int64_t r = (int64_t)ids[i] - sp->v0;
+	return sp->be->ops->embedding_part_bwd(sp->be, dw, ids, sp->dfull, sp->n, sp->v0, sp->V,
+					       sp->C);
+}
 
-		if (r >= 0 && r < sp->V)
-			for (int64_t c = 0; c < C; c++)
-				dw[r * C + c] += sp->dfull[i * C + c];
+/* Without loss parallelism: the chunk's logits z [cn,V] of every rank
+ * all-gathered ([tp][cn][vc], rows widened to vc through zf, the last
+ * ranks' padded) and put together as whole rows zf [cn,Vg]. */
+static int gather_logits(struct titan_sp *sp, float *z, int64_t cn)
+{
+	const struct titan_backend_ops *op = sp->be->ops;
+	const int64_t V = sp->V, Vg = sp->vocab, vc = (Vg + sp->size - 1) / sp->size;
+	int rc;
+
+	CK(op->buf_copy_rows(sp->be, sp->czf, 0, vc, z, 0, V, cn, V));
+	CK(titan_comm_all_gather(sp->comm, sp->czf, sp->czg, (size_t)(cn * vc), TITAN_DTYPE_F32,
+				 "tp logits"));
+	for (int k = 0; k < sp->size; k++) {
+		const int64_t c0 = k * vc, nc = c0 + vc <= Vg ? vc : Vg > c0 ? Vg - c0 : 0;
+
+		CK(op->buf_copy_rows(sp->be, sp->czf, c0, Vg, sp->czg, (int64_t)k * cn * vc, vc, cn,
+				     nc));
 	}
 	return 0;
 }
 
 /* TP classifier + cross-entropy on h[n,C] (gathered) and this rank's
- * vocabulary rows W[V,C], `chunk` tokens at a time.  Loss parallel: the
- * row max, the sum of exponentials and the target logit are all-reduced
- * over the group; otherwise each chunk's logits are all-gathered and every
- * rank computes the whole rows (torchtitan without loss_parallel).  The
- * loss is the same on every rank; dh is this rank's partial sum (reduce-
- * scattered by the caller), dW its rows' gradient. */
+ * vocabulary rows W[V,C], `chunk` tokens at a time (the backend's
+ * ce_part ops).  Loss parallel: the row max, the sum of exponentials and
+ * the target logit are all-reduced over the group; otherwise each chunk's
+ * logits are all-gathered and every rank computes the whole rows
+ * (torchtitan without loss_parallel) and keeps its columns.  The loss is
+ * the same on every rank, summed on the host from the rows' losses in
+ * order; dh is this rank's partial sum (reduce-scattered by the caller),
+ * dW its rows' gradient.  The labels are in range (the model checks). */
 static int tp_classifier_ce(struct titan_sp *sp, double *loss_sum, int64_t *n_valid, float *dh,
 			    float *dw, const float *h, const float *w, const int32_t *labels,
 			    float gs)
 {
 	const struct titan_backend_ops *op = sp->be->ops;
+	struct titan_backend *be = sp->be;
 	const int64_t n = sp->n, C = sp->C, V = sp->V, Vg = sp->vocab, v0 = sp->v0;
-	const int64_t vc = (Vg + sp->size - 1) / sp->size;
 	const int64_t chunk = sp->ce_chunk < n ? sp->ce_chunk : n;
 	const bool lp = sp->loss_parallel, grads = dh != NULL;
-	double total = 0;
+	double total = 0, *st = malloc((size_t)(2 * (chunk ? chunk : 1)) * sizeof(*st));
 	int64_t count = 0;
-	int rc;
+	int rc = 0;
 
-	for (int64_t i = 0; i < n; i++)
-		if (labels[i] >= Vg)
-			return titan_error(TITAN_E_INVALID, "label %d at position %lld is outside "
-					   "the vocabulary (size %lld)", (int)labels[i],
-					   (long long)i, (long long)Vg);
-	for (int64_t n0 = 0; n0 < n; n0 += chunk) {
+	if (!st)
+		return titan_error(TITAN_E_NOMEM, "out of memory");
+	for (int64_t n0 = 0; n0 < n && rc == 0; n0 += chunk) {
 		const int64_t cn = n0 + chunk < n ? chunk : n - n0;
 		const int32_t *lc = labels + n0;
-		float *z = sp->cz, *mx = sp->cmx;
-		double *st = sp->cst;
+		float *z = sp->cz;
 
-		if (V > 0)
-			CK(op->matmul_fwd(sp->be, z, h + n0 * C, w, cn, C, V, false));
+		if (V > 0 && (rc = op->matmul_fwd(be, z, h + n0 * C, w, cn, C, V, false)) < 0)
+			break;
 		if (lp) {
-			for (int64_t r = 0; r < cn; r++) {
-				float x = -INFINITY;
-
-				for (int64_t j = 0; j < V; j++)
-					x = z[r * V + j] > x ? z[r * V + j] : x;
-				mx[r] = x;
-			}
-			CK(titan_comm_all_reduce(sp->comm, TITAN_IN_PLACE, mx, (size_t)cn,
-						 TITAN_DTYPE_F32, TITAN_REDOP_MAX, "tp loss max"));
-			for (int64_t r = 0; r < cn; r++) {
-				double sum = 0;
-				const int64_t y = (int64_t)lc[r] - v0;
-
-				/* the target logit, from the rank that holds it */
-				st[2 * r + 1] = lc[r] >= 0 && y >= 0 && y < V ? z[r * V + y] : 0;
-				for (int64_t j = 0; j < V; j++) {
-					z[r * V + j] = expf(z[r * V + j] - mx[r]);
-					sum += z[r * V + j];
-				}
-				st[2 * r] = sum;
-			}
-			CK(titan_comm_all_reduce(sp->comm, TITAN_IN_PLACE, st, (size_t)(2 * cn),
-						 TITAN_DTYPE_F64, TITAN_REDOP_SUM, "tp loss sums"));
-		} else {
-			/* gather the chunk's logits: [tp][cn][vc], the last ranks' padded */
-			float *zg = sp->czg, *zf = sp->czf;
-
-			for (int64_t r = cn - 1; r >= 0; r--) /* widen rows V -> vc in place */
-				memmove(z + r * vc, z + r * V, (size_t)V * sizeof(float));
-			CK(titan_comm_all_gather(sp->comm, z, zg, (size_t)(cn * vc), TITAN_DTYPE_F32,
-						 "tp logits"));
-			for (int k = 0; k < sp->size; k++) {
-				const int64_t c0 = k * vc, nc = c0 + vc <= Vg ? vc : Vg > c0 ? Vg - c0 : 0;
-
-				for (int64_t r = 0; r < cn; r++)
-					memcpy(zf + r * Vg + c0, zg + ((int64_t)k * cn + r) * vc,
-					       (size_t)nc * sizeof(float));
-			}
-			for (int64_t r = 0; r < cn; r++) {
-				float *zr = zf + r * Vg, x = -INFINITY;
-				double sum = 0;
-
-				for (int64_t j = 0; j < Vg; j++)
-					x = zr[j] > x ? zr[j] : x;
-				mx[r] = x;
-				st[2 * r + 1] = lc[r] >= 0 ? zr[lc[r]] : 0;
-				for (int64_t j = 0; j < Vg; j++) {
-					zr[j] = expf(zr[j] - x);
-					sum += zr[j];
-				}
-				st[2 * r] = sum;
-				/* this rank's columns back, compact */
-				memcpy(z + r * V, zr + v0, (size_t)V * sizeof(float));
-			}
+			if ((rc = op->ce_part_max(be, sp->cmx, z, cn, V)) < 0 ||
+			    (rc = titan_comm_all_reduce(sp->comm, TITAN_IN_PLACE, sp->cmx, (size_t)cn,
+							TITAN_DTYPE_F32, TITAN_REDOP_MAX,
+							"tp loss max")) < 0 ||
+			    (rc = op->ce_part_exp(be, sp->cst, z, sp->cmx, lc, v0, cn, V)) < 0 ||
+			    (rc = titan_comm_all_reduce(sp->comm, TITAN_IN_PLACE, sp->cst,
+							(size_t)(2 * cn), TITAN_DTYPE_F64,
+							TITAN_REDOP_SUM, "tp loss sums")) < 0)
+				break;
+		} else if ((rc = gather_logits(sp, z, cn)) < 0 ||
+			   (rc = op->ce_part_max(be, sp->cmx, sp->czf, cn, Vg)) < 0 ||
+			   (rc = op->ce_part_exp(be, sp->cst, sp->czf, sp->cmx, lc, 0, cn, Vg)) < 0 ||
+			   /* this rank's columns back, compact */
+			   (rc = op->buf_copy_rows(be, z, 0, V, sp->czf, v0, Vg, cn, V)) < 0) {
+			break;
 		}
-		/* loss and, with grads, dz = (softmax − onehot)·gs in z */
-		for (int64_t r = 0; r < cn; r++) {
-			const int64_t y = (int64_t)lc[r] - v0;
-			const float inv = (float)(1.0 / st[2 * r]);
-
-			if (lc[r] < 0) {
-				if (grads)
-					memset(z + r * V, 0, (size_t)V * sizeof(float));
-				continue;
+		/* the rows' losses and, with grads, dz = (softmax − onehot)·gs in z */
+		if ((rc = op->ce_part_grad(be, sp->cst, z, sp->cmx, lc, v0, cn, V, gs, grads)) < 0 ||
+		    (rc = op->buf_get(be, st, sp->cst, (size_t)(2 * cn) * sizeof(*st))) < 0)
+			break;
+		for (int64_t r = 0; r < cn; r++)
+			if (st[2 * r + 1] != 0) {
+				total += st[2 * r];
+				count++;
 			}
-			total += ((double)mx[r] + log(st[2 * r])) - st[2 * r + 1];
-			count++;
-			if (!grads)
-				continue;
-			for (int64_t j = 0; j < V; j++)
-				z[r * V + j] = z[r * V + j] * inv * gs;
-			if (y >= 0 && y < V)
-				z[r * V + y] -= gs;
-		}
 		if (grads) {
 			if (V > 0)
-				CK(op->matmul_bwd(sp->be, dh + n0 * C, dw, z, h + n0 * C, w, cn, C, V,
-						  false));
+				rc = op->matmul_bwd(be, dh + n0 * C, dw, z, h + n0 * C, w, cn, C, V,
+						    false);
 			else
-				CK(op->zero(sp->be, dh + n0 * C, cn * C));
+				rc = op->zero(be, dh + n0 * C, cn * C);
 		}
 	}
+	free(st);
 	*loss_sum = total;
 	*n_valid = count;
-	return 0;
+	return rc;
 }
 
 static int tp_reduce_grads(struct titan_sp *sp, const struct titan_param_table *t,
@@ -309,8 +264,11 @@ static int tp_reduce_grads(struct titan_sp *sp, const struct titan_param_table *
 		const struct titan_param *p = &t->params[i];
 
 		if (p->tp_dim < 0) {
-			memcpy(pack + at, titan_param_view(grads, p),
-			       (size_t)p->local_numel * sizeof(float));
+			if ((rc = sp->be->ops->buf_get(sp->be, pack + at, titan_param_view(grads, p),
+						       (size_t)p->local_numel * sizeof(float))) < 0) {
+				free(pack);
+				return rc;
+			}
 			at += p->local_numel;
 		}
 	}
@@ -321,8 +279,8 @@ static int tp_reduce_grads(struct titan_sp *sp, const struct titan_param_table *
 		const struct titan_param *p = &t->params[i];
 
 		if (p->tp_dim < 0) {
-			memcpy(titan_param_view(grads, p), pack + at,
-			       (size_t)p->local_numel * sizeof(float));
+			rc = sp->be->ops->buf_set(sp->be, titan_param_view(grads, p), pack + at,
+						  (size_t)p->local_numel * sizeof(float));
 			at += p->local_numel;
 		}
 	}

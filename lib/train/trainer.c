@@ -325,11 +325,11 @@ int titan_trainer_new(const struct titan_config *cfg, const struct titan_trainer
 	if (c->profiling.enable_memory_snapshot && (rc = titan_trainer_memtrace_open(t)) < 0)
 		return rc;
 	titan_trainer_choose_peak(t);
-	t->mo.device_memory = t->cuda;
 	hooks = titan_trainer_model_hooks(t);
 	rc = titan_parallelize(&(struct titan_parallelize_opts){
-		.cfg = c, .dist = t->dist, .dims = &t->dims, .mo = &t->mo, .be = &t->be,
-		.alloc = t->dev_alloc, .hooks = &hooks, .tokens = t->n}, &t->engine);
+		.cfg = c, .dist = t->dist, .comm = t->comm, .dims = &t->dims, .mo = &t->mo,
+		.be = &t->be, .alloc = t->dev_alloc, .hooks = &hooks, .tokens = t->n},
+		&t->engine);
 	if (rc < 0)
 		return rc;
 	t->model = titan_engine_model(t->engine);
@@ -365,6 +365,9 @@ void titan_trainer_free(struct titan_trainer *t)
 	titan_free(t->inputs);
 	titan_free(t->labels);
 	titan_engine_free(t->engine);
+	for (int d = 0; d < TITAN_DIM_NALL; d++)
+		titan_comm_free(t->comm[d]);
+	free(t->ckpt_host);
 	titan_loader_close(t->train);
 	titan_loader_close(t->val);
 	if (t->be_ready)

@@ -14,17 +14,39 @@
 #include "titan/dist.h"
 #include "trainer_impl.h"
 
-/* The state checkpoints read and write: on the CUDA backend the model's
- * host shadows, made current here (titan_llama_sync). */
+/* The state checkpoints read and write: the model's arenas, or when the
+ * trainer is staged (CUDA) host copies of them (t->ckpt_host) read from
+ * the backend with titan_llama_state_get; ckpt_state_set puts what a
+ * load wrote there back. */
 static int ckpt_state(struct titan_trainer *t, struct titan_ckpt_state *st)
 {
+	const size_t nf = (size_t)titan_llama_table(t->model)->arena_floats;
+
 	memset(st, 0, sizeof(*st));
 	st->table = titan_llama_table(t->model);
-	st->params = titan_llama_params(t->model)->data;
-	titan_llama_moments(t->model, &st->exp_avg, &st->exp_avg_sq);
 	st->train.dp_world_size = t->dp_degree;
 	st->train.loader = t->loader_states;
-	return titan_llama_sync(t->model, false);
+	if (!t->staged) {
+		st->params = titan_llama_params(t->model)->data;
+		titan_llama_moments(t->model, &st->exp_avg, &st->exp_avg_sq);
+		return 0;
+	}
+	if (!t->ckpt_host && !(t->ckpt_host = malloc(3 * nf * sizeof(float))))
+		return titan_error(TITAN_E_NOMEM, "out of memory for the checkpoint's host copy");
+	st->params = t->ckpt_host;
+	st->exp_avg = t->ckpt_host + nf;
+	st->exp_avg_sq = t->ckpt_host + 2 * nf;
+	return titan_llama_state_get(t->model, st->params, st->exp_avg, st->exp_avg_sq);
+}
+
+static int ckpt_state_set(struct titan_trainer *t)
+{
+	const size_t nf = (size_t)titan_llama_table(t->model)->arena_floats;
+
+	if (!t->staged)
+		return 0;
+	return titan_llama_state_set(t->model, t->ckpt_host, t->ckpt_host + nf,
+				     t->ckpt_host + 2 * nf);
 }
 
 /* Does this rank write its rows?  Every element once: the ranks of the
@@ -396,7 +418,7 @@ int titan_trainer_ckpt_setup(struct titan_trainer *t)
 					    !c->checkpoint.model_weights_only)) < 0))
 		return rc;
 	if ((c->checkpoint.enable || *c->checkpoint.initial_load_path) &&
-	    ((rc = resume(t)) < 0 || (rc = titan_llama_sync(t->model, true)) < 0))
+	    ((rc = resume(t)) < 0 || (rc = ckpt_state_set(t)) < 0))
 		return rc;
 	/* a run that would do nothing says why instead of exiting 0 quietly */
 	if (t->start_step > c->training.steps)

@@ -6,6 +6,7 @@
  */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cblas.h>
@@ -61,12 +62,40 @@ const char *titan_trainer_device(const struct titan_config *c, int nranks)
 	return "cuda";
 }
 
-/* training.device: cuda needs a GPU and one rank with no model parallelism
- * (this version); auto picks cuda when that holds and a GPU is there. */
+/* The test hook TITAN_STAGED_COMM=1: a CPU run reaches the model's
+ * buffers the way a CUDA run does (staged communicators, checkpoints
+ * through buf_get/buf_set), so the multi-rank tests run the code of CUDA
+ * ranks on the CPU (docs/design.md). */
+static bool staged_hook(void)
+{
+	const char *e = getenv("TITAN_STAGED_COMM");
+
+	return e && !strcmp(e, "1");
+}
+
+/* The mesh's communicators on the backend's buffers: staged through the
+ * host (titan_comm_staged_new) for every group the engine and the loss
+ * use; the world's stays (host scalars, and its MPI handle for parallel
+ * HDF5). */
+static int stage_comms(struct titan_trainer *t, const char *why)
+{
+	int rc;
+
+	for (int d = 0; d < TITAN_DIM_NALL; d++)
+		if (d != TITAN_DIM_WORLD && t->dist->comm[d] &&
+		    (rc = titan_comm_staged_new(t->dist->comm[d], &t->be, &t->comm[d])) < 0)
+			return rc;
+	if (t->dist->size > 1)
+		titan_log_info("Collectives: MPI staged through host memory (%s)", why);
+	return 0;
+}
+
+/* training.device: cuda needs a GPU: each rank trains on its first one
+ * (several ranks: collectives over MPI, staged through the host); auto
+ * picks cuda on one rank when a GPU is there. */
 int titan_trainer_open_backend(struct titan_trainer *t, const struct titan_trainer_opts *o)
 {
 	const struct titan_config *c = &t->cfg;
-	const bool parallel = t->dist->size > 1;
 	struct titan_cuda_opts co = {0};
 	struct titan_cuda_device_info info;
 	struct titan_mem_backend mb;
@@ -83,16 +112,13 @@ int titan_trainer_open_backend(struct titan_trainer *t, const struct titan_train
 		if (c->training.mixed_precision_param_e == TITAN_MP_PARAM_BFLOAT16)
 			titan_log_info("training.mixed_precision_param bfloat16: the CPU computes in "
 				       "float32 (mixed precision applies on CUDA)");
-		return 0;
+		t->staged = staged_hook();
+		return t->staged ? stage_comms(t, "TITAN_STAGED_COMM=1") : 0;
 	}
-	if (parallel)
-		return titan_error(TITAN_E_UNSUPPORTED, "training.device: cuda trains on one rank "
-				   "in this version (%d ranks here); use training.device: cpu for "
-				   "multi-rank runs", t->dist->size);
 	if (c->training.enable_cpu_offload)
 		return titan_error(TITAN_E_UNSUPPORTED, "training.enable_cpu_offload: not with "
-				   "training.device: cuda on one rank");
-	co.device = 0;
+				   "training.device: cuda");
+	co.device = 0; /* the rank's first GPU (CUDA_VISIBLE_DEVICES picks it) */
 	co.matmul = c->training.mixed_precision_param_e == TITAN_MP_PARAM_BFLOAT16
 			    ? TITAN_CUDA_MATMUL_BF16 : TITAN_CUDA_MATMUL_FP32;
 	if ((rc = titan_cuda_device_info(co.device, &info)) < 0 ||
@@ -104,6 +130,9 @@ int titan_trainer_open_backend(struct titan_trainer *t, const struct titan_train
 		return titan_error_prefix("training.device: cuda");
 	t->be_ready = true;
 	t->cuda = true;
+	t->staged = true;
+	if ((rc = stage_comms(t, "training.device: cuda; no NCCL yet")) < 0)
+		return rc;
 	t->mem = t->dev_alloc;
 	t->total_mem = (double)info.total_memory;
 	t->peak_flops = titan_gpu_peak_flops(info.name);

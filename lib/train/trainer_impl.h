@@ -30,6 +30,14 @@ struct titan_trainer {
 	bool cuda;                     /* training.device resolved to cuda */
 	struct titan_allocator *dev_alloc; /* cuda: device memory of the model */
 	struct titan_allocator *mem;   /* what the memory line reports */
+	/* The model's buffers are reached from the host only through the
+	 * backend's buf_get/buf_set: on CUDA, or on the CPU with the test
+	 * hook TITAN_STAGED_COMM=1 (trainer_device.c).  Then the mesh's
+	 * communicators (all but the world's) are staged ones
+	 * (titan_comm_staged_new) and checkpoints go through ckpt_host. */
+	bool staged;
+	struct titan_comm *comm[TITAN_DIM_NALL]; /* staged: the wrapped mesh, else NULL */
+	float *ckpt_host;              /* staged: params, exp_avg, exp_avg_sq on the host */
 	struct titan_engine *engine;   /* the model on this layout (engine.h) */
 	struct titan_llama *model;     /* the engine's, for checkpoints */
 	struct titan_loader *train, *val;
@@ -67,7 +75,7 @@ struct titan_trainer {
 static inline struct titan_comm *titan_trainer_comm(const struct titan_trainer *t,
 						    enum titan_mesh_dim d)
 {
-	return t->dist->comm[d];
+	return t->comm[d] ? t->comm[d] : t->dist->comm[d];
 }
 
 /* trainer_setup.c: the checks, loaders, dump-folder lock, start-up lines */

@@ -186,7 +186,7 @@ PY
 	done
 	run -0 titan-train --version
 	if titan-train --version | grep -q '+cuda'; then
-		assert_line --partial "trains on: cpu, or one GPU on one rank (training.device: cuda|auto)"
+		assert_line --partial "trains on: cpu, or one GPU per rank (training.device: cuda; auto picks it on one rank)"
 	fi
 }
 

@@ -1366,6 +1366,86 @@ static void test_buffer_ops(void **state)
 
 /* ---------------------------------------------------------------- setup */
 
+/* ---------------------------------------------------- vocabulary parts */
+
+/* The TP pieces (embedding_part_*, ce_part_*) against the CPU's: the
+ * embedding ones bit for bit (copies, and sums in token order), the loss
+ * ones within TOL (expf, log); a part in the middle of the vocabulary, ids
+ * and labels on both sides of it and ignored (-1) labels. */
+static void test_vocab_parts(void **state)
+{
+	enum { N = 37, C = 48, VG = 100, V0 = 30, V = 40 };
+	const float gs = 0.125f;
+
+	(void)state;
+	need_gpu();
+	begin_case("vocab_parts", 0, "N=%d C=%d V=%d of %d at %d", N, C, V, VG, V0);
+	struct titan_backend *be = &g.cu[0], *cpu = &g.cpu;
+	uint32_t ids[N];
+	int32_t lab[N];
+	for (int i = 0; i < N; i++) {
+		ids[i] = i % 6 == 5 ? ids[0] : draw_below(VG);
+		lab[i] = i % 7 == 3 ? -1 : (int32_t)draw_below(VG);
+	}
+	lab[1] = V0; /* the part's first and last columns */
+	lab[2] = V0 + V - 1;
+	float *w = FALLOC(V * C), *dx = FALLOC(N * C), *dw0 = FALLOC(V * C);
+	float *out = FALLOC(N * C), *dw = FALLOC(V * C), *got = FALLOC(N * C > N * V ? N * C : N * V);
+	fill(w, V * C, 1.0f);
+	fill(dx, N * C, 1.0f);
+	fill(dw0, V * C, 1.0f);
+	memcpy(dw, dw0, sizeof(float) * V * C);
+	CPU(cpu->ops->embedding_part_fwd(cpu, out, ids, w, N, V0, V, C));
+	CPU(cpu->ops->embedding_part_bwd(cpu, dw, ids, dx, N, V0, V, C));
+	uint32_t *ids_ = dput(ids, sizeof(ids));
+	float *w_ = dput(w, sizeof(float) * V * C), *dx_ = dput(dx, sizeof(float) * N * C);
+	float *out_ = dnew(sizeof(float) * N * C), *dw_ = dput(dw0, sizeof(float) * V * C);
+	snprintf(g.op, sizeof(g.op), "embedding_part");
+	set_label(NULL);
+	CU(be->ops->embedding_part_fwd(be, out_, ids_, w_, N, V0, V, C));
+	dget(got, out_, sizeof(float) * N * C);
+	check_exact("out", got, out, N * C);
+	CU(be->ops->embedding_part_bwd(be, dw_, ids_, dx_, N, V0, V, C));
+	dget(got, dw_, sizeof(float) * V * C);
+	check_exact("dw+=", got, dw, V * C);
+
+	/* the loss steps, on logits z [N,V] */
+	for (int grads = 0; grads < 2; grads++) {
+		float *z = FALLOC(N * V), *mx = FALLOC(N), *stf = FALLOC(2 * N), *gotst = FALLOC(2 * N);
+		double st[2 * N], dst[2 * N];
+		fill(z, N * V, 2.0f);
+		float *z_ = dput(z, sizeof(float) * N * V), *mx_ = dnew(sizeof(float) * N);
+		int32_t *lab_ = dput(lab, sizeof(lab));
+		double *st_ = dnew(sizeof(st));
+		snprintf(g.op, sizeof(g.op), "ce_part%s", grads ? " grads" : "");
+		set_label(NULL);
+		CPU(cpu->ops->ce_part_max(cpu, mx, z, N, V));
+		CU(be->ops->ce_part_max(be, mx_, z_, N, V));
+		dget(got, mx_, sizeof(float) * N);
+		check_exact("mx", got, mx, N);
+		for (int step = 0; step < 2; step++) { /* exp, then grad: st and z after each */
+			if (step == 0) {
+				CPU(cpu->ops->ce_part_exp(cpu, st, z, mx, lab, V0, N, V));
+				CU(be->ops->ce_part_exp(be, st_, z_, mx_, lab_, V0, N, V));
+			} else {
+				CPU(cpu->ops->ce_part_grad(cpu, st, z, mx, lab, V0, N, V, gs, grads));
+				CU(be->ops->ce_part_grad(be, st_, z_, mx_, lab_, V0, N, V, gs, grads));
+			}
+			dget(dst, st_, sizeof(st));
+			for (int i = 0; i < 2 * N; i++)
+				stf[i] = (float)st[i], gotst[i] = (float)dst[i];
+			check(step ? "row losses" : "exp sums", gotst, stf, 2 * N, TOL);
+			dget(got, z_, sizeof(float) * N * V);
+			check(step ? "dz" : "exp", got, z, N * V, TOL);
+		}
+		dfree(z_), dfree(mx_), dfree(lab_), dfree(st_);
+		free(z), free(mx), free(stf), free(gotst);
+	}
+	dfree(ids_), dfree(w_), dfree(dx_), dfree(out_), dfree(dw_);
+	free(w), free(dx), free(dw0), free(out), free(dw), free(got);
+}
+
+
 static int group_setup(void **state)
 {
 	struct titan_mem_backend mb;
@@ -1471,6 +1551,7 @@ int main(void)
 		cmocka_unit_test(test_sumsq),
 		cmocka_unit_test(test_vector_ops),
 		cmocka_unit_test(test_buffer_ops),
+		cmocka_unit_test(test_vocab_parts),
 	};
 	return cmocka_run_group_tests_name("cuda_ops", tests, group_setup, group_teardown);
 }

@@ -284,6 +284,86 @@ static void test_bad_input_id(void **state)
 	titan_backend_release(&be);
 }
 
+/* A CPU backend whose buf_set/buf_get count the bytes they move: the
+ * model reaches its arenas from the host only through them. */
+static size_t set_bytes, get_bytes;
+static const struct titan_backend_ops *cpu_ops;
+
+static int counted_set(struct titan_backend *be, void *dst, const void *host, size_t bytes)
+{
+	set_bytes += bytes;
+	return cpu_ops->buf_set(be, dst, host, bytes);
+}
+
+static int counted_get(struct titan_backend *be, void *host, const void *src, size_t bytes)
+{
+	get_bytes += bytes;
+	return cpu_ops->buf_get(be, host, src, bytes);
+}
+
+/* init_weights sets every parameter with buf_set; state_get/set copy the
+ * parameters and moments with buf_get/buf_set (the checkpoints' path);
+ * labels outside the vocabulary are refused on the host, with the
+ * backends' message, before any of them reaches the loss. */
+static void test_state_through_buffers(void **state)
+{
+	struct titan_model_dims d = tiny();
+	struct titan_llama_opts o = {.batch = B, .seq = T};
+	struct titan_backend be;
+	struct titan_backend_ops ops;
+	struct titan_llama *m;
+	int32_t in[B * T], lab[B * T];
+	double loss;
+	int64_t valid;
+	float *mo, *vo;
+
+	(void)state;
+	assert_int_equal(titan_backend_cpu_init(&be, 1), 0);
+	cpu_ops = be.ops;
+	ops = *be.ops;
+	ops.buf_set = counted_set;
+	ops.buf_get = counted_get;
+	be.ops = &ops;
+	assert_int_equal(titan_llama_new(&d, &o, &be, NULL, &m), 0);
+	const struct titan_param_table *t = titan_llama_table(m);
+	const size_t nf = (size_t)t->arena_floats, bytes = nf * sizeof(float);
+	float *h = malloc(3 * bytes), *h2 = malloc(3 * bytes);
+
+	assert_non_null(h);
+	assert_non_null(h2);
+	set_bytes = get_bytes = 0;
+	assert_int_equal(titan_llama_init_weights(m, 5), 0);
+	assert_int_equal(set_bytes, bytes);
+	tokens(in, lab);
+	assert_int_equal(titan_llama_zero_grads(m), 0);
+	assert_int_equal(titan_llama_step(m, in, lab, 1.0f, true, &loss, &valid), 0);
+	assert_int_equal(titan_llama_adamw(m, &(struct titan_adamw_hparams){1e-3, 0.9, 0.95,
+									  1e-8, 0.1}, 1, 1.0f), 0);
+	get_bytes = 0;
+	assert_int_equal(titan_llama_state_get(m, h, h + nf, h + 2 * nf), 0);
+	assert_int_equal(get_bytes, 3 * bytes);
+	titan_llama_moments(m, &mo, &vo);
+	assert_memory_equal(h, titan_llama_params(m)->data, bytes);
+	assert_memory_equal(h + nf, mo, bytes);
+	assert_memory_equal(h + 2 * nf, vo, bytes);
+	for (size_t i = 0; i < 3 * nf; i++)
+		h2[i] = (float)i;
+	set_bytes = 0;
+	assert_int_equal(titan_llama_state_set(m, h2, NULL, h2 + 2 * nf), 0);
+	assert_int_equal(set_bytes, 2 * bytes);
+	assert_memory_equal(titan_llama_params(m)->data, h2, bytes);
+	assert_memory_equal(mo, h + nf, bytes); /* NULL: left alone */
+	assert_memory_equal(vo, h2 + 2 * nf, bytes);
+	lab[5] = 61; /* the vocabulary is 61 */
+	assert_int_equal(titan_llama_step(m, in, lab, 1.0f, false, &loss, &valid), TITAN_E_INVALID);
+	assert_non_null(strstr(titan_errmsg(), "label 61 at position 5 is outside the vocabulary "
+				"(size 61)"));
+	titan_error_clear();
+	free(h), free(h2);
+	titan_llama_free(m);
+	titan_backend_release(&be);
+}
+
 /* A last pipeline stage of every block (no embedding) with two
  * microbatches: the zero-bubble split backward (both input passes, then
  * both weight passes, so the second input pass runs between the first's
@@ -371,6 +451,7 @@ int main(void)
 		cmocka_unit_test(test_grad_norm_and_adamw),
 		cmocka_unit_test(test_weight_decay_exclusion),
 		cmocka_unit_test(test_bad_input_id),
+		cmocka_unit_test(test_state_through_buffers),
 		cmocka_unit_test(test_split_backward_equals_fused),
 	};
 	return cmocka_run_group_tests_name("llama", tests, NULL, NULL);

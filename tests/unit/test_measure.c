@@ -226,6 +226,32 @@ static void step(struct titan_config *cfg, struct titan_dist *dist, struct titan
 	free(lab);
 }
 
+/* Every op the CPU backend has, the measure backend has: a dry run calls
+ * whatever the model calls, and a missing entry is a NULL call. */
+static void test_measure_ops_complete(void **state)
+{
+	struct titan_backend cpu, meas;
+	const size_t n = (sizeof(struct titan_backend_ops) - offsetof(struct titan_backend_ops,
+								       release)) / sizeof(void (*)(void));
+
+	(void)state;
+	assert_int_equal(titan_backend_cpu_init(&cpu, 1), 0);
+	titan_backend_measure_init(&meas, NULL, 1);
+	for (size_t i = 0; i < n; i++) {
+		void (*c)(void), (*m)(void);
+
+		memcpy(&c, (const char *)cpu.ops + offsetof(struct titan_backend_ops, release) +
+				   i * sizeof c, sizeof c);
+		memcpy(&m, (const char *)meas.ops + offsetof(struct titan_backend_ops, release) +
+				   i * sizeof m, sizeof m);
+		if (c && !m)
+			fail_msg("the measure backend lacks op %zu of struct titan_backend_ops "
+				 "(counted from release)", i);
+	}
+	titan_backend_release(&cpu);
+	titan_backend_release(&meas);
+}
+
 static void test_engine_dry_run_counts_as_real(void **state)
 {
 	struct titan_config cfg;
@@ -389,6 +415,7 @@ int main(void)
 		cmocka_unit_test(test_counting_allocator),
 		cmocka_unit_test(test_guard_faults),
 		cmocka_unit_test(test_backend_workspace),
+		cmocka_unit_test(test_measure_ops_complete),
 		cmocka_unit_test(test_engine_dry_run_counts_as_real),
 		cmocka_unit_test(test_estimate_dry_run_405b),
 		cmocka_unit_test(test_static_buffers_are_the_engines),

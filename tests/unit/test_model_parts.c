@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "titan/core.h"
+#include "titan/dist.h"
 #include "titan/ops.h"
 #include "titan/train.h"
 #include "../../lib/train/cp.h"
@@ -200,7 +201,7 @@ static void test_attention_local(void **state)
 	assert_int_equal(cp.n, B * T);
 	for (int64_t i = 0; i < B * T; i++)
 		assert_int_equal(titan_cp_token(&cp, i), i);
-	assert_ptr_equal(titan_cp_labels(&cp, lab), lab);
+	assert_ptr_equal(titan_cp_labels(&cp, lab, NULL), lab);
 	fill(q, B * T * H * D, 1);
 	fill(k, B * T * HKV * D, 2);
 	fill(v, B * T * HKV * D, 3);
@@ -219,6 +220,49 @@ static void test_attention_local(void **state)
 	titan_backend_release(&be);
 }
 
+/* A communicator that only says it has two ranks (titan_cp_init reads
+ * rank and size, and communicates nothing). */
+static int two_rank(const struct titan_comm *c)
+{
+	(void)c;
+	return 0;
+}
+
+static int two_size(const struct titan_comm *c)
+{
+	(void)c;
+	return 2;
+}
+
+/* CP runs its attention as parts: a backend without attention_part_fwd/
+ * bwd (CUDA today) is refused at set-up, naming the backend and what it
+ * lacks, instead of calling a NULL op in the first step. */
+static void test_cp_needs_attention_parts(void **state)
+{
+	static const struct titan_comm_ops two_ops = {.name = "two", .rank = two_rank,
+						      .size = two_size};
+	struct titan_comm two = {&two_ops};
+	struct titan_backend_ops ops;
+	struct titan_backend be;
+	struct titan_cp cp;
+
+	(void)state;
+	assert_int_equal(titan_backend_cpu_init(&be, 1), 0);
+	assert_int_equal(titan_cp_init(&cp, &be, NULL, &two, false, 1, 8, 4, 2, 8), 0);
+	assert_ptr_equal(cp.comm, &two);
+	ops = *be.ops;
+	ops.name = "partless";
+	ops.attention_part_bwd = NULL;
+	be.ops = &ops;
+	assert_int_equal(titan_cp_init(&cp, &be, NULL, &two, true, 1, 8, 4, 2, 8),
+			 TITAN_E_UNSUPPORTED);
+	assert_non_null(strstr(titan_errmsg(), "context_parallel_degree 2: the partless backend "
+				"has no partial attention"));
+	titan_error_clear();
+	/* one rank: local attention, no parts needed */
+	assert_int_equal(titan_cp_init(&cp, &be, NULL, NULL, true, 1, 8, 4, 2, 8), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -226,6 +270,7 @@ int main(void)
 		cmocka_unit_test(test_stages_interleaved),
 		cmocka_unit_test(test_sp_identity),
 		cmocka_unit_test(test_attention_local),
+		cmocka_unit_test(test_cp_needs_attention_parts),
 	};
 	return cmocka_run_group_tests_name("model_parts", tests, NULL, NULL);
 }
