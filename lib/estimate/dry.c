@@ -18,14 +18,11 @@
  * (forward, loss, backward with recomputation), the backend's attention
  * and loss ops mark the moments.
  *
- * The blocks are readable and writable address space (MAP_NORESERVE, see
- * titan_measure_mem_backend), not guarded: host code still writes backend
- * buffers — with the guard the run faults first in lib/train/llama.c
- * init_rope (the RoPE table, titan_rope_freqs) and lib/train/cp.c
- * titan_cp_alloc (CP's positions); llama.c also writes the token ids, tp.c
- * and cp.c pack with memcpy — and the pages they touch (a short
- * microbatch's, below) are the only ones committed.  Once those go through
- * the backend's buffer ops the guard can be turned on here.
+ * The blocks are address space that is never committed: guarded
+ * (PROT_NONE, titan_measure_mem_backend), so a host write to a backend
+ * buffer during the dry run faults instead of counting right by luck.
+ * The model, tp.c and cp.c move data only through the backend's buffer
+ * ops, which the measure backend does not carry out.
  */
 #include "est_impl.h"
 #include "titan/dist.h"
@@ -332,7 +329,7 @@ int est_dry_run(const struct titan_model_dims *dims, const struct titan_est_opts
 
 	memset(out, 0, sizeof(*out));
 	opts.seq_len = seq_len;
-	titan_measure_mem_backend(&mb, false);
+	titan_measure_mem_backend(&mb, true);
 	if (!(d.a = titan_allocator_new("dry run", &mb)))
 		return TITAN_E_NOMEM;
 	titan_backend_measure_init(&be, d.a, o->threads);
