@@ -36,6 +36,9 @@ struct titan_trainer {
 	int64_t dp_degree, dp_rank, fsdp_degree;
 	int64_t accum, n;              /* microbatches per step, tokens per microbatch */
 	int32_t *inputs, *labels;      /* [accum][n] */
+	int64_t val_rows, val_seq;     /* validation batch: rows per rank x seq_len */
+	int32_t *val_inputs, *val_labels; /* [val_rows][val_seq] when not the
+					     training shape, else NULL */
 	FILE *jsonl;                   /* rank 0 (all ranks with save_for_all_ranks) */
 	char jsonl_path[4200];
 	struct titan_tfevents *tb;     /* metrics.enable_tensorboard (rank 0, or all ranks) */

@@ -151,6 +151,63 @@ PY
 	assert_line --regexp '^validate step:  6  loss: +[0-9.]+'
 }
 
+# the validation rows of metrics.jsonl: "step loss tokens" lines
+val_rows() { /usr/bin/python3 -c '
+import json, sys
+for o in map(json.loads, open(sys.argv[1])):
+    if "validation_loss" in o:
+        print(o["step"], repr(o["validation_loss"]), o["validation_tokens"])' "$1"
+}
+
+@test "validation.seq_len and local_batch_size follow training's; --validation.enable alone runs" {
+	local d=$BATS_TEST_TMPDIR
+	run -0 --separate-stderr titan-train --config "$DATA/tiny.yaml" --validation.enable \
+		--validation.freq=2 --training.steps=2 --job.dump_folder="$d/a"
+	assert_line --regexp '^validate step:  2  loss: +[0-9.]+'
+	run -0 titan-train -q --config "$DATA/tiny.yaml" --validation.enable --validation.freq=2 \
+		--training.steps=2 --validation.seq_len=64 --validation.local_batch_size=2 \
+		--job.dump_folder="$d/b"
+	[ -n "$(val_rows "$d/a/metrics.jsonl")" ]
+	[ "$(val_rows "$d/a/metrics.jsonl")" = "$(val_rows "$d/b/metrics.jsonl")" ]
+	run -0 titan-config --config "$DATA/tiny.yaml" --get validation.seq_len
+	[ "$output" = -1 ]
+}
+
+@test "another validation batch size or a shorter validation seq_len gives the same loss" {
+	# the whole val split (steps -1) at seq_len 32 is the same windows however
+	# it is batched, and whatever training.seq_len the model was trained at:
+	# an lr of 1e-30 leaves the weights as initialised, so a model trained at
+	# seq_len 32 is the reference for one trained at 64 validating at 32
+	local d=$BATS_TEST_TMPDIR v="--validation.enable --validation.freq=2 --training.steps=2 --optimizer.lr=1e-30"
+	run -0 titan-train -q --config "$DATA/tiny.yaml" $v --training.seq_len=32 --job.dump_folder="$d/ref"
+	ref=$(val_rows "$d/ref/metrics.jsonl")
+	[ -n "$ref" ]
+	for b in 1 2 3 5; do
+		run -0 titan-train -q --config "$DATA/tiny.yaml" $v --validation.seq_len=32 \
+			--validation.local_batch_size=$b --job.dump_folder="$d/b$b"
+		/usr/bin/python3 - "$ref" "$(val_rows "$d/b$b/metrics.jsonl")" <<'PY'
+import sys
+a, b = ([l.split() for l in s.splitlines()] for s in sys.argv[1:3])
+assert len(a) == len(b) == 2, (a, b)
+for x, y in zip(a, b):
+    assert x[0] == y[0] and x[2] == y[2], (x, y)
+    assert abs(float(x[1]) - float(y[1])) <= 1e-9 * abs(float(x[1])), (x, y)
+PY
+	done
+	# and another batch under FSDP 2: every rank runs the same regrouped batches
+	if [ -z "${NO_MPI:-}" ]; then
+		run -0 timeout 120 mpiexec -n 2 titan-train -q --config "$DATA/tiny.yaml" $v \
+			--validation.seq_len=32 --validation.local_batch_size=3 --job.dump_folder="$d/mp"
+		[ "$(val_rows "$d/mp/metrics.jsonl" | cut -d' ' -f1,3)" = "$(echo "$ref" | cut -d' ' -f1,3)" ]
+	fi
+}
+
+@test "a validation.seq_len longer than training's: exit 2 naming both" {
+	run -2 --separate-stderr titan-train -q --config "$DATA/tiny.yaml" --validation.enable \
+		--validation.seq_len=128 --job.dump_folder="$BATS_TEST_TMPDIR/x"
+	[[ $stderr == "titan-train: error: validation.seq_len: 128 is longer than training.seq_len 64"* ]]
+}
+
 @test "metrics.enable_tensorboard: TFRecords of Event protos with the scalars of metrics.jsonl, torchtitan's tags" {
 	/usr/bin/python3 -c 'import google.protobuf' 2>/dev/null || skip "python3-protobuf is not installed"
 	d=$BATS_TEST_TMPDIR/tb
