@@ -134,9 +134,9 @@ static int validate(struct titan_trainer *t, int64_t step)
 	loss = sums[1] > 0 ? sums[0] / sums[1] : NAN;
 	/* tokens read per second, as torchtitan counts them (labels.numel()) */
 	return titan_trainer_log_validation(t, &(struct titan_validation_row){
-		step, loss, sums[1],
-		(double)(steps * t->val_rows * t->val_seq) /
-			((double)(titan_time_ns() - t0) * 1e-9)});
+		.step = step, .loss = loss, .tokens = sums[1],
+		.tps = (double)(steps * t->val_rows * t->val_seq) /
+		       ((double)(titan_time_ns() - t0) * 1e-9)});
 }
 
 /* ------------------------------------------------------------ the loop */
@@ -182,6 +182,7 @@ static int load_batch(struct titan_trainer *t, int64_t step, uint64_t t0, int64_
 static int forward_backward(struct titan_trainer *t, int64_t step, int64_t valid, double *loss)
 {
 	double red[2] = {0, 0};
+	int64_t rank_valid = 0;
 	int rc;
 
 	if ((rc = titan_engine_zero_grads(t->engine)) < 0)
@@ -195,7 +196,10 @@ static int forward_backward(struct titan_trainer *t, int64_t step, int64_t valid
 							t->labels + mb * t->n, &ls, &nv)) < 0)
 			return rc;
 		red[0] += ls;
+		rank_valid += nv;
 	}
+	/* this rank's own average, for the logged max over ranks */
+	t->rank_loss = rank_valid > 0 ? red[0] / (double)rank_valid : -INFINITY;
 	titan_trace_begin(t->trace, "grad sync", "comm", step);
 	if ((rc = titan_engine_finish_grads(t->engine)) < 0)
 		return rc;
@@ -345,6 +349,7 @@ int titan_trainer_new(const struct titan_config *cfg, const struct titan_trainer
 	t->verbosity = o->verbosity;
 	t->print_rank = o->print_rank;
 	snprintf(t->line_prefix, sizeof(t->line_prefix), "%s", o->line_prefix ? o->line_prefix : "");
+	t->plain_steps = o->plain_steps;
 	t->total_mem = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
 	if ((rc = titan_config_copy(&t->cfg, cfg)) < 0)
 		return rc;

@@ -48,6 +48,9 @@ struct titan_trainer {
 	int verbosity;
 	bool print_rank;               /* this rank prints step lines */
 	char line_prefix[32];
+	bool plain_steps;              /* step lines without torchtitan's logger head */
+	double rank_loss;              /* this rank's last step: its loss sum / its
+					  valid tokens (-inf: none), for max_loss */
 	/* metrics since the last log line */
 	uint64_t t_last, data_ns;
 	int64_t tokens_since, steps_since;
@@ -105,7 +108,7 @@ void titan_trainer_ckpt_release(struct titan_trainer *t);
 int titan_trainer_metrics_open(struct titan_trainer *t);
 int titan_trainer_log_step(struct titan_trainer *t, int64_t step, double loss, double norm,
 			   double lr, int64_t tokens_seen);
-int titan_trainer_log_validation(struct titan_trainer *t, const struct titan_validation_row *r);
+int titan_trainer_log_validation(struct titan_trainer *t, struct titan_validation_row *r);
 int titan_trainer_metrics_close(struct titan_trainer *t, int rc);
 
 #endif
