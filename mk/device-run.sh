@@ -67,7 +67,7 @@ stage_e2e_ref() {
 	{
 		echo "# titan-train on the CPU (fp32, the oracle): configs/llama3_debug.yaml, KJV shards of mk/device-bundle.sh,"
 		echo "# seq 512, batch 4, warmup 10, 100 steps (mk/device-run.sh e2e-ref). Columns: step loss grad_norm"
-		grep "^step" "$out/e2e-cpu.log" | awk '{print $2,$4,$6}'
+		grep -o "step: .*" "$out/e2e-cpu.log" | awk '{print $2,$4,$6}'
 	} > tests/ref/cuda-e2e-cpu.txt
 }
 

@@ -95,16 +95,17 @@ static int check_batch(const struct titan_config *c)
 		FAIL("parallelism.pipeline_parallel_microbatch_size: %" PRId64
 		     " does not divide training.local_batch_size %" PRId64,
 		     mbs, local);
-	/* the validation batches go through the training buffers and layout
-	 * (issue 21: a config error, exit 2, found by titan-config --check) */
-	if (c->validation.enable && c->validation.seq_len != c->training.seq_len)
-		FAIL("validation.seq_len: %" PRId64 " differs from training.seq_len %" PRId64
-		     " (validation runs with the training shapes in this version)",
-		     c->validation.seq_len, c->training.seq_len);
-	if (c->validation.enable && c->validation.local_batch_size != local)
-		FAIL("validation.local_batch_size: %" PRId64 " differs from "
-		     "training.local_batch_size %" PRId64 " (validation runs with the training "
-		     "shapes in this version)", c->validation.local_batch_size, local);
+	/* Validation batches run through the model's training-shaped buffers,
+	 * rows padded to training.seq_len (labels ignored, so the loss is that
+	 * of the shorter rows) and regrouped by training.local_batch_size.  A
+	 * longer row does not fit the RoPE table and buffers sized by
+	 * training.seq_len: torchtitan fails there too (the model's
+	 * max_seq_len is training.seq_len). */
+	if (c->validation.enable && c->validation.seq_len > c->training.seq_len)
+		FAIL("validation.seq_len: %" PRId64 " is longer than training.seq_len %" PRId64
+		     " (the model's RoPE table and buffers are sized by training.seq_len; "
+		     "use at most %" PRId64 " or -1)",
+		     c->validation.seq_len, c->training.seq_len, c->training.seq_len);
 	/* Sequence parallelism shards the sequence by TP, CP by 2 x CP. */
 	int64_t div = mul_sat(tp, cp > 1 ? mul_sat(2, cp) : 1);
 	if (c->training.seq_len % div)

@@ -1,6 +1,6 @@
 /*
  * log.c — leveled logging to stderr in torchtitan's line format:
- *   [rank0]:[titan] 2026-11-21 23:01:02,123 - INFO - message
+ *   [rank0]:[titan] 2026-11-21 23:01:02,123 - root - INFO - message
  */
 #include "titan/core.h"
 
@@ -60,9 +60,32 @@ void titan_log_set_stream(FILE *fp)
 	log_stream = fp;
 }
 
+size_t titan_log_head(char *buf, size_t size, enum titan_log_level level)
+{
+	char when[48] = "";
+	int n;
+
+	pthread_once(&log_once, log_init_env);
+	if (size == 0)
+		return 0;
+	if (log_time) {
+		struct timespec ts;
+		struct tm tm;
+		size_t w;
+
+		clock_gettime(CLOCK_REALTIME, &ts);
+		localtime_r(&ts.tv_sec, &tm);
+		w = strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S", &tm);
+		snprintf(when + w, sizeof(when) - w, ",%03ld ", ts.tv_nsec / 1000000);
+	}
+	/* torchtitan's %(name)s: its logger is the root logger */
+	n = snprintf(buf, size, "[titan] %s- root - %s - ", when, level_names[level]);
+	return (size_t)n < size ? (size_t)n : size - 1;
+}
+
 void titan_vlog(enum titan_log_level level, const char *fmt, va_list ap)
 {
-	char head[96], body[4096], safe[8192];
+	char head[128], body[4096], safe[8192];
 	size_t h = 0;
 	int rank = titan_get_rank();
 	FILE *fp;
@@ -72,18 +95,7 @@ void titan_vlog(enum titan_log_level level, const char *fmt, va_list ap)
 		return;
 	if (rank >= 0)
 		h += (size_t)snprintf(head + h, sizeof(head) - h, "[rank%d]:", rank);
-	h += (size_t)snprintf(head + h, sizeof(head) - h, "[titan] ");
-	if (log_time) {
-		struct timespec ts;
-		struct tm tm;
-
-		clock_gettime(CLOCK_REALTIME, &ts);
-		localtime_r(&ts.tv_sec, &tm);
-		h += strftime(head + h, sizeof(head) - h, "%Y-%m-%d %H:%M:%S", &tm);
-		h += (size_t)snprintf(head + h, sizeof(head) - h, ",%03ld ",
-				      ts.tv_nsec / 1000000);
-	}
-	snprintf(head + h, sizeof(head) - h, "- %s - ", level_names[level]);
+	titan_log_head(head + h, sizeof(head) - h, level);
 	vsnprintf(body, sizeof(body), fmt, ap);
 	/* log lines quote names from files (a flavor, a tensor, a key): no
 	 * terminal escape gets through */

@@ -93,14 +93,19 @@ enum titan_log_level {
 };
 
 /* Lines go to stderr (or the stream set below) as
- *   [rank0]:[titan] 2026-11-21 23:01:02,123 - INFO - message
- * ("[rank0]:" only once titan_set_rank() was called), the format torchtitan
- * users know.  TITAN_LOG_LEVEL=error|warn|info|debug|trace in the environment
- * sets the initial level; TITAN_LOG_TIME=0 drops the timestamp. */
+ *   [rank0]:[titan] 2026-11-21 23:01:02,123 - root - INFO - message
+ * ("[rank0]:" only once titan_set_rank() was called), torchtitan's format
+ * ("[titan] %(asctime)s - %(name)s - %(levelname)s - %(message)s", its
+ * root logger).  TITAN_LOG_LEVEL=error|warn|info|debug|trace in the
+ * environment sets the initial level; TITAN_LOG_TIME=0 drops the timestamp. */
 void titan_log_set_level(enum titan_log_level level);
 enum titan_log_level titan_log_get_level(void);
 int titan_log_parse_level(const char *s, enum titan_log_level *out);
 void titan_log_set_stream(FILE *fp); /* NULL = stderr */
+/* The head of a line, "[titan] DATE - root - LEVEL - " (no rank), into buf
+ * (truncated to size); its length.  For lines printed elsewhere in the
+ * same format (titan-train's step lines on stdout). */
+size_t titan_log_head(char *buf, size_t size, enum titan_log_level level);
 void titan_log(enum titan_log_level level, const char *fmt, ...) TITAN_PRINTF(2, 3);
 void titan_vlog(enum titan_log_level level, const char *fmt, va_list ap) TITAN_PRINTF(2, 0);
 #define titan_log_error(...) titan_log(TITAN_LOG_ERROR, __VA_ARGS__)

@@ -389,6 +389,8 @@ struct titan_trainer_opts {
 	int verbosity;        /* -1 quiet: no step lines */
 	bool print_rank;      /* this rank prints the step lines */
 	const char *line_prefix; /* before each step line ("[rank1]:" or "") */
+	bool plain_steps;     /* step and validation lines without torchtitan's
+				 logger head ("[titan] DATE - root - INFO - ") */
 };
 int titan_trainer_new(const struct titan_config *c, const struct titan_trainer_opts *o,
 		      struct titan_trainer **out);

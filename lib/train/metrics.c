@@ -34,10 +34,15 @@ void titan_metrics_print(FILE *f, const char *prefix, const struct titan_metrics
 	fflush(f);
 }
 
-void titan_validation_print(FILE *f, const struct titan_validation_row *r)
+void titan_validation_print(FILE *f, const char *prefix, const struct titan_validation_row *r)
 {
-	fprintf(f, "validate step: %2lld  loss: %8.5f  tps: %.0f\n", (long long)r->step, r->loss,
-		r->tps);
+	char g[48];
+
+	fprintf(f, "%svalidate step: %2lld  loss: %8.5f  memory: %5.2fGiB(%.2f%%)  tps: %s\n",
+		prefix, (long long)r->step, r->loss, (double)r->max_reserved / GIB,
+		100.0 * (double)r->max_reserved / r->total_mem,
+		titan_format_grouped(g, sizeof(g), r->tps));
+	fflush(f);
 }
 
 void titan_metrics_json(struct titan_json *j, const struct titan_metrics_row *r)
@@ -47,6 +52,8 @@ void titan_metrics_json(struct titan_json *j, const struct titan_metrics_row *r)
 	titan_json_int(j, r->step);
 	titan_json_key(j, "loss");
 	titan_json_double(j, r->loss);
+	titan_json_key(j, "max_loss");
+	titan_json_double(j, r->max_loss);
 	titan_json_key(j, "grad_norm");
 	titan_json_double(j, r->grad_norm);
 	titan_json_key(j, "lr");
@@ -108,16 +115,23 @@ void titan_validation_json(struct titan_json *j, const struct titan_validation_r
 	titan_json_double(j, r->loss);
 	titan_json_key(j, "validation_tokens");
 	titan_json_int(j, (int64_t)r->tokens);
+	titan_json_key(j, "validation_tps");
+	titan_json_double(j, r->tps);
+	titan_json_key(j, "validation_memory_peak_bytes");
+	titan_json_int(j, r->max_reserved);
 	titan_json_object_end(j);
 }
 
-/* torchtitan's tags (MetricsProcessor.log) where it has the metric. */
+/* torchtitan's tags (MetricsProcessor.log, every one of them: the list
+ * tests/ref/torchtitan_tb_tags.txt), then titan's own.  On the CPU the
+ * allocator retries and OOMs, CUDA caching-allocator facts, are 0. */
 int titan_metrics_tensorboard(struct titan_tfevents *e, const struct titan_metrics_row *r,
 			      double wall_time)
 {
 	char tag[96];
 
 	titan_tfevents_scalar(e, "loss_metrics/global_avg_loss", r->loss);
+	titan_tfevents_scalar(e, "loss_metrics/global_max_loss", r->max_loss);
 	titan_tfevents_scalar(e, "grad_norm", r->grad_norm);
 	titan_tfevents_scalar(e, "lr", r->lr);
 	titan_tfevents_scalar(e, "n_tokens_seen", (double)r->tokens_seen);
@@ -135,10 +149,8 @@ int titan_metrics_tensorboard(struct titan_tfevents *e, const struct titan_metri
 	titan_tfevents_scalar(e, "memory/max_reserved(GiB)", (double)r->max_reserved / GIB);
 	titan_tfevents_scalar(e, "memory/max_reserved(%)",
 			      100.0 * (double)r->max_reserved / r->total_mem);
-	if (r->cuda) {
-		titan_tfevents_scalar(e, "memory/num_alloc_retries", (double)r->num_alloc_retries);
-		titan_tfevents_scalar(e, "memory/num_ooms", (double)r->num_ooms);
-	}
+	titan_tfevents_scalar(e, "memory/num_alloc_retries", (double)r->num_alloc_retries);
+	titan_tfevents_scalar(e, "memory/num_ooms", (double)r->num_ooms);
 	for (int k = 0; k < TITAN_MEM_NTAGS; k++) {
 		snprintf(tag, sizeof(tag), "memory/by_tag/%s(GiB)",
 			 titan_mem_tag_name((enum titan_mem_tag)k));
@@ -157,6 +169,15 @@ int titan_validation_tensorboard(struct titan_tfevents *e, const struct titan_va
 				 double wall_time)
 {
 	titan_tfevents_scalar(e, "validation_metrics/loss", r->loss);
+	titan_tfevents_scalar(e, "validation_metrics/throughput(tps)", r->tps);
+	titan_tfevents_scalar(e, "validation_metrics/memory/max_active(GiB)",
+			      (double)r->max_active / GIB);
+	titan_tfevents_scalar(e, "validation_metrics/memory/max_active(%)",
+			      100.0 * (double)r->max_active / r->total_mem);
+	titan_tfevents_scalar(e, "validation_metrics/memory/max_reserved(GiB)",
+			      (double)r->max_reserved / GIB);
+	titan_tfevents_scalar(e, "validation_metrics/memory/max_reserved(%)",
+			      100.0 * (double)r->max_reserved / r->total_mem);
 	titan_tfevents_scalar(e, "validation_metrics/tokens", r->tokens);
 	return titan_tfevents_write(e, r->step, wall_time);
 }
@@ -231,6 +252,26 @@ static void mem_peaks(const struct titan_trainer *t, const struct titan_mem_stat
 	}
 }
 
+/* "[rankR]:" where several ranks print, then torchtitan's logger head
+ * "[titan] 2026-11-27 10:01:02,123 - root - INFO - " unless --plain-steps */
+static const char *line_head(const struct titan_trainer *t, char *buf, size_t size)
+{
+	size_t n = (size_t)snprintf(buf, size, "%s", t->line_prefix);
+
+	if (!t->plain_steps && n < size)
+		titan_log_head(buf + n, size - n, TITAN_LOG_INFO);
+	return buf;
+}
+
+/* Reset the peaks a row reported: the next row's are its own (torchtitan
+ * resets them after every training and validation log). */
+static void mem_reset_peaks(struct titan_trainer *t)
+{
+	titan_mem_reset_peak(t->mem);
+	if (t->cuda)
+		titan_cuda_mem_reset_peak(0);
+}
+
 int titan_trainer_log_step(struct titan_trainer *t, int64_t step, double loss, double norm,
 			   double lr, int64_t tokens_seen)
 {
@@ -238,7 +279,8 @@ int titan_trainer_log_step(struct titan_trainer *t, int64_t step, double loss, d
 	struct titan_metrics_row r = {.step = step, .loss = loss, .grad_norm = norm, .lr = lr,
 				      .tokens_seen = tokens_seen};
 	uint64_t now = titan_time_ns();
-	double dt = (double)(now - t->t_last) * 1e-9, mx[2];
+	double dt = (double)(now - t->t_last) * 1e-9, mx[3];
+	char head[160];
 	int rc;
 
 	r.tps = (double)t->tokens_since / dt;
@@ -251,15 +293,20 @@ int titan_trainer_log_step(struct titan_trainer *t, int64_t step, double loss, d
 	r.world_size = t->dist->size;
 	titan_mem_get_stats(t->mem, &ms);
 	mem_peaks(t, &ms, &r);
-	/* the slowest and the largest rank, for the metrics (one small
-	 * all-reduce per logged step) */
+	/* the slowest and the largest rank, and the largest rank loss
+	 * (torchtitan's global_max_loss over the DP and CP ranks; TP and PP
+	 * ranks hold their group's value, so the world's max is the same):
+	 * one small all-reduce per logged step, no more than before the max
+	 * loss rode on it */
 	mx[0] = (double)r.max_reserved;
 	mx[1] = r.step_time_s;
-	if ((rc = titan_comm_all_reduce(t->dist->comm[TITAN_DIM_WORLD], TITAN_IN_PLACE, mx, 2,
+	mx[2] = t->rank_loss;
+	if ((rc = titan_comm_all_reduce(t->dist->comm[TITAN_DIM_WORLD], TITAN_IN_PLACE, mx, 3,
 					TITAN_DTYPE_F64, TITAN_REDOP_MAX, "metrics")) < 0)
 		return rc;
 	r.max_rank_reserved = mx[0];
 	r.max_rank_step_time_s = mx[1];
+	r.max_loss = mx[2];
 	/* torchtitan warns at every logged step once any happened */
 	if (r.num_alloc_retries > 0)
 		titan_log_warn("%lld CUDA memory allocation retries.",
@@ -267,14 +314,12 @@ int titan_trainer_log_step(struct titan_trainer *t, int64_t step, double loss, d
 	if (r.num_ooms > 0)
 		titan_log_warn("%lld CUDA OOM errors thrown.", (long long)r.num_ooms);
 	if (t->verbosity >= 0 && t->print_rank)
-		titan_metrics_print(stdout, t->line_prefix, &r);
+		titan_metrics_print(stdout, line_head(t, head, sizeof(head)), &r);
 	if (t->jsonl && (rc = write_jsonl(t, render_step, &r)) < 0)
 		return rc;
 	if (t->tb && (rc = titan_metrics_tensorboard(t->tb, &r, wall_now())) < 0)
 		return rc;
-	titan_mem_reset_peak(t->mem);
-	if (t->cuda)
-		titan_cuda_mem_reset_peak(0);
+	mem_reset_peaks(t);
 	t->ckpt_blocked_s = 0;
 	t->t_last = titan_time_ns();
 	t->tokens_since = t->steps_since = 0;
@@ -282,12 +327,25 @@ int titan_trainer_log_step(struct titan_trainer *t, int64_t step, double loss, d
 	return 0;
 }
 
-int titan_trainer_log_validation(struct titan_trainer *t, const struct titan_validation_row *r)
+/* The row's loss, tokens and throughput are the caller's; the memory
+ * peaks since the last log (this pass's where validation follows a
+ * logged step) are filled here and reset, as torchtitan's
+ * log_validation does. */
+int titan_trainer_log_validation(struct titan_trainer *t, struct titan_validation_row *r)
 {
+	struct titan_mem_stats ms;
+	struct titan_metrics_row m = {0};
+	char head[160];
 	int rc;
 
+	titan_mem_get_stats(t->mem, &ms);
+	mem_peaks(t, &ms, &m);
+	r->max_active = m.max_active;
+	r->max_reserved = m.max_reserved;
+	r->total_mem = t->total_mem;
+	mem_reset_peaks(t);
 	if (t->verbosity >= 0 && t->print_rank)
-		titan_validation_print(stdout, r);
+		titan_validation_print(stdout, line_head(t, head, sizeof(head)), r);
 	if (t->jsonl && (rc = write_jsonl(t, render_validation, r)) < 0)
 		return rc;
 	if (t->tb)

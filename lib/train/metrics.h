@@ -20,6 +20,9 @@
 struct titan_metrics_row {
 	int64_t step;
 	double loss, grad_norm, lr;
+	double max_loss;               /* torchtitan's global_max_loss: the largest
+					  rank's own average (its loss sum / its
+					  valid tokens) */
 	int64_t tokens_seen;           /* over every DP rank, since the run began */
 	double tps, tflops, mfu_pct;   /* this rank's */
 	double step_time_s, data_time_s, checkpoint_blocked_s;
@@ -39,11 +42,16 @@ struct titan_metrics_row {
 struct titan_validation_row {
 	int64_t step;
 	double loss, tokens, tps;
+	/* the pass's memory peaks, as a step row's (max_active, max_reserved) */
+	int64_t max_active, max_reserved;
+	double total_mem;
 };
 
-/* The console sinks: "<prefix>step: ..." (flushed), "validate step: ...". */
+/* The console sinks: "<prefix>step: ..." (flushed), "<prefix>validate
+ * step: ...", the prefix torchtitan's logger head (titan_log_head) after
+ * "[rankR]:" where several ranks print. */
 void titan_metrics_print(FILE *f, const char *prefix, const struct titan_metrics_row *r);
-void titan_validation_print(FILE *f, const struct titan_validation_row *r);
+void titan_validation_print(FILE *f, const char *prefix, const struct titan_validation_row *r);
 /* The metrics.jsonl objects (appended to j). */
 void titan_metrics_json(struct titan_json *j, const struct titan_metrics_row *r);
 void titan_validation_json(struct titan_json *j, const struct titan_validation_row *r);

@@ -55,9 +55,52 @@ void titan_trainer_catch_signals(void)
 
 /* ------------------------------------------------------------ validation */
 
+/* The loss sum and valid tokens of a validation batch read into
+ * t->val_inputs/labels when its shape is not the training one: each row is
+ * padded to training.seq_len (input 0, label ignored: causal attention
+ * keeps the real positions' logits those of the shorter row) and the rows
+ * go through the model training.local_batch_size at a time, the last group
+ * filled with ignored rows.  Every rank runs the same number of groups (a
+ * layout's collectives need it), whatever rows its batch holds. */
+static int eval_regrouped(struct titan_trainer *t, double *loss_sum, int64_t *n_valid)
+{
+	int64_t seq = t->cfg.training.seq_len, rows = t->cfg.training.local_batch_size;
+	int rc;
+
+	*loss_sum = 0;
+	*n_valid = 0;
+	for (int64_t r0 = 0; r0 < t->val_rows; r0 += rows) {
+		double ls;
+		int64_t nv;
+
+		for (int64_t b = 0; b < rows; b++) {
+			int32_t *in = t->inputs + b * seq, *lab = t->labels + b * seq;
+			int64_t k = 0;
+
+			if (r0 + b < t->val_rows) {
+				k = t->val_seq;
+				memcpy(in, t->val_inputs + (r0 + b) * k, (size_t)k * sizeof(*in));
+				memcpy(lab, t->val_labels + (r0 + b) * k, (size_t)k * sizeof(*lab));
+			}
+			for (; k < seq; k++) {
+				in[k] = 0;
+				lab[k] = TITAN_LABEL_IGNORE;
+			}
+		}
+		rc = titan_engine_eval_microbatch(t->engine, t->inputs, t->labels, &ls, &nv);
+		if (rc < 0)
+			return rc;
+		*loss_sum += ls;
+		*n_valid += nv;
+	}
+	return 0;
+}
+
 static int validate(struct titan_trainer *t, int64_t step)
 {
 	double sums[2] = {0, 0}, loss; /* loss sum, valid tokens */
+	int32_t *vin = t->val_inputs ? t->val_inputs : t->inputs;
+	int32_t *vlab = t->val_labels ? t->val_labels : t->labels;
 	int64_t steps = 0;
 	uint64_t t0 = titan_time_ns();
 	int rc;
@@ -69,12 +112,16 @@ static int validate(struct titan_trainer *t, int64_t step)
 		double ls;
 		int64_t nv;
 
-		if ((rc = titan_loader_next(t->val, t->inputs, t->labels, &info)) < 0)
+		if ((rc = titan_loader_next(t->val, vin, vlab, &info)) < 0)
 			return rc;
 		/* every rank stops at the same call: global rows decide */
 		if (rc == 0 || info.global_rows == 0)
 			break;
-		rc = titan_engine_eval_microbatch(t->engine, t->inputs, t->labels, &ls, &nv);
+		if (t->val_inputs)
+			rc = eval_regrouped(t, &ls, &nv);
+		else
+			rc = titan_engine_eval_microbatch(t->engine, t->inputs, t->labels, &ls,
+							  &nv);
 		if (rc < 0)
 			return rc;
 		sums[0] += ls;
@@ -85,9 +132,11 @@ static int validate(struct titan_trainer *t, int64_t step)
 					2, TITAN_DTYPE_F64, TITAN_REDOP_SUM, "validation loss")) < 0)
 		return rc;
 	loss = sums[1] > 0 ? sums[0] / sums[1] : NAN;
+	/* tokens read per second, as torchtitan counts them (labels.numel()) */
 	return titan_trainer_log_validation(t, &(struct titan_validation_row){
-		step, loss, sums[1],
-		(double)(steps * t->n) / ((double)(titan_time_ns() - t0) * 1e-9)});
+		.step = step, .loss = loss, .tokens = sums[1],
+		.tps = (double)(steps * t->val_rows * t->val_seq) /
+		       ((double)(titan_time_ns() - t0) * 1e-9)});
 }
 
 /* ------------------------------------------------------------ the loop */
@@ -133,6 +182,7 @@ static int load_batch(struct titan_trainer *t, int64_t step, uint64_t t0, int64_
 static int forward_backward(struct titan_trainer *t, int64_t step, int64_t valid, double *loss)
 {
 	double red[2] = {0, 0};
+	int64_t rank_valid = 0;
 	int rc;
 
 	if ((rc = titan_engine_zero_grads(t->engine)) < 0)
@@ -146,7 +196,10 @@ static int forward_backward(struct titan_trainer *t, int64_t step, int64_t valid
 							t->labels + mb * t->n, &ls, &nv)) < 0)
 			return rc;
 		red[0] += ls;
+		rank_valid += nv;
 	}
+	/* this rank's own average, for the logged max over ranks */
+	t->rank_loss = rank_valid > 0 ? red[0] / (double)rank_valid : -INFINITY;
 	titan_trace_begin(t->trace, "grad sync", "comm", step);
 	if ((rc = titan_engine_finish_grads(t->engine)) < 0)
 		return rc;
@@ -296,6 +349,7 @@ int titan_trainer_new(const struct titan_config *cfg, const struct titan_trainer
 	t->verbosity = o->verbosity;
 	t->print_rank = o->print_rank;
 	snprintf(t->line_prefix, sizeof(t->line_prefix), "%s", o->line_prefix ? o->line_prefix : "");
+	t->plain_steps = o->plain_steps;
 	t->total_mem = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
 	if ((rc = titan_config_copy(&t->cfg, cfg)) < 0)
 		return rc;
@@ -364,6 +418,8 @@ void titan_trainer_free(struct titan_trainer *t)
 		close(t->lock_fd - 1); /* the lock goes with it */
 	titan_free(t->inputs);
 	titan_free(t->labels);
+	titan_free(t->val_inputs);
+	titan_free(t->val_labels);
 	titan_engine_free(t->engine);
 	for (int d = 0; d < TITAN_DIM_NALL; d++)
 		titan_comm_free(t->comm[d]);

@@ -44,6 +44,9 @@ struct titan_trainer {
 	int64_t dp_degree, dp_rank, fsdp_degree;
 	int64_t accum, n;              /* microbatches per step, tokens per microbatch */
 	int32_t *inputs, *labels;      /* [accum][n] */
+	int64_t val_rows, val_seq;     /* validation batch: rows per rank x seq_len */
+	int32_t *val_inputs, *val_labels; /* [val_rows][val_seq] when not the
+					     training shape, else NULL */
 	FILE *jsonl;                   /* rank 0 (all ranks with save_for_all_ranks) */
 	char jsonl_path[4200];
 	struct titan_tfevents *tb;     /* metrics.enable_tensorboard (rank 0, or all ranks) */
@@ -53,6 +56,9 @@ struct titan_trainer {
 	int verbosity;
 	bool print_rank;               /* this rank prints step lines */
 	char line_prefix[32];
+	bool plain_steps;              /* step lines without torchtitan's logger head */
+	double rank_loss;              /* this rank's last step: its loss sum / its
+					  valid tokens (-inf: none), for max_loss */
 	/* metrics since the last log line */
 	uint64_t t_last, data_ns;
 	int64_t tokens_since, steps_since;
@@ -110,7 +116,7 @@ void titan_trainer_ckpt_release(struct titan_trainer *t);
 int titan_trainer_metrics_open(struct titan_trainer *t);
 int titan_trainer_log_step(struct titan_trainer *t, int64_t step, double loss, double norm,
 			   double lr, int64_t tokens_seen);
-int titan_trainer_log_validation(struct titan_trainer *t, const struct titan_validation_row *r);
+int titan_trainer_log_validation(struct titan_trainer *t, struct titan_validation_row *r);
 int titan_trainer_metrics_close(struct titan_trainer *t, int rc);
 
 #endif

@@ -117,17 +117,34 @@ int titan_trainer_open_loaders(struct titan_trainer *t)
 		lo.dir = *c->validation.dataset_path ? c->validation.dataset_path
 						     : c->training.dataset_path;
 		lo.split = "val";
-		lo.seq_len = c->validation.seq_len;
-		lo.local_batch_size = c->validation.local_batch_size;
+		/* -1 follows training (torchtitan validates with the training
+		 * shapes); validate.c refused a longer validation.seq_len */
+		t->val_seq = c->validation.seq_len > 0 ? c->validation.seq_len
+						       : c->training.seq_len;
+		t->val_rows = c->validation.local_batch_size > 0
+				      ? c->validation.local_batch_size
+				      : c->training.local_batch_size;
+		if (t->val_seq > c->training.seq_len)
+			return titan_error(TITAN_E_INVALID, "validation.seq_len: %lld is longer "
+					   "than training.seq_len %lld",
+					   (long long)t->val_seq, (long long)c->training.seq_len);
+		lo.seq_len = t->val_seq;
+		lo.local_batch_size = t->val_rows;
 		lo.infinite = false;
 		lo.shuffle = false;
-		if (c->validation.seq_len != c->training.seq_len ||
-		    c->validation.local_batch_size != c->training.local_batch_size)
-			return titan_error(TITAN_E_UNSUPPORTED,
-					   "validation.seq_len and validation.local_batch_size must equal "
-					   "the training ones in this version");
 		if ((rc = titan_loader_open(&lo, &t->val)) < 0)
 			return rc;
+		/* another shape is read into its own buffers and regrouped into
+		 * training-shaped batches (trainer.c, validate) */
+		if (t->val_seq != c->training.seq_len ||
+		    t->val_rows != c->training.local_batch_size) {
+			size_t bytes = (size_t)(t->val_rows * t->val_seq) * sizeof(int32_t);
+			t->val_inputs = titan_malloc(bytes, TITAN_MEM_DATA);
+			t->val_labels = titan_malloc(bytes, TITAN_MEM_DATA);
+			if (!t->val_inputs || !t->val_labels)
+				return titan_error(TITAN_E_NOMEM, "validation batch: %zu bytes",
+						   bytes);
+		}
 	}
 	return 0;
 }

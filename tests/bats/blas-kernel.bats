@@ -76,7 +76,7 @@ first_line() {
 @test "nothing set: the first log line names the fastest kernel the CPU flags allow" {
 	[ -n "$best" ] || skip "no AVX2/AVX-512 on this CPU: nothing to choose"
 	first_line
-	[[ $line == "[titan] - INFO - titan-train "* ]] || fail "first line: $line"
+	[[ $line == "[titan] - root - INFO - titan-train "* ]] || fail "first line: $line"
 	[[ $line =~ "; OpenBLAS "$class" kernel (OpenBLAS's own choice)"$ ||
 	   $line =~ "; OpenBLAS "$class" kernel (chosen by titan from the CPU flags; OpenBLAS ".*" picked ".*")"$ ]] ||
 		fail "first line does not name a $best-class kernel and how: $line"
@@ -117,7 +117,7 @@ first_line() {
 	titan-train -q --config "$DATA/tiny.yaml" --job.dump_folder="$BATS_TEST_TMPDIR/g"
 	ckpt=$BATS_TEST_TMPDIR/g/checkpoint/step-2.h5
 	run -0 --separate-stderr env -u OPENBLAS_CORETYPE titan-generate -n 2 --temperature 0 "$ckpt" In
-	[[ ${stderr_lines[0]} =~ "[titan] - INFO - titan-generate ".*"; OpenBLAS "$class" kernel (" ]] ||
+	[[ ${stderr_lines[0]} =~ "[titan] - root - INFO - titan-generate ".*"; OpenBLAS "$class" kernel (" ]] ||
 		fail "first line: ${stderr_lines[0]}"
 	if [ -f "$DATA/prescott.so" ]; then
 		run -0 --separate-stderr env -u OPENBLAS_CORETYPE LD_PRELOAD="$DATA/prescott.so" \
@@ -165,7 +165,7 @@ first_line() {
 		timeout 120 mpiexec -n 2 titan-train --log-rank all --config "$DATA/tiny.yaml" \
 		--job.dump_folder="$BATS_TEST_TMPDIR/out" --checkpoint.enable=false
 	for r in 0 1; do
-		[[ $stderr == *"[rank$r]:[titan] - INFO - titan-train "*"2 rank(s) over MPI"*"; OpenBLAS $best kernel (chosen by titan from the CPU flags; OpenBLAS "*" picked Prescott)"* ]] ||
+		[[ $stderr == *"[rank$r]:[titan] - root - INFO - titan-train "*"2 rank(s) over MPI"*"; OpenBLAS $best kernel (chosen by titan from the CPU flags; OpenBLAS "*" picked Prescott)"* ]] ||
 			fail "rank $r: $stderr"
 	done
 	# a slower user value: kept on both, one warning (rank 0 logs)

@@ -1,7 +1,9 @@
 #!/usr/bin/env bats
-# Documentation: every tool has a man page that renders cleanly, and
+# Documentation: every tool has a man page that renders cleanly,
 # docs/config.md and the man pages list every config key (generated from the
-# schema by titan-config --doc, checked by regenerating them).
+# schema by titan-config --doc, checked by regenerating them), and README.md's
+# command blocks run as written (tests/bats/readme_tour.py), but for the few
+# marked "not run" with a reason.
 
 bats_require_minimum_version 1.5.0
 
@@ -67,4 +69,37 @@ print(sum(len(kv) for kv in json.load(sys.stdin).values()))')
 	[[ $stderr == "titan-config: error: --doc: 'xml' is not a format (markdown, man)"* ]]
 	run -2 --separate-stderr titan-config --doc man --json
 	[[ $stderr == "titan-config: error: --doc prints the schema's reference: not with"* ]]
+}
+
+@test "README.md: the blocks not run are marked with a reason, and only these" {
+	run -0 /usr/bin/python3 tests/bats/readme_tour.py list README.md
+	skipped=$(grep '^skip' <<< "$output" | cut -f2 | sed 's/ .*//' | tr '\n' ' ')
+	# make (installs and builds), 4 and 8 ranks, SLURM, make (the build options)
+	[ "$skipped" = "make mpiexec sbatch make " ] || fail "blocks not run: $skipped"
+	while IFS=$'\t' read -r what first reason; do
+		[ "$what" = run ] || [ -n "$reason" ] || fail "no reason: $first"
+	done <<< "$output"
+	[ "$(grep -c '^run' <<< "$output")" -ge 7 ]
+}
+
+@test "README.md: the tour runs as written (every block not marked, in a temporary folder)" {
+	command -v bible >/dev/null || skip "bible-kjv is not installed (make deps installs it)"
+	command -v zstd >/dev/null || skip "zstd is not installed"
+	if ! command -v mpiexec >/dev/null || ! titan-train --version | grep -q '+mpi'; then
+		skip "no MPI in this build (or no mpiexec)"
+	fi
+	# the top of a source tree: the files the tour uses by path, nothing
+	# written into the real one
+	t=$BATS_TEST_TMPDIR/tree
+	mkdir "$t"
+	ln -s "$TITAN_SRCDIR/configs" "$TITAN_SRCDIR/mk" "$TITAN_SRCDIR/slurm" "$t/"
+	PATH=$TITAN_BIN:$PATH run --separate-stderr timeout 900 /usr/bin/python3 \
+		tests/bats/readme_tour.py run README.md "$t"
+	[ "$status" = 0 ] || fail "$(tail -n 3 <<< "$output")"$'\n'"$stderr"
+	# what the tour says it makes
+	assert_file_exists "$t/data/val-00000.tok"
+	assert_file_exists "$t/outputs/checkpoint/step-10.h5"
+	assert_file_exists "$t/export/tokenizer.json"
+	assert_file_exists "$t/model.gguf"
+	assert_file_exists "$t/mem.svg"
 }

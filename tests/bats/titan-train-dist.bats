@@ -318,14 +318,14 @@ PY
 	run -0 --separate-stderr timeout -k 5 120 mpiexec -n 2 env OMP_NUM_THREADS=1 titan-train \
 		--config "$DATA/tiny.yaml" --training.local_batch_size=6 --training.steps=2 \
 		--log-rank all --job.dump_folder="$BATS_TEST_TMPDIR/o"
-	assert_line --regexp '^\[rank0\]:step:  1  loss: '
-	assert_line --regexp '^\[rank1\]:step:  1  loss: '
+	assert_line --regexp '^\[rank0\]:\[titan\] ([0-9 :,-]+ )?- root - INFO - step:  1  loss: '
+	assert_line --regexp '^\[rank1\]:\[titan\] ([0-9 :,-]+ )?- root - INFO - step:  1  loss: '
 	[[ $stderr == *"[rank1]:"* ]]
 	run -0 --separate-stderr timeout -k 5 120 mpiexec -n 2 env OMP_NUM_THREADS=1 titan-train \
 		--config "$DATA/tiny.yaml" --training.local_batch_size=6 --training.steps=2 \
 		--job.dump_folder="$BATS_TEST_TMPDIR/o2"
-	assert_line --regexp '^\[rank0\]:step:  2  loss: '
-	refute_line --partial '[rank1]:step:'
+	assert_line --regexp '^\[rank0\]:\[titan\] ([0-9 :,-]+ )?- root - INFO - step:  2  loss: '
+	refute_line --partial '[rank1]:[titan]'
 	[[ $stderr != *"[rank1]:"*"INFO"* ]]
 }
 

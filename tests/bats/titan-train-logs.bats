@@ -174,3 +174,44 @@ train2() {
 	assert_file_exists "$ft/rank0.json"
 	[ ! -e "$d/run/shared" ]
 }
+
+@test "step and validation lines carry torchtitan's logger head; --plain-steps drops it" {
+	# torchtitan's tools/logging.py: "[titan] %(asctime)s - %(name)s -
+	# %(levelname)s - %(message)s" on its root logger
+	local head='\[titan\] [0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2},[0-9]{3} - root - INFO - '
+	TITAN_LOG_TIME=1 run -0 --separate-stderr titan-train --config "$DATA/tiny.yaml" \
+		--job.dump_folder=a --validation.enable --validation.freq=2
+	assert_line --regexp "^${head}step:  1  loss:  [0-9.]+  grad_norm: +[0-9.]+  memory: +[0-9.]+GiB\([0-9.]+%\)  tps: [0-9,]+  tflops: [0-9.]+  mfu: [0-9.]+%$"
+	assert_line --regexp "^${head}validate step:  2  loss: +[0-9.]+  memory: +[0-9.]+GiB\([0-9.]+%\)  tps: [0-9,]+$"
+	# the other log lines (stderr) have the same head
+	[[ ${stderr_lines[0]} =~ ^${head}titan-train\  ]] || fail "${stderr_lines[0]}"
+	# a log parser written for torchtitan's output (its loss regex after the head)
+	/usr/bin/python3 - "$output" <<'PY'
+import re, sys
+pat = re.compile(r"^\[titan\] \S+ \S+ - root - INFO - step:\s*(\d+)\s+loss:\s*([\d.]+)")
+steps = [int(m.group(1)) for l in sys.argv[1].splitlines() if (m := pat.match(l))]
+assert steps == [1, 2], steps
+PY
+	TITAN_LOG_TIME=0 run -0 --separate-stderr titan-train --config "$DATA/tiny.yaml" \
+		--job.dump_folder=b
+	assert_line --regexp '^\[titan\] - root - INFO - step:  2  loss: '
+	run -0 --separate-stderr titan-train --plain-steps --config "$DATA/tiny.yaml" \
+		--job.dump_folder=c --validation.enable --validation.freq=2
+	assert_line --regexp '^step:  1  loss:  [0-9.]+  grad_norm: '
+	assert_line --regexp '^validate step:  2  loss: '
+	refute_output --partial '[titan]'
+}
+
+@test "loss_metrics/global_max_loss: the largest rank's own loss, no smaller than the mean" {
+	mpi_or_skip
+	train2 --training.steps=3 --metrics.enable_tensorboard
+	/usr/bin/python3 - out/metrics.jsonl <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+assert len(rows) == 3, rows
+for r in rows:
+    assert r["max_loss"] >= r["loss"] - 1e-12, r
+# two ranks read different sequences: their losses differ, the max is above the mean
+assert any(r["max_loss"] > r["loss"] + 1e-6 for r in rows), rows
+PY
+}

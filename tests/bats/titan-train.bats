@@ -73,7 +73,8 @@ for l in open(sys.argv[1]):
 @test "trains: the loss falls from about ln(vocab), one line and one JSON object per step" {
 	run -0 --separate-stderr titan-train --config "$DATA/tiny.yaml"
 	assert_equal "${#lines[@]}" 12
-	assert_line --regexp '^step:  1  loss:  [0-9.]+  grad_norm: +[0-9.]+  memory: +[0-9.]+GiB\([0-9.]+%\)  tps: [0-9,]+  tflops: [0-9.]+  mfu: [0-9.]+%$'
+	# torchtitan's logger head (helpers.bash sets TITAN_LOG_TIME=0: no time)
+	assert_line --regexp '^\[titan\] - root - INFO - step:  1  loss:  [0-9.]+  grad_norm: +[0-9.]+  memory: +[0-9.]+GiB\([0-9.]+%\)  tps: [0-9,]+  tflops: [0-9.]+  mfu: [0-9.]+%$'
 	[[ $stderr == *"Model llama3 custom size:"* ]]
 	run -0 losses "$DATA/out/metrics.jsonl"
 	first=$(echo "${lines[0]}" | cut -d' ' -f2) last=$(echo "${lines[11]}" | cut -d' ' -f2)
@@ -147,8 +148,65 @@ PY
 @test "validation loss over the val split" {
 	run -0 titan-train --config "$DATA/tiny.yaml" --validation.enable --validation.freq=6 \
 		--validation.local_batch_size=2 --validation.seq_len=64 --training.steps=6
-	assert_line --regexp '^validate step:  1  loss: +[0-9.]+'
-	assert_line --regexp '^validate step:  6  loss: +[0-9.]+'
+	assert_line --regexp ' - root - INFO - validate step:  1  loss: +[0-9.]+'
+	assert_line --regexp ' - root - INFO - validate step:  6  loss: +[0-9.]+'
+}
+
+# the validation rows of metrics.jsonl: "step loss tokens" lines
+val_rows() { /usr/bin/python3 -c '
+import json, sys
+for o in map(json.loads, open(sys.argv[1])):
+    if "validation_loss" in o:
+        print(o["step"], repr(o["validation_loss"]), o["validation_tokens"])' "$1"
+}
+
+@test "validation.seq_len and local_batch_size follow training's; --validation.enable alone runs" {
+	local d=$BATS_TEST_TMPDIR
+	run -0 --separate-stderr titan-train --config "$DATA/tiny.yaml" --validation.enable \
+		--validation.freq=2 --training.steps=2 --job.dump_folder="$d/a"
+	assert_line --regexp ' - root - INFO - validate step:  2  loss: +[0-9.]+'
+	run -0 titan-train -q --config "$DATA/tiny.yaml" --validation.enable --validation.freq=2 \
+		--training.steps=2 --validation.seq_len=64 --validation.local_batch_size=2 \
+		--job.dump_folder="$d/b"
+	[ -n "$(val_rows "$d/a/metrics.jsonl")" ]
+	[ "$(val_rows "$d/a/metrics.jsonl")" = "$(val_rows "$d/b/metrics.jsonl")" ]
+	run -0 titan-config --config "$DATA/tiny.yaml" --get validation.seq_len
+	[ "$output" = -1 ]
+}
+
+@test "another validation batch size or a shorter validation seq_len gives the same loss" {
+	# the whole val split (steps -1) at seq_len 32 is the same windows however
+	# it is batched, and whatever training.seq_len the model was trained at:
+	# an lr of 1e-30 leaves the weights as initialised, so a model trained at
+	# seq_len 32 is the reference for one trained at 64 validating at 32
+	local d=$BATS_TEST_TMPDIR v="--validation.enable --validation.freq=2 --training.steps=2 --optimizer.lr=1e-30"
+	run -0 titan-train -q --config "$DATA/tiny.yaml" $v --training.seq_len=32 --job.dump_folder="$d/ref"
+	ref=$(val_rows "$d/ref/metrics.jsonl")
+	[ -n "$ref" ]
+	for b in 1 2 3 5; do
+		run -0 titan-train -q --config "$DATA/tiny.yaml" $v --validation.seq_len=32 \
+			--validation.local_batch_size=$b --job.dump_folder="$d/b$b"
+		/usr/bin/python3 - "$ref" "$(val_rows "$d/b$b/metrics.jsonl")" <<'PY'
+import sys
+a, b = ([l.split() for l in s.splitlines()] for s in sys.argv[1:3])
+assert len(a) == len(b) == 2, (a, b)
+for x, y in zip(a, b):
+    assert x[0] == y[0] and x[2] == y[2], (x, y)
+    assert abs(float(x[1]) - float(y[1])) <= 1e-9 * abs(float(x[1])), (x, y)
+PY
+	done
+	# and another batch under FSDP 2: every rank runs the same regrouped batches
+	if [ -z "${NO_MPI:-}" ]; then
+		run -0 timeout 120 mpiexec -n 2 titan-train -q --config "$DATA/tiny.yaml" $v \
+			--validation.seq_len=32 --validation.local_batch_size=3 --job.dump_folder="$d/mp"
+		[ "$(val_rows "$d/mp/metrics.jsonl" | cut -d' ' -f1,3)" = "$(echo "$ref" | cut -d' ' -f1,3)" ]
+	fi
+}
+
+@test "a validation.seq_len longer than training's: exit 2 naming both" {
+	run -2 --separate-stderr titan-train -q --config "$DATA/tiny.yaml" --validation.enable \
+		--validation.seq_len=128 --job.dump_folder="$BATS_TEST_TMPDIR/x"
+	[[ $stderr == "titan-train: error: validation.seq_len: 128 is longer than training.seq_len 64"* ]]
 }
 
 @test "metrics.enable_tensorboard: TFRecords of Event protos with the scalars of metrics.jsonl, torchtitan's tags" {
@@ -187,22 +245,31 @@ for r in rows:
     if "validation_loss" in r:
         t = val.pop(r["step"])
         assert t == {"validation_metrics/loss": f32(r["validation_loss"]),
-                     "validation_metrics/tokens": f32(r["validation_tokens"])}, (r, t)
+                     "validation_metrics/tokens": f32(r["validation_tokens"]),
+                     "validation_metrics/throughput(tps)": f32(r["validation_tps"]),
+                     "validation_metrics/memory/max_reserved(GiB)": f32(r["validation_memory_peak_bytes"] / G),
+                     "validation_metrics/memory/max_active(GiB)": f32(r["validation_memory_peak_bytes"] / G),
+                     "validation_metrics/memory/max_reserved(%)": t["validation_metrics/memory/max_active(%)"],
+                     "validation_metrics/memory/max_active(%)": t["validation_metrics/memory/max_reserved(%)"]}, (r, t)
+        assert t["validation_metrics/memory/max_active(%)"] > 0, t
         continue
     t = train.pop(r["step"])
-    want = {"loss_metrics/global_avg_loss": r["loss"], "grad_norm": r["grad_norm"], "lr": r["lr"],
+    want = {"loss_metrics/global_avg_loss": r["loss"], "loss_metrics/global_max_loss": r["max_loss"],
+            "grad_norm": r["grad_norm"], "lr": r["lr"],
             "n_tokens_seen": r["tokens_seen"], "throughput(tps)": r["tps"], "tflops": r["tflops"],
             "mfu(%)": r["mfu_pct"], "time_metrics/end_to_end(s)": r["step_time_s"],
             "time_metrics/data_loading(s)": r["data_time_s"],
             "time_metrics/checkpoint_blocked(s)": r["checkpoint_blocked_s"],
             "memory/max_reserved(GiB)": r["memory_peak_bytes"] / G,
-            "memory/max_active(GiB)": r["memory_peak_bytes"] / G}
+            "memory/max_active(GiB)": r["memory_peak_bytes"] / G,
+            "memory/num_alloc_retries": 0, "memory/num_ooms": 0}  # CUDA's; none on the CPU
     want.update({f"memory/by_tag/{k}(GiB)": v / G for k, v in r["memory_peak_by_tag"].items()})
     for k, v in want.items():
         assert t[k] == f32(v), (r["step"], k, t[k], v)
     assert math.isclose(t["time_metrics/data_loading(%)"], 100 * r["data_time_s"] / r["step_time_s"],
                         rel_tol=1e-6), t
     assert t["memory/max_reserved(%)"] == t["memory/max_active(%)"] > 0, t
+    assert r["max_loss"] == r["loss"], r  # one rank: its own loss
     assert set(t) == set(want) | {"time_metrics/data_loading(%)", "memory/max_reserved(%)",
                                   "memory/max_active(%)"}, sorted(t)
     n += 1
@@ -464,4 +531,30 @@ PY
 			--metrics.measure_peak_flops=$m --device cpu --threads 2
 		assert_line --regexp "^  peak [0-9.]+ MiB \\($measured bytes\\) at "
 	done
+}
+
+@test "TensorBoard: every tag torchtitan writes (tests/fixtures/tensorboard/torchtitan-tags.txt)" {
+	/usr/bin/python3 -c 'import google.protobuf' 2>/dev/null || skip "python3-protobuf is not installed"
+	d=$BATS_TEST_TMPDIR/tb
+	run -0 titan-train -q --config "$DATA/tiny.yaml" --training.steps=2 --validation.enable \
+		--validation.freq=2 --validation.seq_len=64 --validation.local_batch_size=2 \
+		--metrics.enable_tensorboard --job.dump_folder="$d"
+	/usr/bin/python3 - "$d"/tb/*/events.out.tfevents.* tests/fixtures/tensorboard/torchtitan-tags.txt tests/ref <<'PY'
+import sys
+sys.path.insert(0, sys.argv[3])
+import tfevents_read as tr
+want = {"train": set(), "validation": set()}
+for l in open(sys.argv[2]):
+    if l.strip() and not l.startswith("#"):
+        kind, tag = l.split()
+        want[kind].add(tag)
+assert len(want["train"]) == 17 and len(want["validation"]) == 6, want
+got = {"train": set(), "validation": set()}
+for e in tr.load(sys.argv[1])[1:]:
+    tags = {v.tag for v in e.summary.value}
+    got["validation" if "validation_metrics/loss" in tags else "train"] |= tags
+for kind in want:
+    missing = want[kind] - got[kind]
+    assert not missing, (kind, sorted(missing))
+PY
 }

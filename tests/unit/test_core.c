@@ -68,16 +68,28 @@ static void test_log_format(void **state)
 	titan_set_rank(-1);
 	titan_log_set_stream(NULL);
 	fclose(fp);
-	/* [titan] YYYY-MM-DD HH:MM:SS,mmm - INFO - hello 42 */
+	/* [titan] YYYY-MM-DD HH:MM:SS,mmm - root - INFO - hello 42 (torchtitan's) */
 	char *l1 = buf, *l2 = strchr(buf, '\n') + 1;
 	assert_memory_equal(l1, "[titan] ", 8);
 	assert_int_equal(l1[12], '-');
 	assert_int_equal(l1[27], ',');
-	assert_non_null(strstr(l1, " - INFO - hello 42\n"));
+	assert_non_null(strstr(l1, " - root - INFO - hello 42\n"));
 	assert_null(strstr(buf, "hidden"));
 	assert_memory_equal(l2, "[rank3]:[titan] ", 16);
-	assert_non_null(strstr(l2, " - WARNING - ranked\n"));
+	assert_non_null(strstr(l2, " - root - WARNING - ranked\n"));
 	free(buf);
+	/* the head alone (titan-train's step lines), and cut to a small buffer */
+	{
+		char h[96], small[12];
+		size_t n = titan_log_head(h, sizeof(h), TITAN_LOG_INFO);
+
+		assert_int_equal(n, strlen(h));
+		assert_memory_equal(h, "[titan] ", 8);
+		assert_int_equal(h[27], ',');
+		assert_string_equal(h + 32, "- root - INFO - ");
+		assert_int_equal(titan_log_head(small, sizeof(small), TITAN_LOG_INFO), 11);
+		assert_string_equal(small, "[titan] 202");
+	}
 
 	enum titan_log_level l;
 	assert_int_equal(titan_log_parse_level("debug", &l), 0);

@@ -1,9 +1,10 @@
 /*
  * test_metrics.c — the trainer's metrics row and its sinks
  * (lib/train/metrics.h): the console line, the metrics.jsonl object and
- * the TensorBoard event of one row are exactly what titan-train wrote
- * before the row existed (the format strings, key order and torchtitan's
- * tags spelt out here), on the CPU on one rank and on CUDA with several
+ * the TensorBoard event of one row are exactly what titan-train writes
+ * (the format strings, key order and torchtitan's tags spelt out here:
+ * what it wrote before the row existed, plus issue 27's max loss,
+ * retries/OOMs on the CPU, validation throughput and memory), on the CPU on one rank and on CUDA with several
  * ranks (the caching allocator's keys, the max-rank keys); the same for a
  * validation row; a metrics file on a full disk keeps its last complete
  * row.
@@ -41,7 +42,8 @@ static int teardown(void **state)
 static struct titan_metrics_row row(bool cuda, int world)
 {
 	struct titan_metrics_row r = {
-		.step = 7, .loss = 4.25, .grad_norm = 1.5, .lr = 0.0008, .tokens_seen = 4096,
+		.step = 7, .loss = 4.25, .grad_norm = 1.5, .lr = 0.0008, .max_loss = 4.75,
+		.tokens_seen = 4096,
 		.tps = 12345.5, .tflops = 0.5, .mfu_pct = 2.25, .step_time_s = 0.5,
 		.data_time_s = 0.125, .checkpoint_blocked_s = 0.25,
 		.memory_peak_bytes = 3 << 20, .cuda = cuda, .max_active = 1 << 30,
@@ -73,20 +75,21 @@ static void print_step(FILE *f, const void *r)
 
 static void print_validation(FILE *f, const void *r)
 {
-	titan_validation_print(f, r);
+	titan_validation_print(f, "[titan] - root - INFO - ", r);
 }
 
 static void test_console(void **state)
 {
 	struct titan_metrics_row r = row(false, 1);
-	struct titan_validation_row v = {3, 4.125, 96, 1234.6};
+	struct titan_validation_row v = {3, 4.125, 96, 1234.6, 1 << 30, 3 << 29, 16.0 * GIB};
 
 	(void)state;
 	assert_string_equal(printed(print_step, &r),
 			    "[rank1]:step:  7  loss:  4.25000  grad_norm:  1.5000  memory:  "
 			    "1.50GiB(9.38%)  tps: 12,346  tflops: 0.50  mfu: 2.25%\n");
 	assert_string_equal(printed(print_validation, &v),
-			    "validate step:  3  loss:  4.12500  tps: 1235\n");
+			    "[titan] - root - INFO - validate step:  3  loss:  4.12500  memory:  "
+			    "1.50GiB(9.38%)  tps: 1,235\n");
 }
 
 static char *json(const struct titan_metrics_row *r)
@@ -104,7 +107,7 @@ static char *json(const struct titan_metrics_row *r)
 static void test_jsonl(void **state)
 {
 	struct titan_metrics_row cpu = row(false, 1), gpu = row(true, 2);
-	struct titan_validation_row v = {3, 4.125, 96, 1234.6};
+	struct titan_validation_row v = {3, 4.125, 96, 1234.6, 1 << 30, 3 << 29, 16.0 * GIB};
 	struct titan_json j;
 	char want[4096], tags[1024] = "";
 	size_t n = 0;
@@ -113,7 +116,8 @@ static void test_jsonl(void **state)
 	for (int k = 0; k < TITAN_MEM_NTAGS; k++)
 		n += (size_t)snprintf(tags + n, sizeof(tags) - n, "%s\"%s\":%d", k ? "," : "",
 				      titan_mem_tag_name((enum titan_mem_tag)k), k << 20);
-	snprintf(want, sizeof(want), "{\"step\":7,\"loss\":4.25,\"grad_norm\":1.5,\"lr\":0.0008,"
+	snprintf(want, sizeof(want), "{\"step\":7,\"loss\":4.25,\"max_loss\":4.75,"
+		 "\"grad_norm\":1.5,\"lr\":0.0008,"
 		 "\"tokens_seen\":4096,\"tps\":12345.5,\"tflops\":0.5,\"mfu_pct\":2.25,"
 		 "\"step_time_s\":0.5,\"data_time_s\":0.125,\"checkpoint_blocked_s\":0.25,"
 		 "\"memory_peak_bytes\":3145728,\"memory_peak_by_tag\":{%s}}", tags);
@@ -126,10 +130,14 @@ static void test_jsonl(void **state)
 	assert_string_equal(json(&gpu), want);
 	titan_json_init(&j);
 	titan_validation_json(&j, &v);
-	assert_int_equal(j.len, strlen("{\"step\":3,\"validation_loss\":4.125,"
-				       "\"validation_tokens\":96}"));
-	assert_memory_equal(j.buf, "{\"step\":3,\"validation_loss\":4.125,\"validation_tokens\":96}",
-			    j.len);
+	{
+		static const char want_v[] = "{\"step\":3,\"validation_loss\":4.125,"
+					     "\"validation_tokens\":96,\"validation_tps\":1234.6,"
+					     "\"validation_memory_peak_bytes\":1610612736}";
+
+		assert_int_equal(j.len, strlen(want_v));
+		assert_memory_equal(j.buf, want_v, j.len);
+	}
 	titan_json_release(&j);
 }
 
@@ -149,7 +157,7 @@ static long read_file(const char *pattern, unsigned char *buf, size_t cap)
 	return n;
 }
 
-/* The scalars titan-train wrote before the row, in its order. */
+/* The scalars titan-train writes, in its order. */
 static void old_scalars(struct titan_tfevents *e, const struct titan_metrics_row *r)
 {
 	static const char *const tag[] = {"params", "grads", "optim", "activations", "comm",
@@ -158,6 +166,7 @@ static void old_scalars(struct titan_tfevents *e, const struct titan_metrics_row
 
 	assert_int_equal(TITAN_MEM_NTAGS, 8);
 	titan_tfevents_scalar(e, "loss_metrics/global_avg_loss", 4.25);
+	titan_tfevents_scalar(e, "loss_metrics/global_max_loss", 4.75);
 	titan_tfevents_scalar(e, "grad_norm", 1.5);
 	titan_tfevents_scalar(e, "lr", 0.0008);
 	titan_tfevents_scalar(e, "n_tokens_seen", 4096);
@@ -172,10 +181,9 @@ static void old_scalars(struct titan_tfevents *e, const struct titan_metrics_row
 	titan_tfevents_scalar(e, "memory/max_active(%)", 6.25);
 	titan_tfevents_scalar(e, "memory/max_reserved(GiB)", 1.5);
 	titan_tfevents_scalar(e, "memory/max_reserved(%)", 9.375);
-	if (r->cuda) {
-		titan_tfevents_scalar(e, "memory/num_alloc_retries", 2);
-		titan_tfevents_scalar(e, "memory/num_ooms", 1);
-	}
+	/* every row since issue 27: 0 on the CPU */
+	titan_tfevents_scalar(e, "memory/num_alloc_retries", r->cuda ? 2 : 0);
+	titan_tfevents_scalar(e, "memory/num_ooms", r->cuda ? 1 : 0);
 	for (int k = 0; k < 8; k++) {
 		snprintf(t, sizeof(t), "memory/by_tag/%s(GiB)", tag[k]);
 		titan_tfevents_scalar(e, t, (double)k / 1024);
@@ -189,7 +197,7 @@ static void old_scalars(struct titan_tfevents *e, const struct titan_metrics_row
 static void test_tensorboard(void **state)
 {
 	static unsigned char got[8192], want[8192];
-	struct titan_validation_row v = {3, 4.125, 96, 1234.6};
+	struct titan_validation_row v = {3, 4.125, 96, 1234.6, 1 << 30, 3 << 29, 16.0 * GIB};
 	char a[600], b[600], pat[700];
 	long ng, nw;
 
@@ -209,6 +217,11 @@ static void test_tensorboard(void **state)
 		assert_int_equal(titan_tfevents_write(ew, 7, 2.0), 0);
 		assert_int_equal(titan_validation_tensorboard(eg, &v, 3.0), 0);
 		titan_tfevents_scalar(ew, "validation_metrics/loss", 4.125);
+		titan_tfevents_scalar(ew, "validation_metrics/throughput(tps)", 1234.6);
+		titan_tfevents_scalar(ew, "validation_metrics/memory/max_active(GiB)", 1);
+		titan_tfevents_scalar(ew, "validation_metrics/memory/max_active(%)", 6.25);
+		titan_tfevents_scalar(ew, "validation_metrics/memory/max_reserved(GiB)", 1.5);
+		titan_tfevents_scalar(ew, "validation_metrics/memory/max_reserved(%)", 9.375);
 		titan_tfevents_scalar(ew, "validation_metrics/tokens", 96);
 		assert_int_equal(titan_tfevents_write(ew, 3, 3.0), 0);
 		assert_int_equal(titan_tfevents_close(eg), 0);

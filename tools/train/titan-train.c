@@ -38,10 +38,13 @@ static void usage(FILE *fp)
 "      --log-rank LIST   ranks that log: 0 (default), a list such as 0,3, or all\n"
 "                        (torchtitan's --local-ranks-filter; the others log\n"
 "                        warnings and errors only)\n"
+"      --plain-steps     step and validation lines without the logger head\n"
+"                        ('step:  1  loss: ...', titan 0.1's lines)\n"
 "  -v, --verbose; -q, --quiet (no per-step lines); -h, --help; --version\n"
 "\n"
-"Each logged step prints torchtitan's line on standard output:\n"
-"  step:  1  loss:  7.66051  grad_norm:  1.3702  memory:  0.29GiB(1.22%%)  tps: 5,212  tflops: 0.37  mfu: 29.76%%\n"
+"Each logged step prints torchtitan's line on standard output, with its\n"
+"logger's head, so torchtitan's log parsers read it:\n"
+"  [titan] 2026-11-27 10:01:02,123 - root - INFO - step:  1  loss:  7.66051  grad_norm:  1.3702  memory:  0.29GiB(1.22%%)  tps: 5,212  tflops: 0.37  mfu: 29.76%%\n"
 "and appends a JSON object to job.dump_folder/metrics.save_jsonl_file (rank 0);\n"
 "metrics.enable_tensorboard writes the same to TensorBoard event files under\n"
 "job.dump_folder/metrics.save_tb_folder.\n"
@@ -124,7 +127,7 @@ static int default_threads(const struct titan_dist *d)
 	return n < 1 ? 1 : (int)n;
 }
 
-enum { OPT_LOG_RANK = TITAN_OPT_TOOL_BASE };
+enum { OPT_LOG_RANK = TITAN_OPT_TOOL_BASE, OPT_PLAIN_STEPS };
 
 /* `--config -` under a launcher: standard input reaches rank 0 only (on
  * the other ranks it is empty or never ends).  Rank 0 reads it and sends
@@ -211,6 +214,7 @@ int main(int argc, char **argv)
 		TITAN_CLI_GLOBAL_OPTIONS,
 		TITAN_CLI_CONFIG_OPTIONS,
 		{"log-rank", required_argument, NULL, OPT_LOG_RANK},
+		{"plain-steps", no_argument, NULL, OPT_PLAIN_STEPS},
 		{0},
 	};
 	struct titan_cli cli;
@@ -219,7 +223,7 @@ int main(int argc, char **argv)
 	struct titan_dist *dist = NULL;
 	struct titan_trainer *tr = NULL;
 	const char *log_ranks = getenv("TITAN_LOG_RANKS");
-	bool cfg_ready = false, logs = true;
+	bool cfg_ready = false, logs = true, plain_steps = false;
 	char stdin_copy[4200] = "";
 	char prefix[32] = "";
 	char device[64], blas_line[512];
@@ -243,6 +247,10 @@ int main(int argc, char **argv)
 		if (opt == 'h') {
 			usage(stdout);
 			return titan_cli_finish(&cli, 0);
+		}
+		if (opt == OPT_PLAIN_STEPS) {
+			plain_steps = true;
+			continue;
 		}
 		if (opt == OPT_LOG_RANK) {
 			log_ranks = optarg;
@@ -334,7 +342,7 @@ int main(int argc, char **argv)
 				    .dist = dist,
 				    .threads = cli.threads ? cli.threads : default_threads(dist),
 				    .verbosity = cli.verbosity, .print_rank = logs,
-				    .line_prefix = prefix}, &tr)) < 0 ||
+				    .line_prefix = prefix, .plain_steps = plain_steps}, &tr)) < 0 ||
 	    (rc = titan_trainer_run(tr)) < 0 || (rc = titan_trainer_close(tr)) < 0) {
 		rc = titan_cli_fail(&cli, rc);
 		goto done;
