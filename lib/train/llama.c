@@ -9,8 +9,8 @@
  * microbatch a call works on (stage.h, struct mb), the sequence/tensor-
  * parallel moves (tp.h, the identity on one rank), the attention (cp.h:
  * local or context-parallel), the activation-checkpointing policy (struct
- * ac_policy) and the weight-gradient sink of
- * a backward pass (immediate, or deferred for the zero-bubble W pass).
+ * ac_policy) and the weight-gradient sink of a backward pass (immediate,
+ * or deferred for the zero-bubble W pass).
  */
 #include "titan/train.h"
 
