@@ -1,18 +1,22 @@
 /*
  * generate.c — the inference forward of a Llama 3 with a KV cache, and the
  * generation loop (prefill, then sample / emit / feed one token at a
- * time).  The block is lib/train/llama.c's block_fwd on the same backend
- * ops, for the tokens at positions pos .. pos+n−1 of one sequence; keys and
- * values (after RoPE) are appended to a per-layer cache.  torchtitan
+ * time).  The block is the training model's, lib/train/block.c, for the
+ * tokens at positions pos .. pos+n−1 of one sequence, with the identity
+ * sequence-parallel moves and the KV-cache attention (lib/train/attn_kv.c):
+ * keys and values (after RoPE) go straight into a per-layer cache.  torchtitan
  * counterpart: scripts/generate/_generation.py (generate, generate_next_token)
  * with the KV cache of transformers' LlamaForCausalLM.
  */
 #include "titan/generate.h"
 
 #include <math.h>
-#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "train/block.h"
+#include "train/cp.h"
+#include "train/tp.h"
 
 #define DEFAULT_BATCH 256
 
@@ -28,8 +32,10 @@ struct titan_generator {
 	float *freqs;            /* [capacity, D/2, 2] */
 	float **kc, **vc;        /* per layer [capacity, Hkv·D] */
 	float *x, *xn, *qb, *att, *lse, *rstd, *a, *b, *xl; /* activations of one chunk */
-	float *scores;           /* [nthreads, capacity] */
+	float *scores;           /* [nthreads, capacity + D] */
 	uint32_t *ids;           /* [batch] */
+	struct titan_sp sp;      /* the identity; n = a chunk's tokens */
+	struct titan_attn_kv kva;
 	void **blocks;           /* every allocation, for free */
 	int nblocks;
 };
@@ -112,8 +118,12 @@ int titan_generator_new(const struct titan_param_table *t, const float *params,
 	    !(g->ids = galloc(g, B * 4, TITAN_MEM_DATA)))
 		goto fail;
 	if ((rc = titan_rope_freqs(g->freqs, g->capacity, d->head_dim, d->rope_theta,
-				   d->rope_scaling ? &sc : NULL)) < 0)
+				   d->rope_scaling ? &sc : NULL)) < 0 ||
+	    (rc = titan_sp_init(&g->sp, be, NULL, B, C, d->vocab_size, 0, d->vocab_size, 0, false,
+				NULL, NULL)) < 0)
 		goto fail;
+	titan_attn_kv_init(&g->kva, be, d->n_heads, d->n_kv_heads, d->head_dim, g->capacity,
+			   g->scores, g->nthreads);
 	*out = g;
 	return 0;
 fail:
@@ -156,94 +166,41 @@ int64_t titan_generator_vocab(const struct titan_generator *g)
 	return g->d.vocab_size;
 }
 
-/* att[i, h, :] for the n queries q[i, h, :] at positions p0 + i, each
- * against the cached keys/values 0 .. p0 + i of kv head h / (H/Hkv):
- * softmax(q·k / sqrt(D)) v with the scores max-shifted, their exponentials
- * summed in double.  One task per (query, head); host memory. */
-static void attend_cache(struct titan_generator *g, const float *kc, const float *vc,
-			 int64_t p0, int64_t n)
-{
-	const int64_t H = g->d.n_heads, D = g->d.head_dim, rep = H / g->d.n_kv_heads;
-	const int64_t kvd = g->kv, qd = g->q, stride = g->capacity + D;
-	const float scale = 1.0f / sqrtf((float)D);
-	const int64_t ntask = n * H, work = n * H * (p0 + n) * D;
-	const int nt = work < 65536 ? 1 : (int)(ntask < g->nthreads ? ntask : g->nthreads);
-
-	#pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
-	for (int64_t task = 0; task < ntask; task++) {
-		const int64_t i = task / H, h = task % H, hk = h / rep, nk = p0 + i + 1;
-		const float *qv = g->qb + i * qd + h * D;
-		float *s = g->scores + (int64_t)omp_get_thread_num() * stride;
-		float *acc = s + g->capacity;
-		float *o = g->att + i * qd + h * D;
-		float mx = -INFINITY;
-		double sum = 0;
-
-		for (int64_t j = 0; j < nk; j++) {
-			const float *kr = kc + j * kvd + hk * D;
-			float dot = 0;
-
-			for (int64_t e = 0; e < D; e++)
-				dot += qv[e] * kr[e];
-			s[j] = dot * scale;
-			if (s[j] > mx)
-				mx = s[j];
-		}
-		for (int64_t e = 0; e < D; e++)
-			acc[e] = 0;
-		for (int64_t j = 0; j < nk; j++) {
-			const float *vr = vc + j * kvd + hk * D;
-			const float w = expf(s[j] - mx);
-
-			sum += w;
-			for (int64_t e = 0; e < D; e++)
-				acc[e] += w * vr[e];
-		}
-		for (int64_t e = 0; e < D; e++)
-			o[e] = (float)(acc[e] / sum);
-	}
-}
-
 #define CK(call) do { if ((rc = (call)) < 0) return rc; } while (0)
 
-/* Tokens ids[0..n) at positions pos .. pos+n−1 through every block; the
- * residual stream of the chunk ends in g->x. */
+/* Tokens ids[0..n) at positions pos .. pos+n−1 through every block (the
+ * training model's, block.h); the residual stream of the chunk ends in
+ * g->x, which each block updates in place (its h and output are x), and
+ * the chunk's keys and values in the cache's rows pos.. . */
 static int chunk_fwd(struct titan_generator *g, int64_t n)
 {
-	const struct titan_backend_ops *op = g->be->ops;
-	struct titan_backend *be = g->be;
 	const struct titan_model_dims *d = &g->d;
-	const int64_t C = d->dim, F = d->ffn_hidden, D = d->head_dim, p0 = g->pos;
-	const float eps = (float)d->norm_eps;
+	const int64_t D = d->head_dim, p0 = g->pos;
+	const struct titan_block k = {
+		.be = g->be, .sp = &g->sp, .attn = &g->kva.cp, .freqs = g->freqs + p0 * D,
+		.n = n, .B = 1, .T = n, .C = d->dim, .F = d->ffn_hidden, .H = d->n_heads,
+		.Hkv = d->n_kv_heads, .D = D, .eps = (float)d->norm_eps,
+	};
+	struct acts a = {
+		.xn1 = g->xn, .rstd1 = g->rstd, .q = g->qb, .att = g->att, .lse = g->lse,
+		.h = g->x, .xn2 = g->xn, .rstd2 = g->rstd, .a = g->a, .b = g->b, .g = g->a,
+	};
 	int rc;
 
-	CK(op->embedding_fwd(be, g->x, g->ids, W(g, TITAN_PARAM_TOK_EMBEDDINGS, -1), n,
-			     d->vocab_size, C));
+	g->sp.n = g->sp.nl = n;
+	g->kva.p0 = p0;
+	g->kva.cp.tl = g->kva.cp.seq = g->kva.cp.n = n;
+	CK(g->sp.ops->embedding_fwd(&g->sp, g->x, g->ids, W(g, TITAN_PARAM_TOK_EMBEDDINGS, -1)));
 	for (int l = 0; l < (int)d->n_layers; l++) {
-		float *k = g->kc[l] + p0 * g->kv, *v = g->vc[l] + p0 * g->kv;
+		struct block_w w = {0};
 
-		CK(op->rmsnorm_fwd(be, g->xn, g->rstd, g->x, W(g, TITAN_PARAM_ATTENTION_NORM, l),
-				   n, C, eps));
-		CK(op->matmul_fwd(be, g->qb, g->xn, W(g, TITAN_PARAM_WQ, l), n, C, g->q, false));
-		CK(op->matmul_fwd(be, k, g->xn, W(g, TITAN_PARAM_WK, l), n, C, g->kv, false));
-		CK(op->matmul_fwd(be, v, g->xn, W(g, TITAN_PARAM_WV, l), n, C, g->kv, false));
-		CK(op->rope_fwd(be, g->qb, g->freqs + p0 * D, 1, n, d->n_heads, D));
-		CK(op->rope_fwd(be, k, g->freqs + p0 * D, 1, n, d->n_kv_heads, D));
-		if (p0 == 0) {
-			const struct titan_attn_dims ad = {1, n, d->n_heads, d->n_kv_heads, D};
-
-			CK(op->attention_fwd(be, g->att, g->lse, g->qb, k, v, &ad));
-		} else {
-			attend_cache(g, g->kc[l], g->vc[l], p0, n);
-		}
-		/* x += att·woᵀ: the training block's copy-then-accumulate */
-		CK(op->matmul_fwd(be, g->x, g->att, W(g, TITAN_PARAM_WO, l), n, g->q, C, true));
-		CK(op->rmsnorm_fwd(be, g->xn, g->rstd, g->x, W(g, TITAN_PARAM_FFN_NORM, l), n, C,
-				   eps));
-		CK(op->matmul_fwd(be, g->a, g->xn, W(g, TITAN_PARAM_W1, l), n, C, F, false));
-		CK(op->matmul_fwd(be, g->b, g->xn, W(g, TITAN_PARAM_W3, l), n, C, F, false));
-		CK(op->swiglu_fwd(be, g->a, g->a, g->b, n * F));
-		CK(op->matmul_fwd(be, g->x, g->a, W(g, TITAN_PARAM_W2, l), n, F, C, true));
+		for (int r = TITAN_PARAM_WQ; r <= TITAN_PARAM_FFN_NORM; r++)
+			w.w[r] = W(g, (enum titan_param_role)r, l);
+		a.k = g->kc[l] + p0 * g->kv;
+		a.v = g->vc[l] + p0 * g->kv;
+		g->kva.kc = g->kc[l];
+		g->kva.vc = g->vc[l];
+		CK(titan_block_fwd(&k, &w, g->x, g->x, &a, titan_block_fwd_all, F_NOPS));
 	}
 	return 0;
 }

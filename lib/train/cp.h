@@ -5,7 +5,8 @@
  * attention (no CP: the backend's attention ops over whole sequences),
  * CP all-gather (rotate_method allgather: the whole sequence's keys and
  * values gathered, the backend's attention_part ops on this rank's two
- * query chunks) and CP ring (rotate_method alltoall: cp_ring.c).  Under
+ * query chunks) and CP ring (rotate_method alltoall: cp_ring.c); and for
+ * generation a fourth, attention over a KV cache (attn_kv.c).  Under
  * CP this rank holds, of each sequence, chunks rank and 2·size − 1 − rank
  * of 2·size (torchtitan's causal load balancing).
  */
@@ -69,5 +70,26 @@ int64_t titan_cp_token(const struct titan_cp *cp, int64_t i);
 /* This rank's labels of a microbatch's (host memory): written to `host`
  * [n] and returned; `labels` itself without CP. */
 const int32_t *titan_cp_labels(struct titan_cp *cp, const int32_t *labels, int32_t *host);
+
+/* KV-cache attention, the generator's (forward only): the chunk of
+ * `tl` tokens at positions p0 .. p0 + tl − 1 of one sequence (batch 1)
+ * against the cached keys/values of positions 0 .. p0 + i.  The block's
+ * wk/wv (and RoPE) write the chunk's k, v straight into the cache: the
+ * caller points the activations' k, v at rows p0 of `kc`, `vc` (fwd checks
+ * it).  At p0 = 0 the backend's attention_fwd, as local attention; after
+ * it, softmax(q·k / sqrt(D)) v over the cache in host memory, one task per
+ * (query, head), the exponentials summed in double. */
+struct titan_attn_kv {
+	struct titan_cp cp;          /* first: the attention the block calls */
+	const float *kc, *vc;        /* the layer's cache [capacity, Hkv·D] */
+	int64_t p0, capacity;
+	float *scores;               /* [nthreads, capacity + D] */
+	int nthreads;
+};
+
+/* The KV attention of a cache of `capacity` positions, `scores` as
+ * above; set kc, vc, p0 and cp.tl = cp.seq = cp.n (the chunk) per call. */
+void titan_attn_kv_init(struct titan_attn_kv *kv, struct titan_backend *be, int64_t h,
+			int64_t hkv, int64_t d, int64_t capacity, float *scores, int nthreads);
 
 #endif

@@ -3,13 +3,14 @@
  * blocks, the fused classifier + cross-entropy, hand-written backward,
  * activation checkpointing by recomputation, gradient norm and AdamW.
  * Mirrors torchtitan's models/llama3/model.py (Transformer.forward) and
- * train.py's train_step; the ops are lib/titan/ops.h's.  The block math
- * has no layout branches: the layout comes in as small interfaces — the
- * stage and microbatch a call works on (stage.h, struct mb), the
- * sequence/tensor-parallel moves (tp.h, the identity on one rank), the
- * attention (cp.h: local or context-parallel), the activation-
- * checkpointing policy (struct ac_policy) and the weight-gradient sink of
- * a backward pass (immediate, or deferred for the zero-bubble W pass).
+ * train.py's train_step; the ops are lib/titan/ops.h's.  The block's
+ * forward math is block.c's, shared with generation.  It has no layout
+ * branches: the layout comes in as small interfaces — the stage and
+ * microbatch a call works on (stage.h, struct mb), the sequence/tensor-
+ * parallel moves (tp.h, the identity on one rank), the attention (cp.h:
+ * local or context-parallel), the activation-checkpointing policy (struct
+ * ac_policy) and the weight-gradient sink of a backward pass (immediate,
+ * or deferred for the zero-bubble W pass).
  */
 #include "titan/train.h"
 
@@ -19,19 +20,10 @@
 
 #include "titan/core.h"
 #include "titan/dist.h"
+#include "block.h"
 #include "cp.h"
 #include "stage.h"
 #include "tp.h"
-
-/* What one block keeps for backward. */
-struct acts {
-	float *xn1, *rstd1;  /* attention_norm output [N,C], 1/rms [N] */
-	float *q, *k, *v;    /* after RoPE: [N,H*D], [N,Hkv*D] x2 */
-	float *att, *lse;    /* attention output [N,H*D], log-sum-exp [B,H,T] */
-	float *h;            /* residual after attention [N,C] */
-	float *xn2, *rstd2;  /* ffn_norm output, 1/rms */
-	float *a, *b, *g;    /* w1 x, w3 x, silu(a)*b [N,F] */
-};
 
 /* What a block's weight pass reads (split backward, titan/train.h): the
  * output gradients of w2 (dy), wo (dh), wq/wk/wv after RoPE (dq, dk, dv)
@@ -61,13 +53,6 @@ struct mb {
 	float *dxnf;       /* split backward, last stage: the final norm's dy */
 };
 
-/* The ops of a block's forward, in order (fwd_op); a list of them is what
- * block_fwd runs. */
-enum fwd_op {
-	F_NORM1, F_WQ, F_WK, F_WV, F_ROPE_Q, F_ROPE_K, F_ATTENTION, F_WO,
-	F_NORM2, F_W1, F_W3, F_SWIGLU, F_W2, F_NOPS
-};
-
 /* Activation checkpointing (titan/train.h's titan_ac_mode): per block,
  * what its backward recomputes first.  Blocks with `whole` set (full AC,
  * selective every N) keep no activations and recompute every op into the
@@ -80,10 +65,6 @@ struct ac_policy {
 	struct acts shared;
 };
 
-static const enum fwd_op fwd_all[F_NOPS] = {
-	F_NORM1, F_WQ, F_WK, F_WV, F_ROPE_Q, F_ROPE_K, F_ATTENTION, F_WO,
-	F_NORM2, F_W1, F_W3, F_SWIGLU, F_W2,
-};
 /* Selective "op" recomputes all but what torchtitan's policy keeps: q
  * (after RoPE), v, the attention output and its lse, w1·x and the block
  * output. */
@@ -716,73 +697,25 @@ static float *G(struct titan_llama *m, enum titan_param_role r, int layer)
 
 #define CK(call) do { if ((rc = (call)) < 0) return rc; } while (0)
 
-/* One op of block l's forward, which reads x[l], writes x[l + 1] and
- * keeps its activations in `a`: the sequence-parallel moves and the
- * attention are the model's implementations (tp.h, cp.h).  With TP the
- * residual stream (x, h, y) and the norms' statistics hold this rank's nl
- * tokens, xn1/xn2 are gathered to all n tokens, and wo and w2 are
- * row-parallel (their partial sums reduce-scattered back to nl). */
-static int fwd_op(struct titan_llama *m, const struct mb *b, int l, struct acts *a,
-		  enum fwd_op o)
-{
-	const struct titan_backend_ops *op = m->be->ops;
-	struct titan_backend *be = m->be;
-	struct titan_sp *sp = &m->sp;
-	const struct titan_model_dims *d = &m->d;
-	const int64_t n = m->n, C = d->dim, F = m->F, B = m->o.batch, T = m->cp.tl;
-	const int64_t D = d->head_dim, q = m->H * D, kv = m->Hkv * D;
-	const float eps = (float)d->norm_eps;
-
-	switch (o) {
-	/* attention: h = x + wo(attn(rope(wq xn1), rope(wk xn1), wv xn1)), xn1 = norm(x) */
-	case F_NORM1:
-		return sp->ops->norm(sp, a->xn1, a->rstd1, b->x[l],
-				     P(m, TITAN_PARAM_ATTENTION_NORM, l), eps, "tp attention input");
-	case F_WQ:
-		return op->matmul_fwd(be, a->q, a->xn1, P(m, TITAN_PARAM_WQ, l), n, C, q, false);
-	case F_WK:
-		return op->matmul_fwd(be, a->k, a->xn1, P(m, TITAN_PARAM_WK, l), n, C, kv, false);
-	case F_WV:
-		return op->matmul_fwd(be, a->v, a->xn1, P(m, TITAN_PARAM_WV, l), n, C, kv, false);
-	case F_ROPE_Q:
-		return op->rope_fwd(be, a->q, m->freqs, B, T, m->H, D);
-	case F_ROPE_K:
-		return op->rope_fwd(be, a->k, m->freqs, B, T, m->Hkv, D);
-	case F_ATTENTION:
-		return m->cp.attn->fwd(&m->cp, a->att, a->lse, a->q, a->k, a->v);
-	case F_WO:
-		return sp->ops->linear_residual(sp, a->h, b->x[l], a->att, P(m, TITAN_PARAM_WO, l), q,
-						"tp attention output");
-	/* feed-forward: y = h + w2(silu(w1 xn2) * w3 xn2), xn2 = norm(h) */
-	case F_NORM2:
-		return sp->ops->norm(sp, a->xn2, a->rstd2, a->h, P(m, TITAN_PARAM_FFN_NORM, l), eps,
-				     "tp ffn input");
-	case F_W1:
-		return op->matmul_fwd(be, a->a, a->xn2, P(m, TITAN_PARAM_W1, l), n, C, F, false);
-	case F_W3:
-		return op->matmul_fwd(be, a->b, a->xn2, P(m, TITAN_PARAM_W3, l), n, C, F, false);
-	case F_SWIGLU:
-		return op->swiglu_fwd(be, a->g, a->a, a->b, n * F);
-	case F_W2:
-		return sp->ops->linear_residual(sp, b->x[l + 1], a->h, a->g, P(m, TITAN_PARAM_W2, l),
-						F, "tp ffn output");
-	case F_NOPS:
-		break;
-	}
-	return titan_error(TITAN_E_INVALID, "block forward: no op %d", (int)o);
-}
-
-/* Block `l` forward: the ops `ops` in order (fwd_all: the whole block;
- * a recomputation's: what the block did not keep, by the same calls on
- * the same inputs, so with the same bits). */
+/* Block `l` forward (block.c, which titan-generate runs too): the ops
+ * `ops` in order (titan_block_fwd_all: the whole block; a recomputation's:
+ * what the block did not keep, by the same calls on the same inputs, so
+ * with the same bits), reading x[l], writing x[l + 1] and keeping its
+ * activations in `a`, with this model's sequence/tensor-parallel moves and
+ * attention (tp.h, cp.h). */
 static int block_fwd(struct titan_llama *m, const struct mb *b, int l, struct acts *a,
 		     const enum fwd_op *ops, int nops)
 {
-	int rc;
+	const struct titan_block k = {
+		.be = m->be, .sp = &m->sp, .attn = &m->cp, .freqs = m->freqs, .n = m->n,
+		.B = m->o.batch, .T = m->cp.tl, .C = m->d.dim, .F = m->F, .H = m->H,
+		.Hkv = m->Hkv, .D = m->d.head_dim, .eps = (float)m->d.norm_eps,
+	};
+	struct block_w w = {0};
 
-	for (int i = 0; i < nops; i++)
-		CK(fwd_op(m, b, l, a, ops[i]));
-	return 0;
+	for (int r = TITAN_PARAM_WQ; r <= TITAN_PARAM_FFN_NORM; r++)
+		w.w[r] = P(m, (enum titan_param_role)r, l);
+	return titan_block_fwd(&k, &w, b->x[l], b->x[l + 1], a, ops, nops);
 }
 
 /* Where block l's forward keeps its activations: the shared set when its
@@ -804,7 +737,7 @@ static int block_recompute(struct titan_llama *m, const struct mb *b, int l, str
 		return 0;
 	*a = fwd_acts(m, b, l);
 	span_begin(m, "recompute", l);
-	rc = whole ? block_fwd(m, b, l, *a, fwd_all, F_NOPS)
+	rc = whole ? block_fwd(m, b, l, *a, titan_block_fwd_all, F_NOPS)
 		   : block_fwd(m, b, l, *a, m->ac.redo, m->ac.nredo);
 	span_end(m, "recompute");
 	return rc;
@@ -1042,7 +975,7 @@ static int forward(struct titan_llama *m, const struct titan_stage *s, struct mb
 	for (int l = s->l0; l < s->l1 && rc == 0; l++) {
 		span_begin(m, "forward", l);
 		if ((rc = ghook(m, h->pre_forward, 1 + l)) == 0)
-			rc = block_fwd(m, b, l, fwd_acts(m, b, l), fwd_all, F_NOPS);
+			rc = block_fwd(m, b, l, fwd_acts(m, b, l), titan_block_fwd_all, F_NOPS);
 		if (rc == 0)
 			rc = ghook(m, h->post_forward, 1 + l);
 		span_end(m, "forward");

@@ -1,0 +1,67 @@
+/*
+ * block.h — private to lib/train and lib/generate: the forward math of one
+ * Llama 3 block (block.c), the one statement of it that training
+ * (llama.c) and generation (lib/generate) both run.  It is plain: explicit
+ * weights, input, output and activation pointers, and the layout as the
+ * injected interfaces — the sequence/tensor-parallel moves (tp.h, the
+ * identity on one rank) and the attention implementation (cp.h: local,
+ * CP all-gather, CP ring, or the generator's KV cache, attn_kv.c).
+ */
+#ifndef TITAN_TRAIN_BLOCK_H
+#define TITAN_TRAIN_BLOCK_H
+
+#include <stdint.h>
+
+#include "titan/model.h"
+#include "titan/ops.h"
+
+struct titan_cp;
+struct titan_sp;
+
+/* What one block keeps for backward (the generator points several of
+ * these at the same buffers: it keeps nothing). */
+struct acts {
+	float *xn1, *rstd1;  /* attention_norm output [N,C], 1/rms [N] */
+	float *q, *k, *v;    /* after RoPE: [N,H*D], [N,Hkv*D] x2 */
+	float *att, *lse;    /* attention output [N,H*D], log-sum-exp [B,H,T] */
+	float *h;            /* residual after attention [N,C] */
+	float *xn2, *rstd2;  /* ffn_norm output, 1/rms */
+	float *a, *b, *g;    /* w1 x, w3 x, silu(a)*b [N,F] */
+};
+
+/* The ops of a block's forward, in order (titan_block_fwd runs a list of
+ * them: the whole block, or what a recomputation redoes). */
+enum fwd_op {
+	F_NORM1, F_WQ, F_WK, F_WV, F_ROPE_Q, F_ROPE_K, F_ATTENTION, F_WO,
+	F_NORM2, F_W1, F_W3, F_SWIGLU, F_W2, F_NOPS
+};
+
+/* A block's weights by role (TITAN_PARAM_WQ .. TITAN_PARAM_FFN_NORM; the
+ * others unused), this rank's shards of them under TP. */
+struct block_w {
+	const float *w[TITAN_PARAM_NROLES];
+};
+
+/* The block's geometry on this rank and its injected parts. */
+struct titan_block {
+	struct titan_backend *be;
+	struct titan_sp *sp;     /* residual-stream moves around the norms, wo, w2 */
+	struct titan_cp *attn;   /* attention: attn->attn->fwd */
+	const float *freqs;      /* RoPE rows of the tokens of a row [T, D] */
+	int64_t n;               /* tokens after the norms' gather */
+	int64_t B, T;            /* rows, tokens of a row (RoPE) */
+	int64_t C, F, H, Hkv, D; /* model dim; this rank's FFN hidden, heads, kv heads; head dim */
+	float eps;
+};
+
+/* Block forward: the ops `ops` in order, reading the block input x and
+ * writing its output y (x[l], x[l + 1]; they may be one buffer when the
+ * activations' h is too, as the generator's), keeping the activations in
+ * `a`.  Error: an op's, or TITAN_E_INVALID for an op outside the list. */
+int titan_block_fwd(const struct titan_block *k, const struct block_w *w, const float *x,
+		    float *y, struct acts *a, const enum fwd_op *ops, int nops);
+
+/* The whole block, fwd_all's F_NOPS ops. */
+extern const enum fwd_op titan_block_fwd_all[F_NOPS];
+
+#endif
