@@ -30,6 +30,7 @@ YAML
 
 setup() {
 	load helpers
+	load tiny
 	cd "$TITAN_SRCDIR"
 }
 
@@ -45,22 +46,16 @@ paths() {
 	return 0
 }
 
-losses() { /usr/bin/python3 -c '
-import json, sys
-for l in open(sys.argv[1]):
-    o = json.loads(l)
-    if "loss" in o: print(o["step"], repr(o["loss"]), repr(o["grad_norm"]))' "$1"; }
-
 @test "every CPU path trains to the same losses and grad norms, bit for bit" {
 	local p n=0
 	TITAN_CPU_ISA= titan-train --config "$DATA/tiny.yaml" --threads 2 -q \
 		--job.dump_folder="$BATS_TEST_TMPDIR/best"
-	losses "$BATS_TEST_TMPDIR/best/metrics.jsonl" > "$BATS_TEST_TMPDIR/best.txt"
+	tiny_losses "$BATS_TEST_TMPDIR/best/metrics.jsonl" > "$BATS_TEST_TMPDIR/best.txt"
 	[ "$(wc -l < "$BATS_TEST_TMPDIR/best.txt")" -eq 4 ]
 	for p in $(paths); do
 		TITAN_CPU_ISA=$p titan-train --config "$DATA/tiny.yaml" --threads 2 -q \
 			--job.dump_folder="$BATS_TEST_TMPDIR/$p"
-		losses "$BATS_TEST_TMPDIR/$p/metrics.jsonl" > "$BATS_TEST_TMPDIR/$p.txt"
+		tiny_losses "$BATS_TEST_TMPDIR/$p/metrics.jsonl" > "$BATS_TEST_TMPDIR/$p.txt"
 		diff "$BATS_TEST_TMPDIR/best.txt" "$BATS_TEST_TMPDIR/$p.txt"
 		n=$((n + 1))
 	done
