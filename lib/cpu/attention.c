@@ -32,14 +32,14 @@ static int check_dims(const struct titan_attn_dims *d)
  * row strides ldb/ldc for B and C.  Every element is C (or 0) plus the
  * products for p = 0..k−1 in order, each added with one fused multiply-add
  * (fmaf: rounded once), so the tiling below (8×32 or 8×16 register tiles held in
- * GCC vectors — one zmm, two ymm or four xmm per row, whatever the clone —
- * and a plain loop at the edges) never changes a bit, and every clone gives
- * the same bits: AVX2 and AVX-512 clones use vfmadd, the baseline clone
+ * GCC vectors — one zmm, two ymm or four xmm per row, whatever the path —
+ * and a plain loop at the edges) never changes a bit, and every path gives
+ * the same bits: AVX2 and AVX-512 paths use vfmadd, the baseline path
  * calls libm's fmaf (exact, slow: only CPUs without FMA run it). */
 typedef float v16f __attribute__((vector_size(64)));
 
 /* unaligned vector load/store (macros: a function returning a vector
- * would have a different ABI in each clone) */
+ * would have a different ABI in each path) */
 #define LD16(v, p) memcpy(&(v), (p), sizeof(v16f))
 #define ST16(p, v) memcpy((p), &(v), sizeof(v16f))
 /* t += s·b, lane by lane, fused (GCC turns the loop into one vfmadd) */
@@ -54,18 +54,9 @@ typedef float v16f __attribute__((vector_size(64)));
 #define NR 16
 
 /* 8×32 tiles (16 accumulators: AVX-512 has 32 vector registers, AVX2 only
- * 16) on CPUs with AVX-512: two vectors of B per broadcast of A, so the
+ * 16) on the AVX-512 path (titan_cpu_isa): two vectors of B per broadcast of A, so the
  * loop is bound by the FMAs rather than by loads.  Same products in the
  * same order per element as the 8×16 tiles: the same bits. */
-static bool wide_tiles;
-__attribute__((constructor)) static void detect_wide_tiles(void)
-{
-#if defined(__GNUC__) && defined(__x86_64__)
-	__builtin_cpu_init();
-	wide_tiles = __builtin_cpu_supports("avx512f");
-#endif
-}
-
 #define FMA_ROW2(r) \
 	do { \
 		const float s2_ = ap[(r) * ars]; \
@@ -73,14 +64,14 @@ __attribute__((constructor)) static void detect_wide_tiles(void)
 		FMA16(t[r][1], s2_, b1); \
 	} while (0)
 
-TITAN_CPU_CLONES
-static void mm_kernel(float *restrict c, int64_t ldc, const float *restrict a,
-		      int64_t ars, int64_t aps, const float *restrict b, int64_t ldb,
-		      int64_t m, int64_t n, int64_t k, bool acc)
+static inline TITAN_CPU_BODY void
+mm_kernel_body(float *restrict c, int64_t ldc, const float *restrict a, int64_t ars,
+	       int64_t aps, const float *restrict b, int64_t ldb, int64_t m, int64_t n,
+	       int64_t k, bool acc)
 {
 	const v16f zero = {0};
 	int64_t j0 = 0;
-	for (; wide_tiles && j0 + 2 * NR <= n; j0 += 2 * NR) {
+	for (; titan_cpu_isa == TITAN_CPU_ISA_AVX512 && j0 + 2 * NR <= n; j0 += 2 * NR) {
 		int64_t i = 0;
 		for (; i + MR <= m; i += MR) {
 			const float *ar = a + i * ars;
@@ -187,6 +178,10 @@ static void mm_kernel(float *restrict c, int64_t ldc, const float *restrict a,
 		}
 	}
 }
+TITAN_CPU_DISPATCH_VOID(mm_kernel, (float *restrict c, int64_t ldc, const float *restrict a, int64_t ars,
+			int64_t aps, const float *restrict b, int64_t ldb, int64_t m, int64_t n,
+			int64_t k, bool acc),
+			(c, ldc, a, ars, aps, b, ldb, m, n, k, acc))
 
 /* C (+)= A·B, A [m,k] with row stride lda */
 static void mm_nn(float *c, int64_t ldc, const float *a, int64_t lda, const float *b,
@@ -209,9 +204,9 @@ static void mm_tn(float *c, int64_t ldc, const float *a, int64_t lda, const floa
  * accumulator o[r] (D floats, row stride ldo) is multiplied by exp(m − m')
  * when that is not 1.  (max(fl(s·scale)) = fl(max(s)·scale): rounding is
  * monotonic, so the scaling is done in the exp pass.) */
-TITAN_CPU_CLONES
-static void softmax_update(float *s, int64_t lds, int64_t nr, int64_t nk, int64_t first,
-			   float scale, float *m, float *l, float *o, int64_t ldo, int64_t D)
+static inline TITAN_CPU_BODY void
+softmax_update_body(float *s, int64_t lds, int64_t nr, int64_t nk, int64_t first,
+		    float scale, float *m, float *l, float *o, int64_t ldo, int64_t D)
 {
 	for (int64_t r = 0; r < nr; r++) {
 		float *sr = s + r * lds;
@@ -241,14 +236,17 @@ static void softmax_update(float *s, int64_t lds, int64_t nr, int64_t nk, int64_
 		}
 	}
 }
+TITAN_CPU_DISPATCH_VOID(softmax_update, (float *s, int64_t lds, int64_t nr, int64_t nk, int64_t first,
+			float scale, float *m, float *l, float *o, int64_t ldo, int64_t D),
+			(s, lds, nr, nk, first, scale, m, l, o, ldo, D))
 
 /* Backward of the nr query rows t = t0 + r of a block against a key block
  * (nc(r) visible keys as above): p[c] = exp(s[c]·scale − lse[t]) and
  * ds[c] = p[c]·(dp[c] − D_t)·scale for c < nc, 0 after (p holds the scores
  * and ds holds dP on entry; lse and dt are indexed by r). */
-TITAN_CPU_CLONES
-static void softmax_grad(float *p, float *ds, int64_t lds, int64_t nr, int64_t nk,
-			 int64_t first, float scale, const float *lse, const float *dt)
+static inline TITAN_CPU_BODY void
+softmax_grad_body(float *p, float *ds, int64_t lds, int64_t nr, int64_t nk, int64_t first,
+		  float scale, const float *lse, const float *dt)
 {
 	for (int64_t r = 0; r < nr; r++) {
 		float *pr = p + r * lds, *dr = ds + r * lds;
@@ -264,8 +262,13 @@ static void softmax_grad(float *p, float *ds, int64_t lds, int64_t nr, int64_t n
 			pr[c] = dr[c] = 0.0f;
 	}
 }
+TITAN_CPU_DISPATCH_VOID(softmax_grad, (float *p, float *ds, int64_t lds, int64_t nr, int64_t nk,
+			int64_t first, float scale, const float *lse, const float *dt),
+			(p, ds, lds, nr, nk, first, scale, lse, dt))
 
-/* dst[j][i] = src[i][j] for i < rows, j < cols (row strides lds, ldd). */
+/* dst[j][i] = src[i][j] for i < rows, j < cols (row strides lds, ldd).
+ * (A 16×16-register-tile AVX-512 version was 1.3x faster per 64×64 block,
+ * 1.0 vs 1.3 us: about 0.15% of a 25M step, not worth its code.) */
 static void transpose(float *restrict dst, int64_t ldd, const float *restrict src,
 		      int64_t lds, int64_t rows, int64_t cols)
 {
@@ -273,6 +276,17 @@ static void transpose(float *restrict dst, int64_t ldd, const float *restrict sr
 		for (int64_t j = 0; j < cols; j++)
 			dst[j * ldd + i] = src[i * lds + j];
 }
+
+/* di[t] = Σ_j dout[t][j]·out[t][j] (rows of D at stride ld) in the 8
+ * double lanes of titan_cpu_dot8d */
+static inline TITAN_CPU_BODY void row_dots_body(float *di, const float *go, const float *o,
+						int64_t ld, int64_t n, int64_t D)
+{
+	for (int64_t t = 0; t < n; t++)
+		di[t] = (float)titan_cpu_dot8d(go + t * ld, o + t * ld, D);
+}
+TITAN_CPU_DISPATCH_VOID(row_dots, (float *di, const float *go, const float *o, int64_t ld,
+			int64_t n, int64_t D), (di, go, o, ld, n, D))
 
 /* The diagonal of a part, clamped so that t + diag cannot overflow. */
 static int64_t part_diag(const struct titan_attn_part *p)
@@ -410,11 +424,8 @@ static int part_bwd(struct titan_backend *be, float *dq, float *dk, float *dv,
 		for (int64_t h = g * rep; h < (g + 1) * rep; h++) {
 			const float *lrow = lse + (b * H + h) * qst;
 			/* D_t = rowsum(dout·out) */
-			for (int64_t t = 0; t < Tq; t++) {
-				const float *o = out + (b * qst + t) * qs + h * D;
-				const float *go = dout + (b * qst + t) * qs + h * D;
-				di[t] = (float)titan_cpu_dot8d(go, o, D);
-			}
+			row_dots(di, dout + b * qst * qs + h * D, out + b * qst * qs + h * D, qs, Tq,
+				 D);
 			for (int64_t s0 = 0; s0 < Tk; s0 += bk) {
 				/* the first query row that sees key s0 */
 				const int64_t tfirst = s0 - diag > 0 ? s0 - diag : 0;

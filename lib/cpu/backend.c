@@ -142,7 +142,7 @@ int titan_backend_cpu_init(struct titan_backend *be, int nthreads)
 	 * one thread (its own split would depend on the thread count). */
 	openblas_set_num_threads(1);
 #endif
-	return 0;
+	return titan_cpu_isa_init(); /* the kernels' path (isa.c) */
 }
 
 int titan_buf_copy_rows_check(int64_t dst_off, int64_t dst_stride, int64_t src_off,

@@ -14,16 +14,76 @@
 #include "titan/ops.h"
 
 /* Hot kernels are compiled for the x86-64 psABI levels (baseline SSE2, v3 =
- * AVX2+FMA, v4 = AVX-512) and picked at load time.  The files are built as
- * ISO C (-std=c17 implies -ffp-contract=off: a·b + c is never fused; FMA
- * appears only where fmaf() is written) and the kernels never
- * reassociate, so every clone gives the same bits. */
+ * AVX2+FMA, v4 = AVX-512 F/BW/DQ/VL) and one is picked once, at backend
+ * init (titan_cpu_isa_init: the best the CPU has, or TITAN_CPU_ISA).  The
+ * files are built as ISO C (-std=c17 implies -ffp-contract=off: a·b + c is
+ * never fused; FMA appears only where fmaf() is written) and the kernels
+ * never reassociate, so every path gives the same bits (test_cpu_simd
+ * checks each against the baseline one on every path the CPU has).
+ *
+ *   static inline TITAN_CPU_BODY void k_body(float *y, int64_t n) { ... }
+ *   TITAN_CPU_DISPATCH_VOID(k, (float *y, int64_t n), (y, n))
+ *
+ * defines k_base, k_avx2 and k_avx512 (the body compiled for each level)
+ * and a static k() that calls the selected one; TITAN_CPU_DISPATCH(ret,
+ * ...) the same for a kernel returning a value. */
+enum titan_cpu_isa {
+	TITAN_CPU_ISA_BASE = 0,   /* x86-64 baseline (SSE2), or any other CPU */
+	TITAN_CPU_ISA_AVX2 = 1,   /* x86-64-v3: AVX2, FMA */
+	TITAN_CPU_ISA_AVX512 = 2, /* x86-64-v4: AVX-512 F, BW, DQ, VL */
+};
+
+/* The path the kernels run (read on every call; written only by
+ * titan_cpu_isa_init/_set, outside parallel regions). */
+extern enum titan_cpu_isa titan_cpu_isa;
+
+/* The best level this CPU runs (TITAN_CPU_ISA_BASE off x86-64 or when the
+ * build has one path). */
+enum titan_cpu_isa titan_cpu_isa_best(void);
+
+/* "baseline", "avx2", "avx512" */
+const char *titan_cpu_isa_name(enum titan_cpu_isa isa);
+
+/* Selects `isa`; TITAN_E_UNSUPPORTED (naming the CPU's best) when the CPU
+ * or the build does not have it.  For tests and titan_cpu_isa_init. */
+int titan_cpu_isa_set(enum titan_cpu_isa isa);
+
+/* The best level, or the one the environment's TITAN_CPU_ISA names
+ * (baseline|avx2|avx512; empty or unset: the best): TITAN_E_INVALID for
+ * another word, TITAN_E_UNSUPPORTED for a level the CPU lacks. */
+int titan_cpu_isa_init(void);
+
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
-#define TITAN_CPU_CLONES \
-	__attribute__((target_clones("default", "arch=x86-64-v3", "arch=x86-64-v4")))
+#define TITAN_CPU_MULTI_ISA 1
+#define TITAN_CPU_BODY __attribute__((always_inline))
+/* `ret` is `return` for a kernel with a value, empty for a void one
+ * (`return f();` of a void f is not ISO C) */
+#define TITAN_CPU_VARIANTS_(type, ret, name, params, args) \
+	static type name##_base params { ret name##_body args; } \
+	__attribute__((target("arch=x86-64-v3"))) \
+	static type name##_avx2 params { ret name##_body args; } \
+	__attribute__((target("arch=x86-64-v4"))) \
+	static type name##_avx512 params { ret name##_body args; } \
+	static type name params \
+	{ \
+		if (titan_cpu_isa == TITAN_CPU_ISA_AVX512) { \
+			ret name##_avx512 args; \
+		} else if (titan_cpu_isa == TITAN_CPU_ISA_AVX2) { \
+			ret name##_avx2 args; \
+		} else { \
+			ret name##_base args; \
+		} \
+	}
 #else
-#define TITAN_CPU_CLONES
+#define TITAN_CPU_MULTI_ISA 0
+#define TITAN_CPU_BODY
+#define TITAN_CPU_VARIANTS_(type, ret, name, params, args) \
+	static type name params { ret name##_body args; }
 #endif
+#define TITAN_CPU_DISPATCH(type, name, params, args) \
+	TITAN_CPU_VARIANTS_(type, return, name, params, args)
+#define TITAN_CPU_DISPATCH_VOID(name, params, args) \
+	TITAN_CPU_VARIANTS_(void, , name, params, args)
 
 /* exp(x) in float for vectorised loops (Cephes expf: Cody–Waite reduction,
  * degree-6 polynomial, 2^n from the exponent bits).  Checked against exp()

@@ -63,8 +63,8 @@ int titan_cpu_embedding_bwd(struct titan_backend *be, float *dtable,
 
 /* PyTorch's silu(x) = x / (1 + exp(−x)) and its backward
  * dy·σ·(1 + x·(1 − σ)) with dy = dh·b. */
-TITAN_CPU_CLONES
-static void swiglu_fwd_range(float *h, const float *a, const float *b, int64_t n)
+static inline TITAN_CPU_BODY void
+swiglu_fwd_range_body(float *h, const float *a, const float *b, int64_t n)
 {
 	#pragma omp simd
 	for (int64_t i = 0; i < n; i++) {
@@ -72,10 +72,12 @@ static void swiglu_fwd_range(float *h, const float *a, const float *b, int64_t n
 		h[i] = x / (1.0f + titan_cpu_expf(-x)) * b[i];
 	}
 }
+TITAN_CPU_DISPATCH_VOID(swiglu_fwd_range, (float *h, const float *a, const float *b, int64_t n),
+			(h, a, b, n))
 
-TITAN_CPU_CLONES
-static void swiglu_bwd_range(float *da, float *db, const float *dh, const float *a,
-			     const float *b, int64_t n)
+static inline TITAN_CPU_BODY void
+swiglu_bwd_range_body(float *da, float *db, const float *dh, const float *a,
+		      const float *b, int64_t n)
 {
 	#pragma omp simd
 	for (int64_t i = 0; i < n; i++) {
@@ -86,6 +88,9 @@ static void swiglu_bwd_range(float *da, float *db, const float *dh, const float 
 		db[i] = g * silu;
 	}
 }
+TITAN_CPU_DISPATCH_VOID(swiglu_bwd_range, (float *da, float *db, const float *dh, const float *a,
+			const float *b, int64_t n),
+			(da, db, dh, a, b, n))
 
 int titan_cpu_swiglu_fwd(struct titan_backend *be, float *h, const float *a,
 			 const float *b, int64_t n)
@@ -114,22 +119,47 @@ int titan_cpu_swiglu_bwd(struct titan_backend *be, float *da, float *db,
 	return 0;
 }
 
-int titan_cpu_scale(struct titan_backend *be, float *x, int64_t n, float alpha)
+static inline TITAN_CPU_BODY void
+scale_range_body(float *x, int64_t n, float alpha)
 {
-	int nt = titan_cpu_threads(be, n / GRAIN);
-	#pragma omp parallel for num_threads(nt) schedule(static)
+	#pragma omp simd
 	for (int64_t i = 0; i < n; i++)
 		x[i] *= alpha;
+}
+TITAN_CPU_DISPATCH_VOID(scale_range, (float *x, int64_t n, float alpha), (x, n, alpha))
+
+static inline TITAN_CPU_BODY void
+add_range_body(float *y, const float *a, const float *b, int64_t n)
+{
+	#pragma omp simd
+	for (int64_t i = 0; i < n; i++)
+		y[i] = a[i] + b[i];
+}
+TITAN_CPU_DISPATCH_VOID(add_range, (float *y, const float *a, const float *b, int64_t n),
+			(y, a, b, n))
+
+int titan_cpu_scale(struct titan_backend *be, float *x, int64_t n, float alpha)
+{
+	const int64_t nch = (n + GRAIN - 1) / GRAIN;
+	int nt = titan_cpu_threads(be, nch);
+	#pragma omp parallel for num_threads(nt) schedule(static)
+	for (int64_t ch = 0; ch < nch; ch++) {
+		const int64_t i0 = ch * GRAIN, len = i0 + GRAIN < n ? GRAIN : n - i0;
+		scale_range(x + i0, len, alpha);
+	}
 	return 0;
 }
 
 int titan_cpu_add(struct titan_backend *be, float *y, const float *a,
 		  const float *b, int64_t n)
 {
-	int nt = titan_cpu_threads(be, n / GRAIN);
+	const int64_t nch = (n + GRAIN - 1) / GRAIN;
+	int nt = titan_cpu_threads(be, nch);
 	#pragma omp parallel for num_threads(nt) schedule(static)
-	for (int64_t i = 0; i < n; i++)
-		y[i] = a[i] + b[i];
+	for (int64_t ch = 0; ch < nch; ch++) {
+		const int64_t i0 = ch * GRAIN, len = i0 + GRAIN < n ? GRAIN : n - i0;
+		add_range(y + i0, a + i0, b + i0, len);
+	}
 	return 0;
 }
 

@@ -15,8 +15,8 @@
 /* One valid row: returns logsumexp(z) − z[y] (max-shifted, exp sum in
  * double) and, when `grads`, leaves dz = (softmax − onehot(y))·gs in z
  * (otherwise z is left holding exp(z − max)). */
-TITAN_CPU_CLONES
-static double ce_row(float *z, int64_t v, int32_t y, float gs, bool grads)
+static inline TITAN_CPU_BODY double
+ce_row_body(float *z, int64_t v, int32_t y, float gs, bool grads)
 {
 	float mx = z[0];
 	#pragma omp simd reduction(max : mx)
@@ -37,6 +37,8 @@ static double ce_row(float *z, int64_t v, int32_t y, float gs, bool grads)
 	/* −log_softmax[y] = logsumexp − z_y */
 	return ((double)mx + log(sum)) - (double)zy;
 }
+TITAN_CPU_DISPATCH(double, ce_row, (float *z, int64_t v, int32_t y, float gs, bool grads),
+		   (z, v, y, gs, grads))
 
 int titan_cpu_classifier_ce(struct titan_backend *be, double *loss_sum,
 			    int64_t *n_valid, float *dh, float *dw,

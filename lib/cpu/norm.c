@@ -9,10 +9,10 @@
 #define ROWS_GRAIN 16 /* rows per thread below which threads do not pay */
 #define COLS 64       /* column block of the dw reduction */
 
-/* Row and column-block kernels, compiled per ISA (the OpenMP bodies
+/* Row and column-block kernels, one per ISA (cpu_impl.h; the OpenMP bodies
  * around them are not). */
-TITAN_CPU_CLONES
-static float rms_row_fwd(float *yi, const float *xi, const float *w, int64_t c, float eps)
+static inline TITAN_CPU_BODY float
+rms_row_fwd_body(float *yi, const float *xi, const float *w, int64_t c, float eps)
 {
 	const double ss = titan_cpu_dot8d(xi, xi, c);
 	float r = (float)(1.0 / sqrt(ss / (double)c + (double)eps));
@@ -22,12 +22,13 @@ static float rms_row_fwd(float *yi, const float *xi, const float *w, int64_t c, 
 		yi[j] = xi[j] * r * w[j];
 	return r;
 }
+TITAN_CPU_DISPATCH(float, rms_row_fwd, (float *yi, const float *xi, const float *w, int64_t c, float eps),
+		   (yi, xi, w, c, eps))
 
 /* acc[j] += Σ_i dy[i][j]·(x[i][j]·rstd[i]) over the n rows, in row order */
-TITAN_CPU_CLONES
-static void rms_dw_block(double *restrict acc, const float *restrict x,
-			 const float *restrict dy, const float *restrict rstd,
-			 int64_t n, int64_t c, int64_t nc)
+static inline TITAN_CPU_BODY void
+rms_dw_block_body(double *restrict acc, const float *restrict x, const float *restrict dy,
+		  const float *restrict rstd, int64_t n, int64_t c, int64_t nc)
 {
 	for (int64_t i = 0; i < n; i++) {
 		const float *xi = x + i * c, *gi = dy + i * c;
@@ -38,11 +39,14 @@ static void rms_dw_block(double *restrict acc, const float *restrict x,
 			acc[j] += (double)(gi[j] * (xi[j] * r));
 	}
 }
+TITAN_CPU_DISPATCH_VOID(rms_dw_block, (double *restrict acc, const float *restrict x, const float *restrict dy,
+			const float *restrict rstd, int64_t n, int64_t c, int64_t nc),
+			(acc, x, dy, rstd, n, c, nc))
 
 /* dx of one row; the mean of (dy·w)·x̂ in 8 double lanes */
-TITAN_CPU_CLONES
-static void rms_row_bwd(float *dxi, const float *gi, const float *xi, const float *w,
-			float r, int64_t c, bool accumulate)
+static inline TITAN_CPU_BODY void
+rms_row_bwd_body(float *dxi, const float *gi, const float *xi, const float *w, float r,
+		 int64_t c, bool accumulate)
 {
 	double a[8] = {0, 0, 0, 0, 0, 0, 0, 0};
 	int64_t j = 0;
@@ -62,6 +66,9 @@ static void rms_row_bwd(float *dxi, const float *gi, const float *xi, const floa
 		dxi[j] = accumulate ? dxi[j] + d : d;
 	}
 }
+TITAN_CPU_DISPATCH_VOID(rms_row_bwd, (float *dxi, const float *gi, const float *xi, const float *w, float r,
+			int64_t c, bool accumulate),
+			(dxi, gi, xi, w, r, c, accumulate))
 
 int titan_cpu_rmsnorm_fwd(struct titan_backend *be, float *y, float *rstd,
 			  const float *x, const float *w, int64_t n, int64_t c,

@@ -33,9 +33,9 @@ struct adamw_consts {
 		v[i] = vi; \
 	} while (0)
 
-TITAN_CPU_CLONES
-static void adamw_range(float *restrict p, float *restrict m, float *restrict v,
-			const float *restrict g, int64_t n, const struct adamw_consts *k)
+static inline TITAN_CPU_BODY void
+adamw_range_body(float *restrict p, float *restrict m, float *restrict v,
+		 const float *restrict g, int64_t n, const struct adamw_consts *k)
 {
 	const float keep = k->decay ? k->keep : 1.0f, lc = k->lc, b2 = k->b2;
 	const float c2 = k->c2, neg_step = k->neg_step, bc2_sqrt = k->bc2_sqrt;
@@ -51,6 +51,9 @@ static void adamw_range(float *restrict p, float *restrict m, float *restrict v,
 			ADAMW_ELEM(i, gi);
 	}
 }
+TITAN_CPU_DISPATCH_VOID(adamw_range, (float *restrict p, float *restrict m, float *restrict v,
+			const float *restrict g, int64_t n, const struct adamw_consts *k),
+			(p, m, v, g, n, k))
 
 int titan_cpu_adamw_step(struct titan_backend *be, float *p, float *m,
 			 float *v, const float *g, int64_t n,
@@ -89,11 +92,13 @@ int titan_cpu_adamw_step(struct titan_backend *be, float *p, float *m,
 
 /* Σ x² of a chunk in double, 8 lanes (titan_cpu_dot8d): vectorised, and
  * no chain of dependent additions through the whole chunk. */
-TITAN_CPU_CLONES
-static double sumsq_range(const float *x, int64_t n)
+static inline TITAN_CPU_BODY double
+sumsq_range_body(const float *x, int64_t n)
 {
 	return titan_cpu_dot8d(x, x, n);
 }
+TITAN_CPU_DISPATCH(double, sumsq_range, (const float *x, int64_t n),
+		   (x, n))
 
 int titan_cpu_sumsq(struct titan_backend *be, double *out, const float *x,
 		    int64_t n)

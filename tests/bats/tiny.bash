@@ -59,3 +59,11 @@ YAML
 		cat
 	} > "$1"
 }
+
+# tiny_losses METRICS.JSONL: "step loss grad_norm" per logged step, in
+# Python's repr (every bit of the doubles), for exact comparisons
+tiny_losses() { /usr/bin/python3 -c '
+import json, sys
+for l in open(sys.argv[1]):
+    o = json.loads(l)
+    if "loss" in o: print(o["step"], repr(o["loss"]), repr(o["grad_norm"]))' "$1"; }

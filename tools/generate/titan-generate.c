@@ -414,7 +414,10 @@ int main(int argc, char **argv)
 		titan_log_info("sampling: temperature %g, top-k %" PRId64 ", top-p %g, seed %" PRIu64
 			       "%s", o.sampling.temperature, o.sampling.top_k, o.sampling.top_p,
 			       o.sampling.seed, o.seed_set ? "" : " (--seed repeats this text)");
-	titan_backend_cpu_init(&be, cli.threads);
+	if ((rc = titan_backend_cpu_init(&be, cli.threads)) < 0) {
+		rc = titan_cli_fail_work(&cli, rc);
+		goto done;
+	}
 	{
 		struct titan_generator_opts gopts = {
 			.capacity = n_prompt + o.max_new < ctx ? n_prompt + o.max_new : ctx,
