@@ -59,3 +59,11 @@ YAML
 		cat
 	} > "$1"
 }
+
+# tiny_losses METRICS.jsonl: "step loss grad_norm" of each step logged,
+# the reals as Python's repr (every bit)
+tiny_losses() { /usr/bin/python3 -c '
+import json, sys
+for l in open(sys.argv[1]):
+    o = json.loads(l)
+    if "loss" in o: print(o["step"], repr(o["loss"]), repr(o["grad_norm"]))' "$1"; }

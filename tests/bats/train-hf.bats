@@ -33,14 +33,11 @@ YAML
 
 setup() {
 	load helpers
+	load tiny
 	cd "$BATS_TEST_TMPDIR"
 }
 
-losses() { /usr/bin/python3 -c '
-import json, sys
-for l in open(sys.argv[1]):
-    o = json.loads(l)
-    if "loss" in o: print(o["step"], repr(o["loss"]), repr(o["grad_norm"]))' "$1"; }
+losses() { tiny_losses "$@"; }
 
 # same_folder A B: the same file names, every file the same bytes
 same_folder() {
