@@ -67,11 +67,12 @@ same_folder() {
 		b/checkpoint/step-2.h5 b-hf
 	same_folder b/checkpoint/step-2 b-hf
 	grep -q '"torch_dtype": "bfloat16"' b/checkpoint/step-2/config.json
-	# an interval save before the last is not exported
+	# an interval save before the last is not exported; async saves
+	# before it, the last one (synchronous) as without async
 	run -0 titan-train -q --config "$DATA/tiny.yaml" --job.dump_folder=c \
-		--checkpoint.last_save_in_hf=true --checkpoint.interval=1
+		--checkpoint.last_save_in_hf=true --checkpoint.interval=1 --checkpoint.async_mode=async
 	assert_file_not_exists c/checkpoint/step-1/config.json
-	assert_file_exists c/checkpoint/step-2/config.json
+	same_folder c/checkpoint/step-2 "$DATA/ref-hf"
 }
 
 @test "initial_load_in_hf: an HF folder as the initial weights, as its .h5 via initial_load_path" {
