@@ -135,6 +135,13 @@ int titan_config_validate(const struct titan_config *c)
 	if (c->checkpoint.last_save_in_hf && !c->checkpoint.last_save_model_only)
 		FAIL("checkpoint.last_save_in_hf: needs checkpoint.last_save_model_only "
 		     "(safetensors hold only the model)");
+	if (c->checkpoint.initial_load_in_hf && !c->checkpoint.initial_load_model_only)
+		FAIL("checkpoint.initial_load_in_hf: needs checkpoint.initial_load_model_only "
+		     "(safetensors hold only the model)");
+	if (c->checkpoint.initial_load_in_hf && !*c->checkpoint.initial_load_path &&
+	    !*c->model.hf_assets_path)
+		FAIL("checkpoint.initial_load_in_hf: needs checkpoint.initial_load_path or "
+		     "model.hf_assets_path (the HF folder to load)");
 
 	int64_t warm = c->profiling.profiler_warmup, active = c->profiling.profiler_active;
 	int64_t need = warm > INT64_MAX - active ? INT64_MAX : warm + active;

@@ -682,6 +682,36 @@ int titan_hf_read(const struct titan_hf_model *m, const struct titan_param *p, f
  * text, or NULL with an error.  Used for checkpoints made from HF weights. */
 char *titan_ckpt_config_for_dims(const struct titan_model_dims *dims);
 
+/* Conversions between a checkpoint file and an HF folder, shared by
+ * titan-ckpt-convert (--to hf, --to gguf, --from hf) and titan-train
+ * (checkpoint.last_save_in_hf, checkpoint.initial_load_in_hf).  `on_tensor`
+ * (may be NULL) is called with the bytes of each tensor before it is read
+ * (a progress meter). */
+typedef void (*titan_ckpt_tensor_fn)(void *ctx, uint64_t bytes);
+
+/* The model of a checkpoint file as a titan_hf_get_fn source. */
+struct titan_ckpt_model_src {
+	struct titan_ckpt_file *f;
+	struct titan_param_table table; /* of the file's dims, unsharded */
+	titan_ckpt_tensor_fn on_tensor;
+	void *ctx;
+};
+/* Open `path`, check its dims and every model tensor's shape against the
+ * table built from them before anything is read.  Close s even on error. */
+int titan_ckpt_model_open(const char *path, struct titan_ckpt_model_src *s);
+void titan_ckpt_model_close(struct titan_ckpt_model_src *s);
+/* A titan_hf_get_fn: ctx is a struct titan_ckpt_model_src. */
+int titan_ckpt_model_get(void *ctx, const struct titan_param *p, float *out);
+
+/* The model of checkpoint `path` as the HF folder `outdir` (titan_hf_export). */
+int titan_hf_export_ckpt(const char *path, const char *outdir,
+			 const struct titan_hf_export_opts *o);
+/* The HF model m as the model-only checkpoint `out` (every tensor in
+ * dtype, the config YAML of titan_ckpt_config_for_dims), written
+ * atomically. */
+int titan_hf_write_ckpt(const struct titan_hf_model *m, const char *out,
+			enum titan_ckpt_dtype dtype, titan_ckpt_tensor_fn on_tensor, void *ctx);
+
 /* ===================================================================== GGUF */
 
 /*

@@ -64,6 +64,57 @@ static void *mpi_world(const struct titan_trainer *t)
 	return t->dist->size > 1 ? titan_comm_mpi_handle(t->dist->comm[TITAN_DIM_WORLD]) : NULL;
 }
 
+/* Rank 0's outcome of a step only it does (`rc`), agreed by every rank:
+ * the others fail with "rank 0: <what>" when it failed. */
+static int rank0_agreed(struct titan_trainer *t, int rc, const char *what)
+{
+	int64_t bad = rc < 0;
+	int arc;
+
+	if (t->dist->size == 1)
+		return rc;
+	if ((arc = titan_comm_all_reduce(t->dist->comm[TITAN_DIM_WORLD], TITAN_IN_PLACE, &bad, 1,
+					 TITAN_DTYPE_I64, TITAN_REDOP_MAX, what)) < 0)
+		return arc;
+	if (rc < 0)
+		return rc;
+	return bad ? titan_error(TITAN_E_IO, "rank 0 failed: %s", what) : 0;
+}
+
+/* checkpoint.last_save_in_hf (torchtitan's _save_last_step with to_hf):
+ * the last step's model, already saved as FOLDER/step-N.h5 in
+ * checkpoint.export_dtype, also as the HF folder FOLDER/step-N/ (the
+ * name of torchtitan's checkpoint of that step), written by rank 0 with
+ * titan-ckpt-convert's code (--to hf --dtype EXPORT_DTYPE [--tokenizer
+ * model.tokenizer_path]): the same bytes. */
+static int save_hf(struct titan_trainer *t, const char *h5, int64_t step, enum titan_ckpt_dtype dt)
+{
+	const struct titan_config *c = &t->cfg;
+	struct titan_hf_export_opts eo;
+	char dir[4200];
+	uint64_t t0 = titan_time_ns();
+	int rc = 0;
+
+	if (snprintf(dir, sizeof(dir), "%s/step-%lld", t->ckpt_dir, (long long)step) >=
+	    (int)sizeof(dir))
+		return titan_error(TITAN_E_INVALID, "checkpoint.folder: '%s' is too long", t->ckpt_dir);
+	titan_dist_watch_begin(t->dist, "HF export of the last step");
+	if (t->dist->rank == 0) {
+		titan_hf_export_opts_default(&eo);
+		eo.dtype = dt;
+		eo.tokenizer = *c->model.tokenizer_path ? c->model.tokenizer_path : NULL;
+		if ((rc = titan_hf_export_ckpt(h5, dir, &eo)) < 0)
+			titan_error_prefix("checkpoint.last_save_in_hf: '%s'", dir);
+	}
+	rc = rank0_agreed(t, rc, "checkpoint.last_save_in_hf: the HF export");
+	titan_dist_watch_end(t->dist);
+	if (rc < 0)
+		return rc;
+	titan_log_info("Saved the last step as HF safetensors %s/ in %.2f s", dir,
+		       (double)(titan_time_ns() - t0) * 1e-9);
+	return 0;
+}
+
 int titan_trainer_ckpt_save(struct titan_trainer *t, int64_t step, bool last, int64_t tokens_seen,
 			    int64_t opt_steps)
 {
@@ -98,7 +149,13 @@ int titan_trainer_ckpt_save(struct titan_trainer *t, int64_t step, bool last, in
 	st.train.lr_last_epoch = step;
 	st.train.optim_step = opt_steps;
 	st.train.rng.seed = (uint64_t)c->training.seed;
-	if (t->ckpt_async) {
+	/* the HF export reads the file: the last save is synchronous then,
+	 * after any background write (torchtitan's last save is never async) */
+	if (last && c->checkpoint.last_save_in_hf && (rc = titan_trainer_ckpt_reap(t, true)) < 0) {
+		free(yaml);
+		return rc;
+	}
+	if (t->ckpt_async && !(last && c->checkpoint.last_save_in_hf)) {
 		/* staged copy now, the write in the background, after the
 		 * previous save (one write in flight), waited for under the
 		 * comm timeout */
@@ -129,6 +186,10 @@ int titan_trainer_ckpt_save(struct titan_trainer *t, int64_t step, bool last, in
 	double took = (double)(titan_time_ns() - t0) * 1e-9;
 	t->ckpt_blocked_s += took;
 	titan_log_info("Saved %scheckpoint %s in %.2f s", model_only ? "model-only " : "", path, took);
+	if (last && c->checkpoint.last_save_in_hf && (rc = save_hf(t, path, step, dt)) < 0) {
+		free(path);
+		return rc;
+	}
 	free(path);
 	if (t->dist->rank == 0 && c->checkpoint.keep_latest_k > 0 &&
 	    (rc = titan_ckpt_prune(t->ckpt_dir, c->checkpoint.keep_latest_k, &removed)) < 0)
@@ -298,6 +359,47 @@ static int supersede(struct titan_trainer *t, int64_t step)
 				 "step %lld in '%s'", (long long)step, t->ckpt_dir) : 0;
 }
 
+/* checkpoint.initial_load_in_hf (torchtitan's initial load with from_hf,
+ * model only): rank 0 checks the HF folder initial_load_path against the
+ * model and converts it with titan-ckpt-convert's code (--from hf, float32:
+ * F32, BF16 and F16 weights exactly) into DUMP/initial_load_in_hf.h5.tmp;
+ * every rank then loads its rows of that as any initial checkpoint (so
+ * every layout), and rank 0 removes it. */
+static int initial_load_hf(struct titan_trainer *t, struct titan_ckpt_state *st)
+{
+	const struct titan_config *c = &t->cfg;
+	/* torchtitan: initial_load_path, else model.hf_assets_path */
+	const char *dir = *c->checkpoint.initial_load_path ? c->checkpoint.initial_load_path
+							   : c->model.hf_assets_path;
+	struct titan_hf_model *m = NULL;
+	char tmp[4200], why[1024];
+	int rc = 0;
+
+	if ((rc = titan_path_join(tmp, sizeof(tmp), c->job.dump_folder,
+				  "initial_load_in_hf.h5.tmp")) < 0)
+		return titan_error_prefix("job.dump_folder");
+	titan_dist_watch_begin(t->dist, "HF initial load");
+	if (t->dist->rank == 0) {
+		if ((rc = titan_hf_open(dir, &m)) == 0 &&
+		    (rc = titan_ckpt_dims_match(dir, &titan_hf_table(m)->dims, &t->dims)) == 0)
+			rc = titan_hf_write_ckpt(m, tmp, TITAN_CKPT_FLOAT32, NULL, NULL);
+		titan_hf_close(m);
+		if (rc < 0)
+			titan_error_prefix("checkpoint.initial_load_in_hf: '%s'", dir);
+	}
+	rc = rank0_agreed(t, rc, "checkpoint.initial_load_in_hf: reading the HF folder");
+	titan_dist_watch_end(t->dist);
+	if (rc < 0)
+		return rc;
+	rc = load_agreed(t, tmp, st, TITAN_CKPT_MODEL_ONLY, why, sizeof(why));
+	if (t->dist->rank == 0)
+		remove(tmp);
+	if (rc < 0)
+		return titan_error_prefix("checkpoint.initial_load_in_hf: '%s'", dir);
+	titan_log_info("Loaded initial weights from HF safetensors %s", dir);
+	return 0;
+}
+
 /* Resume (torchtitan's CheckpointManager.load): checkpoint.load_step, or
  * the newest complete step of the folder; step-0 (a seed checkpoint) is
  * weights only.  Without a checkpoint: checkpoint.initial_load_path.  Each
@@ -366,6 +468,8 @@ static int resume(struct titan_trainer *t)
 		titan_log_info("Loaded checkpoint %s (step %lld)", path, (long long)st.train.step);
 		return 0;
 	}
+	if (c->checkpoint.initial_load_in_hf)
+		return initial_load_hf(t, &st);
 	if (*c->checkpoint.initial_load_path) {
 		flags = c->checkpoint.initial_load_model_only ? TITAN_CKPT_MODEL_ONLY : flags;
 		titan_dist_watch_begin(t->dist, "checkpoint load");
@@ -417,7 +521,8 @@ int titan_trainer_ckpt_setup(struct titan_trainer *t)
 	     (rc = titan_ckpt_async_reserve(t->ckpt_async, titan_llama_table(t->model)->arena_floats,
 					    !c->checkpoint.model_weights_only)) < 0))
 		return rc;
-	if ((c->checkpoint.enable || *c->checkpoint.initial_load_path) &&
+	if ((c->checkpoint.enable || *c->checkpoint.initial_load_path ||
+	     c->checkpoint.initial_load_in_hf) &&
 	    ((rc = resume(t)) < 0 || (rc = ckpt_state_set(t)) < 0))
 		return rc;
 	/* a run that would do nothing says why instead of exiting 0 quietly */

@@ -83,14 +83,6 @@ int titan_trainer_check_supported(const struct titan_config *c)
 		return titan_error(TITAN_E_INVALID, "optimizer.early_step_in_backward: not "
 				   "supported (AdamW steps once the global gradient norm is known, "
 				   "after backward); set it to false");
-	if (c->checkpoint.initial_load_in_hf)
-		return titan_error(TITAN_E_INVALID, "checkpoint.initial_load_in_hf: convert the "
-				   "HuggingFace folder first (titan-ckpt-convert --from hf HF_DIR "
-				   "init.h5) and set checkpoint.initial_load_path=init.h5");
-	if (c->checkpoint.last_save_in_hf)
-		return titan_error(TITAN_E_INVALID, "checkpoint.last_save_in_hf: export after "
-				   "training instead (titan-ckpt-convert --to hf DUMP/checkpoint "
-				   "HF_DIR, which takes the newest step)");
 	return 0;
 }
 

@@ -177,9 +177,7 @@ PY
 @test "torchtitan keys titan-train cannot honour are refused with what to do instead, never ignored" {
 	for kv in "--model.converters=float8:needs the CUDA backend" \
 		"--training.dtype=bfloat16:need the CUDA backend" \
-		"--optimizer.early_step_in_backward=true:set it to false" \
-		"--checkpoint.initial_load_in_hf=true:titan-ckpt-convert --from hf" \
-		"--checkpoint.last_save_in_hf=true:titan-ckpt-convert --to hf"; do
+		"--optimizer.early_step_in_backward=true:set it to false"; do
 		run -2 --separate-stderr titan-train -q --config "$DATA/tiny.yaml" "${kv%%:*}" \
 			--checkpoint.last_save_model_only=true --job.dump_folder=x
 		[[ $stderr == *"${kv#*:}"* ]] || fail "${kv%%:*}: $stderr"

@@ -32,14 +32,11 @@ YAML
 
 setup() {
 	load helpers
+	load tiny
 	cd "$TITAN_SRCDIR"
 }
 
-losses() { /usr/bin/python3 -c '
-import json, sys
-for l in open(sys.argv[1]):
-    o = json.loads(l)
-    if "loss" in o: print(o["step"], repr(o["loss"]), repr(o["grad_norm"]))' "$1"; }
+losses() { tiny_losses "$@"; }
 
 @test "contract: --config is required, --help, --version, bad option" {
 	run -2 --separate-stderr titan-train

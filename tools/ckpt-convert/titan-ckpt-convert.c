@@ -781,27 +781,15 @@ done:
 
 /* ------------------------------------------------------------- to hf */
 
-struct src {
-	struct titan_ckpt_file *f;
-};
-
-static int get_from_ckpt(void *ctx, const struct titan_param *p, float *out)
+/* the library's conversions (lib/ckpt/hf_ckpt.c, titan-train's too) call
+ * this before each tensor */
+static void on_tensor(void *ctx, uint64_t bytes)
 {
-	struct src *s = ctx;
-	const struct titan_ckpt_info *in = titan_ckpt_file_info(s->f);
-	const struct titan_ckpt_tensor_info *t = titan_ckpt_find(s->f, TITAN_CKPT_MODEL, p->name);
-
-	if (!t)
-		return titan_error(TITAN_E_INVALID, "'%s': model/%s is missing", in->path, p->name);
-	if (t->ndim != p->ndim || t->shape[0] != p->shape[0] ||
-	    (p->ndim == 2 && t->shape[1] != p->shape[1]))
-		return titan_error(TITAN_E_INVALID, "'%s': model/%s: the shape disagrees with the "
-				   "dims in the file's attributes", in->path, p->name);
-	progress_tensor((uint64_t)t->numel * (uint64_t)titan_ckpt_dtype_size(t->dtype), false);
-	return titan_ckpt_read(s->f, t, 0, p->shape[0], out);
+	(void)ctx;
+	progress_tensor(bytes, false);
 }
 
-static void progress_begin_model(const struct opts *o, const struct src *s)
+static void progress_begin_model(const struct opts *o, const struct titan_ckpt_model_src *s)
 {
 	size_t n;
 	uint64_t b = ckpt_bytes(titan_ckpt_file_info(s->f), TITAN_CKPT_MODEL, &n);
@@ -809,34 +797,24 @@ static void progress_begin_model(const struct opts *o, const struct src *s)
 	progress_begin(o, b, n);
 }
 
-/* Open the checkpoint CKPT names and the parameter table of its dims. */
-static int open_source(const char *arg, struct src *s, struct titan_param_table *table)
+/* Open the checkpoint CKPT names (a file, or a folder's newest step). */
+static int open_source(const char *arg, struct titan_ckpt_model_src *s)
 {
 	char path[4096];
 	int rc;
 
-	if ((rc = resolve_ckpt(arg, path, sizeof(path))) < 0 || (rc = titan_ckpt_open(path, &s->f)) < 0)
+	memset(s, 0, sizeof(*s));
+	s->on_tensor = on_tensor;
+	if ((rc = resolve_ckpt(arg, path, sizeof(path))) < 0)
 		return rc;
-	/* the dims (values, and the tensor count they make) before a table
-	 * is built from them, every tensor's shape before anything is read */
-	if ((rc = titan_ckpt_check_dims(s->f)) < 0)
-		return rc;
-	{
-		struct titan_model_dims d = titan_ckpt_file_info(s->f)->dims;
-
-		rc = titan_param_table_init(table, &d, NULL);
-	}
-	if (rc == 0)
-		rc = titan_ckpt_check_model(s->f, table);
-	return rc;
+	return titan_ckpt_model_open(path, s);
 }
 
 static int cmd_to_hf(const struct opts *o, const char *arg, const char *outdir)
 {
 	struct titan_hf_export_opts eo;
-	struct titan_param_table table = {0};
-	struct src s = {NULL};
-	int rc = open_source(arg, &s, &table);
+	struct titan_ckpt_model_src s;
+	int rc = open_source(arg, &s);
 
 	if (rc == 0) {
 		titan_hf_export_opts_default(&eo);
@@ -845,12 +823,11 @@ static int cmd_to_hf(const struct opts *o, const char *arg, const char *outdir)
 		eo.tokenizer = o->tokenizer;
 		eo.max_position_embeddings = o->max_pos;
 		progress_begin_model(o, &s);
-		rc = titan_hf_export(outdir, &table, get_from_ckpt, &s, &eo);
+		rc = titan_hf_export(outdir, &s.table, titan_ckpt_model_get, &s, &eo);
 		if (rc == 0)
 			progress_tensor(0, true);
 	}
-	titan_param_table_release(&table);
-	titan_ckpt_close(s.f);
+	titan_ckpt_model_close(&s);
 	return rc;
 }
 
@@ -859,9 +836,8 @@ static int cmd_to_hf(const struct opts *o, const char *arg, const char *outdir)
 static int cmd_to_gguf(const struct opts *o, const char *arg, const char *out)
 {
 	struct titan_gguf_export_opts eo;
-	struct titan_param_table table = {0};
-	struct src s = {NULL};
-	int rc = open_source(arg, &s, &table);
+	struct titan_ckpt_model_src s;
+	int rc = open_source(arg, &s);
 
 	if (rc == 0) {
 		titan_gguf_export_opts_default(&eo);
@@ -873,12 +849,11 @@ static int cmd_to_gguf(const struct opts *o, const char *arg, const char *out)
 				       "llama.cpp needs it to load the model (give the tiktoken or "
 				       "tokenizer.json file the model was trained with)", out);
 		progress_begin_model(o, &s);
-		rc = titan_gguf_export(out, &table, get_from_ckpt, &s, &eo);
+		rc = titan_gguf_export(out, &s.table, titan_ckpt_model_get, &s, &eo);
 		if (rc == 0)
 			progress_tensor(0, true);
 	}
-	titan_param_table_release(&table);
-	titan_ckpt_close(s.f);
+	titan_ckpt_model_close(&s);
 	return rc;
 }
 
@@ -887,50 +862,19 @@ static int cmd_to_gguf(const struct opts *o, const char *arg, const char *out)
 static int cmd_from_hf(const struct opts *o, const char *dir, const char *out)
 {
 	struct titan_hf_model *m = NULL;
-	struct titan_ckpt_writer *w = NULL;
 	const struct titan_param_table *t;
-	char *config = NULL;
-	float *buf = NULL;
-	int64_t biggest = 1;
+	uint64_t b = 0;
 	int rc;
 
 	if ((rc = titan_hf_open(dir, &m)) < 0)
 		return rc;
 	t = titan_hf_table(m);
 	for (int i = 0; i < t->n; i++)
-		if (t->params[i].numel > biggest)
-			biggest = t->params[i].numel;
-	if (!(config = titan_ckpt_config_for_dims(&t->dims))) {
-		rc = titan_error_last()->code;
-		goto done;
-	}
-	if (!(buf = malloc((size_t)biggest * sizeof(float)))) {
-		rc = titan_error(TITAN_E_NOMEM, "out of memory");
-		goto done;
-	}
-	if ((rc = titan_ckpt_writer_open(out, &t->dims, config, &w)) < 0)
-		goto done;
-	{
-		uint64_t b = 0;
-
-		for (int i = 0; i < t->n; i++)
-			b += (uint64_t)t->params[i].numel * (uint64_t)titan_ckpt_dtype_size(o->dtype);
-		progress_begin(o, b, (size_t)t->n);
-	}
-	for (int i = 0; i < t->n && rc == 0; i++) {
-		const struct titan_param *p = &t->params[i];
-
-		progress_tensor((uint64_t)p->numel * (uint64_t)titan_ckpt_dtype_size(o->dtype), false);
-		if ((rc = titan_hf_read(m, p, buf)) == 0)
-			rc = titan_ckpt_writer_tensor(w, TITAN_CKPT_MODEL, p->name, p->ndim, p->shape,
-						      buf, o->dtype);
-	}
-	rc = titan_ckpt_writer_close(w, rc);
+		b += (uint64_t)t->params[i].numel * (uint64_t)titan_ckpt_dtype_size(o->dtype);
+	progress_begin(o, b, (size_t)t->n);
+	rc = titan_hf_write_ckpt(m, out, o->dtype, on_tensor, NULL);
 	if (rc == 0)
 		progress_tensor(0, true);
-done:
-	free(buf);
-	free(config);
 	titan_hf_close(m);
 	return rc;
 }
