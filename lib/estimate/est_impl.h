@@ -75,9 +75,16 @@ int est_dry_fsdp(const struct titan_model_dims *d, const struct titan_est_opts *
 struct est_dry {
 	int64_t fsdp[EST_FSDP_NKINDS];
 	struct titan_mem_stats built, after;
+	struct titan_buf_entry *plan;  /* the model's buffer plan (titan_llama_plan) */
+	int nplan;
 };
 int est_dry_run(const struct titan_model_dims *d, const struct titan_est_opts *o,
 		int64_t seq_len, struct est_dry *out);
+/* The engine only built, at the options' sequence length: its model's
+ * buffer plan and the allocator's stats (`built`; `after` stays 0). */
+int est_dry_plan(const struct titan_model_dims *d, const struct titan_est_opts *o,
+		 struct est_dry *out);
+void est_dry_release(struct est_dry *r);
 
 int est_cpu_model(const struct titan_model_dims *d, const struct titan_est_opts *o,
 		  struct titan_estimate *e);
