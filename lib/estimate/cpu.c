@@ -100,7 +100,7 @@ struct cpu {
 	struct est_num n;
 	int64_t tp, cp, pp, S, H, Hkv, D, V, kv, B, nmb, Sl, N, threads;
 	struct geo G;
-	int64_t nckpt, sumsq, top;
+	int64_t nckpt, sumsq, top;  /* sumsq: the largest parameter shard's elements */
 	int64_t comm[EST_FSDP_NKINDS];
 	struct est_dry plan;       /* the engine built: the model's buffer plan */
 	int m_start, m_fwd, m_loss, m_rec, m_bwd, m_norm, m_log, m_fcomm, m_bcomm;
@@ -186,13 +186,12 @@ static int cpu_rank(const struct titan_model_dims *d, struct cpu *c)
 	/* the stages' parameter elements (after TP, before FSDP) */
 	for (int i = 0; i < t.n; i++) {
 		const struct titan_param *p = &t.params[i];
-		const int64_t parts = (p->local_numel + TITAN_SUMSQ_CHUNK - 1) / TITAN_SUMSQ_CHUNK;
 
 		if (p->layer >= 0 ? geo_active(G, 1 + p->layer, (int)L + 2) :
 		    p->role == TITAN_PARAM_TOK_EMBEDDINGS ? G->sfirst : G->slast)
 			r->params_local += p->numel;
-		if (parts > c->sumsq)
-			c->sumsq = parts;
+		if (p->local_numel > c->sumsq)
+			c->sumsq = p->local_numel;
 	}
 	r->params_shard = t.local_numel;
 	titan_param_table_release(&t);
@@ -302,7 +301,6 @@ static void cpu_transient(struct cpu *c)
 	const uint32_t bwd = EST_AT(c->m_bwd);
 	const uint32_t rc_at = EST_AT(c->m_fwd) | (c->m_rec >= 0 ? EST_AT(c->m_rec) : 0);
 	const int64_t tq = cp == 1 ? c->S : o->cp_alltoall ? Sl : Sl / 2;
-	int64_t x;
 
 	/* the attention kernel's tiles for tq query rows (tasks: rows x heads
 	 * x query blocks forward, rows x kv heads backward, one thread each
@@ -315,18 +313,14 @@ static void cpu_transient(struct cpu *c)
 	if (c->m_start >= 0)
 		est_item(r, "sgemm peak probe (3 x 1024 x 1024 fp32)", TITAN_MEM_WORKSPACE,
 			 3 * (int64_t)PROBE_N * PROBE_N * 4, EST_AT(c->m_start));
-	x = est_mul(n, B, c->H * ((tq + bq - 1) / bq));       /* attention forward tasks */
-	x = x < c->threads ? x : c->threads;
 	est_item(r, "attention forward tiles (per thread)", TITAN_MEM_WORKSPACE,
-		 est_mul(n, est_mul(n, x, bq * bq + D * bq + 2 * bq), 4), rc_at);
+		 est_ws_attn_fwd(n, c->threads, bq, bq, B, tq, c->H, D), rc_at);
 	if (c->tp == 1 && c->m_loss >= 0)
 		est_item(r, "classifier/CE chunk logits + row losses", TITAN_MEM_WORKSPACE,
 			 est_add(n, est_mul(n, est_mul(n, chunk, c->V), 4), est_mul(n, chunk, 8)),
 			 EST_AT(c->m_loss));
-	x = est_mul(n, B, c->Hkv);                             /* attention backward tasks */
-	x = x < c->threads ? x : c->threads;
 	est_item(r, "attention backward tiles (per thread)", TITAN_MEM_WORKSPACE,
-		 est_mul(n, est_mul(n, x, est_add(n, tq, 2 * bq * bq + 2 * D * bq)), 4), bwd);
+		 est_ws_attn_bwd(n, c->threads, bq, bq, B, tq, tq, c->Hkv, D), bwd);
 	if (cp > 1 && o->cp_alltoall) {
 		const int64_t nkv = est_mul(n, est_mul(n, B, Sl), c->kv);
 		const int64_t nbuf = cp - 1 < 2 ? cp - 1 : 2;
@@ -338,7 +332,7 @@ static void cpu_transient(struct cpu *c)
 		est_item(r, "CP ring: the block's own dK/dV", TITAN_MEM_WORKSPACE,
 			 est_mul(n, nkv, 2 * 4), bwd);
 	}
-	est_item(r, "gradient norm partial sums", TITAN_MEM_WORKSPACE, c->sumsq * 8,
+	est_item(r, "gradient norm partial sums", TITAN_MEM_WORKSPACE, est_ws_sumsq(c->sumsq),
 		 EST_AT(c->m_norm));
 	/* the metrics row (300-500 characters) in lib/core's JSON writer: its
 	 * buffer grows 256 -> 512 bytes with both live while copying */
