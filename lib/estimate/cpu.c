@@ -7,12 +7,20 @@
  * InterleavedZeroBubble, ZBVZeroBubble) x CP (allgather, alltoall); rank
  * 0 by default (the largest shard, the metrics.jsonl writer).  The
  * pipeline rank's stages are titan-train's own (titan_pp_split,
- * titan_pp_stages_per_rank, titan_pp_stage_of).  The sizes come from the
- * same macros the ops use (TITAN_ATTN_BLOCK, TITAN_SUMSQ_CHUNK in
- * titan/ops.h, TITAN_CE_CHUNK in titan/train.h); the buffer list mirrors
- * the code, and tests/bats/titan-estimate.bats, titan-estimate-pp-cp.bats
- * and titan-train-dist.bats run titan-train and compare, so a change there
- * that is not mirrored here fails `make test`.
+ * titan_pp_stages_per_rank, titan_pp_stage_of).
+ *
+ * What stays for the run is the engine's own statement: the model's
+ * buffer plan (titan_llama_plan: the arenas, activations, stash, TP's and
+ * CP's buffers, each entry with the report row it belongs to) and the
+ * pipeline's buffers, read from the engine built on the dry run's
+ * allocator (dry.c, est_dry_plan); only the trainer's inputs and labels
+ * are counted here.  What lives for a moment — the ops' workspace
+ * (lib/cpu: attention tiles, the loss's chunk logits, the norm's partial
+ * sums, from the same macros TITAN_ATTN_BLOCK, TITAN_SUMSQ_CHUNK,
+ * TITAN_CE_CHUNK), CP's ring, the metrics row — is still a formula here,
+ * as in the measure backend (measure.c).  tests/bats/titan-estimate.bats,
+ * titan-estimate-pp-cp.bats and titan-train-dist.bats run titan-train and
+ * compare.
  *
  * FSDP's buffers (tag comm) change at every hook of a step: they come from
  * a dry run of the engine itself (dry.c: lib/train/dp.c through the
@@ -81,21 +89,20 @@ static int rank_geo(const struct titan_model_dims *d, const struct titan_est_opt
 	return 0;
 }
 
-/* One rank's model: the layout's sizes (TP: this rank's heads, hidden
- * units and vocabulary rows, the residual stream of nl = N / tp tokens;
- * PP: microbatches of pipeline_parallel_microbatch_size rows, each with its
- * own activations; CP: S / cp tokens of each row), the rank's stages and
- * blocks, and the moments of its step. */
+/* One rank's model: the layout's sizes the ops' workspace depends on (TP:
+ * this rank's heads; PP: microbatches of pipeline_parallel_microbatch_size
+ * rows; CP: S / cp tokens of each row), the rank's stages and blocks, the
+ * model's buffer plan, and the moments of its step. */
 struct cpu {
 	const struct titan_est_opts *o;
 	struct titan_estimate *e;
 	struct titan_est_rank *r;
 	struct est_num n;
-	int64_t tp, cp, pp, S, C, H, Hkv, D, F, V, q, kv, vc, B, nmb, Sl, N, nl, threads;
+	int64_t tp, cp, pp, S, H, Hkv, D, V, kv, B, nmb, Sl, N, threads;
 	struct geo G;
-	int64_t kept, nckpt, blocks, xin, arena, sumsq, top, wst, wsx;
-	bool split;                /* zero-bubble: backward in input and weight passes */
+	int64_t nckpt, sumsq, top;  /* sumsq: the largest parameter shard's elements */
 	int64_t comm[EST_FSDP_NKINDS];
+	struct est_dry plan;       /* the engine built: the model's buffer plan */
 	int m_start, m_fwd, m_loss, m_rec, m_bwd, m_norm, m_log, m_fcomm, m_bcomm;
 	uint32_t all;              /* every moment but start-up */
 };
@@ -112,7 +119,6 @@ static int cpu_rank(const struct titan_model_dims *d, struct cpu *c)
 	struct titan_est_rank *r;
 	struct geo *G = &c->G;
 	int64_t ppr, nstages = 1;
-	bool *hasx;
 	int rc;
 
 	if (c->pp > 1 && o->schedule == TITAN_EST_LOOPED_BFS)
@@ -148,12 +154,12 @@ static int cpu_rank(const struct titan_model_dims *d, struct cpu *c)
 	}
 	if ((rc = titan_param_table_init(&t, d, &po)) < 0)
 		return rc;
-	if (fsdp > 1 && (rc = est_dry_fsdp(d, o, c->comm)) < 0) {
+	if ((fsdp > 1 && (rc = est_dry_fsdp(d, o, c->comm)) < 0) ||
+	    (rc = est_dry_plan(d, o, &c->plan)) < 0) {
 		titan_param_table_release(&t);
 		return rc;
 	}
-	if (!(c->e->ranks = calloc(1, sizeof(*c->e->ranks))) ||
-	    !(hasx = calloc((size_t)L + 1, sizeof(*hasx)))) {
+	if (!(c->e->ranks = calloc(1, sizeof(*c->e->ranks)))) {
 		titan_param_table_release(&t);
 		return titan_error(TITAN_E_NOMEM, "out of memory");
 	}
@@ -171,44 +177,23 @@ static int cpu_rank(const struct titan_model_dims *d, struct cpu *c)
 		r->stage_l1[v] = G->l1[v];
 		r->layers += G->l1[v] - G->l0[v];
 		for (int64_t b = G->l0[v]; b < G->l1[v]; b++) {
-			const bool ck = est_block_ckpt(o, b);
-
-			if (ck)
-				c->nckpt++;
-			else
-				c->kept++;
+			c->nckpt += est_block_ckpt(o, b);
 			c->top = b > c->top ? b : c->top;
-			/* the weight pass's stash, but on the first global stage */
-			if (c->split && !(G->sfirst && v == 0)) {
-				c->wst++;
-				if (ck || o->ac == TITAN_EST_AC_OP)
-					c->wsx++;
-			}
-		}
-		/* block inputs x[l0 .. l1] of each stage (ZBV's adjacent
-		 * stages on the last rank share their boundary) */
-		for (int64_t i = G->l0[v]; i <= G->l1[v]; i++) {
-			c->xin += !hasx[i];
-			hasx[i] = true;
 		}
 	}
-	free(hasx);
-	c->blocks = r->layers;
 	r->first = G->sfirst;
 	r->last = G->slast;
 	/* the stages' parameter elements (after TP, before FSDP) */
 	for (int i = 0; i < t.n; i++) {
 		const struct titan_param *p = &t.params[i];
-		const int64_t parts = (p->local_numel + TITAN_SUMSQ_CHUNK - 1) / TITAN_SUMSQ_CHUNK;
 
 		if (p->layer >= 0 ? geo_active(G, 1 + p->layer, (int)L + 2) :
 		    p->role == TITAN_PARAM_TOK_EMBEDDINGS ? G->sfirst : G->slast)
 			r->params_local += p->numel;
-		if (parts > c->sumsq)
-			c->sumsq = parts;
+		if (p->local_numel > c->sumsq)
+			c->sumsq = p->local_numel;
 	}
 	r->params_shard = t.local_numel;
-	c->arena = est_mul(&c->n, t.arena_floats, 4);
 	titan_param_table_release(&t);
 	return 0;
 }
@@ -248,135 +233,59 @@ static void cpu_moments(struct cpu *c)
 	c->all = EST_ALL & ~(c->m_start >= 0 ? EST_AT(c->m_start) : 0u);
 }
 
-/* The activations: per microbatch (PP: a schedule's microbatches in
- * flight each have their own) block inputs, saved activations, final
- * norm, the zero-bubble stash; the recompute set. */
-static void cpu_activations(struct cpu *c)
+/* A row of the plan: the microbatch sets' entries of the role counted
+ * as the report names them (the block inputs of one set; the blocks
+ * whose tensors one set keeps). */
+static void plan_row(struct cpu *c, enum titan_buf_role role)
 {
-	const struct titan_est_opts *o = c->o;
-	struct titan_est_rank *r = c->r;
-	struct est_num *n = &c->n;
-	const int64_t N = c->N, nl = c->nl, C = c->C, q = c->q, kv = c->kv, H = c->H, F = c->F;
-	const int64_t nmb = c->nmb;
-	const uint32_t all = c->all;
+	const struct est_dry *p = &c->plan;
+	int64_t bytes = 0, inputs = 0, blocks = 0;
+	enum titan_mem_tag tag = TITAN_MEM_OTHER;
+	int last = -1;
 	char what[80];
-	int64_t set;
 
-	snprintf(what, sizeof(what), "block inputs (%lld x %lld microbatch(es))",
-		 (long long)c->xin, (long long)nmb);
-	est_item(r, what, TITAN_MEM_ACTIVATIONS,
-		 est_mul(n, est_mul(n, est_mul(n, c->xin * nmb, nl), C), 4), all);
-	/* struct acts: xn1 rstd1 q k v att lse h xn2 rstd2 a b g (h and the
-	 * norms' 1/rms of nl tokens, the rest of all N) */
-	set = est_add(n, est_mul(n, N, 2 * C + 2 * q + 2 * kv + H + 3 * F), est_mul(n, nl, C + 2));
-	set = est_mul(n, set, 4);
-	if (o->ac == TITAN_EST_AC_OP) {
-		/* selective 'op': each block keeps q v att lse a; one shared set
-		 * of what backward recomputes: xn1 rstd1 k h xn2 rstd2 b g */
-		int64_t keep = est_mul(n, est_mul(n, N, 2 * q + kv + H + F), 4);
+	for (int i = 0; i < p->nplan; i++) {
+		const struct titan_buf_entry *b = &p->plan[i];
 
-		snprintf(what, sizeof(what), "per-op saved tensors of %lld block(s) x %lld",
-			 (long long)c->blocks, (long long)nmb);
-		est_item(r, what, TITAN_MEM_ACTIVATIONS, est_mul(n, keep, c->blocks * nmb), all);
-		est_item(r, "per-op recompute set (one block)", TITAN_MEM_ACTIVATIONS,
-			 est_mul(n, est_add(n, est_mul(n, N, 2 * C + kv + 2 * F),
-					    est_mul(n, nl, C + 2)), 4), all);
-	} else {
-		if (c->kept) {
-			snprintf(what, sizeof(what), "saved activations of %lld block(s) x %lld",
-				 (long long)c->kept, (long long)nmb);
-			est_item(r, what, TITAN_MEM_ACTIVATIONS, est_mul(n, set, c->kept * nmb), all);
+		if (b->role != role)
+			continue;
+		bytes = est_add(&c->n, bytes, b->bytes);
+		tag = b->tag;
+		if (b->mb == 0) {
+			inputs++;
+			blocks += b->layer != last;
+			last = b->layer;
 		}
-		if (o->ac != TITAN_EST_AC_NONE)
-			est_item(r, "recompute set (one block)", TITAN_MEM_ACTIVATIONS, set, all);
 	}
-	if (r->last) {
-		est_item(r, "final norm output + 1/rms", TITAN_MEM_ACTIVATIONS,
-			 est_mul(n, est_mul(n, est_add(n, est_mul(n, N, C), nl), nmb), 4), all);
-		if (nmb > 1 || c->split)
-			est_item(r, "PP: loss gradients of the final norm output",
-				 TITAN_MEM_ACTIVATIONS, est_mul(n, est_mul(n, N * nmb, C), 4), all);
-		if (c->split)
-			est_item(r, "ZB: final norm's output gradients (weight pass)",
-				 TITAN_MEM_ACTIVATIONS, est_mul(n, est_mul(n, nl * nmb, C), 4), all);
-	}
-	if (c->split) {
-		/* llama.c alloc_wstash: per block and microbatch the output
-		 * gradients of w2, wo, wq/wk/wv and both norms; copies of the
-		 * layer inputs of blocks whose activations are shared
-		 * (checkpointed, selective 'op') */
-		snprintf(what, sizeof(what), "ZB: weight-pass stash of %lld block(s) x %lld",
-			 (long long)c->wst, (long long)nmb);
-		est_item(r, what, TITAN_MEM_ACTIVATIONS,
-			 est_mul(n, est_mul(n, est_add(n, est_mul(n, N, 2 * C + q + 2 * kv),
-						       est_mul(n, nl, 2 * C)), c->wst * nmb), 4),
-			 all);
-		est_item(r, "ZB: stashed layer inputs (shared activations)", TITAN_MEM_ACTIVATIONS,
-			 est_mul(n, est_mul(n, est_add(n, est_mul(n, N, 2 * C + q + 3 * F),
-						       est_mul(n, nl, C + 2)), c->wsx * nmb), 4),
-			 all);
-		est_item(r, "ZB: ones (weight pass of the norms)", TITAN_MEM_WORKSPACE, C * 4, all);
-	}
+	if (role == TITAN_BUF_BLOCK_INPUTS)
+		snprintf(what, sizeof(what), "%s (%lld x %lld microbatch(es))",
+			 titan_buf_role_name(role), (long long)inputs, (long long)c->nmb);
+	else if (role == TITAN_BUF_SAVED || role == TITAN_BUF_SAVED_OP ||
+		 role == TITAN_BUF_ZB_STASH)
+		snprintf(what, sizeof(what), "%s of %lld block(s) x %lld",
+			 titan_buf_role_name(role), (long long)blocks, (long long)c->nmb);
+	else
+		snprintf(what, sizeof(what), "%s", titan_buf_role_name(role));
+	est_item(c->r, what, tag, bytes, c->all);
 }
 
-/* What stays for the run: the arenas, the RoPE table, CP's, TP's and PP's
- * buffers, ids and scratch, the trainer's inputs and labels. */
+/* What stays for the run: the model's buffer plan (titan_llama_plan:
+ * arenas, RoPE table, CP's and TP's buffers, the microbatches'
+ * activations, the zero-bubble stash, ids and scratch), the pipeline's
+ * buffers (the comm bytes of the engine built: lib/train/pp.c's gradient
+ * receive and send buffers), the trainer's inputs and labels. */
 static void cpu_static(struct cpu *c)
 {
-	const struct titan_est_opts *o = c->o;
 	struct titan_est_rank *r = c->r;
-	struct est_num *n = &c->n;
-	const int64_t N = c->N, nl = c->nl, C = c->C, q = c->q, kv = c->kv, F = c->F;
-	const int64_t tp = c->tp, vc = c->vc, Sl = c->Sl, nmb = c->nmb;
-	const uint32_t all = c->all;
-	const int64_t chunk = N < TITAN_CE_CHUNK ? N : TITAN_CE_CHUNK;
 
-	/* titan_llama_new: arenas of lib/model (params, grads, 2 moments) */
-	est_item(r, "weights (fp32 arena)", TITAN_MEM_PARAMS, c->arena, all);
-	est_item(r, "gradients (fp32 arena)", TITAN_MEM_GRADS, c->arena, all);
-	est_item(r, "AdamW exp_avg + exp_avg_sq (2 arenas)", TITAN_MEM_OPTIM,
-		 est_mul(n, c->arena, 2), all);
-	est_item(r, "RoPE table", TITAN_MEM_OTHER, est_mul(n, est_mul(n, Sl, c->D), 4), all);
-	if (c->cp > 1) {
-		/* CP: this rank's positions and labels; allgather holds the
-		 * whole sequence's keys and values, their gradients and the
-		 * all-gather / reduce-scatter buffer of one microbatch for the
-		 * run (the ring, lib/train/cp_ring.c, allocates per call) */
-		est_item(r, "CP: token positions", TITAN_MEM_OTHER, est_mul(n, 2 * Sl, 4), all);
-		est_item(r, "CP: this rank's labels", TITAN_MEM_DATA, est_mul(n, N, 4), all);
-		if (!o->cp_alltoall)
-			est_item(r, "CP: gathered K, V, dK, dV + gather buffer", TITAN_MEM_WORKSPACE,
-				 est_mul(n, est_mul(n, est_mul(n, c->B, c->S), kv), 5 * 4), all);
-	}
-	cpu_activations(c);
-	est_item(r, "token ids", TITAN_MEM_DATA, est_mul(n, N * nmb, 4), all);
-	est_item(r, "backward scratch", TITAN_MEM_WORKSPACE,
-		 est_mul(n, est_add(n, est_mul(n, N, C + 2 * q + 2 * kv + F),
-				    est_mul(n, nl, 2 * C)), 4), all);
-	if (tp > 1) {
-		/* norm outputs before the gather, partial sums before the
-		 * reduce-scatter, gathered gradients, their scattered sums; the
-		 * loss's chunk logits, row maxima and sums (and without loss
-		 * parallel every rank's logits and the whole rows) */
-		est_item(r, "TP: sequence-parallel buffers", TITAN_MEM_WORKSPACE,
-			 est_mul(n, est_add(n, est_mul(n, N, 2 * C), est_mul(n, nl, 2 * C)), 4),
-			 all);
-		est_item(r, "TP: loss chunk buffers", TITAN_MEM_WORKSPACE,
-			 est_mul(n, est_add(n, est_mul(n, chunk, vc), est_mul(n, chunk, 5)), 4),
-			 all);
-		if (!o->loss_parallel)
-			est_item(r, "TP: gathered logits (no loss parallel)", TITAN_MEM_WORKSPACE,
-				 est_mul(n, est_add(n, est_mul(n, est_mul(n, tp, chunk), vc),
-						    est_mul(n, chunk, c->V)), 4), all);
-	}
-	/* lib/train/pp.c: a gradient received and one sent per stage and
-	 * microbatch */
+	for (int role = 0; role < TITAN_BUF_NROLES; role++)
+		plan_row(c, (enum titan_buf_role)role);
 	if (c->pp > 1)
 		est_item(r, "PP: gradient receive + send buffers", TITAN_MEM_COMM,
-			 est_mul(n, est_mul(n, 2 * c->G.nst * nmb, est_mul(n, nl, C)), 4), all);
+			 c->plan.built.cur[TITAN_MEM_COMM], c->all);
 	/* titan-train: inputs and labels of every microbatch of a step */
 	est_item(r, "inputs + labels (all microbatches)", TITAN_MEM_DATA,
-		 est_mul(n, est_mul(n, c->e->tokens_per_step, 2), 4), all);
+		 est_mul(&c->n, est_mul(&c->n, c->e->tokens_per_step, 2), 4), c->all);
 }
 
 /* What lives for a moment: the ops' workspace (lib/cpu), CP's ring, the
@@ -392,7 +301,6 @@ static void cpu_transient(struct cpu *c)
 	const uint32_t bwd = EST_AT(c->m_bwd);
 	const uint32_t rc_at = EST_AT(c->m_fwd) | (c->m_rec >= 0 ? EST_AT(c->m_rec) : 0);
 	const int64_t tq = cp == 1 ? c->S : o->cp_alltoall ? Sl : Sl / 2;
-	int64_t x;
 
 	/* the attention kernel's tiles for tq query rows (tasks: rows x heads
 	 * x query blocks forward, rows x kv heads backward, one thread each
@@ -405,18 +313,14 @@ static void cpu_transient(struct cpu *c)
 	if (c->m_start >= 0)
 		est_item(r, "sgemm peak probe (3 x 1024 x 1024 fp32)", TITAN_MEM_WORKSPACE,
 			 3 * (int64_t)PROBE_N * PROBE_N * 4, EST_AT(c->m_start));
-	x = est_mul(n, B, c->H * ((tq + bq - 1) / bq));       /* attention forward tasks */
-	x = x < c->threads ? x : c->threads;
 	est_item(r, "attention forward tiles (per thread)", TITAN_MEM_WORKSPACE,
-		 est_mul(n, est_mul(n, x, bq * bq + D * bq + 2 * bq), 4), rc_at);
+		 est_ws_attn_fwd(n, c->threads, bq, bq, B, tq, c->H, D), rc_at);
 	if (c->tp == 1 && c->m_loss >= 0)
 		est_item(r, "classifier/CE chunk logits + row losses", TITAN_MEM_WORKSPACE,
 			 est_add(n, est_mul(n, est_mul(n, chunk, c->V), 4), est_mul(n, chunk, 8)),
 			 EST_AT(c->m_loss));
-	x = est_mul(n, B, c->Hkv);                             /* attention backward tasks */
-	x = x < c->threads ? x : c->threads;
 	est_item(r, "attention backward tiles (per thread)", TITAN_MEM_WORKSPACE,
-		 est_mul(n, est_mul(n, x, est_add(n, tq, 2 * bq * bq + 2 * D * bq)), 4), bwd);
+		 est_ws_attn_bwd(n, c->threads, bq, bq, B, tq, tq, c->Hkv, D), bwd);
 	if (cp > 1 && o->cp_alltoall) {
 		const int64_t nkv = est_mul(n, est_mul(n, B, Sl), c->kv);
 		const int64_t nbuf = cp - 1 < 2 ? cp - 1 : 2;
@@ -428,7 +332,7 @@ static void cpu_transient(struct cpu *c)
 		est_item(r, "CP ring: the block's own dK/dV", TITAN_MEM_WORKSPACE,
 			 est_mul(n, nkv, 2 * 4), bwd);
 	}
-	est_item(r, "gradient norm partial sums", TITAN_MEM_WORKSPACE, c->sumsq * 8,
+	est_item(r, "gradient norm partial sums", TITAN_MEM_WORKSPACE, est_ws_sumsq(c->sumsq),
 		 EST_AT(c->m_norm));
 	/* the metrics row (300-500 characters) in lib/core's JSON writer: its
 	 * buffer grows 256 -> 512 bytes with both live while copying */
@@ -462,29 +366,27 @@ int est_cpu_model(const struct titan_model_dims *d, const struct titan_est_opts 
 	const struct titan_est_layout *l = &o->layout;
 	struct cpu c = {
 		.o = o, .e = e, .tp = l->tp, .cp = l->cp, .pp = l->pp, .S = o->seq_len,
-		.C = d->dim, .H = d->n_heads / l->tp, .Hkv = d->n_kv_heads / l->tp,
-		.D = d->head_dim, .F = d->ffn_hidden / l->tp, .V = d->vocab_size,
-		.vc = (d->vocab_size + l->tp - 1) / l->tp,
+		.H = d->n_heads / l->tp, .Hkv = d->n_kv_heads / l->tp, .D = d->head_dim,
+		.V = d->vocab_size,
 		.B = l->pp > 1 ? o->pp_microbatch : o->local_batch,
 		.nmb = l->pp > 1 ? o->local_batch / o->pp_microbatch : 1,
 		.Sl = o->seq_len / l->cp,
-		.split = l->pp > 1 && (o->schedule == TITAN_EST_INTERLEAVED_ZB ||
-				       o->schedule == TITAN_EST_ZBV),
 	};
 	int rc;
 
-	c.q = c.H * c.D;
 	c.kv = c.Hkv * c.D;
-	if ((rc = cpu_rank(d, &c)) < 0)
+	if ((rc = cpu_rank(d, &c)) < 0) {
+		est_dry_release(&c.plan);
 		return rc;
+	}
 	c.threads = o->threads > 0 ? o->threads : omp_get_max_threads();
 	if (c.threads < 1)
 		c.threads = 1;
 	c.N = est_mul(&c.n, c.B, c.Sl);
-	c.nl = c.N / c.tp;
 	e->tokens_per_step = est_mul(&c.n, est_mul(&c.n, o->local_batch, c.S), o->accum);
 	cpu_moments(&c);
 	cpu_static(&c);
+	est_dry_release(&c.plan);
 	cpu_transient(&c);
 	est_rank_finish(c.r, o->dev.alloc_overhead, &c.n);
 	if (c.n.overflow)

@@ -304,8 +304,10 @@ static int dry_step(struct titan_engine *e, const struct titan_est_opts *o, int6
 	return rc;
 }
 
-int est_dry_run(const struct titan_model_dims *dims, const struct titan_est_opts *full,
-		int64_t seq_len, struct est_dry *out)
+/* The engine of the layout with sequences of seq_len tokens, built; with
+ * `step` one step run.  The model's buffer plan is copied to out. */
+static int dry(const struct titan_model_dims *dims, const struct titan_est_opts *full,
+	       int64_t seq_len, bool step, struct est_dry *out)
 {
 	struct titan_est_opts opts = *full;
 	const struct titan_est_opts *o = &opts;
@@ -325,11 +327,15 @@ int est_dry_run(const struct titan_model_dims *dims, const struct titan_est_opts
 	struct titan_engine *e = NULL;
 	const int64_t tokens = o->local_batch * seq_len;
 	enum titan_log_level lvl;
+	uintptr_t next;
 	int rc;
 
 	memset(out, 0, sizeof(*out));
 	opts.seq_len = seq_len;
-	titan_measure_mem_backend(&mb, true);
+	if (step)
+		titan_measure_mem_backend(&mb, true);
+	else
+		titan_measure_unmapped_backend(&mb, &next);
 	if (!(d.a = titan_allocator_new("dry run", &mb)))
 		return TITAN_E_NOMEM;
 	titan_backend_measure_init(&be, d.a, o->threads);
@@ -362,9 +368,15 @@ int est_dry_run(const struct titan_model_dims *dims, const struct titan_est_opts
 			pre_forward, post_forward, pre_backward, post_backward, pre_weight, &d});
 	}
 	if (rc == 0) {
+		const struct titan_buf_entry *p = titan_llama_plan(titan_engine_model(e), &out->nplan);
+
 		titan_mem_get_stats(d.a, &out->built);
 		d.base = out->built.cur[TITAN_MEM_COMM];
-		if ((rc = dry_step(e, o, tokens)) == 0)
+		if (!(out->plan = malloc((size_t)(out->nplan ? out->nplan : 1) * sizeof(*p))))
+			rc = titan_error(TITAN_E_NOMEM, "out of memory");
+		else
+			memcpy(out->plan, p, (size_t)out->nplan * sizeof(*p));
+		if (rc == 0 && step && (rc = dry_step(e, o, tokens)) == 0)
 			titan_mem_get_stats(d.a, &out->after);
 	}
 	titan_engine_free(e);
@@ -373,7 +385,28 @@ int est_dry_run(const struct titan_model_dims *dims, const struct titan_est_opts
 		titan_comm_free(dist.comm[k]);
 	dry_config_release(&c);
 	titan_allocator_free(d.a);
+	if (rc < 0)
+		est_dry_release(out);
 	return rc;
+}
+
+int est_dry_run(const struct titan_model_dims *d, const struct titan_est_opts *o,
+		int64_t seq_len, struct est_dry *out)
+{
+	return dry(d, o, seq_len, true, out);
+}
+
+int est_dry_plan(const struct titan_model_dims *d, const struct titan_est_opts *o,
+		 struct est_dry *out)
+{
+	return dry(d, o, o->seq_len, false, out);
+}
+
+void est_dry_release(struct est_dry *r)
+{
+	free(r->plan);
+	r->plan = NULL;
+	r->nplan = 0;
 }
 
 /* FSDP's buffers are the parameters' (units, shards) and their moments
@@ -389,5 +422,6 @@ int est_dry_fsdp(const struct titan_model_dims *d, const struct titan_est_opts *
 	int rc = est_dry_run(d, o, 2 * o->layout.cp * o->layout.tp, &r);
 
 	memcpy(max, r.fsdp, sizeof(r.fsdp));
+	est_dry_release(&r);
 	return rc;
 }

@@ -75,9 +75,26 @@ int est_dry_fsdp(const struct titan_model_dims *d, const struct titan_est_opts *
 struct est_dry {
 	int64_t fsdp[EST_FSDP_NKINDS];
 	struct titan_mem_stats built, after;
+	struct titan_buf_entry *plan;  /* the model's buffer plan (titan_llama_plan) */
+	int nplan;
 };
 int est_dry_run(const struct titan_model_dims *d, const struct titan_est_opts *o,
 		int64_t seq_len, struct est_dry *out);
+/* The engine only built, at the options' sequence length: its model's
+ * buffer plan and the allocator's stats (`built`; `after` stays 0). */
+int est_dry_plan(const struct titan_model_dims *d, const struct titan_est_opts *o,
+		 struct est_dry *out);
+void est_dry_release(struct est_dry *r);
+
+/* The CPU ops' workspace in bytes (lib/cpu's, measure.c: one statement
+ * for the measure backend and the CPU model): attention forward of tq
+ * query rows, backward of tq rows against tk keys (nthreads threads at
+ * most), the sum of squares of n elements. */
+int64_t est_ws_attn_fwd(struct est_num *n, int64_t nthreads, int64_t bq, int64_t bk,
+			int64_t batch, int64_t tq, int64_t h, int64_t d);
+int64_t est_ws_attn_bwd(struct est_num *n, int64_t nthreads, int64_t bq, int64_t bk,
+			int64_t batch, int64_t tq, int64_t tk, int64_t hkv, int64_t d);
+int64_t est_ws_sumsq(int64_t n);
 
 int est_cpu_model(const struct titan_model_dims *d, const struct titan_est_opts *o,
 		  struct titan_estimate *e);

@@ -9,7 +9,7 @@
  * is committed.  With `guard` the blocks are PROT_NONE: host code that
  * touches a buffer during the dry run faults instead of silently working.
  */
-#include "titan/estimate.h"
+#include "est_impl.h"
 #include "titan/ops.h"
 
 #include <sys/mman.h>
@@ -65,6 +65,35 @@ void titan_measure_mem_backend(struct titan_mem_backend *out, bool guard)
 	};
 }
 
+/* Blocks with no memory at all: a distinct address per block, never
+ * mapped (the engine built and not run touches none: the guard shows
+ * it), so a plan of any size up to 64 bits counts. */
+static void *unmapped_alloc(void *ctx, size_t bytes)
+{
+	uintptr_t *next = ctx;
+
+	(void)bytes;
+	*next += 64;
+	return (void *)*next;
+}
+
+static void unmapped_free(void *ctx, void *ptr, size_t bytes)
+{
+	(void)ctx, (void)ptr, (void)bytes;
+}
+
+void titan_measure_unmapped_backend(struct titan_mem_backend *out, uintptr_t *next)
+{
+	*next = (uintptr_t)1 << 16; /* below: vm.mmap_min_addr, never mapped */
+	*out = (struct titan_mem_backend){
+		.name = "measure-unmapped",
+		.alloc = unmapped_alloc,
+		.free = unmapped_free,
+		.zero = no_zero,
+		.ctx = next,
+	};
+}
+
 /* ---------------------------------------------------------- the ops */
 
 /* The CPU ops' workspace (lib/cpu): a block taken and given back. */
@@ -78,13 +107,48 @@ static int workspace(struct titan_backend *be, int64_t bytes)
 	return 0;
 }
 
-static int64_t threads(const struct titan_backend *be, int64_t work)
+/* The CPU ops' workspace in bytes, as lib/cpu takes it (one statement
+ * for the measure backend's ops and the CPU model's moments, cpu.c):
+ * nthreads threads at most, one task each. */
+static int64_t threads(int64_t nthreads, int64_t work)
 {
-	int64_t nt = be->nthreads > 0 ? be->nthreads : 1;
+	int64_t nt = nthreads > 0 ? nthreads : 1;
 
 	if (work < nt)
 		nt = work;
 	return nt < 1 ? 1 : nt;
+}
+
+/* attention forward of tq query rows: per task (row, head, query block)
+ * tiles of bq·bk + D·bk + 2·bq floats, one set per thread */
+int64_t est_ws_attn_fwd(struct est_num *n, int64_t nthreads, int64_t bq, int64_t bk,
+			int64_t batch, int64_t tq, int64_t h, int64_t d)
+{
+	const int64_t ntask = est_mul(n, est_mul(n, batch, h), (tq + bq - 1) / bq);
+
+	if (!ntask)
+		return 0;
+	return est_mul(n, est_mul(n, threads(nthreads, ntask),
+				  est_add(n, est_mul(n, bq, bk), d * bk + 2 * bq)), 4);
+}
+
+/* backward: a task per (row, kv head), tq + 2·bq·bk + 2·D·bk floats */
+int64_t est_ws_attn_bwd(struct est_num *n, int64_t nthreads, int64_t bq, int64_t bk,
+			int64_t batch, int64_t tq, int64_t tk, int64_t hkv, int64_t d)
+{
+	const int64_t ntask = est_mul(n, batch, hkv);
+
+	if (!ntask || (!tq && !tk))
+		return 0;
+	return est_mul(n, est_mul(n, threads(nthreads, ntask),
+				  est_add(n, tq, 2 * bq * bk + 2 * d * bk)), 4);
+}
+
+/* the sum of squares of n elements: a partial sum (double) per
+ * TITAN_SUMSQ_CHUNK */
+int64_t est_ws_sumsq(int64_t n)
+{
+	return n > 0 ? (n + TITAN_SUMSQ_CHUNK - 1) / TITAN_SUMSQ_CHUNK * 8 : 0;
 }
 
 static int64_t block_q(const struct titan_backend *be)
@@ -97,27 +161,24 @@ static int64_t block_k(const struct titan_backend *be)
 	return be->attn_block_k > 0 ? be->attn_block_k : TITAN_ATTN_BLOCK;
 }
 
-/* forward of tq query rows: per task (row, head, query block) tiles of
- * bq·bk + D·bk + 2·bq floats, one set per thread */
 static int attn_fwd_ws(struct titan_backend *be, int64_t batch, int64_t tq, int64_t h,
 		       int64_t d)
 {
-	const int64_t bq = block_q(be), bk = block_k(be), ntask = batch * h * ((tq + bq - 1) / bq);
+	struct est_num n = {0};
+	const int64_t b = est_ws_attn_fwd(&n, be->nthreads, block_q(be), block_k(be), batch, tq,
+					  h, d);
 
-	if (!ntask)
-		return 0;
-	return workspace(be, threads(be, ntask) * (bq * bk + d * bk + 2 * bq) * 4);
+	return b ? workspace(be, b) : 0;
 }
 
-/* backward: a task per (row, kv head), tq + 2·bq·bk + 2·D·bk floats */
 static int attn_bwd_ws(struct titan_backend *be, int64_t batch, int64_t tq, int64_t tk,
 		       int64_t hkv, int64_t d)
 {
-	const int64_t bq = block_q(be), bk = block_k(be), ntask = batch * hkv;
+	struct est_num n = {0};
+	const int64_t b = est_ws_attn_bwd(&n, be->nthreads, block_q(be), block_k(be), batch, tq,
+					  tk, hkv, d);
 
-	if (!ntask || (!tq && !tk))
-		return 0;
-	return workspace(be, threads(be, ntask) * (tq + 2 * bq * bk + 2 * d * bk) * 4);
+	return b ? workspace(be, b) : 0;
 }
 
 static void m_release(struct titan_backend *be)
@@ -287,7 +348,7 @@ static int m_sumsq(struct titan_backend *be, double *out, const float *x, int64_
 	*out = 0.0;
 	if (n <= 0)
 		return 0;
-	return workspace(be, (n + TITAN_SUMSQ_CHUNK - 1) / TITAN_SUMSQ_CHUNK * 8);
+	return workspace(be, est_ws_sumsq(n));
 }
 
 static int m_scale(struct titan_backend *be, float *x, int64_t n, float alpha)

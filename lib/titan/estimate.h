@@ -272,6 +272,10 @@ int titan_estimate_print(const struct titan_estimate *e, FILE *fp);
  * without, touched pages are real (committed as touched; a block the
  * kernel's overcommit accounting refuses is address space only). */
 void titan_measure_mem_backend(struct titan_mem_backend *out, bool guard);
+/* Blocks that are not even address space: a distinct never-mapped address
+ * per block (`next` is the backend's counter), for an engine that is built
+ * but not run (its buffer plan, at any size). */
+void titan_measure_unmapped_backend(struct titan_mem_backend *out, uintptr_t *next);
 /* A backend whose compute and buffer ops do nothing (buffers are never
  * read or written; sums and losses come out 0, no token valid) but whose
  * buffers come from `alloc` and whose ops take and give back, from

@@ -144,6 +144,39 @@ int titan_llama_new(const struct titan_model_dims *d, const struct titan_llama_o
 		    struct titan_llama **out);
 void titan_llama_free(struct titan_llama *m);
 const struct titan_param_table *titan_llama_table(const struct titan_llama *m);
+/* The model's buffer plan: every buffer titan_llama_new allocates (the
+ * arenas, RoPE table, CP's and TP's buffers, each microbatch's
+ * activation set, the zero-bubble stash, the scratch), in allocation
+ * order, each with the report row it belongs to (titan-estimate sums the
+ * plan by role for its named rows), its tag, bytes and lifetime.  Every
+ * such buffer lives for the run; TITAN_BUF_MICROBATCH marks one copy per
+ * microbatch in flight (`mb`).  What the ops take for a moment (the
+ * backend's workspace), the pipeline's and FSDP's buffers and the
+ * trainer's inputs are not the model's. */
+enum titan_buf_role {
+	TITAN_BUF_WEIGHTS, TITAN_BUF_GRADS, TITAN_BUF_MOMENTS, TITAN_BUF_ROPE,
+	TITAN_BUF_CP_POSITIONS, TITAN_BUF_CP_LABELS, TITAN_BUF_CP_GATHERED,
+	TITAN_BUF_BLOCK_INPUTS, TITAN_BUF_SAVED_OP, TITAN_BUF_RECOMPUTE_OP, TITAN_BUF_SAVED,
+	TITAN_BUF_RECOMPUTE, TITAN_BUF_FINAL_NORM, TITAN_BUF_LOSS_GRAD, TITAN_BUF_ZB_FINAL_GRAD,
+	TITAN_BUF_ZB_STASH, TITAN_BUF_ZB_INPUTS, TITAN_BUF_ZB_ONES, TITAN_BUF_TOKEN_IDS,
+	TITAN_BUF_SCRATCH, TITAN_BUF_TP_SP, TITAN_BUF_TP_LOSS, TITAN_BUF_TP_LOGITS,
+	TITAN_BUF_NROLES
+};
+enum titan_buf_life { TITAN_BUF_RUN, TITAN_BUF_MICROBATCH };
+struct titan_buf_entry {
+	enum titan_buf_role role;
+	enum titan_mem_tag tag;
+	enum titan_buf_life life;
+	int64_t bytes;
+	int layer;   /* the block it belongs to, or -1 */
+	int mb;      /* TITAN_BUF_MICROBATCH: the microbatch set, else -1 */
+};
+/* The row's name (titan-estimate's report; the four per-block roles —
+ * block inputs, saved tensors, the stash — are the stem the report adds
+ * its counts to). */
+const char *titan_buf_role_name(enum titan_buf_role r);
+/* The plan of a model built by titan_llama_new: *n entries. */
+const struct titan_buf_entry *titan_llama_plan(const struct titan_llama *m, int *n);
 /* The arenas, in the backend's memory (host code: titan_llama_state_get). */
 struct titan_param_arena *titan_llama_params(struct titan_llama *m);
 struct titan_param_arena *titan_llama_grads(struct titan_llama *m);

@@ -228,15 +228,15 @@ int titan_cp_alloc(struct titan_cp *cp, titan_cp_buf_fn buf, void *ctx, float *f
 	const struct titan_backend_ops *op = cp->be->ops;
 	int rc;
 
-	cp->pos = (int64_t *)buf(ctx, 2 * cp->tl, TITAN_MEM_OTHER);
-	cp->lab = (int32_t *)buf(ctx, cp->n, TITAN_MEM_DATA);
+	cp->pos = (int64_t *)buf(ctx, 2 * cp->tl, TITAN_MEM_OTHER, TITAN_BUF_CP_POSITIONS);
+	cp->lab = (int32_t *)buf(ctx, cp->n, TITAN_MEM_DATA, TITAN_BUF_CP_LABELS);
 	if (!cp->ring) { /* allgather: the whole sequence's k, v (the ring
 			  * allocates its buffers per call) */
-		cp->kf = buf(ctx, kvf, TITAN_MEM_WORKSPACE);
-		cp->vf = buf(ctx, kvf, TITAN_MEM_WORKSPACE);
-		cp->dkf = buf(ctx, kvf, TITAN_MEM_WORKSPACE);
-		cp->dvf = buf(ctx, kvf, TITAN_MEM_WORKSPACE);
-		cp->cpg = buf(ctx, kvf, TITAN_MEM_WORKSPACE);
+		cp->kf = buf(ctx, kvf, TITAN_MEM_WORKSPACE, TITAN_BUF_CP_GATHERED);
+		cp->vf = buf(ctx, kvf, TITAN_MEM_WORKSPACE, TITAN_BUF_CP_GATHERED);
+		cp->dkf = buf(ctx, kvf, TITAN_MEM_WORKSPACE, TITAN_BUF_CP_GATHERED);
+		cp->dvf = buf(ctx, kvf, TITAN_MEM_WORKSPACE, TITAN_BUF_CP_GATHERED);
+		cp->cpg = buf(ctx, kvf, TITAN_MEM_WORKSPACE, TITAN_BUF_CP_GATHERED);
 	}
 	if (!full || !pos || !cp->pos || !cp->lab ||
 	    (!cp->ring && (!cp->kf || !cp->vf || !cp->dkf || !cp->dvf || !cp->cpg))) {

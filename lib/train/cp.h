@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "titan/core.h"
+#include "titan/train.h"
 #include "titan/ops.h"
 
 struct titan_comm;
@@ -51,7 +52,8 @@ struct titan_cp {
 };
 
 /* Scratch allocation, as titan_sp_buf_fn (tp.h). */
-typedef float *(*titan_cp_buf_fn)(void *ctx, int64_t nfloats, enum titan_mem_tag tag);
+typedef float *(*titan_cp_buf_fn)(void *ctx, int64_t nfloats, enum titan_mem_tag tag,
+				   enum titan_buf_role role);
 
 /* The geometry: local attention without `comm` (NULL or one rank), else
  * CP over it (the ring with `ring`); TITAN_E_INVALID when seq does not

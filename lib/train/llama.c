@@ -100,6 +100,12 @@ struct titan_llama {
 	float *dx, *dh, *dxn, *datt, *dq, *dk, *dv, *dg;
 	void **blocks;        /* every allocation, for free */
 	int nblocks, capblocks;
+	/* the buffer plan (titan_llama_plan): an entry per allocation, the
+	 * block and microbatch set being allocated */
+	struct titan_buf_entry *plan;
+	int nplan, at_layer, at_mb;
+	int64_t plan_bytes;   /* their sum (a plan past 64 bits is refused) */
+	bool plan_overflow;
 	struct titan_llama_hooks hooks;
 	/* parameter and gradient views (the arenas' by default; a data-
 	 * parallel engine binds a group's views to its unsharded buffers) */
@@ -183,23 +189,84 @@ static void span_end(struct titan_llama *m, const char *name)
 		m->hooks.end(m->hooks.ctx, name);
 }
 
-static float *buf(struct titan_llama *m, int64_t nfloats, enum titan_mem_tag tag)
+/* The plan's entry of a buffer of the run (the arenas) or of buf. */
+static int plan_add(struct titan_llama *m, enum titan_buf_role role, enum titan_mem_tag tag,
+		    int64_t bytes)
 {
-	void *p;
-
-	if (m->nblocks == m->capblocks) {
+	if (m->plan_overflow ||
+	    (m->plan_overflow = __builtin_add_overflow(m->plan_bytes, bytes, &m->plan_bytes)))
+		return titan_error(TITAN_E_INVALID, "the model's buffers do not fit in 64-bit byte "
+				   "counts (batch, sequence or model far too large)");
+	if (m->nplan == m->capblocks) {
 		int cap = m->capblocks ? 2 * m->capblocks : 64;
 		void **n = realloc(m->blocks, (size_t)cap * sizeof(*n));
+		struct titan_buf_entry *e = n ? realloc(m->plan, (size_t)cap * sizeof(*e)) : NULL;
 
-		if (!n)
-			return NULL;
-		m->blocks = n;
+		if (n)
+			m->blocks = n;
+		if (!e)
+			return TITAN_E_NOMEM;
+		m->plan = e;
 		m->capblocks = cap;
 	}
-	p = titan_mem_alloc(m->alloc, (size_t)nfloats * sizeof(float), tag);
-	if (p)
-		m->blocks[m->nblocks++] = p;
+	m->plan[m->nplan++] = (struct titan_buf_entry){
+		.role = role, .tag = tag, .bytes = bytes, .layer = m->at_layer, .mb = m->at_mb,
+		.life = m->at_mb >= 0 ? TITAN_BUF_MICROBATCH : TITAN_BUF_RUN};
+	return 0;
+}
+
+/* A buffer of the plan: its entry, then the block. */
+static float *buf(struct titan_llama *m, int64_t nfloats, enum titan_mem_tag tag,
+		  enum titan_buf_role role)
+{
+	const size_t bytes = (size_t)nfloats * sizeof(float);
+	void *p;
+
+	if (plan_add(m, role, tag, (int64_t)bytes) < 0)
+		return NULL;
+	if (!(p = titan_mem_alloc(m->alloc, bytes, tag))) {
+		m->nplan--;
+		return NULL;
+	}
+	m->blocks[m->nblocks++] = p;
 	return p;
+}
+
+static const char *const role_name[TITAN_BUF_NROLES] = {
+	[TITAN_BUF_WEIGHTS] = "weights (fp32 arena)",
+	[TITAN_BUF_GRADS] = "gradients (fp32 arena)",
+	[TITAN_BUF_MOMENTS] = "AdamW exp_avg + exp_avg_sq (2 arenas)",
+	[TITAN_BUF_ROPE] = "RoPE table",
+	[TITAN_BUF_CP_POSITIONS] = "CP: token positions",
+	[TITAN_BUF_CP_LABELS] = "CP: this rank's labels",
+	[TITAN_BUF_CP_GATHERED] = "CP: gathered K, V, dK, dV + gather buffer",
+	[TITAN_BUF_BLOCK_INPUTS] = "block inputs",
+	[TITAN_BUF_SAVED_OP] = "per-op saved tensors",
+	[TITAN_BUF_RECOMPUTE_OP] = "per-op recompute set (one block)",
+	[TITAN_BUF_SAVED] = "saved activations",
+	[TITAN_BUF_RECOMPUTE] = "recompute set (one block)",
+	[TITAN_BUF_FINAL_NORM] = "final norm output + 1/rms",
+	[TITAN_BUF_LOSS_GRAD] = "PP: loss gradients of the final norm output",
+	[TITAN_BUF_ZB_FINAL_GRAD] = "ZB: final norm's output gradients (weight pass)",
+	[TITAN_BUF_ZB_STASH] = "ZB: weight-pass stash",
+	[TITAN_BUF_ZB_INPUTS] = "ZB: stashed layer inputs (shared activations)",
+	[TITAN_BUF_ZB_ONES] = "ZB: ones (weight pass of the norms)",
+	[TITAN_BUF_TOKEN_IDS] = "token ids",
+	[TITAN_BUF_SCRATCH] = "backward scratch",
+	[TITAN_BUF_TP_SP] = "TP: sequence-parallel buffers",
+	[TITAN_BUF_TP_LOSS] = "TP: loss chunk buffers",
+	[TITAN_BUF_TP_LOGITS] = "TP: gathered logits (no loss parallel)",
+};
+
+const char *titan_buf_role_name(enum titan_buf_role r)
+{
+	return r >= 0 && r < TITAN_BUF_NROLES ? role_name[r] : "?";
+}
+
+const struct titan_buf_entry *titan_llama_plan(const struct titan_llama *m, int *n)
+{
+	*n = m->nplan;
+	return m->plan;
 }
 
 /* The activation-checkpointing policy of opts (the shared set is
@@ -219,30 +286,31 @@ static int ac_policy_init(struct ac_policy *p, const struct titan_llama_opts *o,
 }
 
 /* buf for the parallel parts (tp.h, cp.h) */
-static float *model_buf(void *m, int64_t nfloats, enum titan_mem_tag tag)
+static float *model_buf(void *m, int64_t nfloats, enum titan_mem_tag tag,
+			enum titan_buf_role role)
 {
-	return buf(m, nfloats, tag);
+	return buf(m, nfloats, tag, role);
 }
 
-static int alloc_acts(struct titan_llama *m, struct acts *a)
+static int alloc_acts(struct titan_llama *m, struct acts *a, enum titan_buf_role r)
 {
 	const struct titan_model_dims *d = &m->d;
 	const int64_t n = m->n, nl = m->nl, q = m->H * d->head_dim, kv = m->Hkv * d->head_dim;
 	const enum titan_mem_tag t = TITAN_MEM_ACTIVATIONS;
 
-	a->xn1 = buf(m, n * d->dim, t);
-	a->rstd1 = buf(m, nl, t);
-	a->q = buf(m, n * q, t);
-	a->k = buf(m, n * kv, t);
-	a->v = buf(m, n * kv, t);
-	a->att = buf(m, n * q, t);
-	a->lse = buf(m, n * m->H, t);
-	a->h = buf(m, nl * d->dim, t);
-	a->xn2 = buf(m, n * d->dim, t);
-	a->rstd2 = buf(m, nl, t);
-	a->a = buf(m, n * m->F, t);
-	a->b = buf(m, n * m->F, t);
-	a->g = buf(m, n * m->F, t);
+	a->xn1 = buf(m, n * d->dim, t, r);
+	a->rstd1 = buf(m, nl, t, r);
+	a->q = buf(m, n * q, t, r);
+	a->k = buf(m, n * kv, t, r);
+	a->v = buf(m, n * kv, t, r);
+	a->att = buf(m, n * q, t, r);
+	a->lse = buf(m, n * m->H, t, r);
+	a->h = buf(m, nl * d->dim, t, r);
+	a->xn2 = buf(m, n * d->dim, t, r);
+	a->rstd2 = buf(m, nl, t, r);
+	a->a = buf(m, n * m->F, t, r);
+	a->b = buf(m, n * m->F, t, r);
+	a->g = buf(m, n * m->F, t, r);
 	if (!a->xn1 || !a->rstd1 || !a->q || !a->k || !a->v || !a->att || !a->lse || !a->h ||
 	    !a->xn2 || !a->rstd2 || !a->a || !a->b || !a->g)
 		return TITAN_E_NOMEM;
@@ -258,11 +326,11 @@ static int alloc_acts_op(struct titan_llama *m, struct acts *a, const struct act
 	const enum titan_mem_tag t = TITAN_MEM_ACTIVATIONS;
 
 	*a = *rc;
-	a->q = buf(m, n * q, t);
-	a->v = buf(m, n * kv, t);
-	a->att = buf(m, n * q, t);
-	a->lse = buf(m, n * m->H, t);
-	a->a = buf(m, n * m->F, t);
+	a->q = buf(m, n * q, t, TITAN_BUF_SAVED_OP);
+	a->v = buf(m, n * kv, t, TITAN_BUF_SAVED_OP);
+	a->att = buf(m, n * q, t, TITAN_BUF_SAVED_OP);
+	a->lse = buf(m, n * m->H, t, TITAN_BUF_SAVED_OP);
+	a->a = buf(m, n * m->F, t, TITAN_BUF_SAVED_OP);
 	if (!a->q || !a->v || !a->att || !a->lse || !a->a)
 		return TITAN_E_NOMEM;
 	return 0;
@@ -284,28 +352,30 @@ static int alloc_mb(struct titan_llama *m, struct mb *b)
 		const struct titan_stage *s = &m->pl.st.v[v];
 
 		for (int64_t i = s->l0; i <= s->l1; i++) /* ZBV: adjacent stages share one */
-			if (!b->x[i] && !(b->x[i] = buf(m, m->nl * C, act)))
+			if (!b->x[i] && !(b->x[i] = buf(m, m->nl * C, act, TITAN_BUF_BLOCK_INPUTS)))
 				return TITAN_E_NOMEM;
 		for (int64_t i = s->l0; i < s->l1; i++) {
+			m->at_layer = (int)i;
 			if (m->o.ac == TITAN_AC_SELECTIVE_OP)
 				rc = alloc_acts_op(m, &b->acts[i], &m->ac.shared);
 			else
-				rc = m->ac.whole[i] ? 0 : alloc_acts(m, &b->acts[i]);
+				rc = m->ac.whole[i] ? 0 : alloc_acts(m, &b->acts[i], TITAN_BUF_SAVED);
 			if (rc < 0)
 				return rc;
 		}
+		m->at_layer = -1;
 	}
-	if (!(b->ids = (uint32_t *)buf(m, m->n, TITAN_MEM_DATA)))
+	if (!(b->ids = (uint32_t *)buf(m, m->n, TITAN_MEM_DATA, TITAN_BUF_TOKEN_IDS)))
 		return TITAN_E_NOMEM;
 	if (!m->pl.st.last)
 		return 0;
-	b->xnf = buf(m, m->n * C, act);
-	b->rstdf = buf(m, m->nl, act);
+	b->xnf = buf(m, m->n * C, act, TITAN_BUF_FINAL_NORM);
+	b->rstdf = buf(m, m->nl, act, TITAN_BUF_FINAL_NORM);
 	if (!b->xnf || !b->rstdf)
 		return TITAN_E_NOMEM;
-	if ((m->pl.n > 1 || m->o.pp_split_backward) && !(b->dxn_out = buf(m, m->n * C, act)))
+	if ((m->pl.n > 1 || m->o.pp_split_backward) && !(b->dxn_out = buf(m, m->n * C, act, TITAN_BUF_LOSS_GRAD)))
 		return TITAN_E_NOMEM;
-	if (m->o.pp_split_backward && !(b->dxnf = buf(m, m->nl * C, act)))
+	if (m->o.pp_split_backward && !(b->dxnf = buf(m, m->nl * C, act, TITAN_BUF_ZB_FINAL_GRAD)))
 		return TITAN_E_NOMEM;
 	return 0;
 }
@@ -333,25 +403,27 @@ static int alloc_wstash(struct titan_llama *m, struct mb *b)
 				[WS_DY] = n * C, [WS_DH] = n * C, [WS_DQ] = n * q, [WS_DK] = n * kv,
 				[WS_DV] = n * kv, [WS_DXN2] = nl * C, [WS_DXN1] = nl * C};
 
+			m->at_layer = (int)l;
 			for (int i = 0; i < WS_NSLOT; i++)
-				if (!(w->g[i] = buf(m, size[i], t)))
+				if (!(w->g[i] = buf(m, size[i], t, TITAN_BUF_ZB_STASH)))
 					return TITAN_E_NOMEM;
 			if (!m->ac.whole[l] && m->o.ac != TITAN_AC_SELECTIVE_OP)
 				continue;
-			x->xn1 = buf(m, n * C, t);
-			x->att = buf(m, n * q, t);
-			x->h = buf(m, nl * C, t);
-			x->xn2 = buf(m, n * C, t);
-			x->rstd1 = buf(m, nl, t);
-			x->rstd2 = buf(m, nl, t);
-			x->a = buf(m, n * F, t);
-			x->b = buf(m, n * F, t);
-			x->g = buf(m, n * F, t);
+			x->xn1 = buf(m, n * C, t, TITAN_BUF_ZB_INPUTS);
+			x->att = buf(m, n * q, t, TITAN_BUF_ZB_INPUTS);
+			x->h = buf(m, nl * C, t, TITAN_BUF_ZB_INPUTS);
+			x->xn2 = buf(m, n * C, t, TITAN_BUF_ZB_INPUTS);
+			x->rstd1 = buf(m, nl, t, TITAN_BUF_ZB_INPUTS);
+			x->rstd2 = buf(m, nl, t, TITAN_BUF_ZB_INPUTS);
+			x->a = buf(m, n * F, t, TITAN_BUF_ZB_INPUTS);
+			x->b = buf(m, n * F, t, TITAN_BUF_ZB_INPUTS);
+			x->g = buf(m, n * F, t, TITAN_BUF_ZB_INPUTS);
 			if (!x->xn1 || !x->att || !x->h || !x->xn2 || !x->rstd1 || !x->rstd2 || !x->a ||
 			    !x->b || !x->g)
 				return TITAN_E_NOMEM;
 		}
 	}
+	m->at_layer = -1;
 	return 0;
 }
 
@@ -395,7 +467,7 @@ static int init_rope(struct titan_llama *m)
 	float *f;
 	int rc;
 
-	if (!(m->freqs = buf(m, m->cp.tl * D, TITAN_MEM_OTHER)))
+	if (!(m->freqs = buf(m, m->cp.tl * D, TITAN_MEM_OTHER, TITAN_BUF_ROPE)))
 		return TITAN_E_NOMEM;
 	if (m->cp.comm)
 		return titan_cp_alloc(&m->cp, model_buf, m, m->freqs, d->rope_theta, scp);
@@ -419,15 +491,15 @@ static int alloc_shared_acts(struct titan_llama *m)
 	if (m->o.ac == TITAN_AC_NONE)
 		return 0;
 	if (m->o.ac != TITAN_AC_SELECTIVE_OP)
-		return alloc_acts(m, r);
-	r->xn1 = buf(m, m->n * C, t);
-	r->rstd1 = buf(m, m->nl, t);
-	r->k = buf(m, m->n * kv, t);
-	r->h = buf(m, m->nl * C, t);
-	r->xn2 = buf(m, m->n * C, t);
-	r->rstd2 = buf(m, m->nl, t);
-	r->b = buf(m, m->n * m->F, t);
-	r->g = buf(m, m->n * m->F, t);
+		return alloc_acts(m, r, TITAN_BUF_RECOMPUTE);
+	r->xn1 = buf(m, m->n * C, t, TITAN_BUF_RECOMPUTE_OP);
+	r->rstd1 = buf(m, m->nl, t, TITAN_BUF_RECOMPUTE_OP);
+	r->k = buf(m, m->n * kv, t, TITAN_BUF_RECOMPUTE_OP);
+	r->h = buf(m, m->nl * C, t, TITAN_BUF_RECOMPUTE_OP);
+	r->xn2 = buf(m, m->n * C, t, TITAN_BUF_RECOMPUTE_OP);
+	r->rstd2 = buf(m, m->nl, t, TITAN_BUF_RECOMPUTE_OP);
+	r->b = buf(m, m->n * m->F, t, TITAN_BUF_RECOMPUTE_OP);
+	r->g = buf(m, m->n * m->F, t, TITAN_BUF_RECOMPUTE_OP);
 	if (!r->xn1 || !r->rstd1 || !r->k || !r->h || !r->xn2 || !r->rstd2 || !r->b || !r->g)
 		return TITAN_E_NOMEM;
 	return 0;
@@ -439,14 +511,14 @@ static int alloc_scratch(struct titan_llama *m)
 	const enum titan_mem_tag ws = TITAN_MEM_WORKSPACE;
 	const int64_t C = m->d.dim, q = m->H * m->d.head_dim, kv = m->Hkv * m->d.head_dim;
 
-	m->dx = buf(m, m->nl * C, ws);
-	m->dh = buf(m, m->nl * C, ws);
-	m->dxn = buf(m, m->n * C, ws);
-	m->datt = buf(m, m->n * q, ws);
-	m->dq = buf(m, m->n * q, ws);
-	m->dk = buf(m, m->n * kv, ws);
-	m->dv = buf(m, m->n * kv, ws);
-	m->dg = buf(m, m->n * m->F, ws);
+	m->dx = buf(m, m->nl * C, ws, TITAN_BUF_SCRATCH);
+	m->dh = buf(m, m->nl * C, ws, TITAN_BUF_SCRATCH);
+	m->dxn = buf(m, m->n * C, ws, TITAN_BUF_SCRATCH);
+	m->datt = buf(m, m->n * q, ws, TITAN_BUF_SCRATCH);
+	m->dq = buf(m, m->n * q, ws, TITAN_BUF_SCRATCH);
+	m->dk = buf(m, m->n * kv, ws, TITAN_BUF_SCRATCH);
+	m->dv = buf(m, m->n * kv, ws, TITAN_BUF_SCRATCH);
+	m->dg = buf(m, m->n * m->F, ws, TITAN_BUF_SCRATCH);
 	if (!m->dx || !m->dh || !m->dxn || !m->datt || !m->dq || !m->dk || !m->dv || !m->dg)
 		return TITAN_E_NOMEM;
 	return 0;
@@ -467,6 +539,19 @@ static int set_ones(struct titan_llama *m, float *x, int64_t n)
 	return rc;
 }
 
+/* An arena of the parameters' layout, in the plan. */
+static int arena(struct titan_llama *m, struct titan_param_arena *a, enum titan_mem_tag tag,
+		 enum titan_buf_role role)
+{
+	int rc;
+
+	if ((rc = plan_add(m, role, tag, m->table.arena_floats * (int64_t)sizeof(float))) < 0)
+		return rc == TITAN_E_NOMEM ? titan_error(rc, "out of memory") : rc;
+	if ((rc = titan_param_arena_init(a, &m->table, m->alloc, tag)) < 0)
+		m->nplan--;
+	return rc;
+}
+
 int titan_llama_new(const struct titan_model_dims *d, const struct titan_llama_opts *o,
 		    struct titan_backend *be, struct titan_allocator *alloc,
 		    struct titan_llama **out)
@@ -481,6 +566,7 @@ int titan_llama_new(const struct titan_model_dims *d, const struct titan_llama_o
 		return titan_error(TITAN_E_NOMEM, "out of memory");
 	m->d = *d;
 	m->o = *o;
+	m->at_layer = m->at_mb = -1;
 	if (m->o.ce_chunk <= 0)
 		m->o.ce_chunk = TITAN_CE_CHUNK;
 	m->be = be;
@@ -517,14 +603,12 @@ int titan_llama_new(const struct titan_model_dims *d, const struct titan_llama_o
 	m->pl.n = o->pp_microbatches > 1 ? (int)o->pp_microbatches : 1;
 	titan_stages_init(&m->pl.st, o, (int)L, &to);
 	if ((rc = titan_param_table_init(&m->table, d, &to)) < 0 ||
-	    (rc = titan_param_arena_init(&m->params, &m->table, m->alloc, TITAN_MEM_PARAMS)) < 0 ||
-	    (rc = titan_param_arena_init(&m->grads, &m->table, m->alloc, TITAN_MEM_GRADS)) < 0 ||
-	    (rc = titan_param_arena_init(&m->m, &m->table, m->alloc, TITAN_MEM_OPTIM)) < 0 ||
-	    (rc = titan_param_arena_init(&m->v, &m->table, m->alloc, TITAN_MEM_OPTIM)) < 0)
+	    (rc = arena(m, &m->params, TITAN_MEM_PARAMS, TITAN_BUF_WEIGHTS)) < 0 ||
+	    (rc = arena(m, &m->grads, TITAN_MEM_GRADS, TITAN_BUF_GRADS)) < 0 ||
+	    (rc = arena(m, &m->m, TITAN_MEM_OPTIM, TITAN_BUF_MOMENTS)) < 0 ||
+	    (rc = arena(m, &m->v, TITAN_MEM_OPTIM, TITAN_BUF_MOMENTS)) < 0)
 		goto fail;
 	rc = TITAN_E_NOMEM;
-	if (!(m->ids_host = malloc((size_t)m->n * sizeof(*m->ids_host))))
-		goto fail;
 	/* groups: embeddings, each block, norm + output (FSDP's units) */
 	m->ngroups = (int)L + 2;
 	m->pv = calloc((size_t)m->table.n, sizeof(*m->pv));
@@ -546,13 +630,16 @@ int titan_llama_new(const struct titan_model_dims *d, const struct titan_llama_o
 	if (!m->pl.mb || (rc = ac_policy_init(&m->ac, o, (int)L)) < 0 ||
 	    (rc = alloc_shared_acts(m)) < 0)
 		goto fail;
-	for (int k = 0; k < m->pl.n; k++)
+	for (int k = 0; k < m->pl.n; k++) {
+		m->at_mb = k;
 		if ((rc = alloc_mb(m, &m->pl.mb[k])) < 0 ||
 		    (o->pp_split_backward && (rc = alloc_wstash(m, &m->pl.mb[k])) < 0))
 			goto fail;
+	}
+	m->at_mb = -1;
 	if (o->pp_split_backward) {
 		rc = TITAN_E_NOMEM;
-		if (!(m->pl.ones = buf(m, C, TITAN_MEM_WORKSPACE)))
+		if (!(m->pl.ones = buf(m, C, TITAN_MEM_WORKSPACE, TITAN_BUF_ZB_ONES)))
 			goto fail;
 		if ((rc = set_ones(m, m->pl.ones, C)) < 0)
 			goto fail;
@@ -562,9 +649,15 @@ int titan_llama_new(const struct titan_model_dims *d, const struct titan_llama_o
 				m->table.params[0].tp_off, m->table.params[0].shape[0],
 				m->o.ce_chunk, o->loss_parallel, model_buf, m)) < 0)
 		goto fail;
+	/* host memory, after the plan (which refuses sizes past 64 bits) */
+	rc = TITAN_E_NOMEM;
+	if (!(m->ids_host = malloc((size_t)m->n * sizeof(*m->ids_host))))
+		goto fail;
 	*out = m;
 	return 0;
 fail:
+	if (m->plan_overflow)
+		rc = TITAN_E_INVALID; /* the plan past 64 bits, not the allocator */
 	if (rc == TITAN_E_NOMEM && !titan_error_last()->code)
 		titan_error(rc, "out of memory for the model");
 	titan_llama_free(m);
@@ -578,6 +671,7 @@ void titan_llama_free(struct titan_llama *m)
 	for (int i = 0; i < m->nblocks; i++)
 		titan_mem_free(m->alloc, m->blocks[i]);
 	free(m->blocks);
+	free(m->plan);
 	free(m->pv);
 	free(m->gv);
 	free(m->group_first);

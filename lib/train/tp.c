@@ -323,18 +323,19 @@ int titan_sp_init(struct titan_sp *sp, struct titan_backend *be, struct titan_co
 	sp->ops = &tensor_parallel;
 	ch = ce_chunk < n ? ce_chunk : n;
 	vc = (vocab + sp->size - 1) / sp->size;
-	sp->xn_loc = buf(ctx, sp->nl * C, ws);
-	sp->part = buf(ctx, n * C, ws);
-	sp->dfull = buf(ctx, n * C, ws);
-	sp->dxn_loc = buf(ctx, sp->nl * C, ws);
-	sp->cz = buf(ctx, ch * vc, ws);
-	sp->cmx = buf(ctx, ch, ws);
-	sp->cst = (double *)buf(ctx, 4 * ch, ws);
+	sp->xn_loc = buf(ctx, sp->nl * C, ws, TITAN_BUF_TP_SP);
+	sp->part = buf(ctx, n * C, ws, TITAN_BUF_TP_SP);
+	sp->dfull = buf(ctx, n * C, ws, TITAN_BUF_TP_SP);
+	sp->dxn_loc = buf(ctx, sp->nl * C, ws, TITAN_BUF_TP_SP);
+	sp->cz = buf(ctx, ch * vc, ws, TITAN_BUF_TP_LOSS);
+	sp->cmx = buf(ctx, ch, ws, TITAN_BUF_TP_LOSS);
+	sp->cst = (double *)buf(ctx, 4 * ch, ws, TITAN_BUF_TP_LOSS);
 	if (!sp->xn_loc || !sp->part || !sp->dfull || !sp->dxn_loc || !sp->cz || !sp->cmx ||
 	    !sp->cst)
 		return TITAN_E_NOMEM;
-	if (!loss_parallel && (!(sp->czg = buf(ctx, sp->size * ch * vc, ws)) ||
-			       !(sp->czf = buf(ctx, ch * vocab, ws))))
+	if (!loss_parallel &&
+	    (!(sp->czg = buf(ctx, sp->size * ch * vc, ws, TITAN_BUF_TP_LOGITS)) ||
+	     !(sp->czf = buf(ctx, ch * vocab, ws, TITAN_BUF_TP_LOGITS))))
 		return TITAN_E_NOMEM;
 	return 0;
 }

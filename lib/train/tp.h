@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "titan/core.h"
+#include "titan/train.h"
 #include "titan/model.h"
 
 struct titan_backend;
@@ -75,9 +76,11 @@ struct titan_sp {
 	double *cst;
 };
 
-/* Allocation of the scratch: `buf(ctx, nfloats, tag)`, NULL when out of
- * memory; the caller frees. */
-typedef float *(*titan_sp_buf_fn)(void *ctx, int64_t nfloats, enum titan_mem_tag tag);
+/* Allocation of the scratch: `buf(ctx, nfloats, tag, role)` (role: the
+ * model's buffer plan row, titan/train.h), NULL when out of memory; the
+ * caller frees. */
+typedef float *(*titan_sp_buf_fn)(void *ctx, int64_t nfloats, enum titan_mem_tag tag,
+				   enum titan_buf_role role);
 
 /* The identity over n tokens, or TP over `comm` (NULL or one rank: the
  * identity) with nl = n / size tokens per rank (the caller checked that

@@ -442,6 +442,69 @@ static void test_split_backward_equals_fused(void **state)
 	}
 }
 
+/* The buffer plan (titan_llama_plan) is what the model allocates: an entry
+ * per block in allocation order (as many as the allocator counts), bytes
+ * by tag the allocator's, each microbatch set the same, and the roles the
+ * options ask for: saved sets only for blocks that keep them, a recompute
+ * set only with checkpointing, the stash only with the split backward. */
+static void test_buffer_plan(void **state)
+{
+	const enum titan_ac_mode modes[] = {TITAN_AC_NONE, TITAN_AC_FULL, TITAN_AC_SELECTIVE,
+					    TITAN_AC_SELECTIVE_OP};
+
+	(void)state;
+	for (int r = 0; r < TITAN_BUF_NROLES; r++)
+		assert_string_not_equal(titan_buf_role_name((enum titan_buf_role)r), "?");
+	for (size_t i = 0; i < 2 * sizeof(modes) / sizeof(modes[0]); i++) {
+		const bool split = i % 2;
+		struct titan_model_dims d = tiny();
+		struct titan_llama_opts o = {.batch = B, .seq = T, .ac = modes[i / 2], .ac_every = 2,
+					     .stage_l0 = 0, .stage_l1 = 4, .stage_last = true,
+					     .pp_microbatches = 2, .pp_split_backward = split};
+		struct titan_allocator *a = titan_allocator_new("test", NULL);
+		int64_t tag[TITAN_MEM_NTAGS] = {0}, mb[2] = {0}, role[TITAN_BUF_NROLES] = {0};
+		const struct titan_buf_entry *p;
+		struct titan_mem_stats st;
+		struct titan_backend be;
+		struct titan_llama *m;
+		int n;
+
+		assert_int_equal(titan_backend_cpu_init(&be, 1), 0);
+		assert_int_equal(titan_llama_new(&d, &o, &be, a, &m), 0);
+		p = titan_llama_plan(m, &n);
+		titan_mem_get_stats(a, &st);
+		assert_int_equal(n, st.n_alloc);
+		for (int k = 0; k < n; k++) {
+			assert_true(p[k].bytes > 0);
+			tag[p[k].tag] += p[k].bytes;
+			role[p[k].role] += p[k].bytes;
+			if (p[k].life == TITAN_BUF_MICROBATCH) {
+				assert_true(p[k].mb == 0 || p[k].mb == 1);
+				mb[p[k].mb] += p[k].bytes;
+			} else {
+				assert_int_equal(p[k].mb, -1);
+			}
+		}
+		assert_memory_equal(tag, st.cur, sizeof(tag));
+		assert_true(mb[0] > 0);
+		assert_int_equal(mb[0], mb[1]);
+		assert_int_equal(role[TITAN_BUF_WEIGHTS], titan_llama_table(m)->arena_floats * 4);
+		assert_int_equal(role[TITAN_BUF_MOMENTS], 2 * role[TITAN_BUF_WEIGHTS]);
+		assert_int_equal(role[TITAN_BUF_SAVED] > 0,
+				 o.ac == TITAN_AC_NONE || o.ac == TITAN_AC_SELECTIVE);
+		assert_int_equal(role[TITAN_BUF_SAVED_OP] > 0, o.ac == TITAN_AC_SELECTIVE_OP);
+		assert_int_equal(role[TITAN_BUF_RECOMPUTE] > 0,
+				 o.ac == TITAN_AC_FULL || o.ac == TITAN_AC_SELECTIVE);
+		assert_int_equal(role[TITAN_BUF_RECOMPUTE_OP] > 0, o.ac == TITAN_AC_SELECTIVE_OP);
+		assert_int_equal(role[TITAN_BUF_ZB_STASH] > 0, split);
+		assert_int_equal(role[TITAN_BUF_ZB_ONES], split ? 4 * d.dim : 0);
+		assert_int_equal(role[TITAN_BUF_TP_SP] + role[TITAN_BUF_CP_GATHERED], 0);
+		titan_llama_free(m);
+		titan_backend_release(&be);
+		titan_allocator_free(a);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -453,6 +516,7 @@ int main(void)
 		cmocka_unit_test(test_bad_input_id),
 		cmocka_unit_test(test_state_through_buffers),
 		cmocka_unit_test(test_split_backward_equals_fused),
+		cmocka_unit_test(test_buffer_plan),
 	};
 	return cmocka_run_group_tests_name("llama", tests, NULL, NULL);
 }

@@ -340,8 +340,10 @@ static void test_estimate_dry_run_405b(void **state)
 /* The CPU model's buffers that stay for the run (items present at every
  * moment of a step, but the trainer's inputs and labels) are, tag by tag,
  * what the engine itself holds after a step of the dry run at full length
- * — on every layout, without mpiexec: the formulas of lib/estimate/cpu.c
- * checked against the code they restate. */
+ * — on every layout, without mpiexec: the model's buffer plan and the
+ * pipeline's buffers, read from the engine only built (est_dry_plan, on
+ * addresses that are never mapped), are what it holds once it has run a
+ * step; and each of the report's rows of the plan is its role's bytes. */
 static void test_static_buffers_are_the_engines(void **state)
 {
 	static const struct {
@@ -375,7 +377,7 @@ static void test_static_buffers_are_the_engines(void **state)
 		struct titan_est_opts o;
 		struct titan_estimate e;
 		struct est_dry dry;
-		int64_t sum[TITAN_MEM_NTAGS] = {0};
+		int64_t sum[TITAN_MEM_NTAGS] = {0}, role[TITAN_BUF_NROLES] = {0};
 		const struct titan_est_rank *r;
 		uint32_t every = 0;
 
@@ -404,6 +406,20 @@ static void test_static_buffers_are_the_engines(void **state)
 				fail_msg("layout %zu: %s: estimate %lld, the engine %lld", i,
 					 titan_mem_tag_name((enum titan_mem_tag)t), (long long)sum[t],
 					 (long long)dry.after.cur[t]);
+		for (int k = 0; k < dry.nplan; k++)
+			role[dry.plan[k].role] += dry.plan[k].bytes;
+		for (int k = 0; k < TITAN_BUF_NROLES; k++) {
+			const char *name = titan_buf_role_name((enum titan_buf_role)k);
+			int64_t got = 0;
+
+			for (int j = 0; j < r->nitems; j++)
+				if (!strncmp(r->items[j].name, name, strlen(name)))
+					got += r->items[j].bytes;
+			if (got != role[k])
+				fail_msg("layout %zu: %s: estimate %lld, the plan %lld", i, name,
+					 (long long)got, (long long)role[k]);
+		}
+		est_dry_release(&dry);
 		titan_estimate_release(&e);
 	}
 }

@@ -38,9 +38,10 @@ static float *bufs(int64_t n)
 	return p;
 }
 
-static float *no_buf(void *ctx, int64_t nfloats, enum titan_mem_tag tag)
+static float *no_buf(void *ctx, int64_t nfloats, enum titan_mem_tag tag,
+		     enum titan_buf_role role)
 {
-	(void)ctx, (void)nfloats, (void)tag;
+	(void)ctx, (void)nfloats, (void)tag, (void)role;
 	fail_msg("the identity allocates nothing");
 	return NULL;
 }
