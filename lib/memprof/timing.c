@@ -219,7 +219,11 @@ static int analyse(const struct titan_span *sp, struct stepx *s)
 		for (size_t k = 0; k < s->n && rc == 0; k++) {
 			const struct titan_span *x = &sp[s->spans[k]];
 
-			if (x->tid != tids[j] && !titan_span_is_comm(x) && strcmp(x->name, "step"))
+			/* op events (titan-train's, category "op") lie inside
+			 * the model's spans, or are its own bookkeeping between
+			 * them: they do not make a step's time busy */
+			if (x->tid != tids[j] && !titan_span_is_comm(x) && strcmp(x->name, "step") &&
+			    strcmp(x->cat, "op"))
 				rc = iv_add(&busy, x->ts, x->ts + x->dur);
 		}
 		iv_union(&busy);

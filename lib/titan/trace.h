@@ -18,6 +18,7 @@
 #ifndef TITAN_TRACE_H
 #define TITAN_TRACE_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "titan/core.h"
@@ -38,6 +39,35 @@ void titan_trace_end(struct titan_trace *t);
  * communication thread), times from titan_time_ns(). */
 void titan_trace_complete(struct titan_trace *t, const char *name, const char *cat, int tid,
 			  uint64_t start_ns, uint64_t end_ns, int64_t step);
+/* The same with integer args after "step" (keys: string literals or
+ * strings that outlive the call), e.g. an op's shapes. */
+struct titan_trace_arg {
+	const char *key;
+	int64_t value;
+};
+void titan_trace_complete_args(struct titan_trace *t, const char *name, const char *cat, int tid,
+			       uint64_t start_ns, uint64_t end_ns, int64_t step,
+			       const struct titan_trace_arg *args, int nargs);
+/* Op-level events (profiling): while installed on `be`, every op of its
+ * table is timed around the call into the backend it wraps and written
+ * to `t` as a complete event on tid 0, category "op", named after the
+ * op's field in struct titan_backend_ops ("matmul_fwd", "rmsnorm_bwd",
+ * "buf_get"...), args the step and the op's sizes (matmul: m = tokens,
+ * n = out features, k = in features).  Written when the op returns, on
+ * the thread that installed it, so they nest under the spans open then
+ * (Perfetto nests complete events of a track by time).  `launch`: the
+ * backend only queues the op (cuda): the times are the host-side launch,
+ * not the device's, and the events get args "launch": 1.  The wrapper
+ * swaps be->ops for a table of its own (NULL entries stay NULL, name and
+ * release are the inner backend's) and titan_trace_ops_remove puts the
+ * backend's back; nothing is wrapped when not installed.  One backend
+ * per process at a time: TITAN_E_INVALID when one is installed. */
+struct titan_backend;
+int titan_trace_ops_install(struct titan_backend *be, struct titan_trace *t, int64_t step,
+			    bool launch);
+/* Puts the backend's own table back (NULL-safe, and a no-op when `be`
+ * is not the one installed). */
+void titan_trace_ops_remove(struct titan_backend *be);
 /* A counter track sample ("ph": "C"), e.g. memory in bytes. */
 void titan_trace_counter(struct titan_trace *t, const char *name, double value);
 /* Ends open spans, writes the closing brackets and renames the file into

@@ -70,9 +70,10 @@ void titan_trace_begin(struct titan_trace *t, const char *name, const char *cat,
 	s->t0 = titan_time_ns();
 }
 
-/* One complete event. */
+/* One complete event; args: "step" and the given integers. */
 static void write_span(struct titan_trace *t, const char *name, const char *cat, int tid,
-		       uint64_t start_ns, uint64_t end_ns, int64_t step)
+		       uint64_t start_ns, uint64_t end_ns, int64_t step,
+		       const struct titan_trace_arg *args, int nargs)
 {
 	titan_json_object_begin(&t->json);
 	titan_json_key(&t->json, "name");
@@ -93,6 +94,10 @@ static void write_span(struct titan_trace *t, const char *name, const char *cat,
 	titan_json_object_begin(&t->json);
 	titan_json_key(&t->json, "step");
 	titan_json_int(&t->json, step);
+	for (int i = 0; i < nargs; i++) {
+		titan_json_key(&t->json, args[i].key);
+		titan_json_int(&t->json, args[i].value);
+	}
 	titan_json_object_end(&t->json);
 	titan_json_object_end(&t->json);
 	emit(t);
@@ -106,14 +111,22 @@ void titan_trace_end(struct titan_trace *t)
 		return;
 	TITAN_ASSERT(t->depth > 0);
 	s = &t->stack[--t->depth];
-	write_span(t, s->name, s->cat, 0, s->t0, titan_time_ns(), s->step);
+	write_span(t, s->name, s->cat, 0, s->t0, titan_time_ns(), s->step, NULL, 0);
 }
 
 void titan_trace_complete(struct titan_trace *t, const char *name, const char *cat, int tid,
 			  uint64_t start_ns, uint64_t end_ns, int64_t step)
 {
 	if (t && end_ns >= start_ns)
-		write_span(t, name, cat, tid, start_ns, end_ns, step);
+		write_span(t, name, cat, tid, start_ns, end_ns, step, NULL, 0);
+}
+
+void titan_trace_complete_args(struct titan_trace *t, const char *name, const char *cat, int tid,
+			       uint64_t start_ns, uint64_t end_ns, int64_t step,
+			       const struct titan_trace_arg *args, int nargs)
+{
+	if (t && end_ns >= start_ns)
+		write_span(t, name, cat, tid, start_ns, end_ns, step, args, nargs);
 }
 
 void titan_trace_counter(struct titan_trace *t, const char *name, double value)

@@ -1,7 +1,8 @@
 /*
  * trainer_profile.c — the trainer's profiling: the memory trace's phases
  * and the model's spans (hooks), a Chrome trace per profiled step with the
- * step's collectives on a track of their own, and the memory event log
+ * step's collectives on a track of their own and its backend ops as
+ * events under the model's spans, and the memory event log
  * (profiling.enable_memory_snapshot).
  */
 #include <errno.h>
@@ -98,7 +99,10 @@ struct titan_llama_hooks titan_trainer_model_hooks(struct titan_trainer *t)
 	return (struct titan_llama_hooks){hook_begin, hook_end, t};
 }
 
-/* A step begins: its trace is opened when the step is profiled. */
+/* A step begins: its trace is opened when the step is profiled, and the
+ * backend's ops are wrapped to write an event each (titan/trace.h
+ * titan_trace_ops_install; on CUDA their times are the launches).  An
+ * unprofiled step runs the backend's own table: no cost. */
 int titan_trainer_trace_step_begin(struct titan_trainer *t, int64_t step)
 {
 	int rc;
@@ -106,6 +110,8 @@ int titan_trainer_trace_step_begin(struct titan_trainer *t, int64_t step)
 	if (profiled(&t->cfg, step) && (rc = trace_open(t, step)) < 0)
 		return rc;
 	titan_trace_begin(t->trace, "step", "train", step);
+	if (t->trace && (rc = titan_trace_ops_install(&t->be, t->trace, step, t->cuda)) < 0)
+		return rc;
 	return 0;
 }
 
@@ -114,6 +120,7 @@ int titan_trainer_trace_step_end(struct titan_trainer *t)
 {
 	int rc;
 
+	titan_trace_ops_remove(&t->be);
 	if (t->trace && t->dist->size > 1)
 		titan_dist_comm_spans(t->dist, t->trace_seq0, comm_span, t);
 	titan_trace_end(t->trace); /* step */
@@ -165,6 +172,7 @@ int titan_trainer_memtrace_close(struct titan_trainer *t)
 /* After an error: the files as far as they got, no messages. */
 void titan_trainer_profile_release(struct titan_trainer *t)
 {
+	titan_trace_ops_remove(&t->be);
 	titan_trace_close(t->trace);
 	t->trace = NULL;
 	if (t->memtrace) {

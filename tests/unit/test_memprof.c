@@ -706,7 +706,8 @@ static void test_step_times(void **state)
 {
 	/* two steps on tid 0; step 2 has two microbatches (forward and
 	 * backward twice), an all_reduce on tid 1 half under backward, and a
-	 * blocking all_gather on tid 0 outside every phase */
+	 * blocking all_gather on tid 0 outside every phase; op events (cat
+	 * "op") change nothing, one outside the phases under the all_reduce */
 	const struct titan_span sp[] = {
 		{"step", "train", 0, 100, 1, 0, 0},
 		{"data", "train", 0, 5, 1, 0, 0},
@@ -722,6 +723,8 @@ static void test_step_times(void **state)
 		{"forward", "model", 270, 20, -1, 0, 0},  /* no args.step: by containment */
 		{"backward", "model", 290, 40, 2, 0, 0},
 		{"all_reduce", "comm", 310, 40, 2, 0, 1}, /* 310-330 hidden, 330-350 exposed */
+		{"matmul_bwd", "op", 300, 5, 2, 0, 0},    /* titan-train's op events: */
+		{"buf_copy_rows", "op", 335, 10, 2, 0, 0}, /* in no part, never busy */
 		{"allGather", "", 360, 10, 2, 0, 0},       /* blocking: exposed */
 		{"optimizer", "train", 380, 15, 2, 0, 0},
 		{"step", "train", 0, 50, 1, 1, 0},         /* another pid */
