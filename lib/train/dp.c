@@ -63,7 +63,6 @@ struct titan_dp {
 	struct titan_llama *m;
 	const struct titan_param_table *t;
 	struct titan_backend *be;  /* the model's: buffers and their copies */
-	const struct titan_backend_ops *op;
 	struct titan_dp_opts o;
 	int nshard, shard_rank;  /* fsdp comm */
 	int nrep;                /* replicate comm */
@@ -82,12 +81,12 @@ struct titan_dp {
 
 static float *mem(struct titan_dp *dp, int64_t floats)
 {
-	return dp->op->buf_alloc(dp->be, (size_t)floats * sizeof(float), TITAN_MEM_COMM);
+	return dp->be->ops->buf_alloc(dp->be, (size_t)floats * sizeof(float), TITAN_MEM_COMM);
 }
 
 static void unmem(struct titan_dp *dp, float **p)
 {
-	dp->op->buf_free(dp->be, *p);
+	dp->be->ops->buf_free(dp->be, *p);
 	*p = NULL;
 }
 
@@ -176,7 +175,6 @@ int titan_dp_new(struct titan_llama *m, const struct titan_dp_opts *o, struct ti
 		rc = titan_error(TITAN_E_INTERNAL, "data parallelism without a backend");
 		goto fail;
 	}
-	dp->op = dp->be->ops;
 	dp->nshard = o->shard ? titan_comm_size(o->shard) : 1;
 	dp->shard_rank = o->shard ? titan_comm_rank(o->shard) : 0;
 	dp->nrep = o->replicate ? titan_comm_size(o->replicate) : 1;
@@ -234,9 +232,9 @@ static int gather_start(struct titan_dp *dp, struct unit *u)
 		const int64_t slot = p->chunk_rows * p->shape[1];
 		int rc;
 
-		if ((rc = dp->op->buf_copy(dp->be, u->gsend + off, titan_param_view(pa, p),
+		if ((rc = dp->be->ops->buf_copy(dp->be, u->gsend + off, titan_param_view(pa, p),
 					   (size_t)p->local_numel * sizeof(float))) < 0 ||
-		    (rc = dp->op->buf_memset(dp->be, u->gsend + off + p->local_numel, 0,
+		    (rc = dp->be->ops->buf_memset(dp->be, u->gsend + off + p->local_numel, 0,
 					     (size_t)(slot - p->local_numel) * sizeof(float))) < 0)
 			return rc;
 		off += slot;
@@ -270,7 +268,7 @@ static int gather_finish(struct titan_dp *dp, struct unit *u)
 			const int64_t cols = p->shape[1];
 			int64_t r0, rows = shard_rows(p, r, &r0);
 
-			rc = dp->op->buf_copy_rows(dp->be, u->full, (p->full_offset - base) + r0 * cols,
+			rc = dp->be->ops->buf_copy_rows(dp->be, u->full, (p->full_offset - base) + r0 * cols,
 						   cols, u->grecv, src, cols, rows, cols);
 			src += p->chunk_rows * cols;
 		}
@@ -298,7 +296,7 @@ static int ensure_grad(struct titan_dp *dp, struct unit *u)
 		return 0;
 	if (!(u->grad = mem(dp, u->full_floats)))
 		return TITAN_E_NOMEM;
-	if ((rc = dp->op->buf_memset(dp->be, u->grad, 0, (size_t)u->full_floats * sizeof(float))) < 0)
+	if ((rc = dp->be->ops->buf_memset(dp->be, u->grad, 0, (size_t)u->full_floats * sizeof(float))) < 0)
 		return rc;
 	bind_unit(dp, u);
 	return 0;
@@ -333,10 +331,10 @@ static int reduce_start(struct titan_dp *dp, struct unit *u)
 				const int64_t cols = p->shape[1], slot = p->chunk_rows * cols;
 				int64_t r0, rows = shard_rows(p, r, &r0);
 
-				if ((rc = dp->op->buf_copy_rows(dp->be, u->rsend, dst, cols, u->grad,
+				if ((rc = dp->be->ops->buf_copy_rows(dp->be, u->rsend, dst, cols, u->grad,
 								(p->full_offset - base) + r0 * cols,
 								cols, rows, cols)) < 0 ||
-				    (rc = dp->op->buf_memset(dp->be, u->rsend + dst + rows * cols, 0,
+				    (rc = dp->be->ops->buf_memset(dp->be, u->rsend + dst + rows * cols, 0,
 							     (size_t)(slot - rows * cols) *
 							     sizeof(float))) < 0)
 					return rc;
@@ -399,7 +397,7 @@ static int reduce_advance(struct titan_dp *dp, int keep)
 				const struct titan_param *p = &dp->t->params[j];
 				float *g = titan_param_view(ga, p);
 
-				rc = dp->op->add(dp->be, g, g, src, p->local_numel);
+				rc = dp->be->ops->add(dp->be, g, g, src, p->local_numel);
 				src += p->chunk_rows * p->shape[1];
 			}
 			unmem(dp, &u->rrecv);

@@ -108,3 +108,13 @@ ev = json.load(open(sys.argv[1]))["traceEvents"]
 assert any(e.get("cat") == "comm" and e["tid"] == 1 for e in ev)
 PY
 }
+
+@test "profiling: FSDP 2's packing and gradient sums are op events too" {
+	[ -z "${NO_MPI:-}" ] || skip "no MPI in this build (or no mpiexec)"
+	run -0 timeout 120 mpiexec -n 2 env OMP_NUM_THREADS=1 titan-train -q --config "$DATA/tiny.yaml" \
+		--job.dump_folder="$BATS_TEST_TMPDIR/p" --parallelism.data_parallel_shard_degree=2 \
+		--training.global_batch_size=4
+	# shellcheck disable=SC2086
+	run -0 check_ops "$BATS_TEST_TMPDIR/p/profile_traces/iteration_2/rank0_trace.json" 0 \
+		$LAYER_OPS buf_copy buf_copy_rows buf_memset add
+}
