@@ -71,7 +71,7 @@ static int kv_fwd(struct titan_cp *cp, float *out, float *lse, const float *q, c
 				   "at position %lld is not the cache's rows there (capacity %lld)",
 				   (long long)cp->tl, (long long)kv->p0, (long long)kv->capacity);
 	if (kv->p0 == 0) {
-		const struct titan_attn_dims ad = {1, cp->tl, cp->h, cp->hkv, cp->d};
+		const struct titan_attn_dims ad = {1, cp->tl, cp->h, cp->hkv, cp->d, NULL};
 
 		return cp->be->ops->attention_fwd(cp->be, out, lse, q, k, v, &ad);
 	}

@@ -17,7 +17,7 @@
 
 static struct titan_attn_dims local_dims(const struct titan_cp *cp)
 {
-	return (struct titan_attn_dims){cp->batch, cp->seq, cp->h, cp->hkv, cp->d};
+	return (struct titan_attn_dims){cp->batch, cp->seq, cp->h, cp->hkv, cp->d, NULL};
 }
 
 static int local_fwd(struct titan_cp *cp, float *out, float *lse, const float *q, const float *k,
@@ -97,7 +97,7 @@ static struct titan_attn_part gathered_part(const struct titan_cp *cp, int i)
 	const int64_t chunk = i ? 2 * cp->size - 1 - cp->rank : cp->rank;
 
 	return (struct titan_attn_part){cp->batch, half, T, Tl, T, cp->h, cp->hkv, cp->d,
-					chunk * half};
+					chunk * half, NULL, NULL};
 }
 
 static int gather_fwd(struct titan_cp *cp, float *out, float *lse, const float *q,

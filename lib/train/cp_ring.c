@@ -83,7 +83,7 @@ static void step_part(const struct titan_cp_ring *r, int s, struct titan_attn_pa
 {
 	const int64_t Tl = r->tl, half = Tl / 2;
 
-	*p = (struct titan_attn_part){r->batch, Tl, Tl, Tl, Tl, r->h, r->hkv, r->d, 0};
+	*p = (struct titan_attn_part){r->batch, Tl, Tl, Tl, Tl, r->h, r->hkv, r->d, 0, NULL, NULL};
 	*qoff = 0;
 	if (s < r->rank) { /* all queries, keys of chunk s: no mask */
 		p->tk = half;
