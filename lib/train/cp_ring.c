@@ -77,7 +77,9 @@ static float *ring_alloc(const struct titan_cp_ring *r, int64_t nfloats, enum ti
 }
 
 /* The part of a step that holds rank s's keys and values: the queries
- * from row *qoff of the local order, the geometry in *p. */
+ * from row *qoff of the local order, the geometry in *p (block_causal:
+ * with this rank's queries' and rank s's keys' document ids, which every
+ * rank has: they need not travel). */
 static void step_part(const struct titan_cp_ring *r, int s, struct titan_attn_part *p,
 		      int64_t *qoff)
 {
@@ -92,6 +94,10 @@ static void step_part(const struct titan_cp_ring *r, int s, struct titan_attn_pa
 		p->tq = half;
 		p->diag = Tl;
 		*qoff = half;
+	}
+	if (r->ldoc) {
+		p->q_doc = r->ldoc + r->rank * r->batch * Tl + *qoff;
+		p->k_doc = r->ldoc + s * r->batch * Tl;
 	}
 }
 
