@@ -97,6 +97,9 @@ const int32_t *titan_cp_labels(struct titan_cp *cp, const int32_t *labels, int32
 struct titan_attn_kv {
 	struct titan_cp cp;          /* first: the attention the block calls */
 	const float *kc, *vc;        /* the layer's cache [capacity, Hkv·D] */
+	const int32_t *doc;          /* block_causal: document ids [capacity]
+					(ascending), a query sees its own
+					document's keys only; NULL: causal */
 	int64_t p0, capacity;
 	float *scores;               /* [nthreads, capacity + D] */
 	int nthreads;

@@ -143,3 +143,36 @@ PY
 	refute_crash
 	[[ $stderr == *"training.attn_mask_type"*"causal"*"block_causal"* ]] || fail "$stderr"
 }
+
+# logp PROMPT ARGS...: "N_PROMPT LOGPROB TEXT" of a greedy 8-token continuation
+logp() {
+	local p=$1
+	shift
+	titan-generate "$@" --allow-special -n 8 "$DATA/gen/checkpoint/step-20.h5" "$p" 2> "$BATS_TEST_TMPDIR/err" |
+		tr '\n' ' '
+	grep -o "prompt of [0-9]*\|log-probability of the new tokens: [-0-9.]*" "$BATS_TEST_TMPDIR/err" | tr '\n' ' '
+}
+
+@test "titan-generate under block_causal: the prompt's earlier documents do not change the continuation" {
+	[ -f "$DATA/gen/checkpoint/step-20.h5" ] ||
+		titan-train -q --threads 1 --config "$DATA/tiny.yaml" --training.steps=20 --checkpoint.enable \
+			--checkpoint.interval=20 --model.tokenizer_path="$DATA/tok.tiktoken" \
+			--job.dump_folder="$DATA/gen"
+	# two first documents of the same length, then the same second one:
+	# the stored config's block_causal gives the same text and
+	# log-probability bit for bit (prefill with document ids, then the
+	# KV-cache decode from the document's first position); causal does not
+	local a="earth the waters<|end_of_text|>god created" b="face of the deep<|end_of_text|>god created"
+	run -0 logp "$a"
+	local la=$output
+	[[ $la == *"prompt of 17"*"log-probability"* ]] || fail "$la"
+	run -0 logp "$b"
+	[ "$output" = "$la" ] || fail "block_causal: '$output' != '$la'"
+	grep -q "training.attn_mask_type block_causal: attention stays within a document" \
+		"$BATS_TEST_TMPDIR/err"
+	run -0 logp "$a" --config "$DATA/tiny.yaml" --training.attn_mask_type=causal -t "$DATA/tok.tiktoken"
+	local ca=$output
+	run -0 logp "$b" --config "$DATA/tiny.yaml" --training.attn_mask_type=causal -t "$DATA/tok.tiktoken"
+	[[ $ca == *"prompt of 17"* ]] || fail "$ca"
+	[ "$output" != "$ca" ] || fail "causal: the earlier document changed nothing: $ca"
+}
