@@ -3,8 +3,9 @@
 # attends only to the earlier tokens of its own document, documents ending
 # at the shards' EOS id): the losses and grad norms of the PyTorch
 # reference that masks explicitly (tests/ref/block_causal_ref.py); CP 2
-# (rotate methods allgather and alltoall) and TP 2 reproduce 1 rank; the
-# refusals (shards without document ids, the CUDA backend) name the key.
+# (rotate methods allgather and alltoall), TP 2 and PP 2 reproduce 1 rank;
+# the refusals (shards without document ids, the CUDA backend) name the
+# key; titan-generate keeps a prompt's documents apart.
 # The data: one short document per line (1 to 14 words), about 2.5
 # documents per row of 32 tokens.
 
@@ -104,7 +105,7 @@ PY
 	echo "# titan vs PyTorch block_causal: $output" >&3
 }
 
-@test "block_causal: CP 2 (allgather and alltoall) and TP 2 reproduce 1 rank; causal differs" {
+@test "block_causal: CP 2 (allgather and alltoall), TP 2 and PP 2 reproduce 1 rank; causal differs" {
 	command -v mpiexec >/dev/null && titan-train --version | grep -q '+mpi' ||
 		skip "no MPI in this build (or no mpiexec)"
 	local o=$BATS_TEST_TMPDIR
@@ -119,6 +120,12 @@ PY
 	run -0 mpi 2 --parallelism.tensor_parallel_degree=2 --job.dump_folder="$o/tp2"
 	run -0 same_curve "$o/ref/metrics.jsonl" "$o/tp2/metrics.jsonl"
 	echo "# TP 2 vs 1 rank: $output" >&3
+	# PP 2, 1F1B over 4 microbatches: every stage numbers its microbatch's
+	# documents, kept until that microbatch's backward
+	run -0 mpi 2 --parallelism.pipeline_parallel_degree=2 \
+		--parallelism.pipeline_parallel_microbatch_size=2 --job.dump_folder="$o/pp2"
+	run -0 same_curve "$o/ref/metrics.jsonl" "$o/pp2/metrics.jsonl"
+	echo "# PP 2 vs 1 rank: $output" >&3
 	run -0 titan-train -q --threads 1 --config "$DATA/tiny.yaml" --training.attn_mask_type=causal \
 		--job.dump_folder="$o/causal"
 	run -1 same_curve "$o/ref/metrics.jsonl" "$o/causal/metrics.jsonl"
