@@ -214,75 +214,6 @@ static void mm_tn(float *c, int64_t ldc, const float *a, int64_t lda, const floa
 	mm_kernel(c, ldc, a, 1, lda, b, ldb, m, n, k, acc);
 }
 
-/* Online-softmax update of the nr query rows of a block against a key block
- * of nk keys, of which row r sees the first nc(r) = clamp(first + r + 1, 0,
- * nk): s[r][c] = exp(s[r][c]·scale − m') for c < nc and 0 after,
- * l = l·exp(m − m') + Σ s, m = m' = max(m, scores), and the row's output
- * accumulator o[r] (D floats, row stride ldo) is multiplied by exp(m − m')
- * when that is not 1.  (max(fl(s·scale)) = fl(max(s)·scale): rounding is
- * monotonic, so the scaling is done in the exp pass.) */
-static inline TITAN_CPU_BODY void
-softmax_update_body(float *s, int64_t lds, int64_t nr, int64_t nk, int64_t first,
-		    float scale, float *m, float *l, float *o, int64_t ldo, int64_t D)
-{
-	for (int64_t r = 0; r < nr; r++) {
-		float *sr = s + r * lds;
-		int64_t nc = first + r + 1;
-		nc = nc < 0 ? 0 : nc > nk ? nk : nc;
-		for (int64_t c = nc; c < nk; c++)
-			sr[c] = 0.0f;
-		if (nc == 0)
-			continue;
-		float rmax = sr[0];
-		#pragma omp simd reduction(max : rmax)
-		for (int64_t c = 0; c < nc; c++)
-			rmax = sr[c] > rmax ? sr[c] : rmax;
-		float mx = rmax * scale;
-		mx = mx > m[r] ? mx : m[r];
-		#pragma omp simd
-		for (int64_t c = 0; c < nc; c++)
-			sr[c] = titan_cpu_expf(sr[c] * scale - mx);
-		const float corr = titan_cpu_expf(m[r] - mx); /* exp(−inf) = 0 */
-		l[r] = l[r] * corr + titan_cpu_sum8f(sr, nc);
-		m[r] = mx;
-		if (corr != 1.0f) {
-			float *orow = o + r * ldo;
-			#pragma omp simd
-			for (int64_t j = 0; j < D; j++)
-				orow[j] *= corr;
-		}
-	}
-}
-TITAN_CPU_DISPATCH_VOID(softmax_update, (float *s, int64_t lds, int64_t nr, int64_t nk, int64_t first,
-			float scale, float *m, float *l, float *o, int64_t ldo, int64_t D),
-			(s, lds, nr, nk, first, scale, m, l, o, ldo, D))
-
-/* Backward of the nr query rows t = t0 + r of a block against a key block
- * (nc(r) visible keys as above): p[c] = exp(s[c]·scale − lse[t]) and
- * ds[c] = p[c]·(dp[c] − D_t)·scale for c < nc, 0 after (p holds the scores
- * and ds holds dP on entry; lse and dt are indexed by r). */
-static inline TITAN_CPU_BODY void
-softmax_grad_body(float *p, float *ds, int64_t lds, int64_t nr, int64_t nk, int64_t first,
-		  float scale, const float *lse, const float *dt)
-{
-	for (int64_t r = 0; r < nr; r++) {
-		float *pr = p + r * lds, *dr = ds + r * lds;
-		int64_t nc = first + r + 1;
-		nc = nc < 0 ? 0 : nc > nk ? nk : nc;
-		const float lr = lse[r], dtr = dt[r];
-		#pragma omp simd
-		for (int64_t c = 0; c < nc; c++) {
-			pr[c] = titan_cpu_expf(pr[c] * scale - lr);
-			dr[c] = pr[c] * (dr[c] - dtr) * scale;
-		}
-		for (int64_t c = nc; c < nk; c++)
-			pr[c] = dr[c] = 0.0f;
-	}
-}
-TITAN_CPU_DISPATCH_VOID(softmax_grad, (float *p, float *ds, int64_t lds, int64_t nr, int64_t nk,
-			int64_t first, float scale, const float *lse, const float *dt),
-			(p, ds, lds, nr, nk, first, scale, lse, dt))
-
 /* Document masks (block_causal): the ids ascend along a row, so the keys
  * of one document are a contiguous run.  doc_lower: the first i in
  * [lo, hi) with d[i] >= x (hi when none); doc_upper: with d[i] > x. */
@@ -312,18 +243,27 @@ static int64_t doc_upper(const int32_t *d, int64_t lo, int64_t hi, int32_t x)
 	return lo;
 }
 
-/* softmax_update with documents: row r (document qd[r]) sees the columns
- * c < nc(r) with kd[c] == qd[r], the run [lo, hi); the others are 0. */
+/* Online-softmax update of the nr query rows of a block against a key block
+ * of nk keys, of which row r sees the first nc(r) = clamp(first + r + 1, 0,
+ * nk) — with documents (qd, kd not NULL: row r's document qd[r], column
+ * c's kd[c]) only those of its document, the run [lo, hi) of them:
+ * s[r][c] = exp(s[r][c]·scale − m') for the visible c and 0 for the others,
+ * l = l·exp(m − m') + Σ s, m = m' = max(m, scores), and the row's output
+ * accumulator o[r] (D floats, row stride ldo) is multiplied by exp(m − m')
+ * when that is not 1.  (max(fl(s·scale)) = fl(max(s)·scale): rounding is
+ * monotonic, so the scaling is done in the exp pass.)  Without documents
+ * lo = 0 and hi = nc: the causal op's arithmetic, unchanged. */
 static inline TITAN_CPU_BODY void
-softmax_update_doc_body(float *s, int64_t lds, int64_t nr, int64_t nk, int64_t first,
-			float scale, float *m, float *l, float *o, int64_t ldo, int64_t D,
-			const int32_t *qd, const int32_t *kd)
+softmax_update_body(float *s, int64_t lds, int64_t nr, int64_t nk, int64_t first,
+		    float scale, float *m, float *l, float *o, int64_t ldo, int64_t D,
+		    const int32_t *qd, const int32_t *kd)
 {
 	for (int64_t r = 0; r < nr; r++) {
 		float *sr = s + r * lds;
 		int64_t nc = first + r + 1;
 		nc = nc < 0 ? 0 : nc > nk ? nk : nc;
-		const int64_t lo = doc_lower(kd, 0, nc, qd[r]), hi = doc_upper(kd, lo, nc, qd[r]);
+		const int64_t lo = qd ? doc_lower(kd, 0, nc, qd[r]) : 0;
+		const int64_t hi = qd ? doc_upper(kd, lo, nc, qd[r]) : nc;
 		for (int64_t c = 0; c < lo; c++)
 			sr[c] = 0.0f;
 		for (int64_t c = hi; c < nk; c++)
@@ -339,7 +279,7 @@ softmax_update_doc_body(float *s, int64_t lds, int64_t nr, int64_t nk, int64_t f
 		#pragma omp simd
 		for (int64_t c = lo; c < hi; c++)
 			sr[c] = titan_cpu_expf(sr[c] * scale - mx);
-		const float corr = titan_cpu_expf(m[r] - mx);
+		const float corr = titan_cpu_expf(m[r] - mx); /* exp(−inf) = 0 */
 		l[r] = l[r] * corr + titan_cpu_sum8f(sr + lo, hi - lo);
 		m[r] = mx;
 		if (corr != 1.0f) {
@@ -350,22 +290,26 @@ softmax_update_doc_body(float *s, int64_t lds, int64_t nr, int64_t nk, int64_t f
 		}
 	}
 }
-TITAN_CPU_DISPATCH_VOID(softmax_update_doc, (float *s, int64_t lds, int64_t nr, int64_t nk,
-			int64_t first, float scale, float *m, float *l, float *o, int64_t ldo,
-			int64_t D, const int32_t *qd, const int32_t *kd),
+TITAN_CPU_DISPATCH_VOID(softmax_update, (float *s, int64_t lds, int64_t nr, int64_t nk, int64_t first,
+			float scale, float *m, float *l, float *o, int64_t ldo, int64_t D,
+			const int32_t *qd, const int32_t *kd),
 			(s, lds, nr, nk, first, scale, m, l, o, ldo, D, qd, kd))
 
-/* softmax_grad with documents (the visible run as softmax_update_doc). */
+/* Backward of the nr query rows t = t0 + r of a block against a key block
+ * (the visible keys [lo, hi) as above): p[c] = exp(s[c]·scale − lse[t]) and
+ * ds[c] = p[c]·(dp[c] − D_t)·scale for the visible c, 0 for the others (p
+ * holds the scores and ds holds dP on entry; lse and dt are indexed by r). */
 static inline TITAN_CPU_BODY void
-softmax_grad_doc_body(float *p, float *ds, int64_t lds, int64_t nr, int64_t nk, int64_t first,
-		      float scale, const float *lse, const float *dt, const int32_t *qd,
-		      const int32_t *kd)
+softmax_grad_body(float *p, float *ds, int64_t lds, int64_t nr, int64_t nk, int64_t first,
+		  float scale, const float *lse, const float *dt, const int32_t *qd,
+		  const int32_t *kd)
 {
 	for (int64_t r = 0; r < nr; r++) {
 		float *pr = p + r * lds, *dr = ds + r * lds;
 		int64_t nc = first + r + 1;
 		nc = nc < 0 ? 0 : nc > nk ? nk : nc;
-		const int64_t lo = doc_lower(kd, 0, nc, qd[r]), hi = doc_upper(kd, lo, nc, qd[r]);
+		const int64_t lo = qd ? doc_lower(kd, 0, nc, qd[r]) : 0;
+		const int64_t hi = qd ? doc_upper(kd, lo, nc, qd[r]) : nc;
 		const float lr = lse[r], dtr = dt[r];
 		for (int64_t c = 0; c < lo; c++)
 			pr[c] = dr[c] = 0.0f;
@@ -378,8 +322,8 @@ softmax_grad_doc_body(float *p, float *ds, int64_t lds, int64_t nr, int64_t nk, 
 			pr[c] = dr[c] = 0.0f;
 	}
 }
-TITAN_CPU_DISPATCH_VOID(softmax_grad_doc, (float *p, float *ds, int64_t lds, int64_t nr,
-			int64_t nk, int64_t first, float scale, const float *lse, const float *dt,
+TITAN_CPU_DISPATCH_VOID(softmax_grad, (float *p, float *ds, int64_t lds, int64_t nr, int64_t nk,
+			int64_t first, float scale, const float *lse, const float *dt,
 			const int32_t *qd, const int32_t *kd),
 			(p, ds, lds, nr, nk, first, scale, lse, dt, qd, kd))
 
@@ -495,12 +439,8 @@ static int part_fwd(struct titan_backend *be, float *out, float *lse, const floa
 			transpose(kt, bk, kblk, ks, nk, D);
 			mm_nn(s, bk, qblk, qs, kt, bk, nr, nk, D, false); /* S = Q·K^T */
 			/* row r sees keys s0..t0+r+diag */
-			if (qd)
-				softmax_update_doc(s, bk, nr, nk, t0 - s0 + diag, scale, m, l, oblk,
-						   qs, D, qd, kd + s0);
-			else
-				softmax_update(s, bk, nr, nk, t0 - s0 + diag, scale, m, l, oblk, qs,
-					       D);
+			softmax_update(s, bk, nr, nk, t0 - s0 + diag, scale, m, l, oblk, qs, D, qd,
+				       kd ? kd + s0 : NULL);
 			mm_nn(oblk, qs, s, bk, vblk, ks, nr, D, nk, true); /* O += P·V */
 		}
 		for (int64_t r = 0; r < nr; r++) {
@@ -591,13 +531,9 @@ static int part_bwd(struct titan_backend *be, float *dq, float *dk, float *dv,
 					float *dqblk = dq + (b * qst + t0) * qs + h * D;
 					mm_nn(pp, bk, qblk, qs, kt, bk, nr, nk, D, false);  /* S */
 					mm_nn(ds, bk, doblk, qs, vt, bk, nr, nk, D, false); /* dP */
-					if (qd)
-						softmax_grad_doc(pp, ds, bk, nr, nk, t0 - s0 + diag,
-								 scale, lrow + t0, di + t0, qd + t0,
-								 kd + s0);
-					else
-						softmax_grad(pp, ds, bk, nr, nk, t0 - s0 + diag,
-							     scale, lrow + t0, di + t0);
+					softmax_grad(pp, ds, bk, nr, nk, t0 - s0 + diag, scale,
+						     lrow + t0, di + t0, qd ? qd + t0 : NULL,
+						     kd ? kd + s0 : NULL);
 					/* dV += P^T·dO, dK += dS^T·Q, dQ += dS·K */
 					mm_tn(dvblk, ks, pp, bk, doblk, qs, nk, D, nr, true);
 					mm_tn(dkblk, ks, ds, bk, qblk, qs, nk, D, nr, true);
