@@ -25,37 +25,11 @@ PY
 	titan-tokenize train --vocab-size 560 --format text "$DATA/docs.txt" -o "$DATA/tok.tiktoken"
 	titan-tokenize -t "$DATA/tok.tiktoken" --doc-per-line "$DATA/docs.txt" |
 		titan-shard -q -t "$DATA/tok.tiktoken" --out "$DATA/shards"
-	cat > "$DATA/tiny.yaml" <<YAML
-job:
-  dump_folder: $DATA/out
-model:
-  flavor: custom
-  dim: 64
-  n_layers: 2
-  n_heads: 4
-  n_kv_heads: 2
-  vocab_size: 560
-  multiple_of: 32
-optimizer:
-  lr: 3.0e-3
-lr_scheduler:
-  warmup_steps: 2
-training:
-  dataset_path: $DATA/shards
-  local_batch_size: 8
-  global_batch_size: 8
-  seq_len: 32
-  steps: 10
-  attn_mask_type: block_causal
-metrics:
-  log_freq: 1
-  peak_flops: 1.0e+11
-activation_checkpoint:
-  mode: none
-comm:
-  init_timeout_seconds: 120
-  train_timeout_seconds: 60
-YAML
+	# the layout suites' tiny model (layouts.bash), with block_causal
+	load layouts
+	layouts_yaml 2 560
+	sed -i 's/^  seq_len: 32$/&\n  attn_mask_type: block_causal/' "$DATA/tiny.yaml"
+	grep -q "^  attn_mask_type: block_causal$" "$DATA/tiny.yaml"
 }
 
 setup() {
@@ -63,14 +37,6 @@ setup() {
 	load layouts
 	cd "$TITAN_SRCDIR"
 }
-
-# losses STEPS FILE: "step loss grad_norm" lines of a metrics.jsonl
-curve() { /usr/bin/python3 -c '
-import json, sys
-for l in open(sys.argv[1]):
-    o = json.loads(l)
-    if "loss" in o:
-        print(o["step"], repr(o["loss"]), repr(o["grad_norm"]))' "$1"; }
 
 @test "block_causal: the losses and grad norms of the PyTorch reference that masks explicitly" {
 	/usr/bin/python3 -c 'import torch, h5py' 2>/dev/null ||
