@@ -21,7 +21,10 @@
  *                     (chunk r) sees neither.
  * The blocks run through the backend's attention_part ops (the CPU
  * flash-attention kernel on a rectangle); each later block is merged into
- * the output by log-sum-exp, inside the kernel (titan/ops.h).
+ * the output by log-sum-exp, inside the kernel (titan/ops.h).  Under
+ * block_causal every part also carries the document ids of its queries
+ * and of rank s's keys (each rank holds every rank's: they do not travel),
+ * and a query row that sees none of a block's keys keeps its bits.
  *
  * Backward moves the keys and values around again with the gradients of
  * the block they belong to: at step i rank r adds its block's dK/dV to the

@@ -71,7 +71,7 @@ PY
 	echo "# titan vs PyTorch block_causal: $output" >&3
 }
 
-@test "block_causal: CP 2 (allgather and alltoall), TP 2 and PP 2 reproduce 1 rank; causal differs" {
+@test "block_causal: CP 2 (allgather and alltoall), CP 4, TP 2 and PP 2 reproduce 1 rank; causal differs" {
 	command -v mpiexec >/dev/null && titan-train --version | grep -q '+mpi' ||
 		skip "no MPI in this build (or no mpiexec)"
 	local o=$BATS_TEST_TMPDIR
@@ -83,6 +83,12 @@ PY
 		--parallelism.context_parallel_rotate_method=alltoall --job.dump_folder="$o/a2"
 	run -0 same_curve "$o/ref/metrics.jsonl" "$o/a2/metrics.jsonl"
 	echo "# CP 2 alltoall vs 1 rank: $output" >&3
+	# CP 4: ranks 2 and 3's document ids, and keys that visit them, in
+	# the ring's later steps
+	run -0 mpi 4 --parallelism.context_parallel_degree=4 \
+		--parallelism.context_parallel_rotate_method=alltoall --job.dump_folder="$o/a4"
+	run -0 same_curve "$o/ref/metrics.jsonl" "$o/a4/metrics.jsonl"
+	echo "# CP 4 alltoall vs 1 rank: $output" >&3
 	run -0 mpi 2 --parallelism.tensor_parallel_degree=2 --job.dump_folder="$o/tp2"
 	run -0 same_curve "$o/ref/metrics.jsonl" "$o/tp2/metrics.jsonl"
 	echo "# TP 2 vs 1 rank: $output" >&3
