@@ -4,12 +4,13 @@
 # dim 512, 8 layers, 8 heads, 4 kv heads of 64, vocab 8192).
 #
 #   bench/attn_mask.sh [--threads N] [--seq T] [--batch B] [--docs "2048 512 128"]
-#                      [--steps N] [--warmup W] [--kernels-only]
+#                      [--steps N] [--warmup W] [--rounds R] [--kernels-only]
 #
 # First the kernels alone (a C program built here against build/libtitan.a,
 # as bench/cpu_kernels.sh does): attention_fwd + attention_bwd on batch B x
 # seq T, causal and with documents of each length D, interleaved round by
-# round, best of 5 rounds (robust to a shared machine's noise).
+# round, best of R rounds (--rounds, default 9: robust to a shared
+# machine's noise).
 # block_causal skips the key blocks of other documents (64-token blocks),
 # so its attention costs about (D + 64)/T of the causal one when D < T.
 #
@@ -26,7 +27,7 @@ prog=attn_mask.sh
 die() { echo "$prog: error: $*" >&2; exit 1; }
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
-threads=2 seq=2048 batch=1 docs="2048 512 128" steps=4 warmup=1 kernels_only=0
+threads=2 seq=2048 batch=1 docs="2048 512 128" steps=4 warmup=1 rounds=9 kernels_only=0
 while [ $# -gt 0 ]; do
 	case "$1" in
 	--threads) threads=$2; shift ;;
@@ -35,8 +36,9 @@ while [ $# -gt 0 ]; do
 	--docs) docs=$2; shift ;;
 	--steps) steps=$2; shift ;;
 	--warmup) warmup=$2; shift ;;
+	--rounds) rounds=$2; shift ;;
 	--kernels-only) kernels_only=1 ;;
-	-h | --help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	-h | --help) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 	*) die "unknown argument '$1'" ;;
 	esac
 	shift
@@ -82,7 +84,7 @@ int main(int argc, char **argv)
 	}
 	for (int i = 0; i <= nd; i++)
 		best[i] = 1e30;
-	for (int r = 0; r < 5; r++)
+	for (int r = 0; r < atoi(getenv("ROUNDS")); r++)
 		for (int i = 0; i <= nd; i++) { /* 0: causal, then each length */
 			struct titan_attn_dims d = {B, T, H, HK, D, NULL};
 			if (i > 0) {
@@ -109,11 +111,11 @@ libs=$(sed -n 's/^\(HDF5_LIBS\|MPI_LIBS\|YAML_LIBS\|JANSSON_LIBS\|PCRE2_LIBS\|BL
 # shellcheck disable=SC2086
 cc -std=c17 -D_GNU_SOURCE -O2 -fopenmp -I"$root/lib" -I"$build" "$tmp/k.c" "$build/libtitan.a" \
 	$libs -lm -o "$tmp/k" || die "cannot build the kernel timer"
-printf "# attention_fwd + attention_bwd alone: %s threads, batch %s x seq %s, best of 5\n" \
-	"$threads" "$batch" "$seq"
+printf "# attention_fwd + attention_bwd alone: %s threads, batch %s x seq %s, best of %s\n" \
+	"$threads" "$batch" "$seq" "$rounds"
 printf "%8s %12s %14s %7s\n" doc_len causal_s block_causal_s ratio
 # shellcheck disable=SC2086
-"$tmp/k" "$batch" "$seq" "$threads" $docs || die "the kernel timer failed"
+ROUNDS=$rounds "$tmp/k" "$batch" "$seq" "$threads" $docs || die "the kernel timer failed"
 [ "$kernels_only" = 1 ] && exit 0
 
 model="--model.flavor=debugmodel --model.dim=512 --model.n_layers=8 --model.n_heads=8 \

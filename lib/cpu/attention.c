@@ -243,6 +243,21 @@ static int64_t doc_upper(const int32_t *d, int64_t lo, int64_t hi, int32_t x)
 	return lo;
 }
 
+/* The visible columns [*lo, *hi) of a row of document x that sees the
+ * first nc of a key block's nk columns (documents kd[0..nk)); a block
+ * inside one document (the common case) needs no search. */
+static inline void doc_run(const int32_t *kd, int64_t nc, int64_t nk, int32_t x, int64_t *lo,
+			   int64_t *hi)
+{
+	if (kd[0] == kd[nk - 1]) {
+		*lo = 0;
+		*hi = kd[0] == x ? nc : 0;
+		return;
+	}
+	*lo = doc_lower(kd, 0, nc, x);
+	*hi = doc_upper(kd, *lo, nc, x);
+}
+
 /* Online-softmax update of the nr query rows of a block against a key block
  * of nk keys, of which row r sees the first nc(r) = clamp(first + r + 1, 0,
  * nk) — with documents (qd, kd not NULL: row r's document qd[r], column
@@ -262,8 +277,9 @@ softmax_update_body(float *s, int64_t lds, int64_t nr, int64_t nk, int64_t first
 		float *sr = s + r * lds;
 		int64_t nc = first + r + 1;
 		nc = nc < 0 ? 0 : nc > nk ? nk : nc;
-		const int64_t lo = qd ? doc_lower(kd, 0, nc, qd[r]) : 0;
-		const int64_t hi = qd ? doc_upper(kd, lo, nc, qd[r]) : nc;
+		int64_t lo = 0, hi = nc;
+		if (qd)
+			doc_run(kd, nc, nk, qd[r], &lo, &hi);
 		for (int64_t c = 0; c < lo; c++)
 			sr[c] = 0.0f;
 		for (int64_t c = hi; c < nk; c++)
@@ -308,8 +324,9 @@ softmax_grad_body(float *p, float *ds, int64_t lds, int64_t nr, int64_t nk, int6
 		float *pr = p + r * lds, *dr = ds + r * lds;
 		int64_t nc = first + r + 1;
 		nc = nc < 0 ? 0 : nc > nk ? nk : nc;
-		const int64_t lo = qd ? doc_lower(kd, 0, nc, qd[r]) : 0;
-		const int64_t hi = qd ? doc_upper(kd, lo, nc, qd[r]) : nc;
+		int64_t lo = 0, hi = nc;
+		if (qd)
+			doc_run(kd, nc, nk, qd[r], &lo, &hi);
 		const float lr = lse[r], dtr = dt[r];
 		for (int64_t c = 0; c < lo; c++)
 			pr[c] = dr[c] = 0.0f;
