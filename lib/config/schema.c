@@ -184,6 +184,9 @@ static const struct cfg_entry schema[] = {
 	K(training, seed, INT, "0", GE(0), NULL, 0, "base random seed"),
 	K(training, deterministic, BOOL, "false", NR, NULL, 0,
 	  "use deterministic algorithms only (may be slower)"),
+	KE(training, attn_mask_type, TITAN_ATTN_MASKS, titan_attn_mask, "causal",
+	   "attention mask: causal, or block_causal (a token sees only its own document, "
+	   "documents ending at the shards' EOS id)"),
 
 	/* parallelism */
 	K(parallelism, data_parallel_replicate_degree, INT, "1", GE(1), NULL, 0,

@@ -4,6 +4,10 @@
  * are visited in blocks with an online softmax, the log-sum-exp of every
  * query row is saved, and backward recomputes the probabilities from it.
  * Mirrors torchtitan's SDPA call (is_causal, enable_gqa, scale 1/sqrt(D)).
+ * With document ids (titan/ops.h) the mask is block_causal, torchtitan's
+ * FlexAttention document mask: a query sees the earlier keys of its own
+ * document only, and key blocks holding none of a query block's documents
+ * are never visited.  Without them the code paths are the causal ones.
  *
  * Tasks own disjoint outputs and run their loops in a fixed order, so the
  * results are the same for any thread count: forward has one task per
@@ -16,6 +20,19 @@
 #include <omp.h>
 #include <string.h>
 
+/* Document ids must ascend along each of `rows` rows of n (stride ld). */
+static int check_docs(const int32_t *doc, int64_t rows, int64_t n, int64_t ld, const char *what)
+{
+	for (int64_t b = 0; doc && b < rows; b++)
+		for (int64_t t = 1; t < n; t++)
+			if (doc[b * ld + t] < doc[b * ld + t - 1])
+				return titan_error(TITAN_E_INVALID, "attention: %s document ids "
+						   "decrease at row %lld, token %lld (%d after %d)",
+						   what, (long long)b, (long long)t,
+						   (int)doc[b * ld + t], (int)doc[b * ld + t - 1]);
+	return 0;
+}
+
 static int check_dims(const struct titan_attn_dims *d)
 {
 	if (d->batch < 0 || d->seq < 0 || d->n_heads <= 0 || d->n_kv_heads <= 0 ||
@@ -24,7 +41,7 @@ static int check_dims(const struct titan_attn_dims *d)
 				   "attention: bad dims B=%lld T=%lld H=%lld Hkv=%lld D=%lld (Hkv must divide H)",
 				   (long long)d->batch, (long long)d->seq, (long long)d->n_heads,
 				   (long long)d->n_kv_heads, (long long)d->head_dim);
-	return 0;
+	return check_docs(d->doc, d->batch, d->seq, d->seq, "token");
 }
 
 /* C[m,n] (+)= A[m,k] · B[k,n], with A[i,p] at a[i·ars + p·aps] (A itself:
@@ -197,36 +214,89 @@ static void mm_tn(float *c, int64_t ldc, const float *a, int64_t lda, const floa
 	mm_kernel(c, ldc, a, 1, lda, b, ldb, m, n, k, acc);
 }
 
+/* Document masks (block_causal): the ids ascend along a row, so the keys
+ * of one document are a contiguous run.  doc_lower: the first i in
+ * [lo, hi) with d[i] >= x (hi when none); doc_upper: with d[i] > x. */
+static int64_t doc_lower(const int32_t *d, int64_t lo, int64_t hi, int32_t x)
+{
+	while (lo < hi) {
+		const int64_t mid = lo + (hi - lo) / 2;
+
+		if (d[mid] < x)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+static int64_t doc_upper(const int32_t *d, int64_t lo, int64_t hi, int32_t x)
+{
+	while (lo < hi) {
+		const int64_t mid = lo + (hi - lo) / 2;
+
+		if (d[mid] <= x)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+/* The visible columns [*lo, *hi) of a row of document x that sees the
+ * first nc of a key block's nk columns (documents kd[0..nk)); a block
+ * inside one document (the common case) needs no search. */
+static inline void doc_run(const int32_t *kd, int64_t nc, int64_t nk, int32_t x, int64_t *lo,
+			   int64_t *hi)
+{
+	if (kd[0] == kd[nk - 1]) {
+		*lo = 0;
+		*hi = kd[0] == x ? nc : 0;
+		return;
+	}
+	*lo = doc_lower(kd, 0, nc, x);
+	*hi = doc_upper(kd, *lo, nc, x);
+}
+
 /* Online-softmax update of the nr query rows of a block against a key block
  * of nk keys, of which row r sees the first nc(r) = clamp(first + r + 1, 0,
- * nk): s[r][c] = exp(s[r][c]·scale − m') for c < nc and 0 after,
+ * nk) — with documents (qd, kd not NULL: row r's document qd[r], column
+ * c's kd[c]) only those of its document, the run [lo, hi) of them:
+ * s[r][c] = exp(s[r][c]·scale − m') for the visible c and 0 for the others,
  * l = l·exp(m − m') + Σ s, m = m' = max(m, scores), and the row's output
  * accumulator o[r] (D floats, row stride ldo) is multiplied by exp(m − m')
  * when that is not 1.  (max(fl(s·scale)) = fl(max(s)·scale): rounding is
- * monotonic, so the scaling is done in the exp pass.) */
+ * monotonic, so the scaling is done in the exp pass.)  Without documents
+ * lo = 0 and hi = nc: the causal op's arithmetic, unchanged. */
 static inline TITAN_CPU_BODY void
 softmax_update_body(float *s, int64_t lds, int64_t nr, int64_t nk, int64_t first,
-		    float scale, float *m, float *l, float *o, int64_t ldo, int64_t D)
+		    float scale, float *m, float *l, float *o, int64_t ldo, int64_t D,
+		    const int32_t *qd, const int32_t *kd)
 {
 	for (int64_t r = 0; r < nr; r++) {
 		float *sr = s + r * lds;
 		int64_t nc = first + r + 1;
 		nc = nc < 0 ? 0 : nc > nk ? nk : nc;
-		for (int64_t c = nc; c < nk; c++)
+		int64_t lo = 0, hi = nc;
+		if (qd)
+			doc_run(kd, nc, nk, qd[r], &lo, &hi);
+		for (int64_t c = 0; c < lo; c++)
 			sr[c] = 0.0f;
-		if (nc == 0)
+		for (int64_t c = hi; c < nk; c++)
+			sr[c] = 0.0f;
+		if (hi == lo)
 			continue;
-		float rmax = sr[0];
+		float rmax = sr[lo];
 		#pragma omp simd reduction(max : rmax)
-		for (int64_t c = 0; c < nc; c++)
+		for (int64_t c = lo; c < hi; c++)
 			rmax = sr[c] > rmax ? sr[c] : rmax;
 		float mx = rmax * scale;
 		mx = mx > m[r] ? mx : m[r];
 		#pragma omp simd
-		for (int64_t c = 0; c < nc; c++)
+		for (int64_t c = lo; c < hi; c++)
 			sr[c] = titan_cpu_expf(sr[c] * scale - mx);
 		const float corr = titan_cpu_expf(m[r] - mx); /* exp(−inf) = 0 */
-		l[r] = l[r] * corr + titan_cpu_sum8f(sr, nc);
+		l[r] = l[r] * corr + titan_cpu_sum8f(sr + lo, hi - lo);
 		m[r] = mx;
 		if (corr != 1.0f) {
 			float *orow = o + r * ldo;
@@ -237,34 +307,42 @@ softmax_update_body(float *s, int64_t lds, int64_t nr, int64_t nk, int64_t first
 	}
 }
 TITAN_CPU_DISPATCH_VOID(softmax_update, (float *s, int64_t lds, int64_t nr, int64_t nk, int64_t first,
-			float scale, float *m, float *l, float *o, int64_t ldo, int64_t D),
-			(s, lds, nr, nk, first, scale, m, l, o, ldo, D))
+			float scale, float *m, float *l, float *o, int64_t ldo, int64_t D,
+			const int32_t *qd, const int32_t *kd),
+			(s, lds, nr, nk, first, scale, m, l, o, ldo, D, qd, kd))
 
 /* Backward of the nr query rows t = t0 + r of a block against a key block
- * (nc(r) visible keys as above): p[c] = exp(s[c]·scale − lse[t]) and
- * ds[c] = p[c]·(dp[c] − D_t)·scale for c < nc, 0 after (p holds the scores
- * and ds holds dP on entry; lse and dt are indexed by r). */
+ * (the visible keys [lo, hi) as above): p[c] = exp(s[c]·scale − lse[t]) and
+ * ds[c] = p[c]·(dp[c] − D_t)·scale for the visible c, 0 for the others (p
+ * holds the scores and ds holds dP on entry; lse and dt are indexed by r). */
 static inline TITAN_CPU_BODY void
 softmax_grad_body(float *p, float *ds, int64_t lds, int64_t nr, int64_t nk, int64_t first,
-		  float scale, const float *lse, const float *dt)
+		  float scale, const float *lse, const float *dt, const int32_t *qd,
+		  const int32_t *kd)
 {
 	for (int64_t r = 0; r < nr; r++) {
 		float *pr = p + r * lds, *dr = ds + r * lds;
 		int64_t nc = first + r + 1;
 		nc = nc < 0 ? 0 : nc > nk ? nk : nc;
+		int64_t lo = 0, hi = nc;
+		if (qd)
+			doc_run(kd, nc, nk, qd[r], &lo, &hi);
 		const float lr = lse[r], dtr = dt[r];
+		for (int64_t c = 0; c < lo; c++)
+			pr[c] = dr[c] = 0.0f;
 		#pragma omp simd
-		for (int64_t c = 0; c < nc; c++) {
+		for (int64_t c = lo; c < hi; c++) {
 			pr[c] = titan_cpu_expf(pr[c] * scale - lr);
 			dr[c] = pr[c] * (dr[c] - dtr) * scale;
 		}
-		for (int64_t c = nc; c < nk; c++)
+		for (int64_t c = hi; c < nk; c++)
 			pr[c] = dr[c] = 0.0f;
 	}
 }
 TITAN_CPU_DISPATCH_VOID(softmax_grad, (float *p, float *ds, int64_t lds, int64_t nr, int64_t nk,
-			int64_t first, float scale, const float *lse, const float *dt),
-			(p, ds, lds, nr, nk, first, scale, lse, dt))
+			int64_t first, float scale, const float *lse, const float *dt,
+			const int32_t *qd, const int32_t *kd),
+			(p, ds, lds, nr, nk, first, scale, lse, dt, qd, kd))
 
 /* dst[j][i] = src[i][j] for i < rows, j < cols (row strides lds, ldd).
  * (A 16×16-register-tile AVX-512 version was 1.3x faster per 64×64 block,
@@ -306,7 +384,12 @@ static int check_part(const struct titan_attn_part *p)
 				   (long long)p->tk, (long long)p->k_stride, (long long)p->n_heads,
 				   (long long)p->n_kv_heads, (long long)p->head_dim,
 				   (long long)p->diag);
-	return 0;
+	if (!p->q_doc != !p->k_doc)
+		return titan_error(TITAN_E_INVALID, "attention part: document ids of the %s only",
+				   p->q_doc ? "queries" : "keys");
+	int rc = check_docs(p->q_doc, p->batch, p->tq, p->q_stride, "query");
+
+	return rc < 0 ? rc : check_docs(p->k_doc, p->batch, p->tk, p->k_stride, "key");
 }
 
 /* Forward of a part (the causal op is the part tq = tk = T, diag 0).  With
@@ -345,7 +428,16 @@ static int part_fwd(struct titan_backend *be, float *out, float *lse, const floa
 		float *oblk = out + (b * qst + t0) * qs + h * D;
 		float *lrow = lse + (b * H + h) * qst + t0;
 		/* keys s0 < kend only: later keys are masked for every row */
-		int64_t kend = t1 + diag < Tk ? t1 + diag : Tk;
+		int64_t kend = t1 + diag < Tk ? t1 + diag : Tk, sbeg = 0;
+		/* documents: only the keys of the block's documents, from the
+		 * key block holding the first of them */
+		const int32_t *qd = p->q_doc ? p->q_doc + b * qst + t0 : NULL;
+		const int32_t *kd = p->k_doc ? p->k_doc + b * kst : NULL;
+		if (qd) {
+			sbeg = doc_lower(kd, 0, kend, qd[0]);
+			kend = doc_upper(kd, sbeg, kend, qd[nr - 1]);
+			sbeg = sbeg / bk * bk;
+		}
 
 		for (int64_t r = 0; r < nr; r++) {
 			if (merge) {
@@ -357,14 +449,15 @@ static int part_fwd(struct titan_backend *be, float *out, float *lse, const floa
 				memset(oblk + r * qs, 0, (size_t)D * sizeof(float));
 			}
 		}
-		for (int64_t s0 = 0; s0 < kend; s0 += bk) {
+		for (int64_t s0 = sbeg; s0 < kend; s0 += bk) {
 			const int64_t nk = s0 + bk < kend ? bk : kend - s0;
 			const float *kblk = k + (b * kst + s0) * ks + g * D;
 			const float *vblk = v + (b * kst + s0) * ks + g * D;
 			transpose(kt, bk, kblk, ks, nk, D);
 			mm_nn(s, bk, qblk, qs, kt, bk, nr, nk, D, false); /* S = Q·K^T */
 			/* row r sees keys s0..t0+r+diag */
-			softmax_update(s, bk, nr, nk, t0 - s0 + diag, scale, m, l, oblk, qs, D);
+			softmax_update(s, bk, nr, nk, t0 - s0 + diag, scale, m, l, oblk, qs, D, qd,
+				       kd ? kd + s0 : NULL);
 			mm_nn(oblk, qs, s, bk, vblk, ks, nr, D, nk, true); /* O += P·V */
 		}
 		for (int64_t r = 0; r < nr; r++) {
@@ -413,6 +506,8 @@ static int part_bwd(struct titan_backend *be, float *dq, float *dk, float *dv,
 		float *di = ws + (int64_t)omp_get_thread_num() * per;
 		float *pp = di + Tq, *ds = pp + bq * bk, *kt = ds + bq * bk, *vt = kt + D * bk;
 		const int64_t b = task / Hkv, g = task % Hkv;
+		const int32_t *qd = p->q_doc ? p->q_doc + b * qst : NULL;
+		const int32_t *kd = p->k_doc ? p->k_doc + b * kst : NULL;
 
 		for (int64_t t = 0; !accumulate && t < Tk; t++) {
 			memset(dk + (b * kst + t) * ks + g * D, 0, (size_t)D * sizeof(float));
@@ -427,8 +522,12 @@ static int part_bwd(struct titan_backend *be, float *dq, float *dk, float *dv,
 			row_dots(di, dout + b * qst * qs + h * D, out + b * qst * qs + h * D, qs, Tq,
 				 D);
 			for (int64_t s0 = 0; s0 < Tk; s0 += bk) {
-				/* the first query row that sees key s0 */
-				const int64_t tfirst = s0 - diag > 0 ? s0 - diag : 0;
+				/* the first query row that sees key s0 (documents: of
+				 * its document or a later one), the block's last key */
+				int64_t tfirst = s0 - diag > 0 ? s0 - diag : 0;
+				const int64_t slast = (s0 + bk < Tk ? s0 + bk : Tk) - 1;
+				if (qd)
+					tfirst = doc_lower(qd, tfirst, Tq, kd[s0]);
 				const float *kblk = k + (b * kst + s0) * ks + g * D;
 				const float *vblk = v + (b * kst + s0) * ks + g * D;
 				float *dkblk = dk + (b * kst + s0) * ks + g * D;
@@ -441,6 +540,8 @@ static int part_bwd(struct titan_backend *be, float *dq, float *dk, float *dv,
 				for (int64_t t0 = tfirst / bq * bq; t0 < Tq; t0 += bq) {
 					const int64_t t1 = t0 + bq < Tq ? t0 + bq : Tq, nr = t1 - t0;
 					const int64_t kend = t1 + diag < Tk ? t1 + diag : Tk;
+					if (qd && qd[t0] > kd[slast])
+						break; /* later documents than the block's */
 					const int64_t nk = s0 + bk < kend ? bk : kend - s0;
 					const float *qblk = q + (b * qst + t0) * qs + h * D;
 					const float *doblk = dout + (b * qst + t0) * qs + h * D;
@@ -448,7 +549,8 @@ static int part_bwd(struct titan_backend *be, float *dq, float *dk, float *dv,
 					mm_nn(pp, bk, qblk, qs, kt, bk, nr, nk, D, false);  /* S */
 					mm_nn(ds, bk, doblk, qs, vt, bk, nr, nk, D, false); /* dP */
 					softmax_grad(pp, ds, bk, nr, nk, t0 - s0 + diag, scale,
-						     lrow + t0, di + t0);
+						     lrow + t0, di + t0, qd ? qd + t0 : NULL,
+						     kd ? kd + s0 : NULL);
 					/* dV += P^T·dO, dK += dS^T·Q, dQ += dS·K */
 					mm_tn(dvblk, ks, pp, bk, doblk, qs, nk, D, nr, true);
 					mm_tn(dkblk, ks, ds, bk, qblk, qs, nk, D, nr, true);
@@ -464,7 +566,7 @@ static int part_bwd(struct titan_backend *be, float *dq, float *dk, float *dv,
 static struct titan_attn_part causal_part(const struct titan_attn_dims *d)
 {
 	return (struct titan_attn_part){d->batch, d->seq, d->seq, d->seq, d->seq, d->n_heads,
-					d->n_kv_heads, d->head_dim, 0};
+					d->n_kv_heads, d->head_dim, 0, d->doc, d->doc};
 }
 
 int titan_cpu_attention_fwd(struct titan_backend *be, float *out, float *lse,

@@ -1028,6 +1028,10 @@ static int attn_prepare(const struct titan_attn_dims *d, struct attn_args *a, in
 		return titan_error(TITAN_E_INVALID,
 				   "attention: head_dim %lld is not supported by the CUDA backend "
 				   "(at most 128)", (long long)d->head_dim);
+	if (d->doc) /* never silently causal: the mask is the CPU kernels' only */
+		return titan_error(TITAN_E_INVALID, "attention: document ids (training."
+				   "attn_mask_type block_causal) are not supported by the CUDA "
+				   "backend");
 	if (d->batch == 0 || d->seq == 0)
 		return 1;
 	if ((d->seq + TILE - 1) / TILE > 65535 || d->batch * d->n_heads > INT32_MAX)

@@ -34,6 +34,9 @@ struct titan_generator {
 	float *x, *xn, *qb, *att, *lse, *rstd, *a, *b, *xl; /* activations of one chunk */
 	float *scores;           /* [nthreads, capacity + D] */
 	uint32_t *ids;           /* [batch] */
+	int32_t *doc;            /* block_causal: document id per position [capacity] */
+	int64_t doc_eos;         /* ... ending at this id; -1: one document */
+	int32_t prev;            /* the token at pos - 1 */
 	struct titan_sp sp;      /* the identity; n = a chunk's tokens */
 	struct titan_attn_kv kva;
 	void **blocks;           /* every allocation, for free */
@@ -115,8 +118,10 @@ int titan_generator_new(const struct titan_param_table *t, const float *params,
 	    !(g->a = galloc(g, B * F * 4, ws)) ||
 	    !(g->b = galloc(g, B * F * 4, ws)) || !(g->xl = galloc(g, C * 4, ws)) ||
 	    !(g->scores = galloc(g, (int64_t)g->nthreads * (g->capacity + d->head_dim) * 4, ws)) ||
-	    !(g->ids = galloc(g, B * 4, TITAN_MEM_DATA)))
+	    !(g->ids = galloc(g, B * 4, TITAN_MEM_DATA)) ||
+	    (o->block_causal && !(g->doc = galloc(g, g->capacity * 4, TITAN_MEM_DATA))))
 		goto fail;
+	g->doc_eos = o->doc_eos;
 	if ((rc = titan_rope_freqs(g->freqs, g->capacity, d->head_dim, d->rope_theta,
 				   d->rope_scaling ? &sc : NULL)) < 0 ||
 	    (rc = titan_sp_init(&g->sp, be, NULL, B, C, d->vocab_size, 0, d->vocab_size, 0, false,
@@ -124,6 +129,7 @@ int titan_generator_new(const struct titan_param_table *t, const float *params,
 		goto fail;
 	titan_attn_kv_init(&g->kva, be, d->n_heads, d->n_kv_heads, d->head_dim, g->capacity,
 			   g->scores, g->nthreads);
+	g->kva.doc = g->doc;
 	*out = g;
 	return 0;
 fail:
@@ -227,6 +233,12 @@ int titan_generator_forward(struct titan_generator *g, const int32_t *tokens, in
 						   "vocabulary (size %lld)", (long long)(c0 + i),
 						   tokens[c0 + i], (long long)V);
 			g->ids[i] = (uint32_t)tokens[c0 + i];
+			if (g->doc) { /* the token after an EOS starts a document */
+				const int64_t p = g->pos + i;
+
+				g->doc[p] = p ? g->doc[p - 1] + (g->prev == g->doc_eos) : 0;
+				g->prev = tokens[c0 + i];
+			}
 		}
 		CK(chunk_fwd(g, m));
 		g->pos += m;

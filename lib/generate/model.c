@@ -53,6 +53,7 @@ static int from_config(struct titan_gen_model *m, const struct titan_config *cfg
 	if ((rc = titan_model_dims_from_config(cfg, &m->dims)) < 0)
 		return rc;
 	m->seq_len = cfg->training.seq_len;
+	m->block_causal = cfg->training.attn_mask_type_e == TITAN_ATTN_MASK_BLOCK_CAUSAL;
 	if (cfg->model.tokenizer_path[0])
 		return set_str(&m->tokenizer, cfg->model.tokenizer_path);
 	return 0;
@@ -118,6 +119,8 @@ static int load_h5(struct titan_gen_model *m, const char *path, const struct tit
 				titan_error_clear();
 			} else {
 				m->seq_len = stored.training.seq_len;
+				m->block_causal = stored.training.attn_mask_type_e ==
+						  TITAN_ATTN_MASK_BLOCK_CAUSAL;
 				if (stored.model.tokenizer_path[0] &&
 				    (rc = set_str(&m->tokenizer, stored.model.tokenizer_path)) < 0)
 					goto done;

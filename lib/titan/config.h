@@ -86,6 +86,7 @@ enum titan_config_type {
 	X(TITAN_SCHEDULE_INTERLEAVED_ZB, "InterleavedZeroBubble")                  \
 	X(TITAN_SCHEDULE_ZBV, "ZBVZeroBubble")
 #define TITAN_CP_ROTATES(X) X(TITAN_CP_ROTATE_ALLGATHER, "allgather") X(TITAN_CP_ROTATE_ALLTOALL, "alltoall")
+#define TITAN_ATTN_MASKS(X) X(TITAN_ATTN_MASK_CAUSAL, "causal") X(TITAN_ATTN_MASK_BLOCK_CAUSAL, "block_causal")
 #define TITAN_ACT_CKPTS(X) /* resolved into enum titan_ac_mode (titan/train.h) */ \
 	X(TITAN_ACT_CKPT_NONE, "none") X(TITAN_ACT_CKPT_SELECTIVE, "selective")    \
 	X(TITAN_ACT_CKPT_FULL, "full")
@@ -107,6 +108,7 @@ enum titan_mp_reduce { TITAN_MP_REDUCES(TITAN_CFG_ENUMERATOR) };
 enum titan_reshard { TITAN_RESHARDS(TITAN_CFG_ENUMERATOR) };
 enum titan_schedule { TITAN_SCHEDULES(TITAN_CFG_ENUMERATOR) };
 enum titan_cp_rotate { TITAN_CP_ROTATES(TITAN_CFG_ENUMERATOR) };
+enum titan_attn_mask { TITAN_ATTN_MASKS(TITAN_CFG_ENUMERATOR) };
 enum titan_act_ckpt { TITAN_ACT_CKPTS(TITAN_CFG_ENUMERATOR) };
 enum titan_export_dtype { TITAN_EXPORT_DTYPES(TITAN_CFG_ENUMERATOR) };
 enum titan_async_mode { TITAN_ASYNC_MODES(TITAN_CFG_ENUMERATOR) };
@@ -201,6 +203,8 @@ struct titan_config {
 		int64_t gc_freq;
 		int64_t seed;
 		bool deterministic;
+		char *attn_mask_type;    /* causal, block_causal (documents from EOS) */
+		enum titan_attn_mask attn_mask_type_e;
 	} training;
 	struct {
 		int64_t data_parallel_replicate_degree, data_parallel_shard_degree;

@@ -58,6 +58,10 @@ struct titan_gen_model {
 	 * tokenizer.model or *.tiktoken (the file titan-ckpt-convert --to hf
 	 * --tokenizer copied there).  Owned. */
 	char *tokenizer;
+	/* training.attn_mask_type block_causal in that config (--config, else
+	 * the checkpoint's stored one): generate keeps attention within a
+	 * document as training did (titan_generator_opts.block_causal) */
+	bool block_causal;
 	struct titan_param_table table;
 	struct titan_param_arena params;
 };
@@ -85,6 +89,11 @@ void titan_gen_model_free(struct titan_gen_model *m); /* NULL-safe */
 struct titan_generator_opts {
 	int64_t capacity;  /* positions the KV cache holds (prompt + generated), >= 1 */
 	int64_t batch;     /* tokens per forward pass (prefill chunk); 0: 256 */
+	/* training.attn_mask_type block_causal: a token attends only to the
+	 * earlier tokens of its own document, documents ending at id doc_eos
+	 * (as titan-train's; doc_eos -1: one document, causal); false: causal */
+	bool block_causal;
+	int64_t doc_eos;
 };
 
 /* A KV cache and the activation buffers of one sequence over borrowed

@@ -78,9 +78,16 @@ struct titan_backend {
 
 /* Attention geometry: q/out [B,T,H,D], k/v [B,T,Hkv,D], lse [B,H,T].
  * H must be a multiple of Hkv; query head h reads kv head h / (H/Hkv)
- * (repeat_interleave, as torchtitan's repeat_kv and SDPA enable_gqa). */
+ * (repeat_interleave, as torchtitan's repeat_kv and SDPA enable_gqa).
+ * `doc` (NULL: plain causal) is the document id of every token [B,T]
+ * (host memory), non-decreasing along each row: token t then sees key s
+ * only when s <= t and doc[b,s] == doc[b,t] (training.attn_mask_type
+ * block_causal, torchtitan's FlexAttention document mask), and key blocks
+ * of other documents are skipped, so the cost falls with the documents'
+ * length.  TITAN_E_INVALID when the ids decrease. */
 struct titan_attn_dims {
 	int64_t batch, seq, n_heads, n_kv_heads, head_dim;
+	const int32_t *doc;
 };
 
 /* A part of attention (context parallelism's ring, lib/train): tq query
@@ -89,9 +96,13 @@ struct titan_attn_dims {
  * (b·H + h)·q_stride + t), its keys at rows b·k_stride + s (s < tk) of
  * k/v/dk/dv; pointer offsets select sub-blocks.  Query row t sees key s
  * when s <= t + diag: diag 0 with tq = tk is the causal op, diag >= tk
- * lets every row see every key. */
+ * lets every row see every key.  With document ids (both or neither,
+ * host memory, non-decreasing along each row): q_doc[b·q_stride + t] and
+ * k_doc[b·k_stride + s], offset with q and k, and query t then also needs
+ * k_doc == q_doc to see key s (struct titan_attn_dims' doc). */
 struct titan_attn_part {
 	int64_t batch, tq, tk, q_stride, k_stride, n_heads, n_kv_heads, head_dim, diag;
+	const int32_t *q_doc, *k_doc;
 };
 
 /* torch.optim.AdamW hyper-parameters (doubles, as PyTorch's Python floats). */

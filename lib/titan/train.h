@@ -77,6 +77,13 @@ struct titan_llama_opts {
 	int ac_every;                /* selective: every N-th block */
 	int64_t ce_chunk;            /* tokens per classifier/CE chunk (0: TITAN_CE_CHUNK) */
 	bool exclude_norms_embeddings_from_wd;
+	/* training.attn_mask_type block_causal: a token attends only to the
+	 * earlier tokens of its own document (torchtitan's document mask).
+	 * Documents end at input id `doc_eos` (the token after an EOS starts
+	 * the next one) or, when doc_eos is -1, start at input id `doc_bos`;
+	 * the trainer sets them from the shards' header (both -1: refused). */
+	bool block_causal;
+	int64_t doc_eos, doc_bos;
 	/* FSDP: the arenas hold dim-0 shard `shard_rank` of `shard_degree`
 	 * (titan/model.h); 0 or 1 degree: unsharded.  A sharded model computes
 	 * only with its groups bound to unsharded buffers (group hooks below). */

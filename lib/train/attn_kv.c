@@ -14,7 +14,8 @@ static struct titan_attn_kv *kv_of(struct titan_cp *cp)
 }
 
 /* out[i, h, :] for the n queries q[i, h, :] at positions p0 + i, each
- * against the cached keys/values 0 .. p0 + i of kv head h / (H/Hkv). */
+ * against the cached keys/values 0 .. p0 + i of kv head h / (H/Hkv)
+ * (block_causal: from the first position of its document). */
 static void attend_cache(const struct titan_attn_kv *kv, float *out, const float *q)
 {
 	const struct titan_cp *cp = &kv->cp;
@@ -27,6 +28,7 @@ static void attend_cache(const struct titan_attn_kv *kv, float *out, const float
 	#pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
 	for (int64_t task = 0; task < ntask; task++) {
 		const int64_t i = task / H, h = task % H, hk = h / rep, nk = p0 + i + 1;
+		int64_t j0 = 0;
 		const float *qv = q + i * qd + h * D;
 		float *s = kv->scores + (int64_t)omp_get_thread_num() * stride;
 		float *acc = s + kv->capacity;
@@ -34,7 +36,9 @@ static void attend_cache(const struct titan_attn_kv *kv, float *out, const float
 		float mx = -INFINITY;
 		double sum = 0;
 
-		for (int64_t j = 0; j < nk; j++) {
+		while (kv->doc && kv->doc[j0] != kv->doc[p0 + i])
+			j0++;
+		for (int64_t j = j0; j < nk; j++) {
 			const float *kr = kv->kc + j * kvd + hk * D;
 			float dot = 0;
 
@@ -46,7 +50,7 @@ static void attend_cache(const struct titan_attn_kv *kv, float *out, const float
 		}
 		for (int64_t e = 0; e < D; e++)
 			acc[e] = 0;
-		for (int64_t j = 0; j < nk; j++) {
+		for (int64_t j = j0; j < nk; j++) {
 			const float *vr = kv->vc + j * kvd + hk * D;
 			const float w = expf(s[j] - mx);
 
@@ -71,7 +75,7 @@ static int kv_fwd(struct titan_cp *cp, float *out, float *lse, const float *q, c
 				   "at position %lld is not the cache's rows there (capacity %lld)",
 				   (long long)cp->tl, (long long)kv->p0, (long long)kv->capacity);
 	if (kv->p0 == 0) {
-		const struct titan_attn_dims ad = {1, cp->tl, cp->h, cp->hkv, cp->d};
+		const struct titan_attn_dims ad = {1, cp->tl, cp->h, cp->hkv, cp->d, kv->doc};
 
 		return cp->be->ops->attention_fwd(cp->be, out, lse, q, k, v, &ad);
 	}

@@ -17,7 +17,7 @@
 
 static struct titan_attn_dims local_dims(const struct titan_cp *cp)
 {
-	return (struct titan_attn_dims){cp->batch, cp->seq, cp->h, cp->hkv, cp->d};
+	return (struct titan_attn_dims){cp->batch, cp->seq, cp->h, cp->hkv, cp->d, cp->doc};
 }
 
 static int local_fwd(struct titan_cp *cp, float *out, float *lse, const float *q, const float *k,
@@ -90,14 +90,16 @@ static int cp_gather_kv(struct titan_cp *cp, const float *k, const float *v)
 
 /* Query chunk `i` (0: chunk rank, 1: chunk 2·size − 1 − rank) against the
  * gathered sequence, each query seeing the keys up to its position (the
- * backend's attention_part ops). */
+ * backend's attention_part ops); block_causal: the chunk's document ids
+ * (this rank's local order) against the whole sequence's. */
 static struct titan_attn_part gathered_part(const struct titan_cp *cp, int i)
 {
 	const int64_t Tl = cp->tl, half = Tl / 2, T = Tl * cp->size;
 	const int64_t chunk = i ? 2 * cp->size - 1 - cp->rank : cp->rank;
+	const int32_t *qd = cp->doc ? cp->ldoc + cp->rank * cp->n + i * half : NULL;
 
 	return (struct titan_attn_part){cp->batch, half, T, Tl, T, cp->h, cp->hkv, cp->d,
-					chunk * half};
+					chunk * half, qd, cp->doc};
 }
 
 static int gather_fwd(struct titan_cp *cp, float *out, float *lse, const float *q,
@@ -157,7 +159,7 @@ static const struct titan_attn_ops all_gather = {gather_fwd, gather_bwd};
 static struct titan_cp_ring ring_of(const struct titan_cp *cp)
 {
 	return (struct titan_cp_ring){cp->be, cp->alloc, cp->comm, cp->rank, cp->size, cp->batch,
-				      cp->tl, cp->h, cp->hkv, cp->d};
+				      cp->tl, cp->h, cp->hkv, cp->d, cp->doc ? cp->ldoc : NULL};
 }
 
 static int ring_fwd(struct titan_cp *cp, float *out, float *lse, const float *q, const float *k,
@@ -258,6 +260,25 @@ int titan_cp_alloc(struct titan_cp *cp, titan_cp_buf_fn buf, void *ctx, float *f
 	free(full);
 	free(pos);
 	return rc;
+}
+
+void titan_cp_docs(const struct titan_cp *cp, const int32_t *inputs, int64_t eos, int64_t bos,
+		   int32_t *doc, int32_t *ldoc)
+{
+	const int64_t T = cp->seq;
+
+	for (int64_t b = 0; b < cp->batch; b++) {
+		const int32_t *in = inputs + b * T;
+		int32_t *d = doc + b * T;
+
+		d[0] = 0;
+		for (int64_t t = 1; t < T; t++)
+			d[t] = d[t - 1] + (eos >= 0 ? in[t - 1] == eos : in[t] == bos);
+	}
+	for (int r = 0; ldoc && cp->comm && r < cp->size; r++)
+		for (int64_t b = 0; b < cp->batch; b++)
+			for (int64_t t = 0; t < cp->tl; t++)
+				ldoc[r * cp->n + b * cp->tl + t] = doc[b * T + cp_pos(cp, r, t)];
 }
 
 /* From the closed form (cp->pos is the backend's copy). */

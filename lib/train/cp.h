@@ -48,6 +48,12 @@ struct titan_cp {
 	 * (the model sets them there for the loss) */
 	int64_t *pos;
 	int32_t *lab;
+	/* block_causal: the current microbatch's document ids in host memory
+	 * (the model points them at the microbatch before each call; NULL:
+	 * causal): doc [batch, seq] in sequence order and, under CP, ldoc
+	 * [size][batch, tl] every rank's tokens in their local order
+	 * (titan_cp_docs) */
+	const int32_t *doc, *ldoc;
 	float *kf, *vf, *dkf, *dvf, *cpg; /* all-gather: whole-sequence k, v, grads; gather buffer */
 };
 
@@ -66,6 +72,13 @@ int titan_cp_init(struct titan_cp *cp, struct titan_backend *be, struct titan_al
  * TITAN_E_NOMEM. */
 int titan_cp_alloc(struct titan_cp *cp, titan_cp_buf_fn buf, void *ctx, float *freqs,
 		   double theta, const struct titan_rope_scaling *scaling);
+/* Document ids of a microbatch's inputs [batch, seq] (block_causal):
+ * doc[b, t] counts the documents that end (input id `eos` >= 0) before t,
+ * or, with eos -1, the document starts (id `bos`) in 1..t, as torchtitan's
+ * get_document_mask_mod; and under CP every rank's local order of them
+ * into ldoc [size][batch, tl] (NULL without CP). */
+void titan_cp_docs(const struct titan_cp *cp, const int32_t *inputs, int64_t eos, int64_t bos,
+		   int32_t *doc, int32_t *ldoc);
 /* The index in a microbatch [batch, seq] of local token i (i itself
  * without CP). */
 int64_t titan_cp_token(const struct titan_cp *cp, int64_t i);
@@ -84,6 +97,9 @@ const int32_t *titan_cp_labels(struct titan_cp *cp, const int32_t *labels, int32
 struct titan_attn_kv {
 	struct titan_cp cp;          /* first: the attention the block calls */
 	const float *kc, *vc;        /* the layer's cache [capacity, Hkv·D] */
+	const int32_t *doc;          /* block_causal: document ids [capacity]
+					(ascending), a query sees its own
+					document's keys only; NULL: causal */
 	int64_t p0, capacity;
 	float *scores;               /* [nthreads, capacity + D] */
 	int nthreads;

@@ -24,6 +24,9 @@ struct titan_cp_ring {
 	struct titan_comm *comm;
 	int rank, size;
 	int64_t batch, tl, h, hkv, d; /* rows, local tokens, heads, kv heads, head dim */
+	/* block_causal: every rank's document ids in its local order,
+	 * [size][batch, tl] (cp.h's ldoc); NULL: causal */
+	const int32_t *ldoc;
 };
 /* out [B,Tl,H,D], lse [B,H,Tl] (overwritten). */
 int titan_cp_ring_fwd(const struct titan_cp_ring *r, float *out, float *lse, const float *q,

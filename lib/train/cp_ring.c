@@ -21,7 +21,10 @@
  *                     (chunk r) sees neither.
  * The blocks run through the backend's attention_part ops (the CPU
  * flash-attention kernel on a rectangle); each later block is merged into
- * the output by log-sum-exp, inside the kernel (titan/ops.h).
+ * the output by log-sum-exp, inside the kernel (titan/ops.h).  Under
+ * block_causal every part also carries the document ids of its queries
+ * and of rank s's keys (each rank holds every rank's: they do not travel),
+ * and a query row that sees none of a block's keys keeps its bits.
  *
  * Backward moves the keys and values around again with the gradients of
  * the block they belong to: at step i rank r adds its block's dK/dV to the
@@ -77,13 +80,15 @@ static float *ring_alloc(const struct titan_cp_ring *r, int64_t nfloats, enum ti
 }
 
 /* The part of a step that holds rank s's keys and values: the queries
- * from row *qoff of the local order, the geometry in *p. */
+ * from row *qoff of the local order, the geometry in *p (block_causal:
+ * with this rank's queries' and rank s's keys' document ids, which every
+ * rank has: they need not travel). */
 static void step_part(const struct titan_cp_ring *r, int s, struct titan_attn_part *p,
 		      int64_t *qoff)
 {
 	const int64_t Tl = r->tl, half = Tl / 2;
 
-	*p = (struct titan_attn_part){r->batch, Tl, Tl, Tl, Tl, r->h, r->hkv, r->d, 0};
+	*p = (struct titan_attn_part){r->batch, Tl, Tl, Tl, Tl, r->h, r->hkv, r->d, 0, NULL, NULL};
 	*qoff = 0;
 	if (s < r->rank) { /* all queries, keys of chunk s: no mask */
 		p->tk = half;
@@ -92,6 +97,10 @@ static void step_part(const struct titan_cp_ring *r, int s, struct titan_attn_pa
 		p->tq = half;
 		p->diag = Tl;
 		*qoff = half;
+	}
+	if (r->ldoc) {
+		p->q_doc = r->ldoc + r->rank * r->batch * Tl + *qoff;
+		p->k_doc = r->ldoc + s * r->batch * Tl;
 	}
 }
 

@@ -51,6 +51,8 @@ struct mb {
 	uint32_t *ids;
 	struct wstash *w;  /* split backward: per block, or NULL */
 	float *dxnf;       /* split backward, last stage: the final norm's dy */
+	int32_t *doc;      /* block_causal, host: document ids [batch, seq], then
+			      under CP every rank's local order (cp.h's doc, ldoc) */
 };
 
 /* Activation checkpointing (titan/train.h's titan_ac_mode): per block,
@@ -367,6 +369,10 @@ static int alloc_mb(struct titan_llama *m, struct mb *b)
 	}
 	if (!(b->ids = (uint32_t *)buf(m, m->n, TITAN_MEM_DATA, TITAN_BUF_TOKEN_IDS)))
 		return TITAN_E_NOMEM;
+	/* host memory outside the plan: 8 bytes a token, block_causal only */
+	if (m->o.block_causal &&
+	    !(b->doc = malloc(2 * (size_t)(m->o.batch * m->o.seq) * sizeof(*b->doc))))
+		return TITAN_E_NOMEM;
 	if (!m->pl.st.last)
 		return 0;
 	b->xnf = buf(m, m->n * C, act, TITAN_BUF_FINAL_NORM);
@@ -436,6 +442,8 @@ int titan_llama_opts_from_config(struct titan_llama_opts *o, const struct titan_
 	o->seq = c->training.seq_len;
 	o->exclude_norms_embeddings_from_wd = c->optimizer.weight_decay_exclude_norms_embeddings;
 	o->cp_ring = c->parallelism.context_parallel_rotate_method_e == TITAN_CP_ROTATE_ALLTOALL;
+	o->block_causal = c->training.attn_mask_type_e == TITAN_ATTN_MASK_BLOCK_CAUSAL;
+	o->doc_eos = o->doc_bos = -1; /* the trainer sets them from the shards */
 	if (c->activation_checkpoint.mode_e == TITAN_ACT_CKPT_NONE) {
 		o->ac = TITAN_AC_NONE;
 	} else if (c->activation_checkpoint.mode_e == TITAN_ACT_CKPT_FULL) {
@@ -576,6 +584,18 @@ int titan_llama_new(const struct titan_model_dims *d, const struct titan_llama_o
 				 "a pipeline stage (opts.stage_l1)");
 		goto fail;
 	}
+	if (o->block_causal && o->doc_eos < 0 && o->doc_bos < 0) {
+		rc = titan_error(TITAN_E_INVALID, "training.attn_mask_type: block_causal needs "
+				 "document boundaries (an EOS or BOS id; opts.doc_eos/doc_bos)");
+		goto fail;
+	}
+	/* the document mask is in the CPU kernels only (lib/cpu/attention.c) */
+	if (o->block_causal && strcmp(be->ops->name, "cpu")) {
+		rc = titan_error(TITAN_E_INVALID, "training.attn_mask_type: block_causal is not "
+				 "in the %s backend's attention; use training.device: cpu",
+				 be->ops->name);
+		goto fail;
+	}
 	tpn = o->tp && titan_comm_size(o->tp) > 1 ? titan_comm_size(o->tp) : 1;
 	m->H = d->n_heads / tpn;
 	m->Hkv = d->n_kv_heads / tpn;
@@ -679,6 +699,7 @@ void titan_llama_free(struct titan_llama *m)
 		free(m->pl.mb[k].x);
 		free(m->pl.mb[k].acts);
 		free(m->pl.mb[k].w);
+		free(m->pl.mb[k].doc);
 	}
 	free(m->pl.mb);
 	free(m->ac.whole);
@@ -797,6 +818,13 @@ static float *G(struct titan_llama *m, enum titan_param_role r, int layer)
  * with the same bits), reading x[l], writing x[l + 1] and keeping its
  * activations in `a`, with this model's sequence/tensor-parallel moves and
  * attention (tp.h, cp.h). */
+/* block_causal: attention reads microbatch b's document ids */
+static void use_docs(struct titan_llama *m, const struct mb *b)
+{
+	m->cp.doc = b->doc;
+	m->cp.ldoc = b->doc ? b->doc + m->o.batch * m->o.seq : NULL;
+}
+
 static int block_fwd(struct titan_llama *m, const struct mb *b, int l, struct acts *a,
 		     const enum fwd_op *ops, int nops)
 {
@@ -809,6 +837,7 @@ static int block_fwd(struct titan_llama *m, const struct mb *b, int l, struct ac
 
 	for (int r = TITAN_PARAM_WQ; r <= TITAN_PARAM_FFN_NORM; r++)
 		w.w[r] = P(m, (enum titan_param_role)r, l);
+	use_docs(m, b);
 	return titan_block_fwd(&k, &w, b->x[l], b->x[l + 1], a, ops, nops);
 }
 
@@ -954,6 +983,7 @@ static int block_bwd(const struct wsink *k, int l, struct acts *a)
 	CK(g->keep(k, l, WS_DH, dh, n * C));
 	CK(op->matmul_bwd(be, m->datt, g->dw(k, TITAN_PARAM_WO, l), dh, a->att,
 			  P(m, TITAN_PARAM_WO, l), n, q, C, false));
+	use_docs(m, k->b);
 	CK(m->cp.attn->bwd(&m->cp, m->dq, m->dk, m->dv, m->datt, a->q, a->k, a->v, a->att,
 			   a->lse));
 	CK(op->rope_bwd(be, m->dq, m->freqs, B, T, m->H, D));
@@ -1052,6 +1082,9 @@ static int forward(struct titan_llama *m, const struct titan_stage *s, struct mb
 
 	if (s->first)
 		CK(load_ids(m, b, inputs));
+	if (b->doc) /* every stage: its blocks' attention needs them */
+		titan_cp_docs(&m->cp, inputs, m->o.doc_eos, m->o.doc_bos, b->doc,
+			      b->doc + m->o.batch * m->o.seq);
 	span_begin(m, "forward", -1);
 	if (s->first) {
 		span_begin(m, "embedding", -1);

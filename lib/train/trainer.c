@@ -374,7 +374,7 @@ int titan_trainer_new(const struct titan_config *cfg, const struct titan_trainer
 		return rc;
 	t->n = c->training.local_batch_size * c->training.seq_len;
 	if ((rc = titan_trainer_open_backend(t, o)) < 0 ||
-	    (rc = titan_trainer_open_loaders(t)) < 0)
+	    (rc = titan_trainer_open_loaders(t)) < 0 || (rc = titan_trainer_set_docs(t)) < 0)
 		return rc;
 	if (c->profiling.enable_memory_snapshot && (rc = titan_trainer_memtrace_open(t)) < 0)
 		return rc;

@@ -89,6 +89,9 @@ int titan_mkdirs(const char *path);
 int titan_trainer_check_layout(const struct titan_trainer *t);
 int titan_trainer_check_supported(const struct titan_config *c);
 int titan_trainer_open_loaders(struct titan_trainer *t);
+/* block_causal: the document boundaries (EOS, else BOS id) of the training
+ * shards into the model options; TITAN_E_INVALID when they have neither. */
+int titan_trainer_set_docs(struct titan_trainer *t);
 int titan_trainer_lock_dump_folder(struct titan_trainer *t);
 int titan_trainer_log_ranks(struct titan_trainer *t);
 void titan_trainer_log_start(const struct titan_trainer *t);

@@ -86,6 +86,26 @@ int titan_trainer_check_supported(const struct titan_config *c)
 	return 0;
 }
 
+int titan_trainer_set_docs(struct titan_trainer *t)
+{
+	const struct titan_config *c = &t->cfg;
+	struct titan_loader_info li;
+
+	if (!t->mo.block_causal)
+		return 0;
+	titan_loader_get_info(t->train, &li);
+	t->mo.doc_eos = li.eos_id;
+	t->mo.doc_bos = li.eos_id < 0 ? li.bos_id : -1;
+	if (li.eos_id < 0 && li.bos_id < 0)
+		return titan_error(TITAN_E_INVALID, "training.attn_mask_type: block_causal needs "
+				   "document boundaries, but the shards in '%s' have neither an EOS "
+				   "nor a BOS id (titan-shard --eos-id)", c->training.dataset_path);
+	if (li.eos_id < 0)
+		titan_log_info("training.attn_mask_type block_causal: the shards have no EOS id; "
+			       "documents start at BOS id %lld", (long long)li.bos_id);
+	return 0;
+}
+
 int titan_trainer_open_loaders(struct titan_trainer *t)
 {
 	const struct titan_config *c = &t->cfg;

@@ -32,22 +32,9 @@ print("steps %d-%d, worst relative difference %.2e" % (min(b), max(b), worst))
 PY
 }
 
-# layouts_setup_file N_LAYERS (from a suite's setup_file): the corpus, a
-# tokenizer of 520 tokens and its shards, $DATA/tiny.yaml (dim 64, N_LAYERS
-# blocks) and the 1-rank reference run in $DATA/ref (checkpoints at 5 and
-# 10); NO_MPI=1 and nothing else without MPI
-layouts_setup_file() {
-	export DATA=$BATS_FILE_TMPDIR
-	PATH=${TITAN_BIN:-$BATS_TEST_DIRNAME/../../bin}:$PATH
-	if ! command -v mpiexec >/dev/null || ! titan-train --version | grep -q '+mpi'; then
-		export NO_MPI=1
-		return 0
-	fi
-	yes 'In the beginning God created the heaven and the earth. And the earth was without form.' |
-		head -n 3000 > "$DATA/text.txt"
-	titan-tokenize train --vocab-size 520 --format text "$DATA/text.txt" -o "$DATA/tok.tiktoken"
-	titan-tokenize -t "$DATA/tok.tiktoken" --doc-per-line "$DATA/text.txt" |
-		titan-shard -q -t "$DATA/tok.tiktoken" --out "$DATA/shards" --val-docs 40
+# layouts_yaml N_LAYERS VOCAB: $DATA/tiny.yaml, the layout suites' model
+# (dim 64, N_LAYERS blocks, VOCAB ids) training on $DATA/shards
+layouts_yaml() {
 	# 4 heads / 2 kv heads of 16 (GQA), FFN 192: TP 2 and 4 split every one;
 	# a vocabulary of 520 rows is no multiple of 3 or 4 (uneven vocabulary
 	# shards); seq 32: CP 4 cuts each row into 8 chunks of 4 tokens
@@ -60,7 +47,7 @@ model:
   n_layers: $1
   n_heads: 4
   n_kv_heads: 2
-  vocab_size: 520
+  vocab_size: $2
   multiple_of: 32
 optimizer:
   lr: 3.0e-3
@@ -81,6 +68,25 @@ comm:
   init_timeout_seconds: 120
   train_timeout_seconds: 60
 YAML
+}
+
+# layouts_setup_file N_LAYERS (from a suite's setup_file): the corpus, a
+# tokenizer of 520 tokens and its shards, $DATA/tiny.yaml (dim 64, N_LAYERS
+# blocks) and the 1-rank reference run in $DATA/ref (checkpoints at 5 and
+# 10); NO_MPI=1 and nothing else without MPI
+layouts_setup_file() {
+	export DATA=$BATS_FILE_TMPDIR
+	PATH=${TITAN_BIN:-$BATS_TEST_DIRNAME/../../bin}:$PATH
+	if ! command -v mpiexec >/dev/null || ! titan-train --version | grep -q '+mpi'; then
+		export NO_MPI=1
+		return 0
+	fi
+	yes 'In the beginning God created the heaven and the earth. And the earth was without form.' |
+		head -n 3000 > "$DATA/text.txt"
+	titan-tokenize train --vocab-size 520 --format text "$DATA/text.txt" -o "$DATA/tok.tiktoken"
+	titan-tokenize -t "$DATA/tok.tiktoken" --doc-per-line "$DATA/text.txt" |
+		titan-shard -q -t "$DATA/tok.tiktoken" --out "$DATA/shards" --val-docs 40
+	layouts_yaml "$1" 520
 	titan-train -q --threads 1 --config "$DATA/tiny.yaml" --checkpoint.enable --checkpoint.interval=5 \
 		--job.dump_folder="$DATA/ref"
 }

@@ -249,6 +249,7 @@ static const struct {
 	LIST("training.dtype", TITAN_MASTER_DTYPES),
 	LIST("training.mixed_precision_param", TITAN_MP_PARAMS),
 	LIST("training.mixed_precision_reduce", TITAN_MP_REDUCES),
+	LIST("training.attn_mask_type", TITAN_ATTN_MASKS),
 	LIST("parallelism.fsdp_reshard_after_forward", TITAN_RESHARDS),
 	LIST("parallelism.pipeline_parallel_schedule", TITAN_SCHEDULES),
 	LIST("parallelism.context_parallel_rotate_method", TITAN_CP_ROTATES),

@@ -918,8 +918,8 @@ static void test_attention(void **state)
 {
 	static const int64_t ts[] = {1, 37, 64, 130, 256}, ds[] = {16, 32, 64, 128};
 	static const int64_t groups[] = {1, 2, 4};
-	static const struct titan_attn_dims large[] = {{2, 2048, 32, 8, 64},
-						       {1, 2048, 16, 4, 128}};
+	static const struct titan_attn_dims large[] = {{2, 2048, 32, 8, 64, NULL},
+						       {1, 2048, 16, 4, 128, NULL}};
 	uint64_t index = 0;
 
 	(void)state;
@@ -929,7 +929,7 @@ static void test_attention(void **state)
 			for (size_t gi = 0; gi < LEN(groups); gi++) {
 				const int64_t hkv = 2;
 				const struct titan_attn_dims d = {ts[ti] <= 64 ? 2 : 1, ts[ti],
-								  groups[gi] * hkv, hkv, ds[di]};
+								  groups[gi] * hkv, hkv, ds[di], NULL};
 
 				attention_case(&d, index++, false);
 			}

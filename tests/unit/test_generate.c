@@ -177,6 +177,59 @@ static void test_logits_match_training_forward(void **state)
 	check_logits(false, 2);
 }
 
+/* block_causal (training.attn_mask_type): the generator's logits equal
+ * the training model's under the same document mask, documents ending at
+ * id EOS (a one-token document, documents across the chunks of 5), in one
+ * prefill, in chunks (the cache kernel from a document's first position)
+ * and token by token; and they differ from the causal ones. */
+static void test_block_causal_matches_training_forward(void **state)
+{
+	enum { EOS = 7 };
+	static const int ends[] = {3, 4, 9, 13, 17};
+	struct titan_model_dims d = tiny(false);
+	struct titan_llama_opts o = {.batch = 1, .seq = T, .ac = TITAN_AC_NONE,
+				     .block_causal = true, .doc_eos = EOS, .doc_bos = -1};
+	struct titan_generator_opts go = {.capacity = T, .block_causal = true, .doc_eos = EOS};
+	struct fixture f;
+	struct titan_llama *m;
+	struct titan_generator *g;
+	float *ref = malloc((size_t)(T * d.vocab_size) * sizeof(float));
+	float *lg = malloc((size_t)(T * d.vocab_size) * sizeof(float));
+
+	(void)state;
+	fixture_init(&f, false, 2);
+	assert_non_null(ref);
+	assert_non_null(lg);
+	for (int i = 0; i < T; i++)
+		f.tok[i] = f.tok[i] == EOS ? EOS + 1 : f.tok[i];
+	for (size_t i = 0; i < sizeof(ends) / sizeof(ends[0]); i++)
+		f.tok[ends[i]] = EOS;
+	assert_int_equal(titan_llama_new(&d, &o, &f.be, NULL, &m), 0);
+	titan_llama_init_weights(m, 11);
+	assert_int_equal(titan_llama_logits(m, f.tok, ref), 0);
+	assert_int_equal(titan_llama_logits(f.m, f.tok, f.ref), 0); /* causal */
+	assert_true(row_err(&f, ref + 20 * f.V, 20) > 1e-3);
+	memcpy(f.ref, ref, (size_t)(T * f.V) * sizeof(float));
+	for (int64_t batch = 0; batch <= 5; batch += 5) {
+		go.batch = batch;
+		assert_int_equal(titan_generator_new(titan_llama_table(m), titan_llama_params(m)->data,
+						     &go, &f.be, NULL, &g), 0);
+		assert_int_equal(titan_generator_forward(g, f.tok, T, lg, true), 0);
+		for (int i = 0; i < T; i++)
+			assert_true(row_err(&f, lg + (int64_t)i * f.V, i) <= TOL);
+		titan_generator_reset(g);
+		for (int i = 0; i < T; i++) {
+			assert_int_equal(titan_generator_forward(g, f.tok + i, 1, lg, false), 0);
+			assert_true(row_err(&f, lg, i) <= TOL);
+		}
+		titan_generator_free(g);
+	}
+	titan_llama_free(m);
+	free(ref);
+	free(lg);
+	fixture_release(&f);
+}
+
 /* The KV cache matters: a cache filled from other tokens gives other
  * logits (the comparison above can fail). */
 static void test_cache_is_used(void **state)
@@ -484,6 +537,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_logits_match_training_forward),
 		cmocka_unit_test(test_cache_is_used),
+		cmocka_unit_test(test_block_causal_matches_training_forward),
 		cmocka_unit_test(test_generate_greedy_and_stops),
 		cmocka_unit_test(test_sampler),
 		cmocka_unit_test(test_load_checkpoint_and_hf),

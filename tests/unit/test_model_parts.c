@@ -184,7 +184,7 @@ static void test_sp_identity(void **state)
 static void test_attention_local(void **state)
 {
 	enum { B = 2, T = 6, H = 4, HKV = 2, D = 8 };
-	const struct titan_attn_dims ad = {B, T, H, HKV, D};
+	const struct titan_attn_dims ad = {B, T, H, HKV, D, NULL};
 	struct titan_backend be;
 	struct titan_cp cp;
 	float *q = bufs(B * T * H * D), *k = bufs(B * T * HKV * D), *v = bufs(B * T * HKV * D);

@@ -260,7 +260,7 @@ static double obj_swiglu(struct fd *p)
 	return dot(p->r, p->out, N * F);
 }
 
-static const struct titan_attn_dims adims = {B, T, H, HKV, D};
+static const struct titan_attn_dims adims = {B, T, H, HKV, D, NULL};
 
 static double obj_attention(struct fd *p)
 {
@@ -594,7 +594,7 @@ struct attn_data {
 static void attn_data_init(struct attn_data *a, int64_t b, int64_t t, int64_t h,
 			   int64_t hk, int64_t d, uint64_t seed)
 {
-	a->d = (struct titan_attn_dims){b, t, h, hk, d};
+	a->d = (struct titan_attn_dims){b, t, h, hk, d, NULL};
 	a->nq = (size_t)(b * t * h * d);
 	a->nk = (size_t)(b * t * hk * d);
 	a->q = FALLOC(a->nq), a->k = FALLOC(a->nk), a->v = FALLOC(a->nk);
@@ -635,7 +635,7 @@ static void test_attention_fwd(void **state)
 		free(qd), free(kd), free(vd), free(od), free(ld);
 		attn_data_free(&a);
 	}
-	struct titan_attn_dims bad = {1, 4, 3, 2, 4};
+	struct titan_attn_dims bad = {1, 4, 3, 2, 4, NULL};
 	float dummy[64];
 	assert_int_equal(be.ops->attention_fwd(&be, dummy, dummy, dummy, dummy, dummy, &bad),
 			 TITAN_E_INVALID);
@@ -745,8 +745,8 @@ static void test_attention_part(void **state)
 
 	/* keys [c, T) first (row t sees key c + s when s <= t - c), then
 	 * keys [0, c) merged in (row t sees s <= t) */
-	struct titan_attn_part late = {Bn, Tn, Tn - c, Tn, Tn, Hn, Hk, Dn, -c};
-	struct titan_attn_part early = {Bn, Tn, c, Tn, Tn, Hn, Hk, Dn, 0};
+	struct titan_attn_part late = {Bn, Tn, Tn - c, Tn, Tn, Hn, Hk, Dn, -c, NULL, NULL};
+	struct titan_attn_part early = {Bn, Tn, c, Tn, Tn, Hn, Hk, Dn, 0, NULL, NULL};
 	memset(out, 0xff, a.nq * sizeof(float));
 	assert_int_equal(be.ops->attention_part_fwd(&be, out, lse, a.q, a.k + c * ks,
 						    a.v + c * ks, &late, false), 0);
@@ -777,8 +777,8 @@ static void test_attention_part(void **state)
 
 	/* queries [0, c) against keys [0, c) causally; queries [c, T) (row
 	 * t' = t - c of a sub-block with stride T) against every key up to t */
-	struct titan_attn_part top = {Bn, c, c, Tn, Tn, Hn, Hk, Dn, 0};
-	struct titan_attn_part bottom = {Bn, Tn - c, Tn, Tn, Tn, Hn, Hk, Dn, c};
+	struct titan_attn_part top = {Bn, c, c, Tn, Tn, Hn, Hk, Dn, 0, NULL, NULL};
+	struct titan_attn_part bottom = {Bn, Tn - c, Tn, Tn, Tn, Hn, Hk, Dn, c, NULL, NULL};
 	memset(out, 0xff, a.nq * sizeof(float));
 	assert_int_equal(be.ops->attention_part_fwd(&be, out, lse, a.q, a.k, a.v, &top, false), 0);
 	assert_int_equal(be.ops->attention_part_fwd(&be, out + c * qs, lse + c, a.q + c * qs, a.k,
@@ -797,7 +797,7 @@ static void test_attention_part(void **state)
 	check_close("part dk (queries split)", pk, dkd, a.nk, 1e-5, 1e-6);
 	check_close("part dv (queries split)", pv, dvd, a.nk, 1e-5, 1e-6);
 	/* bad geometry names the numbers */
-	struct titan_attn_part bad = {1, 4, 4, 3, 4, 4, 2, 4, 0};
+	struct titan_attn_part bad = {1, 4, 4, 3, 4, 4, 2, 4, 0, NULL, NULL};
 	assert_int_equal(be.ops->attention_part_fwd(&be, out, lse, a.q, a.k, a.v, &bad, false),
 			 TITAN_E_INVALID);
 	assert_non_null(strstr(titan_error_last()->msg, "Tq=4 (stride 3)"));
@@ -1030,7 +1030,7 @@ static void run_all(struct run *o, int nthreads, bool blas)
 		labels[i] = i % 13 == 0 ? -100 : (i * 31) % RV;
 	}
 	assert_int_equal(titan_rope_freqs(tab, RT, RD, 500000.0, NULL), 0);
-	const struct titan_attn_dims ad = {RB, RT, RH, RK, RD};
+	const struct titan_attn_dims ad = {RB, RT, RH, RK, RD, NULL};
 	const size_t nq = RB * RT * RH * RD, nk = RB * RT * RK * RD;
 	*o = (struct run){0};
 	o->emb = FALLOC(RN * RC), o->demb = FALLOC(RV * RC);

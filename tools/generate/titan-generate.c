@@ -421,7 +421,13 @@ int main(int argc, char **argv)
 	{
 		struct titan_generator_opts gopts = {
 			.capacity = n_prompt + o.max_new < ctx ? n_prompt + o.max_new : ctx,
+			.block_causal = model->block_causal,
+			.doc_eos = titan_tokenizer_eos(tok),
 		};
+
+		if (model->block_causal)
+			titan_log_info("training.attn_mask_type block_causal: attention stays within "
+				       "a document (documents end at id %" PRId64 ")", gopts.doc_eos);
 
 		if ((rc = titan_generator_new(&model->table, model->params.data, &gopts, &be, NULL,
 					      &gen)) < 0) {
