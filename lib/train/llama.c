@@ -67,9 +67,9 @@ struct ac_policy {
 
 /* Selective "op" recomputes all but what torchtitan's policy keeps: q
  * (after RoPE), v, the attention output and its lse, w1·x and the block
- * output. */
+ * output; with QK-norm also q's input and 1/rms (k's are redone). */
 static const enum fwd_op fwd_unsaved[] = {
-	F_NORM1, F_WK, F_ROPE_K, F_WO, F_NORM2, F_W3, F_SWIGLU,
+	F_NORM1, F_WK, F_KNORM, F_ROPE_K, F_WO, F_NORM2, F_W3, F_SWIGLU,
 };
 
 /* The pipeline bookkeeping: the rank's stages and one microbatch state
@@ -292,6 +292,24 @@ static float *model_buf(void *m, int64_t nfloats, enum titan_mem_tag tag,
 	return buf(m, nfloats, tag, role);
 }
 
+/* QK-norm's inputs and 1/rms of q (`qs`) and of k (`ks`): nothing
+ * without it. */
+static int alloc_qk(struct titan_llama *m, struct acts *a, enum titan_buf_role r, bool qs,
+		    bool ks)
+{
+	const int64_t n = m->n, D = m->d.head_dim;
+	const enum titan_mem_tag t = TITAN_MEM_ACTIVATIONS;
+
+	if (!m->d.qk_norm)
+		return 0;
+	if (qs && (!(a->q0 = buf(m, n * m->H * D, t, r)) || !(a->rstdq = buf(m, n * m->H, t, r))))
+		return TITAN_E_NOMEM;
+	if (ks && (!(a->k0 = buf(m, n * m->Hkv * D, t, r)) ||
+		   !(a->rstdk = buf(m, n * m->Hkv, t, r))))
+		return TITAN_E_NOMEM;
+	return 0;
+}
+
 static int alloc_acts(struct titan_llama *m, struct acts *a, enum titan_buf_role r)
 {
 	const struct titan_model_dims *d = &m->d;
@@ -314,7 +332,7 @@ static int alloc_acts(struct titan_llama *m, struct acts *a, enum titan_buf_role
 	if (!a->xn1 || !a->rstd1 || !a->q || !a->k || !a->v || !a->att || !a->lse || !a->h ||
 	    !a->xn2 || !a->rstd2 || !a->a || !a->b || !a->g)
 		return TITAN_E_NOMEM;
-	return 0;
+	return alloc_qk(m, a, r, true, true);
 }
 
 /* Selective "op": the tensors a block keeps (q, v, att, lse, w1·x) of its
@@ -333,7 +351,7 @@ static int alloc_acts_op(struct titan_llama *m, struct acts *a, const struct act
 	a->a = buf(m, n * m->F, t, TITAN_BUF_SAVED_OP);
 	if (!a->q || !a->v || !a->att || !a->lse || !a->a)
 		return TITAN_E_NOMEM;
-	return 0;
+	return alloc_qk(m, a, TITAN_BUF_SAVED_OP, true, false);
 }
 
 /* One microbatch's state: the stage's block inputs (and x[l1]), kept
@@ -502,7 +520,7 @@ static int alloc_shared_acts(struct titan_llama *m)
 	r->g = buf(m, m->n * m->F, t, TITAN_BUF_RECOMPUTE_OP);
 	if (!r->xn1 || !r->rstd1 || !r->k || !r->h || !r->xn2 || !r->rstd2 || !r->b || !r->g)
 		return TITAN_E_NOMEM;
-	return 0;
+	return alloc_qk(m, r, TITAN_BUF_RECOMPUTE_OP, false, true);
 }
 
 /* The backward scratch. */
@@ -571,6 +589,12 @@ int titan_llama_new(const struct titan_model_dims *d, const struct titan_llama_o
 		m->o.ce_chunk = TITAN_CE_CHUNK;
 	m->be = be;
 	m->alloc = alloc ? alloc : titan_host_allocator();
+	if (o->pp_split_backward && d->qk_norm) {
+		rc = titan_error(TITAN_E_INVALID, "model.qk_norm: QK-norm (qwen3) has no split "
+				 "backward: the zero-bubble schedules "
+				 "(parallelism.pipeline_parallel_schedule) are not supported with it");
+		goto fail;
+	}
 	if (o->pp_split_backward && o->stage_l1 <= 0) {
 		rc = titan_error(TITAN_E_INVALID, "the split backward (zero-bubble schedules) needs "
 				 "a pipeline stage (opts.stage_l1)");
@@ -618,8 +642,8 @@ int titan_llama_new(const struct titan_model_dims *d, const struct titan_llama_o
 		goto fail;
 	m->group_first[0] = 0;
 	for (int g = 1; g <= (int)L; g++)
-		m->group_first[g] = 1 + (g - 1) * TITAN_PARAMS_PER_LAYER;
-	m->group_first[L + 1] = 1 + (int)L * TITAN_PARAMS_PER_LAYER;
+		m->group_first[g] = 1 + (g - 1) * titan_params_per_layer(d);
+	m->group_first[L + 1] = 1 + (int)L * titan_params_per_layer(d);
 	m->group_first[L + 2] = m->table.n;
 	for (int g = 0; g < m->ngroups; g++)
 		titan_llama_bind_group(m, g, NULL, NULL);
@@ -779,14 +803,19 @@ static int pindex(struct titan_llama *m, enum titan_param_role r, int layer)
 	return i;
 }
 
+/* NULL for a role the model lacks (q_norm, k_norm without QK-norm) */
 static float *P(struct titan_llama *m, enum titan_param_role r, int layer)
 {
-	return m->pv[pindex(m, r, layer)];
+	int i = pindex(m, r, layer);
+
+	return i < 0 ? NULL : m->pv[i];
 }
 
 static float *G(struct titan_llama *m, enum titan_param_role r, int layer)
 {
-	return m->gv[pindex(m, r, layer)];
+	int i = pindex(m, r, layer);
+
+	return i < 0 ? NULL : m->gv[i];
 }
 
 #define CK(call) do { if ((rc = (call)) < 0) return rc; } while (0)
@@ -807,7 +836,7 @@ static int block_fwd(struct titan_llama *m, const struct mb *b, int l, struct ac
 	};
 	struct block_w w = {0};
 
-	for (int r = TITAN_PARAM_WQ; r <= TITAN_PARAM_FFN_NORM; r++)
+	for (int r = TITAN_PARAM_WQ; r <= TITAN_PARAM_K_NORM; r++)
 		w.w[r] = P(m, (enum titan_param_role)r, l);
 	return titan_block_fwd(&k, &w, b->x[l], b->x[l + 1], a, ops, nops);
 }
@@ -958,6 +987,12 @@ static int block_bwd(const struct wsink *k, int l, struct acts *a)
 			   a->lse));
 	CK(op->rope_bwd(be, m->dq, m->freqs, B, T, m->H, D));
 	CK(op->rope_bwd(be, m->dk, m->freqs, B, T, m->Hkv, D));
+	if (d->qk_norm) { /* QK-norm, in place: the gradients of wq x, wk x */
+		CK(op->rmsnorm_bwd(be, m->dq, g->dw(k, TITAN_PARAM_Q_NORM, l), m->dq, a->q0,
+				   P(m, TITAN_PARAM_Q_NORM, l), a->rstdq, n * m->H, D, false));
+		CK(op->rmsnorm_bwd(be, m->dk, g->dw(k, TITAN_PARAM_K_NORM, l), m->dk, a->k0,
+				   P(m, TITAN_PARAM_K_NORM, l), a->rstdk, n * m->Hkv, D, false));
+	}
 	CK(g->keep(k, l, WS_DQ, m->dq, n * q));
 	CK(g->keep(k, l, WS_DK, m->dk, n * kv));
 	CK(g->keep(k, l, WS_DV, m->dv, n * kv));
