@@ -121,6 +121,10 @@ PY
 		--job.dump_folder="$o/cuda"
 	[[ $stderr == *"model.qk_norm: QK-norm (model.name qwen3) is not checked on training.device: cuda"* ]] ||
 		fail "$stderr"
+	# no GGUF writer for llama.cpp's qwen3 architecture: refused, nothing written
+	run -1 --separate-stderr titan-ckpt-convert --to gguf "$DATA/qref/checkpoint/step-10.h5" "$o/q.gguf"
+	[[ $stderr == *"GGUF export: model qwen3 (QK-norm) is not written as GGUF yet"* ]] || fail "$stderr"
+	[ ! -e "$o/q.gguf" ]
 	refute_crash
 }
 

@@ -27,12 +27,14 @@ state dict between the two layouts.
 """
 
 import math
+import sys
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 
-import llama_ref as ref
+sys.dont_write_bytecode = True   # no __pycache__ in the source tree
+import llama_ref as ref            # noqa: E402
 
 
 @dataclass
