@@ -404,9 +404,9 @@ int titan_ckpt_check_dims(struct titan_ckpt_file *f)
 
 	if ((double)n != want)
 		return titan_error(TITAN_E_FORMAT, "%s: %zu model tensors, the dims (n_layers %lld, "
-				   "tie_word_embeddings %s, qk_norm %s) make %.0f", src, n,
+				   "tie_word_embeddings %s%s) make %.0f", src, n,
 				   (long long)d->n_layers, d->tied ? "true" : "false",
-				   d->qk_norm ? "true" : "false", want);
+				   d->qk_norm ? ", qk_norm true" : "", want);
 	return 0;
 }
 
