@@ -79,42 +79,25 @@ def apply_rotary_emb(xq, xk, rope_cache):
         ((xk * cos) + (rotate_half(xk) * sin)).type_as(xk)
 
 
-class Attention(nn.Module):
+class Attention(ref.Attention):
+    """llama_ref's Attention (its head_dim is Qwen3Args.head_dim) with
+    q_norm, k_norm on each head before RoPE, RoPE by rotate_half."""
+
     def __init__(self, args: Qwen3Args):
-        super().__init__()
-        self.n_heads = args.n_heads
-        self.n_kv_heads = args.kv_heads
-        self.n_rep = self.n_heads // self.n_kv_heads
-        self.head_dim = args.head_dim
-        # registered first, as torchtitan's Attention does
+        super().__init__(args)
         self.q_norm = ref.RMSNorm(self.head_dim, args.norm_eps)
         self.k_norm = ref.RMSNorm(self.head_dim, args.norm_eps)
-        self.wq = nn.Linear(args.dim, args.n_heads * self.head_dim, bias=False)
-        self.wk = nn.Linear(args.dim, self.n_kv_heads * self.head_dim, bias=False)
-        self.wv = nn.Linear(args.dim, self.n_kv_heads * self.head_dim, bias=False)
-        self.wo = nn.Linear(args.n_heads * self.head_dim, args.dim, bias=False)
+        # registered first, as torchtitan's Attention does
+        for name in ("k_norm", "q_norm"):
+            self._modules.move_to_end(name, last=False)
 
     def init_weights(self, init_std):
-        for linear in (self.wq, self.wk, self.wv):
-            nn.init.trunc_normal_(linear.weight, mean=0.0, std=0.02)
-        nn.init.trunc_normal_(self.wo.weight, mean=0.0, std=init_std)
+        super().init_weights(init_std)
         self.q_norm.reset_parameters()
         self.k_norm.reset_parameters()
 
-    def forward(self, x, rope_cache):
-        bs, seqlen, _ = x.shape
-        xq, xk, xv = self.wq(x), self.wk(x), self.wv(x)
-        xq = xq.view(bs, seqlen, -1, self.head_dim)
-        xk = xk.view(bs, seqlen, -1, self.head_dim)
-        xv = xv.view(bs, seqlen, -1, self.head_dim)
-        xq = self.q_norm(xq)
-        xk = self.k_norm(xk)
-        xq, xk = apply_rotary_emb(xq, xk, rope_cache)
-        keys = ref.repeat_kv(xk, self.n_rep)
-        values = ref.repeat_kv(xv, self.n_rep)
-        out = ref.sdpa_causal(xq.transpose(1, 2), keys.transpose(1, 2), values.transpose(1, 2))
-        out = out.transpose(1, 2).contiguous().view(bs, seqlen, -1)
-        return self.wo(out)
+    def rotate(self, xq, xk, rope_cache):
+        return apply_rotary_emb(self.q_norm(xq), self.k_norm(xk), rope_cache)
 
 
 class TransformerBlock(ref.TransformerBlock):
