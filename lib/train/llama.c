@@ -29,10 +29,11 @@
  * output gradients of w2 (dy), wo (dh), wq/wk/wv after RoPE (dq, dk, dv)
  * and of the two norms (dxn2, dxn1: their dy), and `x`, copies of the
  * layer inputs (xn1, att, h, xn2, rstd1, rstd2, and a, b holding the
- * SwiGLU gradients da, db, g) when the block's activations are shared
- * (checkpointed, or selective "op"); otherwise x is empty and the pass
- * reads the microbatch's own acts. */
-enum wslot { WS_DY, WS_DH, WS_DQ, WS_DK, WS_DV, WS_DXN2, WS_DXN1, WS_NSLOT,
+ * SwiGLU gradients da, db, g; with QK-norm q0, k0, rstdq, rstdk) when
+ * the block's activations are shared (checkpointed, or selective "op");
+ * otherwise x is empty and the pass reads the microbatch's own acts.
+ * With QK-norm also the dy of q_norm and k_norm (dqn, dkn; none without). */
+enum wslot { WS_DY, WS_DH, WS_DQ, WS_DK, WS_DV, WS_DXN2, WS_DXN1, WS_DQN, WS_DKN, WS_NSLOT,
 	     WS_DXNF = WS_NSLOT /* the final norm's dy: struct mb's dxnf */ };
 struct wstash {
 	float *g[WS_NSLOT];
@@ -417,13 +418,15 @@ static int alloc_wstash(struct titan_llama *m, struct mb *b)
 			struct wstash *w = &b->w[l];
 			struct acts *x = &w->x;
 
+			const int64_t qk = d->qk_norm;
 			const int64_t size[WS_NSLOT] = {
 				[WS_DY] = n * C, [WS_DH] = n * C, [WS_DQ] = n * q, [WS_DK] = n * kv,
-				[WS_DV] = n * kv, [WS_DXN2] = nl * C, [WS_DXN1] = nl * C};
+				[WS_DV] = n * kv, [WS_DXN2] = nl * C, [WS_DXN1] = nl * C,
+				[WS_DQN] = qk * n * q, [WS_DKN] = qk * n * kv};
 
 			m->at_layer = (int)l;
 			for (int i = 0; i < WS_NSLOT; i++)
-				if (!(w->g[i] = buf(m, size[i], t, TITAN_BUF_ZB_STASH)))
+				if (size[i] && !(w->g[i] = buf(m, size[i], t, TITAN_BUF_ZB_STASH)))
 					return TITAN_E_NOMEM;
 			if (!m->ac.whole[l] && m->o.ac != TITAN_AC_SELECTIVE_OP)
 				continue;
@@ -437,7 +440,7 @@ static int alloc_wstash(struct titan_llama *m, struct mb *b)
 			x->b = buf(m, n * F, t, TITAN_BUF_ZB_INPUTS);
 			x->g = buf(m, n * F, t, TITAN_BUF_ZB_INPUTS);
 			if (!x->xn1 || !x->att || !x->h || !x->xn2 || !x->rstd1 || !x->rstd2 || !x->a ||
-			    !x->b || !x->g)
+			    !x->b || !x->g || alloc_qk(m, x, TITAN_BUF_ZB_INPUTS, true, true) < 0)
 				return TITAN_E_NOMEM;
 		}
 	}
@@ -589,12 +592,6 @@ int titan_llama_new(const struct titan_model_dims *d, const struct titan_llama_o
 		m->o.ce_chunk = TITAN_CE_CHUNK;
 	m->be = be;
 	m->alloc = alloc ? alloc : titan_host_allocator();
-	if (o->pp_split_backward && d->qk_norm) {
-		rc = titan_error(TITAN_E_INVALID, "model.qk_norm: QK-norm (qwen3) has no split "
-				 "backward: the zero-bubble schedules "
-				 "(parallelism.pipeline_parallel_schedule) are not supported with it");
-		goto fail;
-	}
 	if (o->pp_split_backward && o->stage_l1 <= 0) {
 		rc = titan_error(TITAN_E_INVALID, "the split backward (zero-bubble schedules) needs "
 				 "a pipeline stage (opts.stage_l1)");
@@ -663,9 +660,11 @@ int titan_llama_new(const struct titan_model_dims *d, const struct titan_llama_o
 	m->at_mb = -1;
 	if (o->pp_split_backward) {
 		rc = TITAN_E_NOMEM;
-		if (!(m->pl.ones = buf(m, C, TITAN_MEM_WORKSPACE, TITAN_BUF_ZB_ONES)))
+		const int64_t nones = C > d->head_dim ? C : d->head_dim; /* QK-norm's too */
+
+		if (!(m->pl.ones = buf(m, nones, TITAN_MEM_WORKSPACE, TITAN_BUF_ZB_ONES)))
 			goto fail;
-		if ((rc = set_ones(m, m->pl.ones, C)) < 0)
+		if ((rc = set_ones(m, m->pl.ones, nones)) < 0)
 			goto fail;
 	}
 	if ((rc = alloc_scratch(m)) < 0 ||
@@ -938,6 +937,14 @@ static int keep_stash_acts(const struct wsink *k, int l, const struct acts *a)
 	CK(op->copy(be, x->rstd2, a->rstd2, nl));
 	CK(op->copy(be, x->a, a->a, n * F));
 	CK(op->copy(be, x->b, a->b, n * F));
+	if (x->q0) { /* QK-norm's inputs and 1/rms */
+		const int64_t kv = k->m->Hkv * k->m->d.head_dim;
+
+		CK(op->copy(be, x->q0, a->q0, n * q));
+		CK(op->copy(be, x->k0, a->k0, n * kv));
+		CK(op->copy(be, x->rstdq, a->rstdq, n * k->m->H));
+		CK(op->copy(be, x->rstdk, a->rstdk, n * k->m->Hkv));
+	}
 	return op->copy(be, x->g, a->g, n * F);
 }
 
@@ -988,6 +995,8 @@ static int block_bwd(const struct wsink *k, int l, struct acts *a)
 	CK(op->rope_bwd(be, m->dq, m->freqs, B, T, m->H, D));
 	CK(op->rope_bwd(be, m->dk, m->freqs, B, T, m->Hkv, D));
 	if (d->qk_norm) { /* QK-norm, in place: the gradients of wq x, wk x */
+		CK(g->keep(k, l, WS_DQN, m->dq, n * q));
+		CK(g->keep(k, l, WS_DKN, m->dk, n * kv));
 		CK(op->rmsnorm_bwd(be, m->dq, g->dw(k, TITAN_PARAM_Q_NORM, l), m->dq, a->q0,
 				   P(m, TITAN_PARAM_Q_NORM, l), a->rstdq, n * m->H, D, false));
 		CK(op->rmsnorm_bwd(be, m->dk, g->dw(k, TITAN_PARAM_K_NORM, l), m->dk, a->k0,
@@ -1039,6 +1048,12 @@ static int block_wgrad(struct titan_llama *m, const struct mb *b, int l)
 			  false));
 	CK(op->matmul_bwd(be, NULL, G(m, TITAN_PARAM_WV, l), w[WS_DV], a->xn1, NULL, n, C, kv,
 			  false));
+	if (d->qk_norm) { /* the input gradients go to the q, k scratch */
+		CK(op->rmsnorm_bwd(be, m->dq, G(m, TITAN_PARAM_Q_NORM, l), w[WS_DQN], a->q0,
+				   m->pl.ones, a->rstdq, n * m->H, d->head_dim, false));
+		CK(op->rmsnorm_bwd(be, m->dk, G(m, TITAN_PARAM_K_NORM, l), w[WS_DKN], a->k0,
+				   m->pl.ones, a->rstdk, n * m->Hkv, d->head_dim, false));
+	}
 	return op->rmsnorm_bwd(be, m->dh, G(m, TITAN_PARAM_ATTENTION_NORM, l), w[WS_DXN1],
 			       b->x[l], m->pl.ones, a->rstd1, nl, C, false);
 }

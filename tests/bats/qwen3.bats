@@ -1,12 +1,12 @@
 #!/usr/bin/env bats
 # model.name qwen3 (dense Qwen3: QK-norm, a head_dim of its own, optional
 # tied embeddings) through the tools: its flavors, a 1-rank run and its
-# checkpoint, TP 2 / FSDP 2 / CP 2 / PP 2 reproducing the 1-rank curve (the
-# tolerance of layouts.bash), the refusals (tied + PP, zero-bubble, CUDA),
-# HF conversion both ways with Qwen3's names, titan-generate on the
-# checkpoint and on its HF export equal to the public architecture
-# (tests/ref/qwen3_ref.py), and titan-estimate to the byte.  The step
-# arithmetic itself is test_golden's (golden files Q and R).
+# checkpoint, TP 2 / FSDP 2 / CP 2 / PP 2 and the zero-bubble schedules
+# reproducing the 1-rank curve (the tolerance of layouts.bash), the
+# refusals (tied + PP, CUDA, GGUF), HF conversion both ways with Qwen3's
+# names, titan-generate on the checkpoint and on its HF export equal to the
+# public architecture (tests/ref/qwen3_ref.py), and titan-estimate to the
+# byte.  The step arithmetic itself is test_golden's (golden files Q, R).
 
 bats_require_minimum_version 1.5.0
 
@@ -107,16 +107,31 @@ PY
 	echo "# tp 2 tied: $output" >&3
 }
 
-@test "refused with exit 2 naming the key: tied + PP, zero-bubble schedules, CUDA" {
+@test "zero-bubble schedules (split backward: q_norm/k_norm weight grads in the W pass) reproduce 1 rank" {
+	local o=$BATS_TEST_TMPDIR PP="--parallelism.pipeline_parallel_degree=2 --parallelism.pipeline_parallel_microbatch_size=2"
+	titan-train -q --threads 1 --config "$DATA/tiny.yaml" $Q --model.n_layers=6 \
+		--job.dump_folder="$o/ref6"
+	run -0 mpi 2 $Q --model.n_layers=6 $PP --parallelism.pipeline_parallel_schedule=ZBVZeroBubble \
+		--activation_checkpoint.mode=full --job.dump_folder="$o/zbv"
+	run -0 same_curve "$o/ref6/metrics.jsonl" "$o/zbv/metrics.jsonl"
+	echo "# ZBV, full AC: $output" >&3
+	run -0 mpi 2 $Q --model.n_layers=6 $PP --parallelism.pipeline_parallel_schedule=InterleavedZeroBubble \
+		--activation_checkpoint.mode=selective --activation_checkpoint.selective_ac_option=op \
+		--job.dump_folder="$o/izb"
+	run -0 same_curve "$o/ref6/metrics.jsonl" "$o/izb/metrics.jsonl"
+	echo "# InterleavedZeroBubble, selective op: $output" >&3
+	run -0 mpi 2 $Q --model.n_layers=6 $PP --parallelism.pipeline_parallel_schedule=InterleavedZeroBubble \
+		--job.dump_folder="$o/izbn"
+	run -0 same_curve "$o/ref6/metrics.jsonl" "$o/izbn/metrics.jsonl"
+	echo "# InterleavedZeroBubble, no AC: $output" >&3
+}
+
+@test "refused naming the key: tied + PP, CUDA (exit 2), --to gguf (exit 1)" {
 	local o=$BATS_TEST_TMPDIR
 	run -2 --separate-stderr titan-train -q --config "$DATA/tiny.yaml" $Q \
 		--model.tie_word_embeddings=true --parallelism.pipeline_parallel_degree=2
 	[[ $stderr == *"model.tie_word_embeddings: tied weights cannot be used with parallelism.pipeline_parallel_degree > 1"* ]] ||
 		fail "$stderr"
-	run -2 --separate-stderr mpi 2 $Q --model.n_layers=6 --parallelism.pipeline_parallel_degree=2 \
-		--parallelism.pipeline_parallel_microbatch_size=2 \
-		--parallelism.pipeline_parallel_schedule=ZBVZeroBubble --job.dump_folder="$o/zb"
-	[[ $stderr == *"model.qk_norm: QK-norm (qwen3) has no split backward"* ]] || fail "$stderr"
 	run -2 --separate-stderr titan-train -q --config "$DATA/tiny.yaml" $Q --training.device=cuda \
 		--job.dump_folder="$o/cuda"
 	[[ $stderr == *"model.qk_norm: QK-norm (model.name qwen3) is not checked on training.device: cuda"* ]] ||
