@@ -96,7 +96,8 @@ static json_t *config_json(const struct titan_model_dims *d, const struct titan_
 	json_t *j = json_object();
 	int64_t maxpos = max_positions(d, o);
 
-	const bool qwen3 = d->family == TITAN_MODEL_NAME_QWEN3;
+	/* a QK-norm model is HF's Qwen3 whatever model.name says */
+	const bool qwen3 = d->family == TITAN_MODEL_NAME_QWEN3 || d->qk_norm;
 
 	/* Qwen3ForCausalLM's keys as Qwen3-0.6B's config.json has them */
 	json_object_set_new(j, "architectures",

@@ -52,10 +52,13 @@ static const struct family {
 	const struct flavor *flavors;
 	int n;
 	bool qk_norm;
+	double norm_eps, rope_theta;
+	bool rope_scaling;
 } families[] = {
-	[TITAN_MODEL_NAME_LLAMA3] = {"llama3", flavors, NFLAVORS, false},
+	[TITAN_MODEL_NAME_LLAMA3] = {"llama3", flavors, NFLAVORS, false, 1e-5, 500000.0, true},
 	[TITAN_MODEL_NAME_QWEN3] = {"qwen3", qwen3_flavors,
-				    (int)(sizeof(qwen3_flavors) / sizeof(qwen3_flavors[0])), true},
+				    (int)(sizeof(qwen3_flavors) / sizeof(qwen3_flavors[0])), true,
+				    1e-6, 1000000.0, false},
 };
 #define NFAMILIES ((int)(sizeof(families) / sizeof(families[0])))
 
@@ -122,11 +125,9 @@ int titan_model_family_flavor(enum titan_model_name fam, const char *name,
 		snprintf(out->flavor, sizeof(out->flavor), "%s", f->name);
 		out->family = fam;
 		out->qk_norm = F->qk_norm;
-		if (fam != TITAN_MODEL_NAME_LLAMA3) { /* lib/config/value.c's family values */
-			out->norm_eps = 1e-6;
-			out->rope_theta = 1000000.0;
-			out->rope_scaling = false;
-		}
+		out->norm_eps = F->norm_eps;
+		out->rope_theta = F->rope_theta;
+		out->rope_scaling = F->rope_scaling;
 		out->dim = f->dim;
 		out->n_layers = f->n_layers;
 		out->n_heads = f->n_heads;
@@ -209,6 +210,12 @@ int titan_model_dims_from_config(const struct titan_config *cfg, struct titan_mo
 	if (custom && cfg->model.n_kv_heads <= 0)
 		d->n_kv_heads = d->n_heads;
 	finish(d, head_dim, hidden);
+	/* a head_dim of its own goes with QK-norm (Qwen3), as checkpoints and
+	 * HF's Llama have it */
+	if (head_dim > 0 && !d->qk_norm && head_dim * d->n_heads != d->dim)
+		return titan_error(TITAN_E_INVALID, "model.head_dim: %lld x %lld heads is not model.dim "
+				   "%lld, which a model without model.qk_norm (llama3) needs",
+				   (long long)head_dim, (long long)d->n_heads, (long long)d->dim);
 	if (head_dim <= 0 && d->dim % d->n_heads != 0)
 		return titan_error(TITAN_E_INVALID,
 				   "model.n_heads: %lld heads do not divide model.dim %lld",

@@ -41,6 +41,11 @@ setup() {
 	[[ $stderr == *"model.flavor: unknown flavor '70B' for model.name qwen3"* ]] || fail "$stderr"
 	run -2 --separate-stderr titan-config --model.flavor=0.6B --summary
 	[[ $stderr == *"model.flavor: unknown flavor '0.6B' for model.name llama3"* ]] || fail "$stderr"
+	# an own head_dim needs QK-norm (checkpoints and HF's Llama tie it to dim / heads)
+	run -2 --separate-stderr titan-config --model.head_dim=32 --summary
+	[[ $stderr == *"model.head_dim: 32 x 16 heads is not model.dim 256"* ]] || fail "$stderr"
+	run -0 --separate-stderr titan-config --model.head_dim=32 --model.qk_norm=true --summary
+	assert_line --partial "model:        llama3 debugmodel (QK-norm)"
 	# the family's norm_eps / rope_theta / rope_scaling, unless set
 	run -0 --separate-stderr titan-config --model.name=qwen3
 	assert_line "  norm_eps: 1.0e-06"
