@@ -112,6 +112,35 @@ PY
 	echo "# tp 2 tied: $output" >&3
 }
 
+@test "checkpoints: a TP 2 x FSDP 2 one resumes on 1 rank, a 1-rank one on FSDP 2; another model's is refused" {
+	local o=$BATS_TEST_TMPDIR
+	run -0 mpi 4 $Q --parallelism.tensor_parallel_degree=2 --parallelism.data_parallel_shard_degree=2 \
+		--training.local_batch_size=4 --checkpoint.enable --checkpoint.interval=5 \
+		--job.dump_folder="$o/tf"
+	run -0 same_curve "$DATA/qref/metrics.jsonl" "$o/tf/metrics.jsonl"
+	mkdir -p "$o/one/checkpoint" "$o/fsdp/checkpoint" "$o/llama/checkpoint"
+	cp "$o/tf/checkpoint/step-5.h5" "$o/one/checkpoint/"
+	run -0 titan-train -q --threads 1 --config "$DATA/tiny.yaml" $Q --checkpoint.enable \
+		--job.dump_folder="$o/one"
+	run -0 same_curve "$DATA/qref/metrics.jsonl" "$o/one/metrics.jsonl"
+	[[ $output == "steps 6-10,"* ]]
+	echo "# TP 2 x FSDP 2 -> 1 rank: $output" >&3
+	titan-train -q --threads 1 --config "$DATA/tiny.yaml" $Q --checkpoint.enable \
+		--checkpoint.interval=5 --job.dump_folder="$o/five"
+	cp "$o/five/checkpoint/step-5.h5" "$o/fsdp/checkpoint/"
+	run -0 mpi 2 $Q --parallelism.data_parallel_shard_degree=2 --training.local_batch_size=4 \
+		--checkpoint.enable --job.dump_folder="$o/fsdp"
+	run -0 same_curve "$DATA/qref/metrics.jsonl" "$o/fsdp/metrics.jsonl"
+	[[ $output == "steps 6-10,"* ]]
+	echo "# 1 rank -> FSDP 2: $output" >&3
+	# the qwen3 checkpoint under the Llama config of the same dims: named
+	cp "$o/five/checkpoint/step-5.h5" "$o/llama/checkpoint/"
+	run -2 --separate-stderr titan-train -q --threads 1 --config "$DATA/tiny.yaml" \
+		--checkpoint.enable --job.dump_folder="$o/llama"
+	[[ $stderr == *"head_dim 24 there, 16 in the config (model.head_dim)"* ]] || fail "$stderr"
+	[[ $stderr == *"qk_norm true there, false in the config (model.qk_norm)"* ]] || fail "$stderr"
+}
+
 @test "zero-bubble schedules (split backward: q_norm/k_norm weight grads in the W pass) reproduce 1 rank" {
 	local o=$BATS_TEST_TMPDIR PP="--parallelism.pipeline_parallel_degree=2 --parallelism.pipeline_parallel_microbatch_size=2"
 	titan-train -q --threads 1 --config "$DATA/tiny.yaml" $Q --model.n_layers=6 \
