@@ -41,6 +41,10 @@ setup() {
 	[[ $stderr == *"model.flavor: unknown flavor '70B' for model.name qwen3"* ]] || fail "$stderr"
 	run -2 --separate-stderr titan-config --model.flavor=0.6B --summary
 	[[ $stderr == *"model.flavor: unknown flavor '0.6B' for model.name llama3"* ]] || fail "$stderr"
+	# torchtitan's own job file for it (tests/data/torchtitan)
+	run -0 --separate-stderr titan-config --config tests/data/torchtitan/qwen3_0.6b.toml --summary
+	assert_line --partial "model:        qwen3 0.6B (tied embeddings) (QK-norm)"
+	assert_line --partial "parameters:   596049920 total (0.596 B)"
 	# an own head_dim needs QK-norm (checkpoints and HF's Llama tie it to dim / heads)
 	run -2 --separate-stderr titan-config --model.head_dim=32 --summary
 	[[ $stderr == *"model.head_dim: 32 x 16 heads is not model.dim 256"* ]] || fail "$stderr"
