@@ -777,7 +777,8 @@ void titan_ckpt_match_flavor_(const struct titan_model_dims *d, char name[32])
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
 		struct titan_model_dims f;
 
-		if (titan_model_family_flavor(d->family, names[i], &f) == 0 && f.dim == d->dim &&
+		if (titan_model_family_has_flavor(d->family, names[i]) &&
+		    titan_model_family_flavor(d->family, names[i], &f) == 0 && f.dim == d->dim &&
 		    f.n_layers == d->n_layers && f.n_heads == d->n_heads &&
 		    f.n_kv_heads == d->n_kv_heads && f.vocab_size == d->vocab_size &&
 		    f.ffn_hidden == d->ffn_hidden && f.tied == d->tied &&
@@ -801,7 +802,6 @@ char *titan_ckpt_config_for_dims(const struct titan_model_dims *d)
 	if (titan_config_init(&c) < 0)
 		return NULL;
 	titan_ckpt_match_flavor_(d, flavor);
-	titan_error_clear();
 #define SET(key, ...) \
 	do { snprintf(v, sizeof(v), __VA_ARGS__); \
 	     if ((rc = titan_config_set(&c, key, v, "checkpoint dims")) < 0) goto done; } while (0)

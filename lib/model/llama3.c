@@ -108,6 +108,14 @@ const char *titan_model_family_name(enum titan_model_name fam)
 	return (int)fam >= 0 && (int)fam < NFAMILIES ? families[fam].name : "?";
 }
 
+bool titan_model_family_has_flavor(enum titan_model_name fam, const char *name)
+{
+	for (int i = 0; (int)fam >= 0 && (int)fam < NFAMILIES && i < families[fam].n; i++)
+		if (!strcmp(name, families[fam].flavors[i].name))
+			return true;
+	return false;
+}
+
 int titan_model_family_flavor(enum titan_model_name fam, const char *name,
 			      struct titan_model_dims *out)
 {

@@ -56,6 +56,8 @@ int titan_model_flavor(const char *flavor, struct titan_model_dims *out);
 int titan_model_family_flavor(enum titan_model_name fam, const char *flavor,
 			      struct titan_model_dims *out);
 const char *titan_model_family_name(enum titan_model_name fam);
+/* Whether family `fam` has a flavor `flavor` (no error set). */
+bool titan_model_family_has_flavor(enum titan_model_name fam, const char *flavor);
 /* Number of Llama 3 flavors and their names, for listings. */
 int titan_model_nflavors(void);
 const char *titan_model_flavor_name(int i);
