@@ -224,14 +224,24 @@ int titan_ckpt_dims_check(const char *src, const struct titan_model_dims *d, boo
 			return titan_error(TITAN_E_FORMAT, "%s: %s %s: must be a finite number above 0",
 					   src, field(hf, reals[i].name, reals[i].hf),
 					   titan_format_double(v, sizeof(v), reals[i].v));
-	if (d->dim % d->n_heads || d->n_heads % d->n_kv_heads || (d->dim / d->n_heads) % 2)
+	/* Qwen3 (QK-norm) has a head_dim of its own: any positive even one */
+	if (d->qk_norm && (d->head_dim <= 0 || d->head_dim % 2 || d->head_dim > INT32_MAX ||
+			   d->n_heads % d->n_kv_heads))
+		return titan_error(TITAN_E_FORMAT, "%s: head_dim %lld, %s %lld, %s %lld: head_dim "
+				   "must be even and positive and the kv heads divide the heads",
+				   src, (long long)d->head_dim,
+				   field(hf, "n_heads", "num_attention_heads"), (long long)d->n_heads,
+				   field(hf, "n_kv_heads", "num_key_value_heads"),
+				   (long long)d->n_kv_heads);
+	if (!d->qk_norm &&
+	    (d->dim % d->n_heads || d->n_heads % d->n_kv_heads || (d->dim / d->n_heads) % 2))
 		return titan_error(TITAN_E_FORMAT, "%s: %s %lld, %s %lld, %s %lld: the heads must "
 				   "divide %s into even head dims and the kv heads divide the heads",
 				   src, field(hf, "dim", "hidden_size"), (long long)d->dim,
 				   field(hf, "n_heads", "num_attention_heads"), (long long)d->n_heads,
 				   field(hf, "n_kv_heads", "num_key_value_heads"),
 				   (long long)d->n_kv_heads, field(hf, "dim", "hidden_size"));
-	if (d->head_dim != d->dim / d->n_heads)
+	if (d->head_dim != d->dim / d->n_heads && !d->qk_norm)
 		return titan_error(TITAN_E_FORMAT, "%s: head_dim %lld is not %s / %s (%lld)", src,
 				   (long long)d->head_dim, field(hf, "dim", "hidden_size"),
 				   field(hf, "n_heads", "num_attention_heads"),
@@ -247,7 +257,9 @@ int titan_ckpt_dims_check(const char *src, const struct titan_model_dims *d, boo
 				   (long long)d->rope_original_max_position);
 	/* the whole model's bytes must be addressable (in double: no overflow) */
 	total = (double)d->vocab_size * (double)d->dim * (d->tied ? 1.0 : 2.0) +
-		(double)d->n_layers * (4.0 * (double)d->dim * (double)d->dim +
+		(double)d->n_layers * ((d->qk_norm ? 2.0 * (double)(d->n_heads + d->n_kv_heads) *
+							     (double)d->head_dim
+						   : 4.0 * (double)d->dim) * (double)d->dim +
 				       3.0 * (double)d->dim * (double)d->ffn_hidden);
 	if (total * 4.0 > 0x1p62)
 		return titan_error(TITAN_E_FORMAT, "%s: the dims make %.3g parameters, more than a "
@@ -261,7 +273,7 @@ int titan_ckpt_dims_match(const char *src, const struct titan_model_dims *have,
 	/* the architecture: what the weights mean, not only their shapes (4
 	 * heads of 16 and 8 heads of 8 make the same wq).  multiple_of and
 	 * ffn_dim_multiplier only lead to ffn_hidden, head_dim follows from
-	 * dim and n_heads, and the flavor is a name. */
+	 * dim and n_heads (or is Qwen3's own), and the flavor is a name. */
 	const struct {
 		const char *name, *key;
 		int64_t a, b;
@@ -271,6 +283,8 @@ int titan_ckpt_dims_match(const char *src, const struct titan_model_dims *have,
 		{"n_layers", "model.n_layers", have->n_layers, want->n_layers, true, false},
 		{"n_heads", "model.n_heads", have->n_heads, want->n_heads, true, false},
 		{"n_kv_heads", "model.n_kv_heads", have->n_kv_heads, want->n_kv_heads, true, false},
+		{"head_dim", "model.head_dim", have->head_dim, want->head_dim, true, false},
+		{"qk_norm", "model.qk_norm", have->qk_norm, want->qk_norm, true, true},
 		{"ffn_hidden", "model.multiple_of, model.ffn_dim_multiplier", have->ffn_hidden,
 		 want->ffn_hidden, true, false},
 		{"vocab_size", "model.vocab_size", have->vocab_size, want->vocab_size, true, false},
@@ -383,13 +397,16 @@ int titan_ckpt_check_dims(struct titan_ckpt_file *f)
 		return rc;
 	for (size_t i = 0; i < in->n_tensors; i++)
 		n += in->tensors[i].part == TITAN_CKPT_MODEL;
-	/* 9 per block, tok_embeddings, norm, output when not tied: a table
-	 * built from the dims is then no larger than the file's list */
-	if ((double)n != 9.0 * (double)d->n_layers + (d->tied ? 2 : 3))
+	/* 9 per block (11 with QK-norm), tok_embeddings, norm, output when
+	 * not tied: a table built from the dims is then no larger than the
+	 * file's list */
+	const double want = titan_params_per_layer(d) * (double)d->n_layers + (d->tied ? 2 : 3);
+
+	if ((double)n != want)
 		return titan_error(TITAN_E_FORMAT, "%s: %zu model tensors, the dims (n_layers %lld, "
-				   "tie_word_embeddings %s) make %.0f", src, n,
+				   "tie_word_embeddings %s%s) make %.0f", src, n,
 				   (long long)d->n_layers, d->tied ? "true" : "false",
-				   9.0 * (double)d->n_layers + (d->tied ? 2 : 3));
+				   d->qk_norm ? ", qk_norm true" : "", want);
 	return 0;
 }
 
@@ -754,14 +771,18 @@ int titan_ckpt_supersede(const char *folder, int64_t step, char **subfolder, int
 
 void titan_ckpt_match_flavor_(const struct titan_model_dims *d, char name[32])
 {
-	for (int i = 0; i < titan_model_nflavors(); i++) {
+	static const char *const names[] = {"debugmodel", "0.6B", "1B", "1.7B", "3B", "4B", "8B",
+					    "14B", "32B", "70B", "405B"};
+
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
 		struct titan_model_dims f;
 
-		if (titan_model_flavor(titan_model_flavor_name(i), &f) == 0 && f.dim == d->dim &&
+		if (titan_model_family_has_flavor(d->family, names[i]) &&
+		    titan_model_family_flavor(d->family, names[i], &f) == 0 && f.dim == d->dim &&
 		    f.n_layers == d->n_layers && f.n_heads == d->n_heads &&
 		    f.n_kv_heads == d->n_kv_heads && f.vocab_size == d->vocab_size &&
 		    f.ffn_hidden == d->ffn_hidden && f.tied == d->tied &&
-		    f.head_dim == d->head_dim) {
+		    f.head_dim == d->head_dim && f.qk_norm == d->qk_norm) {
 			snprintf(name, 32, "%s", f.flavor);
 			return;
 		}
@@ -787,6 +808,7 @@ char *titan_ckpt_config_for_dims(const struct titan_model_dims *d)
 #define SETD(key, x) \
 	do { titan_format_double(v, sizeof(v), x); \
 	     if ((rc = titan_config_set(&c, key, v, "checkpoint dims")) < 0) goto done; } while (0)
+	SET("model.name", "%s", titan_model_family_name(d->family));
 	SET("model.flavor", "%s", flavor);
 	if (!strcmp(flavor, "custom")) {
 		/* ffn hidden F back from multiple_of = F: int(8·dim/3) rounded up to
@@ -803,6 +825,12 @@ char *titan_ckpt_config_for_dims(const struct titan_model_dims *d)
 		if (h > d->ffn_hidden)
 			SETD("model.ffn_dim_multiplier", (double)d->ffn_hidden / (double)h);
 		SET("model.tie_word_embeddings", "%s", d->tied ? "true" : "false");
+		if (d->head_dim != d->dim / d->n_heads)
+			SET("model.head_dim", "%lld", (long long)d->head_dim);
+		if (d->family != TITAN_MODEL_NAME_LLAMA3)
+			SET("model.hidden_dim", "%lld", (long long)d->ffn_hidden);
+		if (d->qk_norm != (d->family == TITAN_MODEL_NAME_QWEN3))
+			SET("model.qk_norm", "%s", d->qk_norm ? "true" : "false");
 	}
 	SETD("model.norm_eps", d->norm_eps);
 	SETD("model.rope_theta", d->rope_theta);

@@ -411,6 +411,12 @@ int titan_gguf_export(const char *path, const struct titan_param_table *t, titan
 	}
 	if (t->opts.shard_degree > 1)
 		return titan_error(TITAN_E_UNSUPPORTED, "GGUF export of a sharded parameter table");
+	/* llama.cpp's qwen3 architecture (attn_q_norm, attn_k_norm, its own
+	 * head_dim) is not written: refused rather than a wrong "llama" file */
+	if (t->dims.qk_norm)
+		return titan_error(TITAN_E_UNSUPPORTED, "GGUF export: model %s (QK-norm) is not "
+				   "written as GGUF yet (titan writes llama.cpp's architecture "
+				   "llama only); use --to hf", titan_model_family_name(t->dims.family));
 	if (t->dims.head_dim % 2)
 		return titan_error(TITAN_E_INVALID, "GGUF export: head_dim %lld is odd",
 				   (long long)t->dims.head_dim);

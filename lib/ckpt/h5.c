@@ -233,6 +233,13 @@ static int write_dims(hid_t f, const struct titan_model_dims *d)
 
 	if (attr_str(f, "flavor", d->flavor) < 0)
 		return -1;
+	/* other families than Llama 3 name themselves (absent: llama3, as the
+	 * files before them) */
+	if (d->family != TITAN_MODEL_NAME_LLAMA3 &&
+	    attr_str(f, "model_name", titan_model_family_name(d->family)) < 0)
+		return -1;
+	if (d->qk_norm && attr_i64(f, "qk_norm", 1) < 0)
+		return -1;
 	for (size_t i = 0; i < sizeof(ints) / sizeof(ints[0]); i++)
 		if (attr_i64(f, ints[i].n, ints[i].v) < 0)
 			return -1;

@@ -187,6 +187,23 @@ static int read_header(struct titan_ckpt_file *f)
 		return bad_attr(f, "/", "flavor", r);
 	snprintf(d->flavor, sizeof(d->flavor), "%s", s);
 	free(s);
+	if ((r = attr_read_str(f->file, "model_name", &s)) < 0)
+		return bad_attr(f, "/", "model_name", r);
+	d->family = TITAN_MODEL_NAME_LLAMA3;
+	if (r == 0) {
+		bool known = !strcmp(s, "qwen3") || !strcmp(s, "llama3");
+
+		d->family = !strcmp(s, "qwen3") ? TITAN_MODEL_NAME_QWEN3 : TITAN_MODEL_NAME_LLAMA3;
+		if (!known)
+			r = titan_error(TITAN_E_FORMAT, "'%s': model_name '%.64s' is no model family "
+					"titan knows (llama3, qwen3)", in->path, s);
+		free(s);
+		if (r < 0)
+			return r;
+	}
+	if ((r = attr_read(f->file, "qk_norm", H5T_NATIVE_INT64, H5T_INTEGER, &v)) < 0)
+		return bad_attr(f, "/", "qk_norm", r);
+	d->qk_norm = r == 0 && v != 0;
 	NEED_I64(f, f->file, "/", "dim", &d->dim);
 	NEED_I64(f, f->file, "/", "n_layers", &d->n_layers);
 	NEED_I64(f, f->file, "/", "n_heads", &d->n_heads);

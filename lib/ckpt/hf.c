@@ -7,6 +7,10 @@
  * scripts/checkpoint_conversion/convert_from_hf.py.  Export is hf_export.c.
  * tie_word_embeddings: a tied titan model; an lm_head.weight beside it must
  * equal the embedding (transformers' tie_weights), else it is refused.
+ * Qwen3ForCausalLM (model_type qwen3, torchtitan's Qwen3StateDictAdapter):
+ * the same names plus self_attn.q_norm / k_norm, head_dim of its own; its
+ * q/k rows are rotate-half too, and titan's q_norm/k_norm [head_dim] take
+ * the same permutation (one head).
  */
 #include "ckpt_impl.h"
 
@@ -27,6 +31,7 @@ int titan_hf_param_name(const struct titan_param *p, char *buf, size_t n)
 		[TITAN_PARAM_W3] = "mlp.up_proj",
 		[TITAN_PARAM_ATTENTION_NORM] = "input_layernorm",
 		[TITAN_PARAM_FFN_NORM] = "post_attention_layernorm",
+		[TITAN_PARAM_Q_NORM] = "self_attn.q_norm", [TITAN_PARAM_K_NORM] = "self_attn.k_norm",
 	};
 	int k;
 
@@ -62,6 +67,16 @@ void titan_hf_permute_qk(const float *in, float *out, int64_t n_heads, int64_t r
 					memcpy(out + tt * cols, in + hf * cols, row_bytes);
 			}
 		}
+	}
+}
+
+int64_t titan_hf_qk_heads(const struct titan_model_dims *d, const struct titan_param *p)
+{
+	switch (p->role) {
+	case TITAN_PARAM_WQ: return d->n_heads;
+	case TITAN_PARAM_WK: return d->n_kv_heads;
+	case TITAN_PARAM_Q_NORM: case TITAN_PARAM_K_NORM: return 1; /* [head_dim]: one head */
+	default: return 0;
 	}
 }
 
@@ -115,19 +130,28 @@ static int read_config(const char *path, json_t *root, struct titan_model_dims *
 	int64_t tied = 0, hd = -1;
 	int rc;
 
+	bool qwen3 = (v = json_object_get(root, "model_type")) && json_is_string(v) &&
+		     !strcmp(json_string_value(v), "qwen3");
+
 	if ((v = json_object_get(root, "architectures"))) {
 		bool llama = false;
 
 		for (size_t i = 0; json_is_array(v) && i < json_array_size(v); i++)
 			llama |= json_is_string(json_array_get(v, i)) &&
-				 !strcmp(json_string_value(json_array_get(v, i)), "LlamaForCausalLM");
+				 !strcmp(json_string_value(json_array_get(v, i)),
+					 qwen3 ? "Qwen3ForCausalLM" : "LlamaForCausalLM");
 		if (!llama)
 			return titan_error(TITAN_E_UNSUPPORTED, "'%s': architectures is not "
-					   "[\"LlamaForCausalLM\"]: titan converts Llama models only", path);
+					   "[\"%s\"]: titan converts Llama and dense Qwen3 models only",
+					   path, qwen3 ? "Qwen3ForCausalLM" : "LlamaForCausalLM");
 	}
 	if ((v = json_object_get(root, "model_type")) &&
-	    !(json_is_string(v) && !strcmp(json_string_value(v), "llama")))
-		return titan_error(TITAN_E_UNSUPPORTED, "'%s': model_type is not \"llama\"", path);
+	    !(json_is_string(v) && (!strcmp(json_string_value(v), "llama") || qwen3)))
+		return titan_error(TITAN_E_UNSUPPORTED, "'%s': model_type is not \"llama\" or "
+				   "\"qwen3\"", path);
+	if (qwen3 && json_is_true(json_object_get(root, "use_sliding_window")))
+		return titan_error(TITAN_E_UNSUPPORTED, "'%s': use_sliding_window: titan's Qwen3 "
+				   "attends to the whole causal context", path);
 	if ((v = json_object_get(root, "hidden_act")) &&
 	    !(json_is_string(v) && !strcmp(json_string_value(v), "silu")))
 		return titan_error(TITAN_E_UNSUPPORTED, "'%s': hidden_act: titan's Llama uses silu", path);
@@ -150,15 +174,29 @@ static int read_config(const char *path, json_t *root, struct titan_model_dims *
 		return titan_error(TITAN_E_FORMAT, "'%s': tie_word_embeddings is not a boolean", path);
 	tied = json_is_true(v);
 	d->tied = tied;
-	if (d->dim <= 0 || d->n_layers <= 0 || d->n_heads <= 0 || d->n_kv_heads <= 0 ||
+	if (qwen3) { /* head_dim its own (dim / heads when absent), QK-norm */
+		d->family = TITAN_MODEL_NAME_QWEN3;
+		d->qk_norm = true;
+		d->head_dim = hd > 0 ? hd : d->n_heads > 0 ? d->dim / d->n_heads : 0;
+	}
+	if (qwen3 && (d->dim <= 0 || d->n_layers <= 0 || d->n_heads <= 0 || d->n_kv_heads <= 0 ||
+		      d->vocab_size <= 0 || d->ffn_hidden <= 0 || d->head_dim <= 0 ||
+		      d->head_dim % 2 || d->n_heads % d->n_kv_heads))
+		return titan_error(TITAN_E_FORMAT, "'%s': bad dims (hidden_size %lld, heads %lld, "
+				   "kv heads %lld, head_dim %lld): head_dim must be even and kv "
+				   "heads divide heads", path, (long long)d->dim,
+				   (long long)d->n_heads, (long long)d->n_kv_heads,
+				   (long long)d->head_dim);
+	if (!qwen3 && (d->dim <= 0 || d->n_layers <= 0 || d->n_heads <= 0 || d->n_kv_heads <= 0 ||
 	    d->vocab_size <= 0 || d->ffn_hidden <= 0 || d->dim % d->n_heads ||
-	    d->n_heads % d->n_kv_heads || (d->dim / d->n_heads) % 2)
+	    d->n_heads % d->n_kv_heads || (d->dim / d->n_heads) % 2))
 		return titan_error(TITAN_E_FORMAT, "'%s': bad dims (hidden_size %lld, heads %lld, "
 				   "kv heads %lld): heads must divide hidden_size into even head "
 				   "dims and kv heads divide heads", path, (long long)d->dim,
 				   (long long)d->n_heads, (long long)d->n_kv_heads);
-	d->head_dim = d->dim / d->n_heads;
-	if (hd >= 0 && hd != d->head_dim)
+	if (!qwen3)
+		d->head_dim = d->dim / d->n_heads;
+	if (!qwen3 && hd >= 0 && hd != d->head_dim)
 		return titan_error(TITAN_E_UNSUPPORTED, "'%s': head_dim %lld is not hidden_size / "
 				   "num_attention_heads (%lld), which titan's Llama needs", path,
 				   (long long)hd, (long long)d->head_dim);
@@ -198,7 +236,7 @@ static int read_config(const char *path, json_t *root, struct titan_model_dims *
 	if (strcmp(d->flavor, "custom") != 0) {
 		struct titan_model_dims f;
 
-		titan_model_flavor(d->flavor, &f);
+		titan_model_family_flavor(d->family, d->flavor, &f);
 		d->multiple_of = f.multiple_of;
 		d->ffn_dim_multiplier = f.ffn_dim_multiplier;
 	} else {
@@ -464,7 +502,8 @@ static int check_unknown(struct titan_hf_model *m)
 				known = m->src[i] == &f->tensors[j];
 			if (!known)
 				return titan_error(TITAN_E_INVALID, "'%s': tensor '%s' is not a weight "
-						   "of titan's Llama", f->path, n);
+						   "of titan's %s", f->path, n,
+						   m->table.dims.qk_norm ? "Qwen3" : "Llama");
 		}
 	}
 	return 0;
@@ -505,10 +544,12 @@ static int bound_layers(struct titan_hf_model *m)
 			return rc;
 		n = m->files[k]->n_tensors;
 	}
-	if (9.0 * (double)d->n_layers + 3.0 > 2.0 * (double)n + 16.0)
+	const double per = titan_params_per_layer(d);
+
+	if (per * (double)d->n_layers + 3.0 > 2.0 * (double)n + 16.0)
 		return titan_error(TITAN_E_FORMAT, "'%s/config.json': num_hidden_layers %lld makes "
 				   "%.0f tensors, '%s' has %zu", m->dir, (long long)d->n_layers,
-				   9.0 * (double)d->n_layers + (d->tied ? 2.0 : 3.0), path, n);
+				   per * (double)d->n_layers + (d->tied ? 2.0 : 3.0), path, n);
 	return 0;
 }
 
@@ -557,13 +598,12 @@ int titan_hf_read(const struct titan_hf_model *m, const struct titan_param *p, f
 
 	TITAN_ASSERT(idx >= 0 && idx < m->table.n);
 	t = m->src[idx];
-	if (p->role != TITAN_PARAM_WQ && p->role != TITAN_PARAM_WK)
+	if (titan_hf_qk_heads(d, p) == 0)
 		return titan_st_tensor_to_f32(t, out);
 	if (!(tmp = malloc((size_t)p->numel * sizeof(float))))
 		return titan_error(TITAN_E_NOMEM, "out of memory reading %s", t->name);
 	if ((rc = titan_st_tensor_to_f32(t, tmp)) == 0)
-		titan_hf_permute_qk(tmp, out, p->role == TITAN_PARAM_WQ ? d->n_heads : d->n_kv_heads,
-				    p->shape[0], p->shape[1], false);
+		titan_hf_permute_qk(tmp, out, titan_hf_qk_heads(d, p), p->shape[0], p->shape[1], false);
 	free(tmp);
 	return rc;
 }

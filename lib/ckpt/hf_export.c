@@ -86,6 +86,7 @@ static int write_json(struct written *w, const char *dir, const char *name, json
 static int64_t max_positions(const struct titan_model_dims *d, const struct titan_hf_export_opts *o)
 {
 	return o->max_position_embeddings > 0 ? o->max_position_embeddings :
+	       d->family == TITAN_MODEL_NAME_QWEN3 ? 40960 : /* Qwen3's config.json */
 	       d->rope_scaling ? 131072 : d->rope_original_max_position;
 }
 
@@ -95,7 +96,12 @@ static json_t *config_json(const struct titan_model_dims *d, const struct titan_
 	json_t *j = json_object();
 	int64_t maxpos = max_positions(d, o);
 
-	json_object_set_new(j, "architectures", json_pack("[s]", "LlamaForCausalLM"));
+	/* a QK-norm model is HF's Qwen3 whatever model.name says */
+	const bool qwen3 = d->family == TITAN_MODEL_NAME_QWEN3 || d->qk_norm;
+
+	/* Qwen3ForCausalLM's keys as Qwen3-0.6B's config.json has them */
+	json_object_set_new(j, "architectures",
+			    json_pack("[s]", qwen3 ? "Qwen3ForCausalLM" : "LlamaForCausalLM"));
 	json_object_set_new(j, "attention_bias", json_false());
 	json_object_set_new(j, "attention_dropout", json_real(0.0));
 	if (bos >= 0)
@@ -108,12 +114,16 @@ static json_t *config_json(const struct titan_model_dims *d, const struct titan_
 	json_object_set_new(j, "initializer_range", json_real(0.02));
 	json_object_set_new(j, "intermediate_size", json_integer(d->ffn_hidden));
 	json_object_set_new(j, "max_position_embeddings", json_integer(maxpos));
-	json_object_set_new(j, "mlp_bias", json_false());
-	json_object_set_new(j, "model_type", json_string("llama"));
+	if (qwen3)
+		json_object_set_new(j, "max_window_layers", json_integer(d->n_layers));
+	else
+		json_object_set_new(j, "mlp_bias", json_false());
+	json_object_set_new(j, "model_type", json_string(qwen3 ? "qwen3" : "llama"));
 	json_object_set_new(j, "num_attention_heads", json_integer(d->n_heads));
 	json_object_set_new(j, "num_hidden_layers", json_integer(d->n_layers));
 	json_object_set_new(j, "num_key_value_heads", json_integer(d->n_kv_heads));
-	json_object_set_new(j, "pretraining_tp", json_integer(1));
+	if (!qwen3)
+		json_object_set_new(j, "pretraining_tp", json_integer(1));
 	json_object_set_new(j, "rms_norm_eps", json_real(d->norm_eps));
 	if (d->rope_scaling)
 		json_object_set_new(j, "rope_scaling",
@@ -126,9 +136,13 @@ static json_t *config_json(const struct titan_model_dims *d, const struct titan_
 	else
 		json_object_set_new(j, "rope_scaling", json_null());
 	json_object_set_new(j, "rope_theta", json_real(d->rope_theta));
+	if (qwen3)
+		json_object_set_new(j, "sliding_window", json_null());
 	json_object_set_new(j, "tie_word_embeddings", json_boolean(d->tied));
 	json_object_set_new(j, "torch_dtype", json_string(torch_dtype(o->dtype)));
 	json_object_set_new(j, "use_cache", json_true());
+	if (qwen3)
+		json_object_set_new(j, "use_sliding_window", json_false());
 	json_object_set_new(j, "vocab_size", json_integer(d->vocab_size));
 	return j;
 }
@@ -337,9 +351,9 @@ static int write_shard(struct written *w, const char *path, const struct titan_p
 		if ((rc = titan_hf_param_name(p, names[i], HF_NAME_MAX)) < 0 ||
 		    (rc = get(ctx, p, f32)) < 0)
 			break;
-		if (p->role == TITAN_PARAM_WQ || p->role == TITAN_PARAM_WK) {
-			titan_hf_permute_qk(f32, perm, p->role == TITAN_PARAM_WQ ? t->dims.n_heads :
-					    t->dims.n_kv_heads, p->shape[0], p->shape[1], true);
+		if (titan_hf_qk_heads(&t->dims, p) > 0) {
+			titan_hf_permute_qk(f32, perm, titan_hf_qk_heads(&t->dims, p), p->shape[0],
+					    p->shape[1], true);
 			src = perm;
 		}
 		if (!(data[i] = malloc((size_t)p->numel * (size_t)esz))) {

@@ -118,6 +118,14 @@ static const struct cfg_entry schema[] = {
 	  "RoPE scaling: original maximum position"),
 	KE(model, tie_word_embeddings, TITAN_TIES, titan_tie, "auto",
 	  "share the embedding and output weights; auto = per flavor"),
+	K(model, head_dim, INT, "-1", GE(-1), NULL, NZ,
+	  "attention head size; -1 = from the flavor (llama3: dim / n_heads)"),
+	K(model, hidden_dim, INT, "-1", GE(-1), NULL, NZ,
+	  "FFN hidden size; -1 = from the flavor (llama3: from dim, multiple_of, "
+	  "ffn_dim_multiplier)"),
+	KE(model, qk_norm, TITAN_TIES, titan_tie, "auto",
+	   "RMSNorm of q and k over head_dim before RoPE; auto = per model family "
+	   "(qwen3: true)"),
 	K(model, converters, STRLIST, "", NR, NULL, 0,
 	  "model converters to apply, e.g. float8"),
 

@@ -277,6 +277,32 @@ static int set_string(char **field, const char *text)
 	return 0;
 }
 
+/* What model.name brings besides the architecture: the family's RMSNorm
+ * eps, RoPE base and Llama 3.1 RoPE scaling (torchtitan's model args).
+ * Choosing a family moves these keys from the previous family's values to
+ * the new one's, unless they hold another value (set by the user before
+ * model.name); keys set after model.name win as any later setting does. */
+static const struct {
+	double norm_eps, rope_theta;
+	bool rope_scaling;
+} families[] = {
+	[TITAN_MODEL_NAME_LLAMA3] = {1e-5, 500000.0, true},
+	[TITAN_MODEL_NAME_QWEN3] = {1e-6, 1000000.0, false},
+};
+
+static void family_defaults(struct titan_config *c, int was, int now)
+{
+	if (was == now || was < 0 || now < 0 || (size_t)was >= sizeof(families) / sizeof(families[0]) ||
+	    (size_t)now >= sizeof(families) / sizeof(families[0]))
+		return;
+	if (c->model.norm_eps == families[was].norm_eps)
+		c->model.norm_eps = families[now].norm_eps;
+	if (c->model.rope_theta == families[was].rope_theta)
+		c->model.rope_theta = families[now].rope_theta;
+	if (c->model.rope_scaling == families[was].rope_scaling)
+		c->model.rope_scaling = families[now].rope_scaling;
+}
+
 int cfg_set_scalar(struct titan_config *c, const struct titan_config_key *k,
 		   const char *text, bool is_null, const char *origin)
 {
@@ -335,10 +361,13 @@ int cfg_set_scalar(struct titan_config *c, const struct titan_config_key *k,
 		/* Case-insensitive match, stored as the schema spells it. */
 		for (const char *const *ch = k->choices; *ch; ch++)
 			if (!strcasecmp(text, *ch)) {
-				int rc = set_string(f, *ch);
+				int *e = (int *)((char *)c + k->enum_offset);
+				int rc = set_string(f, *ch), was = *e;
 				if (rc == 0) /* the enum beside it: the choice's index */
-					*(int *)((char *)c + k->enum_offset) =
-						(int)(ch - k->choices);
+					*e = (int)(ch - k->choices);
+				if (rc == 0 && k->enum_offset == offsetof(struct titan_config,
+									   model.name_e))
+					family_defaults(c, was, *e);
 				return rc;
 			}
 		{

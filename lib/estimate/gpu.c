@@ -46,6 +46,10 @@ static void block_sizes(const struct titan_model_dims *d, double t, struct blk *
 	b->ckpt = C / t;
 	b->lse = 4.0 * (double)d->n_heads / t;
 	b->grad = 2 * C + (2 * F + q + 2 * kv) / t;
+	if (d->qk_norm) { /* QK-norm's inputs (q's kept under selective op) and 1/rms */
+		b->full += (q + kv + (double)(d->n_heads + d->n_kv_heads)) / t;
+		b->op += (q + (double)d->n_heads) / t;
+	}
 }
 
 /* In-flight microbatches (as a multiple of one microbatch through all of

@@ -61,6 +61,7 @@ static void model_json(struct titan_json *j, const struct titan_model_dims *d)
 	titan_model_count_params(d, &p);
 	titan_json_key(j, "model");
 	titan_json_object_begin(j);
+	kstr(j, "name", titan_model_family_name(d->family));
 	kstr(j, "flavor", d->flavor);
 	kint(j, "dim", d->dim);
 	kint(j, "n_layers", d->n_layers);
@@ -297,8 +298,9 @@ static void header(FILE *fp, const struct titan_model_dims *d, const struct tita
 	char buf[32];
 
 	titan_model_count_params(d, &p);
-	fprintf(fp, "model     Llama 3 %s: %s parameters (dim %lld, %lld layers, %lld/%lld "
-		"heads, ffn %lld, vocab %lld)\n", d->flavor, count_str(buf, sizeof(buf), (double)p.total),
+	fprintf(fp, "model     %s %s: %s parameters (dim %lld, %lld layers, %lld/%lld "
+		"heads, ffn %lld, vocab %lld)\n", d->family == TITAN_MODEL_NAME_QWEN3 ? "Qwen3" : "Llama 3",
+		d->flavor, count_str(buf, sizeof(buf), (double)p.total),
 		(long long)d->dim, (long long)d->n_layers, (long long)d->n_heads,
 		(long long)d->n_kv_heads, (long long)d->ffn_hidden, (long long)d->vocab_size);
 	if (o->dev.cpu)

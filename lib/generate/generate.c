@@ -32,6 +32,7 @@ struct titan_generator {
 	float *freqs;            /* [capacity, D/2, 2] */
 	float **kc, **vc;        /* per layer [capacity, Hkv·D] */
 	float *x, *xn, *qb, *att, *lse, *rstd, *a, *b, *xl; /* activations of one chunk */
+	float *k0;               /* QK-norm: wk x of a chunk [batch, Hkv·D] (NULL without) */
 	float *scores;           /* [nthreads, capacity + D] */
 	uint32_t *ids;           /* [batch] */
 	int32_t *doc;            /* block_causal: document id per position [capacity] */
@@ -49,6 +50,8 @@ static const float *W(const struct titan_generator *g, enum titan_param_role r, 
 
 	if (i < 0 && r == TITAN_PARAM_OUTPUT) /* tied: the embedding */
 		i = titan_param_index(g->t, TITAN_PARAM_TOK_EMBEDDINGS, -1);
+	if (i < 0 && (r == TITAN_PARAM_Q_NORM || r == TITAN_PARAM_K_NORM))
+		return NULL; /* no QK-norm */
 	TITAN_ASSERT(i >= 0);
 	return g->params + g->t->params[i].offset;
 }
@@ -119,7 +122,8 @@ int titan_generator_new(const struct titan_param_table *t, const float *params,
 	    !(g->b = galloc(g, B * F * 4, ws)) || !(g->xl = galloc(g, C * 4, ws)) ||
 	    !(g->scores = galloc(g, (int64_t)g->nthreads * (g->capacity + d->head_dim) * 4, ws)) ||
 	    !(g->ids = galloc(g, B * 4, TITAN_MEM_DATA)) ||
-	    (o->block_causal && !(g->doc = galloc(g, g->capacity * 4, TITAN_MEM_DATA))))
+	    (o->block_causal && !(g->doc = galloc(g, g->capacity * 4, TITAN_MEM_DATA))) ||
+	    (d->qk_norm && !(g->k0 = galloc(g, B * g->kv * 4, ws))))
 		goto fail;
 	g->doc_eos = o->doc_eos;
 	if ((rc = titan_rope_freqs(g->freqs, g->capacity, d->head_dim, d->rope_theta,
@@ -190,6 +194,9 @@ static int chunk_fwd(struct titan_generator *g, int64_t n)
 	struct acts a = {
 		.xn1 = g->xn, .rstd1 = g->rstd, .q = g->qb, .att = g->att, .lse = g->lse,
 		.h = g->x, .xn2 = g->xn, .rstd2 = g->rstd, .a = g->a, .b = g->b, .g = g->a,
+		/* QK-norm's inputs: q's in att, k's in k0, then into the cache;
+		 * the 1/rms in lse (written by the attention after them) */
+		.q0 = g->att, .k0 = g->k0, .rstdq = g->lse, .rstdk = g->lse,
 	};
 	int rc;
 
@@ -200,7 +207,7 @@ static int chunk_fwd(struct titan_generator *g, int64_t n)
 	for (int l = 0; l < (int)d->n_layers; l++) {
 		struct block_w w = {0};
 
-		for (int r = TITAN_PARAM_WQ; r <= TITAN_PARAM_FFN_NORM; r++)
+		for (int r = TITAN_PARAM_WQ; r <= TITAN_PARAM_K_NORM; r++)
 			w.w[r] = W(g, (enum titan_param_role)r, l);
 		a.k = g->kc[l] + p0 * g->kv;
 		a.v = g->vc[l] + p0 * g->kv;

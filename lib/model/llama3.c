@@ -1,7 +1,9 @@
 /*
  * llama3.c — Llama 3 flavor table and parameter / FLOP arithmetic, as
  * torchtitan's models/llama3/__init__.py (llama3_configs) and
- * models/utils.py (get_dense_model_nparams_and_flops).
+ * models/utils.py (get_dense_model_nparams_and_flops); and the model
+ * families (model.name): Qwen3 dense is Llama 3's table with its flavors,
+ * QK-norm and a head_dim of its own (models/qwen3/__init__.py).
  */
 #include "titan/model.h"
 
@@ -15,18 +17,50 @@ struct flavor {
 	int64_t dim, n_layers, n_heads, n_kv_heads, vocab_size, multiple_of;
 	double ffn_dim_multiplier;
 	bool tied;
+	int64_t head_dim, hidden; /* 0: dim / n_heads, the SwiGLU formula */
 };
 
 /* torchtitan's llama3_configs (1B/3B from HEAD, tied embeddings). */
 static const struct flavor flavors[] = {
-	{"debugmodel", 256, 6, 16, 16, 2048, 256, NAN, false},
-	{"1B", 2048, 16, 32, 8, 128256, 1024, 1.5, true},
-	{"3B", 3072, 28, 24, 8, 128256, 1024, 1.0, true},
-	{"8B", 4096, 32, 32, 8, 128256, 1024, 1.3, false},
-	{"70B", 8192, 80, 64, 8, 128256, 4096, 1.3, false},
-	{"405B", 16384, 126, 128, 8, 128256, 4096, 1.2, false},
+	{"debugmodel", 256, 6, 16, 16, 2048, 256, NAN, false, 0, 0},
+	{"1B", 2048, 16, 32, 8, 128256, 1024, 1.5, true, 0, 0},
+	{"3B", 3072, 28, 24, 8, 128256, 1024, 1.0, true, 0, 0},
+	{"8B", 4096, 32, 32, 8, 128256, 1024, 1.3, false, 0, 0},
+	{"70B", 8192, 80, 64, 8, 128256, 4096, 1.3, false, 0, 0},
+	{"405B", 16384, 126, 128, 8, 128256, 4096, 1.2, false, 0, 0},
 };
 #define NFLAVORS ((int)(sizeof(flavors) / sizeof(flavors[0])))
+
+/* torchtitan's qwen3_args (models/qwen3/__init__.py before the config
+ * refactor), the dense ones: head_dim 128 whatever dim / n_heads, the FFN
+ * hidden size given (hidden_dim), tied embeddings up to 4B. */
+static const struct flavor qwen3_flavors[] = {
+	{"debugmodel", 256, 8, 16, 8, 2048, 0, NAN, true, 128, 3072},
+	{"0.6B", 1024, 28, 16, 8, 151936, 0, NAN, true, 128, 3072},
+	{"1.7B", 2048, 28, 16, 8, 151936, 0, NAN, true, 128, 6144},
+	{"4B", 2560, 36, 32, 8, 151936, 0, NAN, true, 128, 9728},
+	{"8B", 4096, 36, 32, 8, 151936, 0, NAN, false, 128, 12288},
+	{"14B", 5120, 40, 40, 8, 151936, 0, NAN, false, 128, 17408},
+	{"32B", 5120, 64, 64, 8, 151936, 0, NAN, false, 128, 25600},
+};
+
+/* The model families (model.name): their flavors and what a family sets
+ * besides the dims (the config's model.name sets norm_eps, rope_theta and
+ * rope_scaling, lib/config/value.c). */
+static const struct family {
+	const char *name;
+	const struct flavor *flavors;
+	int n;
+	bool qk_norm;
+	double norm_eps, rope_theta;
+	bool rope_scaling;
+} families[] = {
+	[TITAN_MODEL_NAME_LLAMA3] = {"llama3", flavors, NFLAVORS, false, 1e-5, 500000.0, true},
+	[TITAN_MODEL_NAME_QWEN3] = {"qwen3", qwen3_flavors,
+				    (int)(sizeof(qwen3_flavors) / sizeof(qwen3_flavors[0])), true,
+				    1e-6, 1000000.0, false},
+};
+#define NFAMILIES ((int)(sizeof(families) / sizeof(families[0])))
 
 int titan_model_nflavors(void)
 {
@@ -60,23 +94,48 @@ static void set_defaults(struct titan_model_dims *d)
 	d->rope_original_max_position = 8192;
 }
 
-static void finish(struct titan_model_dims *d)
+static void finish(struct titan_model_dims *d, int64_t head_dim, int64_t hidden)
 {
 	if (d->n_kv_heads <= 0)
 		d->n_kv_heads = d->n_heads;
-	d->head_dim = d->n_heads > 0 ? d->dim / d->n_heads : 0;
-	d->ffn_hidden = titan_ffn_hidden_dim(d->dim, d->multiple_of, d->ffn_dim_multiplier);
+	d->head_dim = head_dim > 0 ? head_dim : d->n_heads > 0 ? d->dim / d->n_heads : 0;
+	d->ffn_hidden = hidden > 0 ? hidden
+				   : titan_ffn_hidden_dim(d->dim, d->multiple_of, d->ffn_dim_multiplier);
 }
 
-int titan_model_flavor(const char *name, struct titan_model_dims *out)
+const char *titan_model_family_name(enum titan_model_name fam)
 {
-	for (int i = 0; i < NFLAVORS; i++) {
-		const struct flavor *f = &flavors[i];
+	return (int)fam >= 0 && (int)fam < NFAMILIES ? families[fam].name : "?";
+}
+
+bool titan_model_family_has_flavor(enum titan_model_name fam, const char *name)
+{
+	for (int i = 0; (int)fam >= 0 && (int)fam < NFAMILIES && i < families[fam].n; i++)
+		if (!strcmp(name, families[fam].flavors[i].name))
+			return true;
+	return false;
+}
+
+int titan_model_family_flavor(enum titan_model_name fam, const char *name,
+			      struct titan_model_dims *out)
+{
+	const struct family *F;
+
+	if ((int)fam < 0 || (int)fam >= NFAMILIES)
+		return titan_error(TITAN_E_INVALID, "model.name: unknown model family %d", (int)fam);
+	F = &families[fam];
+	for (int i = 0; i < F->n; i++) {
+		const struct flavor *f = &F->flavors[i];
 
 		if (strcmp(name, f->name) != 0)
 			continue;
 		set_defaults(out);
 		snprintf(out->flavor, sizeof(out->flavor), "%s", f->name);
+		out->family = fam;
+		out->qk_norm = F->qk_norm;
+		out->norm_eps = F->norm_eps;
+		out->rope_theta = F->rope_theta;
+		out->rope_scaling = F->rope_scaling;
 		out->dim = f->dim;
 		out->n_layers = f->n_layers;
 		out->n_heads = f->n_heads;
@@ -85,9 +144,18 @@ int titan_model_flavor(const char *name, struct titan_model_dims *out)
 		out->multiple_of = f->multiple_of;
 		out->ffn_dim_multiplier = f->ffn_dim_multiplier;
 		out->tied = f->tied;
-		finish(out);
+		finish(out, f->head_dim, f->hidden);
 		return 0;
 	}
+	return titan_error(TITAN_E_INVALID, "model.flavor: unknown flavor '%s' for model.name %s",
+			   name, F->name);
+}
+
+int titan_model_flavor(const char *name, struct titan_model_dims *out)
+{
+	for (int i = 0; i < NFLAVORS; i++)
+		if (!strcmp(name, flavors[i].name))
+			return titan_model_family_flavor(TITAN_MODEL_NAME_LLAMA3, name, out);
 	return titan_error(TITAN_E_INVALID, "model.flavor: unknown flavor '%s'", name);
 }
 
@@ -95,10 +163,13 @@ int titan_model_dims_from_config(const struct titan_config *cfg, struct titan_mo
 {
 	const char *fl = cfg->model.flavor;
 	bool custom = cfg->model.flavor_e == TITAN_FLAVOR_CUSTOM;
+	int64_t head_dim = 0, hidden = 0; /* the flavor's when it gives them */
 
 	if (custom) {
 		set_defaults(d);
 		snprintf(d->flavor, sizeof(d->flavor), "custom");
+		d->family = cfg->model.name_e;
+		d->qk_norm = (int)d->family < NFAMILIES && families[d->family].qk_norm;
 		d->multiple_of = 256;
 		static const char *const need[] = {"dim", "n_layers", "n_heads", "vocab_size"};
 		const int64_t have[] = {cfg->model.dim, cfg->model.n_layers, cfg->model.n_heads,
@@ -108,8 +179,16 @@ int titan_model_dims_from_config(const struct titan_config *cfg, struct titan_mo
 				return titan_error(TITAN_E_INVALID,
 						   "model.%s: must be set when model.flavor is 'custom'",
 						   need[i]);
-	} else if (titan_model_flavor(fl, d) < 0) {
+	} else if (titan_model_family_flavor(cfg->model.name_e, fl, d) < 0) {
 		return TITAN_E_INVALID;
+	} else {
+		const struct family *F = &families[cfg->model.name_e];
+
+		for (int i = 0; i < F->n; i++)
+			if (!strcmp(F->flavors[i].name, fl)) {
+				head_dim = F->flavors[i].head_dim;
+				hidden = F->flavors[i].hidden;
+			}
 	}
 #define OVERRIDE(f) if (cfg->model.f > 0) d->f = cfg->model.f
 	OVERRIDE(dim);
@@ -119,6 +198,10 @@ int titan_model_dims_from_config(const struct titan_config *cfg, struct titan_mo
 	OVERRIDE(vocab_size);
 	OVERRIDE(multiple_of);
 #undef OVERRIDE
+	if (cfg->model.head_dim > 0)
+		head_dim = cfg->model.head_dim;
+	if (cfg->model.hidden_dim > 0)
+		hidden = cfg->model.hidden_dim;
 	if (!isnan(cfg->model.ffn_dim_multiplier))
 		d->ffn_dim_multiplier = cfg->model.ffn_dim_multiplier;
 	d->norm_eps = cfg->model.norm_eps;
@@ -130,10 +213,18 @@ int titan_model_dims_from_config(const struct titan_config *cfg, struct titan_mo
 	d->rope_original_max_position = cfg->model.rope_original_max_position;
 	if (cfg->model.tie_word_embeddings_e != TITAN_TIE_AUTO)
 		d->tied = cfg->model.tie_word_embeddings_e == TITAN_TIE_TRUE;
+	if (cfg->model.qk_norm_e != TITAN_TIE_AUTO)
+		d->qk_norm = cfg->model.qk_norm_e == TITAN_TIE_TRUE;
 	if (custom && cfg->model.n_kv_heads <= 0)
 		d->n_kv_heads = d->n_heads;
-	finish(d);
-	if (d->dim % d->n_heads != 0)
+	finish(d, head_dim, hidden);
+	/* a head_dim of its own goes with QK-norm (Qwen3), as checkpoints and
+	 * HF's Llama have it */
+	if (head_dim > 0 && !d->qk_norm && head_dim * d->n_heads != d->dim)
+		return titan_error(TITAN_E_INVALID, "model.head_dim: %lld x %lld heads is not model.dim "
+				   "%lld, which a model without model.qk_norm (llama3) needs",
+				   (long long)head_dim, (long long)d->n_heads, (long long)d->dim);
+	if (head_dim <= 0 && d->dim % d->n_heads != 0)
 		return titan_error(TITAN_E_INVALID,
 				   "model.n_heads: %lld heads do not divide model.dim %lld",
 				   (long long)d->n_heads, (long long)d->dim);
@@ -142,9 +233,11 @@ int titan_model_dims_from_config(const struct titan_config *cfg, struct titan_mo
 				   "model.n_kv_heads: %lld kv heads do not divide model.n_heads %lld",
 				   (long long)d->n_kv_heads, (long long)d->n_heads);
 	if (d->head_dim % 2 != 0)
-		return titan_error(TITAN_E_INVALID,
-				   "model.n_heads: head_dim %lld (dim / n_heads) must be even for RoPE",
-				   (long long)d->head_dim);
+		return head_dim > 0 ? titan_error(TITAN_E_INVALID, "model.head_dim: %lld must be even "
+						  "for RoPE", (long long)d->head_dim)
+				    : titan_error(TITAN_E_INVALID, "model.n_heads: head_dim %lld "
+						  "(dim / n_heads) must be even for RoPE",
+						  (long long)d->head_dim);
 	return 0;
 }
 
@@ -157,8 +250,9 @@ void titan_model_count_params(const struct titan_model_dims *d, struct titan_mod
 	p->output = d->tied ? 0 : d->vocab_size * d->dim;
 	p->attention = d->dim * q + 2 * d->dim * kv + q * d->dim;
 	p->feed_forward = 3 * d->dim * d->ffn_hidden;
-	p->per_layer = p->attention + p->feed_forward + 2 * d->dim;
-	p->norms = (2 * d->n_layers + 1) * d->dim;
+	p->per_layer = p->attention + p->feed_forward + 2 * d->dim +
+		       (d->qk_norm ? 2 * d->head_dim : 0);
+	p->norms = (2 * d->n_layers + 1) * d->dim + (d->qk_norm ? 2 * d->n_layers * d->head_dim : 0);
 	p->total = p->embedding + p->output + d->n_layers * p->per_layer + d->dim;
 }
 
@@ -168,7 +262,10 @@ double titan_model_flops_per_token(const struct titan_model_dims *d, int64_t seq
 	double n;
 
 	titan_model_count_params(d, &p);
-	n = (double)p.total - (d->tied ? 0.0 : (double)p.embedding);
+	/* Llama 3 (HEAD) keeps a tied matrix; Qwen3's get_moe_model_nparams_and_flops
+	 * subtracts the embedding in any case */
+	n = (double)p.total - (d->tied && d->family == TITAN_MODEL_NAME_LLAMA3 ? 0.0
+									       : (double)p.embedding);
 	return 6.0 * n + 12.0 * (double)d->n_layers * (double)d->n_heads *
 			 (double)d->head_dim * (double)seq_len;
 }

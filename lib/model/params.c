@@ -52,7 +52,8 @@ static void add(struct titan_param_table *t, enum titan_param_role role, int lay
 	p->gshape[1] = p->shape[1];
 	p->init = init;
 	p->is_norm = role == TITAN_PARAM_ATTENTION_NORM || role == TITAN_PARAM_FFN_NORM ||
-		     role == TITAN_PARAM_NORM;
+		     role == TITAN_PARAM_NORM || role == TITAN_PARAM_Q_NORM ||
+		     role == TITAN_PARAM_K_NORM;
 	p->is_embedding = role == TITAN_PARAM_TOK_EMBEDDINGS;
 }
 
@@ -76,7 +77,8 @@ static bool model_fits(const struct titan_model_dims *d, int64_t *q, int64_t *kv
 	       mul_add(&block, *q, C) && mul_add(&block, *q, C) &&           /* wq, wo */
 	       mul_add(&block, *kv, C) && mul_add(&block, *kv, C) &&         /* wk, wv */
 	       mul_add(&block, F, C) && mul_add(&block, F, C) && mul_add(&block, F, C) &&
-	       mul_add(&block, 2, C) && mul_add(&n, d->n_layers, block) &&    /* norms */
+	       mul_add(&block, 2, C) && mul_add(&block, 2, d->head_dim) &&   /* norms */
+	       mul_add(&n, d->n_layers, block) &&
 	       mul_add(&n, d->vocab_size, C) && mul_add(&n, d->vocab_size, C) &&
 	       mul_add(&n, 1, C) && n < INT64_MAX / 2;
 }
@@ -123,7 +125,7 @@ int titan_param_table_init(struct titan_param_table *t, const struct titan_model
 				   (long long)d->n_kv_heads, (long long)F, (long long)V);
 
 	const int L = (int)d->n_layers;
-	const int nmax = 3 + TITAN_PARAMS_PER_LAYER * L;
+	const int nmax = 3 + titan_params_per_layer(d) * L;
 
 	if (!(t->params = calloc((size_t)nmax, sizeof(*t->params))))
 		return titan_error(TITAN_E_NOMEM, "out of memory for %d parameters", nmax);
@@ -142,7 +144,12 @@ int titan_param_table_init(struct titan_param_table *t, const struct titan_model
 		double s = o->depth_init ? 0.02 / sqrt(2.0 * (i + 1)) : 0.02 / sqrt(2.0 * L);
 		struct titan_param_init depth = trunc_init(s, -2.0, 2.0);
 
-		/* named_parameters() order: attention, feed_forward, then the norms */
+		/* named_parameters() order: attention (Qwen3's registers q_norm
+		 * and k_norm before wq), feed_forward, then the norms */
+		if (d->qk_norm) {
+			add(t, TITAN_PARAM_Q_NORM, i, "attention.q_norm.weight", d->head_dim, 0, ones);
+			add(t, TITAN_PARAM_K_NORM, i, "attention.k_norm.weight", d->head_dim, 0, ones);
+		}
 		add(t, TITAN_PARAM_WQ, i, "attention.wq.weight", q, C, linear);
 		add(t, TITAN_PARAM_WK, i, "attention.wk.weight", kv, C, linear);
 		add(t, TITAN_PARAM_WV, i, "attention.wv.weight", kv, C, linear);
@@ -245,21 +252,25 @@ const struct titan_param *titan_param_find(const struct titan_param_table *t, co
 
 int titan_param_index(const struct titan_param_table *t, enum titan_param_role role, int layer)
 {
-	bool in_block = role >= TITAN_PARAM_WQ && role <= TITAN_PARAM_FFN_NORM;
+	const bool qk = t->dims.qk_norm;
+	const int per = titan_params_per_layer(&t->dims);
+	bool in_block = role >= TITAN_PARAM_WQ && role <= TITAN_PARAM_K_NORM;
 
 	if (in_block) {
 		if (layer < 0 || layer >= t->dims.n_layers)
 			return -1;
-		return 1 + TITAN_PARAMS_PER_LAYER * layer + (int)(role - TITAN_PARAM_WQ);
+		if (role >= TITAN_PARAM_Q_NORM) /* first in a qk_norm block, absent otherwise */
+			return qk ? 1 + per * layer + (int)(role - TITAN_PARAM_Q_NORM) : -1;
+		return 1 + per * layer + (qk ? 2 : 0) + (int)(role - TITAN_PARAM_WQ);
 	}
 	if (layer != -1)
 		return -1;
 	if (role == TITAN_PARAM_TOK_EMBEDDINGS)
 		return 0;
 	if (role == TITAN_PARAM_NORM)
-		return 1 + TITAN_PARAMS_PER_LAYER * (int)t->dims.n_layers;
+		return 1 + per * (int)t->dims.n_layers;
 	if (role == TITAN_PARAM_OUTPUT && !t->dims.tied)
-		return 2 + TITAN_PARAMS_PER_LAYER * (int)t->dims.n_layers;
+		return 2 + per * (int)t->dims.n_layers;
 	return -1;
 }
 

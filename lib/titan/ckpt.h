@@ -611,6 +611,12 @@ int titan_ckpt_verify(struct titan_ckpt_file *f, const struct titan_ckpt_tensor_
  *   norm.weight                       model.norm.weight
  *   output.weight                     lm_head.weight (absent when tied)
  *
+ * Qwen3ForCausalLM (model_type qwen3, torchtitan's Qwen3StateDictAdapter):
+ * the same, plus
+ *   layers.I.attention.q_norm.weight  model.layers.I.self_attn.q_norm.weight (permuted)
+ *   layers.I.attention.k_norm.weight  model.layers.I.self_attn.k_norm.weight (permuted)
+ * and config.json's head_dim apart from hidden_size / heads.
+ *
  * q/k permutation: torchtitan's RoPE rotates interleaved pairs (2j, 2j+1)
  * of each head, HF's rotate_half pairs (j, j + hd/2).  With nh heads (n_heads
  * for wq, n_kv_heads for wk), rows = nh·hd:
@@ -625,6 +631,10 @@ int titan_hf_param_name(const struct titan_param *p, char *buf, size_t n);
  * even) out of place: to_hf true = tt -> HF, false = HF -> tt. */
 void titan_hf_permute_qk(const float *in, float *out, int64_t n_heads, int64_t rows,
 			 int64_t cols, bool to_hf);
+/* The heads titan_hf_permute_qk takes for p: n_heads for wq, n_kv_heads
+ * for wk, 1 for Qwen3's q_norm / k_norm ([head_dim], one head's layout);
+ * 0 for a parameter kept as it is. */
+int64_t titan_hf_qk_heads(const struct titan_model_dims *d, const struct titan_param *p);
 
 /* Reads config.json of a LlamaForCausalLM into dims (flavor: the matching
  * titan flavor's name, else "custom"); *bos, *eos (may be NULL) get the ids

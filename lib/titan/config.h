@@ -56,11 +56,14 @@ enum titan_config_type {
  * code).  Compare the enum; never strcmp the string.
  */
 #define TITAN_CFG_ENUMERATOR(id, name) id,
-#define TITAN_MODEL_NAMES(X) X(TITAN_MODEL_NAME_LLAMA3, "llama3")
+#define TITAN_MODEL_NAMES(X) X(TITAN_MODEL_NAME_LLAMA3, "llama3") X(TITAN_MODEL_NAME_QWEN3, "qwen3")
 #define TITAN_FLAVORS(X)                                                           \
 	X(TITAN_FLAVOR_DEBUGMODEL, "debugmodel") X(TITAN_FLAVOR_1B, "1B")          \
 	X(TITAN_FLAVOR_3B, "3B") X(TITAN_FLAVOR_8B, "8B") X(TITAN_FLAVOR_70B, "70B") \
-	X(TITAN_FLAVOR_405B, "405B") X(TITAN_FLAVOR_CUSTOM, "custom")
+	X(TITAN_FLAVOR_405B, "405B") X(TITAN_FLAVOR_0_6B, "0.6B")                  \
+	X(TITAN_FLAVOR_1_7B, "1.7B") X(TITAN_FLAVOR_4B, "4B")                      \
+	X(TITAN_FLAVOR_14B, "14B") X(TITAN_FLAVOR_32B, "32B")                      \
+	X(TITAN_FLAVOR_CUSTOM, "custom")
 #define TITAN_TIES(X) X(TITAN_TIE_AUTO, "auto") X(TITAN_TIE_TRUE, "true") X(TITAN_TIE_FALSE, "false")
 #define TITAN_OPTIMIZERS(X) X(TITAN_OPTIMIZER_ADAMW, "AdamW") X(TITAN_OPTIMIZER_ADAM, "Adam")
 #define TITAN_OPTIM_IMPLS(X)                                                       \
@@ -147,9 +150,11 @@ struct titan_config {
 		bool print_config;
 	} job;
 	struct {
-		char *name;              /* "llama3" */
+		char *name;              /* "llama3", "qwen3" */
 		enum titan_model_name name_e;
-		char *flavor;            /* debugmodel, 1B, 3B, 8B, 70B, 405B, custom */
+		char *flavor;            /* llama3: debugmodel, 1B, 3B, 8B, 70B, 405B;
+					    qwen3: debugmodel, 0.6B, 1.7B, 4B, 8B, 14B,
+					    32B; custom */
 		enum titan_flavor flavor_e;
 		char *tokenizer_path;
 		char *hf_assets_path;
@@ -164,6 +169,10 @@ struct titan_config {
 		int64_t rope_original_max_position;
 		char *tie_word_embeddings; /* auto|true|false (auto: per flavor) */
 		enum titan_tie tie_word_embeddings_e;
+		int64_t head_dim;        /* -1: the flavor's (llama3: dim / n_heads) */
+		int64_t hidden_dim;      /* FFN hidden size; -1: the flavor's */
+		char *qk_norm;           /* auto|true|false (auto: per model family) */
+		enum titan_tie qk_norm_e;
 		struct titan_strlist converters;
 	} model;
 	struct {

@@ -28,6 +28,8 @@ struct titan_model_dims {
 	double rope_scaling_factor, rope_low_freq_factor, rope_high_freq_factor;
 	int64_t rope_original_max_position;
 	bool tied;                   /* output shares tok_embeddings (1B, 3B) */
+	enum titan_model_name family;/* model.name: llama3, qwen3 */
+	bool qk_norm;                /* RMSNorm of q, k per head before RoPE (qwen3) */
 };
 
 struct titan_model_params {
@@ -47,7 +49,16 @@ int64_t titan_ffn_hidden_dim(int64_t dim, int64_t multiple_of, double ffn_dim_mu
 /* Dims of a named flavor (debugmodel, 1B, 3B, 8B, 70B, 405B).
  * TITAN_E_INVALID naming the flavor when unknown. */
 int titan_model_flavor(const char *flavor, struct titan_model_dims *out);
-/* Number of flavors and their names, for listings. */
+/* Dims of flavor `flavor` of model family `fam` (model.name): Llama 3's
+ * above, or Qwen3's (debugmodel, 0.6B, 1.7B, 4B, 8B, 14B, 32B: QK-norm,
+ * head_dim 128, norm_eps 1e-6, rope_theta 1e6 without scaling).
+ * TITAN_E_INVALID naming the flavor and family when unknown. */
+int titan_model_family_flavor(enum titan_model_name fam, const char *flavor,
+			      struct titan_model_dims *out);
+const char *titan_model_family_name(enum titan_model_name fam);
+/* Whether family `fam` has a flavor `flavor` (no error set). */
+bool titan_model_family_has_flavor(enum titan_model_name fam, const char *flavor);
+/* Number of Llama 3 flavors and their names, for listings. */
 int titan_model_nflavors(void);
 const char *titan_model_flavor_name(int i);
 
@@ -115,12 +126,20 @@ enum titan_param_role {
 	TITAN_PARAM_W3,
 	TITAN_PARAM_ATTENTION_NORM,
 	TITAN_PARAM_FFN_NORM,
+	TITAN_PARAM_Q_NORM,          /* qk_norm models only: [head_dim] */
+	TITAN_PARAM_K_NORM,
 	TITAN_PARAM_NORM,
 	TITAN_PARAM_OUTPUT,
 	TITAN_PARAM_NROLES
 };
-/* Parameters per transformer block (wq .. ffn_norm). */
+/* Parameters per transformer block (wq .. ffn_norm), and with qk_norm
+ * (q_norm, k_norm besides). */
 #define TITAN_PARAMS_PER_LAYER 9
+#define TITAN_PARAMS_PER_LAYER_MAX 11
+static inline int titan_params_per_layer(const struct titan_model_dims *d)
+{
+	return d->qk_norm ? TITAN_PARAMS_PER_LAYER_MAX : TITAN_PARAMS_PER_LAYER;
+}
 
 /* Pipeline stages one rank holds at most (interleaved schedules' virtual
  * stages): titan-train's model, schedules and titan-estimate. */

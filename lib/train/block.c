@@ -1,7 +1,8 @@
 /*
  * block.c — one Llama 3 block's forward (block.h): torchtitan's
  * TransformerBlock.forward, h = x + attention(attention_norm(x)),
- * y = h + feed_forward(ffn_norm(h)), on the backend's ops with the
+ * y = h + feed_forward(ffn_norm(h)), with Qwen3's QK-norm when the block
+ * has q_norm/k_norm weights, on the backend's ops with the
  * sequence/tensor-parallel moves and the attention injected.
  */
 #include "block.h"
@@ -10,7 +11,7 @@
 #include "tp.h"
 
 const enum fwd_op titan_block_fwd_all[F_NOPS] = {
-	F_NORM1, F_WQ, F_WK, F_WV, F_ROPE_Q, F_ROPE_K, F_ATTENTION, F_WO,
+	F_NORM1, F_WQ, F_WK, F_WV, F_QNORM, F_KNORM, F_ROPE_Q, F_ROPE_K, F_ATTENTION, F_WO,
 	F_NORM2, F_W1, F_W3, F_SWIGLU, F_W2,
 };
 
@@ -32,12 +33,26 @@ static int fwd_op(const struct titan_block *k, const struct block_w *w, const fl
 	case F_NORM1:
 		return sp->ops->norm(sp, a->xn1, a->rstd1, x, W[TITAN_PARAM_ATTENTION_NORM], k->eps,
 				     "tp attention input");
-	case F_WQ:
-		return op->matmul_fwd(be, a->q, a->xn1, W[TITAN_PARAM_WQ], n, C, q, false);
+	case F_WQ: /* into q0 with QK-norm, which then writes q */
+		return op->matmul_fwd(be, W[TITAN_PARAM_Q_NORM] ? a->q0 : a->q, a->xn1,
+				      W[TITAN_PARAM_WQ], n, C, q, false);
 	case F_WK:
-		return op->matmul_fwd(be, a->k, a->xn1, W[TITAN_PARAM_WK], n, C, kv, false);
+		return op->matmul_fwd(be, W[TITAN_PARAM_K_NORM] ? a->k0 : a->k, a->xn1,
+				      W[TITAN_PARAM_WK], n, C, kv, false);
 	case F_WV:
 		return op->matmul_fwd(be, a->v, a->xn1, W[TITAN_PARAM_WV], n, C, kv, false);
+	/* Qwen3's QK-norm: RMSNorm over head_dim of each token's heads (rows of
+	 * D), before RoPE; local to a rank's heads under TP */
+	case F_QNORM:
+		return W[TITAN_PARAM_Q_NORM] ? op->rmsnorm_fwd(be, a->q, a->rstdq, a->q0,
+							       W[TITAN_PARAM_Q_NORM], n * k->H, D,
+							       k->eps)
+					     : 0;
+	case F_KNORM:
+		return W[TITAN_PARAM_K_NORM] ? op->rmsnorm_fwd(be, a->k, a->rstdk, a->k0,
+							       W[TITAN_PARAM_K_NORM], n * k->Hkv, D,
+							       k->eps)
+					     : 0;
 	case F_ROPE_Q:
 		return op->rope_fwd(be, a->q, k->freqs, k->B, k->T, k->H, D);
 	case F_ROPE_K:

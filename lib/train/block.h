@@ -27,17 +27,23 @@ struct acts {
 	float *h;            /* residual after attention [N,C] */
 	float *xn2, *rstd2;  /* ffn_norm output, 1/rms */
 	float *a, *b, *g;    /* w1 x, w3 x, silu(a)*b [N,F] */
+	/* QK-norm (qk_norm models; NULL otherwise): wq x and wk x before
+	 * their per-head RMSNorm, and its 1/rms per token and head */
+	float *q0, *k0;      /* [N,H*D], [N,Hkv*D] */
+	float *rstdq, *rstdk;/* [N*H], [N*Hkv] */
 };
 
 /* The ops of a block's forward, in order (titan_block_fwd runs a list of
  * them: the whole block, or what a recomputation redoes). */
 enum fwd_op {
-	F_NORM1, F_WQ, F_WK, F_WV, F_ROPE_Q, F_ROPE_K, F_ATTENTION, F_WO,
+	F_NORM1, F_WQ, F_WK, F_WV, F_QNORM, F_KNORM, F_ROPE_Q, F_ROPE_K, F_ATTENTION, F_WO,
 	F_NORM2, F_W1, F_W3, F_SWIGLU, F_W2, F_NOPS
 };
 
-/* A block's weights by role (TITAN_PARAM_WQ .. TITAN_PARAM_FFN_NORM; the
- * others unused), this rank's shards of them under TP. */
+/* A block's weights by role (TITAN_PARAM_WQ .. TITAN_PARAM_K_NORM; the
+ * others unused), this rank's shards of them under TP.  Q_NORM and K_NORM
+ * are NULL without QK-norm: F_QNORM and F_KNORM do nothing then, and wq,
+ * wk write q, k directly. */
 struct block_w {
 	const float *w[TITAN_PARAM_NROLES];
 };

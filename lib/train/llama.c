@@ -29,10 +29,11 @@
  * output gradients of w2 (dy), wo (dh), wq/wk/wv after RoPE (dq, dk, dv)
  * and of the two norms (dxn2, dxn1: their dy), and `x`, copies of the
  * layer inputs (xn1, att, h, xn2, rstd1, rstd2, and a, b holding the
- * SwiGLU gradients da, db, g) when the block's activations are shared
- * (checkpointed, or selective "op"); otherwise x is empty and the pass
- * reads the microbatch's own acts. */
-enum wslot { WS_DY, WS_DH, WS_DQ, WS_DK, WS_DV, WS_DXN2, WS_DXN1, WS_NSLOT,
+ * SwiGLU gradients da, db, g; with QK-norm q0, k0, rstdq, rstdk) when
+ * the block's activations are shared (checkpointed, or selective "op");
+ * otherwise x is empty and the pass reads the microbatch's own acts.
+ * With QK-norm also the dy of q_norm and k_norm (dqn, dkn; none without). */
+enum wslot { WS_DY, WS_DH, WS_DQ, WS_DK, WS_DV, WS_DXN2, WS_DXN1, WS_DQN, WS_DKN, WS_NSLOT,
 	     WS_DXNF = WS_NSLOT /* the final norm's dy: struct mb's dxnf */ };
 struct wstash {
 	float *g[WS_NSLOT];
@@ -69,9 +70,9 @@ struct ac_policy {
 
 /* Selective "op" recomputes all but what torchtitan's policy keeps: q
  * (after RoPE), v, the attention output and its lse, w1·x and the block
- * output. */
+ * output; with QK-norm also q's input and 1/rms (k's are redone). */
 static const enum fwd_op fwd_unsaved[] = {
-	F_NORM1, F_WK, F_ROPE_K, F_WO, F_NORM2, F_W3, F_SWIGLU,
+	F_NORM1, F_WK, F_KNORM, F_ROPE_K, F_WO, F_NORM2, F_W3, F_SWIGLU,
 };
 
 /* The pipeline bookkeeping: the rank's stages and one microbatch state
@@ -294,6 +295,24 @@ static float *model_buf(void *m, int64_t nfloats, enum titan_mem_tag tag,
 	return buf(m, nfloats, tag, role);
 }
 
+/* QK-norm's inputs and 1/rms of q (`qs`) and of k (`ks`): nothing
+ * without it. */
+static int alloc_qk(struct titan_llama *m, struct acts *a, enum titan_buf_role r, bool qs,
+		    bool ks)
+{
+	const int64_t n = m->n, D = m->d.head_dim;
+	const enum titan_mem_tag t = TITAN_MEM_ACTIVATIONS;
+
+	if (!m->d.qk_norm)
+		return 0;
+	if (qs && (!(a->q0 = buf(m, n * m->H * D, t, r)) || !(a->rstdq = buf(m, n * m->H, t, r))))
+		return TITAN_E_NOMEM;
+	if (ks && (!(a->k0 = buf(m, n * m->Hkv * D, t, r)) ||
+		   !(a->rstdk = buf(m, n * m->Hkv, t, r))))
+		return TITAN_E_NOMEM;
+	return 0;
+}
+
 static int alloc_acts(struct titan_llama *m, struct acts *a, enum titan_buf_role r)
 {
 	const struct titan_model_dims *d = &m->d;
@@ -316,7 +335,7 @@ static int alloc_acts(struct titan_llama *m, struct acts *a, enum titan_buf_role
 	if (!a->xn1 || !a->rstd1 || !a->q || !a->k || !a->v || !a->att || !a->lse || !a->h ||
 	    !a->xn2 || !a->rstd2 || !a->a || !a->b || !a->g)
 		return TITAN_E_NOMEM;
-	return 0;
+	return alloc_qk(m, a, r, true, true);
 }
 
 /* Selective "op": the tensors a block keeps (q, v, att, lse, w1·x) of its
@@ -335,7 +354,7 @@ static int alloc_acts_op(struct titan_llama *m, struct acts *a, const struct act
 	a->a = buf(m, n * m->F, t, TITAN_BUF_SAVED_OP);
 	if (!a->q || !a->v || !a->att || !a->lse || !a->a)
 		return TITAN_E_NOMEM;
-	return 0;
+	return alloc_qk(m, a, TITAN_BUF_SAVED_OP, true, false);
 }
 
 /* One microbatch's state: the stage's block inputs (and x[l1]), kept
@@ -405,13 +424,15 @@ static int alloc_wstash(struct titan_llama *m, struct mb *b)
 			struct wstash *w = &b->w[l];
 			struct acts *x = &w->x;
 
+			const int64_t qk = d->qk_norm;
 			const int64_t size[WS_NSLOT] = {
 				[WS_DY] = n * C, [WS_DH] = n * C, [WS_DQ] = n * q, [WS_DK] = n * kv,
-				[WS_DV] = n * kv, [WS_DXN2] = nl * C, [WS_DXN1] = nl * C};
+				[WS_DV] = n * kv, [WS_DXN2] = nl * C, [WS_DXN1] = nl * C,
+				[WS_DQN] = qk * n * q, [WS_DKN] = qk * n * kv};
 
 			m->at_layer = (int)l;
 			for (int i = 0; i < WS_NSLOT; i++)
-				if (!(w->g[i] = buf(m, size[i], t, TITAN_BUF_ZB_STASH)))
+				if (size[i] && !(w->g[i] = buf(m, size[i], t, TITAN_BUF_ZB_STASH)))
 					return TITAN_E_NOMEM;
 			if (!m->ac.whole[l] && m->o.ac != TITAN_AC_SELECTIVE_OP)
 				continue;
@@ -425,7 +446,7 @@ static int alloc_wstash(struct titan_llama *m, struct mb *b)
 			x->b = buf(m, n * F, t, TITAN_BUF_ZB_INPUTS);
 			x->g = buf(m, n * F, t, TITAN_BUF_ZB_INPUTS);
 			if (!x->xn1 || !x->att || !x->h || !x->xn2 || !x->rstd1 || !x->rstd2 || !x->a ||
-			    !x->b || !x->g)
+			    !x->b || !x->g || alloc_qk(m, x, TITAN_BUF_ZB_INPUTS, true, true) < 0)
 				return TITAN_E_NOMEM;
 		}
 	}
@@ -510,7 +531,7 @@ static int alloc_shared_acts(struct titan_llama *m)
 	r->g = buf(m, m->n * m->F, t, TITAN_BUF_RECOMPUTE_OP);
 	if (!r->xn1 || !r->rstd1 || !r->k || !r->h || !r->xn2 || !r->rstd2 || !r->b || !r->g)
 		return TITAN_E_NOMEM;
-	return 0;
+	return alloc_qk(m, r, TITAN_BUF_RECOMPUTE_OP, false, true);
 }
 
 /* The backward scratch. */
@@ -638,8 +659,8 @@ int titan_llama_new(const struct titan_model_dims *d, const struct titan_llama_o
 		goto fail;
 	m->group_first[0] = 0;
 	for (int g = 1; g <= (int)L; g++)
-		m->group_first[g] = 1 + (g - 1) * TITAN_PARAMS_PER_LAYER;
-	m->group_first[L + 1] = 1 + (int)L * TITAN_PARAMS_PER_LAYER;
+		m->group_first[g] = 1 + (g - 1) * titan_params_per_layer(d);
+	m->group_first[L + 1] = 1 + (int)L * titan_params_per_layer(d);
 	m->group_first[L + 2] = m->table.n;
 	for (int g = 0; g < m->ngroups; g++)
 		titan_llama_bind_group(m, g, NULL, NULL);
@@ -659,9 +680,11 @@ int titan_llama_new(const struct titan_model_dims *d, const struct titan_llama_o
 	m->at_mb = -1;
 	if (o->pp_split_backward) {
 		rc = TITAN_E_NOMEM;
-		if (!(m->pl.ones = buf(m, C, TITAN_MEM_WORKSPACE, TITAN_BUF_ZB_ONES)))
+		const int64_t nones = C > d->head_dim ? C : d->head_dim; /* QK-norm's too */
+
+		if (!(m->pl.ones = buf(m, nones, TITAN_MEM_WORKSPACE, TITAN_BUF_ZB_ONES)))
 			goto fail;
-		if ((rc = set_ones(m, m->pl.ones, C)) < 0)
+		if ((rc = set_ones(m, m->pl.ones, nones)) < 0)
 			goto fail;
 	}
 	if ((rc = alloc_scratch(m)) < 0 ||
@@ -800,14 +823,19 @@ static int pindex(struct titan_llama *m, enum titan_param_role r, int layer)
 	return i;
 }
 
+/* NULL for a role the model lacks (q_norm, k_norm without QK-norm) */
 static float *P(struct titan_llama *m, enum titan_param_role r, int layer)
 {
-	return m->pv[pindex(m, r, layer)];
+	int i = pindex(m, r, layer);
+
+	return i < 0 ? NULL : m->pv[i];
 }
 
 static float *G(struct titan_llama *m, enum titan_param_role r, int layer)
 {
-	return m->gv[pindex(m, r, layer)];
+	int i = pindex(m, r, layer);
+
+	return i < 0 ? NULL : m->gv[i];
 }
 
 #define CK(call) do { if ((rc = (call)) < 0) return rc; } while (0)
@@ -835,7 +863,7 @@ static int block_fwd(struct titan_llama *m, const struct mb *b, int l, struct ac
 	};
 	struct block_w w = {0};
 
-	for (int r = TITAN_PARAM_WQ; r <= TITAN_PARAM_FFN_NORM; r++)
+	for (int r = TITAN_PARAM_WQ; r <= TITAN_PARAM_K_NORM; r++)
 		w.w[r] = P(m, (enum titan_param_role)r, l);
 	use_docs(m, b);
 	return titan_block_fwd(&k, &w, b->x[l], b->x[l + 1], a, ops, nops);
@@ -938,6 +966,14 @@ static int keep_stash_acts(const struct wsink *k, int l, const struct acts *a)
 	CK(op->copy(be, x->rstd2, a->rstd2, nl));
 	CK(op->copy(be, x->a, a->a, n * F));
 	CK(op->copy(be, x->b, a->b, n * F));
+	if (x->q0) { /* QK-norm's inputs and 1/rms */
+		const int64_t kv = k->m->Hkv * k->m->d.head_dim;
+
+		CK(op->copy(be, x->q0, a->q0, n * q));
+		CK(op->copy(be, x->k0, a->k0, n * kv));
+		CK(op->copy(be, x->rstdq, a->rstdq, n * k->m->H));
+		CK(op->copy(be, x->rstdk, a->rstdk, n * k->m->Hkv));
+	}
 	return op->copy(be, x->g, a->g, n * F);
 }
 
@@ -988,6 +1024,14 @@ static int block_bwd(const struct wsink *k, int l, struct acts *a)
 			   a->lse));
 	CK(op->rope_bwd(be, m->dq, m->freqs, B, T, m->H, D));
 	CK(op->rope_bwd(be, m->dk, m->freqs, B, T, m->Hkv, D));
+	if (d->qk_norm) { /* QK-norm, in place: the gradients of wq x, wk x */
+		CK(g->keep(k, l, WS_DQN, m->dq, n * q));
+		CK(g->keep(k, l, WS_DKN, m->dk, n * kv));
+		CK(op->rmsnorm_bwd(be, m->dq, g->dw(k, TITAN_PARAM_Q_NORM, l), m->dq, a->q0,
+				   P(m, TITAN_PARAM_Q_NORM, l), a->rstdq, n * m->H, D, false));
+		CK(op->rmsnorm_bwd(be, m->dk, g->dw(k, TITAN_PARAM_K_NORM, l), m->dk, a->k0,
+				   P(m, TITAN_PARAM_K_NORM, l), a->rstdk, n * m->Hkv, D, false));
+	}
 	CK(g->keep(k, l, WS_DQ, m->dq, n * q));
 	CK(g->keep(k, l, WS_DK, m->dk, n * kv));
 	CK(g->keep(k, l, WS_DV, m->dv, n * kv));
@@ -1034,6 +1078,12 @@ static int block_wgrad(struct titan_llama *m, const struct mb *b, int l)
 			  false));
 	CK(op->matmul_bwd(be, NULL, G(m, TITAN_PARAM_WV, l), w[WS_DV], a->xn1, NULL, n, C, kv,
 			  false));
+	if (d->qk_norm) { /* the input gradients go to the q, k scratch */
+		CK(op->rmsnorm_bwd(be, m->dq, G(m, TITAN_PARAM_Q_NORM, l), w[WS_DQN], a->q0,
+				   m->pl.ones, a->rstdq, n * m->H, d->head_dim, false));
+		CK(op->rmsnorm_bwd(be, m->dk, G(m, TITAN_PARAM_K_NORM, l), w[WS_DKN], a->k0,
+				   m->pl.ones, a->rstdk, n * m->Hkv, d->head_dim, false));
+	}
 	return op->rmsnorm_bwd(be, m->dh, G(m, TITAN_PARAM_ATTENTION_NORM, l), w[WS_DXN1],
 			       b->x[l], m->pl.ones, a->rstd1, nl, C, false);
 }

@@ -123,6 +123,12 @@ int titan_trainer_open_backend(struct titan_trainer *t, const struct titan_train
 		return titan_error(TITAN_E_INVALID, "training.attn_mask_type: block_causal is not "
 				   "in the CUDA backend's attention; use training.device: cpu (or "
 				   "attn_mask_type: causal)");
+	/* QK-norm runs on existing ops (rmsnorm over head_dim rows), but the
+	 * Qwen3 block has not been checked against the CPU on a GPU yet */
+	if (t->dims.qk_norm)
+		return titan_error(TITAN_E_INVALID, "model.qk_norm: QK-norm (model.name %s) is not "
+				   "checked on training.device: cuda yet; train it with "
+				   "training.device: cpu", titan_model_family_name(t->dims.family));
 	co.device = 0; /* the rank's first GPU (CUDA_VISIBLE_DEVICES picks it) */
 	co.matmul = c->training.mixed_precision_param_e == TITAN_MP_PARAM_BFLOAT16
 			    ? TITAN_CUDA_MATMUL_BF16 : TITAN_CUDA_MATMUL_FP32;

@@ -277,8 +277,8 @@ void titan_trainer_log_start(const struct titan_trainer *t)
 	struct titan_model_params mp;
 
 	titan_model_count_params(&t->dims, &mp);
-	titan_log_info("Model llama3 %s size: %lld total parameters", t->dims.flavor,
-		       (long long)mp.total);
+	titan_log_info("Model %s %s size: %lld total parameters",
+		       titan_model_family_name(t->dims.family), t->dims.flavor, (long long)mp.total);
 	log_layout(t);
 	titan_log_info("Peak FLOPS used for computing MFU: %.3e (%s)", t->peak_flops, t->peak_from);
 	if (c->checkpoint.create_seed_checkpoint)

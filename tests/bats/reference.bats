@@ -19,3 +19,8 @@ setup() {
 @test "the reference checks itself (gradcheck fast mode, components, injected bugs)" {
 	run -0 /usr/bin/python3 tests/ref/make_golden.py --selfcheck --fast
 }
+
+@test "qwen3_ref.py: titan's q/k layout with Llama's pair RoPE is the public Qwen3 (rotate_half)" {
+	run -0 /usr/bin/python3 tests/ref/qwen3_ref.py
+	assert_output --regexp '^titan layout vs public Qwen3: rel err [0-9.]+e-(0[6-9]|[1-9][0-9])$'
+}

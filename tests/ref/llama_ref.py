@@ -188,13 +188,18 @@ class Attention(nn.Module):
             nn.init.trunc_normal_(linear.weight, mean=0.0, std=0.02)
         nn.init.trunc_normal_(self.wo.weight, mean=0.0, std=init_std)
 
+    def rotate(self, xq, xk, freqs_cis):
+        """RoPE on q and k [B,T,heads,D] (qwen3_ref.py's Attention also
+        norms them first)."""
+        return apply_rotary_emb(xq, xk, freqs_cis)
+
     def forward(self, x, freqs_cis):
         bs, seqlen, _ = x.shape
         xq, xk, xv = self.wq(x), self.wk(x), self.wv(x)
         xq = xq.view(bs, seqlen, -1, self.head_dim)
         xk = xk.view(bs, seqlen, -1, self.head_dim)
         xv = xv.view(bs, seqlen, -1, self.head_dim)
-        xq, xk = apply_rotary_emb(xq, xk, freqs_cis)
+        xq, xk = self.rotate(xq, xk, freqs_cis)
         keys = repeat_kv(xk, self.n_rep)
         values = repeat_kv(xv, self.n_rep)
         out = sdpa_causal(xq.transpose(1, 2), keys.transpose(1, 2), values.transpose(1, 2))

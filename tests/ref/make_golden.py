@@ -29,6 +29,7 @@ import torch
 sys.dont_write_bytecode = True   # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import llama_ref as ref            # noqa: E402
+import qwen3_ref                   # noqa: E402
 import safetensors_py as st        # noqa: E402
 
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
@@ -62,7 +63,26 @@ CONFIGS = {
               seq_len=16, local_batch_size=2, grad_accum=1, steps=10, seed=1234, data_seed=3,
               lr=1e-3, warmup_steps=2, decay_ratio=None, decay_type="cosine", min_lr_factor=0.1,
               padding=False),
+    # Qwen3 dense (qwen3_ref.py): QK-norm, head_dim 12 apart from dim / n_heads
+    # (32 / 4 = 8), hidden_dim given, θ 1e6, eps 1e-6, no RoPE scaling;
+    # 12 steps.  Q untied with GQA 2:1 and 2 microbatches, R tied.
+    "Q": dict(family="qwen3",
+              model=dict(dim=32, n_layers=2, n_heads=4, n_kv_heads=2, vocab_size=97,
+                         qk_head_dim=12, hidden_dim=40, tie_embeddings=False),
+              seq_len=16, local_batch_size=2, grad_accum=2, steps=12, seed=11, data_seed=4,
+              lr=2e-3, warmup_steps=2, decay_ratio=0.5, decay_type="linear", min_lr_factor=0.0,
+              padding=False),
+    "R": dict(family="qwen3",
+              model=dict(dim=24, n_layers=2, n_heads=4, n_kv_heads=4, vocab_size=89,
+                         qk_head_dim=10, hidden_dim=48, tie_embeddings=True),
+              seq_len=16, local_batch_size=2, grad_accum=1, steps=12, seed=5, data_seed=6,
+              lr=2e-3, warmup_steps=2, decay_ratio=None, decay_type="cosine", min_lr_factor=0.1,
+              padding=False),
 }
+
+
+def is_qwen3(c):
+    return c.get("family") == "qwen3"
 
 
 def setup_determinism():
@@ -72,6 +92,8 @@ def setup_determinism():
 
 
 def model_args(c) -> ref.ModelArgs:
+    if is_qwen3(c):
+        return qwen3_ref.Qwen3Args(max_seq_len=c["seq_len"], **c["model"])
     return ref.ModelArgs(max_seq_len=c["seq_len"], **c["model"])
 
 
@@ -137,14 +159,17 @@ def config_metadata(name, c, steps):
     s = train_args(c, steps)
     warmup, stable, decay = ref.schedule_phases(s.schedule)
     m = {
+        **({"model.name": "qwen3"} if is_qwen3(c) else {}),
         "format": "titan-golden",
         "format_version": FORMAT_VERSION,
         "golden.config": name,
-        "golden.generator": "tests/ref/make_golden.py (tests/ref/llama_ref.py)",
+        "golden.generator": "tests/ref/make_golden.py (tests/ref/%s)" % ("qwen3_ref.py" if is_qwen3(c) else "llama_ref.py"),
         "golden.regenerate": REGEN,
         "golden.torch_version": torch.__version__,
         "model.flavor": "custom",
         "model.dim": fmt(a.dim),
+        **({"model.head_dim": fmt(a.head_dim), "model.hidden_dim": fmt(a.ffn_hidden)}
+           if is_qwen3(c) else {}),
         "model.n_layers": fmt(a.n_layers),
         "model.n_heads": fmt(a.n_heads),
         "model.n_kv_heads": fmt(a.kv_heads),
@@ -194,9 +219,11 @@ def config_metadata(name, c, steps):
 def run_config(c, steps, keep_grads=True):
     """Train `steps` steps; returns everything the golden file holds."""
     a = model_args(c)
-    model = ref.build_model(a, c["seed"])
+    model = (qwen3_ref.build_model if is_qwen3(c) else ref.build_model)(a, c["seed"])
     names = ref.param_names(model)
-    init = {n: p.detach().clone() for n, p in model.named_parameters()}
+    # tensors in titan's layout (qwen3: wq/wk/q_norm/k_norm rows interleaved)
+    lay = (lambda n, t: qwen3_ref.layout(n, t, a)) if is_qwen3(c) else (lambda n, t: t)
+    init = {n: lay(n, p.detach().clone()) for n, p in model.named_parameters()}
     toks, inputs, labels = make_batches(c, steps)
     tr = ref.Trainer(model, train_args(c, steps))
     grads = {}
@@ -204,7 +231,7 @@ def run_config(c, steps, keep_grads=True):
     def grab(step, trainer):
         if step == 1 and keep_grads:
             for n, p in trainer.model.named_parameters():
-                grads[n] = p.grad.detach().clone()
+                grads[n] = lay(n, p.grad.detach().clone())
 
     tr.on_backward = grab
     recs, logits1 = [], None
@@ -214,7 +241,7 @@ def run_config(c, steps, keep_grads=True):
         if s == 0:
             logits1 = torch.stack(lg)
         recs.append(rec)
-    final = {n: p.detach().clone() for n, p in model.named_parameters()}
+    final = {n: lay(n, p.detach().clone()) for n, p in model.named_parameters()}
     return dict(args=a, names=names, init=init, grads=grads, final=final, tokens=toks,
                 inputs=inputs, labels=labels, logits=logits1, recs=recs)
 
@@ -231,7 +258,10 @@ def write_golden(name, c, steps, out_dir):
         ("tokens", r["tokens"].to(i32)),
         ("inputs", r["inputs"].to(i32)),
         ("labels", r["labels"].to(i32)),
-        ("rope.freqs", ref.rope_freqs(a)),
+        ("rope.freqs", ref.rope_freqs(ref.ModelArgs(dim=a.head_dim, n_heads=1,
+                                                    rope_theta=a.rope_theta,
+                                                    rope_scaling=a.rope_scaling))
+         if is_qwen3(c) else ref.rope_freqs(a)),
     ]
     tensors += [(n, r["init"][n]) for n in r["names"]]
     tensors += [("logits", r["logits"])]
@@ -455,6 +485,8 @@ def selfcheck(configs, fast=False):
     ck = Checks()
     for name in configs:
         c = CONFIGS[name]
+        if is_qwen3(c):
+            continue  # qwen3_ref.py checks itself (its __main__)
         a = model_args(c)
         print(f"config {name}: {a}")
 

@@ -242,6 +242,7 @@ static const struct {
 	LIST("model.name", TITAN_MODEL_NAMES),
 	LIST("model.flavor", TITAN_FLAVORS),
 	LIST("model.tie_word_embeddings", TITAN_TIES),
+	LIST("model.qk_norm", TITAN_TIES),
 	LIST("optimizer.name", TITAN_OPTIMIZERS),
 	LIST("optimizer.implementation", TITAN_OPTIM_IMPLS),
 	LIST("lr_scheduler.decay_type", TITAN_DECAY_TYPES),
@@ -870,7 +871,7 @@ static void test_load_atomic(void **state)
 			"  flavor: 9B\n";
 	assert_int_equal(titan_config_load_string(&c, y, strlen(y), "t.yaml"), TITAN_E_INVALID);
 	assert_str(titan_errmsg(), "t.yaml:6:11: model.flavor: '9B' is not one of debugmodel, "
-				   "1B, 3B, 8B, 70B, 405B, custom");
+				   "1B, 3B, 8B, 70B, 405B, 0.6B, 1.7B, 4B, 14B, 32B, custom");
 	assert_null(titan_config_diff(&c, &d));
 	assert_int_equal(c.training.steps, 77);
 	/* titan_config_set is atomic too. */

@@ -34,6 +34,8 @@
 
 enum { T = 24 };
 
+static bool qwen3; /* tiny(): a Qwen3 (QK-norm, head_dim 12 != dim / n_heads) */
+
 static struct titan_model_dims tiny(bool tied)
 {
 	struct titan_model_dims d;
@@ -51,6 +53,13 @@ static struct titan_model_dims tiny(bool tied)
 	/* a small theta turns the rotation fast enough to matter in 24 steps */
 	d.rope_theta = 100.0;
 	d.tied = tied;
+	if (qwen3) {
+		d.family = TITAN_MODEL_NAME_QWEN3;
+		d.qk_norm = true;
+		d.head_dim = 12;
+		d.rope_scaling = false;
+		d.norm_eps = 1e-6;
+	}
 	return d;
 }
 
@@ -228,6 +237,17 @@ static void test_block_causal_matches_training_forward(void **state)
 	free(ref);
 	free(lg);
 	fixture_release(&f);
+}
+
+/* Qwen3's QK-norm on the generator's KV cache path (prefill, chunks,
+ * single tokens) equals the training forward too */
+static void test_qwen3_logits_match_training_forward(void **state)
+{
+	(void)state;
+	qwen3 = true;
+	check_logits(false, 1);
+	check_logits(true, 2);
+	qwen3 = false;
 }
 
 /* The KV cache matters: a cache filled from other tokens gives other
@@ -536,6 +556,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_logits_match_training_forward),
+		cmocka_unit_test(test_qwen3_logits_match_training_forward),
 		cmocka_unit_test(test_cache_is_used),
 		cmocka_unit_test(test_block_causal_matches_training_forward),
 		cmocka_unit_test(test_generate_greedy_and_stops),

@@ -1,4 +1,4 @@
-/* test_golden.c — titan's Llama 3 step against the independent PyTorch
+/* test_golden.c — titan's Llama 3 (A, B, C) and Qwen3 (Q, R) step against the independent PyTorch
  * reference (tests/ref, golden files in tests/fixtures/golden): same
  * initial weights and tokens -> the same logits, per-microbatch loss sums,
  * every gradient of step 1, and 10 steps of AdamW with clipping and the LR
@@ -255,12 +255,26 @@ static void test_golden_C(void **state)
 	run_golden("C"); /* MHA, no scaling, tied embeddings, cosine + min lr */
 }
 
+static void test_golden_Q(void **state)
+{
+	(void)state;
+	run_golden("Q"); /* Qwen3: QK-norm, head_dim 12 != dim / n_heads, 2 microbatches */
+}
+
+static void test_golden_R(void **state)
+{
+	(void)state;
+	run_golden("R"); /* Qwen3 with tied embeddings */
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_golden_A),
 		cmocka_unit_test(test_golden_B),
 		cmocka_unit_test(test_golden_C),
+		cmocka_unit_test(test_golden_Q),
+		cmocka_unit_test(test_golden_R),
 	};
 	return cmocka_run_group_tests_name("golden", tests, NULL, NULL);
 }

@@ -488,11 +488,82 @@ static void test_huge_dims(void **state)
 	titan_error_clear();
 }
 
+/* Qwen3 0.6B: torchtitan's dense qwen3 table (q_norm, k_norm first in each
+ * block, head_dim 128 apart from dim / heads, tied), its roles and counts,
+ * and TP slicing that leaves the per-head norms replicated. */
+static void test_table_qwen3(void **state)
+{
+	struct titan_model_dims d;
+	struct titan_model_params cnt;
+	struct titan_param_table t;
+	struct titan_param_table_opts o;
+
+	(void)state;
+	assert_int_equal(titan_model_family_flavor(TITAN_MODEL_NAME_QWEN3, "0.6B", &d), 0);
+	assert_true(d.tied && d.qk_norm);
+	assert_int_equal(d.head_dim, 128);
+	assert_int_equal(d.ffn_hidden, 3072);
+	assert_true(d.norm_eps == 1e-6 && d.rope_theta == 1e6 && !d.rope_scaling);
+	titan_model_count_params(&d, &cnt);
+	assert_int_equal(cnt.total, 596049920); /* Qwen3-0.6B */
+	assert_int_equal(titan_param_table_init(&t, &d, NULL), 0);
+	assert_int_equal(t.n, 2 + 11 * 28);
+	assert_int_equal(t.numel, cnt.total);
+	static const char *const block[] = {
+		"attention.q_norm.weight", "attention.k_norm.weight", "attention.wq.weight",
+		"attention.wk.weight", "attention.wv.weight", "attention.wo.weight",
+		"feed_forward.w1.weight", "feed_forward.w2.weight", "feed_forward.w3.weight",
+		"attention_norm.weight", "ffn_norm.weight"};
+	for (int i = 0; i < 11; i++) {
+		char want[64];
+
+		snprintf(want, sizeof(want), "layers.5.%s", block[i]);
+		assert_string_equal(t.params[1 + 11 * 5 + i].name, want);
+	}
+	static const enum titan_param_role roles[] = {
+		TITAN_PARAM_Q_NORM, TITAN_PARAM_K_NORM, TITAN_PARAM_WQ, TITAN_PARAM_WK, TITAN_PARAM_WV,
+		TITAN_PARAM_WO, TITAN_PARAM_W1, TITAN_PARAM_W2, TITAN_PARAM_W3,
+		TITAN_PARAM_ATTENTION_NORM, TITAN_PARAM_FFN_NORM};
+	for (int i = 0; i < 11; i++) {
+		int at = titan_param_index(&t, roles[i], 7);
+
+		assert_int_equal(at, 1 + 11 * 7 + i);
+		assert_int_equal(t.params[at].role, roles[i]);
+	}
+	assert_int_equal(titan_param_index(&t, TITAN_PARAM_NORM, -1), t.n - 1);
+	assert_int_equal(titan_param_index(&t, TITAN_PARAM_OUTPUT, -1), -1);
+	const struct titan_param *qn = titan_param_find(&t, "layers.0.attention.q_norm.weight");
+	assert_int_equal(qn->ndim, 1);
+	assert_int_equal(qn->numel, 128);
+	assert_true(qn->is_norm);
+	assert_int_equal(qn->init.kind, TITAN_INIT_ONES);
+	assert_int_equal(titan_param_find(&t, "layers.0.attention.wq.weight")->shape[0], 16 * 128);
+	assert_int_equal(titan_param_find(&t, "layers.0.attention.wo.weight")->shape[1], 16 * 128);
+	titan_param_table_release(&t);
+	/* TP 2: q/k/v split by heads, the norms replicated */
+	titan_param_table_opts_default(&o);
+	o.tp_rank = 1;
+	o.tp_degree = 2;
+	assert_int_equal(titan_param_table_init(&t, &d, &o), 0);
+	qn = titan_param_find(&t, "layers.3.attention.k_norm.weight");
+	assert_int_equal(qn->tp_dim, -1);
+	assert_int_equal(qn->shape[0], 128);
+	assert_int_equal(titan_param_find(&t, "layers.3.attention.wk.weight")->shape[0], 4 * 128);
+	titan_param_table_release(&t);
+	/* Llama 3 keeps 9 a block and no q/k norms */
+	assert_int_equal(titan_model_flavor("debugmodel", &d), 0);
+	assert_int_equal(titan_param_table_init(&t, &d, NULL), 0);
+	assert_int_equal(titan_param_index(&t, TITAN_PARAM_Q_NORM, 0), -1);
+	assert_int_equal(titan_param_index(&t, TITAN_PARAM_WQ, 1), 1 + 9);
+	titan_param_table_release(&t);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_table_debugmodel),
 		cmocka_unit_test(test_table_tied_gqa),
+		cmocka_unit_test(test_table_qwen3),
 		cmocka_unit_test(test_arena),
 		cmocka_unit_test(test_init_stats),
 		cmocka_unit_test(test_init_determinism),

@@ -170,7 +170,8 @@ static void print_summary(FILE *fp, const struct titan_config *c, const struct t
 	const double fpt = titan_model_flops_per_token(d, seq);
 
 	titan_model_count_params(d, &p);
-	fprintf(fp, "model:        %s %s%s\n", c->model.name, d->flavor, d->tied ? " (tied embeddings)" : "");
+	fprintf(fp, "model:        %s %s%s%s\n", c->model.name, d->flavor,
+		d->tied ? " (tied embeddings)" : "", d->qk_norm ? " (QK-norm)" : "");
 	fprintf(fp, "dims:         dim %lld, layers %lld, heads %lld, kv heads %lld, head_dim %lld, "
 		"ffn hidden %lld, vocab %lld\n",
 		(long long)d->dim, (long long)d->n_layers, (long long)d->n_heads,
