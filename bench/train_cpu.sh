@@ -4,7 +4,8 @@
 # configurations, in the same run, with the same thread count.
 #
 #   bench/train_cpu.sh [--threads "1 2"] [--models "debug 25m"] [--steps N]
-#                      [--warmup W] [--repeat R] [--bind cores|none] [--dry-run]
+#                      [--warmup W] [--repeat R] [--bind cores|none] [--no-perf]
+#                      [--dry-run]
 #
 # Models (fp32, activation checkpointing none, local batch 4, seq 512):
 #   debug  torchtitan's debugmodel: dim 256, 6 layers, 16 heads, vocab 2048
@@ -38,30 +39,35 @@
 # the scheduler moves loses its caches, and the two sides get the same
 # placement; --bind none leaves placement to the kernel.  --dry-run prints
 # the plan (environment, the commands of each round in order) and runs
-# nothing.  TITAN_BIN=DIR runs another build's tools.
+# nothing.  "titan outside GEMMs": after the rounds, one more titan run
+# under `perf record` and the share of its CPU samples outside
+# libopenblas (RMSNorm, SwiGLU, attention, AdamW, copies, the kernel; the
+# start-up is in it too); "-" without perf or with --no-perf.
+# TITAN_BIN=DIR runs another build's tools.
 set -euo pipefail
 
 prog=train_cpu.sh
 die() { echo "$prog: error: $*" >&2; exit 1; }
 usage() {
-	sed -n '4,5p' "$0" | sed 's/^# \{0,1\}//' >&2
+	sed -n '6,8p' "$0" | sed 's/^# \{0,1\}//' >&2
 	exit 2
 }
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 
-threads_list="1 2" models="debug 25m" steps=6 warmup=2 repeat=3 bind=cores dry=0
+threads_list="1 2" models="debug 25m" steps=6 warmup=2 repeat=3 bind=cores dry=0 use_perf=1
 while [ $# -gt 0 ]; do
 	case "$1" in
 	--bind) [ $# -ge 2 ] || usage; bind=$2; shift ;;
 	--dry-run) dry=1 ;;
+	--no-perf) use_perf=0 ;;
 	--threads) [ $# -ge 2 ] || usage; threads_list=$2; shift ;;
 	--models) [ $# -ge 2 ] || usage; models=$2; shift ;;
 	--steps) [ $# -ge 2 ] || usage; steps=$2; shift ;;
 	--warmup) [ $# -ge 2 ] || usage; warmup=$2; shift ;;
 	--repeat) [ $# -ge 2 ] || usage; repeat=$2; shift ;;
-	-h | --help) sed -n '2,45p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	-h | --help) sed -n '2,50p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 	*) echo "$prog: error: unknown argument '$1'" >&2; usage ;;
 	esac
 	shift
@@ -180,13 +186,14 @@ common="--training.seq_len=$seq --training.local_batch_size=$batch --activation_
 
 median() { sort -g | awk '{a[NR] = $1} END {if (NR % 2) print a[(NR + 1) / 2]; else print (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
 
-# titan_run MODEL THREADS PEAK -> median step seconds
+# titan_run MODEL THREADS PEAK -> median step seconds (under ${prefix[@]})
+prefix=()
 titan_run() {
 	local out="$tmp/run" v
 	v=$(model_vocab "$1")
 	rm -rf "$out"
 	# shellcheck disable=SC2046
-	env "${bindenv[@]}" OMP_NUM_THREADS="$2" OPENBLAS_NUM_THREADS="$2" "$bin/titan-train" \
+	env "${bindenv[@]}" OMP_NUM_THREADS="$2" OPENBLAS_NUM_THREADS="$2" "${prefix[@]}" "$bin/titan-train" \
 		--config configs/llama3_debug.yaml $(model_titan "$1") $common \
 		--training.dataset_path="$tmp/data$v" --training.steps=$((warmup + steps)) \
 		--lr_scheduler.warmup_steps=2 --metrics.log_freq=1 --metrics.peak_flops="$3" \
@@ -199,6 +206,18 @@ t = [json.loads(l)["step_time_s"] for l in open(sys.argv[1])]
 print(statistics.median(t[w:]))' "$out/metrics.jsonl" "$warmup"
 }
 
+# outside_gemm MODEL THREADS PEAK -> the share of a titan run's CPU samples
+# outside OpenBLAS (perf record over the whole run, start-up included), or -
+outside_gemm() {
+	[ "$perf_ok" -eq 1 ] || { echo -; return; }
+	prefix=(perf record -q -F 499 -o "$tmp/perf.data" --)
+	titan_run "$@" > /dev/null
+	prefix=()
+	perf report -i "$tmp/perf.data" --sort dso --stdio -q 2>/dev/null |
+		awk '{gsub("%", "", $1); t += $1; if ($2 ~ /^libopenblas/) g += $1}
+			END {if (t > 0) printf "%.1f%%\n", 100 * (t - g) / t; else print "-"}'
+}
+
 # ref_run MODEL THREADS -> median step seconds
 ref_run() {
 	# shellcheck disable=SC2046
@@ -207,6 +226,13 @@ ref_run() {
 		> "$tmp/ref.json" 2> "$tmp/ref.log" || { cat "$tmp/ref.log" >&2; die "train_ref.py failed"; }
 	$py -c 'import json, sys; print(json.load(open(sys.argv[1]))["median_step_s"])' "$tmp/ref.json"
 }
+
+# perf, for the share of titan's run outside OpenBLAS's GEMMs (--no-perf: not)
+perf_ok=0
+if [ "$use_perf" -eq 1 ] && command -v perf >/dev/null &&
+	perf record -q -o "$tmp/perf.test" -- true > /dev/null 2>&1; then
+	perf_ok=1
+fi
 
 # ---- environment
 echo "== environment"
@@ -221,10 +247,11 @@ echo "binding:           --bind $bind: ${bindenv[*]:-OMP_PROC_BIND ${OMP_PROC_BI
 echo "threads:           OMP_NUM_THREADS = OPENBLAS_NUM_THREADS = titan --threads = torch.set_num_threads"
 echo "shape:             batch $batch x seq $seq, fp32, activation checkpointing none, warm-up $warmup + median of $steps steps per run"
 echo "rounds:            $repeat, titan and PyTorch alternating (titan first in odd rounds); median and (slowest-fastest) round"
+echo "outside GEMMs:     $([ "$perf_ok" -eq 1 ] && echo "perf record of one more titan run: the share of its CPU samples outside libopenblas (start-up included)" || echo "- (no perf here, or --no-perf)")"
 echo
 
-printf '| threads | model | FLOPs/token | sgemm peak GFLOP/s | titan tok/s | PyTorch tok/s | titan / PyTorch | titan GFLOP/s | titan %% peak | PyTorch %% peak |\n'
-printf '|---|---|---|---|---|---|---|---|---|---|\n'
+printf '| threads | model | FLOPs/token | sgemm peak GFLOP/s | titan tok/s | PyTorch tok/s | titan / PyTorch | titan GFLOP/s | titan %% peak | PyTorch %% peak | titan outside GEMMs |\n'
+printf '|---|---|---|---|---|---|---|---|---|---|---|\n'
 for t in $threads_list; do
 	peak=$(peak "$t" | cut -d' ' -f1)
 	for m in $models; do
@@ -243,13 +270,14 @@ for t in $threads_list; do
 		done
 		ts=$(median < "$tmp/t.txt")
 		rs=$(median < "$tmp/r.txt")
-		awk -v t="$t" -v m="$m" -v fpt="$fpt" -v peak="$peak" -v ts="$ts" -v rs="$rs" \
+		og=$(outside_gemm "$m" "$t" "$peak")
+		awk -v t="$t" -v m="$m" -v fpt="$fpt" -v peak="$peak" -v ts="$ts" -v rs="$rs" -v og="$og" \
 			-v tmin="$(sort -g "$tmp/t.txt" | head -1)" -v tmax="$(sort -g "$tmp/t.txt" | tail -1)" \
 			-v rmin="$(sort -g "$tmp/r.txt" | head -1)" -v rmax="$(sort -g "$tmp/r.txt" | tail -1)" \
 			-v tok=$((batch * seq)) 'BEGIN {
 			tt = tok / ts; rt = tok / rs
-			printf "| %d | %s | %.3e | %.1f | %.0f (%.0f-%.0f) | %.0f (%.0f-%.0f) | %.2fx | %.1f | %.1f%% | %.1f%% |\n",
+			printf "| %d | %s | %.3e | %.1f | %.0f (%.0f-%.0f) | %.0f (%.0f-%.0f) | %.2fx | %.1f | %.1f%% | %.1f%% | %s |\n",
 				t, m, fpt, peak / 1e9, tt, tok / tmax, tok / tmin, rt, tok / rmax, tok / rmin,
-				tt / rt, tt * fpt / 1e9, 100 * tt * fpt / peak, 100 * rt * fpt / peak }'
+				tt / rt, tt * fpt / 1e9, 100 * tt * fpt / peak, 100 * rt * fpt / peak, og }'
 	done
 done

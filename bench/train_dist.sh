@@ -73,7 +73,7 @@ set -euo pipefail
 prog=train_dist.sh
 die() { echo "$prog: error: $*" >&2; exit 1; }
 usage() {
-	sed -n '6,7p' "$0" | sed 's/^# \{0,1\}//' >&2
+	sed -n '6,8p' "$0" | sed 's/^# \{0,1\}//' >&2
 	exit 2
 }
 
