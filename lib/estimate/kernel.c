@@ -6,8 +6,8 @@
  * The kernel is lib/cpu/select.c's choice for this machine: its flags,
  * the kernel OpenBLAS picked in this process and OPENBLAS_CORETYPE.  When
  * titan-train would set OPENBLAS_CORETYPE and re-execute itself, this
- * process keeps OpenBLAS's own kernel (titan-estimate runs no GEMM on the
- * way to its answer) and reports the one titan-train will run.  Its peak is
+ * process does neither (it only asks OpenBLAS for its kernel's name) and
+ * reports the one titan-train will run.  Its peak is
  * titan-train's MFU peak (lib/cpu/peak.c: threads x nominal clock x the
  * kernel's FLOPs/cycle), so the predicted MFU is the one the log will show.
  *
