@@ -4,19 +4,23 @@
 # configurations, in the same run, with the same thread count.
 #
 #   bench/train_cpu.sh [--threads "1 2"] [--models "debug 25m"] [--steps N]
-#                      [--warmup W] [--repeat R]
+#                      [--warmup W] [--repeat R] [--bind cores|none] [--no-perf]
+#                      [--dry-run]
 #
 # Models (fp32, activation checkpointing none, local batch 4, seq 512):
 #   debug  torchtitan's debugmodel: dim 256, 6 layers, 16 heads, vocab 2048
 #   25m    dim 512, 8 layers, 8 heads, 4 kv heads, vocab 8192
-# For each thread count and model, R times: titan-train for W + N steps on
-# KJV shards (built here with titan-tokenize/titan-shard from Debian's
-# bible-kjv), then train_ref.py for W + N steps on random tokens of the same
-# shape.  The first W steps (default 2) are warm-up and not counted; a run's
-# time is the median of its N (default 6) steps, and the table shows the
-# median over the R (default 1) runs.  titan's step time is step_time_s from
-# its metrics.jsonl (forward, loss, backward, clipping, AdamW); PyTorch's
-# covers the same work (llama_ref.Trainer.step).
+# For each thread count and model, R rounds (default 3): titan-train for
+# W + N steps on KJV shards (built here with titan-tokenize/titan-shard from
+# Debian's bible-kjv) and train_ref.py for W + N steps on random tokens of
+# the same shape, alternating which goes first (odd rounds titan, even
+# rounds PyTorch), so a slow minute of a shared machine hits both sides.
+# The first W steps (default 2) are warm-up and not counted; a round's time
+# is the median of its N (default 6) steps; the table shows each side's
+# median over the R rounds and its spread (the slowest and fastest round,
+# in tokens/s).  titan's step time is step_time_s from its metrics.jsonl
+# (forward, loss, backward, clipping, AdamW); PyTorch's covers the same
+# work (llama_ref.Trainer.step).
 #
 # GFLOP/s = tokens/s x FLOPs/token, with FLOPs/token from `titan-config
 # --summary` (6·(N − N_embedding) + 12·L·H·head_dim·seq, torchtitan's MFU
@@ -30,28 +34,40 @@
 # threads sleep instead of spinning: PyTorch on 2 threads needs the first,
 # see docs/platform.md; titan-train sets both itself when they are unset);
 # OMP_NUM_THREADS/OPENBLAS_NUM_THREADS are set to the thread count.
+# --bind cores (the default) pins the OpenMP threads of both sides one to a
+# core (OMP_PROC_BIND=close, OMP_PLACES=cores, unless set): a thread that
+# the scheduler moves loses its caches, and the two sides get the same
+# placement; --bind none leaves placement to the kernel.  --dry-run prints
+# the plan (environment, the commands of each round in order) and runs
+# nothing.  "titan outside GEMMs": after the rounds, one more titan run
+# under `perf record` and the share of its CPU samples outside
+# libopenblas (RMSNorm, SwiGLU, attention, AdamW, copies, the kernel; the
+# start-up is in it too); "-" without perf or with --no-perf.
 # TITAN_BIN=DIR runs another build's tools.
 set -euo pipefail
 
 prog=train_cpu.sh
 die() { echo "$prog: error: $*" >&2; exit 1; }
 usage() {
-	sed -n '4,5p' "$0" | sed 's/^# \{0,1\}//' >&2
+	sed -n '6,8p' "$0" | sed 's/^# \{0,1\}//' >&2
 	exit 2
 }
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 
-threads_list="1 2" models="debug 25m" steps=6 warmup=2 repeat=1
+threads_list="1 2" models="debug 25m" steps=6 warmup=2 repeat=3 bind=cores dry=0 use_perf=1
 while [ $# -gt 0 ]; do
 	case "$1" in
+	--bind) [ $# -ge 2 ] || usage; bind=$2; shift ;;
+	--dry-run) dry=1 ;;
+	--no-perf) use_perf=0 ;;
 	--threads) [ $# -ge 2 ] || usage; threads_list=$2; shift ;;
 	--models) [ $# -ge 2 ] || usage; models=$2; shift ;;
 	--steps) [ $# -ge 2 ] || usage; steps=$2; shift ;;
 	--warmup) [ $# -ge 2 ] || usage; warmup=$2; shift ;;
 	--repeat) [ $# -ge 2 ] || usage; repeat=$2; shift ;;
-	-h | --help) sed -n '2,35p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	-h | --help) sed -n '2,50p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 	*) echo "$prog: error: unknown argument '$1'" >&2; usage ;;
 	esac
 	shift
@@ -60,6 +76,7 @@ for v in "$steps" "$repeat"; do
 	case "$v" in '' | *[!0-9]* | 0) die "--steps and --repeat need positive integers" ;; esac
 done
 case "$warmup" in '' | *[!0-9]*) die "--warmup needs an integer >= 0" ;; esac
+case "$bind" in cores | none) ;; *) echo "$prog: error: --bind: expected cores or none, got '$bind'" >&2; exit 2 ;; esac
 for m in $models; do
 	case "$m" in debug | 25m) ;; *) die "unknown model '$m' (debug, 25m)" ;; esac
 done
@@ -69,6 +86,28 @@ done
 
 bin=${TITAN_BIN:-$root/bin}
 py=/usr/bin/python3
+# the placement of both sides' OpenMP threads (a value the user set wins)
+bindenv=()
+[ "$bind" = none ] || bindenv=(OMP_PROC_BIND="${OMP_PROC_BIND:-close}" OMP_PLACES="${OMP_PLACES:-cores}")
+# round R's order: titan first in odd rounds, PyTorch first in even ones
+order() { if [ $(($1 % 2)) -eq 1 ]; then echo "titan ref"; else echo "ref titan"; fi; }
+if [ "$dry" -eq 1 ]; then
+	echo "bind: $bind${bindenv[*]:+ (${bindenv[*]})}"
+	echo "rounds: $repeat; warm-up $warmup + median of $steps steps per run"
+	for t in $threads_list; do
+		for m in $models; do
+			for r in $(seq "$repeat"); do
+				for side in $(order "$r"); do
+					case $side in
+					titan) echo "round $r: $m $t thread(s): titan: ${bindenv[*]:+${bindenv[*]} }OMP_NUM_THREADS=$t titan-train --threads $t" ;;
+					ref) echo "round $r: $m $t thread(s): PyTorch: ${bindenv[*]:+${bindenv[*]} }OMP_NUM_THREADS=$t train_ref.py --threads $t" ;;
+					esac
+				done
+			done
+		done
+	done
+	exit 0
+fi
 for t in titan-train titan-config titan-tokenize titan-shard; do
 	[ -x "$bin/$t" ] || die "$bin/$t is not built: run make"
 done
@@ -147,13 +186,14 @@ common="--training.seq_len=$seq --training.local_batch_size=$batch --activation_
 
 median() { sort -g | awk '{a[NR] = $1} END {if (NR % 2) print a[(NR + 1) / 2]; else print (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
 
-# titan_run MODEL THREADS PEAK -> median step seconds
+# titan_run MODEL THREADS PEAK -> median step seconds (under ${prefix[@]})
+prefix=()
 titan_run() {
 	local out="$tmp/run" v
 	v=$(model_vocab "$1")
 	rm -rf "$out"
 	# shellcheck disable=SC2046
-	OMP_NUM_THREADS=$2 OPENBLAS_NUM_THREADS=$2 "$bin/titan-train" \
+	env "${bindenv[@]}" OMP_NUM_THREADS="$2" OPENBLAS_NUM_THREADS="$2" "${prefix[@]}" "$bin/titan-train" \
 		--config configs/llama3_debug.yaml $(model_titan "$1") $common \
 		--training.dataset_path="$tmp/data$v" --training.steps=$((warmup + steps)) \
 		--lr_scheduler.warmup_steps=2 --metrics.log_freq=1 --metrics.peak_flops="$3" \
@@ -166,14 +206,33 @@ t = [json.loads(l)["step_time_s"] for l in open(sys.argv[1])]
 print(statistics.median(t[w:]))' "$out/metrics.jsonl" "$warmup"
 }
 
+# outside_gemm MODEL THREADS PEAK -> the share of a titan run's CPU samples
+# outside OpenBLAS (perf record over the whole run, start-up included), or -
+outside_gemm() {
+	[ "$perf_ok" -eq 1 ] || { echo -; return; }
+	prefix=(perf record -q -F 499 -o "$tmp/perf.data" --)
+	titan_run "$@" > /dev/null
+	prefix=()
+	perf report -i "$tmp/perf.data" --sort dso --stdio -q 2>/dev/null |
+		awk '{gsub("%", "", $1); t += $1; if ($2 ~ /^libopenblas/) g += $1}
+			END {if (t > 0) printf "%.1f%%\n", 100 * (t - g) / t; else print "-"}'
+}
+
 # ref_run MODEL THREADS -> median step seconds
 ref_run() {
 	# shellcheck disable=SC2046
-	OMP_NUM_THREADS=$2 OPENBLAS_NUM_THREADS=$2 $py bench/train_ref.py $(model_ref "$1") \
+	env "${bindenv[@]}" OMP_NUM_THREADS="$2" OPENBLAS_NUM_THREADS="$2" $py bench/train_ref.py $(model_ref "$1") \
 		--seq $seq --batch $batch --threads "$2" --steps "$steps" --warmup "$warmup" \
 		> "$tmp/ref.json" 2> "$tmp/ref.log" || { cat "$tmp/ref.log" >&2; die "train_ref.py failed"; }
 	$py -c 'import json, sys; print(json.load(open(sys.argv[1]))["median_step_s"])' "$tmp/ref.json"
 }
+
+# perf, for the share of titan's run outside OpenBLAS's GEMMs (--no-perf: not)
+perf_ok=0
+if [ "$use_perf" -eq 1 ] && command -v perf >/dev/null &&
+	perf record -q -o "$tmp/perf.test" -- true > /dev/null 2>&1; then
+	perf_ok=1
+fi
 
 # ---- environment
 echo "== environment"
@@ -183,13 +242,16 @@ echo "titan:             $("$bin/titan-train" --version 2>&1 | head -1)"
 echo "titan gemm:        $("$bin/titan-train" --version 2>&1 | sed -n 's/^gemm: *//p')"
 echo "torch:             $($py -c 'import torch; print(torch.__version__)') ($py)"
 echo "OPENBLAS_CORETYPE: ${OPENBLAS_CORETYPE:-unset}  (kernel in use: $(peak 1 | cut -d' ' -f2))"
-echo "OMP_WAIT_POLICY:   $OMP_WAIT_POLICY; OPENBLAS_THREAD_TIMEOUT: $OPENBLAS_THREAD_TIMEOUT; OMP_PROC_BIND: ${OMP_PROC_BIND:-unset}"
+echo "OMP_WAIT_POLICY:   $OMP_WAIT_POLICY; OPENBLAS_THREAD_TIMEOUT: $OPENBLAS_THREAD_TIMEOUT"
+echo "binding:           --bind $bind: ${bindenv[*]:-OMP_PROC_BIND ${OMP_PROC_BIND:-unset}, OMP_PLACES ${OMP_PLACES:-unset}} (both sides)"
 echo "threads:           OMP_NUM_THREADS = OPENBLAS_NUM_THREADS = titan --threads = torch.set_num_threads"
-echo "shape:             batch $batch x seq $seq, fp32, activation checkpointing none, warm-up $warmup + median of $steps steps, median of $repeat run(s)"
+echo "shape:             batch $batch x seq $seq, fp32, activation checkpointing none, warm-up $warmup + median of $steps steps per run"
+echo "rounds:            $repeat, titan and PyTorch alternating (titan first in odd rounds); median and (slowest-fastest) round"
+echo "outside GEMMs:     $([ "$perf_ok" -eq 1 ] && echo "perf record of one more titan run: the share of its CPU samples outside libopenblas (start-up included)" || echo "- (no perf here, or --no-perf)")"
 echo
 
-printf '| threads | model | FLOPs/token | sgemm peak GFLOP/s | titan tok/s | PyTorch tok/s | titan / PyTorch | titan GFLOP/s | titan %% peak | PyTorch %% peak |\n'
-printf '|---|---|---|---|---|---|---|---|---|---|\n'
+printf '| threads | model | FLOPs/token | sgemm peak GFLOP/s | titan tok/s | PyTorch tok/s | titan / PyTorch | titan GFLOP/s | titan %% peak | PyTorch %% peak | titan outside GEMMs |\n'
+printf '|---|---|---|---|---|---|---|---|---|---|---|\n'
 for t in $threads_list; do
 	peak=$(peak "$t" | cut -d' ' -f1)
 	for m in $models; do
@@ -198,17 +260,24 @@ for t in $threads_list; do
 			--summary | sed -n 's/^flops\/token: *\([0-9.e+]*\).*/\1/p')
 		: > "$tmp/t.txt"
 		: > "$tmp/r.txt"
-		for _ in $(seq "$repeat"); do
-			titan_run "$m" "$t" "$peak" >> "$tmp/t.txt"
-			ref_run "$m" "$t" >> "$tmp/r.txt"
+		for r in $(seq "$repeat"); do
+			for side in $(order "$r"); do
+				case $side in
+				titan) titan_run "$m" "$t" "$peak" >> "$tmp/t.txt" ;;
+				ref) ref_run "$m" "$t" >> "$tmp/r.txt" ;;
+				esac
+			done
 		done
 		ts=$(median < "$tmp/t.txt")
 		rs=$(median < "$tmp/r.txt")
-		awk -v t="$t" -v m="$m" -v fpt="$fpt" -v peak="$peak" -v ts="$ts" -v rs="$rs" \
+		og=$(outside_gemm "$m" "$t" "$peak")
+		awk -v t="$t" -v m="$m" -v fpt="$fpt" -v peak="$peak" -v ts="$ts" -v rs="$rs" -v og="$og" \
+			-v tmin="$(sort -g "$tmp/t.txt" | head -1)" -v tmax="$(sort -g "$tmp/t.txt" | tail -1)" \
+			-v rmin="$(sort -g "$tmp/r.txt" | head -1)" -v rmax="$(sort -g "$tmp/r.txt" | tail -1)" \
 			-v tok=$((batch * seq)) 'BEGIN {
 			tt = tok / ts; rt = tok / rs
-			printf "| %d | %s | %.3e | %.1f | %.0f | %.0f | %.2fx | %.1f | %.1f%% | %.1f%% |\n",
-				t, m, fpt, peak / 1e9, tt, rt, tt / rt, tt * fpt / 1e9,
-				100 * tt * fpt / peak, 100 * rt * fpt / peak }'
+			printf "| %d | %s | %.3e | %.1f | %.0f (%.0f-%.0f) | %.0f (%.0f-%.0f) | %.2fx | %.1f | %.1f%% | %.1f%% | %s |\n",
+				t, m, fpt, peak / 1e9, tt, tok / tmax, tok / tmin, rt, tok / rmax, tok / rmin,
+				tt / rt, tt * fpt / 1e9, 100 * tt * fpt / peak, 100 * rt * fpt / peak, og }'
 	done
 done

@@ -4,14 +4,18 @@
 # 25m model, in the same run, with 1 thread per rank.
 #
 #   bench/train_dist.sh [--layouts "ddp fsdp tp"] [--steps N] [--warmup W]
-#                       [--repeat R] [--profile-steps P]
+#                       [--repeat R] [--profile-steps P] [--bind cores|none]
+#                       [--dry-run]
 #
 # Model: 25m (dim 512, 8 layers, 8 heads, 4 kv heads, vocab 8192), fp32,
 # activation checkpointing none, seq 512, local batch 4 per rank, no gradient
-# accumulation (global batch = 4 x data-parallel ranks).  R times (default 1), each for
-# W + N steps (defaults 2 + 6; the first W are warm-up and not counted, a
-# run's time is the median of its N steps, the table shows the median over
-# the R runs):
+# accumulation (global batch = 4 x data-parallel ranks).  R rounds (default
+# 3) of every run below, each for W + N steps (defaults 2 + 6; the first W
+# are warm-up and not counted, a run's time is the median of its N steps);
+# odd rounds run them in the order below, even rounds in the reverse order
+# (PyTorch first), so that titan and the peer alternate and a slow minute of
+# a shared machine does not fall on one side.  The table shows each run's
+# median over the R rounds and, in brackets, its fastest and slowest round:
 #   titan 1x1        bin/titan-train alone, 1 thread
 #   titan DDP 2x1    mpiexec -n 2, dp_replicate 2 x dp_shard 1, 1 thread/rank
 #   titan FSDP 2x1   mpiexec -n 2, dp_replicate 1 x dp_shard 2, 1 thread/rank
@@ -50,8 +54,18 @@
 # threads sleep instead of spinning, see docs/platform.md; titan-train sets
 # both itself when they are unset); OMP_NUM_THREADS = OPENBLAS_NUM_THREADS =
 # titan --threads = torch.set_num_threads = 1.  titan's ranks also run a
-# communication progress thread each.  TITAN_BIN=DIR runs another build's
-# tools.  Goals printed (not enforced): titan >= 1.3x PyTorch DDP, scaling
+# communication progress thread each.
+#
+# Binding (--bind cores, the default): every rank and its threads stay on
+# their own cores, as a launcher does on a cluster — titan's ranks under
+# `mpiexec -bind-to core:THREADS` with OMP_PROC_BIND=close and
+# OMP_PLACES=cores (unless set), the independent pair under `taskset`, one
+# core each, and PyTorch's ranks pinned the same way by train_dist_ref.py
+# --bind (sched_setaffinity: rank r on the r-th core).  --bind none leaves
+# placement to the kernel (the ranks then migrate between the cores).
+# --dry-run prints the plan (environment, each round's runs in order with
+# their launch commands) and runs nothing.  TITAN_BIN=DIR runs another
+# build's tools.  Goals printed (not enforced): titan >= 1.3x PyTorch DDP, scaling
 # efficiency >= 95%.  Every run is under timeout; a failed run stops the
 # bench with a message and a non-zero status.
 set -euo pipefail
@@ -59,22 +73,24 @@ set -euo pipefail
 prog=train_dist.sh
 die() { echo "$prog: error: $*" >&2; exit 1; }
 usage() {
-	sed -n '6,7p' "$0" | sed 's/^# \{0,1\}//' >&2
+	sed -n '6,8p' "$0" | sed 's/^# \{0,1\}//' >&2
 	exit 2
 }
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 
-layouts="ddp fsdp tp" steps=6 warmup=2 repeat=1 psteps=3
+layouts="ddp fsdp tp" steps=6 warmup=2 repeat=3 psteps=3 bind=cores dry=0
 while [ $# -gt 0 ]; do
 	case "$1" in
+	--bind) [ $# -ge 2 ] || usage; bind=$2; shift ;;
+	--dry-run) dry=1 ;;
 	--layouts) [ $# -ge 2 ] || usage; layouts=$2; shift ;;
 	--steps) [ $# -ge 2 ] || usage; steps=$2; shift ;;
 	--warmup) [ $# -ge 2 ] || usage; warmup=$2; shift ;;
 	--repeat) [ $# -ge 2 ] || usage; repeat=$2; shift ;;
 	--profile-steps) [ $# -ge 2 ] || usage; psteps=$2; shift ;;
-	-h | --help) sed -n '2,53p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	-h | --help) sed -n '2,69p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 	*) echo "$prog: error: unknown argument '$1'" >&2; usage ;;
 	esac
 	shift
@@ -86,6 +102,55 @@ case "$warmup" in '' | *[!0-9]*) die "--warmup needs an integer >= 0" ;; esac
 for l in $layouts; do
 	case "$l" in ddp | fsdp | tp) ;; *) die "unknown layout '$l' (ddp, fsdp, tp)" ;; esac
 done
+case "$bind" in cores | none) ;; *) echo "$prog: error: --bind: expected cores or none, got '$bind'" >&2; exit 2 ;; esac
+threads=1 batch=4 seq=512 ranks=2
+
+# placement (--bind): titan's OpenMP threads on their rank's cores, the
+# ranks one core block each under mpiexec, the independent pair and
+# PyTorch's ranks likewise
+bindenv=() mpibind=() refbind=()
+if [ "$bind" = cores ]; then
+	bindenv=(OMP_PROC_BIND="${OMP_PROC_BIND:-close}" OMP_PLACES="${OMP_PLACES:-cores}")
+	mpibind=(-bind-to "core:$threads")
+	refbind=(--bind)
+fi
+# pin I: the command prefix that keeps independent job I on its own cores
+# (the I-th block of $threads among the CPUs this shell may use)
+read -r -a cpus <<< "$(/usr/bin/python3 -c 'import os; print(*sorted(os.sched_getaffinity(0)))' 2>/dev/null)"
+pin() {
+	local i list=""
+	if [ "$bind" = cores ] && command -v taskset >/dev/null && [ "${#cpus[@]}" -gt 0 ]; then
+		for ((i = $1 * threads; i < ($1 + 1) * threads; i++)); do
+			list=$list${list:+,}${cpus[i % ${#cpus[@]}]}
+		done
+		echo "taskset -c $list"
+	fi
+}
+# round R: the runs in order (odd rounds titan first, even rounds PyTorch first)
+round_runs() {
+	local fwd="one $layouts pair ref" out="" x
+	if [ $(($1 % 2)) -eq 1 ]; then echo "$fwd"; return; fi
+	for x in $fwd; do out="$x $out"; done
+	echo "$out"
+}
+launch_str() {
+	case "$1" in
+	one) echo "${bindenv[*]:+${bindenv[*]} }titan-train --threads $threads" ;;
+	pair) echo "${bindenv[*]:+${bindenv[*]} }$(pin 0 | sed 's/.$/& /')titan-train --threads $threads & $(pin 1 | sed 's/.$/& /')titan-train --threads $threads" ;;
+	ref) echo "train_dist_ref.py --world $ranks --threads $threads${refbind[*]:+ ${refbind[*]}}" ;;
+	*) echo "${bindenv[*]:+${bindenv[*]} }mpiexec -n $ranks${mpibind[*]:+ ${mpibind[*]}} titan-train --threads $threads ($1)" ;;
+	esac
+}
+if [ "$dry" -eq 1 ]; then
+	echo "bind: $bind"
+	echo "rounds: $repeat; warm-up $warmup + median of $steps steps per run"
+	for r in $(seq "$repeat"); do
+		for x in $(round_runs "$r"); do
+			echo "round $r: $x: $(launch_str "$x")"
+		done
+	done
+	exit 0
+fi
 
 bin=${TITAN_BIN:-$root/bin}
 py=/usr/bin/python3
@@ -104,7 +169,6 @@ trap 'rm -rf "$tmp"' EXIT
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
 export OPENBLAS_THREAD_TIMEOUT=${OPENBLAS_THREAD_TIMEOUT:-4}
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
-threads=1 batch=4 seq=512 ranks=2
 
 # time limits: 900 s, more for long runs
 total=$((warmup + steps))
@@ -170,16 +234,19 @@ layout_name() { case "$1" in one) echo "titan 1x1" ;; ddp) echo "titan DDP ${ran
 # layout -> data-parallel degree (batches of $batch sequences per step)
 layout_dp() { local np rep shard tpd; read -r np rep shard tpd <<< "$(layout_mesh "$1")"; echo $((rep * shard)); }
 
-# titan_train LAYOUT OUT STEPS [ARGS...]: one titan-train job into OUT
+# titan_train LAYOUT OUT STEPS [PIN] [ARGS...]: one titan-train job into OUT
+# (PIN: a taskset prefix from pin, or "")
 titan_train() {
 	local lay=$1 out=$2 n=$3 np rep shard tpd launch rc=0
-	shift 3
+	local -a pinv
+	read -r -a pinv <<< "${4:-}"
+	shift 4
 	read -r np rep shard tpd <<< "$(layout_mesh "$lay")"
 	launch=()
-	[ "$np" -eq 1 ] || launch=(mpiexec -n "$np")
+	[ "$np" -eq 1 ] || launch=(mpiexec -n "$np" "${mpibind[@]}")
 	rm -rf "$out"
 	# shellcheck disable=SC2086
-	timeout "$titan_to" "${launch[@]}" "$bin/titan-train" \
+	env "${bindenv[@]}" timeout "$titan_to" "${pinv[@]}" "${launch[@]}" "$bin/titan-train" \
 		--config configs/llama3_debug.yaml $model_titan $common \
 		--training.global_batch_size=$((batch * rep * shard)) \
 		--parallelism.data_parallel_replicate_degree="$rep" \
@@ -199,7 +266,7 @@ titan_train() {
 # titan_run LAYOUT -> median step seconds (rank 0's step_time_s)
 titan_run() {
 	local out="$tmp/run-$1"
-	titan_train "$1" "$out" "$total"
+	titan_train "$1" "$out" "$total" ""
 	step_median "$out" || die "$(layout_name "$1"): cannot read the step times"
 }
 
@@ -208,8 +275,8 @@ titan_run() {
 # get from this machine's shared memory bandwidth and caches)
 titan_pair() {
 	local a b pa pb
-	titan_train one "$tmp/pair-a" "$total" & pa=$!
-	titan_train one "$tmp/pair-b" "$total" & pb=$!
+	titan_train one "$tmp/pair-a" "$total" "$(pin 0)" & pa=$!
+	titan_train one "$tmp/pair-b" "$total" "$(pin 1)" & pb=$!
 	wait "$pa" || die "the independent pair failed"
 	wait "$pb" || die "the independent pair failed"
 	a=$(step_median "$tmp/pair-a") || die "the independent pair: cannot read the step times"
@@ -231,7 +298,7 @@ print(statistics.median(t[w:]))' "$1/metrics.jsonl" "$warmup" "$steps"
 # titan_prof LAYOUT -> "exposed_pct exposed_ms overlapped_pct" of the worst rank
 titan_prof() {
 	local out="$tmp/prof-$1"
-	titan_train "$1" "$out" $((warmup + psteps)) --profiling.enable_profiling=true \
+	titan_train "$1" "$out" $((warmup + psteps)) "" --profiling.enable_profiling=true \
 		--profiling.save_traces_folder=profile_traces --profiling.profile_freq=1 \
 		--profiling.profiler_warmup=0 --profiling.profiler_active=1
 	"$bin/titan-memprof" time --json "$out/profile_traces" > "$tmp/time.json" 2> "$tmp/memprof.log" ||
@@ -261,7 +328,7 @@ ref_run() {
 	local rc=0
 	# shellcheck disable=SC2086
 	timeout "$ref_to" $py bench/train_dist_ref.py $model_ref --seq $seq --batch $batch \
-		--world $ranks --threads $threads --steps "$steps" --warmup "$warmup" \
+		--world $ranks --threads $threads --steps "$steps" --warmup "$warmup" "${refbind[@]}" \
 		> "$tmp/ref.json" 2> "$tmp/ref.log" || rc=$?
 	if [ "$rc" -ne 0 ]; then
 		tail -n 40 "$tmp/ref.log" >&2
@@ -292,54 +359,62 @@ echo "titan gemm:        $("$bin/titan-train" --version 2>&1 | sed -n 's/^gemm: 
 echo "mpi:               $(mpiexec --version 2>&1 | sed -n 's/^ *Version: *//p' | head -1 | sed 's/^/Hydra /')"
 echo "torch:             $($py -c 'import torch; print(torch.__version__)') ($py), DDP over gloo"
 echo "OPENBLAS_CORETYPE: ${OPENBLAS_CORETYPE:-unset}  (kernel in use: ${peak_line#* })"
-echo "OMP_WAIT_POLICY:   $OMP_WAIT_POLICY; OPENBLAS_THREAD_TIMEOUT: $OPENBLAS_THREAD_TIMEOUT; OMP_PROC_BIND: ${OMP_PROC_BIND:-unset}"
+echo "OMP_WAIT_POLICY:   $OMP_WAIT_POLICY; OPENBLAS_THREAD_TIMEOUT: $OPENBLAS_THREAD_TIMEOUT"
+echo "binding:           --bind $bind: titan ${bindenv[*]:-OMP_PROC_BIND ${OMP_PROC_BIND:-unset}}${mpibind[*]:+, mpiexec ${mpibind[*]}}$([ -z "$(pin 0)" ] || echo ", the pair under taskset")${refbind[*]:+, train_dist_ref.py ${refbind[*]}}"
 echo "threads:           1 per rank (OMP_NUM_THREADS = OPENBLAS_NUM_THREADS = titan --threads = torch.set_num_threads)"
 echo "model:             25m (dim 512, 8 layers, 8 heads, 4 kv heads, vocab 8192), $(printf '%.3e' "$fpt") FLOPs/token"
 echo "shape:             local batch $batch x seq $seq per rank, fp32, activation checkpointing none, no accumulation"
-echo "timing:            warm-up $warmup + median of $steps steps, median of $repeat run(s); profiled: warm-up $warmup + $psteps steps"
+echo "timing:            warm-up $warmup + median of $steps steps per run; $repeat round(s), titan and PyTorch alternating (odd rounds titan first); median (fastest-slowest round); profiled: warm-up $warmup + $psteps steps"
 echo "sgemm peak:        $(awk -v p="$peak" 'BEGIN {printf "%.1f", p / 1e9}') GFLOP/s (1 thread)"
 echo
 
 runs="one $layouts"
 for r in $runs ref pair; do : > "$tmp/$r.txt"; done
-for _ in $(seq "$repeat"); do
-	for r in $runs; do
-		titan_run "$r" >> "$tmp/$r.txt"
+for i in $(seq "$repeat"); do
+	for r in $(round_runs "$i"); do
+		case $r in
+		pair) titan_pair >> "$tmp/pair.txt" ;;
+		ref)
+			ref_run > "$tmp/ref.out"
+			cut -d' ' -f1 "$tmp/ref.out" >> "$tmp/ref.txt"
+			;;
+		*) titan_run "$r" >> "$tmp/$r.txt" ;;
+		esac
 	done
-	titan_pair >> "$tmp/pair.txt"
-	ref_run > "$tmp/ref.out"
-	cut -d' ' -f1 "$tmp/ref.out" >> "$tmp/ref.txt"
 done
 ref_sha=$(cut -d' ' -f2 "$tmp/ref.out")
 for l in $layouts; do
 	titan_prof "$l" > "$tmp/$l.prof"
 done
 
-# row NAME NP DP STEP_S [EXPOSED_PCT EXPOSED_MS OVERLAPPED_PCT]: NP ranks
-# training DP batches per step
+# row NAME NP DP RUN [EXPOSED_PCT EXPOSED_MS OVERLAPPED_PCT]: NP ranks
+# training DP batches per step, the rounds' times in $tmp/RUN.txt
 row() {
-	awk -v name="$1" -v np="$2" -v dp="$3" -v s="$4" -v e="${5:-}" -v ems="${6:-}" -v o="${7:-}" \
+	local f="$tmp/$4.txt"
+	awk -v name="$1" -v np="$2" -v dp="$3" -v s="$(median < "$f")" -v e="${5:-}" -v ems="${6:-}" -v o="${7:-}" \
+		-v lo="$(sort -g "$f" | head -1)" -v hi="$(sort -g "$f" | tail -1)" \
 		-v tok=$((batch * seq)) -v fpt="$fpt" -v peak="$peak" 'BEGIN {
 		tps = dp * tok / s
 		c = e == "" ? "-" : sprintf("%.1f%% (%.0f ms)", e, ems)
 		ov = o == "" ? "-" : sprintf("%.1f%%", o)
-		printf "| %s | %d x 1 | %.3f | %.0f | %.0f | %.1f%% | %s | %s |\n",
-			name, np, s, tps, tps / np, 100 * tps / np * fpt / peak, c, ov }'
+		printf "| %s | %d x 1 | %.3f (%.3f-%.3f) | %.0f (%.0f-%.0f) | %.0f | %.1f%% | %s | %s |\n",
+			name, np, s, lo, hi, tps, dp * tok / hi, dp * tok / lo, tps / np,
+			100 * tps / np * fpt / peak, c, ov }'
 }
 tps() { awk -v np="$1" -v s="$2" -v tok=$((batch * seq)) 'BEGIN {printf "%.6f", np * tok / s}'; }
 
-echo "| run | ranks x threads | s/step | tokens/s | tokens/s per rank | % peak per rank | comm exposed / step | comm overlapped / step |"
+echo "| run | ranks x threads | s/step (fastest-slowest round) | tokens/s (slowest-fastest) | tokens/s per rank | % peak per rank | comm exposed / step | comm overlapped / step |"
 echo "|---|---|---|---|---|---|---|---|"
 one_s=$(median < "$tmp/one.txt")
-row "$(layout_name one)" 1 1 "$one_s"
+row "$(layout_name one)" 1 1 one
 for l in $layouts; do
 	read -r e ems o < "$tmp/$l.prof"
-	row "$(layout_name "$l")" "$ranks" "$(layout_dp "$l")" "$(median < "$tmp/$l.txt")" "$e" "$ems" "$o"
+	row "$(layout_name "$l")" "$ranks" "$(layout_dp "$l")" "$l" "$e" "$ems" "$o"
 done
 ref_s=$(median < "$tmp/ref.txt")
-row "PyTorch DDP ${ranks}x1" "$ranks" "$ranks" "$ref_s"
+row "PyTorch DDP ${ranks}x1" "$ranks" "$ranks" ref
 pair_s=$(median < "$tmp/pair.txt")
-row "2 x titan 1x1 at once (independent)" "$ranks" "$ranks" "$pair_s"
+row "2 x titan 1x1 at once (independent)" "$ranks" "$ranks" pair
 echo
 echo "PyTorch DDP replicas: parameters identical after the run (SHA-256 ${ref_sha}...)"
 one_tps=$(tps 1 "$one_s")

@@ -11,7 +11,7 @@ with torch.set_num_threads(THREADS) and its own random tokens of shape
 
   /usr/bin/python3 bench/train_dist_ref.py --dim 512 --layers 8 --heads 8 \
       --kv-heads 4 --vocab 8192 --seq 512 --batch 4 --world 2 --threads 1 \
-      --steps 6 --warmup 2
+      --steps 6 --warmup 2 [--bind]
 
 A step's time is the slowest rank's (all_reduce MAX of the per-rank times).
 After the run every rank hashes its parameters (SHA-256 of the fp32 bytes):
@@ -48,6 +48,13 @@ def worker(rank, a, port):
     os.environ["MASTER_PORT"] = str(port)
     os.environ["RANK"] = str(rank)
     os.environ["WORLD_SIZE"] = str(a.world)
+    if a.bind:
+        # rank r on the r-th block of `threads` CPUs of the ones this process
+        # may use, as mpiexec -bind-to core:THREADS places titan's ranks;
+        # threads started later (intra-op pool, gloo) inherit it
+        cpus = sorted(os.sched_getaffinity(0))
+        k = rank * a.threads
+        os.sched_setaffinity(0, {cpus[(k + i) % len(cpus)] for i in range(a.threads)})
     torch.set_num_threads(a.threads)
     dist.init_process_group("gloo", rank=rank, world_size=a.world,
                             timeout=datetime.timedelta(seconds=a.comm_timeout))
@@ -121,6 +128,8 @@ def main():
     ap.add_argument("--warmup", type=int, default=2, help="untimed steps first")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--comm-timeout", type=int, default=600, help="seconds")
+    ap.add_argument("--bind", action="store_true",
+                    help="pin rank r to its own THREADS CPUs (sched_setaffinity)")
     a = ap.parse_args()
     if a.steps < 1 or a.world < 1 or a.threads < 1:
         ap.error("--steps, --world and --threads need positive integers")

@@ -6,6 +6,7 @@
 #include "titan/ops.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,6 +38,18 @@ int titan_cli_init(struct titan_cli *cli, const char *prog, int *argc, char **ar
 	return 0;
 }
 
+/* Did the launcher confine this process to some of the machine's CPUs
+ * (mpiexec -bind-to core, srun --cpu-bind=cores, taskset)? */
+static bool cpus_confined(void)
+{
+	cpu_set_t set;
+	long online = sysconf(_SC_NPROCESSORS_ONLN);
+
+	if (sched_getaffinity(0, sizeof(set), &set) != 0 || online < 1)
+		return false;
+	return CPU_COUNT(&set) < online;
+}
+
 void titan_cli_thread_defaults(char **argv)
 {
 	static const char *const vars[][2] = {
@@ -51,6 +64,12 @@ void titan_cli_thread_defaults(char **argv)
 	for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++)
 		if (!getenv(vars[i][0]) && setenv(vars[i][0], vars[i][1], 0) == 0)
 			changed = true;
+	/* Threads one per core of the CPUs the launcher gave this rank: only
+	 * inside such a mask — on a whole machine every rank's first thread
+	 * would go to the same first core. */
+	if (!getenv("OMP_PROC_BIND") && !getenv("OMP_PLACES") && cpus_confined() &&
+	    setenv("OMP_PROC_BIND", "close", 0) == 0 && setenv("OMP_PLACES", "cores", 0) == 0)
+		changed = true;
 	if (changed)
 		execv("/proc/self/exe", argv);
 }

@@ -101,5 +101,7 @@ int est_cpu_model(const struct titan_model_dims *d, const struct titan_est_opts 
 int est_gpu_model(const struct titan_model_dims *d, const struct titan_est_opts *o,
 		  struct titan_estimate *e);
 void est_perf(const struct titan_model_dims *d, struct titan_estimate *e);
+/* cpu: e->kernel, the GEMM kernel titan-train will run and its rates (kernel.c) */
+void est_cpu_kernel(struct titan_estimate *e);
 
 #endif

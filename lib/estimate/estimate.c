@@ -126,6 +126,12 @@ int titan_estimate_run(const struct titan_model_dims *d, const struct titan_est_
 		return rc;
 	if (e->opts.dev.cpu && e->opts.threads <= 0)
 		e->opts.threads = omp_get_max_threads() > 0 ? omp_get_max_threads() : 1;
+	/* cpu: the kernel titan-train will run; with its rates (the options'
+	 * default for cpu), its peak is titan-train's MFU peak unless
+	 * metrics.peak_flops or --peak-flops set one */
+	est_cpu_kernel(e);
+	if (e->kernel.known && e->opts.cpu_kernel_rates && !(e->opts.dev.peak_flops > 0))
+		e->opts.dev.peak_flops = e->kernel.peak_flops;
 	rc = e->opts.dev.cpu ? est_cpu_model(d, &e->opts, e) : est_gpu_model(d, &e->opts, e);
 	if (rc < 0) {
 		titan_estimate_release(e);

@@ -96,6 +96,7 @@ int titan_est_opts_from_config(struct titan_est_opts *o, const struct titan_conf
 	o->loss_parallel = !c->parallelism.disable_loss_parallel;
 	o->async_tp = c->parallelism.enable_async_tensor_parallel;
 	o->mfu = 0.40;
+	o->cpu_kernel_rates = dev->cpu;
 	o->cpu_peak_probe = isnan(c->metrics.peak_flops) && c->metrics.measure_peak_flops;
 	o->cpu_metrics_jsonl = *c->metrics.save_jsonl_file != '\0';
 	o->cpu_metrics_all_ranks = c->metrics.save_for_all_ranks;

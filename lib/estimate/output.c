@@ -96,6 +96,35 @@ static void device_json(struct titan_json *j, const struct titan_est_opts *o)
 	kint(j, "gpus_per_node", o->gpus_per_node);
 }
 
+/* cpu: the GEMM kernel titan-train will run and the rates taken from it */
+static void kernel_json(struct titan_json *j, const struct titan_estimate *e)
+{
+	const struct titan_est_kernel *k = &e->kernel;
+
+	titan_json_key(j, "cpu_kernel");
+	if (!e->opts.dev.cpu) {
+		titan_json_null(j);
+		return;
+	}
+	titan_json_object_begin(j);
+	kbool(j, "known", k->known);
+	kstr(j, "name", k->core);
+	kstr(j, "chosen_by", k->how);
+	kstr(j, "description", k->describe);
+	kstr(j, "isa", k->isa);
+	kint(j, "flops_per_cycle", k->flops_per_cycle);
+	kint(j, "threads", k->threads);
+	kdbl(j, "clock_hz", k->clock_hz);
+	kstr(j, "clock_from", k->clock_from);
+	kdbl(j, "peak_flops", k->peak_flops);
+	kdbl(j, "gemm_efficiency", k->gemm_eff);
+	kdbl(j, "attention_efficiency", k->attn_eff);
+	kdbl(j, "softmax_cycles_per_element", k->score_cycles);
+	kdbl(j, "elementwise_cycles_per_element", k->elem_cycles);
+	kbool(j, "step_time_from_kernel", e->opts.cpu_kernel_rates && k->known);
+	titan_json_object_end(j);
+}
+
 static void layout_json(struct titan_json *j, const struct titan_est_opts *o)
 {
 	titan_json_key(j, "layout");
@@ -142,6 +171,10 @@ static void perf_json(struct titan_json *j, const struct titan_est_perf *p)
 	kdbl(j, "pp_p2p_s", p->pp_p2p_s);
 	kdbl(j, "tokens_per_s_per_device", p->tokens_per_s);
 	kdbl(j, "mfu_torchtitan", p->mfu_torchtitan);
+	kdbl(j, "gemm_s", p->gemm_s);
+	kdbl(j, "attention_s", p->attn_s);
+	kdbl(j, "softmax_s", p->score_s);
+	kdbl(j, "elementwise_s", p->elem_s);
 	kbool(j, "tp_intra_node", p->tp_intra);
 	kbool(j, "cp_intra_node", p->cp_intra);
 	kbool(j, "fsdp_intra_node", p->fsdp_intra);
@@ -159,6 +192,7 @@ void titan_estimate_json(const struct titan_estimate *e, struct titan_json *j)
 	kstr(j, "titan_version", titan_version());
 	model_json(j, &e->dims);
 	device_json(j, o);
+	kernel_json(j, e);
 	layout_json(j, o);
 	titan_json_key(j, "batch");
 	titan_json_object_begin(j);
@@ -320,6 +354,13 @@ int titan_estimate_print(const struct titan_estimate *e, FILE *fp)
 	const struct unit u = unit_for((double)w->peak_bytes);
 
 	header(fp, &e->dims, o);
+	if (o->dev.cpu && e->kernel.known)
+		fprintf(fp, "kernel    %s: %s, %d thread(s) x %.3f GHz (%s) x %d FLOP/cycle = "
+			"%.4g FLOP/s\n", e->kernel.describe, e->kernel.isa, e->kernel.threads,
+			e->kernel.clock_hz / 1e9, e->kernel.clock_from, e->kernel.flops_per_cycle,
+			e->kernel.peak_flops);
+	else if (o->dev.cpu)
+		fprintf(fp, "kernel    %s: no CPU clock known\n", e->kernel.describe);
 	fprintf(fp, "layout    %s", titan_est_layout_str(o, buf, sizeof(buf)));
 	if (o->layout.pp > 1)
 		fprintf(fp, ", %s, %lld stage(s) per rank", titan_est_schedule_name(o->schedule),
@@ -407,6 +448,11 @@ int titan_estimate_print(const struct titan_estimate *e, FILE *fp)
 		"pipeline bubble %.3g + p2p %.3g + FSDP/DP exposed %.3g (of %.3g overlapped)\n",
 		p->step_s, p->compute_s, p->recompute_s, p->tp_s, p->cp_s, p->pp_bubble_s,
 		p->pp_p2p_s, p->fsdp_exposed_s, p->fsdp_s);
+	if (o->dev.cpu && o->cpu_kernel_rates && e->kernel.known)
+		fprintf(fp, "compute      %.4g s = GEMMs %.4g (at %.0f%% of the kernel's peak) + "
+			"attention %.3g (%.0f%%) + softmax %.3g + elementwise and AdamW %.3g\n",
+			p->compute_s, p->gemm_s, 100 * e->kernel.gemm_eff, p->attn_s,
+			100 * e->kernel.attn_eff, p->score_s, p->elem_s);
 	fprintf(fp, "throughput   %s tokens/s per device at %.0f%% of %.4g FLOP/s on the executed "
 		"FLOPs; MFU as torchtitan logs it %.1f%%\n", titan_format_grouped(g, sizeof(g), p->tokens_per_s),
 		100 * p->mfu, p->peak_flops, 100 * p->mfu_torchtitan);

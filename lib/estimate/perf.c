@@ -21,6 +21,8 @@
 
 struct flops {
 	double lin, att, rec_lin, rec_att; /* per token of one microbatch on a rank */
+	double sc, rec_sc; /* elements of the score matrix the softmax passes touch */
+	double el;         /* elements of the elementwise ops (norms, SwiGLU, ...) */
 };
 
 static void block_flops(const struct titan_model_dims *d, const struct titan_est_opts *o,
@@ -33,9 +35,14 @@ static void block_flops(const struct titan_model_dims *d, const struct titan_est
 
 	f->lin += 3 * lin;
 	f->att += 3.5 * att;
+	/* exp in the forward; P recomputed and dS = P·(dP - D) in the backward */
+	f->sc += 3 * att / (4 * (double)d->head_dim);
+	/* two norms, two residual adds, RoPE, SwiGLU: forward and backward */
+	f->el += (4 * C + 2 * F) / t;
 	if (est_block_ckpt(o, layer)) {
 		f->rec_lin += lin;
 		f->rec_att += att;
+		f->rec_sc += att / (4 * (double)d->head_dim);
 	} else if (o->ac == TITAN_EST_AC_OP) {
 		f->rec_lin += 2 * (C * kv + q * C + C * F) / t;
 	}
@@ -59,7 +66,9 @@ void est_perf(const struct titan_model_dims *d, struct titan_estimate *e)
 	const double fsdp = (double)(l->dp_shard * l->cp), R = (double)l->dp_replicate;
 	const int64_t v = e->stages_per_rank, m = e->pp_microbatches, M = o->accum * m;
 	const double Nmb = (double)(l->pp > 1 ? o->pp_microbatch : o->local_batch) * S / Cp;
-	double peak, peak_lin, bw_tp, bw_cp, bw_fsdp, bw_dp, bw_pp;
+	double peak, peak_lin, score_rate = 0, elem_rate = 0, bw_tp, bw_cp, bw_fsdp, bw_dp, bw_pp;
+	const struct titan_est_kernel *k = &e->kernel;
+	const bool krates = o->dev.cpu && o->cpu_kernel_rates && k->known;
 	double t_max = 0, t_sum = 0, window = 0, worst_elems = 0, worst_unit = 0;
 	struct est_stage *st = NULL;
 	int64_t vv;
@@ -83,6 +92,12 @@ void est_perf(const struct titan_model_dims *d, struct titan_estimate *e)
 	peak = o->dev.peak_flops * o->mfu;
 	peak_lin = (o->float8 && !isnan(o->dev.peak_flops_fp8) ? o->dev.peak_flops_fp8 :
 		    o->dev.peak_flops) * o->mfu;
+	if (krates) { /* the kernel's rates (kernel.c), not peak x mfu */
+		peak_lin = k->peak_flops * k->gemm_eff;
+		peak = k->peak_flops * k->attn_eff;
+		score_rate = k->clock_hz * k->threads / k->score_cycles;
+		elem_rate = k->clock_hz * k->threads / k->elem_cycles;
+	}
 	bw_tp = bw(o, l->tp, &p->tp_intra);
 	bw_cp = bw(o, l->tp * l->cp, &p->cp_intra);
 	bw_fsdp = bw(o, l->tp * l->dp_shard * l->cp, &p->fsdp_intra);
@@ -110,11 +125,19 @@ void est_perf(const struct titan_model_dims *d, struct titan_estimate *e)
 			}
 			if (sg->embed || sg->output)
 				tp_bytes += 2 * Nmb * C * ab * (T - 1) / T;
-			if (sg->output)
+			if (sg->output) {
 				f.lin += 6 * C * V / T;
+				f.el += V / T; /* the loss rows */
+			}
 		}
 		lin_s = Nmb * (f.lin + f.rec_lin) / peak_lin;
-		r->mb_compute_s = lin_s + Nmb * (f.att + f.rec_att) / peak;
+		double att_s = Nmb * (f.att + f.rec_att) / peak;
+		double sc_s = krates ? Nmb * (f.sc + f.rec_sc) / score_rate : 0;
+		/* the elementwise ops per microbatch, AdamW and the gradient
+		 * norm once per step over the rank's shard (four streams) */
+		double el_s = krates ? (Nmb * f.el + 4.0 * (double)r->params_shard / (double)M) /
+				       elem_rate : 0;
+		r->mb_compute_s = lin_s + att_s + sc_s + el_s;
 		tp_s = l->tp > 1 ? tp_bytes / bw_tp : 0;
 		if (o->async_tp)
 			tp_s = fmax(0, tp_s - lin_s);
@@ -125,7 +148,16 @@ void est_perf(const struct titan_model_dims *d, struct titan_estimate *e)
 		if (t > t_max) {
 			t_max = t;
 			p->compute_s = (double)M * r->mb_compute_s;
-			p->recompute_s = (double)M * Nmb * (f.rec_lin / peak_lin + f.rec_att / peak);
+			p->recompute_s = (double)M * Nmb * (f.rec_lin / peak_lin + f.rec_att / peak +
+							     (krates ? f.rec_sc / score_rate : 0));
+			p->gemm_s = (double)M * lin_s;
+			p->attn_s = (double)M * att_s;
+			p->score_s = (double)M * sc_s;
+			p->elem_s = (double)M * el_s;
+			/* the fraction of the peak the kernel's rates come to */
+			if (krates)
+				p->mfu = Nmb * (f.lin + f.rec_lin + f.att + f.rec_att) /
+					 (r->mb_compute_s * k->peak_flops);
 			p->tp_s = (double)M * tp_s;
 			p->cp_s = (double)M * cp_s;
 			window = (double)M * r->mb_compute_s;

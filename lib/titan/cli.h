@@ -80,8 +80,13 @@ struct titan_cli {
  * environment sets them, OMP_WAIT_POLICY=PASSIVE and
  * OPENBLAS_THREAD_TIMEOUT=4; both libraries read them when loaded, so the
  * process re-executes itself once (/proc/self/exe; on failure it goes on
- * with the libraries' defaults).  TITAN_THREAD_DEFAULTS=0 turns this off.
- * Call first in main, with the untouched argv. */
+ * with the libraries' defaults).  When the launcher confined the process
+ * to some of the machine's CPUs (mpiexec -bind-to core, srun
+ * --cpu-bind=cores, taskset) and neither OMP_PROC_BIND nor OMP_PLACES is
+ * set, also OMP_PROC_BIND=close and OMP_PLACES=cores: the OpenMP threads
+ * one per core of that mask, where the scheduler would otherwise move
+ * them between its cores (and their caches).  TITAN_THREAD_DEFAULTS=0
+ * turns all of this off.  Call first in main, with the untouched argv. */
 void titan_cli_thread_defaults(char **argv);
 
 /* Set up logging from the environment and record the program name.  With

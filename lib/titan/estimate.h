@@ -140,6 +140,9 @@ struct titan_est_opts {
 	bool cpu_metrics_all_ranks; /* ... on every rank (metrics.save_for_all_ranks) */
 	int64_t cpu_bucket_bytes; /* FSDP units merged up to this size (comm.bucket_size_mb) */
 	int64_t rank;             /* cpu: the world rank modelled (0: the largest shard) */
+	bool cpu_kernel_rates;    /* cpu: step time from the GEMM kernel's rates (struct
+				     titan_est_kernel), not peak x mfu; off with --peak-flops
+				     or --mfu */
 };
 
 /* Defaults for `dev`, then the job config: batch, seq_len, degrees,
@@ -229,9 +232,33 @@ struct titan_est_perf {
 	double fsdp_exposed_s;
 	double pp_bubble_s, pp_p2p_s;
 	double recompute_s;       /* part of compute_s spent recomputing */
+	double gemm_s, attn_s, score_s, elem_s; /* cpu kernel rates: compute_s's parts
+					   (GEMMs, attention products, softmax passes,
+					   elementwise ops and AdamW) */
 	double tokens_per_s;      /* per device, as torchtitan's tps */
 	double mfu_torchtitan;    /* predicted MFU as torchtitan logs it */
 	bool tp_intra, cp_intra, fsdp_intra, pp_intra;
+};
+
+/* cpu: the sgemm kernel titan-train will run on this machine — the choice
+ * of lib/cpu/select.c (titan_blas_choice: the CPU flags, OpenBLAS's own
+ * pick, OPENBLAS_CORETYPE), made here without re-executing anything — its
+ * nominal peak (titan-train's MFU peak, lib/cpu/peak.c) and the rates the
+ * step time is predicted from (lib/estimate/kernel.c, docs/estimate.md):
+ *   GEMM FLOPs at peak x gemm_eff, attention's products at peak x attn_eff,
+ *   the softmax passes over the score matrix at score_cycles per element
+ *   and thread, the elementwise ops and AdamW at elem_cycles. */
+struct titan_est_kernel {
+	bool known;               /* false: not the cpu device, or no clock known */
+	char core[32];            /* "SkylakeX" */
+	char how[16];             /* "own", "titan", "user", "fixed", "none", "failed" */
+	char describe[192];       /* as titan-train's first log line says it */
+	char isa[32];             /* "AVX-512 FMA" */
+	int flops_per_cycle, threads;
+	double clock_hz;
+	char clock_from[32];
+	double peak_flops;        /* threads x clock x FLOPs/cycle */
+	double gemm_eff, attn_eff, score_cycles, elem_cycles;
 };
 
 struct titan_estimate {
@@ -248,6 +275,7 @@ struct titan_estimate {
 	int64_t margin_bytes;         /* device - required (negative: does not fit) */
 	bool fits;
 	struct titan_est_perf perf;
+	struct titan_est_kernel kernel; /* cpu */
 };
 
 /* Estimate `d` under `o` (checked with titan_est_check first).  On

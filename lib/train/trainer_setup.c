@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <fcntl.h>
+#include <sched.h>
+#include <strings.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -228,6 +230,39 @@ int titan_trainer_log_ranks(struct titan_trainer *t)
 	return rc;
 }
 
+/* Where this rank's threads run: the CPUs the launcher gave it and
+ * OpenMP's binding (titan_cli_thread_defaults binds inside a mask), for
+ * the Parallelism line. */
+static const char *placement(char *buf, size_t n)
+{
+	const char *bind = getenv("OMP_PROC_BIND"), *places = getenv("OMP_PLACES");
+	cpu_set_t set;
+	size_t o;
+	int first = -1;
+
+	if (sched_getaffinity(0, sizeof(set), &set) != 0)
+		CPU_ZERO(&set);
+	o = (size_t)snprintf(buf, n, "on CPU(s) ");
+	for (int c = 0; c <= CPU_SETSIZE && o < n; c++) {
+		bool in = c < CPU_SETSIZE && CPU_ISSET(c, &set);
+
+		if (in && first < 0)
+			first = c;
+		if (!in && first >= 0) {
+			o += (size_t)snprintf(buf + o, n - o, "%s%d", o > 10 ? "," : "", first);
+			if (c - 1 > first && o < n)
+				o += (size_t)snprintf(buf + o, n - o, "-%d", c - 1);
+			first = -1;
+		}
+	}
+	if (o < n && bind && *bind && strcasecmp(bind, "false"))
+		snprintf(buf + o, n - o, ", threads bound (OMP_PROC_BIND=%.16s, OMP_PLACES=%.16s)", bind,
+			 places && *places ? places : "unset");
+	else if (o < n)
+		snprintf(buf + o, n - o, ", threads not bound");
+	return buf;
+}
+
 /* One line naming every parallelism of the run with its degree, only the
  * dimensions above 1, as torchtitan's "Building 3-D device mesh with
  * ['dp_shard', 'cp', 'tp'], [2, 2, 2]" does: "FSDP 2 (dp_shard) x TP 2 x PP
@@ -238,7 +273,7 @@ static void log_layout(const struct titan_trainer *t)
 	const struct titan_config *c = &t->cfg;
 	const int64_t *d = t->dist->dims.degree;
 	const int units = titan_engine_dp_units(t->engine);
-	char line[1024] = "";
+	char line[1024] = "", place[192];
 	size_t n = 0;
 
 #define ADD(...) (n += (size_t)snprintf(line + n, n < sizeof(line) ? sizeof(line) - n : 0, \
@@ -267,8 +302,8 @@ static void log_layout(const struct titan_trainer *t)
 	else if (units)
 		ADD("; gradients all-reduced in %d bucket(s)", units);
 #undef ADD
-	titan_log_info("Parallelism: %s; %d rank(s), %d thread(s) per rank", line, t->dist->size,
-		       t->be.nthreads);
+	titan_log_info("Parallelism: %s; %d rank(s), %d thread(s) per rank; %s", line,
+		       t->dist->size, t->be.nthreads, placement(place, sizeof(place)));
 }
 
 void titan_trainer_log_start(const struct titan_trainer *t)

@@ -174,3 +174,18 @@ first_line() {
 	[[ $stderr == *"; OpenBLAS $slower kernel (set by OPENBLAS_CORETYPE)"* ]] || fail "$stderr"
 	[ "$(grep -c 'WARNING - OpenBLAS runs' <<< "$stderr")" = 1 ] || fail "not one warning: $stderr"
 }
+
+@test "titan-estimate --device cpu: the step time of the kernel titan-train will select, without re-executing" {
+	[ -n "$best" ] || skip "no AVX2/AVX-512 on this CPU: nothing to choose"
+	[ -f "$DATA/prescott.so" ] || skip "no C compiler for the simulated OpenBLAS"
+	run -0 --separate-stderr env -u OPENBLAS_CORETYPE LD_PRELOAD="$DATA/prescott.so" \
+		titan-estimate --config "$DATA/tiny.yaml" --device cpu --threads 2
+	assert_line --regexp "^kernel    OpenBLAS $best kernel \(chosen by titan from the CPU flags; OpenBLAS .*picked Prescott\): .* x $flops FLOP/cycle = "
+	run -0 env -u OPENBLAS_CORETYPE LD_PRELOAD="$DATA/prescott.so" \
+		titan-estimate --config "$DATA/tiny.yaml" --device cpu --threads 2 --json
+	/usr/bin/python3 -c '
+import json, sys
+k = json.loads(sys.argv[1])["cpu_kernel"]
+assert k["name"] == sys.argv[2] and k["chosen_by"] == "titan", k
+assert k["flops_per_cycle"] == int(sys.argv[3]) and k["step_time_from_kernel"], k' "$output" "$best" "$flops"
+}

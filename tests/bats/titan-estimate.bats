@@ -220,3 +220,56 @@ YAML
 	assert_line --regexp "^  peak [0-9.]+ MiB \\($measured bytes\\) at loss"
 	assert_line --regexp '^throughput   [0-9,]+ tokens/s per device'
 }
+
+@test "cpu: step time from the GEMM kernel titan-train will run, in both outputs, and consistent" {
+	e() { titan-estimate --config configs/llama3_debug.yaml --device cpu --threads 2 \
+		--training.seq_len=256 --training.local_batch_size=4 --activation_checkpoint.mode=none "$@"; }
+	titan-train --version | grep -q '+openblas' || skip "built without OpenBLAS"
+	unset OPENBLAS_CORETYPE
+	kernel=$(titan-train --version | sed -n 's/^gemm: *OpenBLAS \([A-Za-z0-9_]*\) kernel.*/\1/p')
+	run -0 --separate-stderr titan-estimate --config configs/llama3_debug.yaml --device cpu --threads 2
+	assert_line --regexp "^kernel    OpenBLAS $kernel kernel \(.*\): .*, 2 thread\(s\) x [0-9.]+ GHz \(.*\) x [0-9]+ FLOP/cycle = [0-9.e+]+ FLOP/s$"
+	assert_line --regexp '^step time    [0-9.e+-]+ s = compute '
+	assert_line --regexp '^compute      [0-9.e+-]+ s = GEMMs [0-9.e+-]+ \(at [0-9]+% of the kernel.s peak\) \+ attention '
+	assert_line --regexp '^throughput   [0-9,]+ tokens/s per device'
+	e --json > "$BATS_TEST_TMPDIR/1.json"
+	e --json --training.local_batch_size=16 > "$BATS_TEST_TMPDIR/4b.json"
+	e --json --threads 1 > "$BATS_TEST_TMPDIR/t1.json"
+	OPENBLAS_CORETYPE=Prescott e --json > "$BATS_TEST_TMPDIR/p.json"
+	e --json --peak-flops 1e11 > "$BATS_TEST_TMPDIR/pk.json"
+	/usr/bin/python3 - "$BATS_TEST_TMPDIR" "$kernel" <<'PY'
+import json, sys
+d, kernel = sys.argv[1], sys.argv[2]
+o = {n: json.load(open("%s/%s.json" % (d, n))) for n in ("1", "4b", "t1", "p", "pk")}
+k, t = o["1"]["cpu_kernel"], o["1"]["throughput"]
+# the kernel titan-train names, its peak is the device's (titan-train's MFU peak)
+assert k["known"] and k["name"] == kernel and k["step_time_from_kernel"], k
+assert k["threads"] == 2 and k["chosen_by"] in ("own", "titan", "fixed"), k
+assert abs(k["peak_flops"] - 2 * k["clock_hz"] * k["flops_per_cycle"]) <= 1e-6 * k["peak_flops"], k
+assert o["1"]["device"]["peak_flops"] == k["peak_flops"], o["1"]["device"]
+# the parts add up; the step is the compute on one rank
+parts = t["gemm_s"] + t["attention_s"] + t["softmax_s"] + t["elementwise_s"]
+assert abs(parts - t["compute_s"]) <= 1e-9 * parts and t["step_s"] == t["compute_s"] > 0, t
+assert o["1"]["batch"]["tokens_per_step_per_dp_rank"] == 4 * 256
+assert abs(t["tokens_per_s_per_device"] * t["step_s"] - 4 * 256) < 1e-6, t
+# 4x the tokens: 4x the GEMMs, attention and softmax; AdamW stays
+t4 = o["4b"]["throughput"]
+for f in ("gemm_s", "attention_s", "softmax_s"):
+    assert abs(t4[f] - 4 * t[f]) <= 1e-9 * t4[f], (f, t4[f], t[f])
+assert t["elementwise_s"] < t4["elementwise_s"] < 4 * t["elementwise_s"], (t, t4)
+# half the threads: twice the time, the same tokens/s per thread
+t1 = o["t1"]["throughput"]
+assert abs(t1["step_s"] - 2 * t["step_s"]) <= 1e-9 * t1["step_s"], (t1, t)
+assert o["t1"]["cpu_kernel"]["threads"] == 1
+# a user's OPENBLAS_CORETYPE is the kernel that runs: Prescott's 8 FLOP/cycle
+kp, tp = o["p"]["cpu_kernel"], o["p"]["throughput"]
+assert kp["name"] == "Prescott" and kp["chosen_by"] == "user" and kp["flops_per_cycle"] == 8, kp
+r = k["flops_per_cycle"] / 8
+assert abs(tp["gemm_s"] - r * t["gemm_s"]) <= 1e-9 * tp["gemm_s"], (tp, t)
+assert tp["step_s"] > t["step_s"] or r == 1
+# --peak-flops: the peak x mfu model as before, the kernel still named
+pk = o["pk"]
+assert not pk["cpu_kernel"]["step_time_from_kernel"] and pk["cpu_kernel"]["name"] == kernel
+assert pk["throughput"]["peak_flops"] == 1e11 and pk["throughput"]["mfu_assumed"] == 0.4
+PY
+}

@@ -215,3 +215,31 @@ for r in rows:
 assert any(r["max_loss"] > r["loss"] + 1e-6 for r in rows), rows
 PY
 }
+
+@test "threads are bound to the cores a launcher gave the rank, and only then; the log says where" {
+	command -v taskset >/dev/null || skip "no taskset"
+	[ "$(nproc --all)" -ge 2 ] || skip "one CPU: nothing to confine a rank to"
+	one() { run -0 --separate-stderr env -u OMP_PROC_BIND -u OMP_PLACES "$@" titan-train \
+		--config "$DATA/tiny.yaml" --job.dump_folder=run --training.steps=1; }
+	# the whole machine: no binding (every rank's first thread would share a core)
+	one
+	[[ $stderr == *"thread(s) per rank; on CPU(s) "*", threads not bound"* ]] || fail "$stderr"
+	# a launcher's mask of one CPU: the threads bound inside it
+	one taskset -c 1
+	[[ $stderr == *"1 thread(s) per rank; on CPU(s) 1, threads bound (OMP_PROC_BIND=close, OMP_PLACES=cores)"* ]] ||
+		fail "$stderr"
+	# the user's settings win; TITAN_THREAD_DEFAULTS=0 leaves everything alone
+	run -0 --separate-stderr env OMP_PROC_BIND=false taskset -c 1 titan-train --config "$DATA/tiny.yaml" \
+		--job.dump_folder=run --training.steps=1
+	[[ $stderr == *"on CPU(s) 1, threads not bound"* ]] || fail "$stderr"
+	one TITAN_THREAD_DEFAULTS=0 taskset -c 1
+	[[ $stderr == *"on CPU(s) 1, threads not bound"* ]] || fail "$stderr"
+	# mpiexec -bind-to core: each rank on its own core, bound
+	if command -v mpiexec >/dev/null && titan-train --version | grep -q '+mpi'; then
+		run -0 --separate-stderr timeout -k 5 120 mpiexec -n 2 -bind-to core env -u OMP_PROC_BIND \
+			-u OMP_PLACES OMP_NUM_THREADS=1 titan-train --config "$DATA/tiny.yaml" \
+			--job.dump_folder="$BATS_TEST_TMPDIR/out" --training.steps=1 --log-rank all
+		[[ $stderr == *"[rank0]:"*"on CPU(s) "[0-9]", threads bound (OMP_PROC_BIND=close"* ]] || fail "$stderr"
+		[[ $stderr == *"[rank1]:"*"on CPU(s) "[0-9]", threads bound (OMP_PROC_BIND=close"* ]] || fail "$stderr"
+	fi
+}

@@ -50,8 +50,8 @@ static void usage(FILE *fp)
 "      --device NAME        h100-80g (default), a100-80g, h200, b200, or cpu:\n"
 "                           titan-train's CPU path, byte-exact\n"
 "      --device-memory GIB  memory per device instead of the table's\n"
-"      --peak-flops F       dense peak FLOP/s instead of the table's (cpu: none;\n"
-"                           metrics.peak_flops is used when set)\n"
+"      --peak-flops F       dense peak FLOP/s instead of the table's (cpu: the\n"
+"                           OpenBLAS kernel titan-train runs, and its rates)\n"
 "      --mfu F              fraction of peak achieved on executed FLOPs (0.40)\n"
 "      --link-bandwidth INTRA[,INTER]\n"
 "                           GB/s per GPU inside a node and between nodes\n"
@@ -273,6 +273,9 @@ static int make_opts(const struct titan_cli *cli, const struct args *a,
 		o->gpus_per_node = (int)a->gpus_per_node;
 	if (a->mfu > 0)
 		o->mfu = a->mfu;
+	/* cpu: an explicit peak or MFU asks for the peak x mfu model */
+	if (a->mfu > 0 || a->peak_flops > 0)
+		o->cpu_kernel_rates = false;
 	if (!dev.cpu) {
 		if (a->param_dtype && dtype_bytes(cli, "--param-dtype", a->param_dtype,
 						  &o->param_bytes))

@@ -62,36 +62,19 @@ static void usage(FILE *fp)
 "See also: titan-tokenize(1), titan-shard(1), titan-config(1)\n");
 }
 
-/* Threading defaults.  On a few cores, threads that spin while idle steal
- * the cores the working threads need: libgomp's default wait policy spins
- * between parallel regions, and OpenBLAS's pthread workers spin (with
- * sched_yield) for 2^28 cycles after every sgemm, while titan alternates
- * sgemm with OpenMP regions all the time.  So titan-train runs with
- *   OMP_WAIT_POLICY=PASSIVE      idle OpenMP threads sleep
- *   OPENBLAS_THREAD_TIMEOUT=4    OpenBLAS workers sleep after 2^4 cycles
- * unless the environment sets them (measured: debugmodel at seq 512 on 2
- * threads, 1.5-1.7x the tokens/s of the libraries' defaults; no change on
- * 1 thread).  Both libraries read their environment when they are loaded,
- * before main, so the first run sets the missing ones and re-executes
- * itself once (/proc/self/exe); if that fails it goes on with the
- * libraries' defaults.  TITAN_THREAD_DEFAULTS=0 turns this off. */
-static void threading_defaults(char **argv)
-{
-	static const char *const vars[][2] = {
-		{"OMP_WAIT_POLICY", "PASSIVE"},
-		{"OPENBLAS_THREAD_TIMEOUT", "4"},
-	};
-	const char *off = getenv("TITAN_THREAD_DEFAULTS");
-	int changed = 0;
-
-	if (off && !strcmp(off, "0"))
-		return;
-	for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++)
-		if (!getenv(vars[i][0]) && setenv(vars[i][0], vars[i][1], 0) == 0)
-			changed = 1;
-	if (changed)
-		execv("/proc/self/exe", argv);
-}
+/* Threading defaults (titan_cli_thread_defaults, titan/cli.h).  On a few
+ * cores, threads that spin while idle steal the cores the working threads
+ * need: libgomp's default wait policy spins between parallel regions, and
+ * OpenBLAS's pthread workers spin (with sched_yield) for 2^28 cycles after
+ * every sgemm, while titan alternates sgemm with OpenMP regions all the
+ * time.  So titan-train runs with OMP_WAIT_POLICY=PASSIVE and
+ * OPENBLAS_THREAD_TIMEOUT=4 unless the environment sets them (measured:
+ * debugmodel at seq 512 on 2 threads, 1.5-1.7x the tokens/s of the
+ * libraries' defaults; no change on 1 thread), and binds its OpenMP threads
+ * to the cores of a rank the launcher bound.  Both libraries read their
+ * environment when they are loaded, before main, so the first run sets the
+ * missing ones and re-executes itself once (/proc/self/exe).
+ * TITAN_THREAD_DEFAULTS=0 turns this off. */
 
 /* --log-rank LIST: does `rank` log? */
 static int log_rank_parse(const char *s, int rank, bool *on)
@@ -232,7 +215,7 @@ int main(int argc, char **argv)
 	 * read when the libraries load: set what is missing, re-execute once */
 	bool blas = titan_blas_select_env();
 
-	threading_defaults(argv);
+	titan_cli_thread_defaults(argv);
 	if (blas)
 		titan_blas_reexec(argv);
 	/* Per-step buffers (the classifier's logits chunk: 32 MiB at vocab

@@ -1,0 +1,60 @@
+#!/usr/bin/env bats
+# The training benches' plan (bench/train_cpu.sh, bench/train_dist.sh
+# --dry-run): at least 3 rounds by default, titan and PyTorch alternating
+# which goes first, and the placement each side runs under (--bind cores:
+# mpiexec -bind-to core, OMP_PROC_BIND/OMP_PLACES, taskset for the
+# independent pair, train_dist_ref.py --bind; --bind none: nothing).
+# Nothing is timed here: the timings are the benches' own business.
+
+bats_require_minimum_version 1.5.0
+
+setup() {
+	load helpers
+	cd "$TITAN_SRCDIR"
+}
+
+@test "train_cpu.sh --dry-run: 3 rounds, titan and PyTorch alternate, both bound alike" {
+	run -0 bench/train_cpu.sh --dry-run --models 25m --threads 2
+	assert_line "bind: cores (OMP_PROC_BIND=close OMP_PLACES=cores)"
+	run -0 bash -c "bench/train_cpu.sh --dry-run --models 25m --threads 2 | sed -n 's/^round \([0-9]\): 25m 2 thread(s): \([A-Za-z]*\):.*/\1 \2/p' | tr '\n' ' '"
+	assert_output "1 titan 1 PyTorch 2 PyTorch 2 titan 3 titan 3 PyTorch "
+	run -0 bench/train_cpu.sh --dry-run --models debug --threads 1
+	assert_line "round 1: debug 1 thread(s): titan: OMP_PROC_BIND=close OMP_PLACES=cores OMP_NUM_THREADS=1 titan-train --threads 1"
+	assert_line "round 1: debug 1 thread(s): PyTorch: OMP_PROC_BIND=close OMP_PLACES=cores OMP_NUM_THREADS=1 train_ref.py --threads 1"
+	# a user's placement wins; --bind none sets nothing
+	run -0 env OMP_PLACES=threads bench/train_cpu.sh --dry-run --models debug --threads 1 --repeat 1
+	assert_line "bind: cores (OMP_PROC_BIND=close OMP_PLACES=threads)"
+	run -0 bench/train_cpu.sh --dry-run --models debug --threads 1 --bind none --repeat 4
+	assert_line "bind: none"
+	assert_line "round 4: debug 1 thread(s): PyTorch: OMP_NUM_THREADS=1 train_ref.py --threads 1"
+	refute_output --partial OMP_PROC_BIND
+	run -2 --separate-stderr bench/train_cpu.sh --dry-run --bind sockets
+	[[ $stderr == *"--bind: expected cores or none, got 'sockets'"* ]]
+	run -1 --separate-stderr bench/train_cpu.sh --dry-run --repeat 0
+	[[ $stderr == *"--repeat need"* ]]
+}
+
+@test "train_dist.sh --dry-run: 3 rounds in alternating order, ranks bound on both sides" {
+	run -0 bench/train_dist.sh --dry-run --layouts "ddp fsdp"
+	assert_line "rounds: 3; warm-up 2 + median of 6 steps per run"
+	run -0 bash -c "bench/train_dist.sh --dry-run --layouts 'ddp fsdp' | sed -n 's/^round \([0-9]\): \([a-z]*\):.*/\1\2/p' | tr '\n' ' '"
+	assert_output "1one 1ddp 1fsdp 1pair 1ref 2ref 2pair 2fsdp 2ddp 2one 3one 3ddp 3fsdp 3pair 3ref "
+	run -0 bench/train_dist.sh --dry-run --layouts ddp --repeat 1
+	assert_line "round 1: ddp: OMP_PROC_BIND=close OMP_PLACES=cores mpiexec -n 2 -bind-to core:1 titan-train --threads 1 (ddp)"
+	assert_line "round 1: ref: train_dist_ref.py --world 2 --threads 1 --bind"
+	if command -v taskset >/dev/null; then
+		assert_line --regexp "^round 1: pair: OMP_PROC_BIND=close OMP_PLACES=cores taskset -c [0-9]+ titan-train --threads 1 & taskset -c [0-9]+ titan-train --threads 1$"
+	fi
+	run -0 bench/train_dist.sh --dry-run --layouts ddp --repeat 1 --bind none
+	assert_line "round 1: ddp: mpiexec -n 2 titan-train --threads 1 (ddp)"
+	assert_line "round 1: ref: train_dist_ref.py --world 2 --threads 1"
+	refute_output --partial taskset
+	run -2 --separate-stderr bench/train_dist.sh --dry-run --bind x
+	[[ $stderr == *"--bind: expected cores or none, got 'x'"* ]]
+}
+
+@test "train_dist_ref.py takes --bind (each PyTorch rank on its own CPUs)" {
+	/usr/bin/python3 -c 'import torch' 2>/dev/null || skip "no torch for /usr/bin/python3"
+	run -0 /usr/bin/python3 bench/train_dist_ref.py --help
+	assert_output --partial "--bind"
+}
