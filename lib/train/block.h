@@ -14,6 +14,7 @@
 
 #include "titan/model.h"
 #include "titan/ops.h"
+#include "moe.h"
 
 struct titan_cp;
 struct titan_sp;
@@ -27,6 +28,7 @@ struct acts {
 	float *h;            /* residual after attention [N,C] */
 	float *xn2, *rstd2;  /* ffn_norm output, 1/rms */
 	float *a, *b, *g;    /* w1 x, w3 x, silu(a)*b [N,F] */
+	struct moe_acts moe; /* a MoE block's feed-forward (moe.h) */
 };
 
 /* The ops of a block's forward, in order (titan_block_fwd runs a list of
@@ -36,8 +38,9 @@ enum fwd_op {
 	F_NORM2, F_W1, F_W3, F_SWIGLU, F_W2, F_NOPS
 };
 
-/* A block's weights by role (TITAN_PARAM_WQ .. TITAN_PARAM_FFN_NORM; the
- * others unused), this rank's shards of them under TP. */
+/* A block's weights by role (TITAN_PARAM_WQ .. TITAN_PARAM_FFN_NORM, a
+ * MoE block's TITAN_PARAM_MOE_* in place of W1..W3; the others unused),
+ * this rank's shards of them under TP. */
 struct block_w {
 	const float *w[TITAN_PARAM_NROLES];
 };
@@ -52,6 +55,10 @@ struct titan_block {
 	int64_t B, T;            /* rows, tokens of a row (RoPE) */
 	int64_t C, F, H, Hkv, D; /* model dim; this rank's FFN hidden, heads, kv heads; head dim */
 	float eps;
+	/* a MoE block (moe.h; NULL: the dense feed-forward), and where its
+	 * forward counts the tokens per expert (NULL: not counted) */
+	const struct titan_moe *moe;
+	int64_t *moe_tokens;
 };
 
 /* Block forward: the ops `ops` in order, reading the block input x and

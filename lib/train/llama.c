@@ -119,6 +119,13 @@ struct titan_llama {
 	int64_t H, Hkv, F, nl;
 	struct titan_sp sp;   /* sequence/tensor-parallel moves (tp.h) */
 	struct titan_cp cp;   /* attention, tokens' places (cp.h) */
+	/* mixture of experts (moe.h): the blocks' shared geometry, backward
+	 * scratch, and tokens per expert [n_layers][num_experts] counted by
+	 * the training forwards since the last titan_llama_moe_balance */
+	bool has_moe, moe_count;
+	struct titan_moe moe;
+	struct moe_scratch moe_s;
+	int64_t *moe_tokens;
 };
 
 void titan_llama_set_group_hooks(struct titan_llama *m, const struct titan_llama_group_hooks *h)
@@ -292,8 +299,47 @@ static float *model_buf(void *m, int64_t nfloats, enum titan_mem_tag tag,
 	return buf(m, nfloats, tag, role);
 }
 
-static int alloc_acts(struct titan_llama *m, struct acts *a, enum titan_buf_role r)
+/* A MoE block's activations (moe.h), in backend memory. */
+static int alloc_moe_acts(struct titan_llama *m, struct moe_acts *a, enum titan_buf_role r)
 {
+	const struct titan_moe_dims *d = &m->d.moe;
+	const int64_t n = m->n, C = m->d.dim, E = d->num_experts, K = d->top_k, R = n * K;
+	const int64_t Fm = d->inter_dim, Fs = Fm * d->num_shared_experts;
+	const enum titan_mem_tag t = TITAN_MEM_ACTIVATIONS;
+
+	a->scores = buf(m, n * E, t, r);
+	a->topw = buf(m, n * K, t, r);
+	a->topi = (int32_t *)buf(m, n * K, t, r);
+	a->perm = (int32_t *)buf(m, R, t, r);
+	a->pos = (int32_t *)buf(m, R, t, r);
+	a->counts = (int32_t *)buf(m, E, t, r);
+	a->xin = buf(m, R * C, t, r);
+	a->a = buf(m, R * Fm, t, r);
+	a->b = buf(m, R * Fm, t, r);
+	a->g = buf(m, R * Fm, t, r);
+	a->yout = buf(m, R * C, t, r);
+	if (Fs > 0) {
+		a->sa = buf(m, n * Fs, t, r);
+		a->sb = buf(m, n * Fs, t, r);
+		a->sg = buf(m, n * Fs, t, r);
+		if (!a->sa || !a->sb || !a->sg)
+			return TITAN_E_NOMEM;
+	}
+	if (!a->scores || !a->topw || !a->topi || !a->perm || !a->pos || !a->counts || !a->xin ||
+	    !a->a || !a->b || !a->g || !a->yout)
+		return TITAN_E_NOMEM;
+	return 0;
+}
+
+/* A block's activations; `l`: of block l (a MoE block keeps the MoE's in
+ * place of the dense feed-forward's), -1: the shared recompute set, which
+ * serves both kinds. */
+static int alloc_acts(struct titan_llama *m, struct acts *a, enum titan_buf_role r, int l)
+{
+	const bool moe = l < 0 ? m->has_moe : titan_model_layer_is_moe(&m->d, l);
+	const bool dense = l < 0 || !moe;
+	int rc;
+
 	const struct titan_model_dims *d = &m->d;
 	const int64_t n = m->n, nl = m->nl, q = m->H * d->head_dim, kv = m->Hkv * d->head_dim;
 	const enum titan_mem_tag t = TITAN_MEM_ACTIVATIONS;
@@ -308,18 +354,25 @@ static int alloc_acts(struct titan_llama *m, struct acts *a, enum titan_buf_role
 	a->h = buf(m, nl * d->dim, t, r);
 	a->xn2 = buf(m, n * d->dim, t, r);
 	a->rstd2 = buf(m, nl, t, r);
-	a->a = buf(m, n * m->F, t, r);
-	a->b = buf(m, n * m->F, t, r);
-	a->g = buf(m, n * m->F, t, r);
+	if (dense) {
+		a->a = buf(m, n * m->F, t, r);
+		a->b = buf(m, n * m->F, t, r);
+		a->g = buf(m, n * m->F, t, r);
+		if (!a->a || !a->b || !a->g)
+			return TITAN_E_NOMEM;
+	}
 	if (!a->xn1 || !a->rstd1 || !a->q || !a->k || !a->v || !a->att || !a->lse || !a->h ||
-	    !a->xn2 || !a->rstd2 || !a->a || !a->b || !a->g)
+	    !a->xn2 || !a->rstd2)
 		return TITAN_E_NOMEM;
+	if (moe && (rc = alloc_moe_acts(m, &a->moe, r)) < 0)
+		return rc;
 	return 0;
 }
 
 /* Selective "op": the tensors a block keeps (q, v, att, lse, w1·x) of its
- * own; the ones backward recomputes live in the shared set `rc`. */
-static int alloc_acts_op(struct titan_llama *m, struct acts *a, const struct acts *rc)
+ * own; the ones backward recomputes live in the shared set `rc`.  A MoE
+ * block keeps all of its MoE's (the router's choice is not recomputed). */
+static int alloc_acts_op(struct titan_llama *m, struct acts *a, const struct acts *rc, int l)
 {
 	const struct titan_model_dims *d = &m->d;
 	const int64_t n = m->n, q = m->H * d->head_dim, kv = m->Hkv * d->head_dim;
@@ -330,6 +383,9 @@ static int alloc_acts_op(struct titan_llama *m, struct acts *a, const struct act
 	a->v = buf(m, n * kv, t, TITAN_BUF_SAVED_OP);
 	a->att = buf(m, n * q, t, TITAN_BUF_SAVED_OP);
 	a->lse = buf(m, n * m->H, t, TITAN_BUF_SAVED_OP);
+	if (titan_model_layer_is_moe(d, l))
+		return !a->q || !a->v || !a->att || !a->lse ? TITAN_E_NOMEM :
+		       alloc_moe_acts(m, &a->moe, TITAN_BUF_SAVED_OP);
 	a->a = buf(m, n * m->F, t, TITAN_BUF_SAVED_OP);
 	if (!a->q || !a->v || !a->att || !a->lse || !a->a)
 		return TITAN_E_NOMEM;
@@ -357,9 +413,10 @@ static int alloc_mb(struct titan_llama *m, struct mb *b)
 		for (int64_t i = s->l0; i < s->l1; i++) {
 			m->at_layer = (int)i;
 			if (m->o.ac == TITAN_AC_SELECTIVE_OP)
-				rc = alloc_acts_op(m, &b->acts[i], &m->ac.shared);
+				rc = alloc_acts_op(m, &b->acts[i], &m->ac.shared, (int)i);
 			else
-				rc = m->ac.whole[i] ? 0 : alloc_acts(m, &b->acts[i], TITAN_BUF_SAVED);
+				rc = m->ac.whole[i] ? 0 : alloc_acts(m, &b->acts[i], TITAN_BUF_SAVED,
+								     (int)i);
 			if (rc < 0)
 				return rc;
 		}
@@ -491,7 +548,7 @@ static int alloc_shared_acts(struct titan_llama *m)
 	if (m->o.ac == TITAN_AC_NONE)
 		return 0;
 	if (m->o.ac != TITAN_AC_SELECTIVE_OP)
-		return alloc_acts(m, r, TITAN_BUF_RECOMPUTE);
+		return alloc_acts(m, r, TITAN_BUF_RECOMPUTE, -1);
 	r->xn1 = buf(m, m->n * C, t, TITAN_BUF_RECOMPUTE_OP);
 	r->rstd1 = buf(m, m->nl, t, TITAN_BUF_RECOMPUTE_OP);
 	r->k = buf(m, m->n * kv, t, TITAN_BUF_RECOMPUTE_OP);
@@ -521,6 +578,19 @@ static int alloc_scratch(struct titan_llama *m)
 	m->dg = buf(m, m->n * m->F, ws, TITAN_BUF_SCRATCH);
 	if (!m->dx || !m->dh || !m->dxn || !m->datt || !m->dq || !m->dk || !m->dv || !m->dg)
 		return TITAN_E_NOMEM;
+	if (m->has_moe) {
+		const struct titan_moe_dims *d = &m->d.moe;
+		const int64_t R = m->n * d->top_k, Fs = d->inter_dim * d->num_shared_experts;
+		struct moe_scratch *s = &m->moe_s;
+
+		s->drow = buf(m, R * C, ws, TITAN_BUF_SCRATCH);
+		s->dg = buf(m, R * d->inter_dim > m->n * Fs ? R * d->inter_dim : m->n * Fs, ws,
+			    TITAN_BUF_SCRATCH);
+		s->dlogit = buf(m, m->n * d->num_experts, ws, TITAN_BUF_SCRATCH);
+		s->dtopw = buf(m, R, ws, TITAN_BUF_SCRATCH);
+		if (!s->drow || !s->dg || !s->dlogit || !s->dtopw)
+			return TITAN_E_NOMEM;
+	}
 	return 0;
 }
 
@@ -580,10 +650,33 @@ int titan_llama_new(const struct titan_model_dims *d, const struct titan_llama_o
 	m->H = d->n_heads / tpn;
 	m->Hkv = d->n_kv_heads / tpn;
 	m->F = d->ffn_hidden / tpn;
+	for (int64_t l = 0; l < L; l++)
+		m->has_moe = m->has_moe || titan_model_layer_is_moe(d, l);
+	if (m->has_moe) {
+		if (!be->ops->name || strcmp(be->ops->name, "cpu")) {
+			rc = titan_error(TITAN_E_INVALID, "model.moe_num_experts %lld: the MoE "
+					 "feed-forward runs on the cpu backend only (training.device)",
+					 (long long)d->moe.num_experts);
+			goto fail;
+		}
+		if (o->pp_split_backward) {
+			rc = titan_error(TITAN_E_INVALID, "model.moe_num_experts: the split "
+					 "backward (zero-bubble schedules) of MoE blocks is not "
+					 "supported yet");
+			goto fail;
+		}
+		m->moe = (struct titan_moe){be, &titan_moe_dispatch_local, &m->d.moe, 0, C};
+		if (!(m->moe_tokens = calloc((size_t)(L * d->moe.num_experts),
+					     sizeof(*m->moe_tokens)))) {
+			rc = titan_error(TITAN_E_NOMEM, "out of memory");
+			goto fail;
+		}
+	}
 	if ((rc = titan_cp_init(&m->cp, be, m->alloc, o->cp, o->cp_ring, o->batch, o->seq, m->H,
 				m->Hkv, d->head_dim)) < 0)
 		goto fail;
 	m->n = m->cp.n;
+	m->moe.n = m->n;
 	titan_param_table_opts_default(&to);
 	if (o->shard_degree > 1) {
 		to.shard_rank = o->shard_rank;
@@ -618,8 +711,8 @@ int titan_llama_new(const struct titan_model_dims *d, const struct titan_llama_o
 		goto fail;
 	m->group_first[0] = 0;
 	for (int g = 1; g <= (int)L; g++)
-		m->group_first[g] = 1 + (g - 1) * TITAN_PARAMS_PER_LAYER;
-	m->group_first[L + 1] = 1 + (int)L * TITAN_PARAMS_PER_LAYER;
+		m->group_first[g] = titan_param_index(&m->table, TITAN_PARAM_WQ, g - 1);
+	m->group_first[L + 1] = titan_param_index(&m->table, TITAN_PARAM_NORM, -1);
 	m->group_first[L + 2] = m->table.n;
 	for (int g = 0; g < m->ngroups; g++)
 		titan_llama_bind_group(m, g, NULL, NULL);
@@ -687,6 +780,7 @@ void titan_llama_free(struct titan_llama *m)
 	titan_param_arena_release(&m->m);
 	titan_param_arena_release(&m->v);
 	free(m->ids_host);
+	free(m->moe_tokens);
 	titan_param_table_release(&m->table);
 	free(m);
 }
@@ -798,17 +892,23 @@ static float *G(struct titan_llama *m, enum titan_param_role r, int layer)
  * activations in `a`, with this model's sequence/tensor-parallel moves and
  * attention (tp.h, cp.h). */
 static int block_fwd(struct titan_llama *m, const struct mb *b, int l, struct acts *a,
-		     const enum fwd_op *ops, int nops)
+		     const enum fwd_op *ops, int nops, bool count)
 {
 	const struct titan_block k = {
 		.be = m->be, .sp = &m->sp, .attn = &m->cp, .freqs = m->freqs, .n = m->n,
 		.B = m->o.batch, .T = m->cp.tl, .C = m->d.dim, .F = m->F, .H = m->H,
 		.Hkv = m->Hkv, .D = m->d.head_dim, .eps = (float)m->d.norm_eps,
+		.moe = titan_model_layer_is_moe(&m->d, l) ? &m->moe : NULL,
+		.moe_tokens = count && m->moe_count ? m->moe_tokens + l * m->d.moe.num_experts
+						    : NULL,
 	};
 	struct block_w w = {0};
 
-	for (int r = TITAN_PARAM_WQ; r <= TITAN_PARAM_FFN_NORM; r++)
-		w.w[r] = P(m, (enum titan_param_role)r, l);
+	for (int r = 0; r < TITAN_PARAM_NROLES; r++) {
+		int i = titan_param_index(&m->table, (enum titan_param_role)r, l);
+
+		w.w[r] = i < 0 ? NULL : m->pv[i];
+	}
 	return titan_block_fwd(&k, &w, b->x[l], b->x[l + 1], a, ops, nops);
 }
 
@@ -831,8 +931,8 @@ static int block_recompute(struct titan_llama *m, const struct mb *b, int l, str
 		return 0;
 	*a = fwd_acts(m, b, l);
 	span_begin(m, "recompute", l);
-	rc = whole ? block_fwd(m, b, l, *a, titan_block_fwd_all, F_NOPS)
-		   : block_fwd(m, b, l, *a, m->ac.redo, m->ac.nredo);
+	rc = whole ? block_fwd(m, b, l, *a, titan_block_fwd_all, F_NOPS, false)
+		   : block_fwd(m, b, l, *a, m->ac.redo, m->ac.nredo, false);
 	span_end(m, "recompute");
 	return rc;
 }
@@ -915,6 +1015,32 @@ static int keep_stash_acts(const struct wsink *k, int l, const struct acts *a)
 static const struct wsink_ops sink_immediate = {dw_now, keep_nothing, keep_no_acts};
 static const struct wsink_ops sink_deferred = {dw_later, keep_stash, keep_stash_acts};
 
+/* A MoE block's feed-forward backward: m->dxn = dL/dxn2 from dy. */
+static int moe_bwd(const struct wsink *k, int l, struct acts *a, const float *dy)
+{
+	struct titan_llama *m = k->m;
+	const struct wsink_ops *g = k->ops;
+	const float *W[TITAN_PARAM_NROLES] = {0};
+	float *dW[TITAN_PARAM_NROLES] = {0};
+
+	for (int r = TITAN_PARAM_MOE_W1; r <= TITAN_PARAM_MOE_EXPERT_BIAS; r++) {
+		int i = titan_param_index(&m->table, (enum titan_param_role)r, l);
+
+		W[r] = i < 0 ? NULL : m->pv[i];
+		dW[r] = i < 0 || r == TITAN_PARAM_MOE_EXPERT_BIAS ? NULL :
+			g->dw(k, (enum titan_param_role)r, l);
+	}
+	return titan_moe_bwd(&m->moe, &(struct moe_w){
+		W[TITAN_PARAM_MOE_W1], W[TITAN_PARAM_MOE_W2], W[TITAN_PARAM_MOE_W3],
+		W[TITAN_PARAM_MOE_GATE], W[TITAN_PARAM_MOE_SHARED_W1],
+		W[TITAN_PARAM_MOE_SHARED_W2], W[TITAN_PARAM_MOE_SHARED_W3],
+		W[TITAN_PARAM_MOE_EXPERT_BIAS]}, &(struct moe_dw){
+		dW[TITAN_PARAM_MOE_W1], dW[TITAN_PARAM_MOE_W2], dW[TITAN_PARAM_MOE_W3],
+		dW[TITAN_PARAM_MOE_GATE], dW[TITAN_PARAM_MOE_SHARED_W1],
+		dW[TITAN_PARAM_MOE_SHARED_W2], dW[TITAN_PARAM_MOE_SHARED_W3]},
+		a->xn2, dy, m->dxn, &a->moe, &m->moe_s);
+}
+
 /* Block `l` backward: m->dx holds dL/dx[l+1] on entry and dL/dx[l] on exit
  * (this rank's nl tokens with sequence parallelism: gathered before the
  * matmuls whose forward outputs were scattered, the input gradients of
@@ -937,13 +1063,17 @@ static int block_bwd(const struct wsink *k, int l, struct acts *a)
 	/* feed-forward: y = h + w2(silu(w1 xn2) * w3 xn2), xn2 = norm(h) */
 	CK(sp->ops->gather_grad(sp, &dy, m->dx, "tp ffn output grad"));
 	CK(g->keep(k, l, WS_DY, dy, n * C));
-	CK(op->matmul_bwd(be, m->dg, g->dw(k, TITAN_PARAM_W2, l), dy, a->g,
-			  P(m, TITAN_PARAM_W2, l), n, F, C, false));
-	CK(op->swiglu_bwd(be, a->a, a->b, m->dg, a->a, a->b, n * F)); /* da, db in place */
-	CK(op->matmul_bwd(be, m->dxn, g->dw(k, TITAN_PARAM_W1, l), a->a, a->xn2,
-			  P(m, TITAN_PARAM_W1, l), n, C, F, false));
-	CK(op->matmul_bwd(be, m->dxn, g->dw(k, TITAN_PARAM_W3, l), a->b, a->xn2,
-			  P(m, TITAN_PARAM_W3, l), n, C, F, true));
+	if (titan_model_layer_is_moe(d, l)) { /* or y = h + moe(xn2) */
+		CK(moe_bwd(k, l, a, dy));
+	} else {
+		CK(op->matmul_bwd(be, m->dg, g->dw(k, TITAN_PARAM_W2, l), dy, a->g,
+				  P(m, TITAN_PARAM_W2, l), n, F, C, false));
+		CK(op->swiglu_bwd(be, a->a, a->b, m->dg, a->a, a->b, n * F)); /* da, db in place */
+		CK(op->matmul_bwd(be, m->dxn, g->dw(k, TITAN_PARAM_W1, l), a->a, a->xn2,
+				  P(m, TITAN_PARAM_W1, l), n, C, F, false));
+		CK(op->matmul_bwd(be, m->dxn, g->dw(k, TITAN_PARAM_W3, l), a->b, a->xn2,
+				  P(m, TITAN_PARAM_W3, l), n, C, F, true));
+	}
 	CK(sp->ops->scatter_grad(sp, &dxn, m->dxn, "tp ffn input grad"));
 	CK(g->keep(k, l, WS_DXN2, dxn, nl * C));
 	CK(op->copy(be, m->dh, m->dx, nl * C));
@@ -1069,7 +1199,7 @@ static int forward(struct titan_llama *m, const struct titan_stage *s, struct mb
 	for (int l = s->l0; l < s->l1 && rc == 0; l++) {
 		span_begin(m, "forward", l);
 		if ((rc = ghook(m, h->pre_forward, 1 + l)) == 0)
-			rc = block_fwd(m, b, l, fwd_acts(m, b, l), titan_block_fwd_all, F_NOPS);
+			rc = block_fwd(m, b, l, fwd_acts(m, b, l), titan_block_fwd_all, F_NOPS, true);
 		if (rc == 0)
 			rc = ghook(m, h->post_forward, 1 + l);
 		span_end(m, "forward");
@@ -1259,6 +1389,7 @@ int titan_llama_step(struct titan_llama *m, const int32_t *inputs, const int32_t
 	int rc;
 
 	TITAN_ASSERT(m->pl.st.n == 1 && s->first && s->last);
+	m->moe_count = backward; /* torchtitan counts training tokens only */
 	CK(forward(m, s, b, inputs));
 	CK(loss_fwd(m, b, labels, grad_scale, backward ? m->dxn : NULL, loss_sum, n_valid));
 	return backward ? backward_pass(m, s, b, m->dxn) : 0;
@@ -1438,6 +1569,8 @@ int titan_llama_adamw(struct titan_llama *m, const struct titan_adamw_hparams *h
 		const struct titan_param *p = &m->table.params[i];
 		struct titan_adamw_hparams h = *hp;
 
+		if (p->is_buffer) /* expert_bias: moved by titan_llama_moe_balance only */
+			continue;
 		if (m->o.exclude_norms_embeddings_from_wd && (p->is_norm || p->is_embedding))
 			h.weight_decay = 0;
 		CK(m->be->ops->adamw_step(m->be, titan_param_view(&m->params, p),
@@ -1445,5 +1578,43 @@ int titan_llama_adamw(struct titan_llama *m, const struct titan_adamw_hparams *h
 					  titan_param_view(&m->grads, p), p->local_numel, &h, step,
 					  grad_mul));
 	}
+	return 0;
+}
+
+/* ------------------------------------------------- MoE load balancing */
+
+int64_t *titan_llama_moe_tokens(struct titan_llama *m)
+{
+	return m->moe_tokens;
+}
+
+/* torchtitan's _update_expert_bias (its optimizer pre-step hook): each MoE
+ * layer's expert_bias rows held here moved by the step's tokens per expert
+ * `tokens` (summed over microbatches and data-parallel ranks), then the
+ * counts zeroed.  The bias is a host view (the MoE runs on the cpu
+ * backend); under FSDP each rank moves its own rows, gathered next step. */
+int titan_llama_moe_balance(struct titan_llama *m, const int64_t *tokens)
+{
+	const int64_t E = m->d.moe.num_experts;
+
+	if (!m->has_moe)
+		return 0;
+	for (int l = 0; titan_model_moe_balanced(&m->d) && l < (int)m->d.n_layers; l++) {
+		int i = titan_param_index(&m->table, TITAN_PARAM_MOE_EXPERT_BIAS, l);
+		const struct titan_param *p = i < 0 ? NULL : &m->table.params[i];
+		float full[4096], *bias = titan_param_view(&m->params, p ? p : m->table.params);
+
+		if (!p || !p->rows)
+			continue;
+		if (E > 4096)
+			return titan_error(TITAN_E_UNSUPPORTED, "model.moe_num_experts %lld: load "
+					   "balancing supports 4096 experts at most", (long long)E);
+		/* the whole update (its mean is over all experts), then our rows */
+		memset(full, 0, (size_t)E * sizeof(*full));
+		titan_moe_update_bias(full, tokens + l * E, E, m->d.moe.load_balance_coeff);
+		for (int64_t r = 0; r < p->rows; r++)
+			bias[r] += full[p->row0 + r];
+	}
+	memset(m->moe_tokens, 0, (size_t)(m->d.n_layers * E) * sizeof(*m->moe_tokens));
 	return 0;
 }
