@@ -381,8 +381,15 @@ int titan_ckpt_check_dims(struct titan_ckpt_file *f)
 	snprintf(src, sizeof(src), "'%s'", in->path);
 	if ((rc = titan_ckpt_dims_check(src, d, false)) < 0)
 		return rc;
-	for (size_t i = 0; i < in->n_tensors; i++)
+	for (size_t i = 0; i < in->n_tensors; i++) {
 		n += in->tensors[i].part == TITAN_CKPT_MODEL;
+		/* the dims attributes do not describe a MoE: its readers without
+		 * a config (conversion, generation) refuse it */
+		if (in->tensors[i].part == TITAN_CKPT_MODEL && strstr(in->tensors[i].name, ".moe."))
+			return titan_error(TITAN_E_INVALID, "%s: model/%s: a mixture-of-experts "
+					   "checkpoint (model.moe_num_experts), which this tool does "
+					   "not read yet", src, in->tensors[i].name);
+	}
 	/* 9 per block, tok_embeddings, norm, output when not tied: a table
 	 * built from the dims is then no larger than the file's list */
 	if ((double)n != 9.0 * (double)d->n_layers + (d->tied ? 2 : 3))
