@@ -260,6 +260,8 @@ static const char *const role_name[TITAN_BUF_NROLES] = {
 	[TITAN_BUF_ZB_ONES] = "ZB: ones (weight pass of the norms)",
 	[TITAN_BUF_TOKEN_IDS] = "token ids",
 	[TITAN_BUF_SCRATCH] = "backward scratch",
+	[TITAN_BUF_MOE_ROUTER] = "MoE router: scores, gate values, choices, slot order",
+	[TITAN_BUF_MOE_EXPERTS] = "MoE experts: routed rows, hidden, outputs; shared experts",
 	[TITAN_BUF_TP_SP] = "TP: sequence-parallel buffers",
 	[TITAN_BUF_TP_LOSS] = "TP: loss chunk buffers",
 	[TITAN_BUF_TP_LOGITS] = "TP: gathered logits (no loss parallel)",
@@ -299,9 +301,12 @@ static float *model_buf(void *m, int64_t nfloats, enum titan_mem_tag tag,
 	return buf(m, nfloats, tag, role);
 }
 
-/* A MoE block's activations (moe.h), in backend memory. */
-static int alloc_moe_acts(struct titan_llama *m, struct moe_acts *a, enum titan_buf_role r)
+/* A MoE block's activations (moe.h), in backend memory, under the plan's
+ * router and experts roles (whichever set holds them: a block's own, or
+ * the recompute set). */
+static int alloc_moe_acts(struct titan_llama *m, struct moe_acts *a)
 {
+	const enum titan_buf_role r = TITAN_BUF_MOE_ROUTER, x = TITAN_BUF_MOE_EXPERTS;
 	const struct titan_moe_dims *d = &m->d.moe;
 	const int64_t n = m->n, C = m->d.dim, E = d->num_experts, K = d->top_k, R = n * K;
 	const int64_t Fm = d->inter_dim, Fs = Fm * d->num_shared_experts;
@@ -313,15 +318,15 @@ static int alloc_moe_acts(struct titan_llama *m, struct moe_acts *a, enum titan_
 	a->perm = (int32_t *)buf(m, R, t, r);
 	a->pos = (int32_t *)buf(m, R, t, r);
 	a->counts = (int32_t *)buf(m, E, t, r);
-	a->xin = buf(m, R * C, t, r);
-	a->a = buf(m, R * Fm, t, r);
-	a->b = buf(m, R * Fm, t, r);
-	a->g = buf(m, R * Fm, t, r);
-	a->yout = buf(m, R * C, t, r);
+	a->xin = buf(m, R * C, t, x);
+	a->a = buf(m, R * Fm, t, x);
+	a->b = buf(m, R * Fm, t, x);
+	a->g = buf(m, R * Fm, t, x);
+	a->yout = buf(m, R * C, t, x);
 	if (Fs > 0) {
-		a->sa = buf(m, n * Fs, t, r);
-		a->sb = buf(m, n * Fs, t, r);
-		a->sg = buf(m, n * Fs, t, r);
+		a->sa = buf(m, n * Fs, t, x);
+		a->sb = buf(m, n * Fs, t, x);
+		a->sg = buf(m, n * Fs, t, x);
 		if (!a->sa || !a->sb || !a->sg)
 			return TITAN_E_NOMEM;
 	}
@@ -364,7 +369,7 @@ static int alloc_acts(struct titan_llama *m, struct acts *a, enum titan_buf_role
 	if (!a->xn1 || !a->rstd1 || !a->q || !a->k || !a->v || !a->att || !a->lse || !a->h ||
 	    !a->xn2 || !a->rstd2)
 		return TITAN_E_NOMEM;
-	if (moe && (rc = alloc_moe_acts(m, &a->moe, r)) < 0)
+	if (moe && (rc = alloc_moe_acts(m, &a->moe)) < 0)
 		return rc;
 	return 0;
 }
@@ -385,7 +390,7 @@ static int alloc_acts_op(struct titan_llama *m, struct acts *a, const struct act
 	a->lse = buf(m, n * m->H, t, TITAN_BUF_SAVED_OP);
 	if (titan_model_layer_is_moe(d, l))
 		return !a->q || !a->v || !a->att || !a->lse ? TITAN_E_NOMEM :
-		       alloc_moe_acts(m, &a->moe, TITAN_BUF_SAVED_OP);
+		       alloc_moe_acts(m, &a->moe);
 	a->a = buf(m, n * m->F, t, TITAN_BUF_SAVED_OP);
 	if (!a->q || !a->v || !a->att || !a->lse || !a->a)
 		return TITAN_E_NOMEM;
@@ -1500,6 +1505,7 @@ int titan_llama_logits(struct titan_llama *m, const int32_t *inputs, float *logi
 	if (m->sp.comm || m->cp.comm)
 		return titan_error(TITAN_E_UNSUPPORTED, "logits of a tensor- or context-parallel "
 				   "model: load the checkpoint on one rank");
+	m->moe_count = false;
 	CK(forward(m, &m->pl.st.v[0], &m->pl.mb[0], inputs));
 	CK(m->be->ops->matmul_fwd(m->be, logits, m->pl.mb[0].xnf, P(m, TITAN_PARAM_OUTPUT, -1), m->n,
 				  m->d.dim, m->d.vocab_size, false));

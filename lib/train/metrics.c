@@ -46,6 +46,27 @@ void titan_validation_print(FILE *f, const char *prefix, const struct titan_vali
 	fflush(f);
 }
 
+/* MoE block l's load since the last line: its least and most used
+ * expert's tokens and the entropy (nats) of the experts' shares. */
+static void moe_stats(const struct titan_metrics_row *r, int64_t l, int64_t *lo, int64_t *hi,
+		      double *ent)
+{
+	const int64_t *c = r->moe_load + l * r->moe_experts;
+	int64_t sum = 0;
+
+	*lo = INT64_MAX;
+	*hi = 0;
+	*ent = 0;
+	for (int64_t e = 0; e < r->moe_experts; e++) {
+		*lo = c[e] < *lo ? c[e] : *lo;
+		*hi = c[e] > *hi ? c[e] : *hi;
+		sum += c[e];
+	}
+	for (int64_t e = 0; e < r->moe_experts && sum > 0; e++)
+		if (c[e] > 0)
+			*ent -= (double)c[e] / (double)sum * log((double)c[e] / (double)sum);
+}
+
 void titan_metrics_json(struct titan_json *j, const struct titan_metrics_row *r)
 {
 	titan_json_object_begin(j);
@@ -100,22 +121,13 @@ void titan_metrics_json(struct titan_json *j, const struct titan_metrics_row *r)
 		titan_json_key(j, "moe_load");
 		titan_json_object_begin(j);
 		for (int64_t l = 0; l < r->moe_layers; l++) {
-			const int64_t *c = r->moe_load + l * r->moe_experts;
-			int64_t lo = INT64_MAX, hi = 0, sum = 0;
-			double ent = 0;
+			int64_t lo, hi;
+			double ent;
 			char key[48];
 
 			if (!r->moe_layer[l])
 				continue;
-			for (int64_t e = 0; e < r->moe_experts; e++) {
-				lo = c[e] < lo ? c[e] : lo;
-				hi = c[e] > hi ? c[e] : hi;
-				sum += c[e];
-			}
-			for (int64_t e = 0; e < r->moe_experts && sum > 0; e++)
-				if (c[e] > 0)
-					ent -= (double)c[e] / (double)sum *
-					       log((double)c[e] / (double)sum);
+			moe_stats(r, l, &lo, &hi, &ent);
 			snprintf(key, sizeof(key), "layers.%lld", (long long)l);
 			titan_json_key(j, key);
 			titan_json_object_begin(j);
@@ -189,6 +201,20 @@ int titan_metrics_tensorboard(struct titan_tfevents *e, const struct titan_metri
 		snprintf(tag, sizeof(tag), "memory/by_tag/%s(GiB)",
 			 titan_mem_tag_name((enum titan_mem_tag)k));
 		titan_tfevents_scalar(e, tag, (double)r->memory_peak_by_tag[k] / GIB);
+	}
+	for (int64_t l = 0; r->moe_load && l < r->moe_layers; l++) {
+		int64_t lo, hi;
+		double ent;
+
+		if (!r->moe_layer[l])
+			continue;
+		moe_stats(r, l, &lo, &hi, &ent);
+		snprintf(tag, sizeof(tag), "moe_load/layers.%lld/min_tokens", (long long)l);
+		titan_tfevents_scalar(e, tag, (double)lo);
+		snprintf(tag, sizeof(tag), "moe_load/layers.%lld/max_tokens", (long long)l);
+		titan_tfevents_scalar(e, tag, (double)hi);
+		snprintf(tag, sizeof(tag), "moe_load/layers.%lld/entropy", (long long)l);
+		titan_tfevents_scalar(e, tag, ent);
 	}
 	if (r->world_size > 1) {
 		titan_tfevents_scalar(e, "memory/max_reserved_max_rank(GiB)",

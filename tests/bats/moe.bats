@@ -154,6 +154,25 @@ for l in open(sys.argv[1]):
 PY
 }
 
+@test "MoE: TensorBoard gets the same load scalars under moe_load/layers.N/..." {
+	/usr/bin/python3 -c 'import google.protobuf' 2>/dev/null || skip "python3-protobuf is not installed"
+	d=$BATS_TEST_TMPDIR
+	run -0 titan-train -q --config "$DATA/moe.yaml" --training.steps=3 --metrics.enable_tensorboard \
+		--job.dump_folder="$d/tb"
+	/usr/bin/python3 - "$d"/tb/tb/*/events.out.tfevents.* "$d/tb/metrics.jsonl" "$TITAN_SRCDIR/tests/ref" <<'PY'
+import json, struct, sys
+sys.path.insert(0, sys.argv[3])
+import tfevents_read as tr
+f32 = lambda x: struct.unpack("f", struct.pack("f", x))[0]
+ev = {e.step: {v.tag: v.simple_value for v in e.summary.value} for e in tr.load(sys.argv[1])[1:]}
+for l in open(sys.argv[2]):
+    o = json.loads(l)
+    for layer, v in o["moe_load"].items():
+        for k in ("min_tokens", "max_tokens", "entropy"):
+            assert ev[o["step"]]["moe_load/%s/%s" % (layer, k)] == f32(v[k]), (o["step"], layer, k)
+PY
+}
+
 @test "MoE: a run resumed from its step-6 checkpoint (expert_bias included) continues bit for bit" {
 	d=$BATS_TEST_TMPDIR
 	run -0 titan-train -q --config "$DATA/moe.yaml" --checkpoint.enable --checkpoint.interval=6 \
