@@ -184,22 +184,36 @@ PY
 	[ "$(curve "$d/full/metrics.jsonl" | tail -6)" = "$(curve "$d/res/metrics.jsonl")" ]
 }
 
-@test "MoE on 2 ranks: DDP and FSDP reproduce the 1-rank curve" {
+@test "MoE on 2 ranks: DDP and FSDP reproduce the 1-rank curve; checkpoints move between 1 rank and FSDP" {
 	[ -z "${NO_MPI:-}" ] || skip "no MPI"
 	d=$BATS_TEST_TMPDIR
 	# one rank with the global batch of 4 rows vs two ranks of 2
+	ck="--checkpoint.enable --checkpoint.interval=5 --checkpoint.last_save_model_only=false"
 	run -0 titan-train -q --config "$DATA/moe.yaml" --training.local_batch_size=4 \
-		--training.steps=10 --job.dump_folder="$d/one"
+		--training.steps=10 $ck --job.dump_folder="$d/one"
 	for dp in "--parallelism.data_parallel_shard_degree=2" \
 		"--parallelism.data_parallel_replicate_degree=2 --parallelism.data_parallel_shard_degree=1"; do
 		run -0 timeout -k 5 120 mpiexec -n 2 env OMP_NUM_THREADS=1 titan-train -q \
-			--config "$DATA/moe.yaml" --training.steps=10 $dp --job.dump_folder="$d/two"
+			--config "$DATA/moe.yaml" --training.steps=10 $dp $ck --job.dump_folder="$d/two"
 		run -0 same_curve "$d/one/metrics.jsonl" "$d/two/metrics.jsonl"
 		# the expert loads are summed over both ranks
 		[ "$(grep -o '"moe_load":[^}]*}' "$d/one/metrics.jsonl")" = \
 		  "$(grep -o '"moe_load":[^}]*}' "$d/two/metrics.jsonl")" ]
 		rm -rf "$d/two"
 	done
+	# FSDP's step-5 checkpoint (3-d experts, sharded expert_bias) resumed on
+	# 1 rank, and the 1-rank one under FSDP
+	run -0 timeout -k 5 120 mpiexec -n 2 env OMP_NUM_THREADS=1 titan-train -q --config "$DATA/moe.yaml" \
+		--training.steps=5 --lr_scheduler.total_steps=10 --parallelism.data_parallel_shard_degree=2 $ck \
+		--job.dump_folder="$d/f"
+	run -0 titan-train -q --config "$DATA/moe.yaml" --training.local_batch_size=4 \
+		--training.steps=10 $ck --job.dump_folder="$d/f"
+	run -0 same_curve "$d/one/metrics.jsonl" <(tail -5 "$d/f/metrics.jsonl")
+	mkdir -p "$d/g/checkpoint"
+	cp "$d/one/checkpoint/step-5.h5" "$d/g/checkpoint/"
+	run -0 timeout -k 5 120 mpiexec -n 2 env OMP_NUM_THREADS=1 titan-train -q --config "$DATA/moe.yaml" \
+		--training.steps=10 --parallelism.data_parallel_shard_degree=2 $ck --job.dump_folder="$d/g"
+	run -0 same_curve "$d/one/metrics.jsonl" "$d/g/metrics.jsonl"
 }
 
 @test "MoE: TP, PP, CP, CUDA, HF checkpoints and bad keys are refused with exit 2 naming the key" {
