@@ -670,6 +670,13 @@ int titan_llama_new(const struct titan_model_dims *d, const struct titan_llama_o
 					 "supported yet");
 			goto fail;
 		}
+		if (o->batch * o->seq > INT32_MAX / d->moe.top_k) { /* moe.h's int32 slot ids */
+			rc = titan_error(TITAN_E_INVALID, "model.moe_top_k %lld: %lld x %lld tokens "
+					 "of a microbatch make more than 2^31 routed rows",
+					 (long long)d->moe.top_k, (long long)o->batch,
+					 (long long)o->seq);
+			goto fail;
+		}
 		m->moe = (struct titan_moe){be, &titan_moe_dispatch_local, &m->d.moe, 0, C};
 		if (!(m->moe_tokens = calloc((size_t)(L * d->moe.num_experts),
 					     sizeof(*m->moe_tokens)))) {
