@@ -17,7 +17,14 @@
  * Dispatch and combine go through struct titan_moe_dispatch: the local one
  * (one rank holds every expert) permutes rows; expert parallelism swaps in
  * one that sends each expert's rows to its rank by all-to-all-v (counts
- * first) and back, with the same expert GEMMs between.
+ * first) and back, with the same expert GEMMs between.  What EP changes
+ * here: dispatch fills xin with the rows received for this rank's experts
+ * [e0, e0 + E/ep) and their counts (moe_acts gains the received layout),
+ * the expert loops run over those, combine and the two backward moves are
+ * the reverse all-to-alls; the router, the sort and the shared experts
+ * stay.  The stacked experts are rows of dim 0 (one expert each), so the
+ * parameter table can give an EP rank its experts as it gives FSDP its
+ * shard.
  *
  * The routing, sort and combine loops run on host memory: the CPU
  * backend's (a MoE model on CUDA is refused at configuration).
