@@ -14,7 +14,7 @@
  * outputs combined with the gate values (before the experts when
  * score_before_experts) and the shared experts' SwiGLU added.
  *
- * Dispatch and combine go through struct titan_moe_dispatch: the local one
+ * Dispatch and combine go through struct titan_moe_dispatch_ops: the local one
  * (one rank holds every expert) permutes rows; expert parallelism swaps in
  * one that sends each expert's rows to its rank by all-to-all-v (counts
  * first) and back, with the same expert GEMMs between.  What EP changes
