@@ -187,6 +187,7 @@ def main():
     ap.add_argument("--model", required=True, help="JSON: llama_ref.ModelArgs fields")
     ap.add_argument("--moe", required=True, help="JSON: num_experts, top_k, ...")
     ap.add_argument("--train", required=True, help="JSON: batch, seq_len, steps, lr, warmup")
+    ap.add_argument("--save", help="the final state_dict as .npz")
     args_ = ap.parse_args()
     import h5py
 
@@ -221,6 +222,8 @@ def main():
     out["expert_bias"] = {f"layers.{i}": b.moe.expert_bias.tolist()
                           for i, b in model.layers.items()
                           if isinstance(b, MoEBlock) and b.moe.expert_bias is not None}
+    if args_.save:
+        np.savez(args_.save, **{k: v.detach().numpy() for k, v in model.state_dict().items()})
     json.dump(out, sys.stdout)
 
 
