@@ -191,14 +191,27 @@ const struct titan_moe_dispatch_ops titan_moe_dispatch_local = {
 
 /* --------------------------------------------------------- forward */
 
+/* A MoE block's sizes: tokens, model dim, experts, an expert's hidden,
+ * routed rows, the shared experts' hidden. */
+struct geo {
+	int64_t N, C, E, Fm, R, Fs;
+	int64_t W; /* floats of one expert's w1, w2 or w3: Fm·C */
+};
+
+static struct geo geo(const struct titan_moe *m)
+{
+	const struct titan_moe_dims *d = m->d;
+
+	return (struct geo){ m->n, m->C, d->num_experts, d->inter_dim, m->n * d->top_k,
+			     d->inter_dim * d->num_shared_experts, d->inter_dim * m->C };
+}
+
 int titan_moe_fwd(const struct titan_moe *m, const struct moe_w *w, const float *x,
 		  const float *h, float *y, struct moe_acts *a, int64_t *tokens)
 {
 	const struct titan_backend_ops *op = m->be->ops;
 	struct titan_backend *be = m->be;
-	const struct titan_moe_dims *d = m->d;
-	const int64_t N = m->n, C = m->C, E = d->num_experts, Fm = d->inter_dim;
-	const int64_t R = N * d->top_k, Fs = Fm * d->num_shared_experts;
+	const struct geo g = geo(m);
 	int64_t o = 0;
 	int rc;
 
@@ -206,30 +219,30 @@ int titan_moe_fwd(const struct titan_moe *m, const struct moe_w *w, const float 
 	CK(sort_slots(m, a, tokens));
 	CK(m->dispatch->dispatch(m, a, x));
 	/* GroupedExperts: one GEMM per expert over its contiguous rows */
-	for (int64_t e = 0; e < E; o += a->counts[e++]) {
+	for (int64_t e = 0; e < g.E; o += a->counts[e++]) {
 		const int64_t c = a->counts[e];
 
 		if (!c)
 			continue;
-		CK(op->matmul_fwd(be, a->a + o * Fm, a->xin + o * C, w->w1 + e * Fm * C, c, C, Fm,
-				  false));
-		CK(op->matmul_fwd(be, a->b + o * Fm, a->xin + o * C, w->w3 + e * Fm * C, c, C, Fm,
-				  false));
+		CK(op->matmul_fwd(be, a->a + o * g.Fm, a->xin + o * g.C, w->w1 + e * g.W, c, g.C,
+				  g.Fm, false));
+		CK(op->matmul_fwd(be, a->b + o * g.Fm, a->xin + o * g.C, w->w3 + e * g.W, c, g.C,
+				  g.Fm, false));
 	}
-	CK(op->swiglu_fwd(be, a->g, a->a, a->b, R * Fm));
+	CK(op->swiglu_fwd(be, a->g, a->a, a->b, g.R * g.Fm));
 	o = 0;
-	for (int64_t e = 0; e < E; o += a->counts[e++])
+	for (int64_t e = 0; e < g.E; o += a->counts[e++])
 		if (a->counts[e])
-			CK(op->matmul_fwd(be, a->yout + o * C, a->g + o * Fm, w->w2 + e * C * Fm,
-					  a->counts[e], Fm, C, false));
+			CK(op->matmul_fwd(be, a->yout + o * g.C, a->g + o * g.Fm, w->w2 + e * g.W,
+					  a->counts[e], g.Fm, g.C, false));
 	/* y = h + shared_experts(x) + the routed outputs */
 	if (y != h)
-		CK(op->copy(be, y, h, N * C));
-	if (Fs > 0) {
-		CK(op->matmul_fwd(be, a->sa, x, w->sw1, N, C, Fs, false));
-		CK(op->matmul_fwd(be, a->sb, x, w->sw3, N, C, Fs, false));
-		CK(op->swiglu_fwd(be, a->sg, a->sa, a->sb, N * Fs));
-		CK(op->matmul_fwd(be, y, a->sg, w->sw2, N, Fs, C, true));
+		CK(op->copy(be, y, h, g.N * g.C));
+	if (g.Fs > 0) {
+		CK(op->matmul_fwd(be, a->sa, x, w->sw1, g.N, g.C, g.Fs, false));
+		CK(op->matmul_fwd(be, a->sb, x, w->sw3, g.N, g.C, g.Fs, false));
+		CK(op->swiglu_fwd(be, a->sg, a->sa, a->sb, g.N * g.Fs));
+		CK(op->matmul_fwd(be, y, a->sg, w->sw2, g.N, g.Fs, g.C, true));
 	}
 	return m->dispatch->combine(m, a, y);
 }
@@ -286,39 +299,39 @@ int titan_moe_bwd(const struct titan_moe *m, const struct moe_w *w, struct moe_d
 {
 	const struct titan_backend_ops *op = m->be->ops;
 	struct titan_backend *be = m->be;
-	const struct titan_moe_dims *d = m->d;
-	const int64_t N = m->n, C = m->C, E = d->num_experts, Fm = d->inter_dim;
-	const int64_t R = N * d->top_k, Fs = Fm * d->num_shared_experts;
+	const struct geo g = geo(m);
 	int64_t o = 0;
 	int rc;
 
 	/* shared experts: dx = their input gradient */
-	if (Fs > 0) {
-		CK(op->matmul_bwd(be, s->dg, dw->sw2, dy, a->sg, w->sw2, N, Fs, C, false));
-		CK(op->swiglu_bwd(be, a->sa, a->sb, s->dg, a->sa, a->sb, N * Fs));
-		CK(op->matmul_bwd(be, dx, dw->sw1, a->sa, x, w->sw1, N, C, Fs, false));
-		CK(op->matmul_bwd(be, dx, dw->sw3, a->sb, x, w->sw3, N, C, Fs, true));
+	if (g.Fs > 0) {
+		CK(op->matmul_bwd(be, s->dg, dw->sw2, dy, a->sg, w->sw2, g.N, g.Fs, g.C, false));
+		CK(op->swiglu_bwd(be, a->sa, a->sb, s->dg, a->sa, a->sb, g.N * g.Fs));
+		CK(op->matmul_bwd(be, dx, dw->sw1, a->sa, x, w->sw1, g.N, g.C, g.Fs, false));
+		CK(op->matmul_bwd(be, dx, dw->sw3, a->sb, x, w->sw3, g.N, g.C, g.Fs, true));
 	} else {
-		CK(op->zero(be, dx, N * C));
+		CK(op->zero(be, dx, g.N * g.C));
 	}
 	/* routed experts, grouped as in forward */
 	CK(m->dispatch->combine_bwd(m, a, dy, s->drow, s->dtopw));
-	for (int64_t e = 0; e < E; o += a->counts[e++])
+	for (int64_t e = 0; e < g.E; o += a->counts[e++])
 		if (a->counts[e])
-			CK(op->matmul_bwd(be, s->dg + o * Fm, dw->w2 ? dw->w2 + e * C * Fm : NULL,
-					  s->drow + o * C, a->g + o * Fm, w->w2 + e * C * Fm,
-					  a->counts[e], Fm, C, false));
-	CK(op->swiglu_bwd(be, a->a, a->b, s->dg, a->a, a->b, R * Fm));
+			CK(op->matmul_bwd(be, s->dg + o * g.Fm, dw->w2 ? dw->w2 + e * g.W : NULL,
+					  s->drow + o * g.C, a->g + o * g.Fm, w->w2 + e * g.W,
+					  a->counts[e], g.Fm, g.C, false));
+	CK(op->swiglu_bwd(be, a->a, a->b, s->dg, a->a, a->b, g.R * g.Fm));
 	o = 0;
-	for (int64_t e = 0; e < E; o += a->counts[e++]) {
+	for (int64_t e = 0; e < g.E; o += a->counts[e++]) {
 		const int64_t c = a->counts[e];
 
 		if (!c)
 			continue;
-		CK(op->matmul_bwd(be, s->drow + o * C, dw->w1 ? dw->w1 + e * Fm * C : NULL,
-				  a->a + o * Fm, a->xin + o * C, w->w1 + e * Fm * C, c, C, Fm, false));
-		CK(op->matmul_bwd(be, s->drow + o * C, dw->w3 ? dw->w3 + e * Fm * C : NULL,
-				  a->b + o * Fm, a->xin + o * C, w->w3 + e * Fm * C, c, C, Fm, true));
+		CK(op->matmul_bwd(be, s->drow + o * g.C, dw->w1 ? dw->w1 + e * g.W : NULL,
+				  a->a + o * g.Fm, a->xin + o * g.C, w->w1 + e * g.W, c, g.C, g.Fm,
+				  false));
+		CK(op->matmul_bwd(be, s->drow + o * g.C, dw->w3 ? dw->w3 + e * g.W : NULL,
+				  a->b + o * g.Fm, a->xin + o * g.C, w->w3 + e * g.W, c, g.C, g.Fm,
+				  true));
 	}
 	CK(m->dispatch->dispatch_bwd(m, a, s->drow, x, dx, s->dtopw));
 	return route_bwd(m, w, dw, x, dx, a, s);
