@@ -53,7 +53,7 @@ static int write_part(struct titan_ckpt_writer *w, const struct titan_param_tabl
 {
 	for (int i = 0; i < t->n; i++) {
 		const struct titan_param *p = &t->params[i];
-		int rc = titan_ckpt_writer_tensor(w, part, p->name, p->ndim, p->shape,
+		int rc = titan_ckpt_writer_tensor(w, part, p->name, p->fndim, p->fshape,
 						  arena + p->offset, dt);
 
 		if (rc < 0)
@@ -365,12 +365,12 @@ static int check_part(struct titan_ckpt_file *f, const struct titan_param_table 
 		if (!ti)
 			return titan_error(TITAN_E_INVALID, "'%s': %s/%s is missing (a checkpoint of "
 					   "another model?)", in->path, pn, p->name);
-		if (ti->ndim != p->ndim || ti->shape[0] != p->gshape[0] ||
-		    (p->ndim == 2 && ti->shape[1] != p->gshape[1]))
+		if (ti->ndim != p->fndim ||
+		    memcmp(ti->shape, p->fshape, (size_t)p->fndim * sizeof(*p->fshape)))
 			return titan_error(TITAN_E_INVALID, "'%s': %s/%s: shape %s, the model has %s",
 					   in->path, pn, p->name,
 					   shape_str(a, sizeof(a), ti->ndim, ti->shape),
-					   shape_str(b, sizeof(b), p->ndim, p->gshape));
+					   shape_str(b, sizeof(b), p->fndim, p->fshape));
 	}
 	for (size_t i = 0; i < in->n_tensors; i++) {
 		const struct titan_ckpt_tensor_info *ti = &in->tensors[i];
@@ -395,8 +395,15 @@ int titan_ckpt_check_dims(struct titan_ckpt_file *f)
 	snprintf(src, sizeof(src), "'%s'", in->path);
 	if ((rc = titan_ckpt_dims_check(src, d, false)) < 0)
 		return rc;
-	for (size_t i = 0; i < in->n_tensors; i++)
+	for (size_t i = 0; i < in->n_tensors; i++) {
 		n += in->tensors[i].part == TITAN_CKPT_MODEL;
+		/* the dims attributes do not describe a MoE: its readers without
+		 * a config (conversion, generation) refuse it */
+		if (in->tensors[i].part == TITAN_CKPT_MODEL && strstr(in->tensors[i].name, ".moe."))
+			return titan_error(TITAN_E_INVALID, "%s: model/%s: a mixture-of-experts "
+					   "checkpoint (model.moe_num_experts), which this tool does "
+					   "not read yet", src, in->tensors[i].name);
+	}
 	/* 9 per block (11 with QK-norm), tok_embeddings, norm, output when
 	 * not tied: a table built from the dims is then no larger than the
 	 * file's list */

@@ -348,7 +348,7 @@ static int gather_one(const struct job *j, struct titan_ckpt_writer *w, enum tit
 				      displs, rt, 0, c->comm))) < 0)
 		goto done;
 	if (c->rank == 0)
-		rc = titan_ckpt_writer_tensor(w, part, p->name, p->ndim, p->shape, j->buf,
+		rc = titan_ckpt_writer_tensor(w, part, p->name, p->fndim, p->fshape, j->buf,
 					      part == TITAN_CKPT_MODEL ? j->dtype : TITAN_CKPT_FLOAT32);
 done:
 	if (rt != MPI_DATATYPE_NULL)
@@ -396,12 +396,12 @@ static int write_file(const struct job *j)
 			if (j->gather)
 				rc = gather_one(j, w, part, p);
 			else /* TP: the slice's place in the global tensor */
-				rc = titan_ckpt_writer_window_(w, part, p->name, p->ndim, p->gshape,
+				rc = titan_ckpt_writer_window_(w, part, p->name, p->fndim, p->fshape,
 							       p->row0 + (p->tp_dim == 0 ?
 									  p->tp_off : 0),
 							       rows_of(j, p),
 							       p->tp_dim == 1 ? p->tp_off : 0,
-							       p->ndim == 2 ? p->shape[1] : 0,
+							       p->fndim == 2 ? p->shape[1] : 0,
 							       arena(j, part) + p->offset,
 							       part == TITAN_CKPT_MODEL ? j->dtype :
 							       TITAN_CKPT_FLOAT32, j->calls[i]);

@@ -25,6 +25,35 @@ static int64_t mul_sat(int64_t a, int64_t b)
 
 #define FAIL(...) return titan_error(TITAN_E_INVALID, __VA_ARGS__)
 
+/* Mixture of experts: what titan does not run with it yet. */
+static int check_moe(const struct titan_config *c)
+{
+	const struct {
+		bool on;
+		const char *key;
+	} no[] = {
+		{ c->parallelism.tensor_parallel_degree > 1, "parallelism.tensor_parallel_degree" },
+		{ c->parallelism.pipeline_parallel_degree > 1,
+		  "parallelism.pipeline_parallel_degree" },
+		{ c->parallelism.context_parallel_degree > 1, "parallelism.context_parallel_degree" },
+		{ c->training.device_e == TITAN_DEVICE_CUDA, "training.device" },
+		{ c->checkpoint.initial_load_in_hf, "checkpoint.initial_load_in_hf" },
+		{ c->checkpoint.last_save_in_hf, "checkpoint.last_save_in_hf" },
+	};
+
+	if (c->model.moe_num_experts <= 0)
+		return 0;
+	if (c->model.moe_top_k > c->model.moe_num_experts)
+		FAIL("model.moe_top_k: %" PRId64 " exceeds model.moe_num_experts %" PRId64,
+		     c->model.moe_top_k, c->model.moe_num_experts);
+	for (size_t i = 0; i < sizeof(no) / sizeof(no[0]); i++)
+		if (no[i].on)
+			FAIL("%s: not supported with a mixture of experts yet "
+			     "(model.moe_num_experts %" PRId64 ")", no[i].key,
+			     c->model.moe_num_experts);
+	return 0;
+}
+
 static int check_model(const struct titan_config *c)
 {
 	int64_t dim = c->model.dim, n_heads = c->model.n_heads, n_kv = c->model.n_kv_heads;
@@ -50,7 +79,7 @@ static int check_model(const struct titan_config *c)
 	    c->parallelism.pipeline_parallel_degree > 1)
 		FAIL("model.tie_word_embeddings: tied weights cannot be used with "
 		     "parallelism.pipeline_parallel_degree > 1");
-	return 0;
+	return check_moe(c);
 }
 
 static int check_optimizer(const struct titan_config *c)

@@ -220,6 +220,10 @@ int titan_est_check(struct titan_est_opts *o, const struct titan_model_dims *d)
 	int64_t rest, prod, v;
 	int rc;
 
+	if (d->moe.num_experts > 0) /* its model and activations are not counted yet */
+		return titan_error(TITAN_E_INVALID, "model.moe_num_experts %" PRId64 ": titan-estimate "
+				   "does not know mixture-of-experts models yet",
+				   d->moe.num_experts);
 	if (o->ngpu < 1)
 		return titan_error(TITAN_E_INVALID, "--ngpu: must be at least 1");
 	if (l->dp_replicate < 1 || l->tp < 1 || l->pp < 1 || l->cp < 1 ||

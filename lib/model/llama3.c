@@ -224,6 +224,30 @@ int titan_model_dims_from_config(const struct titan_config *cfg, struct titan_mo
 		return titan_error(TITAN_E_INVALID, "model.head_dim: %lld x %lld heads is not model.dim "
 				   "%lld, which a model without model.qk_norm (llama3) needs",
 				   (long long)head_dim, (long long)d->n_heads, (long long)d->dim);
+	if (cfg->model.moe_num_experts > 0) {
+		struct titan_moe_dims *m = &d->moe;
+
+		m->num_experts = cfg->model.moe_num_experts;
+		m->num_shared_experts = cfg->model.moe_num_shared_experts;
+		m->top_k = cfg->model.moe_top_k;
+		m->inter_dim = cfg->model.moe_inter_dim > 0 ? cfg->model.moe_inter_dim
+							     : d->ffn_hidden;
+		m->n_dense_layers = cfg->model.n_dense_layers;
+		m->interleave_step = cfg->model.interleave_moe_layer_step;
+		m->softmax = cfg->model.moe_score_func_e == TITAN_MOE_SOFTMAX;
+		m->route_norm = cfg->model.moe_route_norm;
+		m->score_before_experts = cfg->model.moe_score_before_experts;
+		m->route_scale = cfg->model.moe_route_scale;
+		m->load_balance_coeff = cfg->model.moe_load_balance_coeff;
+		if (m->top_k > m->num_experts)
+			return titan_error(TITAN_E_INVALID, "model.moe_top_k: %lld exceeds "
+					   "model.moe_num_experts %lld", (long long)m->top_k,
+					   (long long)m->num_experts);
+		if (!cfg->model.moe_use_grouped_mm)
+			return titan_error(TITAN_E_INVALID, "model.moe_use_grouped_mm: false (the "
+					   "per-expert for-loop) is not supported; titan computes "
+					   "the experts as grouped GEMMs only");
+	}
 	if (head_dim <= 0 && d->dim % d->n_heads != 0)
 		return titan_error(TITAN_E_INVALID,
 				   "model.n_heads: %lld heads do not divide model.dim %lld",
@@ -254,6 +278,20 @@ void titan_model_count_params(const struct titan_model_dims *d, struct titan_mod
 		       (d->qk_norm ? 2 * d->head_dim : 0);
 	p->norms = (2 * d->n_layers + 1) * d->dim + (d->qk_norm ? 2 * d->n_layers * d->head_dim : 0);
 	p->total = p->embedding + p->output + d->n_layers * p->per_layer + d->dim;
+	p->active = p->total;
+	for (int64_t l = 0; l < d->n_layers; l++) {
+		const int64_t E = d->moe.num_experts, C = d->dim, Fm = d->moe.inter_dim;
+		const int64_t shared = 3 * C * Fm * d->moe.num_shared_experts;
+
+		if (!titan_model_layer_is_moe(d, l))
+			continue;
+		/* torchtitan's get_moe_model_nparams_and_flops: the gate, all
+		 * experts and the shared experts; a token uses top_k experts */
+		p->moe = E * C + 3 * E * Fm * C + shared;
+		p->n_moe_layers++;
+		p->total += p->moe - p->feed_forward;
+		p->active += E * C + 3 * d->moe.top_k * Fm * C + shared - p->feed_forward;
+	}
 }
 
 double titan_model_flops_per_token(const struct titan_model_dims *d, int64_t seq_len)
@@ -262,10 +300,11 @@ double titan_model_flops_per_token(const struct titan_model_dims *d, int64_t seq
 	double n;
 
 	titan_model_count_params(d, &p);
-	/* Llama 3 (HEAD) keeps a tied matrix; Qwen3's get_moe_model_nparams_and_flops
-	 * subtracts the embedding in any case */
-	n = (double)p.total - (d->tied && d->family == TITAN_MODEL_NAME_LLAMA3 ? 0.0
-									       : (double)p.embedding);
+	/* MoE: the active parameters (torchtitan counts the experts' share
+	 * times top_k / num_experts); Llama 3 keeps a tied matrix, Qwen3's
+	 * get_moe_model_nparams_and_flops subtracts the embedding in any case */
+	n = (double)p.active - (d->tied && d->family == TITAN_MODEL_NAME_LLAMA3 ? 0.0
+										: (double)p.embedding);
 	return 6.0 * n + 12.0 * (double)d->n_layers * (double)d->n_heads *
 			 (double)d->head_dim * (double)seq_len;
 }

@@ -55,6 +55,28 @@ static void add(struct titan_param_table *t, enum titan_param_role role, int lay
 		     role == TITAN_PARAM_NORM || role == TITAN_PARAM_Q_NORM ||
 		     role == TITAN_PARAM_K_NORM;
 	p->is_embedding = role == TITAN_PARAM_TOK_EMBEDDINGS;
+	p->is_buffer = role == TITAN_PARAM_MOE_EXPERT_BIAS;
+	p->fndim = p->ndim;
+	p->fshape[0] = d0;
+	p->fshape[1] = d1;
+	if (layer >= 0)
+		t->index[layer * TITAN_PARAM_NROLES + role] = t->n - 1;
+}
+
+/* The stacked experts [E, a, b]: held as E rows of a·b (FSDP's dim-0
+ * shard keeps whole experts, as torchtitan's Shard(0) of dim E), stored in
+ * checkpoints as the 3-d tensor. */
+static void add3(struct titan_param_table *t, enum titan_param_role role, int layer,
+		 const char *suffix, int64_t E, int64_t a, int64_t b, struct titan_param_init init)
+{
+	struct titan_param *p;
+
+	add(t, role, layer, suffix, E, a * b, init);
+	p = &t->params[t->n - 1];
+	p->fndim = 3;
+	p->fshape[0] = E;
+	p->fshape[1] = a;
+	p->fshape[2] = b;
 }
 
 /* *acc += a·b; false when that overflows int64. */
@@ -73,6 +95,18 @@ static bool model_fits(const struct titan_model_dims *d, int64_t *q, int64_t *kv
 	int64_t block = 0, n = 0;
 
 	*q = *kv = 0;
+	if (d->moe.num_experts > 0) { /* a MoE block's feed-forward on top of a dense one */
+		const int64_t E = d->moe.num_experts, Fm = d->moe.inter_dim;
+		const int64_t Fs = Fm * d->moe.num_shared_experts;
+
+		int64_t ef = 0, fs = 0;
+
+		/* 3 E Fm C + 3 Fs C + E C + E */
+		if (!mul_add(&ef, E, Fm) || !mul_add(&fs, Fs, 1) || !mul_add(&ef, fs, 1) ||
+		    !mul_add(&block, ef, C) || !mul_add(&block, ef, C) || !mul_add(&block, ef, C) ||
+		    !mul_add(&block, E, C) || !mul_add(&block, E, 1))
+			return false;
+	}
 	return mul_add(q, d->n_heads, d->head_dim) && mul_add(kv, d->n_kv_heads, d->head_dim) &&
 	       mul_add(&block, *q, C) && mul_add(&block, *q, C) &&           /* wq, wo */
 	       mul_add(&block, *kv, C) && mul_add(&block, *kv, C) &&         /* wk, wv */
@@ -124,11 +158,29 @@ int titan_param_table_init(struct titan_param_table *t, const struct titan_model
 				   "the vocabulary, %lld)", o->tp_degree, (long long)d->n_heads,
 				   (long long)d->n_kv_heads, (long long)F, (long long)V);
 
-	const int L = (int)d->n_layers;
-	const int nmax = 3 + titan_params_per_layer(d) * L;
+	if (d->moe.num_experts > 0 &&
+	    (d->moe.top_k < 1 || d->moe.top_k > d->moe.num_experts || d->moe.inter_dim <= 0 ||
+	     d->moe.num_shared_experts < 0))
+		return titan_error(TITAN_E_INVALID,
+				   "model.moe_top_k %lld must be in [1, moe_num_experts %lld] and "
+				   "model.moe_inter_dim %lld positive", (long long)d->moe.top_k,
+				   (long long)d->moe.num_experts, (long long)d->moe.inter_dim);
+	if (d->moe.num_experts > 0 && o->tp_degree > 1)
+		return titan_error(TITAN_E_INVALID, "parallelism.tensor_parallel_degree %d: tensor "
+				   "parallelism of MoE blocks (model.moe_num_experts %lld) is not "
+				   "supported yet", o->tp_degree, (long long)d->moe.num_experts);
 
-	if (!(t->params = calloc((size_t)nmax, sizeof(*t->params))))
+	const int L = (int)d->n_layers;
+	const int nmax = 3 + (TITAN_PARAMS_PER_LAYER_MAX + 6) * L;
+
+	if (!(t->params = calloc((size_t)nmax, sizeof(*t->params))) ||
+	    !(t->index = malloc((size_t)L * TITAN_PARAM_NROLES * sizeof(*t->index)))) {
+		free(t->params);
+		t->params = NULL;
 		return titan_error(TITAN_E_NOMEM, "out of memory for %d parameters", nmax);
+	}
+	for (int i = 0; i < L * TITAN_PARAM_NROLES; i++)
+		t->index[i] = -1;
 	t->dims = *d;
 	t->opts = *o;
 
@@ -154,11 +206,36 @@ int titan_param_table_init(struct titan_param_table *t, const struct titan_model
 		add(t, TITAN_PARAM_WK, i, "attention.wk.weight", kv, C, linear);
 		add(t, TITAN_PARAM_WV, i, "attention.wv.weight", kv, C, linear);
 		add(t, TITAN_PARAM_WO, i, "attention.wo.weight", C, q, depth);
-		add(t, TITAN_PARAM_W1, i, "feed_forward.w1.weight", F, C, linear);
-		add(t, TITAN_PARAM_W2, i, "feed_forward.w2.weight", C, F, depth);
-		add(t, TITAN_PARAM_W3, i, "feed_forward.w3.weight", F, C, depth);
+		if (titan_model_layer_is_moe(d, i)) {
+			/* torchtitan's MoE: experts, router, shared_experts, then
+			 * the expert_bias buffer (state_dict order); init_weights
+			 * as FeedForward's: w1 0.02, the others the depth std */
+			const int64_t E = d->moe.num_experts, Fm = d->moe.inter_dim;
+			const int64_t Fs = Fm * d->moe.num_shared_experts;
+
+			add3(t, TITAN_PARAM_MOE_W1, i, "moe.experts.w1", E, Fm, C, linear);
+			add3(t, TITAN_PARAM_MOE_W2, i, "moe.experts.w2", E, C, Fm, depth);
+			add3(t, TITAN_PARAM_MOE_W3, i, "moe.experts.w3", E, Fm, C, depth);
+			add(t, TITAN_PARAM_MOE_GATE, i, "moe.router.gate.weight", E, C, depth);
+			if (Fs > 0) {
+				add(t, TITAN_PARAM_MOE_SHARED_W1, i, "moe.shared_experts.w1.weight",
+				    Fs, C, linear);
+				add(t, TITAN_PARAM_MOE_SHARED_W2, i, "moe.shared_experts.w2.weight",
+				    C, Fs, depth);
+				add(t, TITAN_PARAM_MOE_SHARED_W3, i, "moe.shared_experts.w3.weight",
+				    Fs, C, depth);
+			}
+		} else {
+			add(t, TITAN_PARAM_W1, i, "feed_forward.w1.weight", F, C, linear);
+			add(t, TITAN_PARAM_W2, i, "feed_forward.w2.weight", C, F, depth);
+			add(t, TITAN_PARAM_W3, i, "feed_forward.w3.weight", F, C, depth);
+		}
 		add(t, TITAN_PARAM_ATTENTION_NORM, i, "attention_norm.weight", C, 0, ones);
 		add(t, TITAN_PARAM_FFN_NORM, i, "ffn_norm.weight", C, 0, ones);
+		/* buffers follow the parameters in state_dict() */
+		if (titan_model_layer_is_moe(d, i) && titan_model_moe_balanced(d))
+			add(t, TITAN_PARAM_MOE_EXPERT_BIAS, i, "moe.expert_bias", d->moe.num_experts,
+			    0, (struct titan_param_init){ TITAN_INIT_ZEROS, 0, 0, 0, 0 });
 	}
 	add(t, TITAN_PARAM_NORM, -1, "norm.weight", C, 0, ones);
 	if (!d->tied)
@@ -226,7 +303,7 @@ int titan_param_table_init(struct titan_param_table *t, const struct titan_model
 		p->offset = off;
 		off += (p->local_numel + TITAN_PARAM_ALIGN - 1) / TITAN_PARAM_ALIGN *
 		       TITAN_PARAM_ALIGN;
-		t->numel += p->numel;
+		t->numel += p->is_buffer ? 0 : p->numel;
 		t->local_numel += p->local_numel;
 	}
 	t->arena_floats = off;
@@ -239,6 +316,7 @@ void titan_param_table_release(struct titan_param_table *t)
 	if (!t)
 		return;
 	free(t->params);
+	free(t->index);
 	memset(t, 0, sizeof(*t));
 }
 
@@ -252,25 +330,24 @@ const struct titan_param *titan_param_find(const struct titan_param_table *t, co
 
 int titan_param_index(const struct titan_param_table *t, enum titan_param_role role, int layer)
 {
-	const bool qk = t->dims.qk_norm;
-	const int per = titan_params_per_layer(&t->dims);
-	bool in_block = role >= TITAN_PARAM_WQ && role <= TITAN_PARAM_K_NORM;
+	bool in_block = role != TITAN_PARAM_TOK_EMBEDDINGS && role != TITAN_PARAM_NORM &&
+			role != TITAN_PARAM_OUTPUT;
 
+	if ((unsigned)role >= TITAN_PARAM_NROLES)
+		return -1;
 	if (in_block) {
 		if (layer < 0 || layer >= t->dims.n_layers)
 			return -1;
-		if (role >= TITAN_PARAM_Q_NORM) /* first in a qk_norm block, absent otherwise */
-			return qk ? 1 + per * layer + (int)(role - TITAN_PARAM_Q_NORM) : -1;
-		return 1 + per * layer + (qk ? 2 : 0) + (int)(role - TITAN_PARAM_WQ);
+		return t->index[layer * TITAN_PARAM_NROLES + role];
 	}
 	if (layer != -1)
 		return -1;
 	if (role == TITAN_PARAM_TOK_EMBEDDINGS)
 		return 0;
 	if (role == TITAN_PARAM_NORM)
-		return 1 + per * (int)t->dims.n_layers;
+		return t->n - (t->dims.tied ? 1 : 2);
 	if (role == TITAN_PARAM_OUTPUT && !t->dims.tied)
-		return 2 + per * (int)t->dims.n_layers;
+		return t->n - 1;
 	return -1;
 }
 

@@ -65,6 +65,7 @@ enum titan_config_type {
 	X(TITAN_FLAVOR_14B, "14B") X(TITAN_FLAVOR_32B, "32B")                      \
 	X(TITAN_FLAVOR_CUSTOM, "custom")
 #define TITAN_TIES(X) X(TITAN_TIE_AUTO, "auto") X(TITAN_TIE_TRUE, "true") X(TITAN_TIE_FALSE, "false")
+#define TITAN_MOE_SCORE_FUNCS(X) X(TITAN_MOE_SIGMOID, "sigmoid") X(TITAN_MOE_SOFTMAX, "softmax")
 #define TITAN_OPTIMIZERS(X) X(TITAN_OPTIMIZER_ADAMW, "AdamW") X(TITAN_OPTIMIZER_ADAM, "Adam")
 #define TITAN_OPTIM_IMPLS(X)                                                       \
 	X(TITAN_OPTIM_IMPL_FUSED, "fused") X(TITAN_OPTIM_IMPL_FOREACH, "foreach")  \
@@ -101,6 +102,7 @@ enum titan_config_type {
 enum titan_model_name { TITAN_MODEL_NAMES(TITAN_CFG_ENUMERATOR) };
 enum titan_flavor { TITAN_FLAVORS(TITAN_CFG_ENUMERATOR) };
 enum titan_tie { TITAN_TIES(TITAN_CFG_ENUMERATOR) };
+enum titan_moe_score_func { TITAN_MOE_SCORE_FUNCS(TITAN_CFG_ENUMERATOR) };
 enum titan_optimizer { TITAN_OPTIMIZERS(TITAN_CFG_ENUMERATOR) };
 enum titan_optim_impl { TITAN_OPTIM_IMPLS(TITAN_CFG_ENUMERATOR) };
 enum titan_decay_type { TITAN_DECAY_TYPES(TITAN_CFG_ENUMERATOR) };
@@ -174,6 +176,14 @@ struct titan_config {
 		char *qk_norm;           /* auto|true|false (auto: per model family) */
 		enum titan_tie qk_norm_e;
 		struct titan_strlist converters;
+		/* mixture of experts (torchtitan's MoEArgs, the DeepSeek-V3 /
+		 * Llama 4 layer choice); moe_num_experts 0 = dense */
+		int64_t moe_num_experts, moe_num_shared_experts, moe_top_k, moe_inter_dim;
+		char *moe_score_func;    /* sigmoid|softmax */
+		enum titan_moe_score_func moe_score_func_e;
+		bool moe_route_norm, moe_score_before_experts, moe_use_grouped_mm;
+		double moe_route_scale, moe_load_balance_coeff;
+		int64_t n_dense_layers, interleave_moe_layer_step;
 	} model;
 	struct {
 		char *name;              /* AdamW, Adam */

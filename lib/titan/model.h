@@ -30,7 +30,30 @@ struct titan_model_dims {
 	bool tied;                   /* output shares tok_embeddings (1B, 3B) */
 	enum titan_model_name family;/* model.name: llama3, qwen3 */
 	bool qk_norm;                /* RMSNorm of q, k per head before RoPE (qwen3) */
+	struct titan_moe_dims {      /* mixture of experts; num_experts 0 = dense */
+		int64_t num_experts, num_shared_experts, top_k;
+		int64_t inter_dim;           /* one expert's hidden size */
+		int64_t n_dense_layers;      /* DeepSeek-V3: the first n blocks dense */
+		int64_t interleave_step;     /* Llama 4: block i MoE when (i+1) % step == 0 */
+		bool softmax;                /* score_func softmax (else sigmoid) */
+		bool route_norm, score_before_experts;
+		double route_scale;
+		double load_balance_coeff;   /* NAN: no expert_bias (torchtitan's None) */
+	} moe;
 };
+
+/* Whether block `layer` has torchtitan's MoE in place of its feed-forward. */
+static inline bool titan_model_layer_is_moe(const struct titan_model_dims *d, int64_t layer)
+{
+	return d->moe.num_experts > 0 && layer >= d->moe.n_dense_layers &&
+	       (layer + 1) % (d->moe.interleave_step > 0 ? d->moe.interleave_step : 1) == 0;
+}
+
+/* Whether the MoE layers keep an expert_bias (load balancing on). */
+static inline bool titan_model_moe_balanced(const struct titan_model_dims *d)
+{
+	return d->moe.load_balance_coeff == d->moe.load_balance_coeff; /* not NAN */
+}
 
 struct titan_model_params {
 	int64_t total;       /* unique parameters (a tied matrix counts once) */
@@ -40,6 +63,9 @@ struct titan_model_params {
 	int64_t attention;   /* wq + wk + wv + wo of one block */
 	int64_t feed_forward;/* w1 + w2 + w3 of one block */
 	int64_t norms;       /* all RMSNorm weights */
+	int64_t moe;         /* router gate + experts + shared experts of one MoE block */
+	int64_t n_moe_layers;
+	int64_t active;      /* parameters one token uses (top_k of the experts) */
 };
 
 /* SwiGLU hidden size: int(2·4·dim/3), times the multiplier when given (not
@@ -130,10 +156,19 @@ enum titan_param_role {
 	TITAN_PARAM_K_NORM,
 	TITAN_PARAM_NORM,
 	TITAN_PARAM_OUTPUT,
+	/* a MoE block's feed-forward (torchtitan's moe.*), in place of W1..W3 */
+	TITAN_PARAM_MOE_W1,          /* experts.w1 [E, F, C] */
+	TITAN_PARAM_MOE_W2,          /* experts.w2 [E, C, F] */
+	TITAN_PARAM_MOE_W3,          /* experts.w3 [E, F, C] */
+	TITAN_PARAM_MOE_GATE,        /* router.gate.weight [E, C] */
+	TITAN_PARAM_MOE_SHARED_W1,   /* shared_experts.w1.weight [F·S, C] */
+	TITAN_PARAM_MOE_SHARED_W2,
+	TITAN_PARAM_MOE_SHARED_W3,
+	TITAN_PARAM_MOE_EXPERT_BIAS, /* the expert_bias buffer [E] */
 	TITAN_PARAM_NROLES
 };
-/* Parameters per transformer block (wq .. ffn_norm), and with qk_norm
- * (q_norm, k_norm besides). */
+/* Parameters per dense transformer block (wq .. ffn_norm), and with
+ * qk_norm (q_norm, k_norm besides). */
 #define TITAN_PARAMS_PER_LAYER 9
 #define TITAN_PARAMS_PER_LAYER_MAX 11
 static inline int titan_params_per_layer(const struct titan_model_dims *d)
@@ -181,6 +216,14 @@ struct titan_param {
 	struct titan_param_init init;
 	bool is_norm;             /* RMSNorm weight */
 	bool is_embedding;        /* tok_embeddings (also the output when tied) */
+	/* A buffer, not a parameter (a MoE block's expert_bias): checkpointed
+	 * with the model, no gradient, never stepped by the optimizer. */
+	bool is_buffer;
+	/* Its shape in checkpoints: `ndim`/`gshape` but for the stacked
+	 * experts, held as [E, F·C] rows (FSDP shards whole experts) and
+	 * stored as torchtitan's 3-d [E, F, C]. */
+	int fndim;
+	int64_t fshape[3];
 };
 
 struct titan_param_table_opts {
@@ -211,6 +254,7 @@ struct titan_param_table {
 	int64_t local_numel;      /* elements held by this shard */
 	int64_t arena_floats;     /* arena size in floats, padding included */
 	int64_t full_arena_floats;/* the same for the unsharded table */
+	int *index;               /* [n_layers][TITAN_PARAM_NROLES]: table index or -1 */
 };
 
 /* Defaults: depth_init true, unsharded, no TP. */

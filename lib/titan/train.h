@@ -167,6 +167,7 @@ enum titan_buf_role {
 	TITAN_BUF_RECOMPUTE, TITAN_BUF_FINAL_NORM, TITAN_BUF_LOSS_GRAD, TITAN_BUF_ZB_FINAL_GRAD,
 	TITAN_BUF_ZB_STASH, TITAN_BUF_ZB_INPUTS, TITAN_BUF_ZB_ONES, TITAN_BUF_TOKEN_IDS,
 	TITAN_BUF_SCRATCH, TITAN_BUF_TP_SP, TITAN_BUF_TP_LOSS, TITAN_BUF_TP_LOGITS,
+	TITAN_BUF_MOE_ROUTER, TITAN_BUF_MOE_EXPERTS, /* a MoE block's activations */
 	TITAN_BUF_NROLES
 };
 enum titan_buf_life { TITAN_BUF_RUN, TITAN_BUF_MICROBATCH };
@@ -321,6 +322,14 @@ void titan_llama_bind_group(struct titan_llama *m, int g, float *params, float *
  * the coefficient min(1, max_norm / (norm + 1e-6)) in fp32.  Gradients are
  * not changed: pass the coefficient to titan_llama_adamw. */
 int titan_llama_grad_norm(struct titan_llama *m, double max_norm, double *norm, float *coef);
+/* Mixture of experts: the tokens per expert [n_layers][moe.num_experts]
+ * (zero rows for dense blocks) the training steps counted since the last
+ * balance, or NULL for a dense model; titan_llama_moe_balance moves each
+ * MoE layer's expert_bias by `tokens` (those counts summed over the data-
+ * parallel ranks: torchtitan's optimizer pre-step hook) and zeroes the
+ * counts. */
+int64_t *titan_llama_moe_tokens(struct titan_llama *m);
+int titan_llama_moe_balance(struct titan_llama *m, const int64_t *tokens);
 /* The parts of it: the sum of squares of each parameter's gradient (local
  * rows; table->n doubles; with TP already summed over the TP group, the
  * replicated norms counted once), and the norm and coefficient from the

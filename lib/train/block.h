@@ -14,6 +14,7 @@
 
 #include "titan/model.h"
 #include "titan/ops.h"
+#include "moe.h"
 
 struct titan_cp;
 struct titan_sp;
@@ -31,6 +32,7 @@ struct acts {
 	 * their per-head RMSNorm, and its 1/rms per token and head */
 	float *q0, *k0;      /* [N,H*D], [N,Hkv*D] */
 	float *rstdq, *rstdk;/* [N*H], [N*Hkv] */
+	struct moe_acts moe; /* a MoE block's feed-forward (moe.h) */
 };
 
 /* The ops of a block's forward, in order (titan_block_fwd runs a list of
@@ -40,10 +42,11 @@ enum fwd_op {
 	F_NORM2, F_W1, F_W3, F_SWIGLU, F_W2, F_NOPS
 };
 
-/* A block's weights by role (TITAN_PARAM_WQ .. TITAN_PARAM_K_NORM; the
- * others unused), this rank's shards of them under TP.  Q_NORM and K_NORM
- * are NULL without QK-norm: F_QNORM and F_KNORM do nothing then, and wq,
- * wk write q, k directly. */
+/* A block's weights by role (TITAN_PARAM_WQ .. TITAN_PARAM_K_NORM, a
+ * MoE block's TITAN_PARAM_MOE_* in place of W1..W3; the others unused),
+ * this rank's shards of them under TP.  Q_NORM and K_NORM are NULL without
+ * QK-norm: F_QNORM and F_KNORM do nothing then, and wq, wk write q, k
+ * directly. */
 struct block_w {
 	const float *w[TITAN_PARAM_NROLES];
 };
@@ -58,6 +61,10 @@ struct titan_block {
 	int64_t B, T;            /* rows, tokens of a row (RoPE) */
 	int64_t C, F, H, Hkv, D; /* model dim; this rank's FFN hidden, heads, kv heads; head dim */
 	float eps;
+	/* a MoE block (moe.h; NULL: the dense feed-forward), and where its
+	 * forward counts the tokens per expert (NULL: not counted) */
+	const struct titan_moe *moe;
+	int64_t *moe_tokens;
 };
 
 /* Block forward: the ops `ops` in order, reading the block input x and

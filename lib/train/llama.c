@@ -122,6 +122,13 @@ struct titan_llama {
 	int64_t H, Hkv, F, nl;
 	struct titan_sp sp;   /* sequence/tensor-parallel moves (tp.h) */
 	struct titan_cp cp;   /* attention, tokens' places (cp.h) */
+	/* mixture of experts (moe.h): the blocks' shared geometry, backward
+	 * scratch, and tokens per expert [n_layers][num_experts] counted by
+	 * the training forwards since the last titan_llama_moe_balance */
+	bool has_moe, moe_count;
+	struct titan_moe moe;
+	struct moe_scratch moe_s;
+	int64_t *moe_tokens;
 };
 
 void titan_llama_set_group_hooks(struct titan_llama *m, const struct titan_llama_group_hooks *h)
@@ -256,6 +263,8 @@ static const char *const role_name[TITAN_BUF_NROLES] = {
 	[TITAN_BUF_ZB_ONES] = "ZB: ones (weight pass of the norms)",
 	[TITAN_BUF_TOKEN_IDS] = "token ids",
 	[TITAN_BUF_SCRATCH] = "backward scratch",
+	[TITAN_BUF_MOE_ROUTER] = "MoE router: scores, gate values, choices, slot order",
+	[TITAN_BUF_MOE_EXPERTS] = "MoE experts: routed rows, hidden, outputs; shared experts",
 	[TITAN_BUF_TP_SP] = "TP: sequence-parallel buffers",
 	[TITAN_BUF_TP_LOSS] = "TP: loss chunk buffers",
 	[TITAN_BUF_TP_LOGITS] = "TP: gathered logits (no loss parallel)",
@@ -313,8 +322,50 @@ static int alloc_qk(struct titan_llama *m, struct acts *a, enum titan_buf_role r
 	return 0;
 }
 
-static int alloc_acts(struct titan_llama *m, struct acts *a, enum titan_buf_role r)
+/* A MoE block's activations (moe.h), in backend memory, under the plan's
+ * router and experts roles (whichever set holds them: a block's own, or
+ * the recompute set). */
+static int alloc_moe_acts(struct titan_llama *m, struct moe_acts *a)
 {
+	const enum titan_buf_role r = TITAN_BUF_MOE_ROUTER, x = TITAN_BUF_MOE_EXPERTS;
+	const struct titan_moe_dims *d = &m->d.moe;
+	const int64_t n = m->n, C = m->d.dim, E = d->num_experts, K = d->top_k, R = n * K;
+	const int64_t Fm = d->inter_dim, Fs = Fm * d->num_shared_experts;
+	const enum titan_mem_tag t = TITAN_MEM_ACTIVATIONS;
+
+	a->scores = buf(m, n * E, t, r);
+	a->topw = buf(m, n * K, t, r);
+	a->topi = (int32_t *)buf(m, n * K, t, r);
+	a->perm = (int32_t *)buf(m, R, t, r);
+	a->pos = (int32_t *)buf(m, R, t, r);
+	a->counts = (int32_t *)buf(m, E, t, r);
+	a->xin = buf(m, R * C, t, x);
+	a->a = buf(m, R * Fm, t, x);
+	a->b = buf(m, R * Fm, t, x);
+	a->g = buf(m, R * Fm, t, x);
+	a->yout = buf(m, R * C, t, x);
+	if (Fs > 0) {
+		a->sa = buf(m, n * Fs, t, x);
+		a->sb = buf(m, n * Fs, t, x);
+		a->sg = buf(m, n * Fs, t, x);
+		if (!a->sa || !a->sb || !a->sg)
+			return TITAN_E_NOMEM;
+	}
+	if (!a->scores || !a->topw || !a->topi || !a->perm || !a->pos || !a->counts || !a->xin ||
+	    !a->a || !a->b || !a->g || !a->yout)
+		return TITAN_E_NOMEM;
+	return 0;
+}
+
+/* A block's activations; `l`: of block l (a MoE block keeps the MoE's in
+ * place of the dense feed-forward's), -1: the shared recompute set, which
+ * serves both kinds. */
+static int alloc_acts(struct titan_llama *m, struct acts *a, enum titan_buf_role r, int l)
+{
+	const bool moe = l < 0 ? m->has_moe : titan_model_layer_is_moe(&m->d, l);
+	const bool dense = l < 0 || !moe;
+	int rc;
+
 	const struct titan_model_dims *d = &m->d;
 	const int64_t n = m->n, nl = m->nl, q = m->H * d->head_dim, kv = m->Hkv * d->head_dim;
 	const enum titan_mem_tag t = TITAN_MEM_ACTIVATIONS;
@@ -329,18 +380,25 @@ static int alloc_acts(struct titan_llama *m, struct acts *a, enum titan_buf_role
 	a->h = buf(m, nl * d->dim, t, r);
 	a->xn2 = buf(m, n * d->dim, t, r);
 	a->rstd2 = buf(m, nl, t, r);
-	a->a = buf(m, n * m->F, t, r);
-	a->b = buf(m, n * m->F, t, r);
-	a->g = buf(m, n * m->F, t, r);
+	if (dense) {
+		a->a = buf(m, n * m->F, t, r);
+		a->b = buf(m, n * m->F, t, r);
+		a->g = buf(m, n * m->F, t, r);
+		if (!a->a || !a->b || !a->g)
+			return TITAN_E_NOMEM;
+	}
 	if (!a->xn1 || !a->rstd1 || !a->q || !a->k || !a->v || !a->att || !a->lse || !a->h ||
-	    !a->xn2 || !a->rstd2 || !a->a || !a->b || !a->g)
+	    !a->xn2 || !a->rstd2)
 		return TITAN_E_NOMEM;
+	if (moe && (rc = alloc_moe_acts(m, &a->moe)) < 0)
+		return rc;
 	return alloc_qk(m, a, r, true, true);
 }
 
 /* Selective "op": the tensors a block keeps (q, v, att, lse, w1·x) of its
- * own; the ones backward recomputes live in the shared set `rc`. */
-static int alloc_acts_op(struct titan_llama *m, struct acts *a, const struct acts *rc)
+ * own; the ones backward recomputes live in the shared set `rc`.  A MoE
+ * block keeps all of its MoE's (the router's choice is not recomputed). */
+static int alloc_acts_op(struct titan_llama *m, struct acts *a, const struct acts *rc, int l)
 {
 	const struct titan_model_dims *d = &m->d;
 	const int64_t n = m->n, q = m->H * d->head_dim, kv = m->Hkv * d->head_dim;
@@ -351,6 +409,9 @@ static int alloc_acts_op(struct titan_llama *m, struct acts *a, const struct act
 	a->v = buf(m, n * kv, t, TITAN_BUF_SAVED_OP);
 	a->att = buf(m, n * q, t, TITAN_BUF_SAVED_OP);
 	a->lse = buf(m, n * m->H, t, TITAN_BUF_SAVED_OP);
+	if (titan_model_layer_is_moe(d, l))
+		return !a->q || !a->v || !a->att || !a->lse ? TITAN_E_NOMEM :
+		       alloc_moe_acts(m, &a->moe);
 	a->a = buf(m, n * m->F, t, TITAN_BUF_SAVED_OP);
 	if (!a->q || !a->v || !a->att || !a->lse || !a->a)
 		return TITAN_E_NOMEM;
@@ -378,9 +439,10 @@ static int alloc_mb(struct titan_llama *m, struct mb *b)
 		for (int64_t i = s->l0; i < s->l1; i++) {
 			m->at_layer = (int)i;
 			if (m->o.ac == TITAN_AC_SELECTIVE_OP)
-				rc = alloc_acts_op(m, &b->acts[i], &m->ac.shared);
+				rc = alloc_acts_op(m, &b->acts[i], &m->ac.shared, (int)i);
 			else
-				rc = m->ac.whole[i] ? 0 : alloc_acts(m, &b->acts[i], TITAN_BUF_SAVED);
+				rc = m->ac.whole[i] ? 0 : alloc_acts(m, &b->acts[i], TITAN_BUF_SAVED,
+								     (int)i);
 			if (rc < 0)
 				return rc;
 		}
@@ -520,7 +582,7 @@ static int alloc_shared_acts(struct titan_llama *m)
 	if (m->o.ac == TITAN_AC_NONE)
 		return 0;
 	if (m->o.ac != TITAN_AC_SELECTIVE_OP)
-		return alloc_acts(m, r, TITAN_BUF_RECOMPUTE);
+		return alloc_acts(m, r, TITAN_BUF_RECOMPUTE, -1);
 	r->xn1 = buf(m, m->n * C, t, TITAN_BUF_RECOMPUTE_OP);
 	r->rstd1 = buf(m, m->nl, t, TITAN_BUF_RECOMPUTE_OP);
 	r->k = buf(m, m->n * kv, t, TITAN_BUF_RECOMPUTE_OP);
@@ -550,6 +612,19 @@ static int alloc_scratch(struct titan_llama *m)
 	m->dg = buf(m, m->n * m->F, ws, TITAN_BUF_SCRATCH);
 	if (!m->dx || !m->dh || !m->dxn || !m->datt || !m->dq || !m->dk || !m->dv || !m->dg)
 		return TITAN_E_NOMEM;
+	if (m->has_moe) {
+		const struct titan_moe_dims *d = &m->d.moe;
+		const int64_t R = m->n * d->top_k, Fs = d->inter_dim * d->num_shared_experts;
+		struct moe_scratch *s = &m->moe_s;
+
+		s->drow = buf(m, R * C, ws, TITAN_BUF_SCRATCH);
+		s->dg = buf(m, R * d->inter_dim > m->n * Fs ? R * d->inter_dim : m->n * Fs, ws,
+			    TITAN_BUF_SCRATCH);
+		s->dlogit = buf(m, m->n * d->num_experts, ws, TITAN_BUF_SCRATCH);
+		s->dtopw = buf(m, R, ws, TITAN_BUF_SCRATCH);
+		if (!s->drow || !s->dg || !s->dlogit || !s->dtopw)
+			return TITAN_E_NOMEM;
+	}
 	return 0;
 }
 
@@ -621,10 +696,40 @@ int titan_llama_new(const struct titan_model_dims *d, const struct titan_llama_o
 	m->H = d->n_heads / tpn;
 	m->Hkv = d->n_kv_heads / tpn;
 	m->F = d->ffn_hidden / tpn;
+	for (int64_t l = 0; l < L; l++)
+		m->has_moe = m->has_moe || titan_model_layer_is_moe(d, l);
+	if (m->has_moe) {
+		if (!be->ops->name || strcmp(be->ops->name, "cpu")) {
+			rc = titan_error(TITAN_E_INVALID, "model.moe_num_experts %lld: the MoE "
+					 "feed-forward runs on the cpu backend only (training.device)",
+					 (long long)d->moe.num_experts);
+			goto fail;
+		}
+		if (o->pp_split_backward) {
+			rc = titan_error(TITAN_E_INVALID, "model.moe_num_experts: the split "
+					 "backward (zero-bubble schedules) of MoE blocks is not "
+					 "supported yet");
+			goto fail;
+		}
+		if (o->batch * o->seq > INT32_MAX / d->moe.top_k) { /* moe.h's int32 slot ids */
+			rc = titan_error(TITAN_E_INVALID, "model.moe_top_k %lld: %lld x %lld tokens "
+					 "of a microbatch make more than 2^31 routed rows",
+					 (long long)d->moe.top_k, (long long)o->batch,
+					 (long long)o->seq);
+			goto fail;
+		}
+		m->moe = (struct titan_moe){be, &titan_moe_dispatch_local, &m->d.moe, 0, C};
+		if (!(m->moe_tokens = calloc((size_t)(L * d->moe.num_experts),
+					     sizeof(*m->moe_tokens)))) {
+			rc = titan_error(TITAN_E_NOMEM, "out of memory");
+			goto fail;
+		}
+	}
 	if ((rc = titan_cp_init(&m->cp, be, m->alloc, o->cp, o->cp_ring, o->batch, o->seq, m->H,
 				m->Hkv, d->head_dim)) < 0)
 		goto fail;
 	m->n = m->cp.n;
+	m->moe.n = m->n;
 	titan_param_table_opts_default(&to);
 	if (o->shard_degree > 1) {
 		to.shard_rank = o->shard_rank;
@@ -659,8 +764,9 @@ int titan_llama_new(const struct titan_model_dims *d, const struct titan_llama_o
 		goto fail;
 	m->group_first[0] = 0;
 	for (int g = 1; g <= (int)L; g++)
-		m->group_first[g] = 1 + (g - 1) * titan_params_per_layer(d);
-	m->group_first[L + 1] = 1 + (int)L * titan_params_per_layer(d);
+		m->group_first[g] = titan_param_index(&m->table, d->qk_norm ? TITAN_PARAM_Q_NORM
+								       : TITAN_PARAM_WQ, g - 1);
+	m->group_first[L + 1] = titan_param_index(&m->table, TITAN_PARAM_NORM, -1);
 	m->group_first[L + 2] = m->table.n;
 	for (int g = 0; g < m->ngroups; g++)
 		titan_llama_bind_group(m, g, NULL, NULL);
@@ -731,6 +837,7 @@ void titan_llama_free(struct titan_llama *m)
 	titan_param_arena_release(&m->m);
 	titan_param_arena_release(&m->v);
 	free(m->ids_host);
+	free(m->moe_tokens);
 	titan_param_table_release(&m->table);
 	free(m);
 }
@@ -854,17 +961,23 @@ static void use_docs(struct titan_llama *m, const struct mb *b)
 }
 
 static int block_fwd(struct titan_llama *m, const struct mb *b, int l, struct acts *a,
-		     const enum fwd_op *ops, int nops)
+		     const enum fwd_op *ops, int nops, bool count)
 {
 	const struct titan_block k = {
 		.be = m->be, .sp = &m->sp, .attn = &m->cp, .freqs = m->freqs, .n = m->n,
 		.B = m->o.batch, .T = m->cp.tl, .C = m->d.dim, .F = m->F, .H = m->H,
 		.Hkv = m->Hkv, .D = m->d.head_dim, .eps = (float)m->d.norm_eps,
+		.moe = titan_model_layer_is_moe(&m->d, l) ? &m->moe : NULL,
+		.moe_tokens = count && m->moe_count ? m->moe_tokens + l * m->d.moe.num_experts
+						    : NULL,
 	};
 	struct block_w w = {0};
 
-	for (int r = TITAN_PARAM_WQ; r <= TITAN_PARAM_K_NORM; r++)
-		w.w[r] = P(m, (enum titan_param_role)r, l);
+	for (int r = 0; r < TITAN_PARAM_NROLES; r++) {
+		int i = titan_param_index(&m->table, (enum titan_param_role)r, l);
+
+		w.w[r] = i < 0 ? NULL : m->pv[i];
+	}
 	use_docs(m, b);
 	return titan_block_fwd(&k, &w, b->x[l], b->x[l + 1], a, ops, nops);
 }
@@ -888,8 +1001,8 @@ static int block_recompute(struct titan_llama *m, const struct mb *b, int l, str
 		return 0;
 	*a = fwd_acts(m, b, l);
 	span_begin(m, "recompute", l);
-	rc = whole ? block_fwd(m, b, l, *a, titan_block_fwd_all, F_NOPS)
-		   : block_fwd(m, b, l, *a, m->ac.redo, m->ac.nredo);
+	rc = whole ? block_fwd(m, b, l, *a, titan_block_fwd_all, F_NOPS, false)
+		   : block_fwd(m, b, l, *a, m->ac.redo, m->ac.nredo, false);
 	span_end(m, "recompute");
 	return rc;
 }
@@ -980,6 +1093,32 @@ static int keep_stash_acts(const struct wsink *k, int l, const struct acts *a)
 static const struct wsink_ops sink_immediate = {dw_now, keep_nothing, keep_no_acts};
 static const struct wsink_ops sink_deferred = {dw_later, keep_stash, keep_stash_acts};
 
+/* A MoE block's feed-forward backward: m->dxn = dL/dxn2 from dy. */
+static int moe_bwd(const struct wsink *k, int l, struct acts *a, const float *dy)
+{
+	struct titan_llama *m = k->m;
+	const struct wsink_ops *g = k->ops;
+	const float *W[TITAN_PARAM_NROLES] = {0};
+	float *dW[TITAN_PARAM_NROLES] = {0};
+
+	for (int r = TITAN_PARAM_MOE_W1; r <= TITAN_PARAM_MOE_EXPERT_BIAS; r++) {
+		int i = titan_param_index(&m->table, (enum titan_param_role)r, l);
+
+		W[r] = i < 0 ? NULL : m->pv[i];
+		dW[r] = i < 0 || r == TITAN_PARAM_MOE_EXPERT_BIAS ? NULL :
+			g->dw(k, (enum titan_param_role)r, l);
+	}
+	return titan_moe_bwd(&m->moe, &(struct moe_w){
+		W[TITAN_PARAM_MOE_W1], W[TITAN_PARAM_MOE_W2], W[TITAN_PARAM_MOE_W3],
+		W[TITAN_PARAM_MOE_GATE], W[TITAN_PARAM_MOE_SHARED_W1],
+		W[TITAN_PARAM_MOE_SHARED_W2], W[TITAN_PARAM_MOE_SHARED_W3],
+		W[TITAN_PARAM_MOE_EXPERT_BIAS]}, &(struct moe_dw){
+		dW[TITAN_PARAM_MOE_W1], dW[TITAN_PARAM_MOE_W2], dW[TITAN_PARAM_MOE_W3],
+		dW[TITAN_PARAM_MOE_GATE], dW[TITAN_PARAM_MOE_SHARED_W1],
+		dW[TITAN_PARAM_MOE_SHARED_W2], dW[TITAN_PARAM_MOE_SHARED_W3]},
+		a->xn2, dy, m->dxn, &a->moe, &m->moe_s);
+}
+
 /* Block `l` backward: m->dx holds dL/dx[l+1] on entry and dL/dx[l] on exit
  * (this rank's nl tokens with sequence parallelism: gathered before the
  * matmuls whose forward outputs were scattered, the input gradients of
@@ -1002,13 +1141,17 @@ static int block_bwd(const struct wsink *k, int l, struct acts *a)
 	/* feed-forward: y = h + w2(silu(w1 xn2) * w3 xn2), xn2 = norm(h) */
 	CK(sp->ops->gather_grad(sp, &dy, m->dx, "tp ffn output grad"));
 	CK(g->keep(k, l, WS_DY, dy, n * C));
-	CK(op->matmul_bwd(be, m->dg, g->dw(k, TITAN_PARAM_W2, l), dy, a->g,
-			  P(m, TITAN_PARAM_W2, l), n, F, C, false));
-	CK(op->swiglu_bwd(be, a->a, a->b, m->dg, a->a, a->b, n * F)); /* da, db in place */
-	CK(op->matmul_bwd(be, m->dxn, g->dw(k, TITAN_PARAM_W1, l), a->a, a->xn2,
-			  P(m, TITAN_PARAM_W1, l), n, C, F, false));
-	CK(op->matmul_bwd(be, m->dxn, g->dw(k, TITAN_PARAM_W3, l), a->b, a->xn2,
-			  P(m, TITAN_PARAM_W3, l), n, C, F, true));
+	if (titan_model_layer_is_moe(d, l)) { /* or y = h + moe(xn2) */
+		CK(moe_bwd(k, l, a, dy));
+	} else {
+		CK(op->matmul_bwd(be, m->dg, g->dw(k, TITAN_PARAM_W2, l), dy, a->g,
+				  P(m, TITAN_PARAM_W2, l), n, F, C, false));
+		CK(op->swiglu_bwd(be, a->a, a->b, m->dg, a->a, a->b, n * F)); /* da, db in place */
+		CK(op->matmul_bwd(be, m->dxn, g->dw(k, TITAN_PARAM_W1, l), a->a, a->xn2,
+				  P(m, TITAN_PARAM_W1, l), n, C, F, false));
+		CK(op->matmul_bwd(be, m->dxn, g->dw(k, TITAN_PARAM_W3, l), a->b, a->xn2,
+				  P(m, TITAN_PARAM_W3, l), n, C, F, true));
+	}
 	CK(sp->ops->scatter_grad(sp, &dxn, m->dxn, "tp ffn input grad"));
 	CK(g->keep(k, l, WS_DXN2, dxn, nl * C));
 	CK(op->copy(be, m->dh, m->dx, nl * C));
@@ -1152,7 +1295,7 @@ static int forward(struct titan_llama *m, const struct titan_stage *s, struct mb
 	for (int l = s->l0; l < s->l1 && rc == 0; l++) {
 		span_begin(m, "forward", l);
 		if ((rc = ghook(m, h->pre_forward, 1 + l)) == 0)
-			rc = block_fwd(m, b, l, fwd_acts(m, b, l), titan_block_fwd_all, F_NOPS);
+			rc = block_fwd(m, b, l, fwd_acts(m, b, l), titan_block_fwd_all, F_NOPS, true);
 		if (rc == 0)
 			rc = ghook(m, h->post_forward, 1 + l);
 		span_end(m, "forward");
@@ -1342,6 +1485,7 @@ int titan_llama_step(struct titan_llama *m, const int32_t *inputs, const int32_t
 	int rc;
 
 	TITAN_ASSERT(m->pl.st.n == 1 && s->first && s->last);
+	m->moe_count = backward; /* torchtitan counts training tokens only */
 	CK(forward(m, s, b, inputs));
 	CK(loss_fwd(m, b, labels, grad_scale, backward ? m->dxn : NULL, loss_sum, n_valid));
 	return backward ? backward_pass(m, s, b, m->dxn) : 0;
@@ -1452,6 +1596,7 @@ int titan_llama_logits(struct titan_llama *m, const int32_t *inputs, float *logi
 	if (m->sp.comm || m->cp.comm)
 		return titan_error(TITAN_E_UNSUPPORTED, "logits of a tensor- or context-parallel "
 				   "model: load the checkpoint on one rank");
+	m->moe_count = false;
 	CK(forward(m, &m->pl.st.v[0], &m->pl.mb[0], inputs));
 	CK(m->be->ops->matmul_fwd(m->be, logits, m->pl.mb[0].xnf, P(m, TITAN_PARAM_OUTPUT, -1), m->n,
 				  m->d.dim, m->d.vocab_size, false));
@@ -1521,6 +1666,8 @@ int titan_llama_adamw(struct titan_llama *m, const struct titan_adamw_hparams *h
 		const struct titan_param *p = &m->table.params[i];
 		struct titan_adamw_hparams h = *hp;
 
+		if (p->is_buffer) /* expert_bias: moved by titan_llama_moe_balance only */
+			continue;
 		if (m->o.exclude_norms_embeddings_from_wd && (p->is_norm || p->is_embedding))
 			h.weight_decay = 0;
 		CK(m->be->ops->adamw_step(m->be, titan_param_view(&m->params, p),
@@ -1528,5 +1675,43 @@ int titan_llama_adamw(struct titan_llama *m, const struct titan_adamw_hparams *h
 					  titan_param_view(&m->grads, p), p->local_numel, &h, step,
 					  grad_mul));
 	}
+	return 0;
+}
+
+/* ------------------------------------------------- MoE load balancing */
+
+int64_t *titan_llama_moe_tokens(struct titan_llama *m)
+{
+	return m->moe_tokens;
+}
+
+/* torchtitan's _update_expert_bias (its optimizer pre-step hook): each MoE
+ * layer's expert_bias rows held here moved by the step's tokens per expert
+ * `tokens` (summed over microbatches and data-parallel ranks), then the
+ * counts zeroed.  The bias is a host view (the MoE runs on the cpu
+ * backend); under FSDP each rank moves its own rows, gathered next step. */
+int titan_llama_moe_balance(struct titan_llama *m, const int64_t *tokens)
+{
+	const int64_t E = m->d.moe.num_experts;
+
+	if (!m->has_moe)
+		return 0;
+	for (int l = 0; titan_model_moe_balanced(&m->d) && l < (int)m->d.n_layers; l++) {
+		int i = titan_param_index(&m->table, TITAN_PARAM_MOE_EXPERT_BIAS, l);
+		const struct titan_param *p = i < 0 ? NULL : &m->table.params[i];
+		float full[4096], *bias = titan_param_view(&m->params, p ? p : m->table.params);
+
+		if (!p || !p->rows)
+			continue;
+		if (E > 4096)
+			return titan_error(TITAN_E_UNSUPPORTED, "model.moe_num_experts %lld: load "
+					   "balancing supports 4096 experts at most", (long long)E);
+		/* the whole update (its mean is over all experts), then our rows */
+		memset(full, 0, (size_t)E * sizeof(*full));
+		titan_moe_update_bias(full, tokens + l * E, E, m->d.moe.load_balance_coeff);
+		for (int64_t r = 0; r < p->rows; r++)
+			bias[r] += full[p->row0 + r];
+	}
+	memset(m->moe_tokens, 0, (size_t)(m->d.n_layers * E) * sizeof(*m->moe_tokens));
 	return 0;
 }

@@ -10,6 +10,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdio_ext.h>
 #include <string.h>
 #include <time.h>
@@ -43,6 +44,27 @@ void titan_validation_print(FILE *f, const char *prefix, const struct titan_vali
 		100.0 * (double)r->max_reserved / r->total_mem,
 		titan_format_grouped(g, sizeof(g), r->tps));
 	fflush(f);
+}
+
+/* MoE block l's load since the last line: its least and most used
+ * expert's tokens and the entropy (nats) of the experts' shares. */
+static void moe_stats(const struct titan_metrics_row *r, int64_t l, int64_t *lo, int64_t *hi,
+		      double *ent)
+{
+	const int64_t *c = r->moe_load + l * r->moe_experts;
+	int64_t sum = 0;
+
+	*lo = INT64_MAX;
+	*hi = 0;
+	*ent = 0;
+	for (int64_t e = 0; e < r->moe_experts; e++) {
+		*lo = c[e] < *lo ? c[e] : *lo;
+		*hi = c[e] > *hi ? c[e] : *hi;
+		sum += c[e];
+	}
+	for (int64_t e = 0; e < r->moe_experts && sum > 0; e++)
+		if (c[e] > 0)
+			*ent -= (double)c[e] / (double)sum * log((double)c[e] / (double)sum);
 }
 
 void titan_metrics_json(struct titan_json *j, const struct titan_metrics_row *r)
@@ -94,6 +116,30 @@ void titan_metrics_json(struct titan_json *j, const struct titan_metrics_row *r)
 		titan_json_int(j, r->num_alloc_retries);
 		titan_json_key(j, "num_ooms");
 		titan_json_int(j, r->num_ooms);
+	}
+	if (r->moe_load) { /* per MoE block: the load of its least and most used expert */
+		titan_json_key(j, "moe_load");
+		titan_json_object_begin(j);
+		for (int64_t l = 0; l < r->moe_layers; l++) {
+			int64_t lo, hi;
+			double ent;
+			char key[48];
+
+			if (!r->moe_layer[l])
+				continue;
+			moe_stats(r, l, &lo, &hi, &ent);
+			snprintf(key, sizeof(key), "layers.%lld", (long long)l);
+			titan_json_key(j, key);
+			titan_json_object_begin(j);
+			titan_json_key(j, "min_tokens");
+			titan_json_int(j, lo);
+			titan_json_key(j, "max_tokens");
+			titan_json_int(j, hi);
+			titan_json_key(j, "entropy");
+			titan_json_double(j, ent);
+			titan_json_object_end(j);
+		}
+		titan_json_object_end(j);
 	}
 	if (r->world_size > 1) {
 		titan_json_key(j, "world_size");
@@ -155,6 +201,20 @@ int titan_metrics_tensorboard(struct titan_tfevents *e, const struct titan_metri
 		snprintf(tag, sizeof(tag), "memory/by_tag/%s(GiB)",
 			 titan_mem_tag_name((enum titan_mem_tag)k));
 		titan_tfevents_scalar(e, tag, (double)r->memory_peak_by_tag[k] / GIB);
+	}
+	for (int64_t l = 0; r->moe_load && l < r->moe_layers; l++) {
+		int64_t lo, hi;
+		double ent;
+
+		if (!r->moe_layer[l])
+			continue;
+		moe_stats(r, l, &lo, &hi, &ent);
+		snprintf(tag, sizeof(tag), "moe_load/layers.%lld/min_tokens", (long long)l);
+		titan_tfevents_scalar(e, tag, (double)lo);
+		snprintf(tag, sizeof(tag), "moe_load/layers.%lld/max_tokens", (long long)l);
+		titan_tfevents_scalar(e, tag, (double)hi);
+		snprintf(tag, sizeof(tag), "moe_load/layers.%lld/entropy", (long long)l);
+		titan_tfevents_scalar(e, tag, ent);
 	}
 	if (r->world_size > 1) {
 		titan_tfevents_scalar(e, "memory/max_reserved_max_rank(GiB)",
@@ -291,6 +351,15 @@ int titan_trainer_log_step(struct titan_trainer *t, int64_t step, double loss, d
 	r.checkpoint_blocked_s = t->ckpt_blocked_s;
 	r.total_mem = t->total_mem;
 	r.world_size = t->dist->size;
+	bool moe_layer[t->moe_load ? t->dims.n_layers : 1];
+	if (t->moe_load) {
+		for (int64_t l = 0; l < t->dims.n_layers; l++)
+			moe_layer[l] = titan_model_layer_is_moe(&t->dims, l);
+		r.moe_load = t->moe_load;
+		r.moe_layer = moe_layer;
+		r.moe_layers = t->dims.n_layers;
+		r.moe_experts = t->dims.moe.num_experts;
+	}
 	titan_mem_get_stats(t->mem, &ms);
 	mem_peaks(t, &ms, &r);
 	/* the slowest and the largest rank, and the largest rank loss
@@ -324,6 +393,9 @@ int titan_trainer_log_step(struct titan_trainer *t, int64_t step, double loss, d
 	t->t_last = titan_time_ns();
 	t->tokens_since = t->steps_since = 0;
 	t->data_ns = 0;
+	if (t->moe_load)
+		memset(t->moe_load, 0, (size_t)(t->dims.n_layers * t->dims.moe.num_experts) *
+		       sizeof(*t->moe_load));
 	return 0;
 }
 

@@ -37,6 +37,11 @@ struct titan_metrics_row {
 	/* world_size > 1: the largest reserved peak and the slowest step of any rank */
 	int world_size;
 	double max_rank_reserved, max_rank_step_time_s;
+	/* MoE: tokens per expert since the last log [n_layers][moe_experts]
+	 * over every DP rank (NULL: dense); is_moe[l] marks the MoE blocks */
+	const int64_t *moe_load;
+	const bool *moe_layer;
+	int64_t moe_layers, moe_experts;
 };
 
 struct titan_validation_row {

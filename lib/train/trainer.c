@@ -211,6 +211,28 @@ static int forward_backward(struct titan_trainer *t, int64_t step, int64_t valid
 	return 0;
 }
 
+/* MoE (torchtitan's optimizer pre-step hook): the step's tokens per expert
+ * summed over the ranks that see different tokens (the loss group), kept
+ * for the metrics and moving each layer's expert_bias. */
+static int moe_balance(struct titan_trainer *t)
+{
+	struct titan_llama *m = titan_engine_model(t->engine);
+	int64_t *tok = titan_llama_moe_tokens(m);
+	const size_t n = (size_t)(t->dims.n_layers * t->dims.moe.num_experts);
+	int rc;
+
+	if (!tok)
+		return 0;
+	if (!t->moe_load && !(t->moe_load = calloc(n, sizeof(*t->moe_load))))
+		return titan_error(TITAN_E_NOMEM, "out of memory");
+	if ((rc = titan_comm_all_reduce(titan_trainer_comm(t, TITAN_DIM_LOSS), TITAN_IN_PLACE, tok,
+					n, TITAN_DTYPE_I64, TITAN_REDOP_SUM, "moe tokens")) < 0)
+		return rc;
+	for (size_t i = 0; i < n; i++)
+		t->moe_load[i] += tok[i];
+	return titan_llama_moe_balance(m, tok);
+}
+
 /* AdamW at the schedule's lr, or with a loss or norm that is not finite
  * an error, or with training.skip_nonfinite the step skipped. */
 static int optimizer_step(struct titan_trainer *t, int64_t step, double loss, double norm,
@@ -238,6 +260,8 @@ static int optimizer_step(struct titan_trainer *t, int64_t step, double loss, do
 		return 0;
 	}
 	t->nonfinite_run = 0;
+	if ((rc = moe_balance(t)) < 0)
+		return rc;
 	hp->lr = c->optimizer.lr * titan_lr_factor(sched, step - 1);
 	titan_trainer_set_phase(t, TITAN_PHASE_OPTIMIZER);
 	titan_trace_begin(t->trace, "optimizer", "train", step);
@@ -421,6 +445,7 @@ void titan_trainer_free(struct titan_trainer *t)
 	titan_free(t->val_inputs);
 	titan_free(t->val_labels);
 	titan_engine_free(t->engine);
+	free(t->moe_load);
 	for (int d = 0; d < TITAN_DIM_NALL; d++)
 		titan_comm_free(t->comm[d]);
 	free(t->ckpt_host);

@@ -76,6 +76,9 @@ struct titan_trainer {
 	uint16_t phase;
 	int stopped_by;                /* signal that ended the run, or 0 */
 	int64_t nonfinite_run;         /* non-finite steps in a row (skip_nonfinite) */
+	/* MoE: tokens per expert [n_layers][num_experts] over every DP rank,
+	 * summed since the last log line (metrics.jsonl's moe_load) */
+	int64_t *moe_load;
 };
 
 static inline struct titan_comm *titan_trainer_comm(const struct titan_trainer *t,

@@ -243,6 +243,7 @@ static const struct {
 	LIST("model.flavor", TITAN_FLAVORS),
 	LIST("model.tie_word_embeddings", TITAN_TIES),
 	LIST("model.qk_norm", TITAN_TIES),
+	LIST("model.moe_score_func", TITAN_MOE_SCORE_FUNCS),
 	LIST("optimizer.name", TITAN_OPTIMIZERS),
 	LIST("optimizer.implementation", TITAN_OPTIM_IMPLS),
 	LIST("lr_scheduler.decay_type", TITAN_DECAY_TYPES),

@@ -133,9 +133,31 @@ static void test_deterministic_and_thread_independent(void **state)
 
 /* d(loss_sum)/dw for a few weights of every kind against central
  * differences of the forward loss (fp32 forward: a loose tolerance). */
-static void test_finite_differences(void **state)
+/* Element e of p (weights w, gradient g): the analytic gradient against
+ * the central difference of the loss with step 1e-2 (2e-2 relative). */
+static void fd_check(struct titan_llama *m, const int32_t *in, const int32_t *lab,
+		     const struct titan_param *p, float *w, const float *g, int64_t e)
 {
-	struct titan_model_dims d = tiny();
+	const float keep = w[e], h = 1e-2f;
+	double lp, lm, fd;
+	int64_t nv;
+
+	w[e] = keep + h;
+	assert_int_equal(titan_llama_step(m, in, lab, 1.0f, false, &lp, &nv), 0);
+	w[e] = keep - h;
+	assert_int_equal(titan_llama_step(m, in, lab, 1.0f, false, &lm, &nv), 0);
+	w[e] = keep;
+	fd = (lp - lm) / (2.0 * h);
+	if (fabs(fd - g[e]) > 2e-2 * fmax(1.0, fabs(fd)))
+		fail_msg("%s[%lld]: analytic %g, finite difference %g", p->name, (long long)e,
+			 (double)g[e], fd);
+}
+
+/* Every parameter (whose name holds `only`, when given) of a model of
+ * dims d from `seed`: `per` elements each by fd_check, a buffer's gradient
+ * zero.  Returns the elements checked. */
+static int fd_model(struct titan_model_dims d, uint64_t seed, const char *only, int per)
+{
 	struct titan_llama_opts o = {.batch = B, .seq = T, .ac = TITAN_AC_NONE};
 	struct titan_backend be;
 	struct titan_llama *m;
@@ -144,10 +166,9 @@ static void test_finite_differences(void **state)
 	int64_t valid;
 	int checked = 0;
 
-	(void)state;
 	assert_int_equal(titan_backend_cpu_init(&be, 1), 0);
 	assert_int_equal(titan_llama_new(&d, &o, &be, NULL, &m), 0);
-	titan_llama_init_weights(m, 3);
+	titan_llama_init_weights(m, seed);
 	tokens(in, lab);
 	assert_int_equal(titan_llama_zero_grads(m), 0);
 	assert_int_equal(titan_llama_step(m, in, lab, 1.0f, true, &loss, &valid), 0);
@@ -157,29 +178,33 @@ static void test_finite_differences(void **state)
 		float *w = titan_param_view(titan_llama_params(m), p);
 		const float *g = titan_param_view(titan_llama_grads(m), p);
 
-		for (int k = 0; k < 2; k++) {
-			int64_t e = (p->local_numel * (2 * k + 1)) / 4 + i % 3;
-			float keep = w[e];
-			const float h = 1e-2f;
-			double lp, lm;
-			int64_t nv;
-
-			w[e] = keep + h;
-			assert_int_equal(titan_llama_step(m, in, lab, 1.0f, false, &lp, &nv), 0);
-			w[e] = keep - h;
-			assert_int_equal(titan_llama_step(m, in, lab, 1.0f, false, &lm, &nv), 0);
-			w[e] = keep;
-			double fd = (lp - lm) / (2.0 * h);
-			double err = fabs(fd - g[e]);
-			if (err > 2e-2 * fmax(1.0, fabs(fd)))
-				fail_msg("%s[%lld]: analytic %g, finite difference %g", p->name,
-					 (long long)e, (double)g[e], fd);
+		if (only && !strstr(p->name, only))
+			continue;
+		if (p->is_buffer) { /* expert_bias: it only chooses */
+			for (int64_t e = 0; e < p->local_numel; e++)
+				assert_true(g[e] == 0.0f);
+			continue;
+		}
+		for (int k = 0; k < per; k++) {
+			fd_check(m, in, lab, p, w, g,
+				 (p->local_numel * (2 * k + 1)) / (2 * per) + i % 3);
 			checked++;
 		}
 	}
-	assert_true(checked == 2 * t->n);
 	titan_llama_free(m);
 	titan_backend_release(&be);
+	return checked;
+}
+
+static void test_finite_differences(void **state)
+{
+	struct titan_model_dims d = tiny();
+	struct titan_param_table t;
+
+	(void)state;
+	assert_int_equal(titan_param_table_init(&t, &d, NULL), 0);
+	assert_int_equal(fd_model(d, 3, NULL, 2), 2 * t.n);
+	titan_param_table_release(&t);
 }
 
 static void test_grad_norm_and_adamw(void **state)
@@ -442,6 +467,71 @@ static void test_split_backward_equals_fused(void **state)
 	}
 }
 
+/* tiny() with torchtitan's MoE in blocks 1..3 (n_dense_layers 1): 4
+ * experts of 16, top-2, one shared expert, load balancing on. */
+static struct titan_model_dims tiny_moe(bool softmax, bool before)
+{
+	struct titan_model_dims d = tiny();
+
+	d.moe = (struct titan_moe_dims){ .num_experts = 4, .num_shared_experts = 1, .top_k = 2,
+					 .inter_dim = 16, .n_dense_layers = 1, .interleave_step = 1,
+					 .softmax = softmax, .route_norm = softmax,
+					 .score_before_experts = before, .route_scale = 1.5,
+					 .load_balance_coeff = 1e-3 };
+	return d;
+}
+
+/* Every MoE weight's gradient (router gate, experts, shared experts)
+ * against central differences of the loss, both score functions and both
+ * places of the scores; the expert_bias buffer has none (it only chooses). */
+static void test_moe_finite_differences(void **state)
+{
+	(void)state;
+	for (int v = 0; v < 2; v++) /* 3 MoE blocks of 7 weights */
+		assert_int_equal(fd_model(tiny_moe(v, !v), 5, ".moe.", 4), 4 * 3 * 7);
+}
+
+/* A MoE block's activations are the plan's "MoE router" and "MoE experts"
+ * rows: its own in each MoE block without checkpointing, one set in the
+ * recompute set with full checkpointing, its own again under selective
+ * "op" (the router's choice is kept); the dense feed-forward's are not
+ * allocated for MoE blocks. */
+static void test_moe_buffer_plan(void **state)
+{
+	const enum titan_ac_mode modes[] = {TITAN_AC_NONE, TITAN_AC_FULL, TITAN_AC_SELECTIVE_OP};
+	const int64_t n = B * T, E = 4, K = 2, R = n * K, C = 32, Fm = 16, Fs = 16;
+	const int64_t router = 4 * (n * E + 2 * n * K + 2 * R + E);
+	const int64_t experts = 4 * (2 * R * C + 3 * R * Fm + 3 * n * Fs);
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(modes) / sizeof(modes[0]); i++) {
+		struct titan_model_dims d = tiny_moe(false, true);
+		struct titan_llama_opts o = {.batch = B, .seq = T, .ac = modes[i]};
+		int64_t role[TITAN_BUF_NROLES] = {0};
+		const struct titan_buf_entry *p;
+		struct titan_backend be;
+		struct titan_llama *m;
+		int nb, sets = modes[i] == TITAN_AC_FULL ? 1 : 3;
+
+		assert_int_equal(titan_backend_cpu_init(&be, 1), 0);
+		assert_int_equal(titan_llama_new(&d, &o, &be, NULL, &m), 0);
+		p = titan_llama_plan(m, &nb);
+		for (int k = 0; k < nb; k++)
+			role[p[k].role] += p[k].bytes;
+		assert_int_equal(role[TITAN_BUF_MOE_ROUTER], sets * router);
+		assert_int_equal(role[TITAN_BUF_MOE_EXPERTS], sets * experts);
+		assert_string_equal(titan_buf_role_name(TITAN_BUF_MOE_ROUTER),
+				    "MoE router: scores, gate values, choices, slot order");
+		if (modes[i] == TITAN_AC_NONE) /* the dense block 0 keeps 3 n·F SwiGLU tensors */
+			assert_int_equal(role[TITAN_BUF_SAVED],
+					 4 * (3 * (n * C) + 2 * n + 2 * n * 32 + 2 * n * 16 +
+					      n * 4 + 3 * n * d.ffn_hidden) +
+					 3 * 4 * (3 * (n * C) + 2 * n + 2 * n * 32 + 2 * n * 16 + n * 4));
+		titan_llama_free(m);
+		titan_backend_release(&be);
+	}
+}
+
 /* The buffer plan (titan_llama_plan) is what the model allocates: an entry
  * per block in allocation order (as many as the allocator counts), bytes
  * by tag the allocator's, each microbatch set the same, and the roles the
@@ -517,6 +607,8 @@ int main(void)
 		cmocka_unit_test(test_state_through_buffers),
 		cmocka_unit_test(test_split_backward_equals_fused),
 		cmocka_unit_test(test_buffer_plan),
+		cmocka_unit_test(test_moe_finite_differences),
+		cmocka_unit_test(test_moe_buffer_plan),
 	};
 	return cmocka_run_group_tests_name("llama", tests, NULL, NULL);
 }

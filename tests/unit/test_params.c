@@ -146,6 +146,71 @@ static void test_table_debugmodel(void **state)
 	titan_param_table_release(NULL);
 }
 
+/* A MoE model (torchtitan's MoE in block 1 of 2, n_dense_layers 1): its
+ * state_dict names and order, the experts held as [E, F·C] rows and
+ * checkpointed 3-d, the expert_bias buffer, inits, counts and the MFU's
+ * active parameters (get_moe_model_nparams_and_flops). */
+static void test_table_moe(void **state)
+{
+	static const char *const block1[] = {
+		"attention.wq.weight", "attention.wk.weight", "attention.wv.weight",
+		"attention.wo.weight", "moe.experts.w1", "moe.experts.w2", "moe.experts.w3",
+		"moe.router.gate.weight", "moe.shared_experts.w1.weight",
+		"moe.shared_experts.w2.weight", "moe.shared_experts.w3.weight",
+		"attention_norm.weight", "ffn_norm.weight", "moe.expert_bias",
+	};
+	struct titan_model_dims d;
+	struct titan_model_params cnt, dense;
+	struct titan_param_table t;
+	char name[96];
+
+	(void)state;
+	assert_int_equal(titan_model_flavor("debugmodel", &d), 0);
+	d.n_layers = 2;
+	titan_model_count_params(&d, &dense);
+	d.moe = (struct titan_moe_dims){ .num_experts = 8, .num_shared_experts = 2, .top_k = 2,
+					 .inter_dim = 64, .n_dense_layers = 1, .interleave_step = 1,
+					 .route_scale = 1.0, .load_balance_coeff = 1e-3 };
+	assert_false(titan_model_layer_is_moe(&d, 0));
+	assert_true(titan_model_layer_is_moe(&d, 1));
+	assert_int_equal(titan_param_table_init(&t, &d, NULL), 0);
+	assert_int_equal(t.n, 1 + 9 + 14 + 2);
+	for (int i = 0; i < 14; i++) {
+		snprintf(name, sizeof(name), "layers.1.%s", block1[i]);
+		assert_string_equal(t.params[10 + i].name, name);
+	}
+	const int64_t C = d.dim, E = 8, Fm = 64, Fs = 128;
+	const struct titan_param *w1 = &t.params[titan_param_index(&t, TITAN_PARAM_MOE_W1, 1)];
+	const struct titan_param *w2 = &t.params[titan_param_index(&t, TITAN_PARAM_MOE_W2, 1)];
+	assert_string_equal(w1->name, "layers.1.moe.experts.w1");
+	assert_int_equal(w1->shape[0], E);
+	assert_int_equal(w1->shape[1], Fm * C);
+	assert_int_equal(w1->fndim, 3);
+	assert_true(w1->fshape[0] == E && w1->fshape[1] == Fm && w1->fshape[2] == C);
+	assert_true(w2->fshape[0] == E && w2->fshape[1] == C && w2->fshape[2] == Fm);
+	assert_true(w1->init.std == 0.02f && w2->init.std == (float)(0.02 / sqrt(4.0)));
+	assert_true(titan_param_find(&t, "layers.1.moe.router.gate.weight")->init.std ==
+		    (float)(0.02 / sqrt(4.0)));
+	assert_int_equal(titan_param_find(&t, "layers.1.moe.shared_experts.w1.weight")->shape[0],
+			 Fs);
+	const struct titan_param *b = titan_param_find(&t, "layers.1.moe.expert_bias");
+	assert_true(b->is_buffer && b->init.kind == TITAN_INIT_ZEROS && b->numel == E);
+	assert_int_equal(titan_param_index(&t, TITAN_PARAM_W1, 1), -1);
+	assert_int_equal(titan_param_index(&t, TITAN_PARAM_MOE_W1, 0), -1);
+	assert_int_equal(titan_param_index(&t, TITAN_PARAM_WQ, 1), 10);
+	assert_int_equal(titan_param_index(&t, TITAN_PARAM_NORM, -1), t.n - 2);
+	/* counts: the buffer is no parameter; a token uses 2 of 8 experts */
+	titan_model_count_params(&d, &cnt);
+	const int64_t moe = E * C + 3 * E * Fm * C + 3 * Fs * C;
+	assert_int_equal(cnt.total, dense.total - dense.feed_forward + moe);
+	assert_int_equal(t.numel, cnt.total);
+	assert_int_equal(cnt.active, cnt.total - 3 * (E - 2) * Fm * C);
+	const double attn = 12.0 * 2 * d.n_heads * d.head_dim * 64;
+	assert_true(titan_model_flops_per_token(&d, 64) ==
+		    6.0 * (double)(cnt.active - cnt.embedding) + attn);
+	titan_param_table_release(&t);
+}
+
 static void test_table_tied_gqa(void **state)
 {
 	struct titan_model_dims d;
@@ -564,6 +629,7 @@ int main(void)
 		cmocka_unit_test(test_table_debugmodel),
 		cmocka_unit_test(test_table_tied_gqa),
 		cmocka_unit_test(test_table_qwen3),
+		cmocka_unit_test(test_table_moe),
 		cmocka_unit_test(test_arena),
 		cmocka_unit_test(test_init_stats),
 		cmocka_unit_test(test_init_determinism),

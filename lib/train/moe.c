@@ -1,0 +1,362 @@
+/*
+ * moe.c — torchtitan's MoE feed-forward, forward and backward (moe.h).
+ * Every loop over tokens writes only its own token's rows and sums in a
+ * fixed order, and the GEMMs are the backend's: the same bits on any
+ * thread count.
+ */
+#include "moe.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "titan/core.h"
+
+#define CK(call) do { if ((rc = (call)) < 0) return rc; } while (0)
+
+/* ------------------------------------------------------------ router */
+
+/* scores = sigmoid|softmax(x gate^T) in fp32; per token the top_k experts
+ * of scores + bias (ties: the lower index), their unbiased scores, then
+ * route_norm and route_scale (TokenChoiceTopKRouter.forward). */
+static int route(const struct titan_moe *m, const struct moe_w *w, const float *x,
+		 struct moe_acts *a)
+{
+	const struct titan_moe_dims *d = m->d;
+	const int64_t N = m->n, E = d->num_experts, K = d->top_k;
+	const float scale = (float)d->route_scale;
+	int rc;
+
+	CK(m->be->ops->matmul_fwd(m->be, a->scores, x, w->gate, N, m->C, E, false));
+#pragma omp parallel for schedule(static)
+	for (int64_t t = 0; t < N; t++) {
+		float *s = a->scores + t * E, *tw = a->topw + t * K;
+		int32_t *ti = a->topi + t * K;
+		float sum = 0.0f;
+
+		if (d->softmax) {
+			float mx = s[0], z = 0.0f;
+
+			for (int64_t e = 1; e < E; e++)
+				mx = s[e] > mx ? s[e] : mx;
+			for (int64_t e = 0; e < E; e++)
+				z += (s[e] = expf(s[e] - mx));
+			for (int64_t e = 0; e < E; e++)
+				s[e] /= z;
+		} else {
+			for (int64_t e = 0; e < E; e++)
+				s[e] = 1.0f / (1.0f + expf(-s[e]));
+		}
+		for (int64_t k = 0; k < K; k++) {
+			int64_t best = -1;
+			float bv = 0.0f;
+
+			for (int64_t e = 0; e < E; e++) {
+				float v = s[e] + (w->bias ? w->bias[e] : 0.0f);
+				bool taken = false;
+
+				for (int64_t j = 0; j < k && !taken; j++)
+					taken = ti[j] == e;
+				if (!taken && (best < 0 || v > bv)) {
+					best = e;
+					bv = v;
+				}
+			}
+			ti[k] = (int32_t)best;
+			tw[k] = s[best];
+			sum += tw[k];
+		}
+		for (int64_t k = 0; k < K; k++)
+			tw[k] = (d->route_norm ? tw[k] / (sum + 1e-20f) : tw[k]) * scale;
+	}
+	return 0;
+}
+
+/* The slots (token·K + k) sorted by expert, stably: TokenReorderer's
+ * argsort; counts per expert (its histc). */
+static int sort_slots(const struct titan_moe *m, struct moe_acts *a, int64_t *tokens)
+{
+	const int64_t E = m->d->num_experts, R = m->n * m->d->top_k;
+	int32_t *next = malloc((size_t)E * sizeof(*next)), o = 0;
+
+	if (!next)
+		return titan_error(TITAN_E_NOMEM, "out of memory routing %lld experts",
+				   (long long)E);
+	memset(a->counts, 0, (size_t)E * sizeof(*a->counts));
+	for (int64_t s = 0; s < R; s++)
+		a->counts[a->topi[s]]++;
+	for (int64_t e = 0; e < E; e++) {
+		if (tokens)
+			tokens[e] += a->counts[e];
+		next[e] = o;
+		o += a->counts[e];
+	}
+	for (int64_t s = 0; s < R; s++)
+		a->perm[next[a->topi[s]]++] = (int32_t)s;
+	for (int64_t r = 0; r < R; r++)
+		a->pos[a->perm[r]] = (int32_t)r;
+	free(next);
+	return 0;
+}
+
+/* ------------------------------------------------- local dispatch */
+
+static int local_dispatch(const struct titan_moe *m, struct moe_acts *a, const float *x)
+{
+	const int64_t C = m->C, K = m->d->top_k, R = m->n * K;
+	const bool before = m->d->score_before_experts;
+
+#pragma omp parallel for schedule(static)
+	for (int64_t r = 0; r < R; r++) {
+		const float *src = x + (a->perm[r] / K) * C;
+		float *dst = a->xin + r * C, w = before ? a->topw[a->perm[r]] : 1.0f;
+
+		for (int64_t c = 0; c < C; c++)
+			dst[c] = before ? src[c] * w : src[c];
+	}
+	return 0;
+}
+
+static int local_combine(const struct titan_moe *m, const struct moe_acts *a, float *y)
+{
+	const int64_t C = m->C, K = m->d->top_k, N = m->n;
+	const bool before = m->d->score_before_experts;
+
+#pragma omp parallel for schedule(static)
+	for (int64_t t = 0; t < N; t++)
+		for (int64_t k = 0; k < K; k++) {
+			const float *src = a->yout + (int64_t)a->pos[t * K + k] * C;
+			const float w = before ? 1.0f : a->topw[t * K + k];
+			float *dst = y + t * C;
+
+			for (int64_t c = 0; c < C; c++)
+				dst[c] += w * src[c];
+		}
+	return 0;
+}
+
+static int local_combine_bwd(const struct titan_moe *m, const struct moe_acts *a,
+			     const float *dy, float *drow, float *dtopw)
+{
+	const int64_t C = m->C, K = m->d->top_k, N = m->n;
+	const bool before = m->d->score_before_experts;
+
+#pragma omp parallel for schedule(static)
+	for (int64_t t = 0; t < N; t++)
+		for (int64_t k = 0; k < K; k++) {
+			const int64_t s = t * K + k, r = a->pos[s];
+			const float *g = dy + t * C, *out = a->yout + r * C;
+			const float w = before ? 1.0f : a->topw[s];
+			float *dst = drow + r * C;
+			double dot = 0.0;
+
+			for (int64_t c = 0; c < C; c++) {
+				dst[c] = w * g[c];
+				dot += (double)g[c] * out[c];
+			}
+			if (!before)
+				dtopw[s] = (float)dot;
+		}
+	return 0;
+}
+
+static int local_dispatch_bwd(const struct titan_moe *m, const struct moe_acts *a,
+			      const float *drow, const float *x, float *dx, float *dtopw)
+{
+	const int64_t C = m->C, K = m->d->top_k, N = m->n;
+	const bool before = m->d->score_before_experts;
+
+#pragma omp parallel for schedule(static)
+	for (int64_t t = 0; t < N; t++)
+		for (int64_t k = 0; k < K; k++) {
+			const int64_t s = t * K + k;
+			const float *g = drow + (int64_t)a->pos[s] * C, *in = x + t * C;
+			const float w = before ? a->topw[s] : 1.0f;
+			float *dst = dx + t * C;
+			double dot = 0.0;
+
+			for (int64_t c = 0; c < C; c++) {
+				dst[c] += w * g[c];
+				dot += (double)g[c] * in[c];
+			}
+			if (before)
+				dtopw[s] = (float)dot;
+		}
+	return 0;
+}
+
+const struct titan_moe_dispatch_ops titan_moe_dispatch_local = {
+	local_dispatch, local_combine, local_combine_bwd, local_dispatch_bwd,
+};
+
+/* --------------------------------------------------------- forward */
+
+/* A MoE block's sizes: tokens, model dim, experts, an expert's hidden,
+ * routed rows, the shared experts' hidden. */
+struct geo {
+	int64_t N, C, E, Fm, R, Fs;
+	int64_t W; /* floats of one expert's w1, w2 or w3: Fm·C */
+};
+
+static struct geo geo(const struct titan_moe *m)
+{
+	const struct titan_moe_dims *d = m->d;
+
+	return (struct geo){ m->n, m->C, d->num_experts, d->inter_dim, m->n * d->top_k,
+			     d->inter_dim * d->num_shared_experts, d->inter_dim * m->C };
+}
+
+int titan_moe_fwd(const struct titan_moe *m, const struct moe_w *w, const float *x,
+		  const float *h, float *y, struct moe_acts *a, int64_t *tokens)
+{
+	const struct titan_backend_ops *op = m->be->ops;
+	struct titan_backend *be = m->be;
+	const struct geo g = geo(m);
+	int64_t o = 0;
+	int rc;
+
+	CK(route(m, w, x, a));
+	CK(sort_slots(m, a, tokens));
+	CK(m->dispatch->dispatch(m, a, x));
+	/* GroupedExperts: one GEMM per expert over its contiguous rows */
+	for (int64_t e = 0; e < g.E; o += a->counts[e++]) {
+		const int64_t c = a->counts[e];
+
+		if (!c)
+			continue;
+		CK(op->matmul_fwd(be, a->a + o * g.Fm, a->xin + o * g.C, w->w1 + e * g.W, c, g.C,
+				  g.Fm, false));
+		CK(op->matmul_fwd(be, a->b + o * g.Fm, a->xin + o * g.C, w->w3 + e * g.W, c, g.C,
+				  g.Fm, false));
+	}
+	CK(op->swiglu_fwd(be, a->g, a->a, a->b, g.R * g.Fm));
+	o = 0;
+	for (int64_t e = 0; e < g.E; o += a->counts[e++])
+		if (a->counts[e])
+			CK(op->matmul_fwd(be, a->yout + o * g.C, a->g + o * g.Fm, w->w2 + e * g.W,
+					  a->counts[e], g.Fm, g.C, false));
+	/* y = h + shared_experts(x) + the routed outputs */
+	if (y != h)
+		CK(op->copy(be, y, h, g.N * g.C));
+	if (g.Fs > 0) {
+		CK(op->matmul_fwd(be, a->sa, x, w->sw1, g.N, g.C, g.Fs, false));
+		CK(op->matmul_fwd(be, a->sb, x, w->sw3, g.N, g.C, g.Fs, false));
+		CK(op->swiglu_fwd(be, a->sg, a->sa, a->sb, g.N * g.Fs));
+		CK(op->matmul_fwd(be, y, a->sg, w->sw2, g.N, g.Fs, g.C, true));
+	}
+	return m->dispatch->combine(m, a, y);
+}
+
+/* -------------------------------------------------------- backward */
+
+/* The router's backward: the gate values' gradient through route_scale,
+ * route_norm, the gather and the score function, then the gate linear. */
+static int route_bwd(const struct titan_moe *m, const struct moe_w *w, struct moe_dw *dw,
+		     const float *x, float *dx, const struct moe_acts *a,
+		     const struct moe_scratch *s)
+{
+	const struct titan_moe_dims *d = m->d;
+	const int64_t N = m->n, E = d->num_experts, K = d->top_k;
+	const float scale = (float)d->route_scale;
+
+#pragma omp parallel for schedule(static)
+	for (int64_t t = 0; t < N; t++) {
+		const float *sc = a->scores + t * E, *dt = s->dtopw + t * K;
+		const int32_t *ti = a->topi + t * K;
+		float *dl = s->dlogit + t * E;
+		float sum = 0.0f, ug = 0.0f;
+
+		memset(dl, 0, (size_t)E * sizeof(*dl));
+		for (int64_t k = 0; k < K; k++) {
+			sum += sc[ti[k]];
+			ug += dt[k] * scale * sc[ti[k]];
+		}
+		sum += 1e-20f;
+		for (int64_t k = 0; k < K; k++) {
+			float u = dt[k] * scale;
+
+			dl[ti[k]] += d->route_norm ? u / sum - ug / (sum * sum) : u;
+		}
+		if (d->softmax) {
+			float dot = 0.0f;
+
+			for (int64_t e = 0; e < E; e++)
+				dot += dl[e] * sc[e];
+			for (int64_t e = 0; e < E; e++)
+				dl[e] = sc[e] * (dl[e] - dot);
+		} else {
+			for (int64_t e = 0; e < E; e++)
+				dl[e] *= sc[e] * (1.0f - sc[e]);
+		}
+	}
+	return m->be->ops->matmul_bwd(m->be, dx, dw->gate, s->dlogit, x, w->gate, N, m->C, E,
+				      true);
+}
+
+int titan_moe_bwd(const struct titan_moe *m, const struct moe_w *w, struct moe_dw *dw,
+		  const float *x, const float *dy, float *dx, struct moe_acts *a,
+		  const struct moe_scratch *s)
+{
+	const struct titan_backend_ops *op = m->be->ops;
+	struct titan_backend *be = m->be;
+	const struct geo g = geo(m);
+	int64_t o = 0;
+	int rc;
+
+	/* shared experts: dx = their input gradient */
+	if (g.Fs > 0) {
+		CK(op->matmul_bwd(be, s->dg, dw->sw2, dy, a->sg, w->sw2, g.N, g.Fs, g.C, false));
+		CK(op->swiglu_bwd(be, a->sa, a->sb, s->dg, a->sa, a->sb, g.N * g.Fs));
+		CK(op->matmul_bwd(be, dx, dw->sw1, a->sa, x, w->sw1, g.N, g.C, g.Fs, false));
+		CK(op->matmul_bwd(be, dx, dw->sw3, a->sb, x, w->sw3, g.N, g.C, g.Fs, true));
+	} else {
+		CK(op->zero(be, dx, g.N * g.C));
+	}
+	/* routed experts, grouped as in forward */
+	CK(m->dispatch->combine_bwd(m, a, dy, s->drow, s->dtopw));
+	for (int64_t e = 0; e < g.E; o += a->counts[e++])
+		if (a->counts[e])
+			CK(op->matmul_bwd(be, s->dg + o * g.Fm, dw->w2 ? dw->w2 + e * g.W : NULL,
+					  s->drow + o * g.C, a->g + o * g.Fm, w->w2 + e * g.W,
+					  a->counts[e], g.Fm, g.C, false));
+	CK(op->swiglu_bwd(be, a->a, a->b, s->dg, a->a, a->b, g.R * g.Fm));
+	o = 0;
+	for (int64_t e = 0; e < g.E; o += a->counts[e++]) {
+		const int64_t c = a->counts[e];
+
+		if (!c)
+			continue;
+		CK(op->matmul_bwd(be, s->drow + o * g.C, dw->w1 ? dw->w1 + e * g.W : NULL,
+				  a->a + o * g.Fm, a->xin + o * g.C, w->w1 + e * g.W, c, g.C, g.Fm,
+				  false));
+		CK(op->matmul_bwd(be, s->drow + o * g.C, dw->w3 ? dw->w3 + e * g.W : NULL,
+				  a->b + o * g.Fm, a->xin + o * g.C, w->w3 + e * g.W, c, g.C, g.Fm,
+				  true));
+	}
+	CK(m->dispatch->dispatch_bwd(m, a, s->drow, x, dx, s->dtopw));
+	return route_bwd(m, w, dw, x, dx, a, s);
+}
+
+/* --------------------------------------------------- load balancing */
+
+void titan_moe_update_bias(float *bias, const int64_t *tokens, int64_t E, double coeff)
+{
+	float sum = 0.0f, mean, dmean = 0.0f;
+	const float c = (float)coeff;
+
+	for (int64_t e = 0; e < E; e++)
+		sum += (float)tokens[e];
+	mean = sum / (float)E;
+	for (int64_t e = 0; e < E; e++) {
+		float v = mean - (float)tokens[e];
+
+		dmean += c * (float)((v > 0) - (v < 0));
+	}
+	dmean /= (float)E;
+	for (int64_t e = 0; e < E; e++) {
+		float v = mean - (float)tokens[e];
+
+		bias[e] += c * (float)((v > 0) - (v < 0)) - dmean;
+	}
+	/* (bias starts at 0 for a delta: the caller adds it to its rows) */
+}

@@ -1,0 +1,111 @@
+/*
+ * moe.h — private to lib/train: torchtitan's mixture-of-experts feed-
+ * forward (models/moe/moe.py: TokenChoiceTopKRouter, TokenReorderer,
+ * GroupedExperts, the shared FeedForward), the variant of a block's
+ * feed-forward that any model family turns on per layer (titan/model.h's
+ * titan_model_layer_is_moe).
+ *
+ * One MoE forward: the router's gate [E, C] in fp32, sigmoid or softmax
+ * scores, top-k of scores + expert_bias (the bias only chooses; the gate
+ * values are the unbiased scores, then route_norm and route_scale); the
+ * token slots sorted by expert (a stable counting sort: torchtitan's
+ * stable argsort); the experts as grouped GEMMs, each expert a matmul over
+ * its contiguous rows (no per-token loop, no capacity padding); the
+ * outputs combined with the gate values (before the experts when
+ * score_before_experts) and the shared experts' SwiGLU added.
+ *
+ * Dispatch and combine go through struct titan_moe_dispatch_ops: the local one
+ * (one rank holds every expert) permutes rows; expert parallelism swaps in
+ * one that sends each expert's rows to its rank by all-to-all-v (counts
+ * first) and back, with the same expert GEMMs between.  What EP changes
+ * here: dispatch fills xin with the rows received for this rank's experts
+ * [e0, e0 + E/ep) and their counts (moe_acts gains the received layout),
+ * the expert loops run over those, combine and the two backward moves are
+ * the reverse all-to-alls; the router, the sort and the shared experts
+ * stay.  The stacked experts are rows of dim 0 (one expert each), so the
+ * parameter table can give an EP rank its experts as it gives FSDP its
+ * shard.
+ *
+ * The routing, sort and combine loops run on host memory: the CPU
+ * backend's (a MoE model on CUDA is refused at configuration).
+ */
+#ifndef TITAN_TRAIN_MOE_H
+#define TITAN_TRAIN_MOE_H
+
+#include <stdint.h>
+
+#include "titan/model.h"
+#include "titan/ops.h"
+
+/* What one MoE block keeps for backward. N = tokens, K = top_k, R = N·K
+ * routed rows, Fm = an expert's hidden size, Fs = the shared experts'. */
+struct moe_acts {
+	float *scores;   /* [N, E] router scores (after sigmoid / softmax) */
+	float *topw;     /* [N, K] gate values (after route_norm, route_scale) */
+	int32_t *topi;   /* [N, K] chosen experts */
+	int32_t *perm;   /* [R] slot (token·K + k) of each expert-sorted row */
+	int32_t *pos;    /* [R] row of each slot: perm's inverse */
+	int32_t *counts; /* [E] rows per expert */
+	float *xin;      /* [R, C] expert inputs (scaled when score_before_experts) */
+	float *a, *b, *g;/* [R, Fm] w1 x, w3 x, silu(a)·b */
+	float *yout;     /* [R, C] expert outputs */
+	float *sa, *sb, *sg; /* [N, Fs] the shared experts' */
+};
+
+/* Backward scratch, shared by every MoE block. */
+struct moe_scratch {
+	float *drow;     /* [R, C] dL/d expert output, then dL/d expert input */
+	float *dg;       /* [R, Fm] */
+	float *dlogit;   /* [N, E] */
+	float *dtopw;    /* [N, K] */
+};
+
+/* The weights of one MoE block, by role (TITAN_PARAM_MOE_*). */
+struct moe_w {
+	const float *w1, *w2, *w3, *gate, *sw1, *sw2, *sw3, *bias; /* bias may be NULL */
+};
+struct moe_dw {
+	float *w1, *w2, *w3, *gate, *sw1, *sw2, *sw3; /* NULL: not wanted */
+};
+
+struct titan_moe;
+
+/* Dispatch / combine: the expert-sorted rows to the experts and back.
+ * Local: xin[r] = x[token of perm[r]] (times its gate value when
+ * score_before_experts); combine adds each slot's row to its token. */
+struct titan_moe_dispatch_ops {
+	int (*dispatch)(const struct titan_moe *m, struct moe_acts *a, const float *x);
+	int (*combine)(const struct titan_moe *m, const struct moe_acts *a, float *y);
+	/* backward: dL/d expert output rows from dy (and the gate values'
+	 * gradient when the scores scale the outputs), then dL/dx from the
+	 * expert input rows (and the gate values' gradient otherwise) */
+	int (*combine_bwd)(const struct titan_moe *m, const struct moe_acts *a,
+			   const float *dy, float *drow, float *dtopw);
+	int (*dispatch_bwd)(const struct titan_moe *m, const struct moe_acts *a,
+			    const float *drow, const float *x, float *dx, float *dtopw);
+};
+extern const struct titan_moe_dispatch_ops titan_moe_dispatch_local;
+
+/* One MoE block's geometry and injected parts. */
+struct titan_moe {
+	struct titan_backend *be;
+	const struct titan_moe_dispatch_ops *dispatch;
+	const struct titan_moe_dims *d;
+	int64_t n, C;        /* tokens, model dim */
+};
+
+/* y = h + moe(x), keeping the activations in `a`; `tokens` (NULL: not
+ * counted, e.g. a recomputation) gets the rows per expert added. */
+int titan_moe_fwd(const struct titan_moe *m, const struct moe_w *w, const float *x,
+		  const float *h, float *y, struct moe_acts *a, int64_t *tokens);
+/* dx = dL/dx (overwritten) from dy = dL/dy; the weight gradients added to
+ * dw's non-NULL members.  a's SwiGLU inputs are overwritten. */
+int titan_moe_bwd(const struct titan_moe *m, const struct moe_w *w, struct moe_dw *dw,
+		  const float *x, const float *dy, float *dx, struct moe_acts *a,
+		  const struct moe_scratch *s);
+
+/* torchtitan's _update_expert_bias for one layer: with t = the tokens per
+ * expert of the step, bias += coeff · (sign(mean t − t) − mean of that). */
+void titan_moe_update_bias(float *bias, const int64_t *tokens, int64_t E, double coeff);
+
+#endif

@@ -1,0 +1,257 @@
+#!/usr/bin/env bats
+# Mixture of experts (model.moe_*): torchtitan's MoE feed-forward against
+# the PyTorch reference tests/ref/moe_ref.py (12 steps, fp32, <= 1e-5),
+# the same bits on any thread count, activation checkpointing, resume,
+# DDP and FSDP on 2 ranks equal to 1 rank, the load metrics, and the
+# layouts and tools that refuse a MoE.
+
+bats_require_minimum_version 1.5.0
+
+setup_file() {
+	load tiny
+	tiny_env
+	yes 'In the beginning God created the heaven and the earth. And the earth was without form, and void.' |
+		head -n 400 > "$DATA/c.txt"
+	titan-tokenize train -q --vocab-size 600 --format text "$DATA/c.txt" -o "$DATA/tok.tiktoken"
+	titan-tokenize -t "$DATA/tok.tiktoken" --doc-per-line "$DATA/c.txt" |
+		titan-shard -q -t "$DATA/tok.tiktoken" --out "$DATA/shards" --val-docs 2
+	cat > "$DATA/moe.yaml" <<YAML
+model:
+  flavor: custom
+  dim: 32
+  n_layers: 2
+  n_heads: 4
+  n_kv_heads: 2
+  vocab_size: 600
+  multiple_of: 32
+  moe_num_experts: 4
+  moe_top_k: 2
+  moe_inter_dim: 24
+training:
+  dataset_path: $DATA/shards
+  local_batch_size: 2
+  seq_len: 16
+  steps: 12
+lr_scheduler:
+  warmup_steps: 2
+metrics:
+  log_freq: 1
+YAML
+}
+
+setup() {
+	load helpers
+	load tiny
+	load layouts
+	DATA=$BATS_FILE_TMPDIR
+}
+
+# curve JSONL: "step loss grad_norm" per step (every bit)
+curve() { tiny_losses "$1"; }
+
+# ref NAME MOE_JSON ARGS...: titan-train's seed checkpoint and 12 steps with
+# ARGS, then the reference from the same weights and tokens; losses and grad
+# norms within 1e-5 relative, the final expert_bias within 1e-6 (and not
+# zero with MOVED=1), every final tensor within 1e-4 (||a-b||/||b||, as
+# test_golden's final weights)
+ref() {
+	local name=$1 moe=$2 d=$BATS_TEST_TMPDIR/$1
+	shift 2
+	run -0 titan-train -q --config "$DATA/moe.yaml" "$@" --job.dump_folder="$d/seed" \
+		--checkpoint.enable --checkpoint.create_seed_checkpoint
+	run -0 titan-train -q --config "$DATA/moe.yaml" "$@" --job.dump_folder="$d/run" \
+		--checkpoint.enable --checkpoint.interval=12
+	/usr/bin/python3 tests/ref/moe_ref.py --init "$d/seed/checkpoint/step-0.h5" \
+		--shards "$DATA/shards" \
+		--model '{"dim":32,"n_layers":'"${NL:-2}"',"n_heads":4,"n_kv_heads":2,"vocab_size":600,"multiple_of":32}' \
+		--moe "$moe" --train '{"batch":2,"seq_len":16,"steps":12,"lr":8e-4,"warmup":2}' \
+		--save "$d/ref.npz" > "$d/ref.json"
+	/usr/bin/python3 - "$d/run/metrics.jsonl" "$d/ref.json" "$d/run/checkpoint/step-12.h5" \
+		"${MOVED:-}" "$d/ref.npz" <<'PY'
+import json, sys, h5py
+rows = [json.loads(l) for l in open(sys.argv[1])]
+ref = json.load(open(sys.argv[2]))
+assert len(rows) == 12 == len(ref["loss"]), (len(rows), len(ref["loss"]))
+worst = 0
+for r, l, g in zip(rows, ref["loss"], ref["grad_norm"]):
+    for a, b in ((r["loss"], l), (r["grad_norm"], g)):
+        rel = abs(a - b) / abs(b)
+        worst = max(worst, rel)
+        assert rel <= 1e-5, (r["step"], a, b, rel)
+f = h5py.File(sys.argv[3], "r")
+for k, v in ref["expert_bias"].items():
+    got = f["model"][k + ".moe.expert_bias"][...]
+    assert max(abs(x - y) for x, y in zip(got, v)) <= 1e-6, (k, list(got), v)
+    assert not sys.argv[4] or any(x != 0 for x in v), (k, v)   # the balancing moved it
+# every tensor after 12 AdamW steps (its first moves each weight by about
+# lr times the sign of its gradient: every gradient, the gate's included)
+import numpy as np
+want = np.load(sys.argv[5])
+assert sorted(want.files) == sorted(f["model"]), (sorted(want.files), sorted(f["model"]))
+for k in want.files:
+    a, b = f["model"][k][...].astype(np.float64), want[k].astype(np.float64)
+    assert a.shape == b.shape, (k, a.shape, b.shape)
+    err = np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30)
+    assert err <= 1e-4, (k, err)
+print("worst relative difference %.2e" % worst)
+PY
+}
+
+MOE='"num_experts":4,"top_k":2,"inter_dim":24,"n_dense_layers":0,"interleave_moe_layer_step":1,"load_balance_coeff":1e-3'
+
+@test "MoE sigmoid routing + shared expert + load balancing: 12 steps equal the PyTorch reference" {
+	/usr/bin/python3 -c 'import torch, h5py' 2>/dev/null || skip "python3-torch or h5py is missing"
+	cd "$TITAN_SRCDIR"
+	MOVED=1 ref sig "{$MOE,\"num_shared_experts\":1,\"score_func\":\"sigmoid\",\"route_norm\":false,\"route_scale\":1.0,\"score_before_experts\":true}"
+}
+
+@test "MoE softmax routing, no shared expert, route_norm, route_scale, scores after the experts: equal the reference" {
+	/usr/bin/python3 -c 'import torch, h5py' 2>/dev/null || skip "python3-torch or h5py is missing"
+	cd "$TITAN_SRCDIR"
+	MOVED=1 ref soft "{$MOE,\"num_shared_experts\":0,\"score_func\":\"softmax\",\"route_norm\":true,\"route_scale\":2.5,\"score_before_experts\":false}" \
+		--model.moe_num_shared_experts=0 --model.moe_score_func=softmax --model.moe_route_norm \
+		--model.moe_route_scale=2.5 --model.moe_score_before_experts=false
+}
+
+@test "MoE with a first dense block (n_dense_layers), interleave step 2, 3 experts top-1, 2 shared: equal the reference" {
+	/usr/bin/python3 -c 'import torch, h5py' 2>/dev/null || skip "python3-torch or h5py is missing"
+	cd "$TITAN_SRCDIR"
+	NL=3 ref dense "{\"num_experts\":3,\"top_k\":1,\"inter_dim\":16,\"n_dense_layers\":1,\"interleave_moe_layer_step\":2,\"load_balance_coeff\":1e-2,\"num_shared_experts\":2,\"score_func\":\"sigmoid\",\"route_norm\":false,\"route_scale\":1.0,\"score_before_experts\":true}" \
+		--model.moe_num_experts=3 --model.moe_top_k=1 --model.moe_inter_dim=16 --model.n_dense_layers=1 \
+		--model.moe_load_balance_coeff=1e-2 --model.moe_num_shared_experts=2 --model.n_layers=3 \
+		--model.interleave_moe_layer_step=2
+	h5=$BATS_TEST_TMPDIR/dense/seed/checkpoint/step-0.h5
+	/usr/bin/python3 - "$h5" <<'PY'
+import sys, h5py
+m = h5py.File(sys.argv[1], "r")["model"]
+assert "layers.0.feed_forward.w1.weight" in m and "layers.0.moe.experts.w1" not in m
+assert m["layers.1.moe.experts.w1"].shape == (3, 16, 32) and m["layers.1.moe.experts.w2"].shape == (3, 32, 16)
+assert m["layers.1.moe.router.gate.weight"].shape == (3, 32)
+assert m["layers.1.moe.shared_experts.w1.weight"].shape == (32, 32)
+assert m["layers.1.moe.expert_bias"].shape == (3,)
+assert "layers.2.feed_forward.w1.weight" in m and "layers.2.moe.experts.w1" not in m  # (2+1) % 2
+PY
+}
+
+@test "MoE: the same bits on 1 and 3 threads; activation checkpointing (full, selective 1, op) changes no bit" {
+	d=$BATS_TEST_TMPDIR
+	OMP_NUM_THREADS=1 run -0 titan-train -q --config "$DATA/moe.yaml" --job.dump_folder="$d/t1"
+	OMP_NUM_THREADS=3 run -0 titan-train -q --config "$DATA/moe.yaml" --job.dump_folder="$d/t3"
+	[ "$(curve "$d/t1/metrics.jsonl")" = "$(curve "$d/t3/metrics.jsonl")" ]
+	for ac in "--activation_checkpoint.mode=full" \
+		"--activation_checkpoint.mode=selective --activation_checkpoint.selective_ac_option=1" \
+		"--activation_checkpoint.mode=selective --activation_checkpoint.selective_ac_option=op"; do
+		run -0 titan-train -q --config "$DATA/moe.yaml" $ac --job.dump_folder="$d/ac"
+		[ "$(curve "$d/t1/metrics.jsonl")" = "$(curve "$d/ac/metrics.jsonl")" ]
+		# tokens are counted once per forward, not again in the recomputation
+		[ "$(grep -o '"moe_load":[^}]*}' "$d/t1/metrics.jsonl")" = \
+		  "$(grep -o '"moe_load":[^}]*}' "$d/ac/metrics.jsonl")" ]
+		rm -rf "$d/ac"
+	done
+}
+
+@test "MoE: metrics.jsonl has each MoE block's load (min/max tokens per expert, entropy)" {
+	d=$BATS_TEST_TMPDIR
+	run -0 titan-train -q --config "$DATA/moe.yaml" --model.n_dense_layers=1 --job.dump_folder="$d/m"
+	/usr/bin/python3 - "$d/m/metrics.jsonl" <<'PY'
+import json, math, sys
+for l in open(sys.argv[1]):
+    o = json.loads(l)
+    ml = o["moe_load"]
+    assert list(ml) == ["layers.1"], ml           # the dense block has none
+    v = ml["layers.1"]
+    # 2 rows x 16 tokens x top-2 slots over 4 experts per step
+    assert 0 <= v["min_tokens"] <= 16 <= v["max_tokens"] <= 32, v
+    assert 0 < v["entropy"] <= math.log(4) + 1e-12, v
+PY
+}
+
+@test "MoE: TensorBoard gets the same load scalars under moe_load/layers.N/..." {
+	/usr/bin/python3 -c 'import google.protobuf' 2>/dev/null || skip "python3-protobuf is not installed"
+	d=$BATS_TEST_TMPDIR
+	run -0 titan-train -q --config "$DATA/moe.yaml" --training.steps=3 --metrics.enable_tensorboard \
+		--job.dump_folder="$d/tb"
+	/usr/bin/python3 - "$d"/tb/tb/*/events.out.tfevents.* "$d/tb/metrics.jsonl" "$TITAN_SRCDIR/tests/ref" <<'PY'
+import json, struct, sys
+sys.path.insert(0, sys.argv[3])
+import tfevents_read as tr
+f32 = lambda x: struct.unpack("f", struct.pack("f", x))[0]
+ev = {e.step: {v.tag: v.simple_value for v in e.summary.value} for e in tr.load(sys.argv[1])[1:]}
+for l in open(sys.argv[2]):
+    o = json.loads(l)
+    for layer, v in o["moe_load"].items():
+        for k in ("min_tokens", "max_tokens", "entropy"):
+            assert ev[o["step"]]["moe_load/%s/%s" % (layer, k)] == f32(v[k]), (o["step"], layer, k)
+PY
+}
+
+@test "MoE: a run resumed from its step-6 checkpoint (expert_bias included) continues bit for bit" {
+	d=$BATS_TEST_TMPDIR
+	run -0 titan-train -q --config "$DATA/moe.yaml" --checkpoint.enable --checkpoint.interval=6 \
+		--job.dump_folder="$d/full"
+	mkdir -p "$d/res/checkpoint"
+	cp "$d/full/checkpoint/step-6.h5" "$d/res/checkpoint/"
+	run -0 titan-train -q --config "$DATA/moe.yaml" --checkpoint.enable --checkpoint.interval=6 \
+		--job.dump_folder="$d/res"
+	[ "$(curve "$d/full/metrics.jsonl" | tail -6)" = "$(curve "$d/res/metrics.jsonl")" ]
+}
+
+@test "MoE on 2 ranks: DDP and FSDP reproduce the 1-rank curve; checkpoints move between 1 rank and FSDP" {
+	[ -z "${NO_MPI:-}" ] || skip "no MPI"
+	d=$BATS_TEST_TMPDIR
+	# one rank with the global batch of 4 rows vs two ranks of 2
+	ck="--checkpoint.enable --checkpoint.interval=5 --checkpoint.last_save_model_only=false"
+	run -0 titan-train -q --config "$DATA/moe.yaml" --training.local_batch_size=4 \
+		--training.steps=10 $ck --job.dump_folder="$d/one"
+	for dp in "--parallelism.data_parallel_shard_degree=2" \
+		"--parallelism.data_parallel_replicate_degree=2 --parallelism.data_parallel_shard_degree=1"; do
+		run -0 timeout -k 5 120 mpiexec -n 2 env OMP_NUM_THREADS=1 titan-train -q \
+			--config "$DATA/moe.yaml" --training.steps=10 $dp $ck --job.dump_folder="$d/two"
+		run -0 same_curve "$d/one/metrics.jsonl" "$d/two/metrics.jsonl"
+		# the expert loads are summed over both ranks
+		[ "$(grep -o '"moe_load":[^}]*}' "$d/one/metrics.jsonl")" = \
+		  "$(grep -o '"moe_load":[^}]*}' "$d/two/metrics.jsonl")" ]
+		rm -rf "$d/two"
+	done
+	# FSDP's step-5 checkpoint (3-d experts, sharded expert_bias) resumed on
+	# 1 rank, and the 1-rank one under FSDP
+	run -0 timeout -k 5 120 mpiexec -n 2 env OMP_NUM_THREADS=1 titan-train -q --config "$DATA/moe.yaml" \
+		--training.steps=5 --lr_scheduler.total_steps=10 --parallelism.data_parallel_shard_degree=2 $ck \
+		--job.dump_folder="$d/f"
+	run -0 titan-train -q --config "$DATA/moe.yaml" --training.local_batch_size=4 \
+		--training.steps=10 $ck --job.dump_folder="$d/f"
+	run -0 same_curve "$d/one/metrics.jsonl" <(tail -5 "$d/f/metrics.jsonl")
+	mkdir -p "$d/g/checkpoint"
+	cp "$d/one/checkpoint/step-5.h5" "$d/g/checkpoint/"
+	run -0 timeout -k 5 120 mpiexec -n 2 env OMP_NUM_THREADS=1 titan-train -q --config "$DATA/moe.yaml" \
+		--training.steps=10 --parallelism.data_parallel_shard_degree=2 $ck --job.dump_folder="$d/g"
+	run -0 same_curve "$d/one/metrics.jsonl" "$d/g/metrics.jsonl"
+}
+
+@test "MoE: TP, PP, CP, CUDA, HF checkpoints and bad keys are refused with exit 2 naming the key" {
+	for a in parallelism.tensor_parallel_degree=2 parallelism.pipeline_parallel_degree=2 \
+		parallelism.context_parallel_degree=2 training.device=cuda \
+		checkpoint.last_save_in_hf=true; do
+		run -2 --separate-stderr titan-train -q --config "$DATA/moe.yaml" --"$a" \
+			--checkpoint.last_save_model_only --job.dump_folder="$BATS_TEST_TMPDIR/x"
+		[[ $stderr == "titan-train: error: ${a%=*}: not supported with a mixture of experts yet"* ]]
+	done
+	run -2 --separate-stderr titan-train -q --config "$DATA/moe.yaml" --model.moe_top_k=5 \
+		--job.dump_folder="$BATS_TEST_TMPDIR/x"
+	[[ $stderr == "titan-train: error: model.moe_top_k: 5 exceeds model.moe_num_experts 4" ]]
+	run -2 --separate-stderr titan-train -q --config "$DATA/moe.yaml" \
+		--model.moe_use_grouped_mm=false --job.dump_folder="$BATS_TEST_TMPDIR/x"
+	[[ $stderr == "titan-train: error: model.moe_use_grouped_mm: false"* ]]
+	run -2 --separate-stderr titan-estimate --config "$DATA/moe.yaml"
+	[[ $stderr == "titan-estimate: error: model.moe_num_experts 4: titan-estimate does not know mixture-of-experts models yet" ]]
+}
+
+@test "MoE: titan-ckpt-convert and titan-generate refuse a MoE checkpoint naming its first MoE tensor" {
+	d=$BATS_TEST_TMPDIR
+	run -0 titan-train -q --config "$DATA/moe.yaml" --job.dump_folder="$d/s" \
+		--checkpoint.enable --checkpoint.create_seed_checkpoint
+	run -1 --separate-stderr titan-ckpt-convert --to hf "$d/s/checkpoint/step-0.h5" "$d/hf"
+	[[ $stderr == *"model/layers.0.moe.experts.w1: a mixture-of-experts checkpoint"* ]]
+	run -1 --separate-stderr titan-generate "$d/s/checkpoint/step-0.h5" "In"
+	[[ $stderr == *"model/layers.0.moe.experts.w1: a mixture-of-experts checkpoint"* ]]
+}
