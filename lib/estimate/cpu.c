@@ -285,7 +285,8 @@ static void cpu_static(struct cpu *c)
 			 c->plan.built.cur[TITAN_MEM_COMM], c->all);
 	/* titan-train: inputs and labels of every microbatch of a step */
 	est_item(r, "inputs + labels (all microbatches)", TITAN_MEM_DATA,
-		 est_mul(&c->n, est_mul(&c->n, c->e->tokens_per_step, 2), 4), c->all);
+		 est_mul(&c->n, est_stated(&c->n, titan_trainer_token_bytes(c->e->tokens_per_step)),
+			 2), c->all);
 }
 
 /* What lives for a moment: the ops' workspace (lib/cpu), CP's ring, the
@@ -313,16 +314,16 @@ static void cpu_transient(struct cpu *c)
 		est_item(r, "sgemm peak probe (3 x 1024 x 1024 fp32)", TITAN_MEM_WORKSPACE,
 			 3 * (int64_t)PROBE_N * PROBE_N * 4, EST_AT(c->m_start));
 	est_item(r, "attention forward tiles (per thread)", TITAN_MEM_WORKSPACE,
-		 est_ws(n, titan_cpu_attn_fwd_ws(c->threads, bq, bq, B, tq, c->H, D)), rc_at);
+		 est_stated(n, titan_cpu_attn_fwd_ws(c->threads, bq, bq, B, tq, c->H, D)), rc_at);
 	if (c->tp == 1 && c->m_loss >= 0) {
 		int64_t zb, rb;
 
 		titan_cpu_classifier_ce_ws(c->N, c->V, TITAN_CE_CHUNK, &zb, &rb);
 		est_item(r, "classifier/CE chunk logits + row losses", TITAN_MEM_WORKSPACE,
-			 est_add(n, est_ws(n, zb), est_ws(n, rb)), EST_AT(c->m_loss));
+			 est_add(n, est_stated(n, zb), est_stated(n, rb)), EST_AT(c->m_loss));
 	}
 	est_item(r, "attention backward tiles (per thread)", TITAN_MEM_WORKSPACE,
-		 est_ws(n, titan_cpu_attn_bwd_ws(c->threads, bq, bq, B, tq, tq, c->Hkv, D)), bwd);
+		 est_stated(n, titan_cpu_attn_bwd_ws(c->threads, bq, bq, B, tq, tq, c->Hkv, D)), bwd);
 	if (cp > 1 && o->cp_alltoall) {
 		const int64_t nkv = est_mul(n, est_mul(n, B, Sl), c->kv);
 		const int64_t nbuf = cp - 1 < 2 ? cp - 1 : 2;
@@ -335,7 +336,7 @@ static void cpu_transient(struct cpu *c)
 			 est_mul(n, nkv, 2 * 4), bwd);
 	}
 	est_item(r, "gradient norm partial sums", TITAN_MEM_WORKSPACE,
-		 est_ws(n, titan_cpu_sumsq_ws(c->sumsq)), EST_AT(c->m_norm));
+		 est_stated(n, titan_cpu_sumsq_ws(c->sumsq)), EST_AT(c->m_norm));
 	/* the metrics row (300-500 characters) in lib/core's JSON writer: its
 	 * buffer grows 256 -> 512 bytes with both live while copying */
 	if (c->m_log >= 0)

@@ -86,10 +86,11 @@ int est_dry_plan(const struct titan_model_dims *d, const struct titan_est_opts *
 		 struct est_dry *out);
 void est_dry_release(struct est_dry *r);
 
-/* lib/cpu's workspace bytes (titan_cpu_*_ws, titan/ops.h: the one
- * statement of the CPU ops' workspace) in checked arithmetic: -1 sets
- * the overflow flag. */
-int64_t est_ws(struct est_num *n, int64_t bytes);
+/* A byte count that lib/cpu or lib/train states (the CPU ops' workspace,
+ * titan_cpu_*_ws in titan/ops.h; the trainer's token buffers,
+ * titan_trainer_token_bytes) in checked arithmetic: -1 (past 64 bits)
+ * sets the overflow flag. */
+int64_t est_stated(struct est_num *n, int64_t bytes);
 
 int est_cpu_model(const struct titan_model_dims *d, const struct titan_est_opts *o,
 		  struct titan_estimate *e);

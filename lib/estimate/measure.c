@@ -107,9 +107,9 @@ static int workspace(struct titan_backend *be, int64_t bytes)
 	return 0;
 }
 
-/* lib/cpu's workspace bytes (titan/ops.h) in the estimate's checked
+/* A stated byte count (est_impl.h) in the estimate's checked
  * arithmetic: -1 (no 64-bit size) is an overflow. */
-int64_t est_ws(struct est_num *n, int64_t bytes)
+int64_t est_stated(struct est_num *n, int64_t bytes)
 {
 	return est_mul(n, bytes < 0 ? INT64_MAX : bytes, 1);
 }

@@ -447,6 +447,11 @@ int titan_trainer_stopped_by(const struct titan_trainer *t);
 /* Close the metrics and memory trace files (their write errors). */
 int titan_trainer_close(struct titan_trainer *t);
 void titan_trainer_free(struct titan_trainer *t); /* NULL-safe */
+/* The trainer's token buffers of a step, stated once (titan-estimate
+ * counts them): inputs and labels, each an int32 for every token of the
+ * step's microbatches (`tokens`: local_batch_size x seq_len x gradient
+ * accumulation steps); the bytes of one of the two, -1 past 64 bits. */
+int64_t titan_trainer_token_bytes(int64_t tokens);
 void titan_trainer_catch_signals(void);
 
 /* ------------------------------------------------ data parallelism */

@@ -509,6 +509,36 @@ static void test_static_buffers_are_the_engines(void **state)
 	}
 }
 
+/* The trainer's inputs and labels, stated once (titan_trainer_token_bytes,
+ * lib/train): the estimate's row is the two of them for the step's
+ * tokens. */
+static void test_token_buffers_stated_once(void **state)
+{
+	struct titan_model_dims d = tiny();
+	struct titan_est_opts o = tiny_cpu_opts(4, 24, TITAN_EST_AC_NONE, 1, 1);
+	struct titan_estimate e;
+	const struct titan_est_rank *r;
+	int found = 0;
+
+	(void)state;
+	assert_true(titan_trainer_token_bytes(10) == 40 && titan_trainer_token_bytes(0) == 0);
+	assert_true(titan_trainer_token_bytes(INT64_MAX / 2) == -1);
+	assert_true(titan_trainer_token_bytes(-1) == -1);
+	if (titan_estimate_run(&d, &o, &e) < 0)
+		fail_msg("%s", titan_errmsg());
+	assert_true(e.tokens_per_step == 4 * 24);
+	r = &e.ranks[0];
+	for (int k = 0; k < r->nitems; k++) {
+		if (strcmp(r->items[k].name, "inputs + labels (all microbatches)"))
+			continue;
+		assert_int_equal(r->items[k].tag, TITAN_MEM_DATA);
+		assert_true(r->items[k].bytes == 2 * titan_trainer_token_bytes(4 * 24));
+		found++;
+	}
+	assert_int_equal(found, 1);
+	titan_estimate_release(&e);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -517,6 +547,7 @@ int main(void)
 		cmocka_unit_test(test_guard_faults),
 		cmocka_unit_test(test_backend_workspace),
 		cmocka_unit_test(test_cpu_workspace_stated_once),
+		cmocka_unit_test(test_token_buffers_stated_once),
 		cmocka_unit_test(test_measure_ops_complete),
 		cmocka_unit_test(test_engine_dry_run_counts_as_real),
 		cmocka_unit_test(test_estimate_dry_run_405b),
