@@ -392,6 +392,49 @@ static int check_part(const struct titan_attn_part *p)
 	return rc < 0 ? rc : check_docs(p->k_doc, p->batch, p->tk, p->k_stride, "key");
 }
 
+/* A thread's workspace in floats.  Forward: the score tile S (bq·bk), the
+ * transposed key tile (D·bk), the rows' m and l (bq each). */
+static int64_t fwd_per(int64_t bq, int64_t bk, int64_t d)
+{
+	return titan_cpu_ws_add(titan_cpu_ws_add(titan_cpu_ws_mul(bq, bk),
+						 titan_cpu_ws_mul(d, bk)),
+				titan_cpu_ws_mul(2, bq));
+}
+
+/* Backward: D_t of the tq query rows, the P and dS tiles (bq·bk each),
+ * the transposed key and value tiles (D·bk each). */
+static int64_t bwd_per(int64_t tq, int64_t bq, int64_t bk, int64_t d)
+{
+	return titan_cpu_ws_add(tq, titan_cpu_ws_add(titan_cpu_ws_mul(2, titan_cpu_ws_mul(bq, bk)),
+						     titan_cpu_ws_mul(2, titan_cpu_ws_mul(d, bk))));
+}
+
+/* One set per thread; a task per (row, head, query block) forward, per
+ * (row, kv head) backward. */
+int64_t titan_cpu_attn_fwd_ws(int64_t nthreads, int64_t bq, int64_t bk, int64_t batch,
+			      int64_t tq, int64_t h, int64_t d)
+{
+	const int64_t ntask = titan_cpu_ws_mul(titan_cpu_ws_mul(batch, h), (tq + bq - 1) / bq);
+
+	if (ntask <= 0)
+		return ntask;
+	return titan_cpu_ws_mul(titan_cpu_ws_mul(titan_cpu_nthreads(nthreads, ntask),
+						 fwd_per(bq, bk, d)),
+				(int64_t)sizeof(float));
+}
+
+int64_t titan_cpu_attn_bwd_ws(int64_t nthreads, int64_t bq, int64_t bk, int64_t batch,
+			      int64_t tq, int64_t tk, int64_t hkv, int64_t d)
+{
+	const int64_t ntask = titan_cpu_ws_mul(batch, hkv);
+
+	if (ntask <= 0 || (tq == 0 && tk == 0))
+		return ntask < 0 ? -1 : 0;
+	return titan_cpu_ws_mul(titan_cpu_ws_mul(titan_cpu_nthreads(nthreads, ntask),
+						 bwd_per(tq, bq, bk, d)),
+				(int64_t)sizeof(float));
+}
+
 /* Forward of a part (the causal op is the part tq = tk = T, diag 0).  With
  * `merge` every row's online-softmax state starts from the result it
  * already holds over other keys: m = lse, l = 1, o = out (o/l = out and
@@ -411,8 +454,9 @@ static int part_fwd(struct titan_backend *be, float *out, float *lse, const floa
 	if (ntask == 0)
 		return 0;
 	int nt = titan_cpu_threads(be, ntask);
-	const int64_t per = bq * bk + D * bk + 2 * bq;
-	float *ws = titan_cpu_workspace(be, (size_t)(nt * per) * sizeof(float));
+	const int64_t per = fwd_per(bq, bk, D);
+	const int64_t bytes = titan_cpu_attn_fwd_ws(be->nthreads, bq, bk, B, Tq, H, D);
+	float *ws = bytes < 0 ? NULL : titan_cpu_workspace(be, (size_t)bytes);
 	if (!ws)
 		return TITAN_E_NOMEM;
 
@@ -492,8 +536,9 @@ static int part_bwd(struct titan_backend *be, float *dq, float *dk, float *dv,
 	if (ntask == 0 || (Tq == 0 && Tk == 0))
 		return 0;
 	int nt = titan_cpu_threads(be, ntask);
-	const int64_t per = Tq + 2 * bq * bk + 2 * D * bk;
-	float *ws = titan_cpu_workspace(be, (size_t)(nt * per) * sizeof(float));
+	const int64_t per = bwd_per(Tq, bq, bk, D);
+	const int64_t bytes = titan_cpu_attn_bwd_ws(be->nthreads, bq, bk, B, Tq, Tk, Hkv, D);
+	float *ws = bytes < 0 ? NULL : titan_cpu_workspace(be, (size_t)bytes);
 	if (!ws)
 		return TITAN_E_NOMEM;
 

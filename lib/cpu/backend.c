@@ -12,13 +12,18 @@
 #include <cblas.h>
 #endif
 
-int titan_cpu_threads(const struct titan_backend *be, int64_t work)
+int titan_cpu_nthreads(int64_t nthreads, int64_t work)
 {
-	int64_t nt = be->nthreads > 0 ? be->nthreads : 1;
+	int64_t nt = nthreads > 0 ? nthreads : 1;
 
 	if (work < nt)
 		nt = work;
 	return nt < 1 ? 1 : (int)nt;
+}
+
+int titan_cpu_threads(const struct titan_backend *be, int64_t work)
+{
+	return titan_cpu_nthreads(be->nthreads, work);
 }
 
 void *titan_cpu_workspace(struct titan_backend *be, size_t bytes)

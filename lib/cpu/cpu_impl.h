@@ -182,6 +182,22 @@ int titan_cpu_threads(const struct titan_backend *be, int64_t work);
 void *titan_cpu_workspace(struct titan_backend *be, size_t bytes);
 void titan_cpu_workspace_free(struct titan_backend *be, void *p);
 
+/* Products and sums for the workspace sizes (titan/ops.h): -1 when an
+ * operand is -1 or the result does not fit in 64 bits. */
+static inline int64_t titan_cpu_ws_mul(int64_t a, int64_t b)
+{
+	int64_t r;
+
+	return a < 0 || b < 0 || __builtin_mul_overflow(a, b, &r) ? -1 : r;
+}
+
+static inline int64_t titan_cpu_ws_add(int64_t a, int64_t b)
+{
+	int64_t r;
+
+	return a < 0 || b < 0 || __builtin_add_overflow(a, b, &r) ? -1 : r;
+}
+
 /* Row-major C[m,n] = alpha·op(A)·op(B) + beta·C (beta 0: C not read), op =
  * transpose when ta/tb.  OpenBLAS cblas_sgemm when built with it, one
  * thread per tile of C (tiles fixed by the shape, so results do not depend

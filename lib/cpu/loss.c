@@ -40,6 +40,20 @@ ce_row_body(float *z, int64_t v, int32_t y, float gs, bool grads)
 TITAN_CPU_DISPATCH(double, ce_row, (float *z, int64_t v, int32_t y, float gs, bool grads),
 		   (z, v, y, gs, grads))
 
+/* chunk·v logits (fp32) and chunk row losses (fp64), both live at once */
+void titan_cpu_classifier_ce_ws(int64_t n, int64_t v, int64_t chunk, int64_t *logits,
+				int64_t *rows)
+{
+	if (n <= 0) {
+		*logits = *rows = 0;
+		return;
+	}
+	if (chunk <= 0 || chunk > n)
+		chunk = n;
+	*logits = titan_cpu_ws_mul(titan_cpu_ws_mul(chunk, v), (int64_t)sizeof(float));
+	*rows = titan_cpu_ws_mul(chunk, (int64_t)sizeof(double));
+}
+
 int titan_cpu_classifier_ce(struct titan_backend *be, double *loss_sum,
 			    int64_t *n_valid, float *dh, float *dw,
 			    const float *h, const float *w,
@@ -63,10 +77,12 @@ int titan_cpu_classifier_ce(struct titan_backend *be, double *loss_sum,
 					   (int)labels[i], (long long)i, (long long)v);
 	if (n == 0)
 		return 0;
+	int64_t zb, rb;
+	titan_cpu_classifier_ce_ws(n, v, chunk, &zb, &rb);
 	if (chunk <= 0 || chunk > n)
 		chunk = n;
-	float *z = titan_cpu_workspace(be, (size_t)(chunk * v) * sizeof(float));
-	double *rl = titan_cpu_workspace(be, (size_t)chunk * sizeof(double));
+	float *z = zb < 0 ? NULL : titan_cpu_workspace(be, (size_t)zb);
+	double *rl = rb < 0 ? NULL : titan_cpu_workspace(be, (size_t)rb);
 	if (!z || !rl) {
 		rc = TITAN_E_NOMEM;
 		goto fail;

@@ -100,6 +100,14 @@ sumsq_range_body(const float *x, int64_t n)
 TITAN_CPU_DISPATCH(double, sumsq_range, (const float *x, int64_t n),
 		   (x, n))
 
+/* a partial sum (double) per TITAN_SUMSQ_CHUNK elements */
+int64_t titan_cpu_sumsq_ws(int64_t n)
+{
+	const int64_t nch = (n + TITAN_SUMSQ_CHUNK - 1) / TITAN_SUMSQ_CHUNK;
+
+	return n > 0 ? nch * (int64_t)sizeof(double) : 0;
+}
+
 int titan_cpu_sumsq(struct titan_backend *be, double *out, const float *x,
 		    int64_t n)
 {
@@ -108,7 +116,7 @@ int titan_cpu_sumsq(struct titan_backend *be, double *out, const float *x,
 	*out = 0.0;
 	if (n <= 0)
 		return 0;
-	double *part = titan_cpu_workspace(be, (size_t)nch * sizeof(double));
+	double *part = titan_cpu_workspace(be, (size_t)titan_cpu_sumsq_ws(n));
 	if (!part)
 		return TITAN_E_NOMEM;
 	int nt = titan_cpu_threads(be, nch);

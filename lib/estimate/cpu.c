@@ -15,10 +15,10 @@
  * pipeline's buffers, read from the engine built on the dry run's
  * allocator (dry.c, est_dry_plan); only the trainer's inputs and labels
  * are counted here.  What lives for a moment — the ops' workspace
- * (lib/cpu: attention tiles, the loss's chunk logits, the norm's partial
- * sums, from the same macros TITAN_ATTN_BLOCK, TITAN_SUMSQ_CHUNK,
- * TITAN_CE_CHUNK), CP's ring, the metrics row — is still a formula here,
- * as in the measure backend (measure.c).  tests/bats/titan-estimate.bats,
+ * (attention tiles, the loss's chunk logits, the norm's partial sums:
+ * lib/cpu's own size functions, titan_cpu_*_ws in titan/ops.h, which the
+ * measure backend's ops take too), CP's ring, the metrics row — is still
+ * a formula here.  tests/bats/titan-estimate.bats,
  * titan-estimate-pp-cp.bats and titan-train-dist.bats run titan-train and
  * compare.
  *
@@ -285,7 +285,8 @@ static void cpu_static(struct cpu *c)
 			 c->plan.built.cur[TITAN_MEM_COMM], c->all);
 	/* titan-train: inputs and labels of every microbatch of a step */
 	est_item(r, "inputs + labels (all microbatches)", TITAN_MEM_DATA,
-		 est_mul(&c->n, est_mul(&c->n, c->e->tokens_per_step, 2), 4), c->all);
+		 est_mul(&c->n, est_stated(&c->n, titan_trainer_token_bytes(c->e->tokens_per_step)),
+			 2), c->all);
 }
 
 /* What lives for a moment: the ops' workspace (lib/cpu), CP's ring, the
@@ -296,7 +297,6 @@ static void cpu_transient(struct cpu *c)
 	struct titan_est_rank *r = c->r;
 	struct est_num *n = &c->n;
 	const int64_t B = c->B, Sl = c->Sl, D = c->D, cp = c->cp, bq = TITAN_ATTN_BLOCK;
-	const int64_t chunk = c->N < TITAN_CE_CHUNK ? c->N : TITAN_CE_CHUNK;
 	const int64_t *comm = c->comm;
 	const uint32_t bwd = EST_AT(c->m_bwd);
 	const uint32_t rc_at = EST_AT(c->m_fwd) | (c->m_rec >= 0 ? EST_AT(c->m_rec) : 0);
@@ -314,13 +314,16 @@ static void cpu_transient(struct cpu *c)
 		est_item(r, "sgemm peak probe (3 x 1024 x 1024 fp32)", TITAN_MEM_WORKSPACE,
 			 3 * (int64_t)PROBE_N * PROBE_N * 4, EST_AT(c->m_start));
 	est_item(r, "attention forward tiles (per thread)", TITAN_MEM_WORKSPACE,
-		 est_ws_attn_fwd(n, c->threads, bq, bq, B, tq, c->H, D), rc_at);
-	if (c->tp == 1 && c->m_loss >= 0)
+		 est_stated(n, titan_cpu_attn_fwd_ws(c->threads, bq, bq, B, tq, c->H, D)), rc_at);
+	if (c->tp == 1 && c->m_loss >= 0) {
+		int64_t zb, rb;
+
+		titan_cpu_classifier_ce_ws(c->N, c->V, TITAN_CE_CHUNK, &zb, &rb);
 		est_item(r, "classifier/CE chunk logits + row losses", TITAN_MEM_WORKSPACE,
-			 est_add(n, est_mul(n, est_mul(n, chunk, c->V), 4), est_mul(n, chunk, 8)),
-			 EST_AT(c->m_loss));
+			 est_add(n, est_stated(n, zb), est_stated(n, rb)), EST_AT(c->m_loss));
+	}
 	est_item(r, "attention backward tiles (per thread)", TITAN_MEM_WORKSPACE,
-		 est_ws_attn_bwd(n, c->threads, bq, bq, B, tq, tq, c->Hkv, D), bwd);
+		 est_stated(n, titan_cpu_attn_bwd_ws(c->threads, bq, bq, B, tq, tq, c->Hkv, D)), bwd);
 	if (cp > 1 && o->cp_alltoall) {
 		const int64_t nkv = est_mul(n, est_mul(n, B, Sl), c->kv);
 		const int64_t nbuf = cp - 1 < 2 ? cp - 1 : 2;
@@ -332,8 +335,8 @@ static void cpu_transient(struct cpu *c)
 		est_item(r, "CP ring: the block's own dK/dV", TITAN_MEM_WORKSPACE,
 			 est_mul(n, nkv, 2 * 4), bwd);
 	}
-	est_item(r, "gradient norm partial sums", TITAN_MEM_WORKSPACE, est_ws_sumsq(c->sumsq),
-		 EST_AT(c->m_norm));
+	est_item(r, "gradient norm partial sums", TITAN_MEM_WORKSPACE,
+		 est_stated(n, titan_cpu_sumsq_ws(c->sumsq)), EST_AT(c->m_norm));
 	/* the metrics row (300-500 characters) in lib/core's JSON writer: its
 	 * buffer grows 256 -> 512 bytes with both live while copying */
 	if (c->m_log >= 0)

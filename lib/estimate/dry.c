@@ -319,6 +319,11 @@ static int dry(const struct titan_model_dims *dims, const struct titan_est_opts 
 	struct titan_llama_opts mo = {
 		.batch = o->local_batch, .seq = seq_len, .ac_every = o->ac_every,
 		.cp_ring = o->cp_alltoall,
+		/* block_causal: the document ids in the plan of the engine
+		 * built (doc_eos 0: any boundary, nothing is computed); a
+		 * step would write them from the host, and FSDP's buffers do
+		 * not depend on them */
+		.block_causal = o->block_causal && !step,
 		.ac = o->ac == TITAN_EST_AC_NONE ? TITAN_AC_NONE : o->ac == TITAN_EST_AC_FULL ?
 		      TITAN_AC_FULL : o->ac == TITAN_EST_AC_OP ? TITAN_AC_SELECTIVE_OP :
 		      TITAN_AC_SELECTIVE,

@@ -86,15 +86,11 @@ int est_dry_plan(const struct titan_model_dims *d, const struct titan_est_opts *
 		 struct est_dry *out);
 void est_dry_release(struct est_dry *r);
 
-/* The CPU ops' workspace in bytes (lib/cpu's, measure.c: one statement
- * for the measure backend and the CPU model): attention forward of tq
- * query rows, backward of tq rows against tk keys (nthreads threads at
- * most), the sum of squares of n elements. */
-int64_t est_ws_attn_fwd(struct est_num *n, int64_t nthreads, int64_t bq, int64_t bk,
-			int64_t batch, int64_t tq, int64_t h, int64_t d);
-int64_t est_ws_attn_bwd(struct est_num *n, int64_t nthreads, int64_t bq, int64_t bk,
-			int64_t batch, int64_t tq, int64_t tk, int64_t hkv, int64_t d);
-int64_t est_ws_sumsq(int64_t n);
+/* A byte count that lib/cpu or lib/train states (the CPU ops' workspace,
+ * titan_cpu_*_ws in titan/ops.h; the trainer's token buffers,
+ * titan_trainer_token_bytes) in checked arithmetic: -1 (past 64 bits)
+ * sets the overflow flag. */
+int64_t est_stated(struct est_num *n, int64_t bytes);
 
 int est_cpu_model(const struct titan_model_dims *d, const struct titan_est_opts *o,
 		  struct titan_estimate *e);

@@ -107,48 +107,11 @@ static int workspace(struct titan_backend *be, int64_t bytes)
 	return 0;
 }
 
-/* The CPU ops' workspace in bytes, as lib/cpu takes it (one statement
- * for the measure backend's ops and the CPU model's moments, cpu.c):
- * nthreads threads at most, one task each. */
-static int64_t threads(int64_t nthreads, int64_t work)
+/* A stated byte count (est_impl.h) in the estimate's checked
+ * arithmetic: -1 (no 64-bit size) is an overflow. */
+int64_t est_stated(struct est_num *n, int64_t bytes)
 {
-	int64_t nt = nthreads > 0 ? nthreads : 1;
-
-	if (work < nt)
-		nt = work;
-	return nt < 1 ? 1 : nt;
-}
-
-/* attention forward of tq query rows: per task (row, head, query block)
- * tiles of bq·bk + D·bk + 2·bq floats, one set per thread */
-int64_t est_ws_attn_fwd(struct est_num *n, int64_t nthreads, int64_t bq, int64_t bk,
-			int64_t batch, int64_t tq, int64_t h, int64_t d)
-{
-	const int64_t ntask = est_mul(n, est_mul(n, batch, h), (tq + bq - 1) / bq);
-
-	if (!ntask)
-		return 0;
-	return est_mul(n, est_mul(n, threads(nthreads, ntask),
-				  est_add(n, est_mul(n, bq, bk), d * bk + 2 * bq)), 4);
-}
-
-/* backward: a task per (row, kv head), tq + 2·bq·bk + 2·D·bk floats */
-int64_t est_ws_attn_bwd(struct est_num *n, int64_t nthreads, int64_t bq, int64_t bk,
-			int64_t batch, int64_t tq, int64_t tk, int64_t hkv, int64_t d)
-{
-	const int64_t ntask = est_mul(n, batch, hkv);
-
-	if (!ntask || (!tq && !tk))
-		return 0;
-	return est_mul(n, est_mul(n, threads(nthreads, ntask),
-				  est_add(n, tq, 2 * bq * bk + 2 * d * bk)), 4);
-}
-
-/* the sum of squares of n elements: a partial sum (double) per
- * TITAN_SUMSQ_CHUNK */
-int64_t est_ws_sumsq(int64_t n)
-{
-	return n > 0 ? (n + TITAN_SUMSQ_CHUNK - 1) / TITAN_SUMSQ_CHUNK * 8 : 0;
+	return est_mul(n, bytes < 0 ? INT64_MAX : bytes, 1);
 }
 
 static int64_t block_q(const struct titan_backend *be)
@@ -164,21 +127,19 @@ static int64_t block_k(const struct titan_backend *be)
 static int attn_fwd_ws(struct titan_backend *be, int64_t batch, int64_t tq, int64_t h,
 		       int64_t d)
 {
-	struct est_num n = {0};
-	const int64_t b = est_ws_attn_fwd(&n, be->nthreads, block_q(be), block_k(be), batch, tq,
-					  h, d);
+	const int64_t b = titan_cpu_attn_fwd_ws(be->nthreads, block_q(be), block_k(be), batch,
+						tq, h, d);
 
-	return b ? workspace(be, b) : 0;
+	return b < 0 ? TITAN_E_NOMEM : b ? workspace(be, b) : 0;
 }
 
 static int attn_bwd_ws(struct titan_backend *be, int64_t batch, int64_t tq, int64_t tk,
 		       int64_t hkv, int64_t d)
 {
-	struct est_num n = {0};
-	const int64_t b = est_ws_attn_bwd(&n, be->nthreads, block_q(be), block_k(be), batch, tq,
-					  tk, hkv, d);
+	const int64_t b = titan_cpu_attn_bwd_ws(be->nthreads, block_q(be), block_k(be), batch,
+						tq, tk, hkv, d);
 
-	return b ? workspace(be, b) : 0;
+	return b < 0 ? TITAN_E_NOMEM : b ? workspace(be, b) : 0;
 }
 
 static void m_release(struct titan_backend *be)
@@ -287,17 +248,18 @@ static int m_classifier_ce(struct titan_backend *be, double *loss_sum, int64_t *
 			   float grad_scale, int64_t chunk)
 {
 	void *z, *rl;
+	int64_t zb, rb;
 
 	(void)dh, (void)dw, (void)h, (void)w, (void)labels, (void)c, (void)grad_scale;
 	*loss_sum = 0.0;
 	*n_valid = 0;
 	if (n <= 0)
 		return 0;
-	if (chunk <= 0 || chunk > n)
-		chunk = n;
-	z = titan_mem_alloc(be->alloc, (size_t)(chunk * v) * sizeof(float), TITAN_MEM_WORKSPACE);
-	rl = z ? titan_mem_alloc(be->alloc, (size_t)chunk * sizeof(double), TITAN_MEM_WORKSPACE)
-	       : NULL;
+	titan_cpu_classifier_ce_ws(n, v, chunk, &zb, &rb);
+	if (zb < 0 || rb < 0)
+		return TITAN_E_NOMEM;
+	z = titan_mem_alloc(be->alloc, (size_t)zb, TITAN_MEM_WORKSPACE);
+	rl = z ? titan_mem_alloc(be->alloc, (size_t)rb, TITAN_MEM_WORKSPACE) : NULL;
 	titan_mem_free(be->alloc, z);
 	titan_mem_free(be->alloc, rl);
 	return rl ? 0 : TITAN_E_NOMEM;
@@ -348,7 +310,7 @@ static int m_sumsq(struct titan_backend *be, double *out, const float *x, int64_
 	*out = 0.0;
 	if (n <= 0)
 		return 0;
-	return workspace(be, est_ws_sumsq(n));
+	return workspace(be, titan_cpu_sumsq_ws(n));
 }
 
 static int m_scale(struct titan_backend *be, float *x, int64_t n, float alpha)

@@ -64,6 +64,7 @@ int titan_est_opts_from_config(struct titan_est_opts *o, const struct titan_conf
 			lo.ac == TITAN_AC_FULL ? TITAN_EST_AC_FULL :
 			lo.ac == TITAN_AC_SELECTIVE_OP ? TITAN_EST_AC_OP : TITAN_EST_AC_SELECTIVE;
 		o->ac_every = lo.ac_every;
+		o->block_causal = lo.block_causal;
 	} else if (c->activation_checkpoint.mode_e == TITAN_ACT_CKPT_NONE) {
 		o->ac = TITAN_EST_AC_NONE;
 	} else if (c->activation_checkpoint.mode_e == TITAN_ACT_CKPT_FULL) {

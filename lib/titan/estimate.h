@@ -132,6 +132,7 @@ struct titan_est_opts {
 	bool loss_parallel;       /* vocab-sharded logits with TP */
 	bool async_tp;
 	bool cp_alltoall;         /* context_parallel_rotate_method alltoall (else allgather) */
+	bool block_causal;        /* training.attn_mask_type block_causal (CPU: document ids) */
 	double mfu;               /* fraction of peak achieved on the executed FLOPs */
 	/* CPU model */
 	int threads;              /* OpenMP threads of titan-train (0: this process's) */

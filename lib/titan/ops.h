@@ -366,6 +366,28 @@ struct titan_backend_ops {
  * outside OpenMP parallel regions, so the two never nest.  Returns 0. */
 int titan_backend_cpu_init(struct titan_backend *be, int nthreads);
 
+/* The CPU ops' workspace, stated once (lib/cpu): the ops take exactly
+ * these blocks (tag TITAN_MEM_WORKSPACE, given back before they return)
+ * and titan-estimate counts them.  Bytes, 0 when the op takes none, -1
+ * when the size does not fit in 64 bits.  `nthreads` is the backend's
+ * (be->nthreads), bq and bk its attention blocks.
+ *
+ * titan_cpu_nthreads: the threads an op runs for `work` tasks (nthreads,
+ * at least 1, at most work).  Attention: forward of tq query rows of
+ * h heads, backward of tq query rows against tk keys of hkv kv heads
+ * (titan_attn_dims is the part tq = tk = seq).  Sum of squares of n
+ * elements.  classifier_ce over n rows of a vocabulary of v in chunks of
+ * `chunk` rows (<= 0: all): two blocks live at once, the chunk's logits
+ * (logits) and row losses (rows). */
+int titan_cpu_nthreads(int64_t nthreads, int64_t work);
+int64_t titan_cpu_attn_fwd_ws(int64_t nthreads, int64_t bq, int64_t bk, int64_t batch,
+			      int64_t tq, int64_t h, int64_t d);
+int64_t titan_cpu_attn_bwd_ws(int64_t nthreads, int64_t bq, int64_t bk, int64_t batch,
+			      int64_t tq, int64_t tk, int64_t hkv, int64_t d);
+int64_t titan_cpu_sumsq_ws(int64_t n);
+void titan_cpu_classifier_ce_ws(int64_t n, int64_t v, int64_t chunk, int64_t *logits,
+				int64_t *rows);
+
 /* The nominal fp32 peak of this CPU (lib/cpu/peak.c, docs/performance.md):
  * flops = threads x clock_hz x flops_per_cycle, with FLOPs/cycle of the
  * sgemm kernel OpenBLAS runs (isa, kernel) and the nominal clock

@@ -166,6 +166,7 @@ enum titan_buf_role {
 	TITAN_BUF_BLOCK_INPUTS, TITAN_BUF_SAVED_OP, TITAN_BUF_RECOMPUTE_OP, TITAN_BUF_SAVED,
 	TITAN_BUF_RECOMPUTE, TITAN_BUF_FINAL_NORM, TITAN_BUF_LOSS_GRAD, TITAN_BUF_ZB_FINAL_GRAD,
 	TITAN_BUF_ZB_STASH, TITAN_BUF_ZB_INPUTS, TITAN_BUF_ZB_ONES, TITAN_BUF_TOKEN_IDS,
+	TITAN_BUF_DOC_IDS,
 	TITAN_BUF_SCRATCH, TITAN_BUF_TP_SP, TITAN_BUF_TP_LOSS, TITAN_BUF_TP_LOGITS,
 	TITAN_BUF_MOE_ROUTER, TITAN_BUF_MOE_EXPERTS, /* a MoE block's activations */
 	TITAN_BUF_NROLES
@@ -455,6 +456,11 @@ int titan_trainer_stopped_by(const struct titan_trainer *t);
 /* Close the metrics and memory trace files (their write errors). */
 int titan_trainer_close(struct titan_trainer *t);
 void titan_trainer_free(struct titan_trainer *t); /* NULL-safe */
+/* The trainer's token buffers of a step, stated once (titan-estimate
+ * counts them): inputs and labels, each an int32 for every token of the
+ * step's microbatches (`tokens`: local_batch_size x seq_len x gradient
+ * accumulation steps); the bytes of one of the two, -1 past 64 bits. */
+int64_t titan_trainer_token_bytes(int64_t tokens);
 void titan_trainer_catch_signals(void);
 
 /* ------------------------------------------------ data parallelism */

@@ -262,6 +262,7 @@ static const char *const role_name[TITAN_BUF_NROLES] = {
 	[TITAN_BUF_ZB_INPUTS] = "ZB: stashed layer inputs (shared activations)",
 	[TITAN_BUF_ZB_ONES] = "ZB: ones (weight pass of the norms)",
 	[TITAN_BUF_TOKEN_IDS] = "token ids",
+	[TITAN_BUF_DOC_IDS] = "block_causal: document ids",
 	[TITAN_BUF_SCRATCH] = "backward scratch",
 	[TITAN_BUF_MOE_ROUTER] = "MoE router: scores, gate values, choices, slot order",
 	[TITAN_BUF_MOE_EXPERTS] = "MoE experts: routed rows, hidden, outputs; shared experts",
@@ -450,9 +451,12 @@ static int alloc_mb(struct titan_llama *m, struct mb *b)
 	}
 	if (!(b->ids = (uint32_t *)buf(m, m->n, TITAN_MEM_DATA, TITAN_BUF_TOKEN_IDS)))
 		return TITAN_E_NOMEM;
-	/* host memory outside the plan: 8 bytes a token, block_causal only */
+	/* block_causal: document ids in sequence order and CP's local order,
+	 * host memory (read by host code and the CPU kernels only, so
+	 * m->alloc: the host's on the CPU backend), an int32 a token each */
 	if (m->o.block_causal &&
-	    !(b->doc = malloc(2 * (size_t)(m->o.batch * m->o.seq) * sizeof(*b->doc))))
+	    !(b->doc = (int32_t *)buf(m, 2 * m->o.batch * m->o.seq, TITAN_MEM_DATA,
+				      TITAN_BUF_DOC_IDS)))
 		return TITAN_E_NOMEM;
 	if (!m->pl.st.last)
 		return 0;
@@ -685,8 +689,9 @@ int titan_llama_new(const struct titan_model_dims *d, const struct titan_llama_o
 				 "document boundaries (an EOS or BOS id; opts.doc_eos/doc_bos)");
 		goto fail;
 	}
-	/* the document mask is in the CPU kernels only (lib/cpu/attention.c) */
-	if (o->block_causal && strcmp(be->ops->name, "cpu")) {
+	/* the document mask is in the CPU kernels only (lib/cpu/attention.c),
+	 * and in their dry run (titan-estimate's measure backend) */
+	if (o->block_causal && strcmp(be->ops->name, "cpu") && strcmp(be->ops->name, "measure")) {
 		rc = titan_error(TITAN_E_INVALID, "training.attn_mask_type: block_causal is not "
 				 "in the %s backend's attention; use training.device: cpu",
 				 be->ops->name);
@@ -828,7 +833,6 @@ void titan_llama_free(struct titan_llama *m)
 		free(m->pl.mb[k].x);
 		free(m->pl.mb[k].acts);
 		free(m->pl.mb[k].w);
-		free(m->pl.mb[k].doc);
 	}
 	free(m->pl.mb);
 	free(m->ac.whole);

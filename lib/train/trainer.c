@@ -413,8 +413,12 @@ int titan_trainer_new(const struct titan_config *cfg, const struct titan_trainer
 	t->model = titan_engine_model(t->engine);
 	if ((rc = titan_trainer_ckpt_setup(t)) < 0)
 		return rc;
-	t->inputs = titan_malloc((size_t)(t->accum * t->n) * sizeof(int32_t), TITAN_MEM_DATA);
-	t->labels = titan_malloc((size_t)(t->accum * t->n) * sizeof(int32_t), TITAN_MEM_DATA);
+	const int64_t bytes = titan_trainer_token_bytes(t->accum * t->n);
+	if (bytes < 0)
+		return titan_error(TITAN_E_NOMEM, "the step's %lld tokens do not fit in 64-bit "
+				   "byte counts", (long long)(t->accum * t->n));
+	t->inputs = titan_malloc((size_t)bytes, TITAN_MEM_DATA);
+	t->labels = titan_malloc((size_t)bytes, TITAN_MEM_DATA);
 	if (!t->inputs || !t->labels)
 		return TITAN_E_NOMEM;
 	t->flops_per_token = titan_model_flops_per_token(&t->dims, c->training.seq_len);
@@ -427,6 +431,14 @@ int titan_trainer_close(struct titan_trainer *t)
 	if (!t)
 		return 0;
 	return titan_trainer_metrics_close(t, titan_trainer_memtrace_close(t));
+}
+
+int64_t titan_trainer_token_bytes(int64_t tokens)
+{
+	int64_t bytes;
+
+	return tokens < 0 || __builtin_mul_overflow(tokens, (int64_t)sizeof(int32_t), &bytes) ?
+	       -1 : bytes;
 }
 
 void titan_trainer_free(struct titan_trainer *t)

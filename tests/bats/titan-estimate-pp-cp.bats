@@ -144,6 +144,28 @@ PP2="--parallelism.pipeline_parallel_degree=2"
 		--activation_checkpoint.selective_ac_option=op
 }
 
+@test "titan-estimate --device cpu --rank R: block_causal's document ids counted by both, to the byte (1 rank, CP 2 allgather and alltoall, PP 2)" {
+	local bc=--training.attn_mask_type=block_causal
+	# the document ids are the model's (its buffer plan): sequence order and
+	# CP's local order, an int32 a token each, of the 12 x 32 microbatch
+	titan-estimate --config "$DATA/tiny.yaml" --device cpu --json $bc > "$BATS_TEST_TMPDIR/bc.json"
+	/usr/bin/python3 - "$BATS_TEST_TMPDIR/bc.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))["ranks"][0]
+it = [i for i in r["items"] if i["name"] == "block_causal: document ids"]
+assert it and it[0]["tag"] == "data" and it[0]["bytes"] == 2 * 12 * 32 * 4, r["items"]
+PY
+	run -0 est_vs_run 1 $bc
+	echo "# block_causal: ${lines[*]}" >&3
+	run -0 est_vs_run 2 $bc --parallelism.context_parallel_degree=2
+	echo "# block_causal CP 2: ${lines[*]}" >&3
+	run -0 est_vs_run 2 $bc --parallelism.context_parallel_degree=2 \
+		--parallelism.context_parallel_rotate_method=alltoall
+	echo "# block_causal CP 2 alltoall: ${lines[*]}" >&3
+	run -0 est_vs_run 2 $bc $PP2 --parallelism.pipeline_parallel_microbatch_size=3
+	echo "# block_causal PP 2: ${lines[*]}" >&3
+}
+
 # stages_vs_log N ARGS...: titan-train's log of its stages ("Pipeline stage
 # S of T (rank R): layers A-B") against --json stage_layers of the CPU
 # model (each rank) and of the GPU model (every pipeline rank at once)

@@ -185,6 +185,91 @@ static void test_backend_workspace(void **state)
 	titan_allocator_free(a);
 }
 
+/* The one statement of the CPU ops' workspace (titan_cpu_*_ws, lib/cpu):
+ * the CPU ops take exactly those bytes, and so do the measure backend's
+ * ops, which titan-estimate counts. */
+static int64_t ws_peak(struct titan_allocator *a)
+{
+	struct titan_mem_stats st;
+
+	titan_mem_get_stats(a, &st);
+	assert_true(st.cur[TITAN_MEM_WORKSPACE] == 0);
+	titan_mem_reset_peak(a);
+	return st.peak[TITAN_MEM_WORKSPACE];
+}
+
+static float *zeros(int64_t n)
+{
+	float *p = calloc((size_t)n, sizeof(float));
+
+	assert_non_null(p);
+	return p;
+}
+
+static void test_cpu_workspace_stated_once(void **state)
+{
+	static const struct titan_attn_dims d = {.batch = 2, .seq = 130, .n_heads = 4,
+						 .n_kv_heads = 2, .head_dim = 8};
+	const int64_t nq = d.batch * d.seq * d.n_heads * d.head_dim;
+	const int64_t nkv = d.batch * d.seq * d.n_kv_heads * d.head_dim;
+	const int64_t N = 20, C = 8, V = 100, nsq = 3 * TITAN_SUMSQ_CHUNK + 1;
+	const int64_t bq = TITAN_ATTN_BLOCK, big = (int64_t)1 << 40;
+	int64_t zb, rb;
+
+	(void)state;
+	titan_cpu_classifier_ce_ws(N, V, 7, &zb, &rb);
+	for (int measure = 0; measure < 2; measure++) {
+		struct titan_mem_backend mb;
+		struct titan_allocator *a;
+		struct titan_backend be;
+		float *q = zeros(nq), *k = zeros(nkv), *v = zeros(nkv), *o = zeros(nq);
+		float *lse = zeros(d.batch * d.seq * d.n_heads), *dout = zeros(nq);
+		float *dq = zeros(nq), *dk = zeros(nkv), *dv = zeros(nkv);
+		float *h = zeros(N * C), *w = zeros(V * C), *dh = zeros(N * C), *dw = zeros(V * C);
+		float *x = zeros(nsq);
+		int32_t *labels = calloc((size_t)N, sizeof(int32_t));
+		double s;
+		int64_t nv;
+
+		assert_non_null(labels);
+		if (measure) {
+			titan_measure_mem_backend(&mb, false);
+			assert_non_null(a = titan_allocator_new("measure", &mb));
+			titan_backend_measure_init(&be, a, 3);
+		} else {
+			assert_non_null(a = titan_allocator_new("real", NULL));
+			assert_int_equal(titan_backend_cpu_init(&be, 3), 0);
+			be.alloc = a;
+		}
+		assert_int_equal(be.ops->attention_fwd(&be, o, lse, q, k, v, &d), 0);
+		assert_true(ws_peak(a) == titan_cpu_attn_fwd_ws(3, bq, bq, d.batch, d.seq,
+								 d.n_heads, d.head_dim));
+		assert_int_equal(be.ops->attention_bwd(&be, dq, dk, dv, dout, q, k, v, o, lse, &d),
+				 0);
+		assert_true(ws_peak(a) == titan_cpu_attn_bwd_ws(3, bq, bq, d.batch, d.seq, d.seq,
+								 d.n_kv_heads, d.head_dim));
+		assert_int_equal(be.ops->classifier_ce(&be, &s, &nv, dh, dw, h, w, labels, N, C, V,
+						       1.0f, 7), 0);
+		assert_true(ws_peak(a) == zb + rb);
+		assert_int_equal(be.ops->sumsq(&be, &s, x, nsq), 0);
+		assert_true(ws_peak(a) == titan_cpu_sumsq_ws(nsq));
+		titan_backend_release(&be);
+		titan_allocator_free(a);
+		free(q), free(k), free(v), free(o), free(lse), free(dq), free(dk), free(dv);
+		free(dout), free(h), free(w), free(dh), free(dw), free(x), free(labels);
+	}
+	/* the sizes themselves: 3 threads of 64·64 + 8·64 + 128 floats forward,
+	 * 130 + 2·64·64 + 2·8·64 backward; a size past 64 bits is -1 */
+	assert_true(titan_cpu_attn_fwd_ws(3, 64, 64, 2, 130, 4, 8) ==
+		    3 * (64 * 64 + 8 * 64 + 128) * 4);
+	assert_true(titan_cpu_attn_bwd_ws(3, 64, 64, 2, 130, 130, 2, 8) ==
+		    3 * (130 + 2 * 64 * 64 + 2 * 8 * 64) * 4);
+	assert_true(zb == 7 * 100 * 4 && rb == 7 * 8);
+	assert_true(titan_cpu_sumsq_ws(nsq) == 4 * 8 && titan_cpu_sumsq_ws(0) == 0);
+	assert_true(titan_cpu_attn_fwd_ws(1, 64, 64, big, 64, big, 8) == -1);
+	assert_true(titan_cpu_attn_bwd_ws(1, 64, 64, 1, (int64_t)1 << 62, 1, 1, 8) == -1);
+}
+
 /* ------------------------------------------------- the engine's dry run */
 
 enum { B = 2, T = 70, V = 61 };
@@ -424,6 +509,36 @@ static void test_static_buffers_are_the_engines(void **state)
 	}
 }
 
+/* The trainer's inputs and labels, stated once (titan_trainer_token_bytes,
+ * lib/train): the estimate's row is the two of them for the step's
+ * tokens. */
+static void test_token_buffers_stated_once(void **state)
+{
+	struct titan_model_dims d = tiny();
+	struct titan_est_opts o = tiny_cpu_opts(4, 24, TITAN_EST_AC_NONE, 1, 1);
+	struct titan_estimate e;
+	const struct titan_est_rank *r;
+	int found = 0;
+
+	(void)state;
+	assert_true(titan_trainer_token_bytes(10) == 40 && titan_trainer_token_bytes(0) == 0);
+	assert_true(titan_trainer_token_bytes(INT64_MAX / 2) == -1);
+	assert_true(titan_trainer_token_bytes(-1) == -1);
+	if (titan_estimate_run(&d, &o, &e) < 0)
+		fail_msg("%s", titan_errmsg());
+	assert_true(e.tokens_per_step == 4 * 24);
+	r = &e.ranks[0];
+	for (int k = 0; k < r->nitems; k++) {
+		if (strcmp(r->items[k].name, "inputs + labels (all microbatches)"))
+			continue;
+		assert_int_equal(r->items[k].tag, TITAN_MEM_DATA);
+		assert_true(r->items[k].bytes == 2 * titan_trainer_token_bytes(4 * 24));
+		found++;
+	}
+	assert_int_equal(found, 1);
+	titan_estimate_release(&e);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -431,6 +546,8 @@ int main(void)
 		cmocka_unit_test(test_counting_allocator),
 		cmocka_unit_test(test_guard_faults),
 		cmocka_unit_test(test_backend_workspace),
+		cmocka_unit_test(test_cpu_workspace_stated_once),
+		cmocka_unit_test(test_token_buffers_stated_once),
 		cmocka_unit_test(test_measure_ops_complete),
 		cmocka_unit_test(test_engine_dry_run_counts_as_real),
 		cmocka_unit_test(test_estimate_dry_run_405b),
