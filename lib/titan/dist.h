@@ -90,6 +90,9 @@ const char *titan_mesh_dim_name(enum titan_mesh_dim d);
 struct titan_parallel_dims {
 	int64_t degree[TITAN_DIM_NDIMS]; /* pp, dp_replicate, dp_shard, cp, tp */
 	int64_t world_size;
+	/* expert parallel degree: ranks of dp_shard x cp (consecutive, the
+	 * innermost of that region) that split the experts; 1 = none */
+	int64_t ep;
 };
 
 /* torchtitan's ParallelDims validation: every degree >= 1 except dp_shard,
@@ -97,7 +100,7 @@ struct titan_parallel_dims {
  * `world_size`: otherwise TITAN_E_INVALID naming the keys and the numbers
  * ("parallelism: data_parallel_replicate_degree 2 x data_parallel_shard_degree
  * 3 x ... = 6, but 4 ranks were started").  From the config's parallelism.*
- * keys. */
+ * keys; expert_parallel_degree (pd->ep) must divide dp_shard x cp. */
 int titan_parallel_dims_from_config(struct titan_parallel_dims *pd,
 				    const struct titan_config *c, int64_t world_size);
 /* Coordinates of `rank` (world) in the mesh, and back. */

@@ -1,0 +1,92 @@
+#!/usr/bin/env bats
+# Expert parallelism (parallelism.expert_parallel_degree, torchtitan's
+# name): the configuration rules (EP borrows its ranks from dp_shard x cp,
+# whole experts per rank, expert_tensor_parallel_degree only 1, EP next to
+# TP / PP / CP refused) and what is not implemented yet refused with exit 2.
+
+bats_require_minimum_version 1.5.0
+
+setup_file() {
+	load tiny
+	tiny_env
+	yes 'In the beginning God created the heaven and the earth. And the earth was without form, and void.' |
+		head -n 200 > "$DATA/c.txt"
+	titan-tokenize train -q --vocab-size 600 --format text "$DATA/c.txt" -o "$DATA/tok.tiktoken"
+	titan-tokenize -t "$DATA/tok.tiktoken" --doc-per-line "$DATA/c.txt" |
+		titan-shard -q -t "$DATA/tok.tiktoken" --out "$DATA/shards" --val-docs 2
+	cat > "$DATA/moe.yaml" <<YAML
+model:
+  flavor: custom
+  dim: 32
+  n_layers: 2
+  n_heads: 4
+  n_kv_heads: 2
+  vocab_size: 600
+  multiple_of: 32
+  moe_num_experts: 4
+  moe_top_k: 2
+  moe_inter_dim: 24
+training:
+  dataset_path: $DATA/shards
+  local_batch_size: 2
+  seq_len: 16
+  steps: 2
+YAML
+}
+
+setup() {
+	load helpers
+	load tiny
+	load layouts
+	DATA=$BATS_FILE_TMPDIR
+}
+
+@test "EP: expert_tensor_parallel_degree > 1, EP on a dense model, EP not dividing the experts: exit 2 naming the key" {
+	x=--job.dump_folder="$BATS_TEST_TMPDIR/x"
+	run -2 --separate-stderr titan-train -q --config "$DATA/moe.yaml" \
+		--parallelism.expert_tensor_parallel_degree=2 "$x"
+	[[ $stderr == "titan-train: error: parallelism.expert_tensor_parallel_degree: 2 is not supported"* ]]
+	run -2 --separate-stderr titan-train -q --config "$DATA/moe.yaml" \
+		--parallelism.expert_parallel_degree=3 "$x"
+	[[ $stderr == "titan-train: error: parallelism.expert_parallel_degree: 3 does not divide model.moe_num_experts 4"* ]]
+	run -2 --separate-stderr titan-train -q --config "$DATA/moe.yaml" --model.moe_num_experts=0 \
+		--parallelism.expert_parallel_degree=2 "$x"
+	[[ $stderr == "titan-train: error: parallelism.expert_parallel_degree: 2 needs a mixture of experts"* ]]
+	run -2 --separate-stderr titan-config --check --config "$DATA/moe.yaml" \
+		--parallelism.expert_parallel_degree=0
+	[[ $stderr == *"parallelism.expert_parallel_degree"* ]]
+	# the defaults: 1 and 1
+	run -0 titan-config --config "$DATA/moe.yaml" --get parallelism.expert_parallel_degree
+	[ "$output" = 1 ]
+	run -0 titan-config --config "$DATA/moe.yaml" --get parallelism.expert_tensor_parallel_degree
+	[ "$output" = 1 ]
+}
+
+@test "EP: the degree must divide data_parallel_shard_degree x context_parallel_degree (dp_shard -1 resolved)" {
+	x=--job.dump_folder="$BATS_TEST_TMPDIR/x"
+	run -2 --separate-stderr titan-train -q --config "$DATA/moe.yaml" \
+		--parallelism.expert_parallel_degree=2 "$x"
+	[ "$stderr" = "titan-train: error: parallelism.expert_parallel_degree 2: must divide data_parallel_shard_degree x context_parallel_degree (1 x 1)" ]
+	[ -z "${NO_MPI:-}" ] || skip "no MPI"
+	run -2 --separate-stderr timeout -k 5 60 mpiexec -n 2 env OMP_NUM_THREADS=1 titan-train -q \
+		--config "$DATA/moe.yaml" --parallelism.expert_parallel_degree=4 "$x"
+	[[ $stderr == *"titan-train: error: parallelism.expert_parallel_degree 4: must divide data_parallel_shard_degree x context_parallel_degree (2 x 1)"* ]]
+	run -2 --separate-stderr timeout -k 5 60 mpiexec -n 2 env OMP_NUM_THREADS=1 titan-train -q \
+		--config "$DATA/moe.yaml" --parallelism.expert_parallel_degree=2 \
+		--parallelism.data_parallel_replicate_degree=2 "$x"
+	[[ $stderr == *"titan-train: error: parallelism.expert_parallel_degree 2: must divide data_parallel_shard_degree x context_parallel_degree (1 x 1)"* ]]
+}
+
+@test "EP: EP x TP, EP x PP, EP x CP and (for now) EP in titan-train are refused with exit 2 naming the key" {
+	x=--job.dump_folder="$BATS_TEST_TMPDIR/x"
+	for a in parallelism.tensor_parallel_degree=2 parallelism.pipeline_parallel_degree=2 \
+		parallelism.context_parallel_degree=2; do
+		run -2 --separate-stderr titan-train -q --config "$DATA/moe.yaml" --"$a" \
+			--parallelism.expert_parallel_degree=2 "$x"
+		[[ $stderr == "titan-train: error: ${a%=*}: not supported"* ]]
+	done
+	[ -z "${NO_MPI:-}" ] || skip "no MPI"
+	run -2 --separate-stderr timeout -k 5 60 mpiexec -n 2 env OMP_NUM_THREADS=1 titan-train -q \
+		--config "$DATA/moe.yaml" --parallelism.expert_parallel_degree=2 "$x"
+	[[ $stderr == *"titan-train: error: parallelism.expert_parallel_degree 2: expert parallelism is not implemented in titan-train yet"* ]]
+}
