@@ -718,7 +718,7 @@ int titan_llama_new(const struct titan_model_dims *d, const struct titan_llama_o
 					 (long long)o->seq);
 			goto fail;
 		}
-		m->moe = (struct titan_moe){be, &titan_moe_dispatch_local, &m->d.moe, 0, C};
+		m->moe = (struct titan_moe){be, &titan_moe_dispatch_local, &m->d.moe, 0, C, NULL};
 		if (!(m->moe_tokens = calloc((size_t)(L * d->moe.num_experts),
 					     sizeof(*m->moe_tokens)))) {
 			rc = titan_error(TITAN_E_NOMEM, "out of memory");
