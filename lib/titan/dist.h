@@ -280,6 +280,9 @@ struct titan_dist {
 	struct titan_parallel_dims dims;
 	int64_t coord[TITAN_DIM_NDIMS];
 	struct titan_comm *comm[TITAN_DIM_NALL]; /* every dimension, flattened ones too */
+	/* expert parallelism's group (dims.ep > 1, else NULL): the ep ranks of
+	 * one block of consecutive dp_shard coordinates, all else the same */
+	struct titan_comm *ep;
 };
 
 /* Start MPI if launched under one (see the top), record the rank for log

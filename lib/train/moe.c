@@ -392,14 +392,30 @@ static struct here here(const struct titan_moe *m, const struct moe_acts *a)
 	return (struct here){ m->d->num_experts, m->n * m->d->top_k, a->counts };
 }
 
-int titan_moe_fwd(const struct titan_moe *m, const struct moe_w *w, const float *x,
+/* Floats from the given w1/w2/w3 (and dw's) to this rank's first expert. */
+static int64_t expert_off(const struct titan_moe *m)
+{
+	if (!m->ep)
+		return 0;
+	return (m->ep->rank * (m->d->num_experts / m->ep->ep) - m->ep->w_expert0) *
+	       m->d->inter_dim * m->C;
+}
+
+int titan_moe_fwd(const struct titan_moe *m, const struct moe_w *w0, const float *x,
 		  const float *h, float *y, struct moe_acts *a, int64_t *tokens)
 {
 	const struct titan_backend_ops *op = m->be->ops;
 	struct titan_backend *be = m->be;
 	const struct geo g = geo(m);
+	const int64_t eo = expert_off(m);
+	struct moe_w wl = *w0;
+	const struct moe_w *w = &wl;
 	int64_t o = 0;
 	int rc;
+
+	wl.w1 += eo;
+	wl.w2 += eo;
+	wl.w3 += eo;
 
 	CK(route(m, w, x, a));
 	CK(sort_slots(m, a, tokens));
@@ -481,15 +497,27 @@ static int route_bwd(const struct titan_moe *m, const struct moe_w *w, struct mo
 				      true);
 }
 
-int titan_moe_bwd(const struct titan_moe *m, const struct moe_w *w, struct moe_dw *dw,
+int titan_moe_bwd(const struct titan_moe *m, const struct moe_w *w0, struct moe_dw *dw0,
 		  const float *x, const float *dy, float *dx, struct moe_acts *a,
 		  const struct moe_scratch *s)
 {
 	const struct titan_backend_ops *op = m->be->ops;
 	struct titan_backend *be = m->be;
 	const struct geo g = geo(m);
+	const int64_t eo = expert_off(m);
+	struct moe_w wl = *w0;
+	struct moe_dw dwl = *dw0;
+	const struct moe_w *w = &wl;
+	struct moe_dw *dw = &dwl;
 	int64_t o = 0;
 	int rc;
+
+	wl.w1 += eo;
+	wl.w2 += eo;
+	wl.w3 += eo;
+	dwl.w1 = dwl.w1 ? dwl.w1 + eo : NULL;
+	dwl.w2 = dwl.w2 ? dwl.w2 + eo : NULL;
+	dwl.w3 = dwl.w3 ? dwl.w3 + eo : NULL;
 
 	/* shared experts: dx = their input gradient */
 	if (g.Fs > 0) {

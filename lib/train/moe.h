@@ -105,6 +105,9 @@ struct titan_moe_ep {
 	struct titan_comm *comm;
 	int64_t ep, rank;
 	float *sbuf, *rbuf;
+	/* the expert at row 0 of the w1, w2, w3 given (and of dw's): rank·E/ep
+	 * when only this rank's rows are given, 0 for the whole stacked tensors */
+	int64_t w_expert0;
 };
 
 /* One MoE block's geometry and injected parts. */

@@ -64,12 +64,6 @@ int titan_trainer_check_layout(const struct titan_trainer *t)
 		return titan_error(TITAN_E_INVALID, "parallelism.enable_async_tensor_parallel: "
 				   "not supported (the CPU path runs TP's collectives between the "
 				   "matmuls); set it to false");
-	/* the dispatch (moe.h's titan_moe_dispatch_ops) is ready for it; the
-	 * parameter table, optimizer and checkpoints do not place experts yet */
-	if (pd->ep > 1)
-		return titan_error(TITAN_E_INVALID, "parallelism.expert_parallel_degree %lld: "
-				   "expert parallelism is not implemented in titan-train yet "
-				   "(use 1)", (long long)pd->ep);
 	if (t->cfg.parallelism.data_parallel_replicate_degree < 1)
 		return titan_error(TITAN_E_INVALID, "parallelism.data_parallel_replicate_degree");
 	return 0;

@@ -86,7 +86,7 @@ static void run_moe(const struct titan_moe *m, const struct moe_w *w, const floa
 	r->y = fz(n * C);
 	r->dx = fz(n * C);
 	for (int i = 0; i < 7; i++)
-		r->dw[i] = fz(i == 3 ? E * C : i < 3 ? El * W : Fs * C);
+		r->dw[i] = fz(i == 3 ? E * C : i < 3 ? E * W : Fs * C); /* room for all experts */
 	assert_int_equal(titan_moe_fwd(m, w, x, h, r->y, a, NULL), 0);
 	assert_int_equal(titan_moe_bwd(m, w, &(struct moe_dw){ r->dw[0], r->dw[1], r->dw[2],
 			 r->dw[3], r->dw[4], r->dw[5], r->dw[6] }, x, dy, r->dx, a, &r->s), 0);
@@ -148,7 +148,7 @@ static void check_ep(struct titan_comm *comm, bool before)
 	run_moe(&one, &(struct moe_w){ w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7] }, x, h,
 		dy, &ref, 1);
 	/* this rank: its tokens and its experts */
-	struct titan_moe_ep epd = { comm, P, rank, fz(N * K * C), fz(N * K * P * C) };
+	struct titan_moe_ep epd = { comm, P, rank, fz(N * K * C), fz(N * K * P * C), rank * El };
 	struct titan_moe m = { &be, &titan_moe_dispatch_ep, &d, N, C, &epd };
 	const int64_t e0 = rank * El;
 
@@ -160,6 +160,15 @@ static void check_ep(struct titan_comm *comm, bool before)
 	close_to(ep.dw[0], ref.dw[0] + e0 * W, El * W, "d w1");
 	close_to(ep.dw[1], ref.dw[1] + e0 * W, El * W, "d w2");
 	close_to(ep.dw[2], ref.dw[2] + e0 * W, El * W, "d w3");
+	/* the same given the whole stacked experts (w_expert0 0, as the engine) */
+	struct run full;
+
+	epd.w_expert0 = 0;
+	run_moe(&m, &(struct moe_w){ w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7] },
+		x + rank * N * C, h + rank * N * C, dy + rank * N * C, &full, P);
+	close_to(full.y, ep.y, N * C, "y (whole experts)");
+	close_to(full.dw[1] + e0 * W, ep.dw[1], El * W, "d w2 (whole experts)");
+	free_run(&full);
 	/* the gate and the shared experts: partial sums over this rank's tokens */
 	for (int i = 3; i < 7; i++) {
 		const int64_t n = i == 3 ? E * C : W;
