@@ -11,20 +11,9 @@ bats_require_minimum_version 1.5.0
 setup_file() {
 	load tiny
 	tiny_env
-	yes 'In the beginning God created the heaven and the earth. And the earth was without form, and void.' |
-		head -n 200 > "$DATA/c.txt"
-	titan-tokenize train -q --vocab-size 600 --format text "$DATA/c.txt" -o "$DATA/tok.tiktoken"
-	titan-tokenize -t "$DATA/tok.tiktoken" --doc-per-line "$DATA/c.txt" |
-		titan-shard -q -t "$DATA/tok.tiktoken" --out "$DATA/shards" --val-docs 2
-	cat > "$DATA/moe.yaml" <<YAML
-model:
-  flavor: custom
-  dim: 32
-  n_layers: 2
-  n_heads: 4
-  n_kv_heads: 2
-  vocab_size: 600
-  multiple_of: 32
+	tiny_corpus --line 'In the beginning God created the heaven and the earth. And the earth was without form, and void.' \
+		c 200 600 2
+	tiny_yaml "$DATA/moe.yaml" 600 32 2 4 2 <<YAML
   moe_num_experts: 4
   moe_top_k: 2
   moe_inter_dim: 24

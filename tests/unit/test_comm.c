@@ -27,6 +27,8 @@
 #include "titan/ops.h"
 #include "titan/train.h"
 
+#include "mpi_ranks.h"
+
 enum { N = 37 };
 
 /* The CPU backend with its buffer ops counted: the staged communicator
@@ -399,22 +401,8 @@ static void test_fsdp_packing(void **state)
 /* The same under mpiexec -n 2: this program again with --ranks. */
 static void test_two_ranks(void **state)
 {
-	char self[4096], cmd[4400];
-	ssize_t n;
-	int st;
-
 	(void)state;
-	if (!TITAN_HAVE_MPI || system("command -v mpiexec >/dev/null 2>&1") != 0) {
-		printf("# skip reason: no MPI in this build or no mpiexec\n");
-		skip();
-	}
-	n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-	assert_true(n > 0);
-	self[n] = '\0';
-	snprintf(cmd, sizeof(cmd), "env -u TITAN_MPI timeout 120 mpiexec -n 2 '%s' --ranks", self);
-	st = system(cmd);
-	assert_true(WIFEXITED(st));
-	assert_int_equal(WEXITSTATUS(st), 0);
+	mpi_ranks_run(2);
 }
 
 int main(int argc, char **argv)

@@ -28,6 +28,8 @@
 #include "titan/ops.h"
 #include "train/moe.h"
 
+#include "mpi_ranks.h"
+
 enum { N = 5, C = 8, FM = 6, E = 4, K = 2 };
 
 static float *fz(int64_t n)
@@ -228,25 +230,9 @@ static void test_ep(void **state)
 /* The same under mpiexec -n 2 and -n 4: this program again with --ranks. */
 static void test_ranks(void **state)
 {
-	char self[4096], cmd[4400];
-	ssize_t n;
-	int st;
-
 	(void)state;
-	if (!TITAN_HAVE_MPI || system("command -v mpiexec >/dev/null 2>&1") != 0) {
-		printf("# skip reason: no MPI in this build or no mpiexec\n");
-		skip();
-	}
-	n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-	assert_true(n > 0);
-	self[n] = '\0';
-	for (int p = 2; p <= 4; p += 2) {
-		snprintf(cmd, sizeof(cmd), "env -u TITAN_MPI OMP_NUM_THREADS=1 timeout 120 "
-			 "mpiexec -n %d '%s' --ranks", p, self);
-		st = system(cmd);
-		assert_true(WIFEXITED(st));
-		assert_int_equal(WEXITSTATUS(st), 0);
-	}
+	mpi_ranks_run(2);
+	mpi_ranks_run(4);
 }
 
 int main(int argc, char **argv)
