@@ -93,12 +93,21 @@ same_moe() {
 	[ -z "${NO_MPI:-}" ] || skip "no MPI"
 	d=$BATS_TEST_TMPDIR
 	ck="--checkpoint.enable --checkpoint.interval=5 --checkpoint.last_save_model_only=false"
+	val="--validation.enable --validation.freq=5 --validation.steps=2"
 	run -0 titan-train -q --config "$DATA/moe.yaml" --training.local_batch_size=4 \
-		--training.steps=10 $ck --job.dump_folder="$d/one"
+		--training.steps=10 $ck $val --job.dump_folder="$d/one"
 	run -0 timeout -k 5 120 mpiexec -n 2 env OMP_NUM_THREADS=1 titan-train -q \
 		--config "$DATA/moe.yaml" --training.steps=10 --parallelism.expert_parallel_degree=2 \
-		$ck --job.dump_folder="$d/ep"
+		$ck $val --job.dump_folder="$d/ep"
 	same_moe "$d/one/metrics.jsonl" "$d/ep/metrics.jsonl"
+	# the validation forwards dispatch too: the same validation losses
+	run -0 /usr/bin/python3 -c '
+import json, sys
+v = [[o["validation_loss"] for o in map(json.loads, open(f)) if "validation_loss" in o]
+     for f in sys.argv[1:]]
+assert len(v[0]) >= 2 and len(v[0]) == len(v[1]), v
+assert all(abs(a - b) <= 1e-5 * abs(a) for a, b in zip(*v)), v' \
+		"$d/one/metrics.jsonl" "$d/ep/metrics.jsonl"
 	# EP 2's step-5 checkpoint (one logical file, 3-d experts) resumed on 1 rank
 	mkdir -p "$d/a/checkpoint"
 	cp "$d/ep/checkpoint/step-5.h5" "$d/a/checkpoint/"
