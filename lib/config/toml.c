@@ -62,7 +62,8 @@ struct tt_name {
 	const char *why; /* what titan does instead */
 };
 
-#define NO_MOE "titan has no mixture-of-experts models"
+#define NO_MOE "titan's expert parallelism runs its all-to-alls over the communicator " \
+	       "(no DeepEP, no overlap with the pipeline)"
 #define LOADER "titan's loader reads memory-mapped shards in the training process, " \
 	       "with no worker processes"
 #define QUANT "it configures a float8/MX converter, enabled only by model.converters " \
@@ -114,8 +115,6 @@ static const struct tt_name tt_names[] = {
 	{ "parallelism.pipeline_parallel_expert_parallel_overlap", TT_INERT, NULL, NO_MOE },
 	{ "parallelism.context_parallel_load_balancer", TT_INERT, "headtail",
 	  "titan's context parallelism balances the causal mask head-tail only" },
-	{ "parallelism.expert_parallel_degree", TT_INERT, "1", NO_MOE },
-	{ "parallelism.expert_tensor_parallel_degree", TT_INERT, "1", NO_MOE },
 	{ "parallelism.expert_parallel_comm_backend", TT_INERT, NULL, NO_MOE },
 	/* features titan does not have */
 	{ "job.config_file", TT_REFUSE, NULL, "give the file with --config" },

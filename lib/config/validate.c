@@ -54,6 +54,33 @@ static int check_moe(const struct titan_config *c)
 	return 0;
 }
 
+/* Expert parallelism (torchtitan's expert_parallel_degree): EP borrows its
+ * ranks from dp_shard x cp (dims.c checks that it divides them once
+ * dp_shard -1 is resolved); expert tensor parallelism is not implemented.
+ * EP needs a MoE, and check_moe refuses a MoE next to TP, PP or CP by
+ * name: EP x TP / PP / CP with it (when those land, EP's own checks go
+ * here). */
+static int check_ep(const struct titan_config *c)
+{
+	const int64_t ep = c->parallelism.expert_parallel_degree;
+	const int64_t E = c->model.moe_num_experts;
+
+	if (c->parallelism.expert_tensor_parallel_degree != 1)
+		FAIL("parallelism.expert_tensor_parallel_degree: %" PRId64 " is not supported "
+		     "(expert tensor parallelism is not implemented; use 1)",
+		     c->parallelism.expert_tensor_parallel_degree);
+	if (ep == 1)
+		return 0;
+	if (E <= 0)
+		FAIL("parallelism.expert_parallel_degree: %" PRId64 " needs a mixture of "
+		     "experts (model.moe_num_experts is 0); use 1", ep);
+	if (E % ep)
+		FAIL("parallelism.expert_parallel_degree: %" PRId64 " does not divide "
+		     "model.moe_num_experts %" PRId64 " (each EP rank holds whole experts)",
+		     ep, E);
+	return 0;
+}
+
 static int check_model(const struct titan_config *c)
 {
 	int64_t dim = c->model.dim, n_heads = c->model.n_heads, n_kv = c->model.n_kv_heads;
@@ -79,7 +106,8 @@ static int check_model(const struct titan_config *c)
 	    c->parallelism.pipeline_parallel_degree > 1)
 		FAIL("model.tie_word_embeddings: tied weights cannot be used with "
 		     "parallelism.pipeline_parallel_degree > 1");
-	return check_moe(c);
+	int rc = check_moe(c);
+	return rc < 0 ? rc : check_ep(c);
 }
 
 static int check_optimizer(const struct titan_config *c)

@@ -150,3 +150,27 @@ int titan_comm_barrier(struct titan_comm *c, const char *what)
 
 	return rc < 0 ? rc : titan_comm_wait(q);
 }
+
+int titan_comm_iall_to_all_v(struct titan_comm *c, const void *send, const size_t *scounts,
+			     void *recv, const size_t *rcounts, enum titan_dtype dt,
+			     const char *what, struct titan_comm_req **req)
+{
+	*req = NULL;
+	if (!c->ops->iall_to_all_v)
+		return titan_error(TITAN_E_INVALID, "all_to_all_v '%s': the %s communicator '%s' "
+				   "has none", what ? what : "", c->ops->name, titan_comm_name(c));
+	if (send == TITAN_IN_PLACE)
+		return titan_error(TITAN_E_INVALID, "all_to_all_v '%s': no in-place form",
+				   what ? what : "");
+	return c->ops->iall_to_all_v(c, send, scounts, recv, rcounts, dt, what, req);
+}
+
+int titan_comm_all_to_all_v(struct titan_comm *c, const void *send, const size_t *scounts,
+			    void *recv, const size_t *rcounts, enum titan_dtype dt,
+			    const char *what)
+{
+	struct titan_comm_req *q;
+	int rc = titan_comm_iall_to_all_v(c, send, scounts, recv, rcounts, dt, what, &q);
+
+	return rc < 0 ? rc : titan_comm_wait(q);
+}

@@ -80,6 +80,14 @@ int titan_parallel_dims_from_config(struct titan_parallel_dims *pd, const struct
 		return titan_error(TITAN_E_INVALID, "parallelism: %s = %lld, but %lld rank%s started",
 				   desc, (long long)product, (long long)world_size,
 				   world_size == 1 ? " was" : "s were");
+	/* torchtitan's rule: EP borrows its ranks from the sharded region,
+	 * dp_shard x cp (titan has no EP x TP); the ep innermost of it */
+	pd->ep = c->parallelism.expert_parallel_degree;
+	if (pd->ep < 1 || (g[TITAN_DIM_DP_SHARD] * g[TITAN_DIM_CP]) % pd->ep)
+		return titan_error(TITAN_E_INVALID, "parallelism.expert_parallel_degree %lld: "
+				   "must divide data_parallel_shard_degree x "
+				   "context_parallel_degree (%lld x %lld)", (long long)pd->ep,
+				   (long long)g[TITAN_DIM_DP_SHARD], (long long)g[TITAN_DIM_CP]);
 	return 0;
 }
 

@@ -26,6 +26,7 @@ enum dist_op {
 	DIST_SEND,
 	DIST_RECV,
 	DIST_BARRIER,
+	DIST_ALL_TO_ALL_V,
 };
 const char *dist_op_name(enum dist_op op);
 
@@ -40,6 +41,8 @@ struct mpi_req {
 	enum titan_dtype dt;
 	enum titan_redop redop;
 	int peer, tag;
+	int *a2a;                      /* all_to_all_v: scounts, sdispls, rcounts, rdispls
+					* (size ints each; freed with the request) */
 	char what[96];
 	int64_t rec;                   /* flight recorder sequence number */
 	bool done;

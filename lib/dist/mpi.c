@@ -50,6 +50,7 @@ static void *mpi_handle(const struct titan_comm *c)
 
 static const char *const op_names[] = {
 	"all_reduce", "all_gather", "reduce_scatter", "broadcast", "send", "recv", "barrier",
+	"all_to_all_v",
 };
 
 const char *dist_op_name(enum dist_op op)
@@ -71,6 +72,10 @@ static int local_op(struct mpi_req *q)
 	case DIST_REDUCE_SCATTER:
 		if (q->send != TITAN_IN_PLACE && q->send != q->recv && bytes)
 			memcpy(q->recv, q->send, bytes);
+		return 0;
+	case DIST_ALL_TO_ALL_V: /* one rank: its block to itself */
+		if (q->a2a[0])
+			memcpy(q->recv, q->send, (size_t)q->a2a[0] * titan_dtype_size(q->dt));
 		return 0;
 	case DIST_BROADCAST:
 	case DIST_BARRIER:
@@ -141,6 +146,13 @@ static int issue(struct mpi_comm *c, struct mpi_req *q)
 	case DIST_BARRIER:
 		err = MPI_Ibarrier(c->comm, &q->mreq);
 		break;
+	case DIST_ALL_TO_ALL_V: {
+		const int *a = q->a2a, z = c->size;
+
+		err = MPI_Ialltoallv(q->send, a, a + z, t, q->recv, a + 2 * z, a + 3 * z, t,
+				     c->comm, &q->mreq);
+		break;
+	}
 	}
 	return err == MPI_SUCCESS ? 0 : dist_mpi_error(err, dist_op_name(q->op), q->what);
 }
@@ -226,18 +238,24 @@ static void *progress(void *arg)
 
 /* ------------------------------------------------------------ queue */
 
-static int submit(struct titan_comm *comm, enum dist_op op, const void *send, void *recv,
-		  size_t count, enum titan_dtype dt, enum titan_redop redop, int peer, int tag,
-		  const char *what, struct titan_comm_req **req)
+/* Queue an operation; `a2a` (all_to_all_v's counts and displacements, or
+ * NULL) becomes the request's, freed with it or here on failure. */
+static int submit_a2a(struct titan_comm *comm, enum dist_op op, const void *send, void *recv,
+		      size_t count, enum titan_dtype dt, enum titan_redop redop, int peer,
+		      int tag, int *a2a, const char *what, struct titan_comm_req **req)
 {
 	struct mpi_comm *c = mc(comm);
 	struct mpi_req *q = calloc(1, sizeof(*q));
 	size_t bytes = count * titan_dtype_size(dt);
 
 	*req = NULL;
-	if (!q)
+	if (!q) {
+		free(a2a);
 		return titan_error(TITAN_E_NOMEM, "out of memory");
+	}
+	q->a2a = a2a;
 	if (count > (size_t)0x7fffffff) {
+		free(a2a);
 		free(q);
 		return titan_error(TITAN_E_INVALID, "%s '%s': %zu elements is more than one MPI "
 				   "call takes", dist_op_name(op), what, count);
@@ -276,6 +294,13 @@ static int submit(struct titan_comm *comm, enum dist_op op, const void *send, vo
 #endif
 	*req = &q->base;
 	return 0;
+}
+
+static int submit(struct titan_comm *comm, enum dist_op op, const void *send, void *recv,
+		  size_t count, enum titan_dtype dt, enum titan_redop redop, int peer, int tag,
+		  const char *what, struct titan_comm_req **req)
+{
+	return submit_a2a(comm, op, send, recv, count, dt, redop, peer, tag, NULL, what, req);
 }
 
 static int mpi_iall_reduce(struct titan_comm *c, const void *send, void *recv, size_t count,
@@ -325,6 +350,34 @@ static int mpi_ibarrier(struct titan_comm *c, const char *what, struct titan_com
 		      req);
 }
 
+/* The counts and their prefix sums as MPI's ints; `count` (for the flight
+ * recorder and the size check) is the larger of the totals sent and
+ * received, so that a total over INT_MAX is refused. */
+static int mpi_iall_to_all_v(struct titan_comm *c, const void *send, const size_t *scounts,
+			     void *recv, const size_t *rcounts, enum titan_dtype dt,
+			     const char *what, struct titan_comm_req **req)
+{
+	const int z = mc(c)->size;
+	int *a = malloc(4 * (size_t)z * sizeof(int));
+	size_t st = 0, rt = 0;
+
+	*req = NULL;
+	if (!a)
+		return titan_error(TITAN_E_NOMEM, "out of memory");
+	for (int p = 0; p < z; p++) {
+		a[z + p] = (int)st;
+		a[3 * z + p] = (int)rt;
+		st += scounts[p];
+		rt += rcounts[p];
+		if (st > (size_t)0x7fffffff || rt > (size_t)0x7fffffff)
+			break;
+		a[p] = (int)scounts[p];
+		a[2 * z + p] = (int)rcounts[p];
+	}
+	return submit_a2a(c, DIST_ALL_TO_ALL_V, send, recv, st > rt ? st : rt, dt,
+			  TITAN_REDOP_SUM, 0, 0, a, what, req);
+}
+
 static bool mpi_test(struct titan_comm_req *r)
 {
 	struct mpi_req *q = (struct mpi_req *)r;
@@ -371,6 +424,7 @@ static int mpi_wait(struct titan_comm_req *r)
 	rc = q->rc;
 	if (rc < 0) /* the error was recorded on the progress thread */
 		titan_error_set_(q->err.code, q->err.file, q->err.line, q->err.func, "%s", q->err.msg);
+	free(q->a2a);
 	free(q);
 	return rc;
 }
@@ -391,6 +445,7 @@ static const struct titan_comm_ops mpi_ops = {
 	.isend = mpi_isend,
 	.irecv = mpi_irecv,
 	.ibarrier = mpi_ibarrier,
+	.iall_to_all_v = mpi_iall_to_all_v,
 	.wait = mpi_wait,
 	.test = mpi_test,
 	.release = mpi_release,

@@ -182,6 +182,27 @@ static int staged_irecv(struct titan_comm *c, void *buf, size_t count, enum tita
 	return issued(q, rc, req);
 }
 
+static int staged_iall_to_all_v(struct titan_comm *c, const void *send, const size_t *scounts,
+				void *recv, const size_t *rcounts, enum titan_dtype dt,
+				const char *what, struct titan_comm_req **req)
+{
+	const size_t es = titan_dtype_size(dt);
+	size_t sn = 0, rn = 0;
+	struct staged_req *q;
+	int rc;
+
+	for (int p = 0; p < titan_comm_size(c); p++) {
+		sn += scounts[p] * es;
+		rn += rcounts[p] * es;
+	}
+	/* at least a byte each: nothing to move still needs a host buffer */
+	if ((rc = stage_in(sc(c), send, sn ? sn : 1, recv, rn ? rn : 1, 0, 0, rn, &q)) < 0)
+		return rc;
+	rc = titan_comm_iall_to_all_v(sc(c)->inner, q->hsend, scounts, q->hrecv, rcounts, dt,
+				      what, &q->inner);
+	return issued(q, rc, req);
+}
+
 /* No buffers: the inner communicator's request itself. */
 static int staged_ibarrier(struct titan_comm *c, const char *what, struct titan_comm_req **req)
 {
@@ -251,6 +272,7 @@ static const struct titan_comm_ops staged_ops = {
 	.isend = staged_isend,
 	.irecv = staged_irecv,
 	.ibarrier = staged_ibarrier,
+	.iall_to_all_v = staged_iall_to_all_v,
 	.wait = staged_wait,
 	.test = staged_test,
 	.release = staged_release,

@@ -522,6 +522,17 @@ int titan_dist_mesh(struct titan_dist *d, const struct titan_parallel_dims *pd)
 					(int)titan_parallel_dims_rank(pd, c), d->rank, &d->comm[k])) < 0)
 			return rc;
 	}
+	dist_comm_free(d->ep);
+	d->ep = NULL;
+	if (pd->ep > 1) {
+		int64_t c[TITAN_DIM_NDIMS];
+
+		memcpy(c, d->coord, sizeof(c));
+		c[TITAN_DIM_DP_SHARD] -= c[TITAN_DIM_DP_SHARD] % pd->ep;
+		if ((rc = dist_comm_new(d, "ep", (int)titan_parallel_dims_rank(pd, c), d->rank,
+					&d->ep)) < 0)
+			return rc;
+	}
 	return 0;
 }
 
@@ -577,6 +588,7 @@ void titan_dist_finalize(struct titan_dist *d, bool ok, int status)
 		pthread_join(w->listener, NULL);
 	for (int k = 0; k < TITAN_DIM_NALL; k++)
 		dist_comm_free(d->comm[k]);
+	dist_comm_free(d->ep);
 #if TITAN_HAVE_MPI
 	if (d->mpi) {
 		MPI_Comm_free(&w->hb);

@@ -240,6 +240,8 @@ struct titan_config {
 		int64_t context_parallel_degree;
 		char *context_parallel_rotate_method; /* allgather, alltoall */
 		enum titan_cp_rotate context_parallel_rotate_method_e;
+		int64_t expert_parallel_degree;        /* ranks borrowed from dp_shard x cp */
+		int64_t expert_tensor_parallel_degree; /* only 1 */
 	} parallelism;
 	struct {
 		char *mode;              /* none, selective, full */

@@ -90,6 +90,9 @@ const char *titan_mesh_dim_name(enum titan_mesh_dim d);
 struct titan_parallel_dims {
 	int64_t degree[TITAN_DIM_NDIMS]; /* pp, dp_replicate, dp_shard, cp, tp */
 	int64_t world_size;
+	/* expert parallel degree: ranks of dp_shard x cp (consecutive, the
+	 * innermost of that region) that split the experts; 1 = none */
+	int64_t ep;
 };
 
 /* torchtitan's ParallelDims validation: every degree >= 1 except dp_shard,
@@ -97,7 +100,7 @@ struct titan_parallel_dims {
  * `world_size`: otherwise TITAN_E_INVALID naming the keys and the numbers
  * ("parallelism: data_parallel_replicate_degree 2 x data_parallel_shard_degree
  * 3 x ... = 6, but 4 ranks were started").  From the config's parallelism.*
- * keys. */
+ * keys; expert_parallel_degree (pd->ep) must divide dp_shard x cp. */
 int titan_parallel_dims_from_config(struct titan_parallel_dims *pd,
 				    const struct titan_config *c, int64_t world_size);
 /* Coordinates of `rank` (world) in the mesh, and back. */
@@ -137,7 +140,16 @@ const char *titan_comm_name(const struct titan_comm *c);
  * reduce_scatter:  recv[0..count) = sum over ranks of send[rank·count ..
  *                  (rank+1)·count) (send holds size·count elements); SUM only
  * broadcast:       buf of `root` to every rank
- * send / recv:     point-to-point with a tag >= 0 */
+ * send / recv:     point-to-point with a tag >= 0
+ * all_to_all_v:    the block send[soff[p] .. soff[p] + scounts[p]) goes to
+ *                  rank p and arrives at its recv[roff[r] .. + rcounts[r])
+ *                  (r = this rank), where soff / roff are the prefix sums of
+ *                  the counts (the blocks packed in rank order); scounts and
+ *                  rcounts have size entries, and each rank's rcounts[p]
+ *                  must equal p's scounts[r]: learn them first with an
+ *                  all_to_all_v of one count per rank (MPI_Alltoallv's
+ *                  rule).  The counts are copied; send and recv must not
+ *                  overlap (no in place). */
 int titan_comm_iall_reduce(struct titan_comm *c, const void *send, void *recv, size_t count,
 			   enum titan_dtype dt, enum titan_redop op, const char *what,
 			   struct titan_comm_req **req);
@@ -151,6 +163,9 @@ int titan_comm_isend(struct titan_comm *c, const void *buf, size_t count, enum t
 		     int dest, int tag, const char *what, struct titan_comm_req **req);
 int titan_comm_irecv(struct titan_comm *c, void *buf, size_t count, enum titan_dtype dt,
 		     int src, int tag, const char *what, struct titan_comm_req **req);
+int titan_comm_iall_to_all_v(struct titan_comm *c, const void *send, const size_t *scounts,
+			     void *recv, const size_t *rcounts, enum titan_dtype dt,
+			     const char *what, struct titan_comm_req **req);
 /* Wait for `req` and free it (NULL: no-op, 0).  Returns the operation's
  * error, if any.  On a timeout it does not return (see above). */
 int titan_comm_wait(struct titan_comm_req *req);
@@ -167,6 +182,9 @@ int titan_comm_reduce_scatter(struct titan_comm *c, const void *send, void *recv
 int titan_comm_broadcast(struct titan_comm *c, void *buf, size_t count, enum titan_dtype dt,
 			 int root, const char *what);
 int titan_comm_barrier(struct titan_comm *c, const char *what);
+int titan_comm_all_to_all_v(struct titan_comm *c, const void *send, const size_t *scounts,
+			    void *recv, const size_t *rcounts, enum titan_dtype dt,
+			    const char *what);
 
 /* The MPI communicator behind `c`: a pointer to its MPI_Comm (MPI_Comm *
  * as void *, valid while `c` lives; for parallel HDF5 and
@@ -235,6 +253,10 @@ struct titan_comm_ops {
 	int (*irecv)(struct titan_comm *c, void *buf, size_t count, enum titan_dtype dt, int src,
 		     int tag, const char *what, struct titan_comm_req **req);
 	int (*ibarrier)(struct titan_comm *c, const char *what, struct titan_comm_req **req);
+	/* NULL: the communicator has none (titan_comm_iall_to_all_v refuses) */
+	int (*iall_to_all_v)(struct titan_comm *c, const void *send, const size_t *scounts,
+			     void *recv, const size_t *rcounts, enum titan_dtype dt,
+			     const char *what, struct titan_comm_req **req);
 	/* wait frees the request (never NULL here); test does not */
 	int (*wait)(struct titan_comm_req *req);
 	bool (*test)(struct titan_comm_req *req);
@@ -258,6 +280,9 @@ struct titan_dist {
 	struct titan_parallel_dims dims;
 	int64_t coord[TITAN_DIM_NDIMS];
 	struct titan_comm *comm[TITAN_DIM_NALL]; /* every dimension, flattened ones too */
+	/* expert parallelism's group (dims.ep > 1, else NULL): the ep ranks of
+	 * one block of consecutive dp_shard coordinates, all else the same */
+	struct titan_comm *ep;
 };
 
 /* Start MPI if launched under one (see the top), record the rank for log

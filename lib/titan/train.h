@@ -111,6 +111,15 @@ struct titan_llama_opts {
 	 * log-sum-exp; no whole-sequence buffers. */
 	struct titan_comm *cp;
 	bool cp_ring;
+	/* Expert parallelism: `ep` the EP group (NULL or one rank: none); rank
+	 * r of ep runs experts [r·E/ep, (r + 1)·E/ep) of every MoE block on
+	 * the tokens the group routes to them (moe.h titan_moe_dispatch_ep).
+	 * The parameters stay as they are (FSDP shards over dp_shard x cp,
+	 * which ep divides): the gathered stacked experts are read at this
+	 * rank's rows, the other experts' gradient rows stay zero, so FSDP's
+	 * reduce-scatter sums each expert's gradient over the ranks that ran
+	 * it. */
+	struct titan_comm *ep;
 	/* Pipeline parallelism: with stage_l1 > 0 the model is one stage:
 	 * blocks [stage_l0, stage_l1), the embedding when stage_first, the
 	 * final norm, output and loss when stage_last (the table holds only

@@ -184,6 +184,7 @@ int titan_parallelize(const struct titan_parallelize_opts *o, struct titan_engin
 	}
 	mo->tp = comm(o, TITAN_DIM_TP);
 	mo->cp = comm(o, TITAN_DIM_CP);
+	mo->ep = o->dist->ep;
 	mo->loss_parallel = !c->parallelism.disable_loss_parallel;
 	if (pd->degree[TITAN_DIM_PP] > 1 &&
 	    ((rc = titan_pp_schedule_from(c->parallelism.pipeline_parallel_schedule_e, &sched)) < 0 ||

@@ -129,6 +129,7 @@ struct titan_llama {
 	struct titan_moe moe;
 	struct moe_scratch moe_s;
 	int64_t *moe_tokens;
+	struct titan_moe_ep moe_ep; /* expert parallelism (moe.ep points here), or unused */
 };
 
 void titan_llama_set_group_hooks(struct titan_llama *m, const struct titan_llama_group_hooks *h)
@@ -333,6 +334,8 @@ static int alloc_moe_acts(struct titan_llama *m, struct moe_acts *a)
 	const int64_t n = m->n, C = m->d.dim, E = d->num_experts, K = d->top_k, R = n * K;
 	const int64_t Fm = d->inter_dim, Fs = Fm * d->num_shared_experts;
 	const enum titan_mem_tag t = TITAN_MEM_ACTIVATIONS;
+	/* rows at this rank's experts: R, or under EP up to R·ep */
+	const int64_t Rx = titan_moe_expert_rows(&m->moe);
 
 	a->scores = buf(m, n * E, t, r);
 	a->topw = buf(m, n * K, t, r);
@@ -340,11 +343,22 @@ static int alloc_moe_acts(struct titan_llama *m, struct moe_acts *a)
 	a->perm = (int32_t *)buf(m, R, t, r);
 	a->pos = (int32_t *)buf(m, R, t, r);
 	a->counts = (int32_t *)buf(m, E, t, r);
-	a->xin = buf(m, R * C, t, x);
-	a->a = buf(m, R * Fm, t, x);
-	a->b = buf(m, R * Fm, t, x);
-	a->g = buf(m, R * Fm, t, x);
-	a->yout = buf(m, R * C, t, x);
+	a->xin = buf(m, Rx * C, t, x);
+	a->a = buf(m, Rx * Fm, t, x);
+	a->b = buf(m, Rx * Fm, t, x);
+	a->g = buf(m, Rx * Fm, t, x);
+	a->yout = buf(m, Rx * C, t, x);
+	if (m->moe.ep) {
+		const int64_t P = m->moe.ep->ep;
+
+		a->ecounts = (int32_t *)buf(m, E / P, t, r);
+		a->ep_n = (int64_t *)buf(m, 2 * E, t, r);
+		a->ep_sc = (int64_t *)buf(m, 2 * P, t, r);
+		a->ep_rc = (int64_t *)buf(m, 2 * P, t, r);
+		a->yret = buf(m, R * C, t, x);
+		if (!a->ecounts || !a->ep_n || !a->ep_sc || !a->ep_rc || !a->yret)
+			return TITAN_E_NOMEM;
+	}
 	if (Fs > 0) {
 		a->sa = buf(m, n * Fs, t, x);
 		a->sb = buf(m, n * Fs, t, x);
@@ -618,12 +632,19 @@ static int alloc_scratch(struct titan_llama *m)
 		return TITAN_E_NOMEM;
 	if (m->has_moe) {
 		const struct titan_moe_dims *d = &m->d.moe;
-		const int64_t R = m->n * d->top_k, Fs = d->inter_dim * d->num_shared_experts;
+		const int64_t R = titan_moe_expert_rows(&m->moe);
+		const int64_t Fs = d->inter_dim * d->num_shared_experts;
 		struct moe_scratch *s = &m->moe_s;
 
 		s->drow = buf(m, R * C, ws, TITAN_BUF_SCRATCH);
 		s->dg = buf(m, R * d->inter_dim > m->n * Fs ? R * d->inter_dim : m->n * Fs, ws,
 			    TITAN_BUF_SCRATCH);
+		if (m->moe.ep) { /* the rows of this rank's slots, and those at its experts */
+			m->moe_ep.sbuf = buf(m, m->n * d->top_k * C, ws, TITAN_BUF_SCRATCH);
+			m->moe_ep.rbuf = buf(m, R * C, ws, TITAN_BUF_SCRATCH);
+			if (!m->moe_ep.sbuf || !m->moe_ep.rbuf)
+				return TITAN_E_NOMEM;
+		}
 		s->dlogit = buf(m, m->n * d->num_experts, ws, TITAN_BUF_SCRATCH);
 		s->dtopw = buf(m, R, ws, TITAN_BUF_SCRATCH);
 		if (!s->drow || !s->dg || !s->dlogit || !s->dtopw)
@@ -723,7 +744,22 @@ int titan_llama_new(const struct titan_model_dims *d, const struct titan_llama_o
 					 (long long)o->seq);
 			goto fail;
 		}
-		m->moe = (struct titan_moe){be, &titan_moe_dispatch_local, &m->d.moe, 0, C};
+		m->moe = (struct titan_moe){be, &titan_moe_dispatch_local, &m->d.moe, 0, C, NULL};
+		if (o->ep && titan_comm_size(o->ep) > 1) {
+			const int P = titan_comm_size(o->ep);
+
+			if (d->moe.num_experts % P) {
+				rc = titan_error(TITAN_E_INVALID, "parallelism.expert_parallel_degree "
+						 "%d does not divide model.moe_num_experts %lld", P,
+						 (long long)d->moe.num_experts);
+				goto fail;
+			}
+			/* the whole stacked experts are given (w_expert0 0) */
+			m->moe_ep = (struct titan_moe_ep){o->ep, P, titan_comm_rank(o->ep), NULL,
+							  NULL, 0};
+			m->moe.ep = &m->moe_ep;
+			m->moe.dispatch = &titan_moe_dispatch_ep;
+		}
 		if (!(m->moe_tokens = calloc((size_t)(L * d->moe.num_experts),
 					     sizeof(*m->moe_tokens)))) {
 			rc = titan_error(TITAN_E_NOMEM, "out of memory");

@@ -101,7 +101,14 @@ static int sort_slots(const struct titan_moe *m, struct moe_acts *a, int64_t *to
 
 /* ------------------------------------------------- local dispatch */
 
-static int local_dispatch(const struct titan_moe *m, struct moe_acts *a, const float *x)
+/* The four row moves between tokens and expert-sorted slots, on explicit
+ * buffers: the local dispatch runs them on xin / yout, EP on the rows the
+ * all-to-alls bring. */
+
+/* dst[r] = x[token of perm[r]] (times its gate value when
+ * score_before_experts), r < R */
+static void gather_rows(const struct titan_moe *m, const struct moe_acts *a, const float *x,
+			float *dst0)
 {
 	const int64_t C = m->C, K = m->d->top_k, R = m->n * K;
 	const bool before = m->d->score_before_experts;
@@ -109,15 +116,16 @@ static int local_dispatch(const struct titan_moe *m, struct moe_acts *a, const f
 #pragma omp parallel for schedule(static)
 	for (int64_t r = 0; r < R; r++) {
 		const float *src = x + (a->perm[r] / K) * C;
-		float *dst = a->xin + r * C, w = before ? a->topw[a->perm[r]] : 1.0f;
+		float *dst = dst0 + r * C, w = before ? a->topw[a->perm[r]] : 1.0f;
 
 		for (int64_t c = 0; c < C; c++)
 			dst[c] = before ? src[c] * w : src[c];
 	}
-	return 0;
 }
 
-static int local_combine(const struct titan_moe *m, const struct moe_acts *a, float *y)
+/* y[t] += (gate value, unless before) · out[pos[slot]] over t's slots */
+static void combine_rows(const struct titan_moe *m, const struct moe_acts *a, const float *out,
+			 float *y)
 {
 	const int64_t C = m->C, K = m->d->top_k, N = m->n;
 	const bool before = m->d->score_before_experts;
@@ -125,18 +133,17 @@ static int local_combine(const struct titan_moe *m, const struct moe_acts *a, fl
 #pragma omp parallel for schedule(static)
 	for (int64_t t = 0; t < N; t++)
 		for (int64_t k = 0; k < K; k++) {
-			const float *src = a->yout + (int64_t)a->pos[t * K + k] * C;
+			const float *src = out + (int64_t)a->pos[t * K + k] * C;
 			const float w = before ? 1.0f : a->topw[t * K + k];
 			float *dst = y + t * C;
 
 			for (int64_t c = 0; c < C; c++)
 				dst[c] += w * src[c];
 		}
-	return 0;
 }
 
-static int local_combine_bwd(const struct titan_moe *m, const struct moe_acts *a,
-			     const float *dy, float *drow, float *dtopw)
+static void combine_bwd_rows(const struct titan_moe *m, const struct moe_acts *a,
+			     const float *dy, const float *yout, float *drow, float *dtopw)
 {
 	const int64_t C = m->C, K = m->d->top_k, N = m->n;
 	const bool before = m->d->score_before_experts;
@@ -145,7 +152,7 @@ static int local_combine_bwd(const struct titan_moe *m, const struct moe_acts *a
 	for (int64_t t = 0; t < N; t++)
 		for (int64_t k = 0; k < K; k++) {
 			const int64_t s = t * K + k, r = a->pos[s];
-			const float *g = dy + t * C, *out = a->yout + r * C;
+			const float *g = dy + t * C, *out = yout + r * C;
 			const float w = before ? 1.0f : a->topw[s];
 			float *dst = drow + r * C;
 			double dot = 0.0;
@@ -157,10 +164,9 @@ static int local_combine_bwd(const struct titan_moe *m, const struct moe_acts *a
 			if (!before)
 				dtopw[s] = (float)dot;
 		}
-	return 0;
 }
 
-static int local_dispatch_bwd(const struct titan_moe *m, const struct moe_acts *a,
+static void dispatch_bwd_rows(const struct titan_moe *m, const struct moe_acts *a,
 			      const float *drow, const float *x, float *dx, float *dtopw)
 {
 	const int64_t C = m->C, K = m->d->top_k, N = m->n;
@@ -182,11 +188,177 @@ static int local_dispatch_bwd(const struct titan_moe *m, const struct moe_acts *
 			if (before)
 				dtopw[s] = (float)dot;
 		}
+}
+
+static int local_dispatch(const struct titan_moe *m, struct moe_acts *a, const float *x)
+{
+	gather_rows(m, a, x, a->xin);
+	return 0;
+}
+
+static int local_combine(const struct titan_moe *m, const struct moe_acts *a, float *y)
+{
+	combine_rows(m, a, a->yout, y);
+	return 0;
+}
+
+static int local_combine_bwd(const struct titan_moe *m, const struct moe_acts *a,
+			     const float *dy, float *drow, float *dtopw)
+{
+	combine_bwd_rows(m, a, dy, a->yout, drow, dtopw);
+	return 0;
+}
+
+static int local_dispatch_bwd(const struct titan_moe *m, const struct moe_acts *a,
+			      const float *drow, const float *x, float *dx, float *dtopw)
+{
+	dispatch_bwd_rows(m, a, drow, x, dx, dtopw);
 	return 0;
 }
 
 const struct titan_moe_dispatch_ops titan_moe_dispatch_local = {
 	local_dispatch, local_combine, local_combine_bwd, local_dispatch_bwd,
+};
+
+/* ---------------------------------------------------- EP dispatch */
+
+/* This rank's slots, expert-sorted, are already grouped by destination
+ * rank (rank p's experts are the contiguous [p·El, (p + 1)·El)).  The rows
+ * arrive grouped by source rank, then local expert; the experts want them
+ * grouped by local expert, then source rank (so each expert's rows stay
+ * in global token order, as on one rank).  ep_reorder moves rows between
+ * the two: by source (src) to by expert (dst), or back with `back`. */
+static void ep_reorder(const struct titan_moe *m, const struct moe_acts *a, const float *src,
+		       float *dst, bool back)
+{
+	const int64_t P = m->ep->ep, El = m->d->num_experts / P, C = m->C;
+	int64_t eo = 0; /* rows of the local experts before j (by expert) */
+
+	for (int64_t j = 0; j < El; j++) {
+		int64_t so = 0, po = 0; /* rows of ranks before p (by source) */
+
+		for (int64_t p = 0; p < P; p++) {
+			const int64_t n = a->ep_n[p * El + j];
+			int64_t in = so; /* rank p's rows of local experts before j */
+
+			for (int64_t i = 0; i < j; i++)
+				in += a->ep_n[p * El + i];
+			const size_t bytes = (size_t)(n * C) * sizeof(float);
+
+			if (n && back)
+				memcpy(dst + in * C, src + (eo + po) * C, bytes);
+			else if (n)
+				memcpy(dst + (eo + po) * C, src + in * C, bytes);
+			so += a->ep_rc[p];
+			po += n;
+		}
+		eo += a->ecounts[j];
+	}
+}
+
+/* The rows of this rank's slots (R, by destination) to the experts' ranks
+ * (`fwd`) or back (ep_rc rows by source to ep_sc rows by destination). */
+static int ep_move(const struct titan_moe *m, const struct moe_acts *a, const float *src,
+		   float *dst, bool fwd, const char *what)
+{
+	const int64_t P = m->ep->ep;
+	size_t *n = malloc(2 * (size_t)P * sizeof(*n));
+	int rc;
+
+	if (!n)
+		return titan_error(TITAN_E_NOMEM, "out of memory");
+	for (int64_t p = 0; p < P; p++) {
+		n[p] = (size_t)((fwd ? a->ep_sc : a->ep_rc)[p] * m->C);
+		n[P + p] = (size_t)((fwd ? a->ep_rc : a->ep_sc)[p] * m->C);
+	}
+	rc = titan_comm_all_to_all_v(m->ep->comm, src, n, dst, n + P, TITAN_DTYPE_F32, what);
+	free(n);
+	return rc;
+}
+
+static int ep_dispatch(const struct titan_moe *m, struct moe_acts *a, const float *x)
+{
+	const int64_t P = m->ep->ep, E = m->d->num_experts, El = E / P;
+	int64_t *cnt = malloc((size_t)E * sizeof(*cnt));
+	size_t *one = malloc((size_t)P * sizeof(*one));
+	int rc = TITAN_E_NOMEM;
+
+	if (!cnt || !one) {
+		titan_error(TITAN_E_NOMEM, "out of memory");
+		goto out;
+	}
+	gather_rows(m, a, x, m->ep->sbuf);
+	/* the counts first: El per rank, rank p's experts' */
+	for (int64_t e = 0; e < E; e++)
+		cnt[e] = a->counts[e];
+	for (int64_t p = 0; p < P; p++)
+		one[p] = (size_t)El;
+	if ((rc = titan_comm_all_to_all_v(m->ep->comm, cnt, one, a->ep_n, one, TITAN_DTYPE_I64,
+					  "moe counts")) < 0)
+		goto out;
+	a->erows = 0;
+	for (int64_t j = 0; j < El; j++)
+		a->ecounts[j] = 0;
+	for (int64_t p = 0; p < P; p++) {
+		a->ep_sc[p] = a->ep_rc[p] = 0;
+		for (int64_t j = 0; j < El; j++) {
+			a->ep_sc[p] += cnt[p * El + j];
+			a->ep_rc[p] += a->ep_n[p * El + j];
+			a->ecounts[j] += (int32_t)a->ep_n[p * El + j];
+		}
+		a->erows += a->ep_rc[p];
+	}
+	if (a->erows > titan_moe_expert_rows(m)) {
+		rc = titan_error(TITAN_E_INVALID, "moe dispatch: %lld rows for %lld",
+				 (long long)a->erows, (long long)titan_moe_expert_rows(m));
+		goto out;
+	}
+	if ((rc = ep_move(m, a, m->ep->sbuf, m->ep->rbuf, true, "moe dispatch")) < 0)
+		goto out;
+	ep_reorder(m, a, m->ep->rbuf, a->xin, false);
+out:
+	free(cnt);
+	free(one);
+	return rc;
+}
+
+static int ep_combine(const struct titan_moe *m, const struct moe_acts *a, float *y)
+{
+	int rc;
+
+	ep_reorder(m, a, a->yout, m->ep->rbuf, true);
+	if ((rc = ep_move(m, a, m->ep->rbuf, a->yret, false, "moe combine")) < 0)
+		return rc;
+	combine_rows(m, a, a->yret, y);
+	return 0;
+}
+
+static int ep_combine_bwd(const struct titan_moe *m, const struct moe_acts *a, const float *dy,
+			  float *drow, float *dtopw)
+{
+	int rc;
+
+	combine_bwd_rows(m, a, dy, a->yret, m->ep->sbuf, dtopw);
+	if ((rc = ep_move(m, a, m->ep->sbuf, m->ep->rbuf, true, "moe combine bwd")) < 0)
+		return rc;
+	ep_reorder(m, a, m->ep->rbuf, drow, false);
+	return 0;
+}
+
+static int ep_dispatch_bwd(const struct titan_moe *m, const struct moe_acts *a,
+			   const float *drow, const float *x, float *dx, float *dtopw)
+{
+	int rc;
+
+	ep_reorder(m, a, drow, m->ep->rbuf, true);
+	if ((rc = ep_move(m, a, m->ep->rbuf, m->ep->sbuf, false, "moe dispatch bwd")) < 0)
+		return rc;
+	dispatch_bwd_rows(m, a, m->ep->sbuf, x, dx, dtopw);
+	return 0;
+}
+
+const struct titan_moe_dispatch_ops titan_moe_dispatch_ep = {
+	ep_dispatch, ep_combine, ep_combine_bwd, ep_dispatch_bwd,
 };
 
 /* --------------------------------------------------------- forward */
@@ -206,21 +378,53 @@ static struct geo geo(const struct titan_moe *m)
 			     d->inter_dim * d->num_shared_experts, d->inter_dim * m->C };
 }
 
-int titan_moe_fwd(const struct titan_moe *m, const struct moe_w *w, const float *x,
+/* The experts this rank runs (after dispatch): every one and the routed
+ * rows, or under EP the local ones and the rows received. */
+struct here {
+	int64_t E, R;
+	const int32_t *counts;
+};
+
+static struct here here(const struct titan_moe *m, const struct moe_acts *a)
+{
+	if (m->ep)
+		return (struct here){ m->d->num_experts / m->ep->ep, a->erows, a->ecounts };
+	return (struct here){ m->d->num_experts, m->n * m->d->top_k, a->counts };
+}
+
+/* Floats from the given w1/w2/w3 (and dw's) to this rank's first expert. */
+static int64_t expert_off(const struct titan_moe *m)
+{
+	if (!m->ep)
+		return 0;
+	return (m->ep->rank * (m->d->num_experts / m->ep->ep) - m->ep->w_expert0) *
+	       m->d->inter_dim * m->C;
+}
+
+int titan_moe_fwd(const struct titan_moe *m, const struct moe_w *w0, const float *x,
 		  const float *h, float *y, struct moe_acts *a, int64_t *tokens)
 {
 	const struct titan_backend_ops *op = m->be->ops;
 	struct titan_backend *be = m->be;
 	const struct geo g = geo(m);
+	const int64_t eo = expert_off(m);
+	struct moe_w wl = *w0;
+	const struct moe_w *w = &wl;
 	int64_t o = 0;
 	int rc;
+
+	wl.w1 += eo;
+	wl.w2 += eo;
+	wl.w3 += eo;
 
 	CK(route(m, w, x, a));
 	CK(sort_slots(m, a, tokens));
 	CK(m->dispatch->dispatch(m, a, x));
+	const struct here h_ = here(m, a);
+
 	/* GroupedExperts: one GEMM per expert over its contiguous rows */
-	for (int64_t e = 0; e < g.E; o += a->counts[e++]) {
-		const int64_t c = a->counts[e];
+	for (int64_t e = 0; e < h_.E; o += h_.counts[e++]) {
+		const int64_t c = h_.counts[e];
 
 		if (!c)
 			continue;
@@ -229,12 +433,12 @@ int titan_moe_fwd(const struct titan_moe *m, const struct moe_w *w, const float 
 		CK(op->matmul_fwd(be, a->b + o * g.Fm, a->xin + o * g.C, w->w3 + e * g.W, c, g.C,
 				  g.Fm, false));
 	}
-	CK(op->swiglu_fwd(be, a->g, a->a, a->b, g.R * g.Fm));
+	CK(op->swiglu_fwd(be, a->g, a->a, a->b, h_.R * g.Fm));
 	o = 0;
-	for (int64_t e = 0; e < g.E; o += a->counts[e++])
-		if (a->counts[e])
+	for (int64_t e = 0; e < h_.E; o += h_.counts[e++])
+		if (h_.counts[e])
 			CK(op->matmul_fwd(be, a->yout + o * g.C, a->g + o * g.Fm, w->w2 + e * g.W,
-					  a->counts[e], g.Fm, g.C, false));
+					  h_.counts[e], g.Fm, g.C, false));
 	/* y = h + shared_experts(x) + the routed outputs */
 	if (y != h)
 		CK(op->copy(be, y, h, g.N * g.C));
@@ -293,15 +497,27 @@ static int route_bwd(const struct titan_moe *m, const struct moe_w *w, struct mo
 				      true);
 }
 
-int titan_moe_bwd(const struct titan_moe *m, const struct moe_w *w, struct moe_dw *dw,
+int titan_moe_bwd(const struct titan_moe *m, const struct moe_w *w0, struct moe_dw *dw0,
 		  const float *x, const float *dy, float *dx, struct moe_acts *a,
 		  const struct moe_scratch *s)
 {
 	const struct titan_backend_ops *op = m->be->ops;
 	struct titan_backend *be = m->be;
 	const struct geo g = geo(m);
+	const int64_t eo = expert_off(m);
+	struct moe_w wl = *w0;
+	struct moe_dw dwl = *dw0;
+	const struct moe_w *w = &wl;
+	struct moe_dw *dw = &dwl;
 	int64_t o = 0;
 	int rc;
+
+	wl.w1 += eo;
+	wl.w2 += eo;
+	wl.w3 += eo;
+	dwl.w1 = dwl.w1 ? dwl.w1 + eo : NULL;
+	dwl.w2 = dwl.w2 ? dwl.w2 + eo : NULL;
+	dwl.w3 = dwl.w3 ? dwl.w3 + eo : NULL;
 
 	/* shared experts: dx = their input gradient */
 	if (g.Fs > 0) {
@@ -314,15 +530,17 @@ int titan_moe_bwd(const struct titan_moe *m, const struct moe_w *w, struct moe_d
 	}
 	/* routed experts, grouped as in forward */
 	CK(m->dispatch->combine_bwd(m, a, dy, s->drow, s->dtopw));
-	for (int64_t e = 0; e < g.E; o += a->counts[e++])
-		if (a->counts[e])
+	const struct here h_ = here(m, a);
+
+	for (int64_t e = 0; e < h_.E; o += h_.counts[e++])
+		if (h_.counts[e])
 			CK(op->matmul_bwd(be, s->dg + o * g.Fm, dw->w2 ? dw->w2 + e * g.W : NULL,
 					  s->drow + o * g.C, a->g + o * g.Fm, w->w2 + e * g.W,
-					  a->counts[e], g.Fm, g.C, false));
-	CK(op->swiglu_bwd(be, a->a, a->b, s->dg, a->a, a->b, g.R * g.Fm));
+					  h_.counts[e], g.Fm, g.C, false));
+	CK(op->swiglu_bwd(be, a->a, a->b, s->dg, a->a, a->b, h_.R * g.Fm));
 	o = 0;
-	for (int64_t e = 0; e < g.E; o += a->counts[e++]) {
-		const int64_t c = a->counts[e];
+	for (int64_t e = 0; e < h_.E; o += h_.counts[e++]) {
+		const int64_t c = h_.counts[e];
 
 		if (!c)
 			continue;

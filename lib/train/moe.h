@@ -34,6 +34,7 @@
 
 #include <stdint.h>
 
+#include "titan/dist.h"
 #include "titan/model.h"
 #include "titan/ops.h"
 
@@ -50,6 +51,16 @@ struct moe_acts {
 	float *a, *b, *g;/* [R, Fm] w1 x, w3 x, silu(a)·b */
 	float *yout;     /* [R, C] expert outputs */
 	float *sa, *sb, *sg; /* [N, Fs] the shared experts' */
+	/* expert parallelism only (NULL otherwise): the rows at this rank's
+	 * experts after dispatch (xin, a, b, g, yout then hold up to R·ep rows,
+	 * titan_moe_expert_rows), grouped by local expert, and what the
+	 * all-to-alls moved */
+	int32_t *ecounts; /* [E/ep] rows per local expert */
+	int64_t erows;    /* their sum */
+	int64_t *ep_n;    /* [ep·E/ep] rows from rank p for local expert j, [p·E/ep + j] */
+	int64_t *ep_sc;   /* [ep] rows sent to rank p (its experts' share of counts) */
+	int64_t *ep_rc;   /* [ep] rows received from rank p */
+	float *yret;      /* [R, C] the expert outputs of this rank's slots, back */
 };
 
 /* Backward scratch, shared by every MoE block. */
@@ -86,13 +97,41 @@ struct titan_moe_dispatch_ops {
 };
 extern const struct titan_moe_dispatch_ops titan_moe_dispatch_local;
 
+/* Expert parallelism (titan_moe_dispatch_ep): rank `rank` of the `comm`
+ * of ep ranks holds experts [rank·E/ep, (rank + 1)·E/ep), whole; the
+ * weights given to titan_moe_fwd / _bwd are those rows only.  sbuf
+ * [R, C] and rbuf [R·ep, C] are scratch shared by every MoE block. */
+struct titan_moe_ep {
+	struct titan_comm *comm;
+	int64_t ep, rank;
+	float *sbuf, *rbuf;
+	/* the expert at row 0 of the w1, w2, w3 given (and of dw's): rank·E/ep
+	 * when only this rank's rows are given, 0 for the whole stacked tensors */
+	int64_t w_expert0;
+};
+
 /* One MoE block's geometry and injected parts. */
 struct titan_moe {
 	struct titan_backend *be;
 	const struct titan_moe_dispatch_ops *dispatch;
 	const struct titan_moe_dims *d;
 	int64_t n, C;        /* tokens, model dim */
+	const struct titan_moe_ep *ep; /* NULL: every expert here (local) */
 };
+
+/* Expert parallelism: tokens to the ranks of their experts by
+ * all_to_all_v (the counts per expert first, then the rows), back the
+ * same way; backward the reverse moves.  Needs m->ep and moe_acts' EP
+ * members. */
+extern const struct titan_moe_dispatch_ops titan_moe_dispatch_ep;
+
+/* Rows the experts of one rank may get: R (local) or R·ep (EP: every
+ * rank may route all its slots here); xin, a, b, g, yout and the
+ * scratch drow, dg hold that many. */
+static inline int64_t titan_moe_expert_rows(const struct titan_moe *m)
+{
+	return m->n * m->d->top_k * (m->ep ? m->ep->ep : 1);
+}
 
 /* y = h + moe(x), keeping the activations in `a`; `tokens` (NULL: not
  * counted, e.g. a recomputation) gets the rows per expert added. */

@@ -6,7 +6,8 @@
  * checks one rank (collectives are copies); test_two_ranks runs the same
  * checks under `mpiexec -n 2` (this program with --ranks), where they go
  * over MPI, and there also checks that FSDP (dp.c) packs through the
- * backend's buffer ops. */
+ * backend's buffer ops.  all_to_all_v (expert parallelism's) is checked
+ * both ways too. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -25,6 +26,8 @@
 #include "titan/dist.h"
 #include "titan/ops.h"
 #include "titan/train.h"
+
+#include "mpi_ranks.h"
 
 enum { N = 37 };
 
@@ -96,6 +99,46 @@ static void fill(float *x, size_t n, int rank, int salt)
 }
 
 #define SAME(a, b) assert_memory_equal(a, b, sizeof(a))
+
+/* all_to_all_v as expert parallelism uses it: the counts first (one per
+ * rank), then blocks of uneven sizes, empty ones included; every element
+ * says who sent it to whom.  The same on `c` and the staged `s`. */
+static void check_all_to_all_v(struct titan_comm *c, struct titan_comm *s)
+{
+	const int rank = titan_comm_rank(c), size = titan_comm_size(c);
+	const size_t one[4] = {1, 1, 1, 1};
+	int64_t sn[4], rn[4];
+	size_t sc[4], rc[4], st = 0, rt = 0;
+	float in[16], a[16], b[16];
+
+	for (int p = 0; p < size; p++) {
+		sn[p] = (rank + 2 * p + 1) % 4; /* 0 to 3 rows to rank p */
+		sc[p] = (size_t)sn[p];
+		for (int64_t i = 0; i < sn[p]; i++)
+			in[st++] = (float)(rank * 100 + p * 10 + i);
+	}
+	assert_int_equal(titan_comm_all_to_all_v(c, sn, one, rn, one, TITAN_DTYPE_I64, "n"), 0);
+	for (int p = 0; p < size; p++) {
+		assert_int_equal(rn[p], (p + 2 * rank + 1) % 4);
+		rc[p] = (size_t)rn[p];
+		rt += rc[p];
+	}
+	memset(a, 0, sizeof(a));
+	memset(b, 0, sizeof(b));
+	n_get = n_set = 0;
+	assert_int_equal(titan_comm_all_to_all_v(c, in, sc, a, rc, TITAN_DTYPE_F32, "rows"), 0);
+	assert_int_equal(titan_comm_all_to_all_v(s, in, sc, b, rc, TITAN_DTYPE_F32, "rows"), 0);
+	SAME(a, b);
+	assert_int_equal(n_get, 1);
+	assert_int_equal(n_set, 1);
+	for (int p = 0, k = 0; p < size; p++)
+		for (size_t i = 0; i < rc[p]; i++, k++)
+			assert_true(a[k] == (float)(p * 100 + rank * 10 + (int)i));
+	for (size_t k = rt; k < 16; k++)
+		assert_true(a[k] == 0);
+	assert_int_equal(titan_comm_all_to_all_v(c, TITAN_IN_PLACE, sc, a, rc, TITAN_DTYPE_F32,
+						 "t"), TITAN_E_INVALID);
+}
 
 /* Every operation on `c` and on the staged `s` over it, results compared. */
 static void check_staged(struct titan_comm *c, struct titan_comm *s)
@@ -225,6 +268,7 @@ static void check_staged(struct titan_comm *c, struct titan_comm *s)
 	SAME(a, b);
 	fill(g, N, prev, 10);
 	assert_memory_equal(b, g, N * sizeof(float));
+	check_all_to_all_v(c, s);
 }
 
 /* The world with its default mesh (every rank in dp_shard: fsdp = world);
@@ -357,22 +401,8 @@ static void test_fsdp_packing(void **state)
 /* The same under mpiexec -n 2: this program again with --ranks. */
 static void test_two_ranks(void **state)
 {
-	char self[4096], cmd[4400];
-	ssize_t n;
-	int st;
-
 	(void)state;
-	if (!TITAN_HAVE_MPI || system("command -v mpiexec >/dev/null 2>&1") != 0) {
-		printf("# skip reason: no MPI in this build or no mpiexec\n");
-		skip();
-	}
-	n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-	assert_true(n > 0);
-	self[n] = '\0';
-	snprintf(cmd, sizeof(cmd), "env -u TITAN_MPI timeout 120 mpiexec -n 2 '%s' --ranks", self);
-	st = system(cmd);
-	assert_true(WIFEXITED(st));
-	assert_int_equal(WEXITSTATUS(st), 0);
+	mpi_ranks_run(2);
 }
 
 int main(int argc, char **argv)

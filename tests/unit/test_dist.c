@@ -55,7 +55,7 @@ static void test_dims_infer_and_errors(void **state)
 /* pp outermost, tp innermost: rank = (((pp·R + r)·S + s)·CP + c)·TP + t */
 static void test_coords(void **state)
 {
-	struct titan_parallel_dims pd = {{2, 2, 3, 1, 2}, 24};
+	struct titan_parallel_dims pd = {{2, 2, 3, 1, 2}, 24, 1};
 	int64_t c[TITAN_DIM_NDIMS];
 
 	(void)state;

@@ -197,10 +197,11 @@ static void test_torchtitan_names(void **state)
 		     "t.toml:2:34: parallelism.context_parallel_load_balancer: torchtitan's "
 		     "key has no titan counterpart (titan's context parallelism balances the "
 		     "causal mask head-tail only); only \"headtail\" is accepted: remove the key");
-	expect_error("[parallelism]\nexpert_parallel_degree = 2\n",
-		     "t.toml:2:26: parallelism.expert_parallel_degree: torchtitan's key has no "
-		     "titan counterpart (titan has no mixture-of-experts models); only 1 is "
-		     "accepted: remove the key");
+	expect_error("[parallelism]\nexpert_parallel_comm_backend = \"deepep\"\n"
+		     "pipeline_parallel_expert_parallel_overlap = true\n"
+		     "expert_parallel_degree = 0\n",
+		     "t.toml:4:26: parallelism.expert_parallel_degree: 0 is out of range "
+		     "(minimum 1)");
 	expect_error("[parallelism]\nmodule_fqns_per_model_part = [[\"layers.0\"], "
 		     "[\"layers.1\"]]\n",
 		     "t.toml:2:30: parallelism.module_fqns_per_model_part: torchtitan's key has "

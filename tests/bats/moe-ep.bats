@@ -1,0 +1,138 @@
+#!/usr/bin/env bats
+# Expert parallelism (parallelism.expert_parallel_degree, torchtitan's
+# name): the configuration rules (EP borrows its ranks from dp_shard x cp,
+# whole experts per rank, expert_tensor_parallel_degree only 1, EP next to
+# TP / PP / CP refused with exit 2), and EP layouts reproducing the 1-rank
+# MoE curve (losses, grad norms, expert loads) with checkpoints moving
+# between EP and 1 rank.
+
+bats_require_minimum_version 1.5.0
+
+setup_file() {
+	load tiny
+	tiny_env
+	tiny_corpus --line 'In the beginning God created the heaven and the earth. And the earth was without form, and void.' \
+		c 200 600 2
+	tiny_yaml "$DATA/moe.yaml" 600 32 2 4 2 <<YAML
+  moe_num_experts: 4
+  moe_top_k: 2
+  moe_inter_dim: 24
+training:
+  dataset_path: $DATA/shards
+  local_batch_size: 2
+  seq_len: 16
+  steps: 2
+metrics:
+  log_freq: 1
+YAML
+}
+
+setup() {
+	load helpers
+	load tiny
+	load layouts
+	DATA=$BATS_FILE_TMPDIR
+}
+
+@test "EP: expert_tensor_parallel_degree > 1, EP on a dense model, EP not dividing the experts: exit 2 naming the key" {
+	x=--job.dump_folder="$BATS_TEST_TMPDIR/x"
+	run -2 --separate-stderr titan-train -q --config "$DATA/moe.yaml" \
+		--parallelism.expert_tensor_parallel_degree=2 "$x"
+	[[ $stderr == "titan-train: error: parallelism.expert_tensor_parallel_degree: 2 is not supported"* ]]
+	run -2 --separate-stderr titan-train -q --config "$DATA/moe.yaml" \
+		--parallelism.expert_parallel_degree=3 "$x"
+	[[ $stderr == "titan-train: error: parallelism.expert_parallel_degree: 3 does not divide model.moe_num_experts 4"* ]]
+	run -2 --separate-stderr titan-train -q --config "$DATA/moe.yaml" --model.moe_num_experts=0 \
+		--parallelism.expert_parallel_degree=2 "$x"
+	[[ $stderr == "titan-train: error: parallelism.expert_parallel_degree: 2 needs a mixture of experts"* ]]
+	run -2 --separate-stderr titan-config --check --config "$DATA/moe.yaml" \
+		--parallelism.expert_parallel_degree=0
+	[[ $stderr == *"parallelism.expert_parallel_degree"* ]]
+	# the defaults: 1 and 1
+	run -0 titan-config --config "$DATA/moe.yaml" --get parallelism.expert_parallel_degree
+	[ "$output" = 1 ]
+	run -0 titan-config --config "$DATA/moe.yaml" --get parallelism.expert_tensor_parallel_degree
+	[ "$output" = 1 ]
+}
+
+@test "EP: the degree must divide data_parallel_shard_degree x context_parallel_degree (dp_shard -1 resolved)" {
+	x=--job.dump_folder="$BATS_TEST_TMPDIR/x"
+	run -2 --separate-stderr titan-train -q --config "$DATA/moe.yaml" \
+		--parallelism.expert_parallel_degree=2 "$x"
+	[ "$stderr" = "titan-train: error: parallelism.expert_parallel_degree 2: must divide data_parallel_shard_degree x context_parallel_degree (1 x 1)" ]
+	[ -z "${NO_MPI:-}" ] || skip "no MPI"
+	run -2 --separate-stderr timeout -k 5 60 mpiexec -n 2 env OMP_NUM_THREADS=1 titan-train -q \
+		--config "$DATA/moe.yaml" --parallelism.expert_parallel_degree=4 "$x"
+	[[ $stderr == *"titan-train: error: parallelism.expert_parallel_degree 4: must divide data_parallel_shard_degree x context_parallel_degree (2 x 1)"* ]]
+	run -2 --separate-stderr timeout -k 5 60 mpiexec -n 2 env OMP_NUM_THREADS=1 titan-train -q \
+		--config "$DATA/moe.yaml" --parallelism.expert_parallel_degree=2 \
+		--parallelism.data_parallel_replicate_degree=2 "$x"
+	[[ $stderr == *"titan-train: error: parallelism.expert_parallel_degree 2: must divide data_parallel_shard_degree x context_parallel_degree (1 x 1)"* ]]
+}
+
+@test "EP: EP x TP, EP x PP, EP x CP are refused with exit 2 naming the key" {
+	x=--job.dump_folder="$BATS_TEST_TMPDIR/x"
+	for a in parallelism.tensor_parallel_degree=2 parallelism.pipeline_parallel_degree=2 \
+		parallelism.context_parallel_degree=2; do
+		run -2 --separate-stderr titan-train -q --config "$DATA/moe.yaml" --"$a" \
+			--parallelism.expert_parallel_degree=2 "$x"
+		[[ $stderr == "titan-train: error: ${a%=*}: not supported"* ]]
+	done
+}
+
+# same_moe ONE RUN: RUN's losses and grad norms (steps up to 10) those of
+# the 1-rank ONE at the same steps, and its expert loads ONE's last ones
+same_moe() {
+	run -0 same_curve "$1" "$2"
+	local n
+	n=$(grep -c '"moe_load"' "$2")
+	diff <(grep -o '"moe_load":[^}]*}' "$1" | tail -n "$n") <(grep -o '"moe_load":[^}]*}' "$2")
+}
+
+@test "EP 2 (= FSDP 2) reproduces the 1-rank MoE curve and loads; checkpoints move between EP 2 and 1 rank" {
+	[ -z "${NO_MPI:-}" ] || skip "no MPI"
+	d=$BATS_TEST_TMPDIR
+	ck="--checkpoint.enable --checkpoint.interval=5 --checkpoint.last_save_model_only=false"
+	val="--validation.enable --validation.freq=5 --validation.steps=2"
+	run -0 titan-train -q --config "$DATA/moe.yaml" --training.local_batch_size=4 \
+		--training.steps=10 $ck $val --job.dump_folder="$d/one"
+	run -0 timeout -k 5 120 mpiexec -n 2 env OMP_NUM_THREADS=1 titan-train -q \
+		--config "$DATA/moe.yaml" --training.steps=10 --parallelism.expert_parallel_degree=2 \
+		$ck $val --job.dump_folder="$d/ep"
+	same_moe "$d/one/metrics.jsonl" "$d/ep/metrics.jsonl"
+	# the validation forwards dispatch too: the same validation losses
+	run -0 /usr/bin/python3 -c '
+import json, sys
+v = [[o["validation_loss"] for o in map(json.loads, open(f)) if "validation_loss" in o]
+     for f in sys.argv[1:]]
+assert len(v[0]) >= 2 and len(v[0]) == len(v[1]), v
+assert all(abs(a - b) <= 1e-5 * abs(a) for a, b in zip(*v)), v' \
+		"$d/one/metrics.jsonl" "$d/ep/metrics.jsonl"
+	# EP 2's step-5 checkpoint (one logical file, 3-d experts) resumed on 1 rank
+	mkdir -p "$d/a/checkpoint"
+	cp "$d/ep/checkpoint/step-5.h5" "$d/a/checkpoint/"
+	run -0 titan-train -q --config "$DATA/moe.yaml" --training.local_batch_size=4 \
+		--training.steps=10 $ck --job.dump_folder="$d/a"
+	same_moe "$d/one/metrics.jsonl" "$d/a/metrics.jsonl"
+	# and the 1-rank one under EP 2
+	mkdir -p "$d/b/checkpoint"
+	cp "$d/one/checkpoint/step-5.h5" "$d/b/checkpoint/"
+	run -0 timeout -k 5 120 mpiexec -n 2 env OMP_NUM_THREADS=1 titan-train -q \
+		--config "$DATA/moe.yaml" --training.steps=10 --parallelism.expert_parallel_degree=2 \
+		$ck --job.dump_folder="$d/b"
+	same_moe "$d/one/metrics.jsonl" "$d/b/metrics.jsonl"
+}
+
+@test "EP 2 inside FSDP 4, EP 4, and DP replicate 2 x EP 2 reproduce the 1-rank MoE curve (4 ranks)" {
+	[ -z "${NO_MPI:-}" ] || skip "no MPI"
+	d=$BATS_TEST_TMPDIR
+	run -0 titan-train -q --config "$DATA/moe.yaml" --training.local_batch_size=8 \
+		--training.steps=10 --job.dump_folder="$d/one"
+	for p in "--parallelism.expert_parallel_degree=2" "--parallelism.expert_parallel_degree=4" \
+		"--parallelism.expert_parallel_degree=2 --parallelism.data_parallel_replicate_degree=2"; do
+		rm -rf "$d/ep"
+		run -0 timeout -k 5 180 mpiexec -n 4 env OMP_NUM_THREADS=1 titan-train -q \
+			--config "$DATA/moe.yaml" --training.steps=10 $p --job.dump_folder="$d/ep"
+		same_moe "$d/one/metrics.jsonl" "$d/ep/metrics.jsonl"
+	done
+}
