@@ -395,6 +395,12 @@ int titan_hf_export(const char *outdir, const struct titan_param_table *t, titan
 	esz = titan_ckpt_dtype_size(o->dtype);
 	if (t->opts.shard_degree > 1)
 		return titan_error(TITAN_E_UNSUPPORTED, "HF export of a sharded parameter table");
+	for (int i = 0; i < t->n; i++)
+		if (t->params[i].role >= TITAN_PARAM_MOE_W1)
+			return titan_error(TITAN_E_UNSUPPORTED, "model/%s: a mixture-of-experts "
+					   "checkpoint (moe_num_experts %lld), which HF export does "
+					   "not write yet", t->params[i].name,
+					   (long long)t->dims.moe.num_experts);
 	if ((rc = titan_ckpt_mkdirs_(outdir)) < 0)
 		return rc;
 	/* transformers' rule: a tensor opens a new shard when it would push

@@ -246,12 +246,40 @@ PY
 	[[ $stderr == "titan-estimate: error: model.moe_num_experts 4: titan-estimate does not know mixture-of-experts models yet" ]]
 }
 
-@test "MoE: titan-ckpt-convert and titan-generate refuse a MoE checkpoint naming its first MoE tensor" {
+@test "MoE: titan-ckpt-convert refuses a MoE checkpoint naming its first MoE tensor" {
 	d=$BATS_TEST_TMPDIR
 	run -0 titan-train -q --config "$DATA/moe.yaml" --job.dump_folder="$d/s" \
 		--checkpoint.enable --checkpoint.create_seed_checkpoint
 	run -1 --separate-stderr titan-ckpt-convert --to hf "$d/s/checkpoint/step-0.h5" "$d/hf"
 	[[ $stderr == *"model/layers.0.moe.experts.w1: a mixture-of-experts checkpoint"* ]]
-	run -1 --separate-stderr titan-generate "$d/s/checkpoint/step-0.h5" "In"
-	[[ $stderr == *"model/layers.0.moe.experts.w1: a mixture-of-experts checkpoint"* ]]
+}
+
+@test "MoE: titan-generate runs a MoE checkpoint from its moe_* attributes, as with the config" {
+	d=$BATS_TEST_TMPDIR
+	run -0 titan-train -q --config "$DATA/moe.yaml" --model.n_dense_layers=1 \
+		--model.moe_num_shared_experts=1 --model.moe_score_func=softmax \
+		--job.dump_folder="$d/s" --checkpoint.enable --checkpoint.interval=12
+	h5=$d/s/checkpoint/step-12.h5
+	run -0 --separate-stderr titan-generate -t "$DATA/tok.tiktoken" -n 10 "$h5" "In the"
+	text=$output
+	[ -n "$text" ]
+	run -0 --separate-stderr titan-generate -t "$DATA/tok.tiktoken" -n 10 \
+		--config "$DATA/moe.yaml" --model.n_dense_layers=1 --model.moe_num_shared_experts=1 \
+		--model.moe_score_func=softmax "$h5" "In the"
+	assert_equal "$output" "$text"
+	# a config with another routing is another model
+	run -2 --separate-stderr titan-generate -t "$DATA/tok.tiktoken" -n 10 \
+		--config "$DATA/moe.yaml" --model.n_dense_layers=1 --model.moe_num_shared_experts=1 "$h5" "In"
+	[[ $stderr == *"moe_score_func softmax true there, false in the config (model.moe_score_func)"* ]]
+	# a MoE file without the attributes (titan before them) is refused by name
+	/usr/bin/python3 -c 'import h5py' 2>/dev/null || skip "python3-h5py is missing"
+	cp "$h5" "$d/old.h5"
+	/usr/bin/python3 -c 'import h5py, sys; f = h5py.File(sys.argv[1], "r+"); del f.attrs["moe_num_experts"]' "$d/old.h5"
+	run -1 --separate-stderr titan-generate -t "$DATA/tok.tiktoken" "$d/old.h5" "In"
+	[[ $stderr == *"model/layers.1.moe.experts.w1: a mixture-of-experts checkpoint without the moe_* attributes"* ]]
+	# nor one whose attributes make another model than its tensors
+	cp "$h5" "$d/bad.h5"
+	/usr/bin/python3 -c 'import h5py, sys; f = h5py.File(sys.argv[1], "r+"); f.attrs["moe_top_k"] = 9' "$d/bad.h5"
+	run -1 --separate-stderr titan-generate -t "$DATA/tok.tiktoken" "$d/bad.h5" "In"
+	[[ $stderr == *"moe_top_k 9"*"top_k must be in [1, num_experts]"* ]]
 }
