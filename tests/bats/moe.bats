@@ -50,7 +50,8 @@ setup() {
 curve() { tiny_losses "$1"; }
 
 # ref NAME MOE_JSON ARGS...: titan-train's seed checkpoint and 12 steps with
-# ARGS, then the reference from the same weights and tokens; losses and grad
+# ARGS (a Qwen3 MoE with QWEN3 = the qwen3_ref.Qwen3Args JSON), then the
+# reference from the same weights and tokens; losses and grad
 # norms within 1e-5 relative, the final expert_bias within 1e-6 (and not
 # zero with MOVED=1), every final tensor within 1e-4 (||a-b||/||b||, as
 # test_golden's final weights)
@@ -65,7 +66,7 @@ ref() {
 		--shards "$DATA/shards" \
 		--model '{"dim":32,"n_layers":'"${NL:-2}"',"n_heads":4,"n_kv_heads":2,"vocab_size":600,"multiple_of":32}' \
 		--moe "$moe" --train '{"batch":2,"seq_len":16,"steps":12,"lr":8e-4,"warmup":2}' \
-		--save "$d/ref.npz" > "$d/ref.json"
+		${QWEN3:+--qwen3 "$QWEN3"} --save "$d/ref.npz" > "$d/ref.json"
 	/usr/bin/python3 - "$d/run/metrics.jsonl" "$d/ref.json" "$d/run/checkpoint/step-12.h5" \
 		"${MOVED:-}" "$d/ref.npz" <<'PY'
 import json, sys, h5py
@@ -111,6 +112,48 @@ MOE='"num_experts":4,"top_k":2,"inter_dim":24,"n_dense_layers":0,"interleave_moe
 	MOVED=1 ref soft "{$MOE,\"num_shared_experts\":0,\"score_func\":\"softmax\",\"route_norm\":true,\"route_scale\":2.5,\"score_before_experts\":false}" \
 		--model.moe_num_shared_experts=0 --model.moe_score_func=softmax --model.moe_route_norm \
 		--model.moe_route_scale=2.5 --model.moe_score_before_experts=false
+}
+
+@test "Qwen3 MoE (model.name qwen3, flavor debugmodel_moe shrunk): 12 steps equal the PyTorch reference (qwen3_ref + moe_ref)" {
+	/usr/bin/python3 -c 'import torch, h5py' 2>/dev/null || skip "python3-torch or h5py is missing"
+	cd "$TITAN_SRCDIR"
+	# the flavor's routing (softmax, route_norm, no shared expert, scores
+	# after the experts, not tied) with moe.yaml's experts and dims
+	QWEN3='{"qk_head_dim":12,"hidden_dim":3072}' MOVED=1 ref qmoe \
+		"{$MOE,\"num_shared_experts\":0,\"score_func\":\"softmax\",\"route_norm\":true,\"route_scale\":1.0,\"score_before_experts\":false}" \
+		--model.name=qwen3 --model.flavor=debugmodel_moe --model.head_dim=12
+	h5=$BATS_TEST_TMPDIR/qmoe/seed/checkpoint/step-0.h5
+	/usr/bin/python3 - "$h5" <<'PY'
+import sys, h5py
+f = h5py.File(sys.argv[1], "r")
+a = dict(f.attrs)
+assert a["model_name"] in ("qwen3", b"qwen3") and a["flavor"] in ("debugmodel_moe", b"debugmodel_moe"), a
+assert a["moe_num_experts"] == 4 and a["moe_num_shared_experts"] == 0 and a["moe_route_norm"] == 1, a
+assert "layers.0.attention.q_norm.weight" in f["model"] and "output.weight" in f["model"]
+PY
+}
+
+@test "Qwen3 MoE flavors: torchtitan's debugmodel_moe, 30B-A3B, 235B-A22B routing in the model.moe_* keys" {
+	for f in debugmodel_moe:64:768:1000000.0 30B-A3B:128:768:1000000.0 235B-A22B:128:1536:5000000.0; do
+		IFS=: read -r fl e h th <<< "$f"
+		run -0 titan-config --model.name=qwen3 --model.flavor="$fl"
+		[[ $output == *"moe_num_experts: $e"* && $output == *"moe_top_k: 8"* ]]
+		[[ $output == *"moe_inter_dim: $h"* && $output == *"moe_num_shared_experts: 0"* ]]
+		[[ $output == *"moe_score_func: softmax"* && $output == *"moe_route_norm: true"* ]]
+		[[ $output == *"moe_score_before_experts: false"* && $output == *"rope_theta: $th"* ]]
+		# the flavor first, the family after: the same
+		run -0 titan-config --model.flavor="$fl" --model.name=qwen3
+		[[ $output == *"moe_num_experts: $e"* && $output == *"rope_theta: $th"* ]]
+	done
+	# a key set after the flavor wins; a dense flavor after a MoE one is dense
+	run -0 titan-config --model.name=qwen3 --model.flavor=30B-A3B --model.moe_top_k=2
+	[[ $output == *"moe_top_k: 2"* && $output == *"moe_num_experts: 128"* ]]
+	run -0 titan-config --model.name=qwen3 --model.flavor=235B-A22B --model.flavor=8B
+	[[ $output == *"moe_num_experts: 0"* && $output == *"moe_score_func: sigmoid"* ]]
+	[[ $output == *"rope_theta: 1000000.0"* ]]
+	run -2 --separate-stderr titan-train -q --model.flavor=debugmodel_moe \
+		--job.dump_folder="$BATS_TEST_TMPDIR/x"
+	[ "$stderr" = "titan-train: error: model.flavor: unknown flavor 'debugmodel_moe' for model.name llama3" ]
 }
 
 @test "MoE with a first dense block (n_dense_layers), interleave step 2, 3 experts top-1, 2 shared: equal the reference" {
