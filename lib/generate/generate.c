@@ -4,7 +4,9 @@
  * time).  The block is the training model's, lib/train/block.c, for the
  * tokens at positions pos .. pos+n−1 of one sequence, with the identity
  * sequence-parallel moves and the KV-cache attention (lib/train/attn_kv.c):
- * keys and values (after RoPE) go straight into a per-layer cache.  torchtitan
+ * keys and values (after RoPE) go straight into a per-layer cache; a MoE
+ * block's feed-forward is moe.c's with the local dispatch (every expert
+ * here), over one set of activations sized for a chunk.  torchtitan
  * counterpart: scripts/generate/_generation.py (generate, generate_next_token)
  * with the KV cache of transformers' LlamaForCausalLM.
  */

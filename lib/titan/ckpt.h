@@ -460,23 +460,27 @@ int titan_ckpt_load_dist(const char *path, struct titan_ckpt_state *st, unsigned
  * fields by their config.json names): sizes in [1, 2^31), heads that
  * divide dim into even head dims, kv heads that divide the heads,
  * norm_eps, rope_theta and (with rope_scaling) its factors finite and
- * above 0, high_freq_factor above low_freq_factor, and a model whose bytes
- * fit in int64.  TITAN_E_FORMAT naming the field and its value. */
+ * above 0, high_freq_factor above low_freq_factor, a MoE's top_k in
+ * [1, num_experts] and sizes in range, and a model whose bytes fit in
+ * int64.  TITAN_E_FORMAT naming the field and its value. */
 int titan_ckpt_dims_check(const char *src, const struct titan_model_dims *d, bool hf);
 /* Does the model of a file (`have`: a checkpoint's or an HF config.json's
  * dims) have the architecture of the config's (`want`)?  Every field that
  * changes what the weights mean: dim, n_layers, n_heads, n_kv_heads,
  * ffn_hidden, vocab_size, tie_word_embeddings, norm_eps, rope_theta,
  * rope_scaling and, when both scale, its factors and original max
- * position (reals bit for bit).  TITAN_E_INVALID naming each field that
+ * position (reals bit for bit), and the MoE's routing when the file
+ * stores one (moe_* attributes).  TITAN_E_INVALID naming each field that
  * differs with both values and its config key: a setting that does not
  * fit the data.  titan_ckpt_load checks this before the shapes. */
 int titan_ckpt_dims_match(const char *src, const struct titan_model_dims *have,
 			  const struct titan_model_dims *want);
 struct titan_ckpt_file;
 /* The dims of an open checkpoint (titan_ckpt_dims_check) and its number of
- * model tensors against them, so that a table built from those dims is
- * no larger than the file: TITAN_E_FORMAT naming the file. */
+ * model tensors against them (a MoE block's included), so that a table
+ * built from those dims is no larger than the file: TITAN_E_FORMAT naming
+ * the file; TITAN_E_INVALID naming the first MoE tensor of a MoE written
+ * without the moe_* attributes. */
 int titan_ckpt_check_dims(struct titan_ckpt_file *f);
 /* Every parameter of t among the file's model tensors with its shape, and
  * nothing else (as titan_ckpt_load checks): the tensors' sizes are known
