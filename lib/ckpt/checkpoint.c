@@ -850,7 +850,8 @@ int titan_ckpt_supersede(const char *folder, int64_t step, char **subfolder, int
 void titan_ckpt_match_flavor_(const struct titan_model_dims *d, char name[32])
 {
 	static const char *const names[] = {"debugmodel", "0.6B", "1B", "1.7B", "3B", "4B", "8B",
-					    "14B", "32B", "70B", "405B"};
+					    "14B", "32B", "70B", "405B", "debugmodel_moe",
+					    "30B-A3B", "235B-A22B"};
 
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
 		struct titan_model_dims f;
@@ -860,7 +861,9 @@ void titan_ckpt_match_flavor_(const struct titan_model_dims *d, char name[32])
 		    f.n_layers == d->n_layers && f.n_heads == d->n_heads &&
 		    f.n_kv_heads == d->n_kv_heads && f.vocab_size == d->vocab_size &&
 		    f.ffn_hidden == d->ffn_hidden && f.tied == d->tied &&
-		    f.head_dim == d->head_dim && f.qk_norm == d->qk_norm) {
+		    f.head_dim == d->head_dim && f.qk_norm == d->qk_norm &&
+		    f.moe.num_experts == d->moe.num_experts && f.moe.top_k == d->moe.top_k &&
+		    f.moe.inter_dim == d->moe.inter_dim) {
 			snprintf(name, 32, "%s", f.flavor);
 			return;
 		}
@@ -909,6 +912,25 @@ char *titan_ckpt_config_for_dims(const struct titan_model_dims *d)
 			SET("model.hidden_dim", "%lld", (long long)d->ffn_hidden);
 		if (d->qk_norm != (d->family == TITAN_MODEL_NAME_QWEN3))
 			SET("model.qk_norm", "%s", d->qk_norm ? "true" : "false");
+	}
+	if (d->moe.num_experts > 0) { /* after the flavor: these win */
+		const struct titan_moe_dims *m = &d->moe;
+
+		SET("model.moe_num_experts", "%lld", (long long)m->num_experts);
+		SET("model.moe_num_shared_experts", "%lld", (long long)m->num_shared_experts);
+		SET("model.moe_top_k", "%lld", (long long)m->top_k);
+		SET("model.moe_inter_dim", "%lld", (long long)m->inter_dim);
+		SET("model.n_dense_layers", "%lld", (long long)m->n_dense_layers);
+		SET("model.interleave_moe_layer_step", "%lld",
+		    (long long)(m->interleave_step > 0 ? m->interleave_step : 1));
+		SET("model.moe_score_func", "%s", m->softmax ? "softmax" : "sigmoid");
+		SET("model.moe_route_norm", "%s", m->route_norm ? "true" : "false");
+		SET("model.moe_score_before_experts", "%s", m->score_before_experts ? "true" : "false");
+		SETD("model.moe_route_scale", m->route_scale);
+		if (isnan(m->load_balance_coeff))
+			SET("model.moe_load_balance_coeff", "null");
+		else
+			SETD("model.moe_load_balance_coeff", m->load_balance_coeff);
 	}
 	SETD("model.norm_eps", d->norm_eps);
 	SETD("model.rope_theta", d->rope_theta);

@@ -631,6 +631,18 @@ int titan_ckpt_verify(struct titan_ckpt_file *f, const struct titan_ckpt_tensor_
 
 /* HF name of a parameter into buf; TITAN_E_INVALID when it does not fit. */
 int titan_hf_param_name(const struct titan_param *p, char *buf, size_t n);
+/* A Qwen3 MoE (Qwen3MoeForCausalLM) block's feed-forward:
+ *   layers.I.moe.router.gate.weight [E, C]  model.layers.I.mlp.gate.weight
+ *   layers.I.moe.experts.w1 [E, F, C]       model.layers.I.mlp.experts.e.gate_proj.weight [F, C]
+ *   layers.I.moe.experts.w3 [E, F, C]       ... .experts.e.up_proj.weight [F, C]
+ *   layers.I.moe.experts.w2 [E, C, F]       ... .experts.e.down_proj.weight [C, F]
+ *   layers.I.moe.expert_bias [E]            none: dropped on export, zero on import
+ * (shared experts have no Qwen3 MoE name).  titan_hf_parts: the HF tensors
+ * of a parameter (E for the stacked experts, 0 for expert_bias, else 1);
+ * titan_hf_part_name / _shape: part e's name and 2-d (or 1-d) shape. */
+int64_t titan_hf_parts(const struct titan_param *p);
+int titan_hf_part_name(const struct titan_param *p, int64_t e, char *buf, size_t n);
+void titan_hf_part_shape(const struct titan_param *p, int *ndim, int64_t shape[2]);
 /* Permute a q/k weight [rows, cols] (rows = n_heads · head_dim, head_dim
  * even) out of place: to_hf true = tt -> HF, false = HF -> tt. */
 void titan_hf_permute_qk(const float *in, float *out, int64_t n_heads, int64_t rows,

@@ -297,6 +297,60 @@ PY
 	[[ $stderr == *"model/layers.0.moe.experts.w1: a mixture-of-experts checkpoint"* ]]
 }
 
+@test "Qwen3 MoE: titan-ckpt-convert --to hf writes Qwen3MoeForCausalLM, --from hf reads it back bit for bit (expert_bias from zero)" {
+	/usr/bin/python3 -c 'import torch, h5py' 2>/dev/null || skip "python3-torch or h5py is missing"
+	d=$BATS_TEST_TMPDIR
+	q="--model.name=qwen3 --model.flavor=debugmodel_moe --model.head_dim=12 --model.n_dense_layers=1 --model.n_layers=3"
+	run -0 titan-train -q --config "$DATA/moe.yaml" $q --job.dump_folder="$d/s" \
+		--checkpoint.enable --checkpoint.interval=12
+	h5=$d/s/checkpoint/step-12.h5
+	run -0 titan-ckpt-convert -q --to hf "$h5" "$d/hf"
+	run -0 titan-ckpt-convert -q --from hf "$d/hf" "$d/back.h5"
+	cd "$TITAN_SRCDIR"
+	run -0 /usr/bin/python3 - "$h5" "$d/hf" "$d/back.h5" <<'PY'
+import json, sys, h5py, numpy as np
+sys.path.insert(0, "tests/ref")
+import safetensors_py as st
+a, hf, b = h5py.File(sys.argv[1], "r"), sys.argv[2], h5py.File(sys.argv[3], "r")
+c = json.load(open(hf + "/config.json"))
+assert c["architectures"] == ["Qwen3MoeForCausalLM"] and c["model_type"] == "qwen3_moe", c
+assert (c["num_experts"], c["num_experts_per_tok"], c["moe_intermediate_size"]) == (4, 2, 24), c
+assert c["norm_topk_prob"] is True and c["decoder_sparse_step"] == 1 and c["mlp_only_layers"] == [0], c
+t = st.load(hf + "/model.safetensors")
+t = t[0] if isinstance(t, tuple) else t
+names = sorted(t)
+assert "model.layers.0.mlp.gate_proj.weight" in names and "model.layers.1.mlp.gate.weight" in names
+for l in (1, 2):
+    for e in range(4):
+        for p, k, sh in (("gate_proj", "w1", (24, 32)), ("up_proj", "w3", (24, 32)), ("down_proj", "w2", (32, 24))):
+            x = np.asarray(t[f"model.layers.{l}.mlp.experts.{e}.{p}.weight"])
+            assert x.shape == sh, (l, e, p, x.shape)
+            assert np.array_equal(x, a["model"][f"layers.{l}.moe.experts.{k}"][e]), (l, e, p)
+assert not any("expert_bias" in n or "shared" in n for n in names), names
+assert sorted(a["model"]) == sorted(b["model"]), (sorted(a["model"]), sorted(b["model"]))
+for k in a["model"]:
+    x, y = a["model"][k][...], b["model"][k][...]
+    if k.endswith("expert_bias"):
+        assert np.any(x != 0) and not np.any(y), k   # trained bias; none in HF
+    else:
+        assert x.shape == y.shape and np.array_equal(x, y), k
+for k in ("moe_num_experts", "moe_top_k", "moe_inter_dim", "n_dense_layers", "moe_route_norm",
+          "moe_score_before_experts", "moe_num_shared_experts"):
+    assert a.attrs[k] == b.attrs[k], (k, a.attrs[k], b.attrs[k])
+assert b.attrs["moe_score_func"] in ("softmax", b"softmax")
+PY
+	# the HF folder and its re-import generate the same text
+	run -0 --separate-stderr titan-generate -t "$DATA/tok.tiktoken" -n 10 "$d/hf" "In the"
+	text=$output
+	run -0 --separate-stderr titan-generate -t "$DATA/tok.tiktoken" -n 10 "$d/back.h5" "In the"
+	assert_equal "$output" "$text"
+	# routing Qwen3 MoE cannot hold: refused naming the key
+	run -0 titan-train -q --config "$DATA/moe.yaml" $q --model.moe_num_shared_experts=1 \
+		--job.dump_folder="$d/sh" --checkpoint.enable --checkpoint.create_seed_checkpoint
+	run -1 --separate-stderr titan-ckpt-convert --to hf "$d/sh/checkpoint/step-0.h5" "$d/hf2"
+	[[ $stderr == *"model/layers.1.moe.experts.w1: a mixture-of-experts checkpoint with model.moe_num_shared_experts above 0"* ]]
+}
+
 @test "MoE: titan-generate runs a MoE checkpoint from its moe_* attributes, as with the config" {
 	d=$BATS_TEST_TMPDIR
 	run -0 titan-train -q --config "$DATA/moe.yaml" --model.n_dense_layers=1 \
