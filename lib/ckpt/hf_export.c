@@ -1,5 +1,6 @@
 /*
- * hf_export.c — write a HuggingFace LlamaForCausalLM folder: safetensors
+ * hf_export.c — write a HuggingFace LlamaForCausalLM folder (Qwen3ForCausalLM,
+ * Qwen3MoeForCausalLM with one tensor an expert): safetensors
  * shards (+ index), config.json, generation_config.json and the tokenizer
  * (torchtitan's scripts/checkpoint_conversion/convert_to_hf.py and the
  * HuggingFaceStorageWriter's consolidation; transformers' save_pretrained
