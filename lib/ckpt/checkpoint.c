@@ -183,6 +183,33 @@ static const char *field(bool hf, const char *titan, const char *hfname)
 	return hf ? hfname : titan;
 }
 
+/* A checkpoint's MoE attributes (moe_*, titan's model.moe_* keys): what
+ * the parameter table and moe.c take for granted. */
+static int moe_check(const char *src, const struct titan_moe_dims *m)
+{
+	char v[64];
+
+	if (m->num_experts > INT32_MAX || m->top_k < 1 || m->top_k > m->num_experts ||
+	    m->inter_dim < 1 || m->inter_dim > INT32_MAX || m->num_shared_experts < 0 ||
+	    m->num_shared_experts > INT32_MAX / m->inter_dim || m->n_dense_layers < 0 ||
+	    m->interleave_step < 0)
+		return titan_error(TITAN_E_FORMAT, "%s: moe_num_experts %lld, moe_top_k %lld, "
+				   "moe_inter_dim %lld, moe_num_shared_experts %lld, "
+				   "n_dense_layers %lld, interleave_moe_layer_step %lld: top_k must "
+				   "be in [1, num_experts], the sizes positive and below 2^31", src,
+				   (long long)m->num_experts, (long long)m->top_k,
+				   (long long)m->inter_dim, (long long)m->num_shared_experts,
+				   (long long)m->n_dense_layers, (long long)m->interleave_step);
+	if (!isfinite(m->route_scale))
+		return titan_error(TITAN_E_FORMAT, "%s: moe_route_scale %s: must be finite", src,
+				   titan_format_double(v, sizeof(v), m->route_scale));
+	if (isinf(m->load_balance_coeff))
+		return titan_error(TITAN_E_FORMAT, "%s: moe_load_balance_coeff %s: must be finite "
+				   "(NaN: no expert_bias)", src,
+				   titan_format_double(v, sizeof(v), m->load_balance_coeff));
+	return 0;
+}
+
 int titan_ckpt_dims_check(const char *src, const struct titan_model_dims *d, bool hf)
 {
 	const struct {
@@ -211,6 +238,7 @@ int titan_ckpt_dims_check(const char *src, const struct titan_model_dims *d, boo
 	};
 	char v[64];
 	double total;
+	int rc;
 
 	/* each size below 2^31: the products the parameter table forms
 	 * (vocab_size · dim, 3 · dim · ffn_hidden) then fit in int64 */
@@ -255,12 +283,20 @@ int titan_ckpt_dims_check(const char *src, const struct titan_model_dims *d, boo
 				   field(hf, "rope_original_max_position",
 					 "rope_scaling.original_max_position_embeddings"),
 				   (long long)d->rope_original_max_position);
-	/* the whole model's bytes must be addressable (in double: no overflow) */
+	if (d->moe.num_experts > 0 && (rc = moe_check(src, &d->moe)) < 0)
+		return rc;
+	/* the whole model's bytes must be addressable (in double: no overflow);
+	 * a MoE counted as if every block had both feed-forwards */
 	total = (double)d->vocab_size * (double)d->dim * (d->tied ? 1.0 : 2.0) +
 		(double)d->n_layers * ((d->qk_norm ? 2.0 * (double)(d->n_heads + d->n_kv_heads) *
 							     (double)d->head_dim
 						   : 4.0 * (double)d->dim) * (double)d->dim +
 				       3.0 * (double)d->dim * (double)d->ffn_hidden);
+	if (d->moe.num_experts > 0)
+		total += (double)d->n_layers * (double)d->dim *
+			 ((double)d->moe.num_experts *
+			  (1.0 + 3.0 * (double)d->moe.inter_dim) +
+			  3.0 * (double)d->moe.inter_dim * (double)d->moe.num_shared_experts);
 	if (total * 4.0 > 0x1p62)
 		return titan_error(TITAN_E_FORMAT, "%s: the dims make %.3g parameters, more than a "
 				   "model titan can hold", src, total);
@@ -270,6 +306,7 @@ int titan_ckpt_dims_check(const char *src, const struct titan_model_dims *d, boo
 int titan_ckpt_dims_match(const char *src, const struct titan_model_dims *have,
 			  const struct titan_model_dims *want)
 {
+	const struct titan_moe_dims *hm = &have->moe, *wm = &want->moe;
 	/* the architecture: what the weights mean, not only their shapes (4
 	 * heads of 16 and 8 heads of 8 make the same wq).  multiple_of and
 	 * ffn_dim_multiplier only lead to ffn_hidden, head_dim follows from
@@ -295,6 +332,26 @@ int titan_ckpt_dims_match(const char *src, const struct titan_model_dims *have,
 		{"rope_original_max_position", "model.rope_original_max_position",
 		 have->rope_original_max_position, want->rope_original_max_position,
 		 have->rope_scaling && want->rope_scaling, false},
+		/* a MoE the file describes (one without the attributes was written
+		 * before them: its tensors' names and shapes say the rest) */
+		{"moe_num_experts", "model.moe_num_experts", hm->num_experts, wm->num_experts,
+		 hm->num_experts > 0, false},
+		{"moe_num_shared_experts", "model.moe_num_shared_experts", hm->num_shared_experts,
+		 wm->num_shared_experts, hm->num_experts > 0, false},
+		{"moe_top_k", "model.moe_top_k", hm->top_k, wm->top_k, hm->num_experts > 0, false},
+		{"moe_inter_dim", "model.moe_inter_dim", hm->inter_dim, wm->inter_dim,
+		 hm->num_experts > 0, false},
+		{"n_dense_layers", "model.n_dense_layers", hm->n_dense_layers, wm->n_dense_layers,
+		 hm->num_experts > 0, false},
+		{"interleave_moe_layer_step", "model.interleave_moe_layer_step",
+		 hm->interleave_step > 1 ? hm->interleave_step : 1,
+		 wm->interleave_step > 1 ? wm->interleave_step : 1, hm->num_experts > 0, false},
+		{"moe_score_func softmax", "model.moe_score_func", hm->softmax, wm->softmax,
+		 hm->num_experts > 0, true},
+		{"moe_route_norm", "model.moe_route_norm", hm->route_norm, wm->route_norm,
+		 hm->num_experts > 0, true},
+		{"moe_score_before_experts", "model.moe_score_before_experts",
+		 hm->score_before_experts, wm->score_before_experts, hm->num_experts > 0, true},
 	};
 	const struct {
 		const char *name, *key;
@@ -310,6 +367,8 @@ int titan_ckpt_dims_match(const char *src, const struct titan_model_dims *have,
 		{"rope_high_freq_factor", "model.rope_high_freq_factor",
 		 have->rope_high_freq_factor, want->rope_high_freq_factor,
 		 have->rope_scaling && want->rope_scaling},
+		{"moe_route_scale", "model.moe_route_scale", hm->route_scale, wm->route_scale,
+		 hm->num_experts > 0},
 	};
 	char msg[1024], a[64], b[64];
 	size_t k = 0;
@@ -397,17 +456,29 @@ int titan_ckpt_check_dims(struct titan_ckpt_file *f)
 		return rc;
 	for (size_t i = 0; i < in->n_tensors; i++) {
 		n += in->tensors[i].part == TITAN_CKPT_MODEL;
-		/* the dims attributes do not describe a MoE: its readers without
-		 * a config (conversion, generation) refuse it */
-		if (in->tensors[i].part == TITAN_CKPT_MODEL && strstr(in->tensors[i].name, ".moe."))
+		/* a MoE written before the moe_* attributes: nothing tells its
+		 * readers without a config (conversion, generation) its routing */
+		if (!d->moe.num_experts && in->tensors[i].part == TITAN_CKPT_MODEL &&
+		    strstr(in->tensors[i].name, ".moe."))
 			return titan_error(TITAN_E_INVALID, "%s: model/%s: a mixture-of-experts "
-					   "checkpoint (model.moe_num_experts), which this tool does "
-					   "not read yet", src, in->tensors[i].name);
+					   "checkpoint without the moe_* attributes (written by an "
+					   "older titan), which this tool cannot read", src,
+					   in->tensors[i].name);
 	}
-	/* 9 per block (11 with QK-norm), tok_embeddings, norm, output when
-	 * not tied: a table built from the dims is then no larger than the
-	 * file's list */
-	const double want = titan_params_per_layer(d) * (double)d->n_layers + (d->tied ? 2 : 3);
+	/* 9 per block (11 with QK-norm; a MoE block's feed-forward 4 for 3,
+	 * and 3 shared experts, expert_bias when there), tok_embeddings, norm,
+	 * output when not tied: a table built from the dims is then no larger
+	 * than the file's list */
+	double want = titan_params_per_layer(d) * (double)d->n_layers + (d->tied ? 2 : 3);
+
+	if (d->moe.num_experts > 0 && d->moe.n_dense_layers < d->n_layers) {
+		/* titan_model_layer_is_moe's blocks: l + 1 a multiple of the step
+		 * from n_dense_layers on */
+		const int64_t st = d->moe.interleave_step > 0 ? d->moe.interleave_step : 1;
+
+		want += (double)(d->n_layers / st - d->moe.n_dense_layers / st) *
+			(1 + 3 * (d->moe.num_shared_experts > 0) + titan_model_moe_balanced(d));
+	}
 
 	if ((double)n != want)
 		return titan_error(TITAN_E_FORMAT, "%s: %zu model tensors, the dims (n_layers %lld, "
@@ -779,7 +850,8 @@ int titan_ckpt_supersede(const char *folder, int64_t step, char **subfolder, int
 void titan_ckpt_match_flavor_(const struct titan_model_dims *d, char name[32])
 {
 	static const char *const names[] = {"debugmodel", "0.6B", "1B", "1.7B", "3B", "4B", "8B",
-					    "14B", "32B", "70B", "405B"};
+					    "14B", "32B", "70B", "405B", "debugmodel_moe",
+					    "30B-A3B", "235B-A22B"};
 
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
 		struct titan_model_dims f;
@@ -789,7 +861,9 @@ void titan_ckpt_match_flavor_(const struct titan_model_dims *d, char name[32])
 		    f.n_layers == d->n_layers && f.n_heads == d->n_heads &&
 		    f.n_kv_heads == d->n_kv_heads && f.vocab_size == d->vocab_size &&
 		    f.ffn_hidden == d->ffn_hidden && f.tied == d->tied &&
-		    f.head_dim == d->head_dim && f.qk_norm == d->qk_norm) {
+		    f.head_dim == d->head_dim && f.qk_norm == d->qk_norm &&
+		    f.moe.num_experts == d->moe.num_experts && f.moe.top_k == d->moe.top_k &&
+		    f.moe.inter_dim == d->moe.inter_dim) {
 			snprintf(name, 32, "%s", f.flavor);
 			return;
 		}
@@ -838,6 +912,25 @@ char *titan_ckpt_config_for_dims(const struct titan_model_dims *d)
 			SET("model.hidden_dim", "%lld", (long long)d->ffn_hidden);
 		if (d->qk_norm != (d->family == TITAN_MODEL_NAME_QWEN3))
 			SET("model.qk_norm", "%s", d->qk_norm ? "true" : "false");
+	}
+	if (d->moe.num_experts > 0) { /* after the flavor: these win */
+		const struct titan_moe_dims *m = &d->moe;
+
+		SET("model.moe_num_experts", "%lld", (long long)m->num_experts);
+		SET("model.moe_num_shared_experts", "%lld", (long long)m->num_shared_experts);
+		SET("model.moe_top_k", "%lld", (long long)m->top_k);
+		SET("model.moe_inter_dim", "%lld", (long long)m->inter_dim);
+		SET("model.n_dense_layers", "%lld", (long long)m->n_dense_layers);
+		SET("model.interleave_moe_layer_step", "%lld",
+		    (long long)(m->interleave_step > 0 ? m->interleave_step : 1));
+		SET("model.moe_score_func", "%s", m->softmax ? "softmax" : "sigmoid");
+		SET("model.moe_route_norm", "%s", m->route_norm ? "true" : "false");
+		SET("model.moe_score_before_experts", "%s", m->score_before_experts ? "true" : "false");
+		SETD("model.moe_route_scale", m->route_scale);
+		if (isnan(m->load_balance_coeff))
+			SET("model.moe_load_balance_coeff", "null");
+		else
+			SETD("model.moe_load_balance_coeff", m->load_balance_coeff);
 	}
 	SETD("model.norm_eps", d->norm_eps);
 	SETD("model.rope_theta", d->rope_theta);

@@ -417,6 +417,10 @@ int titan_gguf_export(const char *path, const struct titan_param_table *t, titan
 		return titan_error(TITAN_E_UNSUPPORTED, "GGUF export: model %s (QK-norm) is not "
 				   "written as GGUF yet (titan writes llama.cpp's architecture "
 				   "llama only); use --to hf", titan_model_family_name(t->dims.family));
+	if (t->dims.moe.num_experts > 0)
+		return titan_error(TITAN_E_UNSUPPORTED, "GGUF export: a mixture-of-experts model "
+				   "(moe_num_experts %lld) is not written as GGUF yet",
+				   (long long)t->dims.moe.num_experts);
 	if (t->dims.head_dim % 2)
 		return titan_error(TITAN_E_INVALID, "GGUF export: head_dim %lld is odd",
 				   (long long)t->dims.head_dim);

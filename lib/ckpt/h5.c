@@ -214,6 +214,30 @@ static hid_t group(struct titan_ckpt_writer *w, const char *path)
 	return H5Gcreate2(w->file, path, w->lcpl, w->gcpl, H5P_DEFAULT);
 }
 
+/* A mixture of experts (absent: dense, as the files before it), under
+ * the names of its model.* keys: what readers without a config
+ * (titan-generate, titan-ckpt-convert) need to build the model. */
+static int write_moe(hid_t f, const struct titan_moe_dims *m)
+{
+	const struct { const char *n; int64_t v; } ints[] = {
+		{"moe_num_experts", m->num_experts},
+		{"moe_num_shared_experts", m->num_shared_experts}, {"moe_top_k", m->top_k},
+		{"moe_inter_dim", m->inter_dim}, {"n_dense_layers", m->n_dense_layers},
+		{"interleave_moe_layer_step", m->interleave_step},
+		{"moe_route_norm", m->route_norm},
+		{"moe_score_before_experts", m->score_before_experts},
+	};
+
+	for (size_t i = 0; i < sizeof(ints) / sizeof(ints[0]); i++)
+		if (attr_i64(f, ints[i].n, ints[i].v) < 0)
+			return -1;
+	if (attr_str(f, "moe_score_func", m->softmax ? "softmax" : "sigmoid") < 0 ||
+	    attr_f64(f, "moe_route_scale", m->route_scale) < 0 ||
+	    attr_f64(f, "moe_load_balance_coeff", m->load_balance_coeff) < 0)
+		return -1;
+	return 0;
+}
+
 static int write_dims(hid_t f, const struct titan_model_dims *d)
 {
 	const struct { const char *n; int64_t v; } ints[] = {
@@ -239,6 +263,8 @@ static int write_dims(hid_t f, const struct titan_model_dims *d)
 	    attr_str(f, "model_name", titan_model_family_name(d->family)) < 0)
 		return -1;
 	if (d->qk_norm && attr_i64(f, "qk_norm", 1) < 0)
+		return -1;
+	if (d->moe.num_experts > 0 && write_moe(f, &d->moe) < 0)
 		return -1;
 	for (size_t i = 0; i < sizeof(ints) / sizeof(ints[0]); i++)
 		if (attr_i64(f, ints[i].n, ints[i].v) < 0)

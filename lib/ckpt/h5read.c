@@ -149,6 +149,43 @@ static int check_dims(const struct titan_ckpt_file *f)
 	return titan_ckpt_dims_check(src, &f->info.dims, false);
 }
 
+/* write_moe's attributes, when the file has moe_num_experts (else a
+ * dense model: the files before MoE, or none) */
+static int read_moe(struct titan_ckpt_file *f)
+{
+	struct titan_moe_dims *m = &f->info.dims.moe;
+	char *s = NULL;
+	int64_t v;
+	int r;
+
+	if ((r = attr_read(f->file, "moe_num_experts", H5T_NATIVE_INT64, H5T_INTEGER,
+			   &m->num_experts)) < 0)
+		return bad_attr(f, "/", "moe_num_experts", r);
+	if (r == 1) {
+		m->num_experts = 0;
+		return 0;
+	}
+	NEED_I64(f, f->file, "/", "moe_num_shared_experts", &m->num_shared_experts);
+	NEED_I64(f, f->file, "/", "moe_top_k", &m->top_k);
+	NEED_I64(f, f->file, "/", "moe_inter_dim", &m->inter_dim);
+	NEED_I64(f, f->file, "/", "n_dense_layers", &m->n_dense_layers);
+	NEED_I64(f, f->file, "/", "interleave_moe_layer_step", &m->interleave_step);
+	NEED_I64(f, f->file, "/", "moe_route_norm", &v);
+	m->route_norm = v != 0;
+	NEED_I64(f, f->file, "/", "moe_score_before_experts", &v);
+	m->score_before_experts = v != 0;
+	NEED_F64(f, f->file, "/", "moe_route_scale", &m->route_scale);
+	NEED_F64(f, f->file, "/", "moe_load_balance_coeff", &m->load_balance_coeff);
+	if ((r = attr_read_str(f->file, "moe_score_func", &s)) != 0)
+		return bad_attr(f, "/", "moe_score_func", r);
+	m->softmax = !strcmp(s, "softmax");
+	if (!m->softmax && strcmp(s, "sigmoid"))
+		r = titan_error(TITAN_E_FORMAT, "'%s': moe_score_func '%.64s' is neither softmax "
+				"nor sigmoid", f->info.path, s);
+	free(s);
+	return r;
+}
+
 static int read_header(struct titan_ckpt_file *f)
 {
 	struct titan_ckpt_info *in = &f->info;
@@ -223,6 +260,8 @@ static int read_header(struct titan_ckpt_file *f)
 	NEED_F64(f, f->file, "/", "rope_scaling_factor", &d->rope_scaling_factor);
 	NEED_F64(f, f->file, "/", "rope_low_freq_factor", &d->rope_low_freq_factor);
 	NEED_F64(f, f->file, "/", "rope_high_freq_factor", &d->rope_high_freq_factor);
+	if ((r = read_moe(f)) < 0)
+		return r;
 	return check_dims(f);
 }
 

@@ -32,6 +32,7 @@ int titan_hf_param_name(const struct titan_param *p, char *buf, size_t n)
 		[TITAN_PARAM_ATTENTION_NORM] = "input_layernorm",
 		[TITAN_PARAM_FFN_NORM] = "post_attention_layernorm",
 		[TITAN_PARAM_Q_NORM] = "self_attn.q_norm", [TITAN_PARAM_K_NORM] = "self_attn.k_norm",
+		[TITAN_PARAM_MOE_GATE] = "mlp.gate",
 	};
 	int k;
 
@@ -47,6 +48,47 @@ int titan_hf_param_name(const struct titan_param *p, char *buf, size_t n)
 	if (k < 0 || (size_t)k >= n)
 		return titan_error(TITAN_E_INVALID, "%s: HF name too long", p->name);
 	return 0;
+}
+
+static bool is_expert(const struct titan_param *p)
+{
+	return p->role == TITAN_PARAM_MOE_W1 || p->role == TITAN_PARAM_MOE_W2 ||
+	       p->role == TITAN_PARAM_MOE_W3;
+}
+
+int64_t titan_hf_parts(const struct titan_param *p)
+{
+	if (is_expert(p))
+		return p->shape[0]; /* one HF tensor an expert */
+	return p->role == TITAN_PARAM_MOE_EXPERT_BIAS ? 0 : 1;
+}
+
+int titan_hf_part_name(const struct titan_param *p, int64_t e, char *buf, size_t n)
+{
+	const char *proj = p->role == TITAN_PARAM_MOE_W1 ? "gate_proj" :
+			   p->role == TITAN_PARAM_MOE_W3 ? "up_proj" : "down_proj";
+	int k;
+
+	if (!is_expert(p))
+		return titan_hf_param_name(p, buf, n);
+	k = snprintf(buf, n, "model.layers.%d.mlp.experts.%lld.%s.weight", p->layer, (long long)e,
+		     proj);
+	if (k < 0 || (size_t)k >= n)
+		return titan_error(TITAN_E_INVALID, "%s: HF name too long", p->name);
+	return 0;
+}
+
+void titan_hf_part_shape(const struct titan_param *p, int *ndim, int64_t shape[2])
+{
+	if (is_expert(p)) { /* [E, a·b] held, [a, b] each expert */
+		*ndim = 2;
+		shape[0] = p->fshape[1];
+		shape[1] = p->fshape[2];
+		return;
+	}
+	*ndim = p->ndim;
+	shape[0] = p->shape[0];
+	shape[1] = p->shape[1];
 }
 
 void titan_hf_permute_qk(const float *in, float *out, int64_t n_heads, int64_t rows,
@@ -124,31 +166,78 @@ static int64_t token_id(json_t *v)
 	return json_is_integer(v) ? json_integer_value(v) : -1;
 }
 
+/* Qwen3MoeConfig's MoE: softmax routing (norm_topk_prob: route_norm), the
+ * weights on the experts' outputs, no shared experts; block i sparse when
+ * not in mlp_only_layers and (i + 1) % decoder_sparse_step == 0, which
+ * titan says with n_dense_layers when mlp_only_layers is 0 .. k-1.
+ * expert_bias has no HF counterpart: balancing on (titan's default
+ * coefficient), the bias from zero. */
+static int read_moe(const char *path, json_t *root, struct titan_model_dims *d)
+{
+	struct titan_moe_dims *m = &d->moe;
+	json_t *v = json_object_get(root, "mlp_only_layers");
+	int rc;
+
+	if ((rc = cfg_int(path, root, "num_experts", true, 0, &m->num_experts)) < 0 ||
+	    (rc = cfg_int(path, root, "num_experts_per_tok", true, 0, &m->top_k)) < 0 ||
+	    (rc = cfg_int(path, root, "moe_intermediate_size", true, 0, &m->inter_dim)) < 0 ||
+	    (rc = cfg_int(path, root, "decoder_sparse_step", false, 1, &m->interleave_step)) < 0)
+		return rc;
+	if (m->num_experts < 1 || m->interleave_step < 1)
+		return titan_error(TITAN_E_FORMAT, "'%s': num_experts %lld, decoder_sparse_step "
+				   "%lld: must be at least 1", path, (long long)m->num_experts,
+				   (long long)m->interleave_step);
+	if (v && !json_is_null(v) && !json_is_array(v))
+		return titan_error(TITAN_E_FORMAT, "'%s': mlp_only_layers is not a list", path);
+	for (size_t i = 0; v && json_is_array(v) && i < json_array_size(v); i++)
+		if (!json_is_integer(json_array_get(v, i)) ||
+		    json_integer_value(json_array_get(v, i)) != (json_int_t)i)
+			return titan_error(TITAN_E_UNSUPPORTED, "'%s': mlp_only_layers: titan keeps "
+					   "the first n blocks dense (n_dense_layers) only, a list "
+					   "0, 1, .. n-1", path);
+	m->n_dense_layers = v && json_is_array(v) ? (int64_t)json_array_size(v) : 0;
+	if ((v = json_object_get(root, "norm_topk_prob")) && !json_is_boolean(v))
+		return titan_error(TITAN_E_FORMAT, "'%s': norm_topk_prob is not a boolean", path);
+	m->route_norm = json_is_true(v);
+	if ((v = json_object_get(root, "shared_expert_intermediate_size")) && !json_is_null(v) &&
+	    !(json_is_integer(v) && json_integer_value(v) == 0))
+		return titan_error(TITAN_E_UNSUPPORTED, "'%s': shared_expert_intermediate_size: "
+				   "Qwen3 MoE has no shared experts (Qwen2 MoE's are not converted)",
+				   path);
+	m->softmax = true;
+	m->route_scale = 1.0;
+	m->load_balance_coeff = 1e-3;
+	return 0;
+}
+
 static int read_config(const char *path, json_t *root, struct titan_model_dims *d)
 {
 	json_t *v, *rs;
 	int64_t tied = 0, hd = -1;
 	int rc;
 
-	bool qwen3 = (v = json_object_get(root, "model_type")) && json_is_string(v) &&
-		     !strcmp(json_string_value(v), "qwen3");
+	const bool moe = (v = json_object_get(root, "model_type")) && json_is_string(v) &&
+			 !strcmp(json_string_value(v), "qwen3_moe");
+	const bool qwen3 = moe || ((v = json_object_get(root, "model_type")) && json_is_string(v) &&
+				   !strcmp(json_string_value(v), "qwen3"));
+	const char *arch = moe ? "Qwen3MoeForCausalLM" : qwen3 ? "Qwen3ForCausalLM"
+							     : "LlamaForCausalLM";
 
 	if ((v = json_object_get(root, "architectures"))) {
 		bool llama = false;
 
 		for (size_t i = 0; json_is_array(v) && i < json_array_size(v); i++)
 			llama |= json_is_string(json_array_get(v, i)) &&
-				 !strcmp(json_string_value(json_array_get(v, i)),
-					 qwen3 ? "Qwen3ForCausalLM" : "LlamaForCausalLM");
+				 !strcmp(json_string_value(json_array_get(v, i)), arch);
 		if (!llama)
 			return titan_error(TITAN_E_UNSUPPORTED, "'%s': architectures is not "
-					   "[\"%s\"]: titan converts Llama and dense Qwen3 models only",
-					   path, qwen3 ? "Qwen3ForCausalLM" : "LlamaForCausalLM");
+					   "[\"%s\"]: titan converts Llama, Qwen3 and Qwen3 MoE "
+					   "models only", path, arch);
 	}
 	if ((v = json_object_get(root, "model_type")) &&
 	    !(json_is_string(v) && (!strcmp(json_string_value(v), "llama") || qwen3)))
-		return titan_error(TITAN_E_UNSUPPORTED, "'%s': model_type is not \"llama\" or "
-				   "\"qwen3\"", path);
+		return titan_error(TITAN_E_UNSUPPORTED, "'%s': model_type is not \"llama\", "
+				   "\"qwen3\" or \"qwen3_moe\"", path);
 	if (qwen3 && json_is_true(json_object_get(root, "use_sliding_window")))
 		return titan_error(TITAN_E_UNSUPPORTED, "'%s': use_sliding_window: titan's Qwen3 "
 				   "attends to the whole causal context", path);
@@ -179,6 +268,8 @@ static int read_config(const char *path, json_t *root, struct titan_model_dims *
 		d->qk_norm = true;
 		d->head_dim = hd > 0 ? hd : d->n_heads > 0 ? d->dim / d->n_heads : 0;
 	}
+	if (moe && (rc = read_moe(path, root, d)) < 0)
+		return rc;
 	if (qwen3 && (d->dim <= 0 || d->n_layers <= 0 || d->n_heads <= 0 || d->n_kv_heads <= 0 ||
 		      d->vocab_size <= 0 || d->ffn_hidden <= 0 || d->head_dim <= 0 ||
 		      d->head_dim % 2 || d->n_heads % d->n_kv_heads))
@@ -284,8 +375,10 @@ struct titan_hf_model {
 	struct titan_param_table table;
 	size_t nfiles;
 	struct titan_safetensors **files;
-	const struct titan_st_tensor **src;  /* per parameter */
-	size_t *src_file;                    /* per parameter: index into files */
+	const struct titan_st_tensor **src;  /* per HF tensor (titan_hf_parts a parameter) */
+	size_t *src_file;                    /* per HF tensor: index into files */
+	int64_t *slot;                       /* per parameter: its first HF tensor */
+	int64_t nsrc;
 };
 
 void titan_hf_close(struct titan_hf_model *m)
@@ -297,6 +390,7 @@ void titan_hf_close(struct titan_hf_model *m)
 	free(m->files);
 	free(m->src);
 	free(m->src_file);
+	free(m->slot);
 	titan_param_table_release(&m->table);
 	free(m->dir);
 	free(m);
@@ -365,12 +459,21 @@ static int locate(struct titan_hf_model *m)
 		if ((rc = open_file(m, "model.safetensors", &k)) < 0)
 			return rc;
 	}
-	for (int i = 0; i < m->table.n && rc == 0; i++) {
+	for (int64_t i = 0, e = 0; i < m->table.n && rc == 0; e++) {
 		const struct titan_param *p = &m->table.params[i];
 		const struct titan_st_tensor *t;
+		const int64_t sl = m->slot[i] + e;
+		int64_t shape[2];
+		int nd;
 		size_t k = 0;
 
-		if ((rc = titan_hf_param_name(p, name, sizeof(name))) < 0)
+		if (e >= titan_hf_parts(p)) { /* the parameter's last part: the next one */
+			i++;
+			e = -1;
+			continue;
+		}
+		titan_hf_part_shape(p, &nd, shape);
+		if ((rc = titan_hf_part_name(p, e, name, sizeof(name))) < 0)
 			break;
 		if (map) {
 			json_t *fn = json_object_get(map, name);
@@ -388,13 +491,12 @@ static int locate(struct titan_hf_model *m)
 					 m->files[k]->path, name);
 			break;
 		}
-		if (t->ndim != p->ndim || t->shape[0] != p->shape[0] ||
-		    (p->ndim == 2 && t->shape[1] != p->shape[1])) {
+		if (t->ndim != nd || t->shape[0] != shape[0] || (nd == 2 && t->shape[1] != shape[1])) {
 			rc = titan_error(TITAN_E_INVALID, "'%s': tensor '%s' has shape [%lld%s%lld], "
 					 "config.json makes it [%lld, %lld]", m->files[k]->path, name,
 					 (long long)t->shape[0], t->ndim > 1 ? ", " : "",
 					 (long long)(t->ndim > 1 ? t->shape[1] : 1),
-					 (long long)p->shape[0], (long long)p->shape[1]);
+					 (long long)shape[0], (long long)shape[1]);
 			break;
 		}
 		if (t->dtype != TITAN_ST_F32 && t->dtype != TITAN_ST_BF16 &&
@@ -404,8 +506,8 @@ static int locate(struct titan_hf_model *m)
 					 titan_st_dtype_name(t->dtype));
 			break;
 		}
-		m->src[i] = t;
-		m->src_file[i] = k;
+		m->src[sl] = t;
+		m->src_file[sl] = k;
 	}
 	/* with an index, also open files it names for parameters titan lacks,
 	 * so that the unknown-tensor check below sees them */
@@ -442,7 +544,7 @@ static int check_tied_head(const struct titan_hf_model *m, const struct titan_st
 
 	for (int i = 0; i < m->table.n && !emb; i++)
 		if (m->table.params[i].role == TITAN_PARAM_TOK_EMBEDDINGS)
-			emb = m->src[i];
+			emb = m->src[m->slot[i]];
 	if (!emb)
 		return 0; /* locate() reports the missing embedding */
 	if (head->ndim != 2 || emb->ndim != 2 || head->shape[0] != emb->shape[0] ||
@@ -498,11 +600,12 @@ static int check_unknown(struct titan_hf_model *m)
 				known = true;
 			}
 
-			for (int i = 0; i < m->table.n && !known; i++)
+			for (int64_t i = 0; i < m->nsrc && !known; i++)
 				known = m->src[i] == &f->tensors[j];
 			if (!known)
 				return titan_error(TITAN_E_INVALID, "'%s': tensor '%s' is not a weight "
 						   "of titan's %s", f->path, n,
+						   m->table.dims.moe.num_experts ? "Qwen3 MoE" :
 						   m->table.dims.qk_norm ? "Qwen3" : "Llama");
 		}
 	}
@@ -574,8 +677,16 @@ int titan_hf_open(const char *dir, struct titan_hf_model **out)
 		if ((rc = titan_param_table_init(&m->table, &d, NULL)) < 0)
 			goto fail;
 	}
-	if (!(m->src = calloc((size_t)m->table.n, sizeof(*m->src))) ||
-	    !(m->src_file = calloc((size_t)m->table.n, sizeof(*m->src_file)))) {
+	if (!(m->slot = calloc((size_t)m->table.n, sizeof(*m->slot)))) {
+		rc = titan_error(TITAN_E_NOMEM, "out of memory");
+		goto fail;
+	}
+	for (int i = 0; i < m->table.n; i++) {
+		m->slot[i] = m->nsrc;
+		m->nsrc += titan_hf_parts(&m->table.params[i]);
+	}
+	if (!(m->src = calloc((size_t)m->nsrc + 1, sizeof(*m->src))) ||
+	    !(m->src_file = calloc((size_t)m->nsrc + 1, sizeof(*m->src_file)))) {
 		rc = titan_error(TITAN_E_NOMEM, "out of memory");
 		goto fail;
 	}
@@ -597,7 +708,15 @@ int titan_hf_read(const struct titan_hf_model *m, const struct titan_param *p, f
 	int rc;
 
 	TITAN_ASSERT(idx >= 0 && idx < m->table.n);
-	t = m->src[idx];
+	if (titan_hf_parts(p) != 1) { /* the experts one by one; expert_bias zero */
+		memset(out, 0, (size_t)p->numel * sizeof(float));
+		for (int64_t e = 0; e < titan_hf_parts(p); e++)
+			if ((rc = titan_st_tensor_to_f32(m->src[m->slot[idx] + e],
+							 out + e * p->shape[1])) < 0)
+				return rc;
+		return 0;
+	}
+	t = m->src[m->slot[idx]];
 	if (titan_hf_qk_heads(d, p) == 0)
 		return titan_st_tensor_to_f32(t, out);
 	if (!(tmp = malloc((size_t)p->numel * sizeof(float))))

@@ -43,8 +43,7 @@ int titan_ckpt_model_get(void *ctx, const struct titan_param *p, float *out)
 
 	if (!t)
 		return titan_error(TITAN_E_INVALID, "'%s': model/%s is missing", in->path, p->name);
-	if (t->ndim != p->ndim || t->shape[0] != p->shape[0] ||
-	    (p->ndim == 2 && t->shape[1] != p->shape[1]))
+	if (t->ndim != p->fndim || memcmp(t->shape, p->fshape, (size_t)p->fndim * sizeof(*p->fshape)))
 		return titan_error(TITAN_E_INVALID, "'%s': model/%s: the shape disagrees with the "
 				   "dims in the file's attributes", in->path, p->name);
 	if (s->on_tensor)
@@ -90,8 +89,8 @@ int titan_hf_write_ckpt(const struct titan_hf_model *m, const char *out, enum ti
 		if (on_tensor)
 			on_tensor(ctx, (uint64_t)p->numel * (uint64_t)titan_ckpt_dtype_size(dtype));
 		if ((rc = titan_hf_read(m, p, buf)) == 0)
-			rc = titan_ckpt_writer_tensor(w, TITAN_CKPT_MODEL, p->name, p->ndim, p->shape,
-						      buf, dtype);
+			rc = titan_ckpt_writer_tensor(w, TITAN_CKPT_MODEL, p->name, p->fndim, p->fshape,
+						      buf, dtype); /* the experts 3-d */
 	}
 	rc = titan_ckpt_writer_close(w, rc);
 done:

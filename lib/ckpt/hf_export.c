@@ -1,5 +1,6 @@
 /*
- * hf_export.c — write a HuggingFace LlamaForCausalLM folder: safetensors
+ * hf_export.c — write a HuggingFace LlamaForCausalLM folder (Qwen3ForCausalLM,
+ * Qwen3MoeForCausalLM with one tensor an expert): safetensors
  * shards (+ index), config.json, generation_config.json and the tokenizer
  * (torchtitan's scripts/checkpoint_conversion/convert_to_hf.py and the
  * HuggingFaceStorageWriter's consolidation; transformers' save_pretrained
@@ -98,10 +99,29 @@ static json_t *config_json(const struct titan_model_dims *d, const struct titan_
 
 	/* a QK-norm model is HF's Qwen3 whatever model.name says */
 	const bool qwen3 = d->family == TITAN_MODEL_NAME_QWEN3 || d->qk_norm;
+	const bool moe = d->moe.num_experts > 0; /* check_moe: a Qwen3 */
 
-	/* Qwen3ForCausalLM's keys as Qwen3-0.6B's config.json has them */
+	/* Qwen3ForCausalLM's keys as Qwen3-0.6B's config.json has them, and
+	 * Qwen3MoeForCausalLM's as Qwen3-30B-A3B's */
 	json_object_set_new(j, "architectures",
-			    json_pack("[s]", qwen3 ? "Qwen3ForCausalLM" : "LlamaForCausalLM"));
+			    json_pack("[s]", moe ? "Qwen3MoeForCausalLM" : qwen3 ? "Qwen3ForCausalLM"
+									  : "LlamaForCausalLM"));
+	if (moe) {
+		json_t *dense = json_array();
+
+		for (int64_t i = 0; i < d->moe.n_dense_layers && i < d->n_layers; i++)
+			json_array_append_new(dense, json_integer(i));
+		json_object_set_new(j, "decoder_sparse_step",
+				    json_integer(d->moe.interleave_step > 0 ? d->moe.interleave_step
+									    : 1));
+		json_object_set_new(j, "mlp_only_layers", dense);
+		json_object_set_new(j, "moe_intermediate_size", json_integer(d->moe.inter_dim));
+		json_object_set_new(j, "norm_topk_prob", json_boolean(d->moe.route_norm));
+		json_object_set_new(j, "num_experts", json_integer(d->moe.num_experts));
+		json_object_set_new(j, "num_experts_per_tok", json_integer(d->moe.top_k));
+		json_object_set_new(j, "output_router_logits", json_false());
+		json_object_set_new(j, "router_aux_loss_coef", json_real(0.001));
+	}
 	json_object_set_new(j, "attention_bias", json_false());
 	json_object_set_new(j, "attention_dropout", json_real(0.0));
 	if (bos >= 0)
@@ -118,7 +138,8 @@ static json_t *config_json(const struct titan_model_dims *d, const struct titan_
 		json_object_set_new(j, "max_window_layers", json_integer(d->n_layers));
 	else
 		json_object_set_new(j, "mlp_bias", json_false());
-	json_object_set_new(j, "model_type", json_string(qwen3 ? "qwen3" : "llama"));
+	json_object_set_new(j, "model_type",
+			    json_string(moe ? "qwen3_moe" : qwen3 ? "qwen3" : "llama"));
 	json_object_set_new(j, "num_attention_heads", json_integer(d->n_heads));
 	json_object_set_new(j, "num_hidden_layers", json_integer(d->n_layers));
 	json_object_set_new(j, "num_key_value_heads", json_integer(d->n_kv_heads));
@@ -330,48 +351,86 @@ static int tokenizer(struct written *w, const char *dir, const char *src,
 	return rc;
 }
 
-/* One shard: params [first, last) converted and written. */
+/* One shard: params [first, last) converted and written, a stacked
+ * experts parameter as one tensor an expert (titan_hf_parts). */
 static int write_shard(struct written *w, const char *path, const struct titan_param_table *t,
 		       int first, int last, titan_hf_get_fn get, void *ctx,
 		       const struct titan_hf_export_opts *o, float *f32, float *perm)
 {
-	const int n = last - first, esz = titan_ckpt_dtype_size(o->dtype);
-	struct titan_st_write_tensor *ts = calloc((size_t)n, sizeof(*ts));
-	char (*names)[HF_NAME_MAX] = calloc((size_t)n, HF_NAME_MAX);
-	void **data = calloc((size_t)n, sizeof(*data));
+	const int esz = titan_ckpt_dtype_size(o->dtype);
 	const struct titan_st_meta meta = {"format", "pt"}; /* transformers checks it */
+	struct titan_st_write_tensor *ts = NULL;
+	char (*names)[HF_NAME_MAX] = NULL;
+	int64_t (*shapes)[2] = NULL;
+	void **data = NULL;
+	size_t n = 0, k = 0;
 	int rc = 0;
 
-	if (!ts || !names || !data)
+	for (int i = first; i < last; i++)
+		n += (size_t)titan_hf_parts(&t->params[i]);
+	if (!(ts = calloc(n + 1, sizeof(*ts))) || !(names = calloc(n + 1, HF_NAME_MAX)) ||
+	    !(shapes = calloc(n + 1, sizeof(*shapes))) || !(data = calloc(n + 1, sizeof(*data))))
 		rc = titan_error(TITAN_E_NOMEM, "out of memory");
-	for (int i = 0; i < n && rc == 0; i++) {
-		const struct titan_param *p = &t->params[first + i];
+	for (int i = first; i < last && rc == 0; i++) {
+		const struct titan_param *p = &t->params[i];
+		const int64_t parts = titan_hf_parts(p), numel = parts ? p->numel / parts : 0;
 		const float *src = f32;
 
-		if ((rc = titan_hf_param_name(p, names[i], HF_NAME_MAX)) < 0 ||
-		    (rc = get(ctx, p, f32)) < 0)
+		if (!parts)
+			continue;
+		if ((rc = get(ctx, p, f32)) < 0)
 			break;
 		if (titan_hf_qk_heads(&t->dims, p) > 0) {
 			titan_hf_permute_qk(f32, perm, titan_hf_qk_heads(&t->dims, p), p->shape[0],
 					    p->shape[1], true);
 			src = perm;
 		}
-		if (!(data[i] = malloc((size_t)p->numel * (size_t)esz))) {
-			rc = titan_error(TITAN_E_NOMEM, "out of memory converting %s", p->name);
-			break;
+		for (int64_t e = 0; e < parts && rc == 0; e++, k++) {
+			int nd;
+
+			titan_hf_part_shape(p, &nd, shapes[k]);
+			if ((rc = titan_hf_part_name(p, e, names[k], HF_NAME_MAX)) < 0)
+				break;
+			if (!(data[k] = malloc((size_t)numel * (size_t)esz))) {
+				rc = titan_error(TITAN_E_NOMEM, "out of memory converting %s", p->name);
+				break;
+			}
+			titan_ckpt_cast(o->dtype, src + e * numel, data[k], (size_t)numel);
+			ts[k] = (struct titan_st_write_tensor){names[k], st_dtype(o->dtype), nd,
+							       shapes[k], data[k]};
 		}
-		titan_ckpt_cast(o->dtype, src, data[i], (size_t)p->numel);
-		ts[i] = (struct titan_st_write_tensor){names[i], st_dtype(o->dtype), p->ndim, p->shape,
-						       data[i]};
 	}
-	if (rc == 0 && (rc = titan_safetensors_write(path, ts, (size_t)n, &meta, 1)) == 0)
+	if (rc == 0 && (rc = titan_safetensors_write(path, ts, n, &meta, 1)) == 0)
 		rc = wrote(w, path);
-	for (int i = 0; data && i < n; i++)
+	for (size_t i = 0; data && i < n; i++)
 		free(data[i]);
 	free(data);
+	free(shapes);
 	free(names);
 	free(ts);
 	return rc;
+}
+
+/* A MoE exports as Qwen3MoeForCausalLM only: a Qwen3 with its routing
+ * (softmax, the weights on the experts' outputs, no shared experts, no
+ * route_scale).  TITAN_E_UNSUPPORTED naming the first MoE tensor and
+ * the key that differs.  expert_bias is dropped (no HF counterpart). */
+static int check_moe(const struct titan_param_table *t)
+{
+	const struct titan_moe_dims *m = &t->dims.moe;
+	const char *why = t->dims.family != TITAN_MODEL_NAME_QWEN3 || !t->dims.qk_norm ?
+			  "model.name llama3 (HF has Qwen3 MoE only)" :
+			  !m->softmax ? "model.moe_score_func sigmoid" :
+			  m->num_shared_experts > 0 ? "model.moe_num_shared_experts above 0" :
+			  m->score_before_experts ? "model.moe_score_before_experts true" :
+			  m->route_scale != 1.0 ? "model.moe_route_scale not 1" : NULL;
+
+	for (int i = 0; m->num_experts > 0 && why && i < t->n; i++)
+		if (t->params[i].role >= TITAN_PARAM_MOE_W1)
+			return titan_error(TITAN_E_UNSUPPORTED, "model/%s: a mixture-of-experts "
+					   "checkpoint with %s, which HF's Qwen3MoeForCausalLM "
+					   "cannot hold", t->params[i].name, why);
+	return 0;
 }
 
 int titan_hf_export(const char *outdir, const struct titan_param_table *t, titan_hf_get_fn get,
@@ -395,6 +454,8 @@ int titan_hf_export(const char *outdir, const struct titan_param_table *t, titan
 	esz = titan_ckpt_dtype_size(o->dtype);
 	if (t->opts.shard_degree > 1)
 		return titan_error(TITAN_E_UNSUPPORTED, "HF export of a sharded parameter table");
+	if ((rc = check_moe(t)) < 0)
+		return rc;
 	if ((rc = titan_ckpt_mkdirs_(outdir)) < 0)
 		return rc;
 	/* transformers' rule: a tensor opens a new shard when it would push
@@ -402,7 +463,8 @@ int titan_hf_export(const char *outdir, const struct titan_param_table *t, titan
 	if (!(shard_of = calloc((size_t)t->n, sizeof(*shard_of))))
 		return titan_error(TITAN_E_NOMEM, "out of memory");
 	for (int i = 0; i < t->n; i++) {
-		uint64_t b = (uint64_t)t->params[i].numel * (uint64_t)esz;
+		uint64_t b = titan_hf_parts(&t->params[i]) ? (uint64_t)t->params[i].numel *
+							      (uint64_t)esz : 0;
 
 		if (nshards == 0 || (cur > 0 && cur + b > max)) {
 			nshards++;
@@ -446,8 +508,10 @@ int titan_hf_export(const char *outdir, const struct titan_param_table *t, titan
 		for (int i = first; i < last && rc == 0 && j; i++) {
 			char hf[HF_NAME_MAX];
 
-			titan_hf_param_name(&t->params[i], hf, sizeof(hf));
-			json_object_set_new(j, hf, json_string(name));
+			for (int64_t e = 0; e < titan_hf_parts(&t->params[i]); e++) {
+				titan_hf_part_name(&t->params[i], e, hf, sizeof(hf));
+				json_object_set_new(j, hf, json_string(name));
+			}
 		}
 		first = last;
 	}

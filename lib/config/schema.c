@@ -85,7 +85,8 @@ static const struct cfg_entry schema[] = {
 	/* model */
 	KE(model, name, TITAN_MODEL_NAMES, titan_model_name, "llama3", "model family"),
 	KE(model, flavor, TITAN_FLAVORS, titan_flavor, "debugmodel",
-	   "model size; custom takes the dims below"),
+	   "model size; custom takes the dims below; a MoE flavor (qwen3: debugmodel_moe, "
+	   "30B-A3B, 235B-A22B) sets the model.moe_* keys"),
 	K(model, tokenizer_path, STRING, "", NR, NULL, 0,
 	  "tokenizer file (tiktoken .model or HF tokenizer.json); '' = none"),
 	K(model, hf_assets_path, STRING, "", NR, NULL, 0,

@@ -303,6 +303,62 @@ static void family_defaults(struct titan_config *c, int was, int now)
 		c->model.rope_scaling = families[now].rope_scaling;
 }
 
+/* What a MoE flavor brings (torchtitan's qwen3 "debugmodel_moe",
+ * "30B-A3B", "235B-A22B": every block MoE, softmax scores with
+ * route_norm, no shared experts, the scores on the experts' outputs) into
+ * the model.moe_* keys, and 235B-A22B's RoPE base.  As for model.name,
+ * choosing a flavor moves each key from the previous flavor's value (the
+ * schema default for a dense one) to the new one's unless it holds
+ * another value; keys set after model.flavor win. */
+static const struct moe_flavor {
+	int64_t experts, top_k, inter, shared;
+	const char *score_func;
+	bool route_norm, before;
+	double rope_theta; /* 0: the family's */
+} dense_flavor = {0, 1, -1, 1, "sigmoid", false, true, 0},
+  moe_flavors[] = {
+	[TITAN_FLAVOR_DEBUGMODEL_MOE] = {64, 8, 768, 0, "softmax", true, false, 0},
+	[TITAN_FLAVOR_30B_A3B] = {128, 8, 768, 0, "softmax", true, false, 0},
+	[TITAN_FLAVOR_235B_A22B] = {128, 8, 1536, 0, "softmax", true, false, 5000000.0},
+};
+
+static const struct moe_flavor *moe_flavor(int f)
+{
+	if (f < 0 || (size_t)f >= sizeof(moe_flavors) / sizeof(moe_flavors[0]) ||
+	    !moe_flavors[f].experts)
+		return &dense_flavor;
+	return &moe_flavors[f];
+}
+
+static void flavor_defaults(struct titan_config *c, int was, int now)
+{
+	const struct moe_flavor *a = moe_flavor(was), *b = moe_flavor(now);
+	const int name = c->model.name_e;
+	const double fam = name >= 0 && (size_t)name < sizeof(families) / sizeof(families[0]) ?
+			   families[name].rope_theta : 0;
+
+	if (was == now || a == b)
+		return;
+	if (c->model.moe_num_experts == a->experts)
+		c->model.moe_num_experts = b->experts;
+	if (c->model.moe_top_k == a->top_k)
+		c->model.moe_top_k = b->top_k;
+	if (c->model.moe_inter_dim == a->inter)
+		c->model.moe_inter_dim = b->inter;
+	if (c->model.moe_num_shared_experts == a->shared)
+		c->model.moe_num_shared_experts = b->shared;
+	if (c->model.moe_route_norm == a->route_norm)
+		c->model.moe_route_norm = b->route_norm;
+	if (c->model.moe_score_before_experts == a->before)
+		c->model.moe_score_before_experts = b->before;
+	if (c->model.moe_score_func && !strcmp(c->model.moe_score_func, a->score_func) &&
+	    set_string(&c->model.moe_score_func, b->score_func) == 0)
+		c->model.moe_score_func_e = strcmp(b->score_func, "softmax") ? TITAN_MOE_SIGMOID
+									    : TITAN_MOE_SOFTMAX;
+	if (c->model.rope_theta == (a->rope_theta > 0 ? a->rope_theta : fam))
+		c->model.rope_theta = b->rope_theta > 0 ? b->rope_theta : fam;
+}
+
 int cfg_set_scalar(struct titan_config *c, const struct titan_config_key *k,
 		   const char *text, bool is_null, const char *origin)
 {
@@ -368,6 +424,9 @@ int cfg_set_scalar(struct titan_config *c, const struct titan_config_key *k,
 				if (rc == 0 && k->enum_offset == offsetof(struct titan_config,
 									   model.name_e))
 					family_defaults(c, was, *e);
+				if (rc == 0 && k->enum_offset == offsetof(struct titan_config,
+									   model.flavor_e))
+					flavor_defaults(c, was, *e);
 				return rc;
 			}
 		{

@@ -4,7 +4,9 @@
  * time).  The block is the training model's, lib/train/block.c, for the
  * tokens at positions pos .. pos+n−1 of one sequence, with the identity
  * sequence-parallel moves and the KV-cache attention (lib/train/attn_kv.c):
- * keys and values (after RoPE) go straight into a per-layer cache.  torchtitan
+ * keys and values (after RoPE) go straight into a per-layer cache; a MoE
+ * block's feed-forward is moe.c's with the local dispatch (every expert
+ * here), over one set of activations sized for a chunk.  torchtitan
  * counterpart: scripts/generate/_generation.py (generate, generate_next_token)
  * with the KV cache of transformers' LlamaForCausalLM.
  */
@@ -40,6 +42,8 @@ struct titan_generator {
 	int32_t prev;            /* the token at pos - 1 */
 	struct titan_sp sp;      /* the identity; n = a chunk's tokens */
 	struct titan_attn_kv kva;
+	struct titan_moe moe;    /* MoE blocks (moe.h): the local dispatch, n = a chunk's */
+	struct moe_acts ma;      /* ... their activations of one chunk, shared by the blocks */
 	void **blocks;           /* every allocation, for free */
 	int nblocks;
 };
@@ -52,6 +56,12 @@ static const float *W(const struct titan_generator *g, enum titan_param_role r, 
 		i = titan_param_index(g->t, TITAN_PARAM_TOK_EMBEDDINGS, -1);
 	if (i < 0 && (r == TITAN_PARAM_Q_NORM || r == TITAN_PARAM_K_NORM))
 		return NULL; /* no QK-norm */
+	/* a MoE block has the moe.* roles in place of W1..W3, a dense one the
+	 * reverse; the shared experts and expert_bias may be absent */
+	if (i < 0 && layer >= 0 &&
+	    (titan_model_layer_is_moe(&g->d, layer) ? r == TITAN_PARAM_W1 || r == TITAN_PARAM_W2 ||
+	     r == TITAN_PARAM_W3 || r >= TITAN_PARAM_MOE_SHARED_W1 : r >= TITAN_PARAM_MOE_W1))
+		return NULL;
 	TITAN_ASSERT(i >= 0);
 	return g->params + g->t->params[i].offset;
 }
@@ -65,6 +75,40 @@ static void *galloc(struct titan_generator *g, int64_t bytes, enum titan_mem_tag
 	return p;
 }
 
+/* The MoE blocks' activations for a chunk of `batch` tokens (moe.h;
+ * llama.c's alloc_moe_acts without the recompute sets), when the model
+ * has MoE blocks: every expert on this process, the local dispatch. */
+static int moe_init(struct titan_generator *g)
+{
+	const struct titan_model_dims *d = &g->d;
+	const struct titan_moe_dims *md = &d->moe;
+	const int64_t B = g->batch, C = d->dim, E = md->num_experts, R = B * md->top_k;
+	const int64_t Fm = md->inter_dim, Fs = Fm * md->num_shared_experts;
+	const enum titan_mem_tag t = TITAN_MEM_ACTIVATIONS;
+	struct moe_acts *a = &g->ma;
+	bool any = false;
+
+	for (int64_t l = 0; l < d->n_layers; l++)
+		any = any || titan_model_layer_is_moe(d, l);
+	if (!any)
+		return 0;
+	if (R > INT32_MAX) /* moe.h's int32 slot ids */
+		return titan_error(TITAN_E_INVALID, "generator: a chunk of %lld tokens x top_k "
+				   "%lld routed rows exceeds %d", (long long)B,
+				   (long long)md->top_k, INT32_MAX);
+	g->moe = (struct titan_moe){g->be, &titan_moe_dispatch_local, &g->d.moe, B, C};
+	if (!(a->scores = galloc(g, B * E * 4, t)) || !(a->topw = galloc(g, B * md->top_k * 4, t)) ||
+	    !(a->topi = galloc(g, B * md->top_k * 4, t)) || !(a->perm = galloc(g, R * 4, t)) ||
+	    !(a->pos = galloc(g, R * 4, t)) || !(a->counts = galloc(g, E * 4, t)) ||
+	    !(a->xin = galloc(g, R * C * 4, t)) || !(a->a = galloc(g, R * Fm * 4, t)) ||
+	    !(a->b = galloc(g, R * Fm * 4, t)) || !(a->g = galloc(g, R * Fm * 4, t)) ||
+	    !(a->yout = galloc(g, R * C * 4, t)) ||
+	    (Fs > 0 && (!(a->sa = galloc(g, B * Fs * 4, t)) || !(a->sb = galloc(g, B * Fs * 4, t)) ||
+			!(a->sg = galloc(g, B * Fs * 4, t)))))
+		return TITAN_E_NOMEM;
+	return 0;
+}
+
 int titan_generator_new(const struct titan_param_table *t, const float *params,
 			const struct titan_generator_opts *o, struct titan_backend *be,
 			struct titan_allocator *alloc, struct titan_generator **out)
@@ -76,13 +120,16 @@ int titan_generator_new(const struct titan_param_table *t, const float *params,
 					(double)d->rope_original_max_position};
 	const enum titan_mem_tag ws = TITAN_MEM_WORKSPACE, act = TITAN_MEM_ACTIVATIONS;
 	int64_t B, C, F, L;
+	bool whole = true;
 	int rc = TITAN_E_NOMEM;
 
 	*out = NULL;
 	if (strcmp(be->ops->name, "cpu") != 0)
 		return titan_error(TITAN_E_UNSUPPORTED, "generation runs on the cpu backend, not %s",
 				   be->ops->name);
-	if (t->opts.shard_degree > 1 || t->opts.tp_degree > 1 || t->local_numel != t->numel)
+	for (int i = 0; i < t->n; i++) /* (t->numel leaves out expert_bias, a buffer) */
+		whole = whole && t->params[i].local_numel == t->params[i].numel;
+	if (t->opts.shard_degree > 1 || t->opts.tp_degree > 1 || !whole)
 		return titan_error(TITAN_E_INVALID, "generation needs the whole model: the "
 				   "parameter table is a shard");
 	if (o->capacity < 1 || o->batch < 0)
@@ -106,7 +153,7 @@ int titan_generator_new(const struct titan_param_table *t, const float *params,
 	L = d->n_layers;
 	g->q = d->n_heads * d->head_dim;
 	g->kv = d->n_kv_heads * d->head_dim;
-	if (!(g->blocks = calloc((size_t)(2 * L + 16), sizeof(*g->blocks))) ||
+	if (!(g->blocks = calloc((size_t)(2 * L + 32), sizeof(*g->blocks))) ||
 	    !(g->kc = calloc((size_t)L, sizeof(*g->kc))) ||
 	    !(g->vc = calloc((size_t)L, sizeof(*g->vc))))
 		goto fail;
@@ -124,6 +171,8 @@ int titan_generator_new(const struct titan_param_table *t, const float *params,
 	    !(g->ids = galloc(g, B * 4, TITAN_MEM_DATA)) ||
 	    (o->block_causal && !(g->doc = galloc(g, g->capacity * 4, TITAN_MEM_DATA))) ||
 	    (d->qk_norm && !(g->k0 = galloc(g, B * g->kv * 4, ws))))
+		goto fail;
+	if ((rc = moe_init(g)) < 0)
 		goto fail;
 	g->doc_eos = o->doc_eos;
 	if ((rc = titan_rope_freqs(g->freqs, g->capacity, d->head_dim, d->rope_theta,
@@ -186,13 +235,13 @@ static int chunk_fwd(struct titan_generator *g, int64_t n)
 {
 	const struct titan_model_dims *d = &g->d;
 	const int64_t D = d->head_dim, p0 = g->pos;
-	const struct titan_block k = {
+	struct titan_block k = {
 		.be = g->be, .sp = &g->sp, .attn = &g->kva.cp, .freqs = g->freqs + p0 * D,
 		.n = n, .B = 1, .T = n, .C = d->dim, .F = d->ffn_hidden, .H = d->n_heads,
 		.Hkv = d->n_kv_heads, .D = D, .eps = (float)d->norm_eps,
 	};
 	struct acts a = {
-		.xn1 = g->xn, .rstd1 = g->rstd, .q = g->qb, .att = g->att, .lse = g->lse,
+		.moe = g->ma, .xn1 = g->xn, .rstd1 = g->rstd, .q = g->qb, .att = g->att, .lse = g->lse,
 		.h = g->x, .xn2 = g->xn, .rstd2 = g->rstd, .a = g->a, .b = g->b, .g = g->a,
 		/* QK-norm's inputs: q's in att, k's in k0, then into the cache;
 		 * the 1/rms in lse (written by the attention after them) */
@@ -203,12 +252,15 @@ static int chunk_fwd(struct titan_generator *g, int64_t n)
 	g->sp.n = g->sp.nl = n;
 	g->kva.p0 = p0;
 	g->kva.cp.tl = g->kva.cp.seq = g->kva.cp.n = n;
+	g->moe.n = n;
 	CK(g->sp.ops->embedding_fwd(&g->sp, g->x, g->ids, W(g, TITAN_PARAM_TOK_EMBEDDINGS, -1)));
 	for (int l = 0; l < (int)d->n_layers; l++) {
 		struct block_w w = {0};
 
-		for (int r = TITAN_PARAM_WQ; r <= TITAN_PARAM_K_NORM; r++)
-			w.w[r] = W(g, (enum titan_param_role)r, l);
+		for (int r = TITAN_PARAM_WQ; r < TITAN_PARAM_NROLES; r++)
+			if (r != TITAN_PARAM_NORM && r != TITAN_PARAM_OUTPUT)
+				w.w[r] = W(g, (enum titan_param_role)r, l);
+		k.moe = titan_model_layer_is_moe(d, l) ? &g->moe : NULL;
 		a.k = g->kc[l] + p0 * g->kv;
 		a.v = g->vc[l] + p0 * g->kv;
 		g->kva.kc = g->kc[l];

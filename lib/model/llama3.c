@@ -2,8 +2,10 @@
  * llama3.c — Llama 3 flavor table and parameter / FLOP arithmetic, as
  * torchtitan's models/llama3/__init__.py (llama3_configs) and
  * models/utils.py (get_dense_model_nparams_and_flops); and the model
- * families (model.name): Qwen3 dense is Llama 3's table with its flavors,
- * QK-norm and a head_dim of its own (models/qwen3/__init__.py).
+ * families (model.name): Qwen3 is Llama 3's table with its flavors,
+ * QK-norm and a head_dim of its own (models/qwen3/__init__.py), its MoE
+ * flavors with torchtitan's MoE in every block (the routing reaches the
+ * config's model.moe_* keys through lib/config/value.c).
  */
 #include "titan/model.h"
 
@@ -18,16 +20,20 @@ struct flavor {
 	double ffn_dim_multiplier;
 	bool tied;
 	int64_t head_dim, hidden; /* 0: dim / n_heads, the SwiGLU formula */
+	/* Qwen3 MoE: routed experts, top_k, an expert's hidden size (0: dense),
+	 * and a RoPE base of its own (0: the family's) */
+	int64_t moe_experts, moe_top_k, moe_inter;
+	double rope_theta;
 };
 
 /* torchtitan's llama3_configs (1B/3B from HEAD, tied embeddings). */
 static const struct flavor flavors[] = {
-	{"debugmodel", 256, 6, 16, 16, 2048, 256, NAN, false, 0, 0},
-	{"1B", 2048, 16, 32, 8, 128256, 1024, 1.5, true, 0, 0},
-	{"3B", 3072, 28, 24, 8, 128256, 1024, 1.0, true, 0, 0},
-	{"8B", 4096, 32, 32, 8, 128256, 1024, 1.3, false, 0, 0},
-	{"70B", 8192, 80, 64, 8, 128256, 4096, 1.3, false, 0, 0},
-	{"405B", 16384, 126, 128, 8, 128256, 4096, 1.2, false, 0, 0},
+	{"debugmodel", 256, 6, 16, 16, 2048, 256, NAN, false, 0, 0, 0, 0, 0, 0},
+	{"1B", 2048, 16, 32, 8, 128256, 1024, 1.5, true, 0, 0, 0, 0, 0, 0},
+	{"3B", 3072, 28, 24, 8, 128256, 1024, 1.0, true, 0, 0, 0, 0, 0, 0},
+	{"8B", 4096, 32, 32, 8, 128256, 1024, 1.3, false, 0, 0, 0, 0, 0, 0},
+	{"70B", 8192, 80, 64, 8, 128256, 4096, 1.3, false, 0, 0, 0, 0, 0, 0},
+	{"405B", 16384, 126, 128, 8, 128256, 4096, 1.2, false, 0, 0, 0, 0, 0, 0},
 };
 #define NFLAVORS ((int)(sizeof(flavors) / sizeof(flavors[0])))
 
@@ -35,13 +41,19 @@ static const struct flavor flavors[] = {
  * refactor), the dense ones: head_dim 128 whatever dim / n_heads, the FFN
  * hidden size given (hidden_dim), tied embeddings up to 4B. */
 static const struct flavor qwen3_flavors[] = {
-	{"debugmodel", 256, 8, 16, 8, 2048, 0, NAN, true, 128, 3072},
-	{"0.6B", 1024, 28, 16, 8, 151936, 0, NAN, true, 128, 3072},
-	{"1.7B", 2048, 28, 16, 8, 151936, 0, NAN, true, 128, 6144},
-	{"4B", 2560, 36, 32, 8, 151936, 0, NAN, true, 128, 9728},
-	{"8B", 4096, 36, 32, 8, 151936, 0, NAN, false, 128, 12288},
-	{"14B", 5120, 40, 40, 8, 151936, 0, NAN, false, 128, 17408},
-	{"32B", 5120, 64, 64, 8, 151936, 0, NAN, false, 128, 25600},
+	{"debugmodel", 256, 8, 16, 8, 2048, 0, NAN, true, 128, 3072, 0, 0, 0, 0},
+	{"0.6B", 1024, 28, 16, 8, 151936, 0, NAN, true, 128, 3072, 0, 0, 0, 0},
+	{"1.7B", 2048, 28, 16, 8, 151936, 0, NAN, true, 128, 6144, 0, 0, 0, 0},
+	{"4B", 2560, 36, 32, 8, 151936, 0, NAN, true, 128, 9728, 0, 0, 0, 0},
+	{"8B", 4096, 36, 32, 8, 151936, 0, NAN, false, 128, 12288, 0, 0, 0, 0},
+	{"14B", 5120, 40, 40, 8, 151936, 0, NAN, false, 128, 17408, 0, 0, 0, 0},
+	{"32B", 5120, 64, 64, 8, 151936, 0, NAN, false, 128, 25600, 0, 0, 0, 0},
+	/* the MoE ones (every block MoE: softmax scores, route_norm, no shared
+	 * experts, the scores on the experts' outputs; hidden: HF's
+	 * intermediate_size, which no block uses) */
+	{"debugmodel_moe", 256, 8, 16, 8, 2048, 0, NAN, false, 128, 3072, 64, 8, 768, 0},
+	{"30B-A3B", 2048, 48, 32, 4, 151936, 0, NAN, false, 128, 6144, 128, 8, 768, 0},
+	{"235B-A22B", 4096, 94, 64, 4, 151936, 0, NAN, false, 128, 12288, 128, 8, 1536, 5000000.0},
 };
 
 /* The model families (model.name): their flavors and what a family sets
@@ -144,7 +156,14 @@ int titan_model_family_flavor(enum titan_model_name fam, const char *name,
 		out->multiple_of = f->multiple_of;
 		out->ffn_dim_multiplier = f->ffn_dim_multiplier;
 		out->tied = f->tied;
+		if (f->rope_theta > 0)
+			out->rope_theta = f->rope_theta;
 		finish(out, f->head_dim, f->hidden);
+		if (f->moe_experts)
+			out->moe = (struct titan_moe_dims){
+				.num_experts = f->moe_experts, .top_k = f->moe_top_k,
+				.inter_dim = f->moe_inter, .interleave_step = 1, .softmax = true,
+				.route_norm = true, .route_scale = 1.0, .load_balance_coeff = 1e-3};
 		return 0;
 	}
 	return titan_error(TITAN_E_INVALID, "model.flavor: unknown flavor '%s' for model.name %s",
@@ -224,6 +243,9 @@ int titan_model_dims_from_config(const struct titan_config *cfg, struct titan_mo
 		return titan_error(TITAN_E_INVALID, "model.head_dim: %lld x %lld heads is not model.dim "
 				   "%lld, which a model without model.qk_norm (llama3) needs",
 				   (long long)head_dim, (long long)d->n_heads, (long long)d->dim);
+	/* the MoE keys: a MoE flavor's routing arrived in them when model.flavor
+	 * was set (lib/config/value.c), moe_num_experts 0 makes it dense */
+	memset(&d->moe, 0, sizeof(d->moe));
 	if (cfg->model.moe_num_experts > 0) {
 		struct titan_moe_dims *m = &d->moe;
 

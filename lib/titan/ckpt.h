@@ -460,23 +460,27 @@ int titan_ckpt_load_dist(const char *path, struct titan_ckpt_state *st, unsigned
  * fields by their config.json names): sizes in [1, 2^31), heads that
  * divide dim into even head dims, kv heads that divide the heads,
  * norm_eps, rope_theta and (with rope_scaling) its factors finite and
- * above 0, high_freq_factor above low_freq_factor, and a model whose bytes
- * fit in int64.  TITAN_E_FORMAT naming the field and its value. */
+ * above 0, high_freq_factor above low_freq_factor, a MoE's top_k in
+ * [1, num_experts] and sizes in range, and a model whose bytes fit in
+ * int64.  TITAN_E_FORMAT naming the field and its value. */
 int titan_ckpt_dims_check(const char *src, const struct titan_model_dims *d, bool hf);
 /* Does the model of a file (`have`: a checkpoint's or an HF config.json's
  * dims) have the architecture of the config's (`want`)?  Every field that
  * changes what the weights mean: dim, n_layers, n_heads, n_kv_heads,
  * ffn_hidden, vocab_size, tie_word_embeddings, norm_eps, rope_theta,
  * rope_scaling and, when both scale, its factors and original max
- * position (reals bit for bit).  TITAN_E_INVALID naming each field that
+ * position (reals bit for bit), and the MoE's routing when the file
+ * stores one (moe_* attributes).  TITAN_E_INVALID naming each field that
  * differs with both values and its config key: a setting that does not
  * fit the data.  titan_ckpt_load checks this before the shapes. */
 int titan_ckpt_dims_match(const char *src, const struct titan_model_dims *have,
 			  const struct titan_model_dims *want);
 struct titan_ckpt_file;
 /* The dims of an open checkpoint (titan_ckpt_dims_check) and its number of
- * model tensors against them, so that a table built from those dims is
- * no larger than the file: TITAN_E_FORMAT naming the file. */
+ * model tensors against them (a MoE block's included), so that a table
+ * built from those dims is no larger than the file: TITAN_E_FORMAT naming
+ * the file; TITAN_E_INVALID naming the first MoE tensor of a MoE written
+ * without the moe_* attributes. */
 int titan_ckpt_check_dims(struct titan_ckpt_file *f);
 /* Every parameter of t among the file's model tensors with its shape, and
  * nothing else (as titan_ckpt_load checks): the tensors' sizes are known
@@ -627,6 +631,18 @@ int titan_ckpt_verify(struct titan_ckpt_file *f, const struct titan_ckpt_tensor_
 
 /* HF name of a parameter into buf; TITAN_E_INVALID when it does not fit. */
 int titan_hf_param_name(const struct titan_param *p, char *buf, size_t n);
+/* A Qwen3 MoE (Qwen3MoeForCausalLM) block's feed-forward:
+ *   layers.I.moe.router.gate.weight [E, C]  model.layers.I.mlp.gate.weight
+ *   layers.I.moe.experts.w1 [E, F, C]       model.layers.I.mlp.experts.e.gate_proj.weight [F, C]
+ *   layers.I.moe.experts.w3 [E, F, C]       ... .experts.e.up_proj.weight [F, C]
+ *   layers.I.moe.experts.w2 [E, C, F]       ... .experts.e.down_proj.weight [C, F]
+ *   layers.I.moe.expert_bias [E]            none: dropped on export, zero on import
+ * (shared experts have no Qwen3 MoE name).  titan_hf_parts: the HF tensors
+ * of a parameter (E for the stacked experts, 0 for expert_bias, else 1);
+ * titan_hf_part_name / _shape: part e's name and 2-d (or 1-d) shape. */
+int64_t titan_hf_parts(const struct titan_param *p);
+int titan_hf_part_name(const struct titan_param *p, int64_t e, char *buf, size_t n);
+void titan_hf_part_shape(const struct titan_param *p, int *ndim, int64_t shape[2]);
 /* Permute a q/k weight [rows, cols] (rows = n_heads · head_dim, head_dim
  * even) out of place: to_hf true = tt -> HF, false = HF -> tt. */
 void titan_hf_permute_qk(const float *in, float *out, int64_t n_heads, int64_t rows,

@@ -63,6 +63,8 @@ enum titan_config_type {
 	X(TITAN_FLAVOR_405B, "405B") X(TITAN_FLAVOR_0_6B, "0.6B")                  \
 	X(TITAN_FLAVOR_1_7B, "1.7B") X(TITAN_FLAVOR_4B, "4B")                      \
 	X(TITAN_FLAVOR_14B, "14B") X(TITAN_FLAVOR_32B, "32B")                      \
+	X(TITAN_FLAVOR_DEBUGMODEL_MOE, "debugmodel_moe")                            \
+	X(TITAN_FLAVOR_30B_A3B, "30B-A3B") X(TITAN_FLAVOR_235B_A22B, "235B-A22B")   \
 	X(TITAN_FLAVOR_CUSTOM, "custom")
 #define TITAN_TIES(X) X(TITAN_TIE_AUTO, "auto") X(TITAN_TIE_TRUE, "true") X(TITAN_TIE_FALSE, "false")
 #define TITAN_MOE_SCORE_FUNCS(X) X(TITAN_MOE_SIGMOID, "sigmoid") X(TITAN_MOE_SOFTMAX, "softmax")
@@ -156,7 +158,8 @@ struct titan_config {
 		enum titan_model_name name_e;
 		char *flavor;            /* llama3: debugmodel, 1B, 3B, 8B, 70B, 405B;
 					    qwen3: debugmodel, 0.6B, 1.7B, 4B, 8B, 14B,
-					    32B; custom */
+					    32B, the MoE debugmodel_moe, 30B-A3B,
+					    235B-A22B; custom */
 		enum titan_flavor flavor_e;
 		char *tokenizer_path;
 		char *hf_assets_path;

@@ -50,7 +50,8 @@ setup() {
 curve() { tiny_losses "$1"; }
 
 # ref NAME MOE_JSON ARGS...: titan-train's seed checkpoint and 12 steps with
-# ARGS, then the reference from the same weights and tokens; losses and grad
+# ARGS (a Qwen3 MoE with QWEN3 = the qwen3_ref.Qwen3Args JSON), then the
+# reference from the same weights and tokens; losses and grad
 # norms within 1e-5 relative, the final expert_bias within 1e-6 (and not
 # zero with MOVED=1), every final tensor within 1e-4 (||a-b||/||b||, as
 # test_golden's final weights)
@@ -65,7 +66,7 @@ ref() {
 		--shards "$DATA/shards" \
 		--model '{"dim":32,"n_layers":'"${NL:-2}"',"n_heads":4,"n_kv_heads":2,"vocab_size":600,"multiple_of":32}' \
 		--moe "$moe" --train '{"batch":2,"seq_len":16,"steps":12,"lr":8e-4,"warmup":2}' \
-		--save "$d/ref.npz" > "$d/ref.json"
+		${QWEN3:+--qwen3 "$QWEN3"} --save "$d/ref.npz" > "$d/ref.json"
 	/usr/bin/python3 - "$d/run/metrics.jsonl" "$d/ref.json" "$d/run/checkpoint/step-12.h5" \
 		"${MOVED:-}" "$d/ref.npz" <<'PY'
 import json, sys, h5py
@@ -111,6 +112,48 @@ MOE='"num_experts":4,"top_k":2,"inter_dim":24,"n_dense_layers":0,"interleave_moe
 	MOVED=1 ref soft "{$MOE,\"num_shared_experts\":0,\"score_func\":\"softmax\",\"route_norm\":true,\"route_scale\":2.5,\"score_before_experts\":false}" \
 		--model.moe_num_shared_experts=0 --model.moe_score_func=softmax --model.moe_route_norm \
 		--model.moe_route_scale=2.5 --model.moe_score_before_experts=false
+}
+
+@test "Qwen3 MoE (model.name qwen3, flavor debugmodel_moe shrunk): 12 steps equal the PyTorch reference (qwen3_ref + moe_ref)" {
+	/usr/bin/python3 -c 'import torch, h5py' 2>/dev/null || skip "python3-torch or h5py is missing"
+	cd "$TITAN_SRCDIR"
+	# the flavor's routing (softmax, route_norm, no shared expert, scores
+	# after the experts, not tied) with moe.yaml's experts and dims
+	QWEN3='{"qk_head_dim":12,"hidden_dim":3072}' MOVED=1 ref qmoe \
+		"{$MOE,\"num_shared_experts\":0,\"score_func\":\"softmax\",\"route_norm\":true,\"route_scale\":1.0,\"score_before_experts\":false}" \
+		--model.name=qwen3 --model.flavor=debugmodel_moe --model.head_dim=12
+	h5=$BATS_TEST_TMPDIR/qmoe/seed/checkpoint/step-0.h5
+	/usr/bin/python3 - "$h5" <<'PY'
+import sys, h5py
+f = h5py.File(sys.argv[1], "r")
+a = dict(f.attrs)
+assert a["model_name"] in ("qwen3", b"qwen3") and a["flavor"] in ("debugmodel_moe", b"debugmodel_moe"), a
+assert a["moe_num_experts"] == 4 and a["moe_num_shared_experts"] == 0 and a["moe_route_norm"] == 1, a
+assert "layers.0.attention.q_norm.weight" in f["model"] and "output.weight" in f["model"]
+PY
+}
+
+@test "Qwen3 MoE flavors: torchtitan's debugmodel_moe, 30B-A3B, 235B-A22B routing in the model.moe_* keys" {
+	for f in debugmodel_moe:64:768:1000000.0 30B-A3B:128:768:1000000.0 235B-A22B:128:1536:5000000.0; do
+		IFS=: read -r fl e h th <<< "$f"
+		run -0 titan-config --model.name=qwen3 --model.flavor="$fl"
+		[[ $output == *"moe_num_experts: $e"* && $output == *"moe_top_k: 8"* ]]
+		[[ $output == *"moe_inter_dim: $h"* && $output == *"moe_num_shared_experts: 0"* ]]
+		[[ $output == *"moe_score_func: softmax"* && $output == *"moe_route_norm: true"* ]]
+		[[ $output == *"moe_score_before_experts: false"* && $output == *"rope_theta: $th"* ]]
+		# the flavor first, the family after: the same
+		run -0 titan-config --model.flavor="$fl" --model.name=qwen3
+		[[ $output == *"moe_num_experts: $e"* && $output == *"rope_theta: $th"* ]]
+	done
+	# a key set after the flavor wins; a dense flavor after a MoE one is dense
+	run -0 titan-config --model.name=qwen3 --model.flavor=30B-A3B --model.moe_top_k=2
+	[[ $output == *"moe_top_k: 2"* && $output == *"moe_num_experts: 128"* ]]
+	run -0 titan-config --model.name=qwen3 --model.flavor=235B-A22B --model.flavor=8B
+	[[ $output == *"moe_num_experts: 0"* && $output == *"moe_score_func: sigmoid"* ]]
+	[[ $output == *"rope_theta: 1000000.0"* ]]
+	run -2 --separate-stderr titan-train -q --model.flavor=debugmodel_moe \
+		--job.dump_folder="$BATS_TEST_TMPDIR/x"
+	[ "$stderr" = "titan-train: error: model.flavor: unknown flavor 'debugmodel_moe' for model.name llama3" ]
 }
 
 @test "MoE with a first dense block (n_dense_layers), interleave step 2, 3 experts top-1, 2 shared: equal the reference" {
@@ -246,12 +289,94 @@ PY
 	[[ $stderr == "titan-estimate: error: model.moe_num_experts 4: titan-estimate does not know mixture-of-experts models yet" ]]
 }
 
-@test "MoE: titan-ckpt-convert and titan-generate refuse a MoE checkpoint naming its first MoE tensor" {
+@test "MoE: titan-ckpt-convert refuses a MoE checkpoint naming its first MoE tensor" {
 	d=$BATS_TEST_TMPDIR
 	run -0 titan-train -q --config "$DATA/moe.yaml" --job.dump_folder="$d/s" \
 		--checkpoint.enable --checkpoint.create_seed_checkpoint
 	run -1 --separate-stderr titan-ckpt-convert --to hf "$d/s/checkpoint/step-0.h5" "$d/hf"
 	[[ $stderr == *"model/layers.0.moe.experts.w1: a mixture-of-experts checkpoint"* ]]
-	run -1 --separate-stderr titan-generate "$d/s/checkpoint/step-0.h5" "In"
-	[[ $stderr == *"model/layers.0.moe.experts.w1: a mixture-of-experts checkpoint"* ]]
+}
+
+@test "Qwen3 MoE: titan-ckpt-convert --to hf writes Qwen3MoeForCausalLM, --from hf reads it back bit for bit (expert_bias from zero)" {
+	/usr/bin/python3 -c 'import torch, h5py' 2>/dev/null || skip "python3-torch or h5py is missing"
+	d=$BATS_TEST_TMPDIR
+	q="--model.name=qwen3 --model.flavor=debugmodel_moe --model.head_dim=12 --model.n_dense_layers=1 --model.n_layers=3"
+	run -0 titan-train -q --config "$DATA/moe.yaml" $q --job.dump_folder="$d/s" \
+		--checkpoint.enable --checkpoint.interval=12
+	h5=$d/s/checkpoint/step-12.h5
+	run -0 titan-ckpt-convert -q --to hf "$h5" "$d/hf"
+	run -0 titan-ckpt-convert -q --from hf "$d/hf" "$d/back.h5"
+	cd "$TITAN_SRCDIR"
+	run -0 /usr/bin/python3 - "$h5" "$d/hf" "$d/back.h5" <<'PY'
+import json, sys, h5py, numpy as np
+sys.path.insert(0, "tests/ref")
+import safetensors_py as st
+a, hf, b = h5py.File(sys.argv[1], "r"), sys.argv[2], h5py.File(sys.argv[3], "r")
+c = json.load(open(hf + "/config.json"))
+assert c["architectures"] == ["Qwen3MoeForCausalLM"] and c["model_type"] == "qwen3_moe", c
+assert (c["num_experts"], c["num_experts_per_tok"], c["moe_intermediate_size"]) == (4, 2, 24), c
+assert c["norm_topk_prob"] is True and c["decoder_sparse_step"] == 1 and c["mlp_only_layers"] == [0], c
+t = st.load(hf + "/model.safetensors")
+t = t[0] if isinstance(t, tuple) else t
+names = sorted(t)
+assert "model.layers.0.mlp.gate_proj.weight" in names and "model.layers.1.mlp.gate.weight" in names
+for l in (1, 2):
+    for e in range(4):
+        for p, k, sh in (("gate_proj", "w1", (24, 32)), ("up_proj", "w3", (24, 32)), ("down_proj", "w2", (32, 24))):
+            x = np.asarray(t[f"model.layers.{l}.mlp.experts.{e}.{p}.weight"])
+            assert x.shape == sh, (l, e, p, x.shape)
+            assert np.array_equal(x, a["model"][f"layers.{l}.moe.experts.{k}"][e]), (l, e, p)
+assert not any("expert_bias" in n or "shared" in n for n in names), names
+assert sorted(a["model"]) == sorted(b["model"]), (sorted(a["model"]), sorted(b["model"]))
+for k in a["model"]:
+    x, y = a["model"][k][...], b["model"][k][...]
+    if k.endswith("expert_bias"):
+        assert np.any(x != 0) and not np.any(y), k   # trained bias; none in HF
+    else:
+        assert x.shape == y.shape and np.array_equal(x, y), k
+for k in ("moe_num_experts", "moe_top_k", "moe_inter_dim", "n_dense_layers", "moe_route_norm",
+          "moe_score_before_experts", "moe_num_shared_experts"):
+    assert a.attrs[k] == b.attrs[k], (k, a.attrs[k], b.attrs[k])
+assert b.attrs["moe_score_func"] in ("softmax", b"softmax")
+PY
+	# the HF folder and its re-import generate the same text
+	run -0 --separate-stderr titan-generate -t "$DATA/tok.tiktoken" -n 10 "$d/hf" "In the"
+	text=$output
+	run -0 --separate-stderr titan-generate -t "$DATA/tok.tiktoken" -n 10 "$d/back.h5" "In the"
+	assert_equal "$output" "$text"
+	# routing Qwen3 MoE cannot hold: refused naming the key
+	run -0 titan-train -q --config "$DATA/moe.yaml" $q --model.moe_num_shared_experts=1 \
+		--job.dump_folder="$d/sh" --checkpoint.enable --checkpoint.create_seed_checkpoint
+	run -1 --separate-stderr titan-ckpt-convert --to hf "$d/sh/checkpoint/step-0.h5" "$d/hf2"
+	[[ $stderr == *"model/layers.1.moe.experts.w1: a mixture-of-experts checkpoint with model.moe_num_shared_experts above 0"* ]]
+}
+
+@test "MoE: titan-generate runs a MoE checkpoint from its moe_* attributes, as with the config" {
+	d=$BATS_TEST_TMPDIR
+	run -0 titan-train -q --config "$DATA/moe.yaml" --model.n_dense_layers=1 \
+		--model.moe_num_shared_experts=1 --model.moe_score_func=softmax \
+		--job.dump_folder="$d/s" --checkpoint.enable --checkpoint.interval=12
+	h5=$d/s/checkpoint/step-12.h5
+	run -0 --separate-stderr titan-generate -t "$DATA/tok.tiktoken" -n 10 "$h5" "In the"
+	text=$output
+	[ -n "$text" ]
+	run -0 --separate-stderr titan-generate -t "$DATA/tok.tiktoken" -n 10 \
+		--config "$DATA/moe.yaml" --model.n_dense_layers=1 --model.moe_num_shared_experts=1 \
+		--model.moe_score_func=softmax "$h5" "In the"
+	assert_equal "$output" "$text"
+	# a config with another routing is another model
+	run -2 --separate-stderr titan-generate -t "$DATA/tok.tiktoken" -n 10 \
+		--config "$DATA/moe.yaml" --model.n_dense_layers=1 --model.moe_num_shared_experts=1 "$h5" "In"
+	[[ $stderr == *"moe_score_func softmax true there, false in the config (model.moe_score_func)"* ]]
+	# a MoE file without the attributes (titan before them) is refused by name
+	/usr/bin/python3 -c 'import h5py' 2>/dev/null || skip "python3-h5py is missing"
+	cp "$h5" "$d/old.h5"
+	/usr/bin/python3 -c 'import h5py, sys; f = h5py.File(sys.argv[1], "r+"); del f.attrs["moe_num_experts"]' "$d/old.h5"
+	run -1 --separate-stderr titan-generate -t "$DATA/tok.tiktoken" "$d/old.h5" "In"
+	[[ $stderr == *"model/layers.1.moe.experts.w1: a mixture-of-experts checkpoint without the moe_* attributes"* ]]
+	# nor one whose attributes make another model than its tensors
+	cp "$h5" "$d/bad.h5"
+	/usr/bin/python3 -c 'import h5py, sys; f = h5py.File(sys.argv[1], "r+"); f.attrs["moe_top_k"] = 9' "$d/bad.h5"
+	run -1 --separate-stderr titan-generate -t "$DATA/tok.tiktoken" "$d/bad.h5" "In"
+	[[ $stderr == *"moe_top_k 9"*"top_k must be in [1, num_experts]"* ]]
 }

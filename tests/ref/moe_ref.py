@@ -44,6 +44,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import llama_ref as L
+import qwen3_ref as Q
 
 
 class MoE(nn.Module):
@@ -153,11 +154,16 @@ class MoEBlock(L.TransformerBlock):
         self.moe.init_weights(self.weight_init_std)
 
 
-def build(args, a):
-    model = L.Transformer(args)
+def build(args, a, qwen3=False):
+    """llama_ref's Transformer, or with qwen3 qwen3_ref's Qwen3Model (QK-norm,
+    rotate_half RoPE): its MoE blocks take the Qwen3 attention in place."""
+    model = Q.Qwen3Model(args) if qwen3 else L.Transformer(args)
     for i in range(args.n_layers):
         if is_moe(i, a):
-            model.layers[str(i)] = MoEBlock(i, args, a)
+            blk = MoEBlock(i, args, a)
+            if qwen3:
+                blk.attention = Q.Attention(args)  # same slot: the order stays
+            model.layers[str(i)] = blk
     return model
 
 
@@ -188,6 +194,8 @@ def main():
     ap.add_argument("--moe", required=True, help="JSON: num_experts, top_k, ...")
     ap.add_argument("--train", required=True, help="JSON: batch, seq_len, steps, lr, warmup")
     ap.add_argument("--save", help="the final state_dict as .npz")
+    ap.add_argument("--qwen3", help="JSON: qwen3_ref.Qwen3Args fields besides --model's "
+                    "(a Qwen3 MoE; the tensors move from and to titan's q/k layout)")
     args_ = ap.parse_args()
     import h5py
 
@@ -195,10 +203,16 @@ def main():
     torch.use_deterministic_algorithms(True)
     a = json.loads(args_.moe)
     t = json.loads(args_.train)
-    args = L.ModelArgs(**json.loads(args_.model), max_seq_len=t["seq_len"])
-    model = build(args, a)
+    qwen3 = json.loads(args_.qwen3) if args_.qwen3 else None
+    if qwen3 is not None:
+        args = Q.Qwen3Args(**json.loads(args_.model), **qwen3, max_seq_len=t["seq_len"])
+        lay = lambda n, x, to_titan: Q.layout(n, x, args, to_titan)  # noqa: E731
+    else:
+        args = L.ModelArgs(**json.loads(args_.model), max_seq_len=t["seq_len"])
+        lay = lambda n, x, to_titan: x  # noqa: E731
+    model = build(args, a, qwen3 is not None)
     f = h5py.File(args_.init, "r")
-    sd = {k: torch.from_numpy(f["model"][k][...]) for k in f["model"]}
+    sd = {k: lay(k, torch.from_numpy(f["model"][k][...]), False) for k in f["model"]}
     model.load_state_dict(sd, strict=True)
     assert [n for n, _ in model.named_parameters()] == \
         [k for k in f["model"] if not k.endswith("expert_bias")], "parameter order"
@@ -223,7 +237,8 @@ def main():
                           for i, b in model.layers.items()
                           if isinstance(b, MoEBlock) and b.moe.expert_bias is not None}
     if args_.save:
-        np.savez(args_.save, **{k: v.detach().numpy() for k, v in model.state_dict().items()})
+        np.savez(args_.save, **{k: lay(k, v.detach(), True).numpy()
+                                for k, v in model.state_dict().items()})
     json.dump(out, sys.stdout)
 
 
