@@ -96,7 +96,8 @@ static int moe_init(struct titan_generator *g)
 		return titan_error(TITAN_E_INVALID, "generator: a chunk of %lld tokens x top_k "
 				   "%lld routed rows exceeds %d", (long long)B,
 				   (long long)md->top_k, INT32_MAX);
-	g->moe = (struct titan_moe){g->be, &titan_moe_dispatch_local, &g->d.moe, B, C};
+	g->moe = (struct titan_moe){.be = g->be, .dispatch = &titan_moe_dispatch_local,
+				    .d = &g->d.moe, .n = B, .C = C, .ep = NULL};
 	if (!(a->scores = galloc(g, B * E * 4, t)) || !(a->topw = galloc(g, B * md->top_k * 4, t)) ||
 	    !(a->topi = galloc(g, B * md->top_k * 4, t)) || !(a->perm = galloc(g, R * 4, t)) ||
 	    !(a->pos = galloc(g, R * 4, t)) || !(a->counts = galloc(g, E * 4, t)) ||
