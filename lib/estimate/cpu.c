@@ -325,15 +325,15 @@ static void cpu_transient(struct cpu *c)
 	est_item(r, "attention backward tiles (per thread)", TITAN_MEM_WORKSPACE,
 		 est_stated(n, titan_cpu_attn_bwd_ws(c->threads, bq, bq, B, tq, tq, c->Hkv, D)), bwd);
 	if (cp > 1 && o->cp_alltoall) {
-		const int64_t nkv = est_mul(n, est_mul(n, B, Sl), c->kv);
-		const int64_t nbuf = cp - 1 < 2 ? cp - 1 : 2;
+		struct titan_cp_ring_mem m;
 
+		titan_cp_ring_mem(est_mul(n, est_mul(n, B, Sl), c->kv), cp, &m);
 		est_item(r, "CP ring: key/value receive buffers", TITAN_MEM_COMM,
-			 est_mul(n, nkv, 2 * nbuf * 4), rc_at | bwd);
+			 est_stated(n, m.recv), rc_at | bwd);
 		est_item(r, "CP ring: travelling dK/dV sums", TITAN_MEM_COMM,
-			 est_mul(n, nkv, 4 * 4), bwd);
+			 est_stated(n, m.sums), bwd);
 		est_item(r, "CP ring: the block's own dK/dV", TITAN_MEM_WORKSPACE,
-			 est_mul(n, nkv, 2 * 4), bwd);
+			 est_stated(n, m.own), bwd);
 	}
 	est_item(r, "gradient norm partial sums", TITAN_MEM_WORKSPACE,
 		 est_stated(n, titan_cpu_sumsq_ws(c->sumsq)), EST_AT(c->m_norm));

@@ -471,6 +471,19 @@ void titan_trainer_free(struct titan_trainer *t); /* NULL-safe */
  * accumulation steps); the bytes of one of the two, -1 past 64 bits. */
 int64_t titan_trainer_token_bytes(int64_t tokens);
 void titan_trainer_catch_signals(void);
+/* The CP ring's buffers (lib/train/cp_ring.c, rotate_method alltoall) of
+ * one attention call, stated once (titan-estimate counts them), for `nkv`
+ * floats of one rank's keys (batch x local tokens x kv heads x head dim)
+ * on a ring of `cp` ranks: nrecv key/value receive buffers in flight
+ * (forward and backward, comm), two travelling dK/dV sums (backward,
+ * comm) and the block's own dK/dV (backward, workspace), each `buf`
+ * bytes (keys and values, 2·nkv floats); recv, sums, own: their bytes.
+ * -1 when a size is past 64 bits. */
+struct titan_cp_ring_mem {
+	int nrecv;
+	int64_t buf, recv, sums, own;
+};
+int titan_cp_ring_mem(int64_t nkv, int64_t cp, struct titan_cp_ring_mem *m);
 
 /* ------------------------------------------------ data parallelism */
 

@@ -28,6 +28,7 @@
 #include "titan/train.h"
 
 #include "estimate/est_impl.h"
+#include "train/cp_attn.h"
 #include "train/engine.h"
 #include "tiny_model.h"
 
@@ -539,6 +540,88 @@ static void test_token_buffers_stated_once(void **state)
 	titan_estimate_release(&e);
 }
 
+/* An estimate's items named `name` on rank 0: their bytes (one such). */
+static int64_t item_bytes(const struct titan_estimate *e, const char *name,
+			  enum titan_mem_tag tag)
+{
+	const struct titan_est_rank *r = &e->ranks[0];
+	int64_t bytes = -1;
+	int found = 0;
+
+	for (int k = 0; k < r->nitems; k++) {
+		if (strcmp(r->items[k].name, name))
+			continue;
+		assert_int_equal(r->items[k].tag, tag);
+		bytes = r->items[k].bytes;
+		found++;
+	}
+	assert_int_equal(found, 1);
+	return bytes;
+}
+
+/* The CP ring's buffers (rotate_method alltoall) are titan_cp_ring_mem's:
+ * what the ring allocates, forward and backward (on the measure backend,
+ * an instant communicator of 3 ranks: two receive buffers), and what the
+ * estimate counts on CP 2 (one receive buffer). */
+static void test_cp_ring_stated_once(void **state)
+{
+	const int64_t rows = 2, Tl = 8, H = 4, Hkv = 2, D = 8;
+	const int64_t nq = rows * Tl * H * D, nkv = rows * Tl * Hkv * D;
+	struct titan_model_dims d = tiny();
+	struct titan_est_opts o = tiny_cpu_opts(4, 24, TITAN_EST_AC_NONE, 1, 1);
+	struct titan_mem_backend mb;
+	struct titan_allocator *a;
+	struct titan_backend be;
+	struct titan_comm *c;
+	struct titan_mem_stats st;
+	struct titan_cp_ring_mem m;
+	struct titan_estimate e;
+	float *q = zeros(nq), *k = zeros(nkv), *v = zeros(nkv), *out = zeros(nq);
+	float *lse = zeros(rows * H * Tl), *dout = zeros(nq), *dq = zeros(nq);
+	float *dk = zeros(nkv), *dv = zeros(nkv);
+
+	(void)state;
+	assert_int_equal(titan_cp_ring_mem(nkv, 3, &m), 0);
+	assert_true(m.nrecv == 2 && m.buf == 2 * nkv * 4 && m.recv == 2 * m.buf &&
+		    m.sums == 2 * m.buf && m.own == m.buf);
+	assert_int_equal(titan_cp_ring_mem(nkv, 2, &m), 0);
+	assert_true(m.nrecv == 1 && m.recv == m.buf);
+	assert_int_equal(titan_cp_ring_mem(INT64_MAX / 4, 4, &m), TITAN_E_NOMEM);
+	assert_true(m.buf == -1 && m.recv == -1 && m.sums == -1 && m.own == -1);
+
+	titan_measure_mem_backend(&mb, false);
+	assert_non_null(a = titan_allocator_new("measure", &mb));
+	titan_backend_measure_init(&be, a, 1);
+	assert_int_equal(titan_comm_instant_new("cp", 1, 3, 0, 1, &c), 0);
+	const struct titan_cp_ring r = {&be, a, c, 1, 3, rows, Tl, H, Hkv, D, NULL};
+
+	assert_int_equal(titan_cp_ring_mem(nkv, 3, &m), 0);
+	assert_int_equal(titan_cp_ring_fwd(&r, out, lse, q, k, v), 0);
+	titan_mem_get_stats(a, &st);
+	assert_true(st.peak[TITAN_MEM_COMM] == m.recv && st.cur[TITAN_MEM_COMM] == 0);
+	titan_mem_reset_peak(a);
+	assert_int_equal(titan_cp_ring_bwd(&r, dq, dk, dv, dout, q, k, v, out, lse), 0);
+	titan_mem_get_stats(a, &st);
+	assert_true(st.peak[TITAN_MEM_COMM] == m.recv + m.sums && st.cur[TITAN_MEM_COMM] == 0);
+	assert_true(ws_peak(a) >= m.own);
+	titan_comm_free(c);
+	titan_backend_release(&be);
+	titan_allocator_free(a);
+	free(q), free(k), free(v), free(out), free(lse), free(dout), free(dq), free(dk), free(dv);
+
+	o.ngpu = 2;
+	o.layout = (struct titan_est_layout){1, 1, 1, 1, 2};
+	o.cp_alltoall = true;
+	if (titan_estimate_run(&d, &o, &e) < 0)
+		fail_msg("%s", titan_errmsg());
+	assert_int_equal(titan_cp_ring_mem(4 * 12 * d.n_kv_heads * d.head_dim, 2, &m), 0);
+	assert_true(item_bytes(&e, "CP ring: key/value receive buffers", TITAN_MEM_COMM) == m.recv);
+	assert_true(item_bytes(&e, "CP ring: travelling dK/dV sums", TITAN_MEM_COMM) == m.sums);
+	assert_true(item_bytes(&e, "CP ring: the block's own dK/dV", TITAN_MEM_WORKSPACE) ==
+		    m.own);
+	titan_estimate_release(&e);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -548,6 +631,7 @@ int main(void)
 		cmocka_unit_test(test_backend_workspace),
 		cmocka_unit_test(test_cpu_workspace_stated_once),
 		cmocka_unit_test(test_token_buffers_stated_once),
+		cmocka_unit_test(test_cp_ring_stated_once),
 		cmocka_unit_test(test_measure_ops_complete),
 		cmocka_unit_test(test_engine_dry_run_counts_as_real),
 		cmocka_unit_test(test_estimate_dry_run_405b),
