@@ -471,6 +471,11 @@ void titan_trainer_free(struct titan_trainer *t); /* NULL-safe */
  * accumulation steps); the bytes of one of the two, -1 past 64 bits. */
 int64_t titan_trainer_token_bytes(int64_t tokens);
 void titan_trainer_catch_signals(void);
+/* The JSON writer's buffers while a metrics.jsonl step row is written
+ * (lib/train/metrics.c), stated once (titan-estimate counts them): the
+ * most bytes live at once (titan_json_buffer_bytes of the row's length,
+ * taken as metrics.c's ROW_CHARS). */
+int64_t titan_metrics_row_bytes(void);
 /* The CP ring's buffers (lib/train/cp_ring.c, rotate_method alltoall) of
  * one attention call, stated once (titan-estimate counts them), for `nkv`
  * floats of one rank's keys (batch x local tokens x kv heads x head dim)

@@ -30,6 +30,7 @@
 #include "estimate/est_impl.h"
 #include "train/cp_attn.h"
 #include "train/engine.h"
+#include "train/metrics.h"
 #include "tiny_model.h"
 
 /* ------------------------------------------------------------ instant comm */
@@ -622,6 +623,62 @@ static void test_cp_ring_stated_once(void **state)
 	titan_estimate_release(&e);
 }
 
+/* The JSON writer's peak (host allocator, tag other) while `row` is
+ * rendered; its length in *len. */
+static int64_t json_peak(const struct titan_metrics_row *row, size_t *len)
+{
+	struct titan_allocator *h = titan_host_allocator();
+	struct titan_mem_stats st;
+	struct titan_json j;
+	int64_t before;
+
+	titan_mem_get_stats(h, &st);
+	before = st.cur[TITAN_MEM_OTHER];
+	titan_mem_reset_peak(h);
+	titan_json_init(&j);
+	titan_metrics_json(&j, row);
+	*len = strlen(titan_json_str(&j));
+	titan_json_release(&j);
+	titan_mem_get_stats(h, &st);
+	assert_true(st.cur[TITAN_MEM_OTHER] == before);
+	return st.peak[TITAN_MEM_OTHER] - before;
+}
+
+/* The metrics row's JSON writer buffers: the writer's growth rule
+ * (titan_json_buffer_bytes: one buffer; 256 + 512; 512 + 1024 bytes) is
+ * what is live while a row of short values is written, and the
+ * estimate's item is titan_metrics_row_bytes.  (Rows of titan-train's
+ * full-precision values are longer than the 500 characters it counts:
+ * metrics.c's ROW_CHARS.) */
+static void test_metrics_row_stated_once(void **state)
+{
+	struct titan_model_dims d = tiny();
+	struct titan_est_opts o = tiny_cpu_opts(4, 24, TITAN_EST_AC_NONE, 1, 1);
+	struct titan_metrics_row row;
+	struct titan_estimate e;
+	size_t len;
+	int64_t peak;
+
+	(void)state;
+	assert_true(titan_json_buffer_bytes(0) == 256 && titan_json_buffer_bytes(255) == 256);
+	assert_true(titan_json_buffer_bytes(256) == 256 + 512);
+	assert_true(titan_json_buffer_bytes(511) == 256 + 512);
+	assert_true(titan_json_buffer_bytes(512) == 512 + 1024);
+	assert_true(titan_json_buffer_bytes(-1) == -1 && titan_json_buffer_bytes(INT64_MAX) == -1);
+	assert_true(titan_metrics_row_bytes() == titan_json_buffer_bytes(500));
+	memset(&row, 0, sizeof(row));
+	row.step = 1;
+	peak = json_peak(&row, &len);
+	assert_true(len >= 256 && len < 512 && peak == titan_json_buffer_bytes((int64_t)len));
+
+	o.cpu_metrics_jsonl = true;
+	if (titan_estimate_run(&d, &o, &e) < 0)
+		fail_msg("%s", titan_errmsg());
+	assert_true(item_bytes(&e, "metrics.jsonl row (JSON writer buffers)", TITAN_MEM_OTHER) ==
+		    titan_metrics_row_bytes());
+	titan_estimate_release(&e);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -632,6 +689,7 @@ int main(void)
 		cmocka_unit_test(test_cpu_workspace_stated_once),
 		cmocka_unit_test(test_token_buffers_stated_once),
 		cmocka_unit_test(test_cp_ring_stated_once),
+		cmocka_unit_test(test_metrics_row_stated_once),
 		cmocka_unit_test(test_measure_ops_complete),
 		cmocka_unit_test(test_engine_dry_run_counts_as_real),
 		cmocka_unit_test(test_estimate_dry_run_405b),
