@@ -17,8 +17,10 @@
  * are counted here.  What lives for a moment — the ops' workspace
  * (attention tiles, the loss's chunk logits, the norm's partial sums:
  * lib/cpu's own size functions, titan_cpu_*_ws in titan/ops.h, which the
- * measure backend's ops take too), CP's ring, the metrics row — is still
- * a formula here.  tests/bats/titan-estimate.bats,
+ * measure backend's ops take too), CP's ring (titan_cp_ring_mem), the
+ * metrics row (titan_metrics_row_bytes), the sgemm peak probe
+ * (titan_trainer_peak_probe_bytes) — is the allocating code's own size
+ * functions too.  tests/bats/titan-estimate.bats,
  * titan-estimate-pp-cp.bats and titan-train-dist.bats run titan-train and
  * compare.
  *
@@ -35,8 +37,6 @@
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define PROBE_N 1024           /* titan-train.c measure_peak: 3 n x n fp32 matrices */
 
 /* The stages a pipeline rank holds (lib/train/trainer.c: the rank's v-th
  * stage is global stage rank + v·pp, split by titan_pp_split); without PP
@@ -312,7 +312,7 @@ static void cpu_transient(struct cpu *c)
 	 * block's own dK/dV) */
 	if (c->m_start >= 0)
 		est_item(r, "sgemm peak probe (3 x 1024 x 1024 fp32)", TITAN_MEM_WORKSPACE,
-			 3 * (int64_t)PROBE_N * PROBE_N * 4, EST_AT(c->m_start));
+			 est_stated(n, titan_trainer_peak_probe_bytes()), EST_AT(c->m_start));
 	est_item(r, "attention forward tiles (per thread)", TITAN_MEM_WORKSPACE,
 		 est_stated(n, titan_cpu_attn_fwd_ws(c->threads, bq, bq, B, tq, c->H, D)), rc_at);
 	if (c->tp == 1 && c->m_loss >= 0) {

@@ -471,6 +471,10 @@ void titan_trainer_free(struct titan_trainer *t); /* NULL-safe */
  * accumulation steps); the bytes of one of the two, -1 past 64 bits. */
 int64_t titan_trainer_token_bytes(int64_t tokens);
 void titan_trainer_catch_signals(void);
+/* The sgemm peak probe's matrices (metrics.measure_peak_flops without
+ * metrics.peak_flops: lib/train/trainer_device.c), stated once
+ * (titan-estimate counts them): three 1024 x 1024 fp32 matrices, bytes. */
+int64_t titan_trainer_peak_probe_bytes(void);
 /* The JSON writer's buffers while a metrics.jsonl step row is written
  * (lib/train/metrics.c), stated once (titan-estimate counts them): the
  * most bytes live at once (titan_json_buffer_bytes of the row's length,

@@ -679,6 +679,25 @@ static void test_metrics_row_stated_once(void **state)
 	titan_estimate_release(&e);
 }
 
+/* The sgemm peak probe's matrices are titan_trainer_peak_probe_bytes:
+ * three 1024 x 1024 fp32 matrices, what the estimate counts at setup with
+ * metrics.measure_peak_flops. */
+static void test_peak_probe_stated_once(void **state)
+{
+	struct titan_model_dims d = tiny();
+	struct titan_est_opts o = tiny_cpu_opts(4, 24, TITAN_EST_AC_NONE, 1, 1);
+	struct titan_estimate e;
+
+	(void)state;
+	assert_true(titan_trainer_peak_probe_bytes() == 3 * 1024 * 1024 * 4);
+	o.cpu_peak_probe = true;
+	if (titan_estimate_run(&d, &o, &e) < 0)
+		fail_msg("%s", titan_errmsg());
+	assert_true(item_bytes(&e, "sgemm peak probe (3 x 1024 x 1024 fp32)",
+			       TITAN_MEM_WORKSPACE) == titan_trainer_peak_probe_bytes());
+	titan_estimate_release(&e);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -690,6 +709,7 @@ int main(void)
 		cmocka_unit_test(test_token_buffers_stated_once),
 		cmocka_unit_test(test_cp_ring_stated_once),
 		cmocka_unit_test(test_metrics_row_stated_once),
+		cmocka_unit_test(test_peak_probe_stated_once),
 		cmocka_unit_test(test_measure_ops_complete),
 		cmocka_unit_test(test_engine_dry_run_counts_as_real),
 		cmocka_unit_test(test_estimate_dry_run_405b),
