@@ -12,6 +12,25 @@
 #include <string.h>
 
 #define MAX_DEPTH ((int)sizeof(((struct titan_json *)0)->stack) - 1)
+#define FIRST_CAP 256 /* a buffer's first size, doubled as the text grows */
+
+/* The buffer size after `cap` (0: none yet) grows to hold `need` bytes. */
+static size_t grown(size_t cap, size_t need)
+{
+	cap = cap ? cap : FIRST_CAP;
+	while (cap < need)
+		cap *= 2;
+	return cap;
+}
+
+int64_t titan_json_buffer_bytes(int64_t len)
+{
+	if (len < 0 || len > INT64_MAX / 4)
+		return -1;
+	const int64_t cap = (int64_t)grown(0, (size_t)len + 1);
+
+	return cap == FIRST_CAP ? cap : cap + cap / 2;
+}
 
 void titan_json_init(struct titan_json *j)
 {
@@ -51,9 +70,7 @@ static bool reserve(struct titan_json *j, size_t extra)
 	size_t need = j->len + extra + 1;
 	if (need <= j->cap)
 		return true;
-	size_t cap = j->cap ? j->cap : 256;
-	while (cap < need)
-		cap *= 2;
+	size_t cap = grown(j->cap, need);
 	char *buf = titan_mem_alloc(titan_host_allocator(), cap, TITAN_MEM_OTHER);
 	if (!buf) {
 		j->oom = true;

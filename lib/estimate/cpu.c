@@ -17,8 +17,10 @@
  * are counted here.  What lives for a moment — the ops' workspace
  * (attention tiles, the loss's chunk logits, the norm's partial sums:
  * lib/cpu's own size functions, titan_cpu_*_ws in titan/ops.h, which the
- * measure backend's ops take too), CP's ring, the metrics row — is still
- * a formula here.  tests/bats/titan-estimate.bats,
+ * measure backend's ops take too), CP's ring (titan_cp_ring_mem), the
+ * metrics row (titan_metrics_row_bytes), the sgemm peak probe
+ * (titan_trainer_peak_probe_bytes) — is the allocating code's own size
+ * functions too.  tests/bats/titan-estimate.bats,
  * titan-estimate-pp-cp.bats and titan-train-dist.bats run titan-train and
  * compare.
  *
@@ -35,8 +37,6 @@
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define PROBE_N 1024           /* titan-train.c measure_peak: 3 n x n fp32 matrices */
 
 /* The stages a pipeline rank holds (lib/train/trainer.c: the rank's v-th
  * stage is global stage rank + v·pp, split by titan_pp_split); without PP
@@ -312,7 +312,7 @@ static void cpu_transient(struct cpu *c)
 	 * block's own dK/dV) */
 	if (c->m_start >= 0)
 		est_item(r, "sgemm peak probe (3 x 1024 x 1024 fp32)", TITAN_MEM_WORKSPACE,
-			 3 * (int64_t)PROBE_N * PROBE_N * 4, EST_AT(c->m_start));
+			 est_stated(n, titan_trainer_peak_probe_bytes()), EST_AT(c->m_start));
 	est_item(r, "attention forward tiles (per thread)", TITAN_MEM_WORKSPACE,
 		 est_stated(n, titan_cpu_attn_fwd_ws(c->threads, bq, bq, B, tq, c->H, D)), rc_at);
 	if (c->tp == 1 && c->m_loss >= 0) {
@@ -325,23 +325,21 @@ static void cpu_transient(struct cpu *c)
 	est_item(r, "attention backward tiles (per thread)", TITAN_MEM_WORKSPACE,
 		 est_stated(n, titan_cpu_attn_bwd_ws(c->threads, bq, bq, B, tq, tq, c->Hkv, D)), bwd);
 	if (cp > 1 && o->cp_alltoall) {
-		const int64_t nkv = est_mul(n, est_mul(n, B, Sl), c->kv);
-		const int64_t nbuf = cp - 1 < 2 ? cp - 1 : 2;
+		struct titan_cp_ring_mem m;
 
+		titan_cp_ring_mem(est_mul(n, est_mul(n, B, Sl), c->kv), cp, &m);
 		est_item(r, "CP ring: key/value receive buffers", TITAN_MEM_COMM,
-			 est_mul(n, nkv, 2 * nbuf * 4), rc_at | bwd);
+			 est_stated(n, m.recv), rc_at | bwd);
 		est_item(r, "CP ring: travelling dK/dV sums", TITAN_MEM_COMM,
-			 est_mul(n, nkv, 4 * 4), bwd);
+			 est_stated(n, m.sums), bwd);
 		est_item(r, "CP ring: the block's own dK/dV", TITAN_MEM_WORKSPACE,
-			 est_mul(n, nkv, 2 * 4), bwd);
+			 est_stated(n, m.own), bwd);
 	}
 	est_item(r, "gradient norm partial sums", TITAN_MEM_WORKSPACE,
 		 est_stated(n, titan_cpu_sumsq_ws(c->sumsq)), EST_AT(c->m_norm));
-	/* the metrics row (300-500 characters) in lib/core's JSON writer: its
-	 * buffer grows 256 -> 512 bytes with both live while copying */
 	if (c->m_log >= 0)
-		est_item(r, "metrics.jsonl row (JSON writer buffers)", TITAN_MEM_OTHER, 256 + 512,
-			 EST_AT(c->m_log));
+		est_item(r, "metrics.jsonl row (JSON writer buffers)", TITAN_MEM_OTHER,
+			 est_stated(n, titan_metrics_row_bytes()), EST_AT(c->m_log));
 	/* FSDP (lib/train/dp.c, measured by the dry run): gathered copies,
 	 * all-gather and reduce-scatter buffers, unsharded gradients, the most
 	 * live at each moment */

@@ -388,6 +388,14 @@ struct titan_json {
 void titan_json_init(struct titan_json *j);
 void titan_json_release(struct titan_json *j);
 void titan_json_reset(struct titan_json *j); /* empty, keep buffer */
+/* The writer's buffer bytes live at once when a text of `len` bytes is
+ * written in pieces that need no more room than they take: its last
+ * buffer (256 bytes, doubled until the text and its NUL fit) and the
+ * half-size one it grew from, both live while the text is copied over
+ * (a string reserves 6 bytes a character for escapes: one near the end
+ * can take the next size).  Stated once (titan-estimate counts a metrics
+ * row's).  -1 for a negative len or one past 2^61. */
+int64_t titan_json_buffer_bytes(int64_t len);
 void titan_json_object_begin(struct titan_json *j);
 void titan_json_object_end(struct titan_json *j);
 void titan_json_array_begin(struct titan_json *j);

@@ -471,6 +471,28 @@ void titan_trainer_free(struct titan_trainer *t); /* NULL-safe */
  * accumulation steps); the bytes of one of the two, -1 past 64 bits. */
 int64_t titan_trainer_token_bytes(int64_t tokens);
 void titan_trainer_catch_signals(void);
+/* The sgemm peak probe's matrices (metrics.measure_peak_flops without
+ * metrics.peak_flops: lib/train/trainer_device.c), stated once
+ * (titan-estimate counts them): three 1024 x 1024 fp32 matrices, bytes. */
+int64_t titan_trainer_peak_probe_bytes(void);
+/* The JSON writer's buffers while a metrics.jsonl step row is written
+ * (lib/train/metrics.c), stated once (titan-estimate counts them): the
+ * most bytes live at once (titan_json_buffer_bytes of the row's length,
+ * taken as metrics.c's ROW_CHARS). */
+int64_t titan_metrics_row_bytes(void);
+/* The CP ring's buffers (lib/train/cp_ring.c, rotate_method alltoall) of
+ * one attention call, stated once (titan-estimate counts them), for `nkv`
+ * floats of one rank's keys (batch x local tokens x kv heads x head dim)
+ * on a ring of `cp` ranks: nrecv key/value receive buffers in flight
+ * (forward and backward, comm), two travelling dK/dV sums (backward,
+ * comm) and the block's own dK/dV (backward, workspace), each `buf`
+ * bytes (keys and values, 2·nkv floats); recv, sums, own: their bytes.
+ * -1 when a size is past 64 bits. */
+struct titan_cp_ring_mem {
+	int nrecv;
+	int64_t buf, recv, sums, own;
+};
+int titan_cp_ring_mem(int64_t nkv, int64_t cp, struct titan_cp_ring_mem *m);
 
 /* ------------------------------------------------ data parallelism */
 

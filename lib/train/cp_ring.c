@@ -36,7 +36,8 @@
  * block computes (its own terms go to a scratch block, added on arrival).
  *
  * Memory (n_kv = B·Tl·Hkv·D floats, one rank's keys), allocated at entry
- * and freed before return, through the tagged allocator:
+ * and freed before return, through the tagged allocator (stated once in
+ * titan_cp_ring_mem, which titan-estimate counts):
  *   forward:  min(cp − 1, 2) key/value receive buffers of 2·n_kv (comm);
  *   backward: the same, two travelling dK/dV sums of 2·n_kv (comm) and
  *             the block's own dK/dV, 2·n_kv (workspace);
@@ -49,6 +50,7 @@
 #include "titan/core.h"
 #include "titan/dist.h"
 #include "titan/ops.h"
+#include "titan/train.h"
 
 enum { TAG_K = 11, TAG_V, TAG_DK, TAG_DV };
 
@@ -69,13 +71,28 @@ static int drain(struct titan_comm_req **req, int n)
 	return rc;
 }
 
-static float *ring_alloc(const struct titan_cp_ring *r, int64_t nfloats, enum titan_mem_tag tag)
+int titan_cp_ring_mem(int64_t nkv, int64_t cp, struct titan_cp_ring_mem *m)
 {
-	float *p = titan_mem_alloc(r->alloc, (size_t)nfloats * sizeof(float), tag);
+	m->nrecv = cp - 1 < 2 ? (int)(cp - 1) : 2;
+	if (nkv < 0 || __builtin_mul_overflow(nkv, (int64_t)(2 * sizeof(float)), &m->buf) ||
+	    __builtin_mul_overflow(m->buf, (int64_t)m->nrecv, &m->recv) ||
+	    __builtin_mul_overflow(m->buf, (int64_t)2, &m->sums)) {
+		m->buf = m->recv = m->sums = m->own = -1;
+		return TITAN_E_NOMEM;
+	}
+	m->own = m->buf;
+	return 0;
+}
+
+/* One buffer of m->buf bytes (2·n_kv floats). */
+static float *ring_alloc(const struct titan_cp_ring *r, const struct titan_cp_ring_mem *m,
+			 enum titan_mem_tag tag)
+{
+	float *p = m->buf < 0 ? NULL : titan_mem_alloc(r->alloc, (size_t)m->buf, tag);
 
 	if (!p)
 		titan_error(TITAN_E_NOMEM, "out of memory for the context-parallel ring "
-			    "(%lld floats)", (long long)nfloats);
+			    "(%lld floats)", (long long)(m->buf / (int64_t)sizeof(float)));
 	return p;
 }
 
@@ -129,7 +146,7 @@ int titan_cp_ring_fwd(const struct titan_cp_ring *r, float *out, float *lse, con
 {
 	const struct titan_backend_ops *op = r->be->ops;
 	const int64_t nkv = r->batch * r->tl * r->hkv * r->d, qs = r->h * r->d;
-	const int nbuf = r->size - 1 < 2 ? r->size - 1 : 2;
+	struct titan_cp_ring_mem m;
 	struct titan_comm_req *req[4] = {NULL};
 	float *buf[2] = {NULL, NULL};
 	const float *ck = k, *cv = v;
@@ -138,8 +155,9 @@ int titan_cp_ring_fwd(const struct titan_cp_ring *r, float *out, float *lse, con
 	if (!op->attention_part_fwd)
 		return titan_error(TITAN_E_UNSUPPORTED, "context_parallel_rotate_method alltoall: "
 				   "the %s backend has no attention_part op", op->name);
-	for (int b = 0; b < nbuf; b++)
-		if (!(buf[b] = ring_alloc(r, 2 * nkv, TITAN_MEM_COMM))) {
+	titan_cp_ring_mem(nkv, r->size, &m);
+	for (int b = 0; b < m.nrecv; b++)
+		if (!(buf[b] = ring_alloc(r, &m, TITAN_MEM_COMM))) {
 			rc = TITAN_E_NOMEM;
 			goto fail;
 		}
@@ -161,7 +179,7 @@ int titan_cp_ring_fwd(const struct titan_cp_ring *r, float *out, float *lse, con
 	}
 fail:
 	drain(req, 4);
-	for (int b = 0; b < nbuf; b++)
+	for (int b = 0; b < m.nrecv; b++)
 		titan_mem_free(r->alloc, buf[b]);
 	return rc;
 }
@@ -172,7 +190,7 @@ int titan_cp_ring_bwd(const struct titan_cp_ring *r, float *dq, float *dk, float
 {
 	const struct titan_backend_ops *op = r->be->ops;
 	const int64_t nkv = r->batch * r->tl * r->hkv * r->d, qs = r->h * r->d;
-	const int nbuf = r->size - 1 < 2 ? r->size - 1 : 2;
+	struct titan_cp_ring_mem m;
 	const int next = (r->rank + 1) % r->size, prev = (r->rank + r->size - 1) % r->size;
 	/* kv: the keys/values exchange; dkv: the travelling sums' */
 	struct titan_comm_req *kv[4] = {NULL}, *dkv[4] = {NULL};
@@ -183,14 +201,15 @@ int titan_cp_ring_bwd(const struct titan_cp_ring *r, float *dq, float *dk, float
 	if (!op->attention_part_bwd)
 		return titan_error(TITAN_E_UNSUPPORTED, "context_parallel_rotate_method alltoall: "
 				   "the %s backend has no attention_part op", op->name);
-	for (int b = 0; b < nbuf; b++)
-		if (!(buf[b] = ring_alloc(r, 2 * nkv, TITAN_MEM_COMM))) {
+	titan_cp_ring_mem(nkv, r->size, &m);
+	for (int b = 0; b < m.nrecv; b++)
+		if (!(buf[b] = ring_alloc(r, &m, TITAN_MEM_COMM))) {
 			rc = TITAN_E_NOMEM;
 			goto fail;
 		}
-	if (!(acc[0] = ring_alloc(r, 2 * nkv, TITAN_MEM_COMM)) ||
-	    !(acc[1] = ring_alloc(r, 2 * nkv, TITAN_MEM_COMM)) ||
-	    !(own = ring_alloc(r, 2 * nkv, TITAN_MEM_WORKSPACE))) {
+	if (!(acc[0] = ring_alloc(r, &m, TITAN_MEM_COMM)) ||
+	    !(acc[1] = ring_alloc(r, &m, TITAN_MEM_COMM)) ||
+	    !(own = ring_alloc(r, &m, TITAN_MEM_WORKSPACE))) {
 		rc = TITAN_E_NOMEM;
 		goto fail;
 	}
@@ -235,7 +254,7 @@ int titan_cp_ring_bwd(const struct titan_cp_ring *r, float *dq, float *dk, float
 fail:
 	drain(kv, 4);
 	drain(dkv, 4);
-	for (int b = 0; b < nbuf; b++)
+	for (int b = 0; b < m.nrecv; b++)
 		titan_mem_free(r->alloc, buf[b]);
 	titan_mem_free(r->alloc, acc[0]);
 	titan_mem_free(r->alloc, acc[1]);

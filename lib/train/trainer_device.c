@@ -21,10 +21,17 @@
  * training GEMMs run it on one thread per tile of C, lib/cpu/matmul.c).
  * Only with metrics.measure_peak_flops: it moves between runs (1.28e11 to
  * 1.93e11 on one machine), the nominal peak (lib/cpu/peak.c) does not. */
+#define PROBE_N 1024 /* the probe's n x n matrices: A, B and C */
+
+int64_t titan_trainer_peak_probe_bytes(void)
+{
+	return 3 * (int64_t)PROBE_N * PROBE_N * (int64_t)sizeof(float);
+}
+
 static double measure_peak(int nthreads)
 {
-	const int n = 1024;
-	float *a = titan_malloc((size_t)n * n * 3 * sizeof(float), TITAN_MEM_WORKSPACE);
+	const int n = PROBE_N;
+	float *a = titan_malloc((size_t)titan_trainer_peak_probe_bytes(), TITAN_MEM_WORKSPACE);
 	double best = 0;
 
 	if (!a)

@@ -28,7 +28,9 @@
 #include "titan/train.h"
 
 #include "estimate/est_impl.h"
+#include "train/cp_attn.h"
 #include "train/engine.h"
+#include "train/metrics.h"
 #include "tiny_model.h"
 
 /* ------------------------------------------------------------ instant comm */
@@ -539,6 +541,163 @@ static void test_token_buffers_stated_once(void **state)
 	titan_estimate_release(&e);
 }
 
+/* An estimate's items named `name` on rank 0: their bytes (one such). */
+static int64_t item_bytes(const struct titan_estimate *e, const char *name,
+			  enum titan_mem_tag tag)
+{
+	const struct titan_est_rank *r = &e->ranks[0];
+	int64_t bytes = -1;
+	int found = 0;
+
+	for (int k = 0; k < r->nitems; k++) {
+		if (strcmp(r->items[k].name, name))
+			continue;
+		assert_int_equal(r->items[k].tag, tag);
+		bytes = r->items[k].bytes;
+		found++;
+	}
+	assert_int_equal(found, 1);
+	return bytes;
+}
+
+/* The CP ring's buffers (rotate_method alltoall) are titan_cp_ring_mem's:
+ * what the ring allocates, forward and backward (on the measure backend,
+ * an instant communicator of 3 ranks: two receive buffers), and what the
+ * estimate counts on CP 2 (one receive buffer). */
+static void test_cp_ring_stated_once(void **state)
+{
+	const int64_t rows = 2, Tl = 8, H = 4, Hkv = 2, D = 8;
+	const int64_t nq = rows * Tl * H * D, nkv = rows * Tl * Hkv * D;
+	struct titan_model_dims d = tiny();
+	struct titan_est_opts o = tiny_cpu_opts(4, 24, TITAN_EST_AC_NONE, 1, 1);
+	struct titan_mem_backend mb;
+	struct titan_allocator *a;
+	struct titan_backend be;
+	struct titan_comm *c;
+	struct titan_mem_stats st;
+	struct titan_cp_ring_mem m;
+	struct titan_estimate e;
+	float *q = zeros(nq), *k = zeros(nkv), *v = zeros(nkv), *out = zeros(nq);
+	float *lse = zeros(rows * H * Tl), *dout = zeros(nq), *dq = zeros(nq);
+	float *dk = zeros(nkv), *dv = zeros(nkv);
+
+	(void)state;
+	assert_int_equal(titan_cp_ring_mem(nkv, 3, &m), 0);
+	assert_true(m.nrecv == 2 && m.buf == 2 * nkv * 4 && m.recv == 2 * m.buf &&
+		    m.sums == 2 * m.buf && m.own == m.buf);
+	assert_int_equal(titan_cp_ring_mem(nkv, 2, &m), 0);
+	assert_true(m.nrecv == 1 && m.recv == m.buf);
+	assert_int_equal(titan_cp_ring_mem(INT64_MAX / 4, 4, &m), TITAN_E_NOMEM);
+	assert_true(m.buf == -1 && m.recv == -1 && m.sums == -1 && m.own == -1);
+
+	titan_measure_mem_backend(&mb, false);
+	assert_non_null(a = titan_allocator_new("measure", &mb));
+	titan_backend_measure_init(&be, a, 1);
+	assert_int_equal(titan_comm_instant_new("cp", 1, 3, 0, 1, &c), 0);
+	const struct titan_cp_ring r = {&be, a, c, 1, 3, rows, Tl, H, Hkv, D, NULL};
+
+	assert_int_equal(titan_cp_ring_mem(nkv, 3, &m), 0);
+	assert_int_equal(titan_cp_ring_fwd(&r, out, lse, q, k, v), 0);
+	titan_mem_get_stats(a, &st);
+	assert_true(st.peak[TITAN_MEM_COMM] == m.recv && st.cur[TITAN_MEM_COMM] == 0);
+	titan_mem_reset_peak(a);
+	assert_int_equal(titan_cp_ring_bwd(&r, dq, dk, dv, dout, q, k, v, out, lse), 0);
+	titan_mem_get_stats(a, &st);
+	assert_true(st.peak[TITAN_MEM_COMM] == m.recv + m.sums && st.cur[TITAN_MEM_COMM] == 0);
+	assert_true(ws_peak(a) >= m.own);
+	titan_comm_free(c);
+	titan_backend_release(&be);
+	titan_allocator_free(a);
+	free(q), free(k), free(v), free(out), free(lse), free(dout), free(dq), free(dk), free(dv);
+
+	o.ngpu = 2;
+	o.layout = (struct titan_est_layout){1, 1, 1, 1, 2};
+	o.cp_alltoall = true;
+	if (titan_estimate_run(&d, &o, &e) < 0)
+		fail_msg("%s", titan_errmsg());
+	assert_int_equal(titan_cp_ring_mem(4 * 12 * d.n_kv_heads * d.head_dim, 2, &m), 0);
+	assert_true(item_bytes(&e, "CP ring: key/value receive buffers", TITAN_MEM_COMM) == m.recv);
+	assert_true(item_bytes(&e, "CP ring: travelling dK/dV sums", TITAN_MEM_COMM) == m.sums);
+	assert_true(item_bytes(&e, "CP ring: the block's own dK/dV", TITAN_MEM_WORKSPACE) ==
+		    m.own);
+	titan_estimate_release(&e);
+}
+
+/* The JSON writer's peak (host allocator, tag other) while `row` is
+ * rendered; its length in *len. */
+static int64_t json_peak(const struct titan_metrics_row *row, size_t *len)
+{
+	struct titan_allocator *h = titan_host_allocator();
+	struct titan_mem_stats st;
+	struct titan_json j;
+	int64_t before;
+
+	titan_mem_get_stats(h, &st);
+	before = st.cur[TITAN_MEM_OTHER];
+	titan_mem_reset_peak(h);
+	titan_json_init(&j);
+	titan_metrics_json(&j, row);
+	*len = strlen(titan_json_str(&j));
+	titan_json_release(&j);
+	titan_mem_get_stats(h, &st);
+	assert_true(st.cur[TITAN_MEM_OTHER] == before);
+	return st.peak[TITAN_MEM_OTHER] - before;
+}
+
+/* The metrics row's JSON writer buffers: the writer's growth rule
+ * (titan_json_buffer_bytes: one buffer; 256 + 512; 512 + 1024 bytes) is
+ * what is live while a row of short values is written, and the
+ * estimate's item is titan_metrics_row_bytes.  (Rows of titan-train's
+ * full-precision values are longer than the 500 characters it counts:
+ * metrics.c's ROW_CHARS.) */
+static void test_metrics_row_stated_once(void **state)
+{
+	struct titan_model_dims d = tiny();
+	struct titan_est_opts o = tiny_cpu_opts(4, 24, TITAN_EST_AC_NONE, 1, 1);
+	struct titan_metrics_row row;
+	struct titan_estimate e;
+	size_t len;
+	int64_t peak;
+
+	(void)state;
+	assert_true(titan_json_buffer_bytes(0) == 256 && titan_json_buffer_bytes(255) == 256);
+	assert_true(titan_json_buffer_bytes(256) == 256 + 512);
+	assert_true(titan_json_buffer_bytes(511) == 256 + 512);
+	assert_true(titan_json_buffer_bytes(512) == 512 + 1024);
+	assert_true(titan_json_buffer_bytes(-1) == -1 && titan_json_buffer_bytes(INT64_MAX) == -1);
+	assert_true(titan_metrics_row_bytes() == titan_json_buffer_bytes(500));
+	memset(&row, 0, sizeof(row));
+	row.step = 1;
+	peak = json_peak(&row, &len);
+	assert_true(len >= 256 && len < 512 && peak == titan_json_buffer_bytes((int64_t)len));
+
+	o.cpu_metrics_jsonl = true;
+	if (titan_estimate_run(&d, &o, &e) < 0)
+		fail_msg("%s", titan_errmsg());
+	assert_true(item_bytes(&e, "metrics.jsonl row (JSON writer buffers)", TITAN_MEM_OTHER) ==
+		    titan_metrics_row_bytes());
+	titan_estimate_release(&e);
+}
+
+/* The sgemm peak probe's matrices are titan_trainer_peak_probe_bytes:
+ * three 1024 x 1024 fp32 matrices, what the estimate counts at setup with
+ * metrics.measure_peak_flops. */
+static void test_peak_probe_stated_once(void **state)
+{
+	struct titan_model_dims d = tiny();
+	struct titan_est_opts o = tiny_cpu_opts(4, 24, TITAN_EST_AC_NONE, 1, 1);
+	struct titan_estimate e;
+
+	(void)state;
+	assert_true(titan_trainer_peak_probe_bytes() == 3 * 1024 * 1024 * 4);
+	o.cpu_peak_probe = true;
+	if (titan_estimate_run(&d, &o, &e) < 0)
+		fail_msg("%s", titan_errmsg());
+	assert_true(item_bytes(&e, "sgemm peak probe (3 x 1024 x 1024 fp32)",
+			       TITAN_MEM_WORKSPACE) == titan_trainer_peak_probe_bytes());
+	titan_estimate_release(&e);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -548,6 +707,9 @@ int main(void)
 		cmocka_unit_test(test_backend_workspace),
 		cmocka_unit_test(test_cpu_workspace_stated_once),
 		cmocka_unit_test(test_token_buffers_stated_once),
+		cmocka_unit_test(test_cp_ring_stated_once),
+		cmocka_unit_test(test_metrics_row_stated_once),
+		cmocka_unit_test(test_peak_probe_stated_once),
 		cmocka_unit_test(test_measure_ops_complete),
 		cmocka_unit_test(test_engine_dry_run_counts_as_real),
 		cmocka_unit_test(test_estimate_dry_run_405b),
