@@ -167,9 +167,12 @@ echo "== environment"
 echo "date:     $(date -u '+%Y-%m-%d %H:%M UTC'); load average $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "cpu:      $(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //') ($(nproc) online)"
 echo "titan:    $("$bin/titan-train" --version 2>&1 | head -1); gemm: $("$bin/titan-train" --version 2>&1 | sed -n 's/^gemm: *//p')"
-echo "torch:    $($py -c 'import torch; print(torch.__version__, "blas:", torch.__config__.show().count("BLAS_INFO=open") and "OpenBLAS" or "MKL/other")') ($py)"
+echo "torch:    $($py -c 'import re, torch; c = torch.__config__.show(); print(torch.__version__, " ".join(re.findall(r"BLAS_INFO=[a-z]+|MKLDNN=[A-Z]+", c)))') ($py)"
 echo "model:    dim $dim, $layers layers, $heads heads, vocab $vocab, $experts experts top-$topk + $shared shared, expert hidden $inter"
-echo "params:   $(echo "$summary" | grep -i -m2 'param' | tr -s ' ' | paste -sd';' -)"
+# active = embedding + output + per layer attention, router, top-k +
+# shared experts, 2 norms, + the final norm; total as titan-config says
+echo "params:   $(awk -v d="$dim" -v l="$layers" -v v="$vocab" -v e="$experts" -v k="$topk" -v s="$shared" -v h="$inter" \
+	'BEGIN {printf "%.1fM active", (2 * v * d + l * (4 * d * d + d * e + (k + s) * 3 * d * h + 2 * d) + d) / 1e6}'); $(echo "$summary" | sed -n 's/^parameters: *\([0-9]*\) total.*/\1/p' | awk '{printf "%.1fM total", $1 / 1e6}')"
 echo "shape:    batch $batch x seq $seq, fp32; warm-up $warmup + median of $steps steps per run; $rounds rounds alternating"
 echo "binding:  --bind $bind: ${bindenv[*]:-none}${mpibind[*]:+; mpiexec ${mpibind[*]}}"
 echo
