@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # bench/lib.sh — helpers the training benches share (sourced, not run).
 
 # median: the median of the numbers on stdin, one a line

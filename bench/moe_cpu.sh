@@ -53,7 +53,7 @@ cd "$root"
 # median, order (round R's order of the sides), metrics_median
 . "$root/bench/lib.sh"
 
-dim=768 layers=6 inter= seq=512 batch=4 threads=2 steps=6 warmup=2 rounds=3
+dim=768 layers=6 inter='' seq=512 batch=4 threads=2 steps=6 warmup=2 rounds=3
 bind=cores dry=0 use_ep=1 use_perf=1 experts=8 topk=2 shared=1 vocab=8192
 while [ $# -gt 0 ]; do
 	case "$1" in
@@ -162,6 +162,7 @@ tps() {
 }
 ratio() { awk -v a="$(median < "$1")" -v b="$(median < "$2")" -v k="${3:-1}" 'BEGIN {printf "%.2fx", k * b / a}'; }
 
+# shellcheck disable=SC2086
 summary=$("$bin/titan-config" --config configs/llama3_debug.yaml $model_titan $common --summary 2>/dev/null || true)
 echo "== environment"
 echo "date:     $(date -u '+%Y-%m-%d %H:%M UTC'); load average $(cut -d' ' -f1-3 /proc/loadavg)"
