@@ -89,8 +89,8 @@ py=/usr/bin/python3
 # the placement of both sides' OpenMP threads (a value the user set wins)
 bindenv=()
 [ "$bind" = none ] || bindenv=(OMP_PROC_BIND="${OMP_PROC_BIND:-close}" OMP_PLACES="${OMP_PLACES:-cores}")
-# round R's order: titan first in odd rounds, PyTorch first in even ones
-order() { if [ $(($1 % 2)) -eq 1 ]; then echo "titan ref"; else echo "ref titan"; fi; }
+# median, order (round R's order of the sides), metrics_median
+. "$root/bench/lib.sh"
 if [ "$dry" -eq 1 ]; then
 	echo "bind: $bind${bindenv[*]:+ (${bindenv[*]})}"
 	echo "rounds: $repeat; warm-up $warmup + median of $steps steps per run"
@@ -184,8 +184,6 @@ model_vocab() { case "$1" in debug) echo 2048 ;; 25m) echo 8192 ;; esac; }
 batch=4 seq=512
 common="--training.seq_len=$seq --training.local_batch_size=$batch --activation_checkpoint.mode=none"
 
-median() { sort -g | awk '{a[NR] = $1} END {if (NR % 2) print a[(NR + 1) / 2]; else print (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
-
 # titan_run MODEL THREADS PEAK -> median step seconds (under ${prefix[@]})
 prefix=()
 titan_run() {
@@ -199,11 +197,7 @@ titan_run() {
 		--lr_scheduler.warmup_steps=2 --metrics.log_freq=1 --metrics.peak_flops="$3" \
 		--job.dump_folder="$out" --threads "$2" -q > "$tmp/titan.log" 2>&1 ||
 		{ cat "$tmp/titan.log" >&2; die "titan-train failed"; }
-	$py -c '
-import json, sys, statistics
-w = int(sys.argv[2])
-t = [json.loads(l)["step_time_s"] for l in open(sys.argv[1])]
-print(statistics.median(t[w:]))' "$out/metrics.jsonl" "$warmup"
+	metrics_median "$out/metrics.jsonl" "$warmup"
 }
 
 # outside_gemm MODEL THREADS PEAK -> the share of a titan run's CPU samples

@@ -226,7 +226,7 @@ model_titan="--model.flavor=debugmodel --model.dim=512 --model.n_layers=8 --mode
 model_ref="--dim 512 --layers 8 --heads 8 --kv-heads 4 --vocab 8192"
 common="--training.seq_len=$seq --training.local_batch_size=$batch --activation_checkpoint.mode=none"
 
-median() { sort -g | awk '{a[NR] = $1} END {if (NR % 2) print a[(NR + 1) / 2]; else print (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
+. "$root/bench/lib.sh" # median
 
 # layout -> "ranks dp_replicate dp_shard tp"
 layout_mesh() { case "$1" in one) echo "1 1 1 1" ;; ddp) echo "$ranks $ranks 1 1" ;; fsdp) echo "$ranks 1 $ranks 1" ;; tp) echo "$ranks 1 1 $ranks" ;; esac; }

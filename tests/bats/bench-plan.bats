@@ -58,3 +58,39 @@ setup() {
 	run -0 /usr/bin/python3 bench/train_dist_ref.py --help
 	assert_output --partial "--bind"
 }
+
+@test "moe_cpu.sh --dry-run: the MoE model and shapes, 3 rounds alternating titan/PyTorch, then 1 rank vs EP 2" {
+	run -0 bench/moe_cpu.sh --dry-run
+	assert_line "model: dim 768, 6 layers, 12 heads, vocab 8192, 8 experts top-2 + 1 shared, expert hidden 2048"
+	assert_line "shape: batch 4 x seq 512, fp32"
+	assert_line "rounds: 3; warm-up 2 + median of 6 steps per run"
+	assert_line --partial "titan: titan-train --threads 2 --model.flavor=custom --model.dim=768 --model.n_layers=6 --model.n_heads=12 --model.vocab_size=8192 --model.moe_num_experts=8 --model.moe_top_k=2 --model.moe_num_shared_experts=1 --model.moe_inter_dim=2048 --training.seq_len=512"
+	assert_line "PyTorch: moe_ref.py --threads 2 --dim 768 --layers 6 --heads 12 --vocab 8192 --experts 8 --top-k 2 --shared 1 --inter 2048 --seq 512 --batch 4"
+	run -0 bash -c "bench/moe_cpu.sh --dry-run | sed -n 's/^round \([0-9]\): \([A-Za-z0-9]*\):.*/\1\2/p' | tr '\n' ' '"
+	assert_output "1titan 1PyTorch 2PyTorch 2titan 3titan 3PyTorch 1ep1 1ep2 2ep2 2ep1 3ep1 3ep2 "
+	run -0 bench/moe_cpu.sh --dry-run --rounds 1
+	assert_line "round 1: ep2: OMP_PROC_BIND=close OMP_PLACES=cores OMP_NUM_THREADS=1 mpiexec -n 2 -bind-to core:1 titan-train --threads 1 --parallelism.expert_parallel_degree=2"
+	assert_line "round 1: ep1: OMP_PROC_BIND=close OMP_PLACES=cores OMP_NUM_THREADS=1 titan-train --threads 1"
+	# the shrinking flags reach both sides; --no-ep drops part 2
+	run -0 bench/moe_cpu.sh --dry-run --dim 256 --layers 2 --seq 128 --batch 2 --steps 3 --warmup 1 --rounds 4 --no-ep --bind none
+	assert_line "model: dim 256, 2 layers, 4 heads, vocab 8192, 8 experts top-2 + 1 shared, expert hidden 768"
+	assert_line "rounds: 4; warm-up 1 + median of 3 steps per run"
+	assert_line "bind: none"
+	assert_line "round 4: PyTorch: OMP_NUM_THREADS=2 moe_ref.py --threads 2"
+	assert_line --partial "moe_ref.py --threads 2 --dim 256 --layers 2 --heads 4 --vocab 8192 --experts 8 --top-k 2 --shared 1 --inter 768 --seq 128 --batch 2"
+	refute_output --partial ep2
+	refute_output --partial OMP_PROC_BIND
+	run -1 --separate-stderr bench/moe_cpu.sh --dry-run --dim 100
+	[[ $stderr == *"--dim must be a multiple of 64"* ]]
+	run -1 --separate-stderr bench/moe_cpu.sh --dry-run --rounds 0
+	[[ $stderr == *"--rounds needs a positive integer, got '0'"* ]]
+	run -2 --separate-stderr bench/moe_cpu.sh --dry-run --bind x
+	[[ $stderr == *"--bind: expected cores or none, got 'x'"* ]]
+}
+
+@test "moe_ref.py (the PyTorch side of moe_cpu.sh) takes the model flags" {
+	/usr/bin/python3 -c 'import torch' 2>/dev/null || skip "no torch for /usr/bin/python3"
+	run -0 /usr/bin/python3 bench/moe_ref.py --help
+	assert_output --partial "--experts"
+	assert_output --partial "--shards"
+}
