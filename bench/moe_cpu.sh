@@ -51,6 +51,7 @@ usage() {
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 # median, order (round R's order of the sides), metrics_median
+# shellcheck source=bench/lib.sh
 . "$root/bench/lib.sh"
 
 dim=768 layers=6 inter='' seq=512 batch=4 threads=2 steps=6 warmup=2 rounds=3

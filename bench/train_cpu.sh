@@ -90,6 +90,7 @@ py=/usr/bin/python3
 bindenv=()
 [ "$bind" = none ] || bindenv=(OMP_PROC_BIND="${OMP_PROC_BIND:-close}" OMP_PLACES="${OMP_PLACES:-cores}")
 # median, order (round R's order of the sides), metrics_median
+# shellcheck source=bench/lib.sh
 . "$root/bench/lib.sh"
 if [ "$dry" -eq 1 ]; then
 	echo "bind: $bind${bindenv[*]:+ (${bindenv[*]})}"

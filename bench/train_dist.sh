@@ -226,6 +226,7 @@ model_titan="--model.flavor=debugmodel --model.dim=512 --model.n_layers=8 --mode
 model_ref="--dim 512 --layers 8 --heads 8 --kv-heads 4 --vocab 8192"
 common="--training.seq_len=$seq --training.local_batch_size=$batch --activation_checkpoint.mode=none"
 
+# shellcheck source=bench/lib.sh
 . "$root/bench/lib.sh" # median
 
 # layout -> "ranks dp_replicate dp_shard tp"
