@@ -23,15 +23,6 @@ static size_t grown(size_t cap, size_t need)
 	return cap;
 }
 
-int64_t titan_json_buffer_bytes(int64_t len)
-{
-	if (len < 0 || len > INT64_MAX / 4)
-		return -1;
-	const int64_t cap = (int64_t)grown(0, (size_t)len + 1);
-
-	return cap == FIRST_CAP ? cap : cap + cap / 2;
-}
-
 void titan_json_init(struct titan_json *j)
 {
 	memset(j, 0, sizeof *j);
@@ -83,6 +74,11 @@ static bool reserve(struct titan_json *j, size_t extra)
 	j->buf = buf;
 	j->cap = cap;
 	return true;
+}
+
+bool titan_json_reserve(struct titan_json *j, size_t bytes)
+{
+	return bytes <= j->len + 1 || reserve(j, bytes - j->len - 1);
 }
 
 static void put(struct titan_json *j, const char *s, size_t n)

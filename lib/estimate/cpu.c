@@ -338,7 +338,7 @@ static void cpu_transient(struct cpu *c)
 	est_item(r, "gradient norm partial sums", TITAN_MEM_WORKSPACE,
 		 est_stated(n, titan_cpu_sumsq_ws(c->sumsq)), EST_AT(c->m_norm));
 	if (c->m_log >= 0)
-		est_item(r, "metrics.jsonl row (JSON writer buffers)", TITAN_MEM_OTHER,
+		est_item(r, "metrics.jsonl row (JSON writer buffer)", TITAN_MEM_OTHER,
 			 est_stated(n, titan_metrics_row_bytes()), EST_AT(c->m_log));
 	/* FSDP (lib/train/dp.c, measured by the dry run): gathered copies,
 	 * all-gather and reduce-scatter buffers, unsharded gradients, the most

@@ -388,14 +388,11 @@ struct titan_json {
 void titan_json_init(struct titan_json *j);
 void titan_json_release(struct titan_json *j);
 void titan_json_reset(struct titan_json *j); /* empty, keep buffer */
-/* The writer's buffer bytes live at once when a text of `len` bytes is
- * written in pieces that need no more room than they take: its last
- * buffer (256 bytes, doubled until the text and its NUL fit) and the
- * half-size one it grew from, both live while the text is copied over
- * (a string reserves 6 bytes a character for escapes: one near the end
- * can take the next size).  Stated once (titan-estimate counts a metrics
- * row's).  -1 for a negative len or one past 2^61. */
-int64_t titan_json_buffer_bytes(int64_t len);
+/* Make the buffer hold `bytes` bytes (the NUL included) in one allocation
+ * now, so that a text that fits takes exactly that memory whatever its
+ * values: the metrics rows, whose memory titan-estimate counts.  False
+ * (and titan_error) out of memory; the writer then refuses the text. */
+bool titan_json_reserve(struct titan_json *j, size_t bytes);
 void titan_json_object_begin(struct titan_json *j);
 void titan_json_object_end(struct titan_json *j);
 void titan_json_array_begin(struct titan_json *j);

@@ -475,10 +475,10 @@ void titan_trainer_catch_signals(void);
  * metrics.peak_flops: lib/train/trainer_device.c), stated once
  * (titan-estimate counts them): three 1024 x 1024 fp32 matrices, bytes. */
 int64_t titan_trainer_peak_probe_bytes(void);
-/* The JSON writer's buffers while a metrics.jsonl step row is written
- * (lib/train/metrics.c), stated once (titan-estimate counts them): the
- * most bytes live at once (titan_json_buffer_bytes of the row's length,
- * taken as metrics.c's ROW_CHARS). */
+/* The JSON writer's buffer of a metrics.jsonl row (lib/train/metrics.c),
+ * stated once (titan-estimate counts it): reserved whole before the row is
+ * rendered, so the same bytes at every step whatever the values (MoE rows
+ * of many blocks may outgrow it). */
 int64_t titan_metrics_row_bytes(void);
 /* The CP ring's buffers (lib/train/cp_ring.c, rotate_method alltoall) of
  * one attention call, stated once (titan-estimate counts them), for `nkv`

@@ -265,18 +265,26 @@ static double wall_now(void)
 	return (double)titan_unix_time_ns() * 1e-9;
 }
 
-/* The length of a step row that titan_metrics_row_bytes counts: 500
- * characters, the figure titan-estimate has always taken (256 + 512 bytes
- * of buffers).  It under-counts: rows of full-precision doubles measure
- * 422-580 characters on one rank and up to ~810 with world_size's three
- * keys, and a key's reservation (6 bytes a character, for escapes) near
- * the end of a 492-character row already takes the 1024-byte buffer
- * (512 + 1024 bytes live). */
-#define ROW_CHARS 500
+/* The JSON writer's buffer of a metrics.jsonl row, reserved whole before
+ * the row is rendered, so that its memory is the same at every step
+ * whatever the values (a row of shortest round-trip doubles measures
+ * 420-580 characters on one rank, ~810 with world_size's keys, and its
+ * length moves with the timings: grown by doubling, the buffers live
+ * were 768 or 1536 bytes from one run to the next).  4096 bytes hold
+ * every dense row with room to spare; only MoE rows of many blocks (three
+ * figures a block) outgrow it and take the writer's doubling from there.
+ * Stated once: titan-estimate counts titan_metrics_row_bytes. */
+#define ROW_BYTES 4096
 
 int64_t titan_metrics_row_bytes(void)
 {
-	return titan_json_buffer_bytes(ROW_CHARS);
+	return ROW_BYTES;
+}
+
+bool titan_metrics_row_begin(struct titan_json *j)
+{
+	titan_json_init(j);
+	return titan_json_reserve(j, ROW_BYTES);
 }
 
 static int write_jsonl(struct titan_trainer *t, void (*render)(struct titan_json *, const void *),
@@ -285,7 +293,10 @@ static int write_jsonl(struct titan_trainer *t, void (*render)(struct titan_json
 	struct titan_json j;
 	int rc;
 
-	titan_json_init(&j);
+	if (!titan_metrics_row_begin(&j)) {
+		titan_json_release(&j);
+		return titan_error_prefix("cannot write metrics to '%s'", t->jsonl_path);
+	}
 	render(&j, row);
 	rc = titan_metrics_write_line(t->jsonl, t->jsonl_path, &j);
 	titan_json_release(&j);
