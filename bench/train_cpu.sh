@@ -183,7 +183,7 @@ model_ref() {
 }
 model_vocab() { case "$1" in debug) echo 2048 ;; 25m) echo 8192 ;; esac; }
 batch=4 seq=512
-common="--training.seq_len=$seq --training.local_batch_size=$batch --activation_checkpoint.mode=none"
+common=(--training.seq_len="$seq" --training.local_batch_size="$batch" --activation_checkpoint.mode=none)
 
 # titan_run MODEL THREADS PEAK -> median step seconds (under ${prefix[@]})
 prefix=()
@@ -193,7 +193,7 @@ titan_run() {
 	rm -rf "$out"
 	# shellcheck disable=SC2046
 	env "${bindenv[@]}" OMP_NUM_THREADS="$2" OPENBLAS_NUM_THREADS="$2" "${prefix[@]}" "$bin/titan-train" \
-		--config configs/llama3_debug.yaml $(model_titan "$1") $common \
+		--config configs/llama3_debug.yaml $(model_titan "$1") "${common[@]}" \
 		--training.dataset_path="$tmp/data$v" --training.steps=$((warmup + steps)) \
 		--lr_scheduler.warmup_steps=2 --metrics.log_freq=1 --metrics.peak_flops="$3" \
 		--job.dump_folder="$out" --threads "$2" -q > "$tmp/titan.log" 2>&1 ||
@@ -251,7 +251,7 @@ for t in $threads_list; do
 	peak=$(peak "$t" | cut -d' ' -f1)
 	for m in $models; do
 		# shellcheck disable=SC2046
-		fpt=$("$bin/titan-config" --config configs/llama3_debug.yaml $(model_titan "$m") $common \
+		fpt=$("$bin/titan-config" --config configs/llama3_debug.yaml $(model_titan "$m") "${common[@]}" \
 			--summary | sed -n 's/^flops\/token: *\([0-9.e+]*\).*/\1/p')
 		: > "$tmp/t.txt"
 		: > "$tmp/r.txt"

@@ -153,6 +153,6 @@ C
 @test "shell scripts are shellcheck-clean: slurm/, the test fixtures, bench/" {
 	command -v shellcheck >/dev/null || skip "no shellcheck (make deps installs it)"
 	run -0 shellcheck slurm/multinode_trainer.slurm slurm/pipeline.slurm slurm/submit-pipeline \
-		tests/slurm/cluster.sh bench/train_dist.sh bench/moe_cpu.sh bench/lib.sh bench/blas_kernels.sh \
+		tests/slurm/cluster.sh bench/train_dist.sh bench/train_cpu.sh bench/moe_cpu.sh bench/lib.sh bench/blas_kernels.sh \
 		tests/fuzz/run.sh tests/fuzz/seeds.sh
 }
