@@ -75,13 +75,13 @@ PY
 	done
 }
 
-@test "MoE x PP 2 (1F1B, GPipe, Interleaved1F1B) reproduces the 1-rank MoE curve and loads; checkpoints move between PP 2 and 1 rank" {
+@test "MoE x PP 2 (1F1B, GPipe, Interleaved1F1B, with full AC) reproduces the 1-rank MoE curve and loads; checkpoints move between PP 2 and 1 rank" {
 	[ -z "${NO_MPI:-}" ] || skip "no MPI"
 	d=$BATS_TEST_TMPDIR
 	ck="--checkpoint.enable --checkpoint.interval=5 --checkpoint.last_save_model_only=false"
 	pp="--parallelism.pipeline_parallel_degree=2 --parallelism.pipeline_parallel_schedule"
 	run -0 titan-train -q --config "$DATA/moe.yaml" $ck --job.dump_folder="$d/one"
-	for s in GPipe Interleaved1F1B; do
+	for s in GPipe Interleaved1F1B "Interleaved1F1B --activation_checkpoint.mode=full"; do
 		rm -rf "$d/pp"
 		run -0 mpi_moe 2 $pp=$s --job.dump_folder="$d/pp"
 		same_moe "$d/one/metrics.jsonl" "$d/pp/metrics.jsonl"
