@@ -63,16 +63,25 @@ for s in b:
 PY
 }
 
+# moe_layouts N ONE ARGS...: each ARGS (words) on N ranks reproduces the
+# 1-rank ONE (same_moe)
+moe_layouts() {
+	local n=$1 one=$2 p
+	shift 2
+	for p in "$@"; do
+		rm -rf "$BATS_TEST_TMPDIR/l"
+		run -0 mpi_moe "$n" $p --job.dump_folder="$BATS_TEST_TMPDIR/l"
+		same_moe "$one" "$BATS_TEST_TMPDIR/l/metrics.jsonl"
+	done
+}
+
 @test "MoE x CP 2 (allgather, alltoall) and EP 2 x CP 2 reproduce the 1-rank MoE curve and loads" {
 	[ -z "${NO_MPI:-}" ] || skip "no MPI"
 	d=$BATS_TEST_TMPDIR
 	run -0 titan-train -q --config "$DATA/moe.yaml" --job.dump_folder="$d/one"
-	for p in "" "--parallelism.context_parallel_rotate_method=alltoall" \
-		"--parallelism.expert_parallel_degree=2"; do
-		rm -rf "$d/cp"
-		run -0 mpi_moe 2 --parallelism.context_parallel_degree=2 $p --job.dump_folder="$d/cp"
-		same_moe "$d/one/metrics.jsonl" "$d/cp/metrics.jsonl"
-	done
+	cp=--parallelism.context_parallel_degree=2
+	moe_layouts 2 "$d/one/metrics.jsonl" "$cp" "$cp --parallelism.context_parallel_rotate_method=alltoall" \
+		"$cp --parallelism.expert_parallel_degree=2"
 }
 
 @test "MoE x PP 2 (1F1B, GPipe, Interleaved1F1B, with full AC) reproduces the 1-rank MoE curve and loads; checkpoints move between PP 2 and 1 rank" {
@@ -81,11 +90,8 @@ PY
 	ck="--checkpoint.enable --checkpoint.interval=5 --checkpoint.last_save_model_only=false"
 	pp="--parallelism.pipeline_parallel_degree=2 --parallelism.pipeline_parallel_schedule"
 	run -0 titan-train -q --config "$DATA/moe.yaml" $ck --job.dump_folder="$d/one"
-	for s in GPipe Interleaved1F1B "Interleaved1F1B --activation_checkpoint.mode=full"; do
-		rm -rf "$d/pp"
-		run -0 mpi_moe 2 $pp=$s --job.dump_folder="$d/pp"
-		same_moe "$d/one/metrics.jsonl" "$d/pp/metrics.jsonl"
-	done
+	moe_layouts 2 "$d/one/metrics.jsonl" "$pp=GPipe" "$pp=Interleaved1F1B" \
+		"$pp=Interleaved1F1B --activation_checkpoint.mode=full"
 	run -0 mpi_moe 2 $pp=1F1B $ck --job.dump_folder="$d/p"
 	same_moe "$d/one/metrics.jsonl" "$d/p/metrics.jsonl"
 	# PP 2's step-5 checkpoint (every stage's expert_bias in one file) on
@@ -104,12 +110,9 @@ PY
 	d=$BATS_TEST_TMPDIR
 	run -0 titan-train -q --config "$DATA/moe.yaml" --training.local_batch_size=4 \
 		--job.dump_folder="$d/one"
-	for p in "--parallelism.expert_parallel_degree=2" "" \
-		"--parallelism.expert_parallel_degree=2 --parallelism.pipeline_parallel_schedule=Interleaved1F1B"; do
-		rm -rf "$d/pp"
-		run -0 mpi_moe 4 --parallelism.pipeline_parallel_degree=2 $p --job.dump_folder="$d/pp"
-		same_moe "$d/one/metrics.jsonl" "$d/pp/metrics.jsonl"
-	done
+	pp=--parallelism.pipeline_parallel_degree=2
+	moe_layouts 4 "$d/one/metrics.jsonl" "$pp --parallelism.expert_parallel_degree=2" "$pp" \
+		"$pp --parallelism.expert_parallel_degree=2 --parallelism.pipeline_parallel_schedule=Interleaved1F1B"
 }
 
 @test "MoE: the zero-bubble schedules and TP (also with EP) are refused with exit 2 naming the key" {
