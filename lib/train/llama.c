@@ -1560,6 +1560,7 @@ int titan_llama_pp_forward(struct titan_llama *m, int v, int k, const int32_t *i
 
 	*loss_sum = 0;
 	*n_valid = 0;
+	m->moe_count = backward; /* as titan_llama_step: training tokens only */
 	CK(forward(m, s, b, inputs));
 	if (!s->last)
 		return 0;

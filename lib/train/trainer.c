@@ -212,8 +212,12 @@ static int forward_backward(struct titan_trainer *t, int64_t step, int64_t valid
 }
 
 /* MoE (torchtitan's optimizer pre-step hook): the step's tokens per expert
- * summed over the ranks that see different tokens (the loss group), kept
- * for the metrics and moving each layer's expert_bias. */
+ * summed over the ranks that see different tokens (the loss group: data
+ * parallel x context parallel, CP ranks routing their own chunks), kept
+ * for the metrics and moving each layer's expert_bias.  Pipeline stages
+ * count only their own layers (zero elsewhere): the sum over the stages
+ * gives every rank every layer's counts, the metrics row's (each stage
+ * still moves only the expert_bias it holds). */
 static int moe_balance(struct titan_trainer *t)
 {
 	struct titan_llama *m = titan_engine_model(t->engine);
@@ -227,6 +231,10 @@ static int moe_balance(struct titan_trainer *t)
 		return titan_error(TITAN_E_NOMEM, "out of memory");
 	if ((rc = titan_comm_all_reduce(titan_trainer_comm(t, TITAN_DIM_LOSS), TITAN_IN_PLACE, tok,
 					n, TITAN_DTYPE_I64, TITAN_REDOP_SUM, "moe tokens")) < 0)
+		return rc;
+	if (t->dist->dims.degree[TITAN_DIM_PP] > 1 &&
+	    (rc = titan_comm_all_reduce(titan_trainer_comm(t, TITAN_DIM_PP), TITAN_IN_PLACE, tok,
+					n, TITAN_DTYPE_I64, TITAN_REDOP_SUM, "pp moe tokens")) < 0)
 		return rc;
 	for (size_t i = 0; i < n; i++)
 		t->moe_load[i] += tok[i];
