@@ -26,6 +26,17 @@
  * (titan/ops.h buf_*, add): no host code touches them, so they may be
  * device memory (the communicator then stages them, titan/dist.h).
  *
+ * Expert parallelism.  The stacked experts of an EP rank hold its E/ep
+ * experts only (titan/model.h: the unsharded view is rows [full_row0,
+ * + full_rows), sharded over the efsdp peers).  They ride in the same
+ * collectives over the shard mesh with slots of the same size on every
+ * rank: a rank copies out the gathered rows of the shard ranks of its own
+ * EP rank only, and sends its gradient rows to those ranks and zeros to
+ * the others, so the reduce-scatter sums each expert's gradient over
+ * exactly the ranks that hold it (adding zeros changes no bit).  The wire
+ * volume is FSDP's over the whole mesh; parameters, gradients and
+ * optimizer moments are 1/ep of the experts.
+ *
  * Memory (tag comm): the gathered copy of a unit (its unsharded size), the
  * all-gather buffers (S + N·S) while it is in flight, an unsharded
  * gradient buffer from the unit's backward to its reduce-scatter, and the
@@ -65,6 +76,7 @@ struct titan_dp {
 	struct titan_backend *be;  /* the model's: buffers and their copies */
 	struct titan_dp_opts o;
 	int nshard, shard_rank;  /* fsdp comm */
+	int *ep_of, *eshard_of;  /* EP: shard rank -> its EP rank, efsdp rank; or NULL */
 	int nrep;                /* replicate comm */
 	bool fsdp;
 	int nunits;
@@ -90,18 +102,65 @@ static void unmem(struct titan_dp *dp, float **p)
 	*p = NULL;
 }
 
-/* The rows [r·chunk, r·chunk + chunk) of parameter p that shard r holds
- * (torch.chunk: the last shards may be short or empty): first row, count. */
-static int64_t shard_rows(const struct titan_param *p, int r, int64_t *r0)
+/* The rows [k·chunk, k·chunk + chunk) of parameter p's unsharded view
+ * that shard rank r holds (torch.chunk: the last shards may be short or
+ * empty; k = r, or under EP r's efsdp rank, and none when r is another EP
+ * rank's): first row of the view, count. */
+static int64_t shard_rows(const struct titan_dp *dp, const struct titan_param *p, int r,
+			  int64_t *r0)
 {
-	int64_t rows = p->chunk_rows;
+	const int64_t n = p->full_rows;
+	int64_t rows = p->chunk_rows, k = r;
 
-	*r0 = r * p->chunk_rows;
-	if (*r0 > p->shape[0])
-		*r0 = p->shape[0];
-	if (*r0 + rows > p->shape[0])
-		rows = p->shape[0] - *r0;
+	if (p->ep_sharded) {
+		if (dp->ep_of[r] != dp->t->opts.ep_rank) {
+			*r0 = 0;
+			return 0;
+		}
+		k = dp->eshard_of[r];
+	}
+	*r0 = k * p->chunk_rows;
+	if (*r0 > n)
+		*r0 = n;
+	if (*r0 + rows > n)
+		rows = n - *r0;
 	return rows;
+}
+
+/* EP: every shard rank's EP rank and efsdp rank (the table's), and a
+ * check that they tile the experts. */
+static int ep_map(struct titan_dp *dp)
+{
+	const struct titan_param_table_opts *to = &dp->t->opts;
+	int64_t mine[2] = {to->ep_rank, to->ep_shard_rank}, *all;
+	int rc;
+
+	if (to->ep_degree <= 1)
+		return 0;
+	dp->ep_of = calloc((size_t)dp->nshard, sizeof(*dp->ep_of));
+	dp->eshard_of = calloc((size_t)dp->nshard, sizeof(*dp->eshard_of));
+	all = calloc(2 * (size_t)dp->nshard, sizeof(*all));
+	if (!dp->ep_of || !dp->eshard_of || !all) {
+		free(all);
+		return titan_error(TITAN_E_NOMEM, "out of memory");
+	}
+	rc = titan_comm_all_gather(dp->o.shard, mine, all, 2, TITAN_DTYPE_I64, "ep ranks");
+	for (int r = 0; r < dp->nshard && rc == 0; r++) {
+		int same = 0;
+
+		dp->ep_of[r] = (int)all[2 * r];
+		dp->eshard_of[r] = (int)all[2 * r + 1];
+		for (int q = 0; q < dp->nshard; q++)
+			same += all[2 * q] == all[2 * r] && all[2 * q + 1] == all[2 * r + 1];
+		if (same != 1 || all[2 * r] < 0 || all[2 * r] >= to->ep_degree ||
+		    all[2 * r + 1] < 0 || all[2 * r + 1] >= to->ep_shard_degree)
+			rc = titan_error(TITAN_E_INTERNAL, "expert parallelism: shard rank %d holds "
+					 "experts of EP rank %lld, efsdp shard %lld of %d, which do "
+					 "not tile the %d shard ranks", r, (long long)all[2 * r],
+					 (long long)all[2 * r + 1], to->ep_shard_degree, dp->nshard);
+	}
+	free(all);
+	return rc;
 }
 
 static int64_t full_end(const struct titan_param_table *t, int p1)
@@ -187,7 +246,7 @@ int titan_dp_new(struct titan_llama *m, const struct titan_dp_opts *o, struct ti
 				 dp->nshard);
 		goto fail;
 	}
-	if ((rc = build_units(dp)) < 0)
+	if ((rc = build_units(dp)) < 0 || (dp->fsdp && (rc = ep_map(dp)) < 0))
 		goto fail;
 	if (dp->fsdp)
 		for (int g = 0; g < titan_llama_ngroups(m); g++)
@@ -266,7 +325,7 @@ static int gather_finish(struct titan_dp *dp, struct unit *u)
 		for (int i = u->p0; i < u->p1 && rc == 0; i++) {
 			const struct titan_param *p = &dp->t->params[i];
 			const int64_t cols = p->shape[1];
-			int64_t r0, rows = shard_rows(p, r, &r0);
+			int64_t r0, rows = shard_rows(dp, p, r, &r0);
 
 			rc = dp->be->ops->buf_copy_rows(dp->be, u->full, (p->full_offset - base) + r0 * cols,
 						   cols, u->grecv, src, cols, rows, cols);
@@ -329,7 +388,7 @@ static int reduce_start(struct titan_dp *dp, struct unit *u)
 			for (int i = u->p0; i < u->p1; i++) {
 				const struct titan_param *p = &dp->t->params[i];
 				const int64_t cols = p->shape[1], slot = p->chunk_rows * cols;
-				int64_t r0, rows = shard_rows(p, r, &r0);
+				int64_t r0, rows = shard_rows(dp, p, r, &r0);
 
 				if ((rc = dp->be->ops->buf_copy_rows(dp->be, u->rsend, dst, cols, u->grad,
 								(p->full_offset - base) + r0 * cols,
@@ -622,5 +681,7 @@ void titan_dp_free(struct titan_dp *dp)
 	free(dp->unit_of);
 	free(dp->pending);
 	free(dp->sumsq);
+	free(dp->ep_of);
+	free(dp->eshard_of);
 	free(dp);
 }

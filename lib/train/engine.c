@@ -185,6 +185,21 @@ int titan_parallelize(const struct titan_parallelize_opts *o, struct titan_engin
 	mo->tp = comm(o, TITAN_DIM_TP);
 	mo->cp = comm(o, TITAN_DIM_CP);
 	mo->ep = o->dist->ep;
+	if (pd->ep > 1 && fsdp > 1) {
+		/* the efsdp mesh of the experts: the shard ranks of this EP rank
+		 * (the same dp_shard coordinate mod ep), in shard-rank order */
+		struct titan_comm *f = comm(o, TITAN_DIM_FSDP);
+		int64_t coord[TITAN_DIM_NDIMS], mine;
+
+		titan_parallel_dims_coords(pd, titan_comm_world_rank(f, mo->shard_rank), coord);
+		mine = coord[TITAN_DIM_DP_SHARD] % pd->ep;
+		mo->ep_shard_rank = 0;
+		mo->ep_shard_degree = (int)(fsdp / pd->ep);
+		for (int r = 0; r < mo->shard_rank; r++) {
+			titan_parallel_dims_coords(pd, titan_comm_world_rank(f, r), coord);
+			mo->ep_shard_rank += coord[TITAN_DIM_DP_SHARD] % pd->ep == mine;
+		}
+	}
 	mo->loss_parallel = !c->parallelism.disable_loss_parallel;
 	if (pd->degree[TITAN_DIM_PP] > 1 &&
 	    ((rc = titan_pp_schedule_from(c->parallelism.pipeline_parallel_schedule_e, &sched)) < 0 ||
