@@ -179,11 +179,10 @@ PY
 
 @test "EP 2 x FSDP 2 (4 ranks) resumes its own checkpoint bit for bit, and on 1 rank on the 1-rank curve" {
 	[ -z "${NO_MPI:-}" ] || skip "no MPI"
-	d=$BATS_TEST_TMPDIR
-	ck="--checkpoint.enable --checkpoint.interval=5 --checkpoint.last_save_model_only=false"
-	ep="--parallelism.expert_parallel_degree=2"
+	d=$BATS_TEST_TMPDIR ep=--parallelism.expert_parallel_degree=2
 	run -0 titan-train -q --config "$DATA/moe.yaml" --training.local_batch_size=8 \
 		--training.steps=10 --job.dump_folder="$d/one"
+	ck="--checkpoint.enable --checkpoint.interval=5 --checkpoint.last_save_model_only=false"
 	run -0 timeout -k 5 180 mpiexec -n 4 env OMP_NUM_THREADS=1 titan-train -q \
 		--config "$DATA/moe.yaml" --training.steps=10 $ep $ck --job.dump_folder="$d/ep"
 	same_moe "$d/one/metrics.jsonl" "$d/ep/metrics.jsonl"

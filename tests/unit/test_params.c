@@ -358,6 +358,15 @@ static struct moments moments_of(const float *x, int64_t n)
 	return m;
 }
 
+/* The shard of p in arena a holds p's rows of the whole model's q. */
+static void assert_rows_of(const struct titan_param_arena *a, const struct titan_param *p,
+			   const struct titan_param_arena *whole, const struct titan_param *q)
+{
+	assert_memory_equal(titan_param_view(a, p),
+			    titan_param_view(whole, q) + p->row0 * q->shape[1],
+			    (size_t)p->local_numel * sizeof(float));
+}
+
 /* std of N(0, σ²) truncated to ±cσ, divided by σ */
 static double trunc_std_factor(double c)
 {
@@ -504,10 +513,7 @@ static void test_row_shards(void **state)
 				assert_int_equal(p->row0, chunk * r < p->shape[0] ? chunk * r : p->shape[0]);
 				assert_int_equal(p->row0, rows_seen[i]);
 				rows_seen[i] += p->rows;
-				assert_memory_equal(titan_param_view(&a, p),
-						    titan_param_view(&whole, &t.params[i]) +
-						    p->row0 * p->shape[1],
-						    (size_t)p->local_numel * sizeof(float));
+				assert_rows_of(&a, p, &whole, &t.params[i]);
 			}
 			titan_param_arena_release(&a);
 			titan_param_table_release(&ts);
@@ -585,10 +591,7 @@ static void test_ep_shards(void **state)
 					assert_int_equal(p->rows, q->rows);
 				}
 				rows_seen[i] += p->rows;
-				assert_memory_equal(titan_param_view(&a, p),
-						    titan_param_view(&whole, &t.params[i]) +
-						    p->row0 * p->shape[1],
-						    (size_t)p->local_numel * sizeof(float));
+				assert_rows_of(&a, p, &whole, &t.params[i]);
 			}
 			titan_param_arena_release(&a);
 			titan_param_table_release(&ts);
