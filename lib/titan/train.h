@@ -505,9 +505,8 @@ int titan_cp_ring_mem(int64_t nkv, int64_t cp, struct titan_cp_ring_mem *m);
  *         step (earlier ones accumulate locally, torch's no_sync).
  *   FSDP  shard size > 1: the model must be built with shard_rank /
  *         shard_degree = the shard communicator's rank / size (under EP
- *         the stacked experts hold only the EP rank's experts: a shard
- *         rank copies out, and sends gradients to, the shard ranks of its
- *         own EP rank only, zeros to the others); each unit
+ *         the stacked experts hold only the EP rank's experts, sharded
+ *         over `eshard`); each unit
  *         is all-gathered before its forward (the next one prefetched) and
  *         before its backward (the previous one prefetched), freed after
  *         forward when reshard_after_forward (never the last unit, as
@@ -520,6 +519,11 @@ int titan_cp_ring_mem(int64_t nkv, int64_t cp, struct titan_cp_ring_mem *m);
 struct titan_dp_opts {
 	struct titan_comm *shard;      /* fsdp mesh (dp_shard × cp), or NULL */
 	struct titan_comm *replicate;  /* dp_replicate mesh, or NULL */
+	/* EP: the experts' fsdp mesh (efsdp, titan_dist.efsdp), whose rank /
+	 * size the model's table has as ep_shard_rank / _degree; NULL without
+	 * EP.  The stacked experts' all-gathers and reduce-scatters run on it,
+	 * every other parameter's on `shard`. */
+	struct titan_comm *eshard;
 	bool reshard_after_forward;
 	int64_t bucket_bytes;          /* merge groups into units up to this size; 0: per group */
 	/* The model's backend: the communication buffers are its (buf_alloc),

@@ -137,6 +137,7 @@ static int build_dp(const struct titan_parallelize_opts *o, int64_t fsdp, struct
 	struct titan_dp_opts dpo = {
 		.shard = fsdp > 1 ? comm(o, TITAN_DIM_FSDP) : NULL,
 		.replicate = comm(o, TITAN_DIM_DP_REPLICATE),
+		.eshard = fsdp > 1 ? o->dist->efsdp : NULL,
 		.reshard_after_forward = c->parallelism.fsdp_reshard_after_forward_e !=
 					 TITAN_RESHARD_NEVER,
 		.bucket_bytes = (int64_t)(c->comm.bucket_size_mb * 1048576.0),
@@ -185,20 +186,9 @@ int titan_parallelize(const struct titan_parallelize_opts *o, struct titan_engin
 	mo->tp = comm(o, TITAN_DIM_TP);
 	mo->cp = comm(o, TITAN_DIM_CP);
 	mo->ep = o->dist->ep;
-	if (pd->ep > 1 && fsdp > 1) {
-		/* the efsdp mesh of the experts: the shard ranks of this EP rank
-		 * (the same dp_shard coordinate mod ep), in shard-rank order */
-		struct titan_comm *f = comm(o, TITAN_DIM_FSDP);
-		int64_t coord[TITAN_DIM_NDIMS], mine;
-
-		titan_parallel_dims_coords(pd, titan_comm_world_rank(f, mo->shard_rank), coord);
-		mine = coord[TITAN_DIM_DP_SHARD] % pd->ep;
-		mo->ep_shard_rank = 0;
-		mo->ep_shard_degree = (int)(fsdp / pd->ep);
-		for (int r = 0; r < mo->shard_rank; r++) {
-			titan_parallel_dims_coords(pd, titan_comm_world_rank(f, r), coord);
-			mo->ep_shard_rank += coord[TITAN_DIM_DP_SHARD] % pd->ep == mine;
-		}
+	if (o->dist->efsdp && fsdp > 1) { /* the experts' FSDP shard */
+		mo->ep_shard_rank = titan_comm_rank(o->dist->efsdp);
+		mo->ep_shard_degree = titan_comm_size(o->dist->efsdp);
 	}
 	mo->loss_parallel = !c->parallelism.disable_loss_parallel;
 	if (pd->degree[TITAN_DIM_PP] > 1 &&

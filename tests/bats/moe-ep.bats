@@ -137,7 +137,7 @@ assert all(abs(a - b) <= 1e-5 * abs(a) for a, b in zip(*v)), v' \
 	done
 }
 
-@test "EP 2 holds its experts only: a MoE block's gathered copy and gradient buffer lack E - E/ep experts; params, grads, optimizer stay FSDP 2's" {
+@test "EP 2 holds its experts only: a MoE block's gathered copy, gradient buffer and collective buffers lose E - E/ep experts; params, grads, optimizer stay FSDP 2's" {
 	[ -z "${NO_MPI:-}" ] || skip "no MPI"
 	d=$BATS_TEST_TMPDIR
 	for ep in 1 2; do
@@ -146,8 +146,11 @@ assert all(abs(a - b) <= 1e-5 * abs(a) for a, b in zip(*v)), v' \
 			--profiling.enable_memory_snapshot=true --metrics.save_for_all_ranks \
 			--job.dump_folder="$d/ep$ep"
 	done
-	# the model's experts: E 4 of F 24 x C 32 in w1, w2, w3; EP 2 drops 2
-	# of each from every unsharded copy: 2 x 3 x 24 x 32 floats
+	# the model's experts: E 4 of F 24 x C 32 in each of w1, w2, w3.  EP 2
+	# drops E - E/ep = 2 of them from a MoE block's unsharded copies (its
+	# gathered parameters and gradient buffer), and its efsdp mesh is one
+	# rank, so the experts leave the collectives' buffers too: FSDP 2's
+	# slot of E/2 = 2 experts per rank, twice in the 2-rank buffers
 	run -0 /usr/bin/python3 - "$d" $((2 * 3 * 24 * 32 * 4)) <<'PY'
 import collections, json, struct, sys
 d, drop = sys.argv[1], int(sys.argv[2])
@@ -169,10 +172,13 @@ for r in range(2):
         assert m[0][tag] == m[1][tag], (r, tag, m)
     a, b = comm_allocs(1, r), comm_allocs(2, r)
     gone, new = a - b, b - a
-    # each MoE block (2) gathers its parameters and fills an unsharded
-    # gradient buffer at least once a step
-    assert sum(gone.values()) >= 2 * 2, (r, gone, new)
-    assert new == collections.Counter({x - drop: n for x, n in gone.items()}), (r, gone, new)
+    # the MoE blocks' (2) buffers, FSDP 2's sizes: S (all-gather send,
+    # reduce-scatter receive), 2 S (all-gather receive, reduce-scatter
+    # send), the unit U (gathered copy, gradients); every other unit's stay
+    s = min(gone)
+    assert len(gone) == 3 and 2 * s in gone and all(n >= 2 * 2 for n in gone.values()), (r, gone)
+    assert new == collections.Counter({x - drop * (2 if x == 2 * s else 1): n
+                                       for x, n in gone.items()}), (r, gone, new)
     print(r, dict(gone), dict(new))
 PY
 }
