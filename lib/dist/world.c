@@ -523,7 +523,8 @@ int titan_dist_mesh(struct titan_dist *d, const struct titan_parallel_dims *pd)
 			return rc;
 	}
 	dist_comm_free(d->ep);
-	d->ep = NULL;
+	dist_comm_free(d->efsdp);
+	d->ep = d->efsdp = NULL;
 	if (pd->ep > 1) {
 		int64_t c[TITAN_DIM_NDIMS];
 
@@ -531,6 +532,12 @@ int titan_dist_mesh(struct titan_dist *d, const struct titan_parallel_dims *pd)
 		c[TITAN_DIM_DP_SHARD] -= c[TITAN_DIM_DP_SHARD] % pd->ep;
 		if ((rc = dist_comm_new(d, "ep", (int)titan_parallel_dims_rank(pd, c), d->rank,
 					&d->ep)) < 0)
+			return rc;
+		memcpy(c, d->coord, sizeof(c));
+		c[TITAN_DIM_DP_SHARD] %= pd->ep;
+		c[TITAN_DIM_CP] = 0;
+		if ((rc = dist_comm_new(d, "efsdp", (int)titan_parallel_dims_rank(pd, c), d->rank,
+					&d->efsdp)) < 0)
 			return rc;
 	}
 	return 0;
@@ -589,6 +596,7 @@ void titan_dist_finalize(struct titan_dist *d, bool ok, int status)
 	for (int k = 0; k < TITAN_DIM_NALL; k++)
 		dist_comm_free(d->comm[k]);
 	dist_comm_free(d->ep);
+	dist_comm_free(d->efsdp);
 #if TITAN_HAVE_MPI
 	if (d->mpi) {
 		MPI_Comm_free(&w->hb);

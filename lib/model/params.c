@@ -22,6 +22,7 @@ void titan_param_table_opts_default(struct titan_param_table_opts *o)
 	o->shard_degree = 1;
 	o->tp_rank = 0;
 	o->tp_degree = 1;
+	o->ep_degree = 1;
 }
 
 static struct titan_param_init trunc_init(double std, double a, double b)
@@ -147,6 +148,19 @@ int titan_param_table_init(struct titan_param_table *t, const struct titan_model
 	if (o->shard_degree < 1 || o->shard_rank < 0 || o->shard_rank >= o->shard_degree)
 		return titan_error(TITAN_E_INVALID, "parameter shard %d of %d is not a shard",
 				   o->shard_rank, o->shard_degree);
+	const bool ep = o->ep_degree > 1;
+	const int ep_sdeg = !ep ? 1 : o->ep_shard_degree > 0 ? o->ep_shard_degree :
+			    o->shard_degree / o->ep_degree;
+	const int ep_srank = !ep ? 0 : o->ep_shard_degree > 0 ? o->ep_shard_rank :
+			     o->shard_rank / o->ep_degree;
+
+	if (ep && (d->moe.num_experts % o->ep_degree || o->ep_rank < 0 ||
+		   o->ep_rank >= o->ep_degree || ep_sdeg * o->ep_degree != o->shard_degree ||
+		   ep_srank < 0 || ep_srank >= ep_sdeg))
+		return titan_error(TITAN_E_INVALID, "expert-parallel rank %d of %d (experts "
+				   "sharded %d of %d) does not split model.moe_num_experts %lld over "
+				   "parameter shards %d", o->ep_rank, o->ep_degree, ep_srank, ep_sdeg,
+				   (long long)d->moe.num_experts, o->shard_degree);
 	if (o->tp_degree < 1 || o->tp_rank < 0 || o->tp_rank >= o->tp_degree)
 		return titan_error(TITAN_E_INVALID, "tensor-parallel rank %d of %d is not a rank",
 				   o->tp_rank, o->tp_degree);
@@ -183,6 +197,8 @@ int titan_param_table_init(struct titan_param_table *t, const struct titan_model
 		t->index[i] = -1;
 	t->dims = *d;
 	t->opts = *o;
+	t->opts.ep_shard_rank = ep_srank;
+	t->opts.ep_shard_degree = ep_sdeg;
 
 	const double out_std = 1.0 / sqrt((double)C);
 	const struct titan_param_init ones = { TITAN_INIT_ONES, 0, 0, 0, 0 };
@@ -277,17 +293,31 @@ int titan_param_table_init(struct titan_param_table *t, const struct titan_model
 	int64_t off = 0, full = 0;
 	for (int i = 0; i < t->n; i++) {
 		struct titan_param *p = &t->params[i];
-		int64_t chunk = (p->shape[0] + o->shard_degree - 1) / o->shard_degree;
-		int64_t r0 = chunk * o->shard_rank, r1 = r0 + chunk;
+		/* EP: the stacked experts' view is this EP rank's experts,
+		 * sharded over its efsdp peers; every other view is the whole
+		 * tensor, sharded over all shard ranks */
+		const bool eps = ep && (p->role == TITAN_PARAM_MOE_W1 ||
+					p->role == TITAN_PARAM_MOE_W2 ||
+					p->role == TITAN_PARAM_MOE_W3);
+		const int deg = eps ? ep_sdeg : o->shard_degree, rank = eps ? ep_srank : o->shard_rank;
+
+		p->ep_sharded = eps;
+		p->full_rows = eps ? p->shape[0] / o->ep_degree : p->shape[0];
+		p->full_row0 = eps ? p->full_rows * o->ep_rank : 0;
+
+		const int64_t end = p->full_row0 + p->full_rows;
+		int64_t chunk = (p->full_rows + deg - 1) / deg;
+		int64_t r0 = p->full_row0 + chunk * rank, r1 = r0 + chunk;
 
 		p->chunk_rows = chunk;
 		p->full_offset = full;
-		full += (p->numel + TITAN_PARAM_ALIGN - 1) / TITAN_PARAM_ALIGN * TITAN_PARAM_ALIGN;
+		full += (p->full_rows * p->shape[1] + TITAN_PARAM_ALIGN - 1) / TITAN_PARAM_ALIGN *
+			TITAN_PARAM_ALIGN;
 
-		if (r0 > p->shape[0])
-			r0 = p->shape[0];
-		if (r1 > p->shape[0])
-			r1 = p->shape[0];
+		if (r0 > end)
+			r0 = end;
+		if (r1 > end)
+			r1 = end;
 		if (o->staged) {
 			bool mine = p->layer >= 0 ? p->layer >= o->stage_l0 && p->layer < o->stage_l1 :
 				    p->role == TITAN_PARAM_TOK_EMBEDDINGS ? o->stage_first : o->stage_last;

@@ -283,6 +283,10 @@ struct titan_dist {
 	/* expert parallelism's group (dims.ep > 1, else NULL): the ep ranks of
 	 * one block of consecutive dp_shard coordinates, all else the same */
 	struct titan_comm *ep;
+	/* the experts' FSDP group under EP (else NULL): the ranks of dp_shard x
+	 * cp with this rank's EP rank (dp_shard coordinate mod ep), all else
+	 * the same, in world-rank order (torchtitan's efsdp mesh) */
+	struct titan_comm *efsdp;
 };
 
 /* Start MPI if launched under one (see the top), record the rank for log

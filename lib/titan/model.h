@@ -204,6 +204,14 @@ struct titan_param {
 	int64_t offset;           /* floats from the arena start, multiple of 16 */
 	int64_t chunk_rows;       /* torch.chunk's rows per shard: ceil(shape[0] / degree) */
 	int64_t full_offset;      /* offset in an unsharded table's arena */
+	/* The rows of the unsharded view (what FSDP gathers; full_offset's
+	 * arena holds full_rows·shape[1] floats of p): [full_row0, full_row0 +
+	 * full_rows) of dim 0, all of them (0, shape[0]) but for the stacked
+	 * experts under expert parallelism (`ep_sharded`), where they are the
+	 * EP rank's E/ep experts and FSDP shards those over the rank's efsdp
+	 * peers (chunk_rows = ceil(full_rows / ep_shard_degree)). */
+	int64_t full_row0, full_rows;
+	bool ep_sharded;
 	/* Tensor parallelism (torchtitan's Llama plan): `shape` above is the
 	 * TP-local tensor, a slice of the global (checkpoint) tensor `gshape`
 	 * on dim `tp_dim` (-1: replicated, the norms), starting at `tp_off`:
@@ -230,6 +238,13 @@ struct titan_param_table_opts {
 	bool depth_init;          /* wo/w2/w3 std 0.02/sqrt(2(layer+1)) (torchtitan's
 				     default); false: 0.02/sqrt(2·n_layers) */
 	int shard_rank, shard_degree; /* dim-0 shard held by this table (0, 1: all) */
+	/* Expert parallelism (torchtitan's): EP rank `ep_rank` of `ep_degree`
+	 * holds experts [ep_rank·E/ep, (ep_rank + 1)·E/ep) of the stacked
+	 * w1/w2/w3 only, dim-0 shard `ep_shard_rank` of `ep_shard_degree` of
+	 * them (the efsdp mesh: shard_degree / ep_degree ranks; 0, 0: from
+	 * shard_rank, shard_degree with the EP ranks innermost).  ep_degree 1:
+	 * the experts are sharded as every other parameter. */
+	int ep_rank, ep_degree, ep_shard_rank, ep_shard_degree;
 	int tp_rank, tp_degree;   /* tensor-parallel slice (0, 1: none), see above;
 				     FSDP's dim-0 shard is taken of the TP slice */
 	/* Pipeline stage: with `staged`, only the parameters of blocks

@@ -113,13 +113,15 @@ struct titan_llama_opts {
 	bool cp_ring;
 	/* Expert parallelism: `ep` the EP group (NULL or one rank: none); rank
 	 * r of ep runs experts [r·E/ep, (r + 1)·E/ep) of every MoE block on
-	 * the tokens the group routes to them (moe.h titan_moe_dispatch_ep).
-	 * The parameters stay as they are (FSDP shards over dp_shard x cp,
-	 * which ep divides): the gathered stacked experts are read at this
-	 * rank's rows, the other experts' gradient rows stay zero, so FSDP's
-	 * reduce-scatter sums each expert's gradient over the ranks that ran
-	 * it. */
+	 * the tokens the group routes to them (moe.h titan_moe_dispatch_ep)
+	 * and holds only those rows of the stacked w1/w2/w3 (parameters,
+	 * gradients, optimizer moments): FSDP shards them over the efsdp
+	 * peers, shard `ep_shard_rank` of `ep_shard_degree` (= shard_degree /
+	 * ep; 0: shard_rank / ep, the EP ranks innermost of the shard mesh);
+	 * every other parameter is sharded as without EP (titan/model.h
+	 * titan_param_table_opts). */
 	struct titan_comm *ep;
+	int ep_shard_rank, ep_shard_degree;
 	/* Pipeline parallelism: with stage_l1 > 0 the model is one stage:
 	 * blocks [stage_l0, stage_l1), the embedding when stage_first, the
 	 * final norm, output and loss when stage_last (the table holds only
@@ -502,7 +504,9 @@ int titan_cp_ring_mem(int64_t nkv, int64_t cp, struct titan_cp_ring_mem *m);
  *         buckets as backward produces them, on the last microbatch of a
  *         step (earlier ones accumulate locally, torch's no_sync).
  *   FSDP  shard size > 1: the model must be built with shard_rank /
- *         shard_degree = the shard communicator's rank / size; each unit
+ *         shard_degree = the shard communicator's rank / size (under EP
+ *         the stacked experts hold only the EP rank's experts, sharded
+ *         over `eshard`); each unit
  *         is all-gathered before its forward (the next one prefetched) and
  *         before its backward (the previous one prefetched), freed after
  *         forward when reshard_after_forward (never the last unit, as
@@ -515,6 +519,11 @@ int titan_cp_ring_mem(int64_t nkv, int64_t cp, struct titan_cp_ring_mem *m);
 struct titan_dp_opts {
 	struct titan_comm *shard;      /* fsdp mesh (dp_shard × cp), or NULL */
 	struct titan_comm *replicate;  /* dp_replicate mesh, or NULL */
+	/* EP: the experts' fsdp mesh (efsdp, titan_dist.efsdp), whose rank /
+	 * size the model's table has as ep_shard_rank / _degree; NULL without
+	 * EP.  The stacked experts' all-gathers and reduce-scatters run on it,
+	 * every other parameter's on `shard`. */
+	struct titan_comm *eshard;
 	bool reshard_after_forward;
 	int64_t bucket_bytes;          /* merge groups into units up to this size; 0: per group */
 	/* The model's backend: the communication buffers are its (buf_alloc),

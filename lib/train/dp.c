@@ -26,6 +26,15 @@
  * (titan/ops.h buf_*, add): no host code touches them, so they may be
  * device memory (the communicator then stages them, titan/dist.h).
  *
+ * Expert parallelism.  The stacked experts of an EP rank hold its E/ep
+ * experts only (titan/model.h: the unsharded view is rows [full_row0,
+ * + full_rows), sharded over the efsdp mesh `eshard`).  A unit's
+ * parameters then go in two parts, each packed as above: the stacked
+ * experts over eshard (no collective when it is one rank: the rows are
+ * copied, the gradients added, directly), the others over the shard mesh.
+ * Each expert's gradient is so summed over exactly the ranks that hold it
+ * (HSDP's all-reduce then adds the replicas).
+ *
  * Memory (tag comm): the gathered copy of a unit (its unsharded size), the
  * all-gather buffers (S + N·S) while it is in flight, an unsharded
  * gradient buffer from the unit's backward to its reduce-scatter, and the
@@ -40,20 +49,29 @@
 #include "titan/core.h"
 #include "titan/dist.h"
 
+/* The parameters of a unit that share one FSDP mesh: part 0 on the shard
+ * mesh, part 1 the stacked experts on the efsdp mesh (EP). */
+enum { PART_SHARD, PART_EXPERTS, NPARTS };
+
+struct part {
+	int64_t shard_floats;    /* S: chunk·cols summed over the part's parameters */
+	float *gsend, *grecv;    /* all-gather in flight */
+	struct titan_comm_req *greq;
+	float *rsend, *rrecv;    /* reduce-scatter in flight */
+	struct titan_comm_req *rreq;
+};
+
 struct unit {
 	int g0, g1;              /* groups [g0, g1] */
 	int p0, p1;              /* parameters [p0, p1) */
 	int64_t full_floats;     /* unsharded slice: full_offset(p1) - full_offset(p0) */
-	int64_t shard_floats;    /* S: chunk·cols summed over the parameters */
 	char name[48];
 	/* FSDP state */
+	struct part pt[NPARTS];
+	bool gathering;          /* all-gathers in flight */
 	float *full;             /* gathered parameters, or NULL */
-	float *gsend, *grecv;    /* all-gather in flight */
-	struct titan_comm_req *greq;
 	float *grad;             /* unsharded gradients, or NULL */
 	/* reduction in flight (FSDP reduce-scatter, or DDP/HSDP all-reduce) */
-	float *rsend, *rrecv;
-	struct titan_comm_req *rreq;
 	bool rs_pending;         /* rrecv holds a reduce-scatter to add */
 	bool rs_last;            /* ... of the step's last microbatch */
 	struct titan_comm_req *areq; /* replicate all-reduce */
@@ -65,6 +83,8 @@ struct titan_dp {
 	struct titan_backend *be;  /* the model's: buffers and their copies */
 	struct titan_dp_opts o;
 	int nshard, shard_rank;  /* fsdp comm */
+	struct titan_comm *pcomm[NPARTS]; /* each part's mesh (PART_EXPERTS: efsdp, or NULL) */
+	int pranks[NPARTS];      /* its size */
 	int nrep;                /* replicate comm */
 	bool fsdp;
 	int nunits;
@@ -90,18 +110,31 @@ static void unmem(struct titan_dp *dp, float **p)
 	*p = NULL;
 }
 
-/* The rows [r·chunk, r·chunk + chunk) of parameter p that shard r holds
- * (torch.chunk: the last shards may be short or empty): first row, count. */
+/* The rows [r·chunk, r·chunk + chunk) of parameter p's unsharded view
+ * that rank r of its part's mesh holds (torch.chunk: the last shards may
+ * be short or empty): first row of the view, count. */
 static int64_t shard_rows(const struct titan_param *p, int r, int64_t *r0)
 {
+	const int64_t n = p->full_rows;
 	int64_t rows = p->chunk_rows;
 
 	*r0 = r * p->chunk_rows;
-	if (*r0 > p->shape[0])
-		*r0 = p->shape[0];
-	if (*r0 + rows > p->shape[0])
-		rows = p->shape[0] - *r0;
+	if (*r0 > n)
+		*r0 = n;
+	if (*r0 + rows > n)
+		rows = n - *r0;
 	return rows;
+}
+
+static int part_of(const struct titan_param *p)
+{
+	return p->ep_sharded ? PART_EXPERTS : PART_SHARD;
+}
+
+/* Part k goes through a collective (else: one rank, copied directly). */
+static bool collective(const struct titan_dp *dp, const struct unit *u, int k)
+{
+	return u->pt[k].shard_floats > 0 && (k == PART_SHARD || dp->pranks[k] > 1);
 }
 
 static int64_t full_end(const struct titan_param_table *t, int p1)
@@ -146,7 +179,8 @@ static int build_units(struct titan_dp *dp)
 		struct unit *u = &dp->u[i];
 
 		for (int p = u->p0; p < u->p1; p++)
-			u->shard_floats += dp->t->params[p].chunk_rows * dp->t->params[p].shape[1];
+			u->pt[part_of(&dp->t->params[p])].shard_floats +=
+				dp->t->params[p].chunk_rows * dp->t->params[p].shape[1];
 		if (u->g0 == 0 && u->g1 == 0)
 			snprintf(u->name, sizeof(u->name), "tok_embeddings");
 		else if (u->g0 == ng - 1)
@@ -179,12 +213,25 @@ int titan_dp_new(struct titan_llama *m, const struct titan_dp_opts *o, struct ti
 	dp->shard_rank = o->shard ? titan_comm_rank(o->shard) : 0;
 	dp->nrep = o->replicate ? titan_comm_size(o->replicate) : 1;
 	dp->fsdp = dp->nshard > 1;
+	dp->pcomm[PART_SHARD] = o->shard;
+	dp->pranks[PART_SHARD] = dp->nshard;
+	dp->pcomm[PART_EXPERTS] = o->eshard;
+	dp->pranks[PART_EXPERTS] = o->eshard ? titan_comm_size(o->eshard) : 1;
 	dp->tied = titan_param_index(dp->t, TITAN_PARAM_OUTPUT, -1) < 0;
 	if (dp->t->opts.shard_degree != (dp->fsdp ? dp->nshard : 1) ||
 	    (dp->fsdp && dp->t->opts.shard_rank != dp->shard_rank)) {
 		rc = titan_error(TITAN_E_INTERNAL, "model sharded %d of %d, the fsdp mesh is %d of %d",
 				 dp->t->opts.shard_rank, dp->t->opts.shard_degree, dp->shard_rank,
 				 dp->nshard);
+		goto fail;
+	}
+	if (dp->fsdp && dp->t->opts.ep_degree > 1 &&
+	    (!o->eshard || dp->t->opts.ep_shard_degree != dp->pranks[PART_EXPERTS] ||
+	     dp->t->opts.ep_shard_rank != titan_comm_rank(o->eshard))) {
+		rc = titan_error(TITAN_E_INTERNAL, "model's experts sharded %d of %d, the efsdp "
+				 "mesh is %d of %d", dp->t->opts.ep_shard_rank,
+				 dp->t->opts.ep_shard_degree,
+				 o->eshard ? titan_comm_rank(o->eshard) : 0, dp->pranks[PART_EXPERTS]);
 		goto fail;
 	}
 	if ((rc = build_units(dp)) < 0)
@@ -220,62 +267,97 @@ static int gather_start(struct titan_dp *dp, struct unit *u)
 {
 	const struct titan_param_arena *pa = titan_llama_params(dp->m);
 	char what[96];
-	int64_t off = 0;
 
-	if (u->full || u->greq)
+	if (u->full || u->gathering)
 		return 0;
-	if (!(u->gsend = mem(dp, u->shard_floats)) ||
-	    !(u->grecv = mem(dp, u->shard_floats * dp->nshard)))
-		return TITAN_E_NOMEM;
-	for (int i = u->p0; i < u->p1; i++) {
-		const struct titan_param *p = &dp->t->params[i];
-		const int64_t slot = p->chunk_rows * p->shape[1];
+	for (int k = 0; k < NPARTS; k++) {
+		struct part *q = &u->pt[k];
+		int64_t off = 0;
 		int rc;
 
-		if ((rc = dp->be->ops->buf_copy(dp->be, u->gsend + off, titan_param_view(pa, p),
-					   (size_t)p->local_numel * sizeof(float))) < 0 ||
-		    (rc = dp->be->ops->buf_memset(dp->be, u->gsend + off + p->local_numel, 0,
-					     (size_t)(slot - p->local_numel) * sizeof(float))) < 0)
+		if (!collective(dp, u, k))
+			continue;
+		if (!(q->gsend = mem(dp, q->shard_floats)) ||
+		    !(q->grecv = mem(dp, q->shard_floats * dp->pranks[k])))
+			return TITAN_E_NOMEM;
+		for (int i = u->p0; i < u->p1; i++) {
+			const struct titan_param *p = &dp->t->params[i];
+			const int64_t slot = p->chunk_rows * p->shape[1];
+
+			if (part_of(p) != k)
+				continue;
+			if ((rc = dp->be->ops->buf_copy(dp->be, q->gsend + off, titan_param_view(pa, p),
+						   (size_t)p->local_numel * sizeof(float))) < 0 ||
+			    (rc = dp->be->ops->buf_memset(dp->be, q->gsend + off + p->local_numel, 0,
+						     (size_t)(slot - p->local_numel) * sizeof(float))) < 0)
+				return rc;
+			off += slot;
+		}
+		snprintf(what, sizeof(what), k == PART_SHARD ? "%s params" : "%s experts", u->name);
+		if ((rc = titan_comm_iall_gather(dp->pcomm[k], q->gsend, q->grecv,
+						 (size_t)q->shard_floats, TITAN_DTYPE_F32, what,
+						 &q->greq)) < 0)
 			return rc;
-		off += slot;
 	}
-	snprintf(what, sizeof(what), "%s params", u->name);
-	return titan_comm_iall_gather(dp->o.shard, u->gsend, u->grecv, (size_t)u->shard_floats,
-				      TITAN_DTYPE_F32, what, &u->greq);
+	u->gathering = true;
+	return 0;
 }
 
 static int gather_finish(struct titan_dp *dp, struct unit *u)
 {
+	const struct titan_param_arena *pa = titan_llama_params(dp->m);
 	const int64_t base = dp->t->params[u->p0].full_offset;
-	int rc;
+	int rc = 0;
 
 	if (u->full)
 		return 0;
-	if (!u->greq && (rc = gather_start(dp, u)) < 0)
+	if (!u->gathering && (rc = gather_start(dp, u)) < 0)
 		return rc;
-	rc = titan_comm_wait(u->greq);
-	u->greq = NULL;
-	unmem(dp, &u->gsend);
+	u->gathering = false;
+	for (int k = 0; k < NPARTS; k++) {
+		struct part *q = &u->pt[k];
+		int rk = q->greq ? titan_comm_wait(q->greq) : 0;
+
+		q->greq = NULL;
+		unmem(dp, &q->gsend);
+		rc = rc < 0 ? rc : rk;
+	}
 	if (rc < 0)
 		return rc;
 	if (!(u->full = mem(dp, u->full_floats)))
 		return TITAN_E_NOMEM;
-	for (int r = 0; r < dp->nshard; r++) {
-		int64_t src = (int64_t)r * u->shard_floats;
+	for (int k = 0; k < NPARTS && rc == 0; k++) {
+		struct part *q = &u->pt[k];
 
-		for (int i = u->p0; i < u->p1 && rc == 0; i++) {
-			const struct titan_param *p = &dp->t->params[i];
-			const int64_t cols = p->shape[1];
-			int64_t r0, rows = shard_rows(p, r, &r0);
+		for (int r = 0; r < dp->pranks[k] && q->grecv; r++) {
+			int64_t src = (int64_t)r * q->shard_floats;
 
-			rc = dp->be->ops->buf_copy_rows(dp->be, u->full, (p->full_offset - base) + r0 * cols,
-						   cols, u->grecv, src, cols, rows, cols);
-			src += p->chunk_rows * cols;
+			for (int i = u->p0; i < u->p1 && rc == 0; i++) {
+				const struct titan_param *p = &dp->t->params[i];
+				const int64_t cols = p->shape[1];
+				int64_t r0, rows = shard_rows(p, r, &r0);
+
+				if (part_of(p) != k)
+					continue;
+				rc = dp->be->ops->buf_copy_rows(dp->be, u->full,
+								(p->full_offset - base) + r0 * cols,
+								cols, q->grecv, src, cols, rows, cols);
+				src += p->chunk_rows * cols;
+			}
 		}
+		/* one rank: its rows are the whole view */
+		for (int i = u->p0; i < u->p1 && rc == 0 && !collective(dp, u, k); i++) {
+			const struct titan_param *p = &dp->t->params[i];
+
+			if (part_of(p) == k)
+				rc = dp->be->ops->buf_copy(dp->be, u->full + (p->full_offset - base),
+							   titan_param_view(pa, p),
+							   (size_t)p->local_numel * sizeof(float));
+		}
+		unmem(dp, &q->grecv);
 	}
 	if (rc < 0)
 		return rc;
-	unmem(dp, &u->grecv);
 	bind_unit(dp, u);
 	return 0;
 }
@@ -318,35 +400,66 @@ static int reduce_start(struct titan_dp *dp, struct unit *u)
 	int rc;
 
 	if (dp->fsdp) {
+		const struct titan_param_arena *ga = titan_llama_grads(dp->m);
 		const int64_t base = dp->t->params[u->p0].full_offset;
-		int64_t dst;
 
-		if (!(u->rsend = mem(dp, u->shard_floats * dp->nshard)) ||
-		    !(u->rrecv = mem(dp, u->shard_floats)))
-			return TITAN_E_NOMEM;
-		dst = 0;
-		for (int r = 0; r < dp->nshard; r++) {
-			for (int i = u->p0; i < u->p1; i++) {
-				const struct titan_param *p = &dp->t->params[i];
-				const int64_t cols = p->shape[1], slot = p->chunk_rows * cols;
-				int64_t r0, rows = shard_rows(p, r, &r0);
+		for (int k = 0; k < NPARTS; k++) {
+			struct part *q = &u->pt[k];
+			int64_t dst = 0;
 
-				if ((rc = dp->be->ops->buf_copy_rows(dp->be, u->rsend, dst, cols, u->grad,
-								(p->full_offset - base) + r0 * cols,
-								cols, rows, cols)) < 0 ||
-				    (rc = dp->be->ops->buf_memset(dp->be, u->rsend + dst + rows * cols, 0,
-							     (size_t)(slot - rows * cols) *
-							     sizeof(float))) < 0)
-					return rc;
-				dst += slot;
+			if (!collective(dp, u, k)) {
+				/* one rank: the whole view's gradients are its shard's */
+				for (int i = u->p0; i < u->p1; i++) {
+					const struct titan_param *p = &dp->t->params[i];
+					float *g = titan_param_view(ga, p);
+
+					if (part_of(p) == k &&
+					    (rc = dp->be->ops->add(dp->be, g, g,
+								   u->grad + (p->full_offset - base),
+								   p->local_numel)) < 0)
+						return rc;
+				}
+				continue;
+			}
+			if (!(q->rsend = mem(dp, q->shard_floats * dp->pranks[k])) ||
+			    !(q->rrecv = mem(dp, q->shard_floats)))
+				return TITAN_E_NOMEM;
+			for (int r = 0; r < dp->pranks[k]; r++) {
+				for (int i = u->p0; i < u->p1; i++) {
+					const struct titan_param *p = &dp->t->params[i];
+					const int64_t cols = p->shape[1], slot = p->chunk_rows * cols;
+					int64_t r0, rows = shard_rows(p, r, &r0);
+
+					if (part_of(p) != k)
+						continue;
+					if ((rc = dp->be->ops->buf_copy_rows(dp->be, q->rsend, dst, cols,
+									u->grad,
+									(p->full_offset - base) +
+									r0 * cols, cols, rows,
+									cols)) < 0 ||
+					    (rc = dp->be->ops->buf_memset(dp->be,
+								     q->rsend + dst + rows * cols, 0,
+								     (size_t)(slot - rows * cols) *
+								     sizeof(float))) < 0)
+						return rc;
+					dst += slot;
+				}
 			}
 		}
 		unmem(dp, &u->grad);
 		bind_unit(dp, u);
-		snprintf(what, sizeof(what), "%s grads", u->name);
-		rc = titan_comm_ireduce_scatter(dp->o.shard, u->rsend, u->rrecv,
-						(size_t)u->shard_floats, TITAN_DTYPE_F32, what,
-						&u->rreq);
+		for (int k = 0; k < NPARTS; k++) {
+			struct part *q = &u->pt[k];
+
+			if (!q->rsend)
+				continue;
+			snprintf(what, sizeof(what), k == PART_SHARD ? "%s grads" : "%s expert grads",
+				 u->name);
+			if ((rc = titan_comm_ireduce_scatter(dp->pcomm[k], q->rsend, q->rrecv,
+							     (size_t)q->shard_floats,
+							     TITAN_DTYPE_F32, what, &q->rreq)) < 0)
+				return rc;
+		}
 		u->rs_pending = true;
 		u->rs_last = dp->last;
 	} else {
@@ -355,11 +468,11 @@ static int reduce_start(struct titan_dp *dp, struct unit *u)
 		float *g = shard_grads(dp, u, &n);
 
 		snprintf(what, sizeof(what), "%s grads", u->name);
-		rc = titan_comm_iall_reduce(dp->o.replicate, TITAN_IN_PLACE, g, (size_t)n,
-					    TITAN_DTYPE_F32, TITAN_REDOP_SUM, what, &u->areq);
+		if ((rc = titan_comm_iall_reduce(dp->o.replicate, TITAN_IN_PLACE, g, (size_t)n,
+						 TITAN_DTYPE_F32, TITAN_REDOP_SUM, what,
+						 &u->areq)) < 0)
+			return rc;
 	}
-	if (rc < 0)
-		return rc;
 	dp->pending[dp->npending++] = (int)(u - dp->u);
 	return 0;
 }
@@ -383,24 +496,35 @@ static int reduce_advance(struct titan_dp *dp, int keep)
 			continue;
 		}
 		if (u->rs_pending) {
-			rc = titan_comm_wait(u->rreq);
-			u->rreq = NULL;
+			const struct titan_param_arena *ga = titan_llama_grads(dp->m);
+
 			u->rs_pending = false;
-			unmem(dp, &u->rsend);
+			rc = 0;
+			for (int k = 0; k < NPARTS; k++) {
+				struct part *q = &u->pt[k];
+				int rk = q->rreq ? titan_comm_wait(q->rreq) : 0;
+
+				q->rreq = NULL;
+				unmem(dp, &q->rsend);
+				rc = rc < 0 ? rc : rk;
+			}
 			if (rc < 0)
 				return rc;
 			/* add this rank's rows to the sharded gradients */
-			const struct titan_param_arena *ga = titan_llama_grads(dp->m);
-			const float *src = u->rrecv;
+			for (int k = 0; k < NPARTS; k++) {
+				const float *src = u->pt[k].rrecv;
 
-			for (int j = u->p0; j < u->p1 && rc == 0; j++) {
-				const struct titan_param *p = &dp->t->params[j];
-				float *g = titan_param_view(ga, p);
+				for (int j = u->p0; j < u->p1 && rc == 0 && src; j++) {
+					const struct titan_param *p = &dp->t->params[j];
+					float *g = titan_param_view(ga, p);
 
-				rc = dp->be->ops->add(dp->be, g, g, src, p->local_numel);
-				src += p->chunk_rows * p->shape[1];
+					if (part_of(p) != k)
+						continue;
+					rc = dp->be->ops->add(dp->be, g, g, src, p->local_numel);
+					src += p->chunk_rows * p->shape[1];
+				}
+				unmem(dp, &u->pt[k].rrecv);
 			}
-			unmem(dp, &u->rrecv);
 			if (rc < 0)
 				return rc;
 			if (u->rs_last && dp->nrep > 1) {
@@ -573,7 +697,7 @@ int titan_dp_finish_grads(struct titan_dp *dp)
 	int rc = reduce_all(dp);
 
 	for (int k = 0; k < dp->nunits && rc == 0; k++) {
-		TITAN_ASSERT(!dp->u[k].grad && !dp->u[k].greq);
+		TITAN_ASSERT(!dp->u[k].grad && !dp->u[k].gathering);
 		release_params(dp, &dp->u[k]);
 	}
 	return rc;
@@ -608,14 +732,17 @@ void titan_dp_free(struct titan_dp *dp)
 
 			/* an error left collectives in flight: the process ends
 			 * (buffers stay with MPI); otherwise nothing is left */
-			if (u->greq || u->rreq || u->areq)
+			if (u->pt[0].greq || u->pt[1].greq || u->pt[0].rreq || u->pt[1].rreq ||
+			    u->areq)
 				continue;
 			unmem(dp, &u->full);
 			unmem(dp, &u->grad);
-			unmem(dp, &u->gsend);
-			unmem(dp, &u->grecv);
-			unmem(dp, &u->rsend);
-			unmem(dp, &u->rrecv);
+			for (int j = 0; j < NPARTS; j++) {
+				unmem(dp, &u->pt[j].gsend);
+				unmem(dp, &u->pt[j].grecv);
+				unmem(dp, &u->pt[j].rsend);
+				unmem(dp, &u->pt[j].rrecv);
+			}
 		}
 	}
 	free(dp->u);

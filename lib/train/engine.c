@@ -137,6 +137,7 @@ static int build_dp(const struct titan_parallelize_opts *o, int64_t fsdp, struct
 	struct titan_dp_opts dpo = {
 		.shard = fsdp > 1 ? comm(o, TITAN_DIM_FSDP) : NULL,
 		.replicate = comm(o, TITAN_DIM_DP_REPLICATE),
+		.eshard = fsdp > 1 ? o->dist->efsdp : NULL,
 		.reshard_after_forward = c->parallelism.fsdp_reshard_after_forward_e !=
 					 TITAN_RESHARD_NEVER,
 		.bucket_bytes = (int64_t)(c->comm.bucket_size_mb * 1048576.0),
@@ -185,6 +186,10 @@ int titan_parallelize(const struct titan_parallelize_opts *o, struct titan_engin
 	mo->tp = comm(o, TITAN_DIM_TP);
 	mo->cp = comm(o, TITAN_DIM_CP);
 	mo->ep = o->dist->ep;
+	if (o->dist->efsdp && fsdp > 1) { /* the experts' FSDP shard */
+		mo->ep_shard_rank = titan_comm_rank(o->dist->efsdp);
+		mo->ep_shard_degree = titan_comm_size(o->dist->efsdp);
+	}
 	mo->loss_parallel = !c->parallelism.disable_loss_parallel;
 	if (pd->degree[TITAN_DIM_PP] > 1 &&
 	    ((rc = titan_pp_schedule_from(c->parallelism.pipeline_parallel_schedule_e, &sched)) < 0 ||

@@ -754,9 +754,11 @@ int titan_llama_new(const struct titan_model_dims *d, const struct titan_llama_o
 						 (long long)d->moe.num_experts);
 				goto fail;
 			}
-			/* the whole stacked experts are given (w_expert0 0) */
+			/* the table holds this rank's experts only (titan/model.h
+			 * titan_param_table_opts ep_*): row 0 is its first */
 			m->moe_ep = (struct titan_moe_ep){o->ep, P, titan_comm_rank(o->ep), NULL,
-							  NULL, 0};
+							  NULL, titan_comm_rank(o->ep) *
+							  (d->moe.num_experts / P)};
 			m->moe.ep = &m->moe_ep;
 			m->moe.dispatch = &titan_moe_dispatch_ep;
 		}
@@ -778,6 +780,12 @@ int titan_llama_new(const struct titan_model_dims *d, const struct titan_llama_o
 	}
 	to.tp_rank = tpn > 1 ? titan_comm_rank(o->tp) : 0;
 	to.tp_degree = tpn;
+	if (m->moe.ep) {
+		to.ep_rank = (int)m->moe_ep.rank;
+		to.ep_degree = (int)m->moe_ep.ep;
+		to.ep_shard_rank = o->ep_shard_rank;
+		to.ep_shard_degree = o->ep_shard_degree;
+	}
 	if (m->n % tpn) {
 		rc = titan_error(TITAN_E_INVALID, "sequence parallelism: the %lld tokens of a "
 				 "microbatch (batch %lld x seq %lld) do not split over "

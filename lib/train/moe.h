@@ -23,8 +23,8 @@
  * the expert loops run over those, combine and the two backward moves are
  * the reverse all-to-alls; the router, the sort and the shared experts
  * stay.  The stacked experts are rows of dim 0 (one expert each), so the
- * parameter table can give an EP rank its experts as it gives FSDP its
- * shard.
+ * parameter table gives an EP rank only its experts' rows (titan/model.h
+ * titan_param_table_opts ep_*), FSDP-sharded over its efsdp peers.
  *
  * The routing, sort and combine loops run on host memory: the CPU
  * backend's (a MoE model on CUDA is refused at configuration).

@@ -358,6 +358,15 @@ static struct moments moments_of(const float *x, int64_t n)
 	return m;
 }
 
+/* The shard of p in arena a holds p's rows of the whole model's q. */
+static void assert_rows_of(const struct titan_param_arena *a, const struct titan_param *p,
+			   const struct titan_param_arena *whole, const struct titan_param *q)
+{
+	assert_memory_equal(titan_param_view(a, p),
+			    titan_param_view(whole, q) + p->row0 * q->shape[1],
+			    (size_t)p->local_numel * sizeof(float));
+}
+
 /* std of N(0, σ²) truncated to ±cσ, divided by σ */
 static double trunc_std_factor(double c)
 {
@@ -504,10 +513,7 @@ static void test_row_shards(void **state)
 				assert_int_equal(p->row0, chunk * r < p->shape[0] ? chunk * r : p->shape[0]);
 				assert_int_equal(p->row0, rows_seen[i]);
 				rows_seen[i] += p->rows;
-				assert_memory_equal(titan_param_view(&a, p),
-						    titan_param_view(&whole, &t.params[i]) +
-						    p->row0 * p->shape[1],
-						    (size_t)p->local_numel * sizeof(float));
+				assert_rows_of(&a, p, &whole, &t.params[i]);
 			}
 			titan_param_arena_release(&a);
 			titan_param_table_release(&ts);
@@ -515,6 +521,99 @@ static void test_row_shards(void **state)
 		for (int i = 0; i < t.n; i++)
 			assert_int_equal(rows_seen[i], t.params[i].shape[0]);
 		free(rows_seen);
+	}
+	titan_param_arena_release(&whole);
+	titan_param_table_release(&t);
+}
+
+/* Expert parallelism: the stacked experts of EP rank e hold experts
+ * [e·E/ep, (e + 1)·E/ep) only, sharded over its efsdp peers (the shard
+ * ranks r with r mod ep = e, efsdp rank r / ep by default); every other
+ * parameter is the plain FSDP shard.  Over all shard ranks each expert row
+ * is held once and initialised as in the whole model. */
+static void test_ep_shards(void **state)
+{
+	static const int layouts[][2] = { {2, 2}, {4, 2}, {4, 4}, {8, 2} }; /* shards, ep */
+	struct titan_model_dims d;
+	struct titan_param_table t;
+	struct titan_param_arena whole;
+
+	(void)state;
+	assert_int_equal(titan_model_flavor("debugmodel", &d), 0);
+	d.n_layers = 2;
+	d.moe = (struct titan_moe_dims){ .num_experts = 8, .num_shared_experts = 1, .top_k = 2,
+					 .inter_dim = 32, .interleave_step = 1, .route_scale = 1.0 };
+	assert_int_equal(titan_param_table_init(&t, &d, NULL), 0);
+	assert_int_equal(titan_param_arena_init(&whole, &t, NULL, TITAN_MEM_PARAMS), 0);
+	titan_model_init_params(&whole, 7);
+	for (size_t l = 0; l < sizeof(layouts) / sizeof(layouts[0]); l++) {
+		const int R = layouts[l][0], P = layouts[l][1];
+		int64_t *rows_seen = calloc((size_t)t.n, sizeof(int64_t));
+
+		for (int r = 0; r < R; r++) {
+			struct titan_param_table_opts o, f;
+			struct titan_param_table ts, tf;
+			struct titan_param_arena a;
+
+			titan_param_table_opts_default(&o);
+			o.shard_rank = r;
+			o.shard_degree = R;
+			f = o;
+			o.ep_rank = r % P;
+			o.ep_degree = P;
+			assert_int_equal(titan_param_table_init(&ts, &d, &o), 0);
+			assert_int_equal(titan_param_table_init(&tf, &d, &f), 0);
+			assert_int_equal(ts.opts.ep_shard_rank, r / P);
+			assert_int_equal(ts.opts.ep_shard_degree, R / P);
+			assert_int_equal(titan_param_arena_init(&a, &ts, NULL, TITAN_MEM_PARAMS), 0);
+			titan_model_init_params(&a, 7);
+			/* the unsharded view lacks (E - E/ep) experts of each w1/w2/w3 */
+			assert_int_equal(tf.full_arena_floats - ts.full_arena_floats,
+					 d.n_layers * 3 * (8 - 8 / P) * 32 * d.dim);
+			for (int i = 0; i < ts.n; i++) {
+				const struct titan_param *p = &ts.params[i], *q = &tf.params[i];
+				const bool ex = p->role == TITAN_PARAM_MOE_W1 ||
+						p->role == TITAN_PARAM_MOE_W2 ||
+						p->role == TITAN_PARAM_MOE_W3;
+
+				assert_int_equal(p->ep_sharded, ex);
+				if (ex) {
+					const int64_t El = 8 / P, chunk = (El + R / P - 1) / (R / P);
+
+					assert_int_equal(p->full_rows, El);
+					assert_int_equal(p->full_row0, (r % P) * El);
+					assert_int_equal(p->chunk_rows, chunk);
+					assert_int_equal(p->row0, (r % P) * El + (r / P) * chunk);
+				} else {
+					assert_int_equal(p->full_row0, 0);
+					assert_int_equal(p->full_rows, p->shape[0]);
+					assert_int_equal(p->row0, q->row0);
+					assert_int_equal(p->rows, q->rows);
+				}
+				rows_seen[i] += p->rows;
+				assert_rows_of(&a, p, &whole, &t.params[i]);
+			}
+			titan_param_arena_release(&a);
+			titan_param_table_release(&ts);
+			titan_param_table_release(&tf);
+		}
+		for (int i = 0; i < t.n; i++)
+			assert_int_equal(rows_seen[i], t.params[i].shape[0]);
+		free(rows_seen);
+	}
+	/* an EP degree that does not split the experts, or the shards */
+	{
+		struct titan_param_table_opts o;
+		struct titan_param_table ts;
+
+		titan_param_table_opts_default(&o);
+		o.shard_degree = 3;
+		o.ep_degree = 3;
+		assert_int_equal(titan_param_table_init(&ts, &d, &o), TITAN_E_INVALID);
+		assert_non_null(strstr(titan_errmsg(), "model.moe_num_experts 8"));
+		o.shard_degree = 2;
+		o.ep_degree = 4;
+		assert_int_equal(titan_param_table_init(&ts, &d, &o), TITAN_E_INVALID);
 	}
 	titan_param_arena_release(&whole);
 	titan_param_table_release(&t);
@@ -634,6 +733,7 @@ int main(void)
 		cmocka_unit_test(test_init_stats),
 		cmocka_unit_test(test_init_determinism),
 		cmocka_unit_test(test_row_shards),
+		cmocka_unit_test(test_ep_shards),
 		cmocka_unit_test(test_huge_dims),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
