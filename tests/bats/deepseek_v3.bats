@@ -1,0 +1,198 @@
+#!/usr/bin/env bats
+# model.name deepseek_v3: torchtitan's DeepSeek-V3 family (multi-head latent
+# attention with YaRN RoPE, first-k dense blocks, MoE with shared experts)
+# against the PyTorch reference tests/ref/deepseek_v3_ref.py (12 steps,
+# fp32, <= 1e-5), activation checkpointing, DDP and FSDP on 2 ranks equal
+# to 1 rank, and the layouts refused naming the key.
+
+bats_require_minimum_version 1.5.0
+
+setup_file() {
+	load tiny
+	tiny_env
+	yes 'In the beginning God created the heaven and the earth. And the earth was without form, and void.' |
+		head -n 400 > "$DATA/c.txt"
+	titan-tokenize train -q --vocab-size 600 --format text "$DATA/c.txt" -o "$DATA/tok.tiktoken"
+	titan-tokenize -t "$DATA/tok.tiktoken" --doc-per-line "$DATA/c.txt" |
+		titan-shard -q -t "$DATA/tok.tiktoken" --out "$DATA/shards" --val-docs 2
+	# titan's tiny flavor: q_lora_rank 32, DeepSeek-V3's sigmoid routing
+	cat > "$DATA/ds.yaml" <<YAML
+model:
+  name: deepseek_v3
+  flavor: debugmodel_mla
+  vocab_size: 600
+training:
+  dataset_path: $DATA/shards
+  local_batch_size: 2
+  seq_len: 16
+  steps: 12
+lr_scheduler:
+  warmup_steps: 2
+metrics:
+  log_freq: 1
+YAML
+}
+
+setup() {
+	load helpers
+	load tiny
+	load layouts
+	DATA=$BATS_FILE_TMPDIR
+}
+
+# ref NAME MODEL_JSON MOE_JSON ARGS...: titan-train's seed checkpoint and 12
+# steps with ARGS, then deepseek_v3_ref.py from the same weights and tokens:
+# losses and grad norms within 1e-5 relative, the final expert_bias within
+# 1e-6, every final tensor within 1e-4 (||a-b||/||b||)
+ref() {
+	local name=$1 model=$2 moe=$3 d=$BATS_TEST_TMPDIR/$1
+	shift 3
+	run -0 titan-train -q --config "$DATA/ds.yaml" "$@" --job.dump_folder="$d/seed" \
+		--checkpoint.enable --checkpoint.create_seed_checkpoint
+	run -0 titan-train -q --config "$DATA/ds.yaml" "$@" --job.dump_folder="$d/run" \
+		--checkpoint.enable --checkpoint.interval=12
+	/usr/bin/python3 tests/ref/deepseek_v3_ref.py --init "$d/seed/checkpoint/step-0.h5" \
+		--shards "$DATA/shards" --model "$model" --moe "$moe" \
+		--train '{"batch":2,"seq_len":16,"steps":12,"lr":8e-4,"warmup":2}' \
+		--save "$d/ref.npz" > "$d/ref.json"
+	/usr/bin/python3 - "$d/run/metrics.jsonl" "$d/ref.json" "$d/run/checkpoint/step-12.h5" \
+		"$d/ref.npz" <<'PY'
+import json, sys, h5py
+import numpy as np
+rows = [json.loads(l) for l in open(sys.argv[1])]
+ref = json.load(open(sys.argv[2]))
+assert len(rows) == 12 == len(ref["loss"]), (len(rows), len(ref["loss"]))
+worst = 0
+for r, l, g in zip(rows, ref["loss"], ref["grad_norm"]):
+    for a, b in ((r["loss"], l), (r["grad_norm"], g)):
+        rel = abs(a - b) / abs(b)
+        worst = max(worst, rel)
+        assert rel <= 1e-5, (r["step"], a, b, rel)
+f = h5py.File(sys.argv[3], "r")
+for k, v in ref["expert_bias"].items():
+    got = f["model"][k + ".moe.expert_bias"][...]
+    assert max(abs(x - y) for x, y in zip(got, v)) <= 1e-6, (k, list(got), v)
+want = np.load(sys.argv[4])
+assert sorted(want.files) == sorted(f["model"]), (sorted(want.files), sorted(f["model"]))
+for k in want.files:
+    a, b = f["model"][k][...].astype(np.float64), want[k].astype(np.float64)
+    assert a.shape == b.shape, (k, a.shape, b.shape)
+    err = np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30)
+    assert err <= 1e-4, (k, err)
+print("worst relative difference", worst)
+PY
+}
+
+TINY='"dim":64,"n_layers":3,"n_heads":4,"vocab_size":600,"hidden_dim":192'
+SIG='"num_experts":8,"top_k":2,"inter_dim":64,"num_shared_experts":1,"score_func":"sigmoid","route_norm":true,"route_scale":2.5,"score_before_experts":false,"load_balance_coeff":1e-3,"n_dense_layers":1'
+
+@test "deepseek_v3 debugmodel_mla (q_lora_rank 32, YaRN, sigmoid routing, 1 dense block): 12 steps equal the PyTorch reference" {
+	/usr/bin/python3 -c 'import torch, h5py' 2>/dev/null || skip "python3-torch or h5py is missing"
+	cd "$TITAN_SRCDIR"
+	ref mla "{$TINY,\"q_lora_rank\":32,\"kv_lora_rank\":32,\"qk_nope_head_dim\":16,\"qk_rope_head_dim\":8,\"v_head_dim\":16}" "{$SIG}"
+}
+
+@test "deepseek_v3 debugmodel shrunk (plain wq, v_head_dim < q/k head, softmax routing, 2 shared): equal the reference" {
+	/usr/bin/python3 -c 'import torch, h5py' 2>/dev/null || skip "python3-torch or h5py is missing"
+	cd "$TITAN_SRCDIR"
+	# debugmodel's routing (softmax top-3 of 8, 2 shared experts, mscale
+	# 0.70 under rope_factor 40) with tiny dims; rope_theta set apart
+	ref dbg "{\"dim\":48,\"n_layers\":2,\"n_heads\":2,\"vocab_size\":600,\"hidden_dim\":96,\"q_lora_rank\":0,\"kv_lora_rank\":24,\"qk_nope_head_dim\":12,\"qk_rope_head_dim\":8,\"v_head_dim\":10,\"rope_theta\":5000.0}" \
+		'{"num_experts":8,"top_k":3,"inter_dim":32,"num_shared_experts":2,"score_func":"softmax","route_norm":false,"route_scale":1.0,"score_before_experts":false,"load_balance_coeff":1e-3,"n_dense_layers":1}' \
+		--model.flavor=debugmodel --model.dim=48 --model.n_layers=2 --model.n_heads=2 \
+		--model.hidden_dim=96 --model.kv_lora_rank=24 --model.qk_nope_head_dim=12 \
+		--model.qk_rope_head_dim=8 --model.v_head_dim=10 --model.moe_inter_dim=32 \
+		--model.rope_theta=5000
+}
+
+@test "deepseek_v3 flavors: torchtitan's debugmodel, 16B, 236B, 671B routing in the model.moe_* keys; MLA keys override" {
+	for f in debugmodel debugmodel_mla 16B 236B 671B; do
+		run -0 titan-config --model.name=deepseek_v3 --model.flavor=$f
+	done
+	run -0 titan-config --model.name=deepseek_v3 --model.flavor=671B
+	[[ $output == *"moe_num_experts: 256"* && $output == *"moe_top_k: 8"* ]]
+	[[ $output == *"moe_score_func: sigmoid"* && $output == *"n_dense_layers: 3"* ]]
+	[[ $output == *"moe_route_scale: 2.5"* && $output == *"rope_theta: 10000"* ]]
+	run -0 titan-config --model.name=deepseek_v3 --model.flavor=debugmodel
+	[[ $output == *"moe_num_experts: 8"* && $output == *"moe_top_k: 3"* ]]
+	[[ $output == *"moe_num_shared_experts: 2"* && $output == *"moe_score_func: softmax"* ]]
+	# a qwen3-only flavor is refused
+	run -2 --separate-stderr titan-train -q --model.name=deepseek_v3 --model.flavor=0.6B \
+		--job.dump_folder="$BATS_TEST_TMPDIR/x"
+	[[ $stderr == *"model.flavor: unknown flavor '0.6B' for model.name deepseek_v3"* ]]
+	run -2 --separate-stderr titan-train -q --config "$DATA/ds.yaml" --model.v_head_dim=40 \
+		--job.dump_folder="$BATS_TEST_TMPDIR/x"
+	[[ $stderr == "titan-train: error: model.v_head_dim: 40 above the q/k head size 24"* ]]
+}
+
+@test "deepseek_v3: the checkpoint holds MLA's tensors in torchtitan's order and shapes" {
+	d=$BATS_TEST_TMPDIR
+	run -0 titan-train -q --config "$DATA/ds.yaml" --job.dump_folder="$d/s" \
+		--checkpoint.enable --checkpoint.create_seed_checkpoint
+	run -0 /usr/bin/python3 - "$d/s/checkpoint/step-0.h5" <<'PY'
+import sys, h5py
+m = h5py.File(sys.argv[1], "r")["model"]
+names = [k for k in m if k.startswith("layers.0.")]
+assert names == ["layers.0.attention.wq_a.weight", "layers.0.attention.q_norm.weight",
+                 "layers.0.attention.wq_b.weight", "layers.0.attention.wkv_a.weight",
+                 "layers.0.attention.kv_norm.weight", "layers.0.attention.wkv_b.weight",
+                 "layers.0.attention.wo.weight", "layers.0.feed_forward.w1.weight",
+                 "layers.0.feed_forward.w2.weight", "layers.0.feed_forward.w3.weight",
+                 "layers.0.attention_norm.weight", "layers.0.ffn_norm.weight"], names
+shapes = {k: m[k].shape for k in names}
+assert shapes["layers.0.attention.wq_a.weight"] == (32, 64)
+assert shapes["layers.0.attention.wq_b.weight"] == (4 * 24, 32)
+assert shapes["layers.0.attention.wkv_a.weight"] == (32 + 8, 64)
+assert shapes["layers.0.attention.wkv_b.weight"] == (4 * (16 + 16), 32)
+assert shapes["layers.0.attention.wo.weight"] == (64, 4 * 16)
+assert "layers.1.moe.experts.w1" in m and "layers.1.moe.shared_experts.w1.weight" in m
+PY
+}
+
+@test "deepseek_v3: the same bits on 1 and 3 threads; full and selective-1 activation checkpointing change no bit" {
+	d=$BATS_TEST_TMPDIR
+	run -0 env OMP_NUM_THREADS=1 titan-train -q --config "$DATA/ds.yaml" --training.steps=10 \
+		--job.dump_folder="$d/a"
+	run -0 env OMP_NUM_THREADS=3 titan-train -q --config "$DATA/ds.yaml" --training.steps=10 \
+		--job.dump_folder="$d/b"
+	run -0 same_curve "$d/a/metrics.jsonl" "$d/b/metrics.jsonl" bits
+	for ac in "--activation_checkpoint.mode=full" \
+		"--activation_checkpoint.mode=selective --activation_checkpoint.selective_ac_option=1"; do
+		rm -rf "$d/c"
+		run -0 titan-train -q --config "$DATA/ds.yaml" --training.steps=10 $ac \
+			--job.dump_folder="$d/c"
+		run -0 same_curve "$d/a/metrics.jsonl" "$d/c/metrics.jsonl" bits
+	done
+}
+
+@test "deepseek_v3 on 2 ranks: DDP and FSDP reproduce the 1-rank curve" {
+	[ -z "${NO_MPI:-}" ] || skip "no MPI"
+	d=$BATS_TEST_TMPDIR
+	run -0 titan-train -q --config "$DATA/ds.yaml" --training.local_batch_size=4 \
+		--training.steps=10 --job.dump_folder="$d/one"
+	for dp in "--parallelism.data_parallel_shard_degree=2" \
+		"--parallelism.data_parallel_replicate_degree=2 --parallelism.data_parallel_shard_degree=1"; do
+		run -0 timeout -k 5 120 mpiexec -n 2 env OMP_NUM_THREADS=1 titan-train -q \
+			--config "$DATA/ds.yaml" --training.steps=10 $dp --job.dump_folder="$d/two"
+		run -0 same_curve "$d/one/metrics.jsonl" "$d/two/metrics.jsonl"
+		rm -rf "$d/two"
+	done
+}
+
+@test "deepseek_v3: TP, CP, CUDA and selective 'op' AC are refused with exit 2 naming the key" {
+	# dense (moe_num_experts 0): the MoE's own refusals come first otherwise
+	for a in parallelism.tensor_parallel_degree=2 parallelism.context_parallel_degree=2; do
+		[ -z "${NO_MPI:-}" ] || break
+		run -2 --separate-stderr timeout -k 5 120 mpiexec -n 2 titan-train -q \
+			--config "$DATA/ds.yaml" --model.moe_num_experts=0 --"$a" \
+			--job.dump_folder="$BATS_TEST_TMPDIR/x"
+		[[ $stderr == *"titan-train: error: ${a%=*} 2: "*"multi-head latent attention"* ]]
+	done
+	run -2 --separate-stderr titan-train -q --config "$DATA/ds.yaml" --model.moe_num_experts=0 \
+		--training.device=cuda --job.dump_folder="$BATS_TEST_TMPDIR/x"
+	[[ $stderr == *"error: "*"training.device"* ]]
+	run -2 --separate-stderr titan-train -q --config "$DATA/ds.yaml" \
+		--activation_checkpoint.mode=selective --activation_checkpoint.selective_ac_option=op \
+		--job.dump_folder="$BATS_TEST_TMPDIR/x"
+	[[ $stderr == "titan-train: error: activation_checkpoint.selective_ac_option: 'op' with multi-head latent attention"* ]]
+}
