@@ -238,6 +238,30 @@ static int write_moe(hid_t f, const struct titan_moe_dims *m)
 	return 0;
 }
 
+/* Multi-head latent attention (deepseek_v3; absent: none), under the
+ * names of its model.* keys. */
+static int write_mla(hid_t f, const struct titan_mla_dims *m)
+{
+	const struct { const char *n; int64_t v; } ints[] = {
+		{"q_lora_rank", m->q_lora_rank}, {"kv_lora_rank", m->kv_lora_rank},
+		{"qk_nope_head_dim", m->qk_nope_head_dim},
+		{"qk_rope_head_dim", m->qk_rope_head_dim}, {"v_head_dim", m->v_head_dim},
+		{"original_seq_len", m->original_seq_len},
+	};
+	const struct { const char *n; double v; } dbls[] = {
+		{"rope_factor", m->rope_factor}, {"beta_fast", m->beta_fast},
+		{"beta_slow", m->beta_slow}, {"mscale", m->mscale},
+	};
+
+	for (size_t i = 0; i < sizeof(ints) / sizeof(ints[0]); i++)
+		if (attr_i64(f, ints[i].n, ints[i].v) < 0)
+			return -1;
+	for (size_t i = 0; i < sizeof(dbls) / sizeof(dbls[0]); i++)
+		if (attr_f64(f, dbls[i].n, dbls[i].v) < 0)
+			return -1;
+	return 0;
+}
+
 static int write_dims(hid_t f, const struct titan_model_dims *d)
 {
 	const struct { const char *n; int64_t v; } ints[] = {
@@ -265,6 +289,8 @@ static int write_dims(hid_t f, const struct titan_model_dims *d)
 	if (d->qk_norm && attr_i64(f, "qk_norm", 1) < 0)
 		return -1;
 	if (d->moe.num_experts > 0 && write_moe(f, &d->moe) < 0)
+		return -1;
+	if (titan_model_mla(d) && write_mla(f, &d->mla) < 0)
 		return -1;
 	for (size_t i = 0; i < sizeof(ints) / sizeof(ints[0]); i++)
 		if (attr_i64(f, ints[i].n, ints[i].v) < 0)

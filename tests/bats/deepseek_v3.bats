@@ -196,3 +196,40 @@ PY
 		--job.dump_folder="$BATS_TEST_TMPDIR/x"
 	[[ $stderr == "titan-train: error: activation_checkpoint.selective_ac_option: 'op' with multi-head latent attention"* ]]
 }
+
+@test "titan-generate: a deepseek_v3 checkpoint continues a prompt as the reference model does (expanded k/v cache)" {
+	/usr/bin/python3 -c 'import torch, h5py' 2>/dev/null || skip "python3-torch or h5py is missing"
+	cd "$TITAN_SRCDIR"
+	local o=$BATS_TEST_TMPDIR prompt="In the beginning God"
+	run -0 titan-train -q --config "$DATA/ds.yaml" --job.dump_folder="$o/r" \
+		--checkpoint.enable --checkpoint.interval=12
+	run -0 --separate-stderr titan-generate -t "$DATA/tok.tiktoken" -n 11 \
+		"$o/r/checkpoint/step-12.h5" "$prompt"
+	logprob=$(grep -o 'log-probability of the new tokens: [-0-9.]*' <<< "$stderr" | grep -o '[-0-9.]*$')
+	[ -n "$logprob" ]
+	printf '%s' "$prompt" | titan-tokenize -t "$DATA/tok.tiktoken" --format text > "$o/prompt.ids"
+	run -0 --separate-stderr /usr/bin/python3 - "$o/r/checkpoint/step-12.h5" "$o/prompt.ids" \
+		"{$TINY,\"q_lora_rank\":32,\"kv_lora_rank\":32,\"qk_nope_head_dim\":16,\"qk_rope_head_dim\":8,\"v_head_dim\":16}" \
+		"{$SIG}" <<'PY'
+import json, sys, h5py, numpy as np, torch
+sys.path.insert(0, "tests/ref")
+import deepseek_v3_ref as R
+ck, ids_path, model, moe = sys.argv[1:]
+a = R.DSArgs(**json.loads(model), max_seq_len=16)
+m, _ = R.build(a, json.loads(moe))
+f = h5py.File(ck, "r")
+m.load_state_dict({k: torch.from_numpy(f["model"][k][...]) for k in f["model"]}, strict=True)
+m.eval()
+ids = np.fromfile(ids_path, dtype=np.uint32).tolist()[:-1]
+lp = 0.0
+with torch.no_grad():
+    while len(ids) < 16:
+        logits = m(torch.tensor([ids]))[0, -1]
+        nxt = int(logits.argmax())
+        lp += float(torch.log_softmax(logits.double(), -1)[nxt])
+        ids.append(nxt)
+sys.stderr.write("%.6f\n" % lp)
+PY
+	/usr/bin/python3 -c 'import sys; a, b = map(float, sys.argv[1:]); assert abs(a - b) <= 1e-4 * abs(b) + 1e-5, (a, b)' \
+		"$logprob" "$stderr" || fail "log-probability: titan $logprob, reference $stderr"
+}
