@@ -892,7 +892,10 @@ void titan_ckpt_match_flavor_(const struct titan_model_dims *d, char name[32])
 					    "14B", "32B", "70B", "405B", "debugmodel_moe",
 					    "30B-A3B", "235B-A22B"};
 
-	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+	/* deepseek_v3's flavors carry MoE routing in the config keys: its
+	 * dims are always written out (custom) */
+	for (size_t i = 0; d->family != TITAN_MODEL_NAME_DEEPSEEK_V3 &&
+			   i < sizeof(names) / sizeof(names[0]); i++) {
 		struct titan_model_dims f;
 
 		if (titan_model_family_has_flavor(d->family, names[i]) &&
@@ -970,6 +973,20 @@ char *titan_ckpt_config_for_dims(const struct titan_model_dims *d)
 			SET("model.moe_load_balance_coeff", "null");
 		else
 			SETD("model.moe_load_balance_coeff", m->load_balance_coeff);
+	}
+	if (titan_model_mla(d)) {
+		const struct titan_mla_dims *a = &d->mla;
+
+		SET("model.q_lora_rank", "%lld", (long long)a->q_lora_rank);
+		SET("model.kv_lora_rank", "%lld", (long long)a->kv_lora_rank);
+		SET("model.qk_nope_head_dim", "%lld", (long long)a->qk_nope_head_dim);
+		SET("model.qk_rope_head_dim", "%lld", (long long)a->qk_rope_head_dim);
+		SET("model.v_head_dim", "%lld", (long long)a->v_head_dim);
+		SET("model.original_seq_len", "%lld", (long long)a->original_seq_len);
+		SETD("model.rope_factor", a->rope_factor);
+		SETD("model.beta_fast", a->beta_fast);
+		SETD("model.beta_slow", a->beta_slow);
+		SETD("model.mscale", a->mscale);
 	}
 	SETD("model.norm_eps", d->norm_eps);
 	SETD("model.rope_theta", d->rope_theta);

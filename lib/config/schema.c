@@ -147,7 +147,7 @@ static const struct cfg_entry schema[] = {
 	  "deepseek_v3 YaRN: interpolation boundary (rotations); null = from the flavor"),
 	K(model, original_seq_len, INT, "-1", GE(-1), NULL, NZ,
 	  "deepseek_v3 YaRN: the pre-training context length; -1 = from the flavor"),
-	K(model, mscale, FLOAT, "", GE(0), NULL, NUL | NZ,
+	K(model, mscale, FLOAT, "", GE(0), NULL, NUL,
 	  "deepseek_v3 YaRN: softmax scale x (0.1 mscale ln(rope_factor) + 1)^2 when "
 	  "rope_factor > 1; null = from the flavor"),
 	K(model, converters, STRLIST, "", NR, NULL, 0,

@@ -233,3 +233,64 @@ PY
 	/usr/bin/python3 -c 'import sys; a, b = map(float, sys.argv[1:]); assert abs(a - b) <= 1e-4 * abs(b) + 1e-5, (a, b)' \
 		"$logprob" "$stderr" || fail "log-probability: titan $logprob, reference $stderr"
 }
+
+@test "HF: --to hf writes DeepseekV3ForCausalLM's names and config.json, --from hf gives every tensor back bit for bit" {
+	/usr/bin/python3 -c 'import torch, h5py' 2>/dev/null || skip "python3-torch or h5py is missing"
+	cd "$TITAN_SRCDIR"
+	local o=$BATS_TEST_TMPDIR prompt="In the beginning God"
+	run -0 titan-train -q --config "$DATA/ds.yaml" --job.dump_folder="$o/r" \
+		--checkpoint.enable --checkpoint.interval=12
+	run -0 titan-ckpt-convert -q --to hf "$o/r/checkpoint/step-12.h5" "$o/hf"
+	run -0 titan-ckpt-convert -q --from hf "$o/hf" "$o/back.h5"
+	run -0 /usr/bin/python3 - "$o/hf" "$o/r/checkpoint/step-12.h5" "$o/back.h5" <<'PY'
+import json, sys, h5py, numpy as np
+sys.path.insert(0, "tests/ref")
+import safetensors_py as st
+hf, ck, back = sys.argv[1:]
+c = json.load(open(hf + "/config.json"))
+assert c["architectures"] == ["DeepseekV3ForCausalLM"] and c["model_type"] == "deepseek_v3", c
+want = {"q_lora_rank": 32, "kv_lora_rank": 32, "qk_nope_head_dim": 16, "qk_rope_head_dim": 8,
+        "v_head_dim": 16, "n_routed_experts": 8, "n_shared_experts": 1, "num_experts_per_tok": 2,
+        "moe_intermediate_size": 64, "first_k_dense_replace": 1, "norm_topk_prob": True,
+        "routed_scaling_factor": 2.5, "scoring_func": "sigmoid", "intermediate_size": 192,
+        "num_key_value_heads": 4, "rope_theta": 10000.0}
+assert all(c[k] == v for k, v in want.items()), {k: c[k] for k in want}
+rs = c["rope_scaling"]
+assert rs["rope_type"] == "yarn" and rs["factor"] == 40.0 and rs["mscale_all_dim"] == 0.7 \
+    and rs["original_max_position_embeddings"] == 4096, rs
+t = st.load(hf + "/model.safetensors")[0]
+l0 = sorted(k for k in t if k.startswith("model.layers.0."))
+assert l0 == sorted("model.layers.0." + k for k in [
+    "self_attn.q_a_proj.weight", "self_attn.q_a_layernorm.weight", "self_attn.q_b_proj.weight",
+    "self_attn.kv_a_proj_with_mqa.weight", "self_attn.kv_a_layernorm.weight",
+    "self_attn.kv_b_proj.weight", "self_attn.o_proj.weight", "mlp.gate_proj.weight",
+    "mlp.up_proj.weight", "mlp.down_proj.weight", "input_layernorm.weight",
+    "post_attention_layernorm.weight"]), l0
+l1 = set(k for k in t if k.startswith("model.layers.1."))
+for k in ["mlp.gate.weight", "mlp.gate.e_score_correction_bias", "mlp.experts.7.gate_proj.weight",
+          "mlp.experts.0.up_proj.weight", "mlp.experts.3.down_proj.weight",
+          "mlp.shared_experts.gate_proj.weight", "mlp.shared_experts.up_proj.weight",
+          "mlp.shared_experts.down_proj.weight"]:
+    assert "model.layers.1." + k in l1, k
+a, b = h5py.File(ck, "r")["model"], h5py.File(back, "r")["model"]
+# the same weights as torchtitan's (no RoPE permutation: rope_interleave)
+assert np.array_equal(t["model.layers.0.self_attn.q_b_proj.weight"].numpy(),
+                      a["layers.0.attention.wq_b.weight"][...])
+assert np.array_equal(t["model.layers.1.mlp.gate.e_score_correction_bias"].numpy(),
+                      a["layers.1.moe.expert_bias"][...])
+assert sorted(a) == sorted(b), set(a) ^ set(b)
+bad = [k for k in a if not np.array_equal(a[k][...], b[k][...])]
+assert not bad, bad
+PY
+	# titan-generate reads the HF folder as the checkpoint
+	run -0 --separate-stderr titan-generate -t "$DATA/tok.tiktoken" -n 11 \
+		"$o/r/checkpoint/step-12.h5" "$prompt"
+	text=$output
+	run -0 --separate-stderr titan-generate -t "$DATA/tok.tiktoken" -n 11 "$o/hf" "$prompt"
+	assert_equal "$output" "$text"
+	# group-limited routing (DeepSeek-V3's n_group 8, topk_group 4) is refused
+	/usr/bin/python3 -c 'import json, sys; p = sys.argv[1] + "/config.json"; c = json.load(open(p)); c.update(n_group=8, topk_group=4); json.dump(c, open(p, "w"))' "$o/hf"
+	run -1 --separate-stderr titan-ckpt-convert -q --from hf "$o/hf" "$o/g.h5"
+	[[ $stderr == *"n_group 8, topk_group 4: group-limited routing is not titan's"* ]]
+	[ ! -e "$o/g.h5" ]
+}
