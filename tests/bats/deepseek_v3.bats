@@ -116,6 +116,12 @@ SIG='"num_experts":8,"top_k":2,"inter_dim":64,"num_shared_experts":1,"score_func
 	run -0 titan-config --model.name=deepseek_v3 --model.flavor=debugmodel
 	[[ $output == *"moe_num_experts: 8"* && $output == *"moe_top_k: 3"* ]]
 	[[ $output == *"moe_num_shared_experts: 2"* && $output == *"moe_score_func: softmax"* ]]
+	# the real flavors' sizes (torchtitan's 16B; DeepSeek-V3's 671B without MTP)
+	run -0 titan-config --model.name=deepseek_v3 --model.flavor=16B --summary
+	[[ $output == *"parameters:   15706484224 total (15.706 B)"* ]]
+	run -0 titan-config --model.name=deepseek_v3 --model.flavor=671B --summary
+	[[ $output == *"parameters:   671026404352 total (671.026 B)"* ]]
+	[[ $output == *"dims:         dim 7168, layers 61, heads 128, kv heads 128, head_dim 192"* ]]
 	# a qwen3-only flavor is refused
 	run -2 --separate-stderr titan-train -q --model.name=deepseek_v3 --model.flavor=0.6B \
 		--job.dump_folder="$BATS_TEST_TMPDIR/x"
