@@ -91,6 +91,18 @@ static int64_t max_positions(const struct titan_model_dims *d, const struct tita
 	       d->rope_scaling ? 131072 : d->rope_original_max_position;
 }
 
+/* The keys every exported config.json has alike: no biases, no dropout,
+ * the special token ids when known. */
+static void set_common(json_t *j, int64_t bos, int64_t eos)
+{
+	json_object_set_new(j, "attention_bias", json_false());
+	json_object_set_new(j, "attention_dropout", json_real(0.0));
+	if (bos >= 0)
+		json_object_set_new(j, "bos_token_id", json_integer(bos));
+	if (eos >= 0)
+		json_object_set_new(j, "eos_token_id", json_integer(eos));
+}
+
 /* DeepseekV3Config's keys as DeepSeek-V3's config.json has them (titan's
  * mscale as both mscale and mscale_all_dim: HF then scales the softmax
  * by it and leaves cos/sin alone, as torchtitan; scoring_func, which
@@ -104,12 +116,7 @@ static json_t *deepseek_json(const struct titan_model_dims *d, const struct tita
 	json_t *j = json_object();
 
 	json_object_set_new(j, "architectures", json_pack("[s]", "DeepseekV3ForCausalLM"));
-	json_object_set_new(j, "attention_bias", json_false());
-	json_object_set_new(j, "attention_dropout", json_real(0.0));
-	if (bos >= 0)
-		json_object_set_new(j, "bos_token_id", json_integer(bos));
-	if (eos >= 0)
-		json_object_set_new(j, "eos_token_id", json_integer(eos));
+	set_common(j, bos, eos);
 	json_object_set_new(j, "first_k_dense_replace",
 			    json_integer(moe ? m->n_dense_layers : d->n_layers));
 	json_object_set_new(j, "hidden_act", json_string("silu"));
@@ -197,12 +204,7 @@ static json_t *config_json(const struct titan_model_dims *d, const struct titan_
 		json_object_set_new(j, "output_router_logits", json_false());
 		json_object_set_new(j, "router_aux_loss_coef", json_real(0.001));
 	}
-	json_object_set_new(j, "attention_bias", json_false());
-	json_object_set_new(j, "attention_dropout", json_real(0.0));
-	if (bos >= 0)
-		json_object_set_new(j, "bos_token_id", json_integer(bos));
-	if (eos >= 0)
-		json_object_set_new(j, "eos_token_id", json_integer(eos));
+	set_common(j, bos, eos);
 	json_object_set_new(j, "head_dim", json_integer(d->head_dim));
 	json_object_set_new(j, "hidden_act", json_string("silu"));
 	json_object_set_new(j, "hidden_size", json_integer(d->dim));

@@ -35,7 +35,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 import llama_ref as L
@@ -149,29 +148,13 @@ def main():
     torch.use_deterministic_algorithms(True)
     t = json.loads(o.train)
     a = DSArgs(**json.loads(o.model), max_seq_len=t["seq_len"])
-    model, moe = build(a, json.loads(o.moe))
+    model, _ = build(a, json.loads(o.moe))
     f = h5py.File(o.init, "r")
     model.load_state_dict({k: torch.from_numpy(f["model"][k][...]) for k in f["model"]},
                           strict=True)
     assert [n for n, _ in model.named_parameters()] == \
         [k for k in f["model"] if not k.endswith("expert_bias")], "parameter order"
-    model.train()
-    tr = L.Trainer(model, L.TrainArgs(lr=t["lr"], schedule=L.ScheduleArgs(
-        warmup_steps=t["warmup"], total_steps=t["steps"])))
-    tr.on_backward = lambda step, trainer: [m.update_bias() for m in M.moe_layers(model)]
-    toks = M.read_tokens(o.shards)
-    B, T = t["batch"], t["seq_len"]
-    wins = L.windows(toks, T, B * t["steps"])
-    out = {"loss": [], "grad_norm": []}
-    for s in range(t["steps"]):
-        rows = wins[s * B:(s + 1) * B]
-        rec, _ = tr.step(s + 1, [(torch.stack([r[0] for r in rows]),
-                                  torch.stack([r[1] for r in rows]))])
-        out["loss"].append(rec.loss)
-        out["grad_norm"].append(rec.grad_norm)
-    out["expert_bias"] = {f"layers.{i}": b.moe.expert_bias.tolist()
-                          for i, b in model.layers.items()
-                          if isinstance(b, M.MoEBlock) and b.moe.expert_bias is not None}
+    out = M.train(model, o.shards, t)
     if o.save:
         np.savez(o.save, **{k: v.detach().numpy() for k, v in model.state_dict().items()})
     json.dump(out, sys.stdout)
