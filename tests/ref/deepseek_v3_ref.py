@@ -28,6 +28,7 @@ norms and expert_bias out (JSON), the final tensors with --save.
 """
 
 import argparse
+import glob
 import json
 import math
 import sys
@@ -37,8 +38,11 @@ import numpy as np
 import torch
 from torch import nn
 
+import block_causal_ref as BC
 import llama_ref as L
 import moe_ref as M
+
+DOCS = None  # [B, T] document ids of the current batch (None: causal only)
 
 
 @dataclass
@@ -116,7 +120,9 @@ class MLA(nn.Module):
         k = torch.cat([k_nope, k_pe.expand(-1, -1, self.H, -1)], dim=-1)
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
         s = torch.matmul(q, k.transpose(-2, -1)) * self.scale
-        mask = torch.ones(T, T, dtype=torch.bool).tril()
+        mask = torch.ones(T, T, dtype=torch.bool).tril()[None, None]
+        if DOCS is not None:  # block_causal: the same document only
+            mask = mask & (DOCS[:, None, :, None] == DOCS[:, None, None, :])
         s = s.masked_fill(~mask, float("-inf"))
         out = torch.matmul(torch.softmax(s, dim=-1), v)
         return self.wo(out.transpose(1, 2).contiguous().view(bs, T, -1))
@@ -141,6 +147,8 @@ def main():
     ap.add_argument("--moe", required=True, help="JSON: moe_ref's MoE fields + n_dense_layers")
     ap.add_argument("--train", required=True, help="JSON: batch, seq_len, steps, lr, warmup")
     ap.add_argument("--save", help="the final state_dict as .npz")
+    ap.add_argument("--mask", choices=("causal", "block_causal"), default="causal",
+                    help="block_causal: attention within a document (the shards' EOS ends one)")
     o = ap.parse_args()
     import h5py
 
@@ -154,7 +162,14 @@ def main():
                           strict=True)
     assert [n for n, _ in model.named_parameters()] == \
         [k for k in f["model"] if not k.endswith("expert_bias")], "parameter order"
-    out = M.train(model, o.shards, t)
+    on_batch = None
+    if o.mask == "block_causal":
+        _, eos = BC.read_shard(sorted(glob.glob(f"{o.shards}/train-*.tok"))[0])
+
+        def on_batch(inp):
+            global DOCS
+            DOCS = BC.document_ids(inp, eos)
+    out = M.train(model, o.shards, t, on_batch)
     if o.save:
         np.savez(o.save, **{k: v.detach().numpy() for k, v in model.state_dict().items()})
     json.dump(out, sys.stdout)

@@ -186,10 +186,11 @@ def read_tokens(shard_dir, split="train"):
     return torch.from_numpy(np.concatenate(out))
 
 
-def train(model, shards, t):
+def train(model, shards, t, on_batch=None):
     """t["steps"] steps of the model on the shards' tokens (batch, seq_len,
     lr, warmup of t) as torchtitan's train loop with the load-balancing
-    hook: losses, grad norms and the final expert_bias per MoE block."""
+    hook: losses, grad norms and the final expert_bias per MoE block.
+    on_batch(inputs), when given, sees each step's inputs first."""
     model.train()
     tr = L.Trainer(model, L.TrainArgs(lr=t["lr"], schedule=L.ScheduleArgs(
         warmup_steps=t["warmup"], total_steps=t["steps"])))
@@ -204,6 +205,8 @@ def train(model, shards, t):
         rows = wins[s * B:(s + 1) * B]
         inp = torch.stack([r[0] for r in rows])
         lab = torch.stack([r[1] for r in rows])
+        if on_batch:
+            on_batch(inp)
         rec, _ = tr.step(s + 1, [(inp, lab)])
         out["loss"].append(rec.loss)
         out["grad_norm"].append(rec.grad_norm)
