@@ -99,7 +99,9 @@ int64_t titan_ffn_hidden_dim(int64_t dim, int64_t multiple_of, double ffn_dim_mu
 int titan_model_flavor(const char *flavor, struct titan_model_dims *out);
 /* Dims of flavor `flavor` of model family `fam` (model.name): Llama 3's
  * above, or Qwen3's (debugmodel, 0.6B, 1.7B, 4B, 8B, 14B, 32B: QK-norm,
- * head_dim 128, norm_eps 1e-6, rope_theta 1e6 without scaling).
+ * head_dim 128, norm_eps 1e-6, rope_theta 1e6 without scaling), or
+ * DeepSeek-V3's (debugmodel, debugmodel_mla, 16B, 236B, 671B: `mla`, the
+ * dense blocks' FFN; their MoE routing lives in the config's keys).
  * TITAN_E_INVALID naming the flavor and family when unknown. */
 int titan_model_family_flavor(enum titan_model_name fam, const char *flavor,
 			      struct titan_model_dims *out);

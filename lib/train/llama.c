@@ -732,8 +732,7 @@ static int arena(struct titan_llama *m, struct titan_param_arena *a, enum titan_
 
 /* What multi-head latent attention (deepseek_v3) does not run with yet:
  * TITAN_E_INVALID naming the key. */
-static int mla_refusals(const struct titan_model_dims *d, const struct titan_llama_opts *o,
-			struct titan_backend *be)
+static int mla_refusals(const struct titan_llama_opts *o, struct titan_backend *be)
 {
 	if (!be->ops->name || strcmp(be->ops->name, "cpu"))
 		return titan_error(TITAN_E_INVALID, "model.name: deepseek_v3's multi-head latent "
@@ -754,7 +753,6 @@ static int mla_refusals(const struct titan_model_dims *d, const struct titan_lla
 		return titan_error(TITAN_E_INVALID, "activation_checkpoint.selective_ac_option: "
 				   "'op' with multi-head latent attention (model.name deepseek_v3) "
 				   "is not supported yet; use full or a block interval");
-	(void)d;
 	return 0;
 }
 
@@ -795,7 +793,7 @@ int titan_llama_new(const struct titan_model_dims *d, const struct titan_llama_o
 				 be->ops->name);
 		goto fail;
 	}
-	if (titan_model_mla(d) && (rc = mla_refusals(d, o, be)) < 0)
+	if (titan_model_mla(d) && (rc = mla_refusals(o, be)) < 0)
 		goto fail;
 	tpn = o->tp && titan_comm_size(o->tp) > 1 ? titan_comm_size(o->tp) : 1;
 	m->H = d->n_heads / tpn;
