@@ -248,6 +248,14 @@ int titan_param_table_init(struct titan_param_table *t, const struct titan_model
 			add(t, TITAN_PARAM_WV, i, "attention.wv.weight", kv, C, linear);
 			add(t, TITAN_PARAM_WO, i, "attention.wo.weight", C, q, depth);
 		}
+		/* DeepSeek-V3's block registers its norms before moe /
+		 * feed_forward */
+		const bool norms_first = d->family == TITAN_MODEL_NAME_DEEPSEEK_V3;
+
+		if (norms_first) {
+			add(t, TITAN_PARAM_ATTENTION_NORM, i, "attention_norm.weight", C, 0, ones);
+			add(t, TITAN_PARAM_FFN_NORM, i, "ffn_norm.weight", C, 0, ones);
+		}
 		if (titan_model_layer_is_moe(d, i)) {
 			/* torchtitan's MoE: experts, router, shared_experts, then
 			 * the expert_bias buffer (state_dict order); init_weights
@@ -272,8 +280,10 @@ int titan_param_table_init(struct titan_param_table *t, const struct titan_model
 			add(t, TITAN_PARAM_W2, i, "feed_forward.w2.weight", C, F, depth);
 			add(t, TITAN_PARAM_W3, i, "feed_forward.w3.weight", F, C, depth);
 		}
-		add(t, TITAN_PARAM_ATTENTION_NORM, i, "attention_norm.weight", C, 0, ones);
-		add(t, TITAN_PARAM_FFN_NORM, i, "ffn_norm.weight", C, 0, ones);
+		if (!norms_first) {
+			add(t, TITAN_PARAM_ATTENTION_NORM, i, "attention_norm.weight", C, 0, ones);
+			add(t, TITAN_PARAM_FFN_NORM, i, "ffn_norm.weight", C, 0, ones);
+		}
 		/* buffers follow the parameters in state_dict() */
 		if (titan_model_layer_is_moe(d, i) && titan_model_moe_balanced(d))
 			add(t, TITAN_PARAM_MOE_EXPERT_BIAS, i, "moe.expert_bias", d->moe.num_experts,

@@ -126,9 +126,9 @@ names = [k for k in m if k.startswith("layers.0.")]
 assert names == ["layers.0.attention.wq_a.weight", "layers.0.attention.q_norm.weight",
                  "layers.0.attention.wq_b.weight", "layers.0.attention.wkv_a.weight",
                  "layers.0.attention.kv_norm.weight", "layers.0.attention.wkv_b.weight",
-                 "layers.0.attention.wo.weight", "layers.0.feed_forward.w1.weight",
-                 "layers.0.feed_forward.w2.weight", "layers.0.feed_forward.w3.weight",
-                 "layers.0.attention_norm.weight", "layers.0.ffn_norm.weight"], names
+                 "layers.0.attention.wo.weight", "layers.0.attention_norm.weight",
+                 "layers.0.ffn_norm.weight", "layers.0.feed_forward.w1.weight",
+                 "layers.0.feed_forward.w2.weight", "layers.0.feed_forward.w3.weight"], names
 shapes = {k: m[k].shape for k in names}
 assert shapes["layers.0.attention.wq_a.weight"] == (32, 64)
 assert shapes["layers.0.attention.wq_b.weight"] == (4 * 24, 32)

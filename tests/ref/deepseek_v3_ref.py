@@ -18,8 +18,8 @@ load balancing).  It does not import torchtitan.
                     rope_factor > 1; wo on the [.., H·v_head_dim] output
   ComplexRoPE yarn  _yarn_inv_freq with truncate (floor/ceil of the
                     correction dims, clamped to [0, dim − 1])
-  blocks            attention, feed_forward or moe, attention_norm, ffn_norm
-                    (registration order); block i is MoE when
+  blocks            attention, attention_norm, ffn_norm, then moe or
+                    feed_forward (registration order); block i is MoE when
                     i >= n_dense_layers
 
 Used by tests/bats/deepseek_v3.bats as moe_ref.py is by moe.bats:
@@ -135,6 +135,9 @@ def build(a: DSArgs, moe: dict) -> L.Transformer:
     for i in range(a.n_layers):
         blk = M.MoEBlock(i, a, moe) if M.is_moe(i, moe) else model.layers[str(i)]
         blk.attention = MLA(a, fc)  # the same slot: the order stays
+        # DeepSeekV3TransformerBlock: attention, the norms, then moe or
+        # feed_forward
+        blk._modules.move_to_end("moe" if M.is_moe(i, moe) else "feed_forward")
         model.layers[str(i)] = blk
     return model, moe
 
