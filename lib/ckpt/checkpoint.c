@@ -261,7 +261,24 @@ int titan_ckpt_dims_check(const char *src, const struct titan_model_dims *d, boo
 				   field(hf, "n_heads", "num_attention_heads"), (long long)d->n_heads,
 				   field(hf, "n_kv_heads", "num_key_value_heads"),
 				   (long long)d->n_kv_heads);
-	if (!d->qk_norm &&
+	if (titan_model_mla(d) &&
+	    (d->mla.q_lora_rank < 0 || d->mla.q_lora_rank > INT32_MAX ||
+	     d->mla.kv_lora_rank > INT32_MAX || d->mla.qk_nope_head_dim < 0 ||
+	     d->mla.qk_rope_head_dim <= 0 || d->mla.qk_rope_head_dim % 2 ||
+	     d->mla.v_head_dim <= 0 || d->n_kv_heads != d->n_heads ||
+	     d->head_dim != d->mla.qk_nope_head_dim + d->mla.qk_rope_head_dim ||
+	     d->mla.v_head_dim > d->head_dim || d->mla.original_seq_len <= 0 ||
+	     !(d->mla.rope_factor > 0) || !(d->mla.beta_fast > 0) || !(d->mla.beta_slow > 0) ||
+	     !isfinite(d->mla.mscale)))
+		return titan_error(TITAN_E_FORMAT, "%s: q_lora_rank %lld, kv_lora_rank %lld, "
+				   "qk_nope_head_dim %lld, qk_rope_head_dim %lld, v_head_dim %lld, "
+				   "head_dim %lld: not a multi-head latent attention titan runs",
+				   src, (long long)d->mla.q_lora_rank,
+				   (long long)d->mla.kv_lora_rank,
+				   (long long)d->mla.qk_nope_head_dim,
+				   (long long)d->mla.qk_rope_head_dim, (long long)d->mla.v_head_dim,
+				   (long long)d->head_dim);
+	if (!d->qk_norm && !titan_model_mla(d) &&
 	    (d->dim % d->n_heads || d->n_heads % d->n_kv_heads || (d->dim / d->n_heads) % 2))
 		return titan_error(TITAN_E_FORMAT, "%s: %s %lld, %s %lld, %s %lld: the heads must "
 				   "divide %s into even head dims and the kv heads divide the heads",
@@ -269,7 +286,7 @@ int titan_ckpt_dims_check(const char *src, const struct titan_model_dims *d, boo
 				   field(hf, "n_heads", "num_attention_heads"), (long long)d->n_heads,
 				   field(hf, "n_kv_heads", "num_key_value_heads"),
 				   (long long)d->n_kv_heads, field(hf, "dim", "hidden_size"));
-	if (d->head_dim != d->dim / d->n_heads && !d->qk_norm)
+	if (d->head_dim != d->dim / d->n_heads && !d->qk_norm && !titan_model_mla(d))
 		return titan_error(TITAN_E_FORMAT, "%s: head_dim %lld is not %s / %s (%lld)", src,
 				   (long long)d->head_dim, field(hf, "dim", "hidden_size"),
 				   field(hf, "n_heads", "num_attention_heads"),
@@ -352,6 +369,19 @@ int titan_ckpt_dims_match(const char *src, const struct titan_model_dims *have,
 		 hm->num_experts > 0, true},
 		{"moe_score_before_experts", "model.moe_score_before_experts",
 		 hm->score_before_experts, wm->score_before_experts, hm->num_experts > 0, true},
+		/* multi-head latent attention (deepseek_v3) */
+		{"kv_lora_rank", "model.kv_lora_rank", have->mla.kv_lora_rank,
+		 want->mla.kv_lora_rank, true, false},
+		{"q_lora_rank", "model.q_lora_rank", have->mla.q_lora_rank, want->mla.q_lora_rank,
+		 titan_model_mla(have), false},
+		{"qk_nope_head_dim", "model.qk_nope_head_dim", have->mla.qk_nope_head_dim,
+		 want->mla.qk_nope_head_dim, titan_model_mla(have), false},
+		{"qk_rope_head_dim", "model.qk_rope_head_dim", have->mla.qk_rope_head_dim,
+		 want->mla.qk_rope_head_dim, titan_model_mla(have), false},
+		{"v_head_dim", "model.v_head_dim", have->mla.v_head_dim, want->mla.v_head_dim,
+		 titan_model_mla(have), false},
+		{"original_seq_len", "model.original_seq_len", have->mla.original_seq_len,
+		 want->mla.original_seq_len, titan_model_mla(have), false},
 	};
 	const struct {
 		const char *name, *key;
@@ -369,6 +399,13 @@ int titan_ckpt_dims_match(const char *src, const struct titan_model_dims *have,
 		 have->rope_scaling && want->rope_scaling},
 		{"moe_route_scale", "model.moe_route_scale", hm->route_scale, wm->route_scale,
 		 hm->num_experts > 0},
+		{"rope_factor", "model.rope_factor", have->mla.rope_factor, want->mla.rope_factor,
+		 titan_model_mla(have)},
+		{"beta_fast", "model.beta_fast", have->mla.beta_fast, want->mla.beta_fast,
+		 titan_model_mla(have)},
+		{"beta_slow", "model.beta_slow", have->mla.beta_slow, want->mla.beta_slow,
+		 titan_model_mla(have)},
+		{"mscale", "model.mscale", have->mla.mscale, want->mla.mscale, titan_model_mla(have)},
 	};
 	char msg[1024], a[64], b[64];
 	size_t k = 0;
@@ -471,6 +508,8 @@ int titan_ckpt_check_dims(struct titan_ckpt_file *f)
 	 * than the file's list */
 	double want = titan_params_per_layer(d) * (double)d->n_layers + (d->tied ? 2 : 3);
 
+	if (titan_model_mla(d)) /* wq (or wq_a, q_norm, wq_b), wkv_a, kv_norm, wkv_b for wk, wv */
+		want += (double)d->n_layers * (d->mla.q_lora_rank > 0 ? 3 : 1);
 	if (d->moe.num_experts > 0 && d->moe.n_dense_layers < d->n_layers) {
 		/* titan_model_layer_is_moe's blocks: l + 1 a multiple of the step
 		 * from n_dense_layers on */
@@ -853,7 +892,10 @@ void titan_ckpt_match_flavor_(const struct titan_model_dims *d, char name[32])
 					    "14B", "32B", "70B", "405B", "debugmodel_moe",
 					    "30B-A3B", "235B-A22B"};
 
-	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+	/* deepseek_v3's flavors carry MoE routing in the config keys: its
+	 * dims are always written out (custom) */
+	for (size_t i = 0; d->family != TITAN_MODEL_NAME_DEEPSEEK_V3 &&
+			   i < sizeof(names) / sizeof(names[0]); i++) {
 		struct titan_model_dims f;
 
 		if (titan_model_family_has_flavor(d->family, names[i]) &&
@@ -931,6 +973,20 @@ char *titan_ckpt_config_for_dims(const struct titan_model_dims *d)
 			SET("model.moe_load_balance_coeff", "null");
 		else
 			SETD("model.moe_load_balance_coeff", m->load_balance_coeff);
+	}
+	if (titan_model_mla(d)) {
+		const struct titan_mla_dims *a = &d->mla;
+
+		SET("model.q_lora_rank", "%lld", (long long)a->q_lora_rank);
+		SET("model.kv_lora_rank", "%lld", (long long)a->kv_lora_rank);
+		SET("model.qk_nope_head_dim", "%lld", (long long)a->qk_nope_head_dim);
+		SET("model.qk_rope_head_dim", "%lld", (long long)a->qk_rope_head_dim);
+		SET("model.v_head_dim", "%lld", (long long)a->v_head_dim);
+		SET("model.original_seq_len", "%lld", (long long)a->original_seq_len);
+		SETD("model.rope_factor", a->rope_factor);
+		SETD("model.beta_fast", a->beta_fast);
+		SETD("model.beta_slow", a->beta_slow);
+		SETD("model.mscale", a->mscale);
 	}
 	SETD("model.norm_eps", d->norm_eps);
 	SETD("model.rope_theta", d->rope_theta);

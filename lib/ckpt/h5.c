@@ -214,12 +214,35 @@ static hid_t group(struct titan_ckpt_writer *w, const char *path)
 	return H5Gcreate2(w->file, path, w->lcpl, w->gcpl, H5P_DEFAULT);
 }
 
+/* Named int64 and float64 attributes, in order: 0, or -1 at the first
+ * that fails. */
+struct named_i64 { const char *n; int64_t v; };
+struct named_f64 { const char *n; double v; };
+
+static int attrs_i64(hid_t f, const struct named_i64 *a, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (attr_i64(f, a[i].n, a[i].v) < 0)
+			return -1;
+	return 0;
+}
+
+static int attrs_f64(hid_t f, const struct named_f64 *a, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (attr_f64(f, a[i].n, a[i].v) < 0)
+			return -1;
+	return 0;
+}
+
+#define NATTR(a) (sizeof(a) / sizeof((a)[0]))
+
 /* A mixture of experts (absent: dense, as the files before it), under
  * the names of its model.* keys: what readers without a config
  * (titan-generate, titan-ckpt-convert) need to build the model. */
 static int write_moe(hid_t f, const struct titan_moe_dims *m)
 {
-	const struct { const char *n; int64_t v; } ints[] = {
+	const struct named_i64 ints[] = {
 		{"moe_num_experts", m->num_experts},
 		{"moe_num_shared_experts", m->num_shared_experts}, {"moe_top_k", m->top_k},
 		{"moe_inter_dim", m->inter_dim}, {"n_dense_layers", m->n_dense_layers},
@@ -228,9 +251,8 @@ static int write_moe(hid_t f, const struct titan_moe_dims *m)
 		{"moe_score_before_experts", m->score_before_experts},
 	};
 
-	for (size_t i = 0; i < sizeof(ints) / sizeof(ints[0]); i++)
-		if (attr_i64(f, ints[i].n, ints[i].v) < 0)
-			return -1;
+	if (attrs_i64(f, ints, NATTR(ints)) < 0)
+		return -1;
 	if (attr_str(f, "moe_score_func", m->softmax ? "softmax" : "sigmoid") < 0 ||
 	    attr_f64(f, "moe_route_scale", m->route_scale) < 0 ||
 	    attr_f64(f, "moe_load_balance_coeff", m->load_balance_coeff) < 0)
@@ -238,9 +260,27 @@ static int write_moe(hid_t f, const struct titan_moe_dims *m)
 	return 0;
 }
 
+/* Multi-head latent attention (deepseek_v3; absent: none), under the
+ * names of its model.* keys. */
+static int write_mla(hid_t f, const struct titan_mla_dims *m)
+{
+	const struct named_i64 ints[] = {
+		{"q_lora_rank", m->q_lora_rank}, {"kv_lora_rank", m->kv_lora_rank},
+		{"qk_nope_head_dim", m->qk_nope_head_dim},
+		{"qk_rope_head_dim", m->qk_rope_head_dim}, {"v_head_dim", m->v_head_dim},
+		{"original_seq_len", m->original_seq_len},
+	};
+	const struct named_f64 dbls[] = {
+		{"rope_factor", m->rope_factor}, {"beta_fast", m->beta_fast},
+		{"beta_slow", m->beta_slow}, {"mscale", m->mscale},
+	};
+
+	return attrs_i64(f, ints, NATTR(ints)) < 0 ? -1 : attrs_f64(f, dbls, NATTR(dbls));
+}
+
 static int write_dims(hid_t f, const struct titan_model_dims *d)
 {
-	const struct { const char *n; int64_t v; } ints[] = {
+	const struct named_i64 ints[] = {
 		{"dim", d->dim}, {"n_layers", d->n_layers}, {"n_heads", d->n_heads},
 		{"n_kv_heads", d->n_kv_heads}, {"head_dim", d->head_dim},
 		{"ffn_hidden", d->ffn_hidden}, {"vocab_size", d->vocab_size},
@@ -248,7 +288,7 @@ static int write_dims(hid_t f, const struct titan_model_dims *d)
 		{"rope_original_max_position", d->rope_original_max_position},
 		{"tie_word_embeddings", d->tied}, {"rope_scaling", d->rope_scaling},
 	};
-	const struct { const char *n; double v; } dbls[] = {
+	const struct named_f64 dbls[] = {
 		{"ffn_dim_multiplier", d->ffn_dim_multiplier}, {"norm_eps", d->norm_eps},
 		{"rope_theta", d->rope_theta}, {"rope_scaling_factor", d->rope_scaling_factor},
 		{"rope_low_freq_factor", d->rope_low_freq_factor},
@@ -266,13 +306,9 @@ static int write_dims(hid_t f, const struct titan_model_dims *d)
 		return -1;
 	if (d->moe.num_experts > 0 && write_moe(f, &d->moe) < 0)
 		return -1;
-	for (size_t i = 0; i < sizeof(ints) / sizeof(ints[0]); i++)
-		if (attr_i64(f, ints[i].n, ints[i].v) < 0)
-			return -1;
-	for (size_t i = 0; i < sizeof(dbls) / sizeof(dbls[0]); i++)
-		if (attr_f64(f, dbls[i].n, dbls[i].v) < 0)
-			return -1;
-	return 0;
+	if (titan_model_mla(d) && write_mla(f, &d->mla) < 0)
+		return -1;
+	return attrs_i64(f, ints, NATTR(ints)) < 0 ? -1 : attrs_f64(f, dbls, NATTR(dbls));
 }
 
 int titan_ckpt_mktemp_(const char *path, char **tmp)

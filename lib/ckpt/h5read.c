@@ -186,6 +186,31 @@ static int read_moe(struct titan_ckpt_file *f)
 	return r;
 }
 
+/* write_mla's attributes, when the file has kv_lora_rank (else no MLA) */
+static int read_mla(struct titan_ckpt_file *f)
+{
+	struct titan_mla_dims *m = &f->info.dims.mla;
+	int r;
+
+	if ((r = attr_read(f->file, "kv_lora_rank", H5T_NATIVE_INT64, H5T_INTEGER,
+			   &m->kv_lora_rank)) < 0)
+		return bad_attr(f, "/", "kv_lora_rank", r);
+	if (r == 1) {
+		m->kv_lora_rank = 0;
+		return 0;
+	}
+	NEED_I64(f, f->file, "/", "q_lora_rank", &m->q_lora_rank);
+	NEED_I64(f, f->file, "/", "qk_nope_head_dim", &m->qk_nope_head_dim);
+	NEED_I64(f, f->file, "/", "qk_rope_head_dim", &m->qk_rope_head_dim);
+	NEED_I64(f, f->file, "/", "v_head_dim", &m->v_head_dim);
+	NEED_I64(f, f->file, "/", "original_seq_len", &m->original_seq_len);
+	NEED_F64(f, f->file, "/", "rope_factor", &m->rope_factor);
+	NEED_F64(f, f->file, "/", "beta_fast", &m->beta_fast);
+	NEED_F64(f, f->file, "/", "beta_slow", &m->beta_slow);
+	NEED_F64(f, f->file, "/", "mscale", &m->mscale);
+	return 0;
+}
+
 static int read_header(struct titan_ckpt_file *f)
 {
 	struct titan_ckpt_info *in = &f->info;
@@ -228,12 +253,15 @@ static int read_header(struct titan_ckpt_file *f)
 		return bad_attr(f, "/", "model_name", r);
 	d->family = TITAN_MODEL_NAME_LLAMA3;
 	if (r == 0) {
-		bool known = !strcmp(s, "qwen3") || !strcmp(s, "llama3");
+		bool known = !strcmp(s, "qwen3") || !strcmp(s, "llama3") ||
+			     !strcmp(s, "deepseek_v3");
 
-		d->family = !strcmp(s, "qwen3") ? TITAN_MODEL_NAME_QWEN3 : TITAN_MODEL_NAME_LLAMA3;
+		d->family = !strcmp(s, "qwen3") ? TITAN_MODEL_NAME_QWEN3 :
+			    !strcmp(s, "deepseek_v3") ? TITAN_MODEL_NAME_DEEPSEEK_V3 :
+			    TITAN_MODEL_NAME_LLAMA3;
 		if (!known)
 			r = titan_error(TITAN_E_FORMAT, "'%s': model_name '%.64s' is no model family "
-					"titan knows (llama3, qwen3)", in->path, s);
+					"titan knows (llama3, qwen3, deepseek_v3)", in->path, s);
 		free(s);
 		if (r < 0)
 			return r;
@@ -260,6 +288,8 @@ static int read_header(struct titan_ckpt_file *f)
 	NEED_F64(f, f->file, "/", "rope_scaling_factor", &d->rope_scaling_factor);
 	NEED_F64(f, f->file, "/", "rope_low_freq_factor", &d->rope_low_freq_factor);
 	NEED_F64(f, f->file, "/", "rope_high_freq_factor", &d->rope_high_freq_factor);
+	if ((r = read_mla(f)) < 0)
+		return r;
 	if ((r = read_moe(f)) < 0)
 		return r;
 	return check_dims(f);

@@ -33,6 +33,16 @@ int titan_hf_param_name(const struct titan_param *p, char *buf, size_t n)
 		[TITAN_PARAM_FFN_NORM] = "post_attention_layernorm",
 		[TITAN_PARAM_Q_NORM] = "self_attn.q_norm", [TITAN_PARAM_K_NORM] = "self_attn.k_norm",
 		[TITAN_PARAM_MOE_GATE] = "mlp.gate",
+		/* DeepseekV3ForCausalLM: MLA and the shared experts */
+		[TITAN_PARAM_MLA_WQ_A] = "self_attn.q_a_proj",
+		[TITAN_PARAM_MLA_Q_NORM] = "self_attn.q_a_layernorm",
+		[TITAN_PARAM_MLA_WQ_B] = "self_attn.q_b_proj",
+		[TITAN_PARAM_MLA_WKV_A] = "self_attn.kv_a_proj_with_mqa",
+		[TITAN_PARAM_MLA_KV_NORM] = "self_attn.kv_a_layernorm",
+		[TITAN_PARAM_MLA_WKV_B] = "self_attn.kv_b_proj",
+		[TITAN_PARAM_MOE_SHARED_W1] = "mlp.shared_experts.gate_proj",
+		[TITAN_PARAM_MOE_SHARED_W2] = "mlp.shared_experts.down_proj",
+		[TITAN_PARAM_MOE_SHARED_W3] = "mlp.shared_experts.up_proj",
 	};
 	int k;
 
@@ -40,6 +50,9 @@ int titan_hf_param_name(const struct titan_param *p, char *buf, size_t n)
 	case TITAN_PARAM_TOK_EMBEDDINGS: k = snprintf(buf, n, "model.embed_tokens.weight"); break;
 	case TITAN_PARAM_NORM: k = snprintf(buf, n, "model.norm.weight"); break;
 	case TITAN_PARAM_OUTPUT: k = snprintf(buf, n, "lm_head.weight"); break;
+	case TITAN_PARAM_MOE_EXPERT_BIAS: /* DeepSeek-V3's; Qwen3 MoE has none */
+		k = snprintf(buf, n, "model.layers.%d.mlp.gate.e_score_correction_bias", p->layer);
+		break;
 	default:
 		if ((unsigned)p->role >= TITAN_PARAM_NROLES || !block[p->role])
 			return titan_error(TITAN_E_INVALID, "%s: no HF name", p->name);
@@ -56,11 +69,12 @@ static bool is_expert(const struct titan_param *p)
 	       p->role == TITAN_PARAM_MOE_W3;
 }
 
-int64_t titan_hf_parts(const struct titan_param *p)
+int64_t titan_hf_parts(const struct titan_model_dims *d, const struct titan_param *p)
 {
 	if (is_expert(p))
 		return p->shape[0]; /* one HF tensor an expert */
-	return p->role == TITAN_PARAM_MOE_EXPERT_BIAS ? 0 : 1;
+	return p->role == TITAN_PARAM_MOE_EXPERT_BIAS && d->family != TITAN_MODEL_NAME_DEEPSEEK_V3 ?
+	       0 : 1;
 }
 
 int titan_hf_part_name(const struct titan_param *p, int64_t e, char *buf, size_t n)
@@ -114,6 +128,8 @@ void titan_hf_permute_qk(const float *in, float *out, int64_t n_heads, int64_t r
 
 int64_t titan_hf_qk_heads(const struct titan_model_dims *d, const struct titan_param *p)
 {
+	if (titan_model_mla(d)) /* DeepSeek-V3's HF weights keep the adjacent pairs */
+		return 0;
 	switch (p->role) {
 	case TITAN_PARAM_WQ: return d->n_heads;
 	case TITAN_PARAM_WK: return d->n_kv_heads;
@@ -210,6 +226,96 @@ static int read_moe(const char *path, json_t *root, struct titan_model_dims *d)
 	return 0;
 }
 
+/* DeepseekV3Config: MLA (q_lora_rank null or 0: a plain q_proj), YaRN
+ * rope_scaling (titan's mscale is HF's mscale_all_dim; mscale, which
+ * scales cos/sin by mscale/mscale_all dim's ratio, must equal it), the
+ * first first_k_dense_replace blocks dense, n_routed_experts with
+ * n_shared_experts, scoring_func (sigmoid when absent, as HF's model has
+ * it), routed_scaling_factor, norm_topk_prob; group-limited routing
+ * (n_group > 1 with topk_group < n_group) is not titan's. */
+static int read_deepseek(const char *path, json_t *root, struct titan_model_dims *d)
+{
+	struct titan_mla_dims *a = &d->mla;
+	struct titan_moe_dims *m = &d->moe;
+	json_t *v, *rs;
+	int64_t ng = 1, tg = 1;
+	double ms = 0, msa = 0;
+	int rc;
+
+	d->family = TITAN_MODEL_NAME_DEEPSEEK_V3;
+	if ((rc = cfg_int(path, root, "q_lora_rank", false, 0, &a->q_lora_rank)) < 0 ||
+	    (rc = cfg_int(path, root, "kv_lora_rank", true, 0, &a->kv_lora_rank)) < 0 ||
+	    (rc = cfg_int(path, root, "qk_nope_head_dim", true, 0, &a->qk_nope_head_dim)) < 0 ||
+	    (rc = cfg_int(path, root, "qk_rope_head_dim", true, 0, &a->qk_rope_head_dim)) < 0 ||
+	    (rc = cfg_int(path, root, "v_head_dim", true, 0, &a->v_head_dim)) < 0 ||
+	    (rc = cfg_int(path, root, "n_routed_experts", false, 0, &m->num_experts)) < 0 ||
+	    (rc = cfg_int(path, root, "n_shared_experts", false, 0, &m->num_shared_experts)) < 0 ||
+	    (rc = cfg_int(path, root, "num_experts_per_tok", false, 1, &m->top_k)) < 0 ||
+	    (rc = cfg_int(path, root, "moe_intermediate_size", false, 0, &m->inter_dim)) < 0 ||
+	    (rc = cfg_int(path, root, "first_k_dense_replace", false, 0, &m->n_dense_layers)) < 0 ||
+	    (rc = cfg_int(path, root, "n_group", false, 1, &ng)) < 0 ||
+	    (rc = cfg_int(path, root, "topk_group", false, 1, &tg)) < 0 ||
+	    (rc = cfg_real(path, root, "routed_scaling_factor", false, 1.0, &m->route_scale)) < 0)
+		return rc;
+	if (a->kv_lora_rank <= 0 || a->q_lora_rank < 0)
+		return titan_error(TITAN_E_FORMAT, "'%s': kv_lora_rank %lld, q_lora_rank %lld: "
+				   "kv_lora_rank must be positive", path,
+				   (long long)a->kv_lora_rank, (long long)a->q_lora_rank);
+	if (ng > 1 && tg < ng)
+		return titan_error(TITAN_E_UNSUPPORTED, "'%s': n_group %lld, topk_group %lld: "
+				   "group-limited routing is not titan's", path, (long long)ng,
+				   (long long)tg);
+	if ((v = json_object_get(root, "norm_topk_prob")) && !json_is_boolean(v))
+		return titan_error(TITAN_E_FORMAT, "'%s': norm_topk_prob is not a boolean", path);
+	m->route_norm = json_is_true(v);
+	v = json_object_get(root, "scoring_func");
+	if (v && !(json_is_string(v) && (!strcmp(json_string_value(v), "sigmoid") ||
+					 !strcmp(json_string_value(v), "softmax"))))
+		return titan_error(TITAN_E_UNSUPPORTED, "'%s': scoring_func: titan routes by "
+				   "sigmoid or softmax", path);
+	m->softmax = v && !strcmp(json_string_value(v), "softmax");
+	m->interleave_step = 1;
+	m->score_before_experts = false;
+	m->load_balance_coeff = 1e-3;
+	if (m->num_experts > 0 && m->n_dense_layers >= d->n_layers)
+		m->num_experts = 0; /* every block dense */
+	d->n_kv_heads = d->n_heads;
+	d->head_dim = a->qk_nope_head_dim + a->qk_rope_head_dim;
+	d->rope_scaling = false;
+	d->rope_scaling_factor = 8.0;
+	d->rope_low_freq_factor = 1.0;
+	d->rope_high_freq_factor = 4.0;
+	d->rope_original_max_position = 8192;
+	a->rope_factor = 1.0;
+	a->beta_fast = 32.0;
+	a->beta_slow = 1.0;
+	a->original_seq_len = 4096;
+	rs = json_object_get(root, "rope_scaling");
+	if (rs && !json_is_null(rs)) {
+		json_t *ty = json_object_get(rs, "rope_type");
+
+		if (!ty)
+			ty = json_object_get(rs, "type");
+		if (!json_is_object(rs) || !json_is_string(ty) || strcmp(json_string_value(ty), "yarn"))
+			return titan_error(TITAN_E_UNSUPPORTED, "'%s': rope_scaling: titan's "
+					   "DeepSeek-V3 has YaRN (rope_type \"yarn\") only", path);
+		if ((rc = cfg_real(path, rs, "factor", true, 0, &a->rope_factor)) < 0 ||
+		    (rc = cfg_real(path, rs, "beta_fast", false, 32.0, &a->beta_fast)) < 0 ||
+		    (rc = cfg_real(path, rs, "beta_slow", false, 1.0, &a->beta_slow)) < 0 ||
+		    (rc = cfg_real(path, rs, "mscale", false, 1.0, &ms)) < 0 ||
+		    (rc = cfg_real(path, rs, "mscale_all_dim", false, 0.0, &msa)) < 0 ||
+		    (rc = cfg_int(path, rs, "original_max_position_embeddings", true, 0,
+				  &a->original_seq_len)) < 0)
+			return titan_error_prefix("rope_scaling");
+		if (msa != 0 && ms != msa)
+			return titan_error(TITAN_E_UNSUPPORTED, "'%s': rope_scaling: mscale %g is "
+					   "not mscale_all_dim %g (titan's YaRN leaves cos/sin "
+					   "unscaled)", path, ms, msa);
+	}
+	a->mscale = msa;
+	return 0;
+}
+
 static int read_config(const char *path, json_t *root, struct titan_model_dims *d)
 {
 	json_t *v, *rs;
@@ -220,8 +326,10 @@ static int read_config(const char *path, json_t *root, struct titan_model_dims *
 			 !strcmp(json_string_value(v), "qwen3_moe");
 	const bool qwen3 = moe || ((v = json_object_get(root, "model_type")) && json_is_string(v) &&
 				   !strcmp(json_string_value(v), "qwen3"));
-	const char *arch = moe ? "Qwen3MoeForCausalLM" : qwen3 ? "Qwen3ForCausalLM"
-							     : "LlamaForCausalLM";
+	const bool dsv3 = (v = json_object_get(root, "model_type")) && json_is_string(v) &&
+			  !strcmp(json_string_value(v), "deepseek_v3");
+	const char *arch = moe ? "Qwen3MoeForCausalLM" : qwen3 ? "Qwen3ForCausalLM" :
+			   dsv3 ? "DeepseekV3ForCausalLM" : "LlamaForCausalLM";
 
 	if ((v = json_object_get(root, "architectures"))) {
 		bool llama = false;
@@ -231,13 +339,13 @@ static int read_config(const char *path, json_t *root, struct titan_model_dims *
 				 !strcmp(json_string_value(json_array_get(v, i)), arch);
 		if (!llama)
 			return titan_error(TITAN_E_UNSUPPORTED, "'%s': architectures is not "
-					   "[\"%s\"]: titan converts Llama, Qwen3 and Qwen3 MoE "
-					   "models only", path, arch);
+					   "[\"%s\"]: titan converts Llama, Qwen3, Qwen3 MoE and "
+					   "DeepSeek-V3 models only", path, arch);
 	}
 	if ((v = json_object_get(root, "model_type")) &&
-	    !(json_is_string(v) && (!strcmp(json_string_value(v), "llama") || qwen3)))
+	    !(json_is_string(v) && (!strcmp(json_string_value(v), "llama") || qwen3 || dsv3)))
 		return titan_error(TITAN_E_UNSUPPORTED, "'%s': model_type is not \"llama\", "
-				   "\"qwen3\" or \"qwen3_moe\"", path);
+				   "\"qwen3\", \"qwen3_moe\" or \"deepseek_v3\"", path);
 	if (qwen3 && json_is_true(json_object_get(root, "use_sliding_window")))
 		return titan_error(TITAN_E_UNSUPPORTED, "'%s': use_sliding_window: titan's Qwen3 "
 				   "attends to the whole causal context", path);
@@ -263,6 +371,11 @@ static int read_config(const char *path, json_t *root, struct titan_model_dims *
 		return titan_error(TITAN_E_FORMAT, "'%s': tie_word_embeddings is not a boolean", path);
 	tied = json_is_true(v);
 	d->tied = tied;
+	if (dsv3) {
+		if ((rc = read_deepseek(path, root, d)) < 0)
+			return rc;
+		goto check;
+	}
 	if (qwen3) { /* head_dim its own (dim / heads when absent), QK-norm */
 		d->family = TITAN_MODEL_NAME_QWEN3;
 		d->qk_norm = true;
@@ -314,6 +427,7 @@ static int read_config(const char *path, json_t *root, struct titan_model_dims *
 	}
 	/* rms_norm_eps 0 or -1, an infinite rope_theta, sizes no table can
 	 * hold: the same checks as a checkpoint's dims, in config.json's words */
+check:
 	{
 		char src[4200];
 
@@ -467,7 +581,7 @@ static int locate(struct titan_hf_model *m)
 		int nd;
 		size_t k = 0;
 
-		if (e >= titan_hf_parts(p)) { /* the parameter's last part: the next one */
+		if (e >= titan_hf_parts(&m->table.dims, p)) { /* the parameter's last part: the next one */
 			i++;
 			e = -1;
 			continue;
@@ -683,7 +797,7 @@ int titan_hf_open(const char *dir, struct titan_hf_model **out)
 	}
 	for (int i = 0; i < m->table.n; i++) {
 		m->slot[i] = m->nsrc;
-		m->nsrc += titan_hf_parts(&m->table.params[i]);
+		m->nsrc += titan_hf_parts(&m->table.dims, &m->table.params[i]);
 	}
 	if (!(m->src = calloc((size_t)m->nsrc + 1, sizeof(*m->src))) ||
 	    !(m->src_file = calloc((size_t)m->nsrc + 1, sizeof(*m->src_file)))) {
@@ -708,9 +822,9 @@ int titan_hf_read(const struct titan_hf_model *m, const struct titan_param *p, f
 	int rc;
 
 	TITAN_ASSERT(idx >= 0 && idx < m->table.n);
-	if (titan_hf_parts(p) != 1) { /* the experts one by one; expert_bias zero */
+	if (titan_hf_parts(d, p) != 1) { /* the experts one by one; Qwen3's expert_bias zero */
 		memset(out, 0, (size_t)p->numel * sizeof(float));
-		for (int64_t e = 0; e < titan_hf_parts(p); e++)
+		for (int64_t e = 0; e < titan_hf_parts(d, p); e++)
 			if ((rc = titan_st_tensor_to_f32(m->src[m->slot[idx] + e],
 							 out + e * p->shape[1])) < 0)
 				return rc;

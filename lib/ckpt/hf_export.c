@@ -91,9 +91,91 @@ static int64_t max_positions(const struct titan_model_dims *d, const struct tita
 	       d->rope_scaling ? 131072 : d->rope_original_max_position;
 }
 
+/* The keys every exported config.json has alike: no biases, no dropout,
+ * the special token ids when known. */
+static void set_common(json_t *j, int64_t bos, int64_t eos)
+{
+	json_object_set_new(j, "attention_bias", json_false());
+	json_object_set_new(j, "attention_dropout", json_real(0.0));
+	if (bos >= 0)
+		json_object_set_new(j, "bos_token_id", json_integer(bos));
+	if (eos >= 0)
+		json_object_set_new(j, "eos_token_id", json_integer(eos));
+}
+
+/* DeepseekV3Config's keys as DeepSeek-V3's config.json has them (titan's
+ * mscale as both mscale and mscale_all_dim: HF then scales the softmax
+ * by it and leaves cos/sin alone, as torchtitan; scoring_func, which
+ * DeepSeek's own config carries, says softmax routing) */
+static json_t *deepseek_json(const struct titan_model_dims *d, const struct titan_hf_export_opts *o,
+			     int64_t bos, int64_t eos)
+{
+	const struct titan_mla_dims *a = &d->mla;
+	const struct titan_moe_dims *m = &d->moe;
+	const bool moe = m->num_experts > 0;
+	json_t *j = json_object();
+
+	json_object_set_new(j, "architectures", json_pack("[s]", "DeepseekV3ForCausalLM"));
+	set_common(j, bos, eos);
+	json_object_set_new(j, "first_k_dense_replace",
+			    json_integer(moe ? m->n_dense_layers : d->n_layers));
+	json_object_set_new(j, "hidden_act", json_string("silu"));
+	json_object_set_new(j, "hidden_size", json_integer(d->dim));
+	json_object_set_new(j, "initializer_range", json_real(0.02));
+	json_object_set_new(j, "intermediate_size", json_integer(d->ffn_hidden));
+	json_object_set_new(j, "kv_lora_rank", json_integer(a->kv_lora_rank));
+	json_object_set_new(j, "max_position_embeddings",
+			    json_integer(o->max_position_embeddings > 0 ? o->max_position_embeddings
+					 : a->rope_factor > 1.0 ?
+					   (json_int_t)(a->rope_factor * (double)a->original_seq_len)
+					 : a->original_seq_len));
+	json_object_set_new(j, "model_type", json_string("deepseek_v3"));
+	json_object_set_new(j, "moe_intermediate_size", json_integer(moe ? m->inter_dim : 0));
+	json_object_set_new(j, "n_group", json_integer(1));
+	json_object_set_new(j, "n_routed_experts", json_integer(m->num_experts));
+	json_object_set_new(j, "n_shared_experts", json_integer(moe ? m->num_shared_experts : 0));
+	json_object_set_new(j, "norm_topk_prob", json_boolean(moe && m->route_norm));
+	json_object_set_new(j, "num_attention_heads", json_integer(d->n_heads));
+	json_object_set_new(j, "num_experts_per_tok", json_integer(moe ? m->top_k : 1));
+	json_object_set_new(j, "num_hidden_layers", json_integer(d->n_layers));
+	json_object_set_new(j, "num_key_value_heads", json_integer(d->n_kv_heads));
+	json_object_set_new(j, "pretraining_tp", json_integer(1));
+	json_object_set_new(j, "q_lora_rank", a->q_lora_rank > 0 ? json_integer(a->q_lora_rank)
+								 : json_null());
+	json_object_set_new(j, "qk_nope_head_dim", json_integer(a->qk_nope_head_dim));
+	json_object_set_new(j, "qk_rope_head_dim", json_integer(a->qk_rope_head_dim));
+	json_object_set_new(j, "rms_norm_eps", json_real(d->norm_eps));
+	json_object_set_new(j, "rope_interleave", json_true());
+	if (a->rope_factor > 1.0)
+		json_object_set_new(j, "rope_scaling",
+				    json_pack("{s:f, s:f, s:f, s:f, s:f, s:I, s:s, s:s}", "beta_fast",
+					      a->beta_fast, "beta_slow", a->beta_slow, "factor",
+					      a->rope_factor, "mscale", a->mscale, "mscale_all_dim",
+					      a->mscale, "original_max_position_embeddings",
+					      (json_int_t)a->original_seq_len, "rope_type", "yarn",
+					      "type", "yarn"));
+	else
+		json_object_set_new(j, "rope_scaling", json_null());
+	json_object_set_new(j, "rope_theta", json_real(d->rope_theta));
+	json_object_set_new(j, "routed_scaling_factor", json_real(moe ? m->route_scale : 1.0));
+	json_object_set_new(j, "scoring_func", json_string(moe && m->softmax ? "softmax"
+									     : "sigmoid"));
+	json_object_set_new(j, "tie_word_embeddings", json_boolean(d->tied));
+	json_object_set_new(j, "topk_group", json_integer(1));
+	json_object_set_new(j, "topk_method", json_string("noaux_tc"));
+	json_object_set_new(j, "torch_dtype", json_string(torch_dtype(o->dtype)));
+	json_object_set_new(j, "use_cache", json_true());
+	json_object_set_new(j, "v_head_dim", json_integer(a->v_head_dim));
+	json_object_set_new(j, "vocab_size", json_integer(d->vocab_size));
+	return j;
+}
+
 static json_t *config_json(const struct titan_model_dims *d, const struct titan_hf_export_opts *o,
 			   int64_t bos, int64_t eos)
 {
+	if (titan_model_mla(d))
+		return deepseek_json(d, o, bos, eos);
+
 	json_t *j = json_object();
 	int64_t maxpos = max_positions(d, o);
 
@@ -122,12 +204,7 @@ static json_t *config_json(const struct titan_model_dims *d, const struct titan_
 		json_object_set_new(j, "output_router_logits", json_false());
 		json_object_set_new(j, "router_aux_loss_coef", json_real(0.001));
 	}
-	json_object_set_new(j, "attention_bias", json_false());
-	json_object_set_new(j, "attention_dropout", json_real(0.0));
-	if (bos >= 0)
-		json_object_set_new(j, "bos_token_id", json_integer(bos));
-	if (eos >= 0)
-		json_object_set_new(j, "eos_token_id", json_integer(eos));
+	set_common(j, bos, eos);
 	json_object_set_new(j, "head_dim", json_integer(d->head_dim));
 	json_object_set_new(j, "hidden_act", json_string("silu"));
 	json_object_set_new(j, "hidden_size", json_integer(d->dim));
@@ -367,13 +444,13 @@ static int write_shard(struct written *w, const char *path, const struct titan_p
 	int rc = 0;
 
 	for (int i = first; i < last; i++)
-		n += (size_t)titan_hf_parts(&t->params[i]);
+		n += (size_t)titan_hf_parts(&t->dims, &t->params[i]);
 	if (!(ts = calloc(n + 1, sizeof(*ts))) || !(names = calloc(n + 1, HF_NAME_MAX)) ||
 	    !(shapes = calloc(n + 1, sizeof(*shapes))) || !(data = calloc(n + 1, sizeof(*data))))
 		rc = titan_error(TITAN_E_NOMEM, "out of memory");
 	for (int i = first; i < last && rc == 0; i++) {
 		const struct titan_param *p = &t->params[i];
-		const int64_t parts = titan_hf_parts(p), numel = parts ? p->numel / parts : 0;
+		const int64_t parts = titan_hf_parts(&t->dims, p), numel = parts ? p->numel / parts : 0;
 		const float *src = f32;
 
 		if (!parts)
@@ -418,6 +495,11 @@ static int write_shard(struct written *w, const char *path, const struct titan_p
 static int check_moe(const struct titan_param_table *t)
 {
 	const struct titan_moe_dims *m = &t->dims.moe;
+
+	if (titan_model_mla(&t->dims)) /* DeepseekV3ForCausalLM holds its routing */
+		return m->score_before_experts && m->num_experts > 0 ?
+		       titan_error(TITAN_E_UNSUPPORTED, "model.moe_score_before_experts true: "
+				   "DeepSeek-V3 weighs the experts' outputs") : 0;
 	const char *why = t->dims.family != TITAN_MODEL_NAME_QWEN3 || !t->dims.qk_norm ?
 			  "model.name llama3 (HF has Qwen3 MoE only)" :
 			  !m->softmax ? "model.moe_score_func sigmoid" :
@@ -463,7 +545,7 @@ int titan_hf_export(const char *outdir, const struct titan_param_table *t, titan
 	if (!(shard_of = calloc((size_t)t->n, sizeof(*shard_of))))
 		return titan_error(TITAN_E_NOMEM, "out of memory");
 	for (int i = 0; i < t->n; i++) {
-		uint64_t b = titan_hf_parts(&t->params[i]) ? (uint64_t)t->params[i].numel *
+		uint64_t b = titan_hf_parts(&t->dims, &t->params[i]) ? (uint64_t)t->params[i].numel *
 							      (uint64_t)esz : 0;
 
 		if (nshards == 0 || (cur > 0 && cur + b > max)) {
@@ -508,7 +590,7 @@ int titan_hf_export(const char *outdir, const struct titan_param_table *t, titan
 		for (int i = first; i < last && rc == 0 && j; i++) {
 			char hf[HF_NAME_MAX];
 
-			for (int64_t e = 0; e < titan_hf_parts(&t->params[i]); e++) {
+			for (int64_t e = 0; e < titan_hf_parts(&t->dims, &t->params[i]); e++) {
 				titan_hf_part_name(&t->params[i], e, hf, sizeof(hf));
 				json_object_set_new(j, hf, json_string(name));
 			}

@@ -86,7 +86,7 @@ static const struct cfg_entry schema[] = {
 	KE(model, name, TITAN_MODEL_NAMES, titan_model_name, "llama3", "model family"),
 	KE(model, flavor, TITAN_FLAVORS, titan_flavor, "debugmodel",
 	   "model size; custom takes the dims below; a MoE flavor (qwen3: debugmodel_moe, "
-	   "30B-A3B, 235B-A22B) sets the model.moe_* keys"),
+	   "30B-A3B, 235B-A22B; every deepseek_v3 one) sets the model.moe_* keys"),
 	K(model, tokenizer_path, STRING, "", NR, NULL, 0,
 	  "tokenizer file (tiktoken .model or HF tokenizer.json); '' = none"),
 	K(model, hf_assets_path, STRING, "", NR, NULL, 0,
@@ -127,6 +127,29 @@ static const struct cfg_entry schema[] = {
 	KE(model, qk_norm, TITAN_TIES, titan_tie, "auto",
 	   "RMSNorm of q and k over head_dim before RoPE; auto = per model family "
 	   "(qwen3: true)"),
+	K(model, q_lora_rank, INT, "-1", GE(-1), NULL, 0,
+	  "deepseek_v3 MLA: rank of the query compression (0 = a plain wq); -1 = from the "
+	  "flavor"),
+	K(model, kv_lora_rank, INT, "-1", GE(-1), NULL, NZ,
+	  "deepseek_v3 MLA: rank of the compressed key/value latent; -1 = from the flavor"),
+	K(model, qk_nope_head_dim, INT, "-1", GE(-1), NULL, NZ,
+	  "deepseek_v3 MLA: per-head q/k dims without RoPE; -1 = from the flavor"),
+	K(model, qk_rope_head_dim, INT, "-1", GE(-1), NULL, NZ,
+	  "deepseek_v3 MLA: per-head q/k dims with (decoupled) RoPE, k's shared by the heads; "
+	  "-1 = from the flavor"),
+	K(model, v_head_dim, INT, "-1", GE(-1), NULL, NZ,
+	  "deepseek_v3 MLA: per-head value dims; -1 = from the flavor"),
+	K(model, rope_factor, FLOAT, "", GE(0), NULL, NUL | NZ,
+	  "deepseek_v3 YaRN RoPE scaling factor (> 1: scaled); null = from the flavor"),
+	K(model, beta_fast, FLOAT, "", GE(0), NULL, NUL | NZ,
+	  "deepseek_v3 YaRN: extrapolation boundary (rotations); null = from the flavor"),
+	K(model, beta_slow, FLOAT, "", GE(0), NULL, NUL | NZ,
+	  "deepseek_v3 YaRN: interpolation boundary (rotations); null = from the flavor"),
+	K(model, original_seq_len, INT, "-1", GE(-1), NULL, NZ,
+	  "deepseek_v3 YaRN: the pre-training context length; -1 = from the flavor"),
+	K(model, mscale, FLOAT, "", GE(0), NULL, NUL,
+	  "deepseek_v3 YaRN: softmax scale x (0.1 mscale ln(rope_factor) + 1)^2 when "
+	  "rope_factor > 1; null = from the flavor"),
 	K(model, converters, STRLIST, "", NR, NULL, 0,
 	  "model converters to apply, e.g. float8"),
 	K(model, moe_num_experts, INT, "0", GE(0), NULL, 0,

@@ -288,10 +288,14 @@ static const struct {
 } families[] = {
 	[TITAN_MODEL_NAME_LLAMA3] = {1e-5, 500000.0, true},
 	[TITAN_MODEL_NAME_QWEN3] = {1e-6, 1000000.0, false},
+	[TITAN_MODEL_NAME_DEEPSEEK_V3] = {1e-5, 10000.0, false}, /* YaRN: model.rope_factor */
 };
+
+static void flavor_move(struct titan_config *c, int name_was, int was, int name_now, int now);
 
 static void family_defaults(struct titan_config *c, int was, int now)
 {
+	flavor_move(c, was, c->model.flavor_e, now, c->model.flavor_e);
 	if (was == now || was < 0 || now < 0 || (size_t)was >= sizeof(families) / sizeof(families[0]) ||
 	    (size_t)now >= sizeof(families) / sizeof(families[0]))
 		return;
@@ -315,29 +319,52 @@ static const struct moe_flavor {
 	const char *score_func;
 	bool route_norm, before;
 	double rope_theta; /* 0: the family's */
-} dense_flavor = {0, 1, -1, 1, "sigmoid", false, true, 0},
+	double route_scale;
+	int64_t n_dense;
+} dense_flavor = {0, 1, -1, 1, "sigmoid", false, true, 0, 1.0, 0},
   moe_flavors[] = {
-	[TITAN_FLAVOR_DEBUGMODEL_MOE] = {64, 8, 768, 0, "softmax", true, false, 0},
-	[TITAN_FLAVOR_30B_A3B] = {128, 8, 768, 0, "softmax", true, false, 0},
-	[TITAN_FLAVOR_235B_A22B] = {128, 8, 1536, 0, "softmax", true, false, 5000000.0},
+	[TITAN_FLAVOR_DEBUGMODEL_MOE] = {64, 8, 768, 0, "softmax", true, false, 0, 1.0, 0},
+	[TITAN_FLAVOR_30B_A3B] = {128, 8, 768, 0, "softmax", true, false, 0, 1.0, 0},
+	[TITAN_FLAVOR_235B_A22B] = {128, 8, 1536, 0, "softmax", true, false, 5000000.0, 1.0, 0},
+},
+/* torchtitan's deepseekv3_configs: the first n_dense_layers blocks dense,
+ * shared experts, the scores on the experts' outputs; debugmodel_mla is
+ * titan's own (q_lora_rank > 0, DeepSeek-V3's sigmoid routing) */
+  dsv3_flavors[] = {
+	[TITAN_FLAVOR_DEBUGMODEL] = {8, 3, 256, 2, "softmax", false, false, 0, 1.0, 1},
+	[TITAN_FLAVOR_DEBUGMODEL_MLA] = {8, 2, 64, 1, "sigmoid", true, false, 0, 2.5, 1},
+	[TITAN_FLAVOR_16B] = {64, 6, 1408, 2, "softmax", false, false, 0, 1.0, 1},
+	[TITAN_FLAVOR_236B] = {160, 6, 1536, 2, "softmax", false, false, 0, 16.0, 1},
+	[TITAN_FLAVOR_671B] = {256, 8, 2048, 1, "sigmoid", true, false, 0, 2.5, 3},
 };
 
-static const struct moe_flavor *moe_flavor(int f)
+static const struct moe_flavor *moe_flavor(int name, int f)
 {
-	if (f < 0 || (size_t)f >= sizeof(moe_flavors) / sizeof(moe_flavors[0]) ||
-	    !moe_flavors[f].experts)
+	const struct moe_flavor *t = moe_flavors;
+	size_t n = sizeof(moe_flavors) / sizeof(moe_flavors[0]);
+
+	if (name == TITAN_MODEL_NAME_DEEPSEEK_V3) {
+		t = dsv3_flavors;
+		n = sizeof(dsv3_flavors) / sizeof(dsv3_flavors[0]);
+	}
+	if (f < 0 || (size_t)f >= n || !t[f].experts)
 		return &dense_flavor;
-	return &moe_flavors[f];
+	return &t[f];
 }
 
-static void flavor_defaults(struct titan_config *c, int was, int now)
+static double family_theta(int name)
 {
-	const struct moe_flavor *a = moe_flavor(was), *b = moe_flavor(now);
-	const int name = c->model.name_e;
-	const double fam = name >= 0 && (size_t)name < sizeof(families) / sizeof(families[0]) ?
-			   families[name].rope_theta : 0;
+	return name >= 0 && (size_t)name < sizeof(families) / sizeof(families[0]) ?
+	       families[name].rope_theta : 0;
+}
 
-	if (was == now || a == b)
+/* (model.name, model.flavor) moved from (name_was, was) to (name_now, now) */
+static void flavor_move(struct titan_config *c, int name_was, int was, int name_now, int now)
+{
+	const struct moe_flavor *a = moe_flavor(name_was, was), *b = moe_flavor(name_now, now);
+	const double fa = family_theta(name_was), fb = family_theta(name_now);
+
+	if (a == b)
 		return;
 	if (c->model.moe_num_experts == a->experts)
 		c->model.moe_num_experts = b->experts;
@@ -351,12 +378,22 @@ static void flavor_defaults(struct titan_config *c, int was, int now)
 		c->model.moe_route_norm = b->route_norm;
 	if (c->model.moe_score_before_experts == a->before)
 		c->model.moe_score_before_experts = b->before;
+	if (c->model.moe_route_scale == a->route_scale)
+		c->model.moe_route_scale = b->route_scale;
+	if (c->model.n_dense_layers == a->n_dense)
+		c->model.n_dense_layers = b->n_dense;
 	if (c->model.moe_score_func && !strcmp(c->model.moe_score_func, a->score_func) &&
 	    set_string(&c->model.moe_score_func, b->score_func) == 0)
 		c->model.moe_score_func_e = strcmp(b->score_func, "softmax") ? TITAN_MOE_SIGMOID
 									    : TITAN_MOE_SOFTMAX;
-	if (c->model.rope_theta == (a->rope_theta > 0 ? a->rope_theta : fam))
-		c->model.rope_theta = b->rope_theta > 0 ? b->rope_theta : fam;
+	if (c->model.rope_theta == (a->rope_theta > 0 ? a->rope_theta : fa))
+		c->model.rope_theta = b->rope_theta > 0 ? b->rope_theta : fb;
+}
+
+static void flavor_defaults(struct titan_config *c, int was, int now)
+{
+	if (was != now)
+		flavor_move(c, c->model.name_e, was, c->model.name_e, now);
 }
 
 int cfg_set_scalar(struct titan_config *c, const struct titan_config_key *k,

@@ -50,6 +50,45 @@ int titan_rope_freqs(float *freqs, int64_t seq, int64_t head_dim,
 	return 0;
 }
 
+int titan_rope_freqs_yarn(float *freqs, int64_t seq, int64_t head_dim, double theta,
+			  double factor, double beta_fast, double beta_slow,
+			  int64_t original_seq_len)
+{
+	int rc = titan_rope_freqs(freqs, seq, head_dim, theta, NULL);
+	const int64_t half = head_dim / 2;
+	double low, high;
+
+	if (rc < 0 || !(factor > 1.0))
+		return rc;
+	if (!(beta_fast > 0.0) || !(beta_slow > 0.0) || original_seq_len <= 0)
+		return titan_error(TITAN_E_INVALID, "rope: YaRN needs beta_fast %g, beta_slow %g "
+				   "and original_seq_len %lld positive", beta_fast, beta_slow,
+				   (long long)original_seq_len);
+	/* find_correction_dim, in Python's double arithmetic */
+	low = floor((double)head_dim * log((double)original_seq_len / (beta_fast * 2.0 * M_PI)) /
+		    (2.0 * log(theta)));
+	high = ceil((double)head_dim * log((double)original_seq_len / (beta_slow * 2.0 * M_PI)) /
+		    (2.0 * log(theta)));
+	low = low > 0.0 ? low : 0.0;
+	high = high < (double)(head_dim - 1) ? high : (double)(head_dim - 1);
+	if (low == high)
+		high += 0.001;
+	for (int64_t i = 0; i < half; i++) {
+		float e = (float)(2 * i) / (float)head_dim;
+		float f = 1.0f / (float)pow((double)(float)theta, (double)e);
+		float r = ((float)i - (float)low) / (float)(high - low);
+
+		r = r < 0.0f ? 0.0f : r > 1.0f ? 1.0f : r;
+		f = f / (float)factor * r + f * (1.0f - r);
+		for (int64_t t = 0; t < seq; t++) {
+			float a = (float)t * f;
+			freqs[(t * half + i) * 2] = cosf(a);
+			freqs[(t * half + i) * 2 + 1] = sinf(a);
+		}
+	}
+	return 0;
+}
+
 /* One row of nh heads, in place: pair i of a head is (a, b) = (p[2i],
  * p[2i+1]) and (c, s) its frequency; forward (a + ib)(c + is), inverse
  * (a + ib)(c − is).  Pairs from `i0` on. */

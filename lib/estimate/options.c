@@ -227,6 +227,11 @@ int titan_est_check(struct titan_est_opts *o, const struct titan_model_dims *d)
 				   d->moe.num_experts);
 	if (o->ngpu < 1)
 		return titan_error(TITAN_E_INVALID, "--ngpu: must be at least 1");
+	/* MLA's projections, latent and padded v are not counted yet */
+	if (titan_model_mla(d))
+		return titan_error(TITAN_E_INVALID, "model.kv_lora_rank %" PRId64 ": titan-estimate "
+				   "does not know multi-head latent attention (model.name "
+				   "deepseek_v3) yet", d->mla.kv_lora_rank);
 	if (l->dp_replicate < 1 || l->tp < 1 || l->pp < 1 || l->cp < 1 ||
 	    (l->dp_shard < 1 && l->dp_shard != -1))
 		return titan_error(TITAN_E_INVALID, "parallelism: every degree must be at least 1 "

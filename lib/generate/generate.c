@@ -44,6 +44,11 @@ struct titan_generator {
 	struct titan_attn_kv kva;
 	struct titan_moe moe;    /* MoE blocks (moe.h): the local dispatch, n = a chunk's */
 	struct moe_acts ma;      /* ... their activations of one chunk, shared by the blocks */
+	/* multi-head latent attention (deepseek_v3): its activations of one
+	 * chunk and its YaRN RoPE table [capacity, rope/2, 2]; the cache holds
+	 * the expanded k (nope + rope) and v (padded) of every head */
+	struct mla_acts mla;
+	float *mla_freqs;
 	void **blocks;           /* every allocation, for free */
 	int nblocks;
 };
@@ -62,6 +67,11 @@ static const float *W(const struct titan_generator *g, enum titan_param_role r, 
 	    (titan_model_layer_is_moe(&g->d, layer) ? r == TITAN_PARAM_W1 || r == TITAN_PARAM_W2 ||
 	     r == TITAN_PARAM_W3 || r >= TITAN_PARAM_MOE_SHARED_W1 : r >= TITAN_PARAM_MOE_W1))
 		return NULL;
+	if (i < 0 && layer >= 0 && r != TITAN_PARAM_WO && r != TITAN_PARAM_ATTENTION_NORM &&
+	    r != TITAN_PARAM_FFN_NORM && r < TITAN_PARAM_MOE_W1)
+		return NULL; /* MLA: no wk, wv (nor wq with q_lora_rank); others: no MLA roles */
+	if (i < 0 && r >= TITAN_PARAM_MLA_WQ_A)
+		return NULL;
 	TITAN_ASSERT(i >= 0);
 	return g->params + g->t->params[i].offset;
 }
@@ -73,6 +83,32 @@ static void *galloc(struct titan_generator *g, int64_t bytes, enum titan_mem_tag
 	if (p)
 		g->blocks[g->nblocks++] = p;
 	return p;
+}
+
+/* MLA's activations of a chunk and its RoPE table (block.h), when the
+ * model has it. */
+static int mla_init(struct titan_generator *g)
+{
+	const struct titan_model_dims *d = &g->d;
+	const struct titan_mla_dims *m = &d->mla;
+	const enum titan_mem_tag ws = TITAN_MEM_WORKSPACE;
+	const int64_t B = g->batch, R = m->kv_lora_rank, Q = m->q_lora_rank, H = d->n_heads;
+	struct mla_acts *a = &g->mla;
+
+	if (!titan_model_mla(d))
+		return 0;
+	if ((Q > 0 && (!(a->cq0 = galloc(g, B * Q * 4, ws)) || !(a->rstdcq = galloc(g, B * 4, ws)) ||
+		       !(a->cq = galloc(g, B * Q * 4, ws)))) ||
+	    !(a->kv0 = galloc(g, B * (R + m->qk_rope_head_dim) * 4, ws)) ||
+	    !(a->kvl = galloc(g, B * R * 4, ws)) || !(a->rstdkv = galloc(g, B * 4, ws)) ||
+	    !(a->kvn = galloc(g, B * R * 4, ws)) ||
+	    !(a->kvb = galloc(g, B * H * (m->qk_nope_head_dim + m->v_head_dim) * 4, ws)) ||
+	    !(a->attv = galloc(g, B * H * m->v_head_dim * 4, ws)) ||
+	    !(g->mla_freqs = galloc(g, g->capacity * m->qk_rope_head_dim * 4, TITAN_MEM_OTHER)))
+		return TITAN_E_NOMEM;
+	return titan_rope_freqs_yarn(g->mla_freqs, g->capacity, m->qk_rope_head_dim,
+				     d->rope_theta, m->rope_factor, m->beta_fast, m->beta_slow,
+				     m->original_seq_len);
 }
 
 /* The MoE blocks' activations for a chunk of `batch` tokens (moe.h;
@@ -154,7 +190,7 @@ int titan_generator_new(const struct titan_param_table *t, const float *params,
 	L = d->n_layers;
 	g->q = d->n_heads * d->head_dim;
 	g->kv = d->n_kv_heads * d->head_dim;
-	if (!(g->blocks = calloc((size_t)(2 * L + 32), sizeof(*g->blocks))) ||
+	if (!(g->blocks = calloc((size_t)(2 * L + 48), sizeof(*g->blocks))) ||
 	    !(g->kc = calloc((size_t)L, sizeof(*g->kc))) ||
 	    !(g->vc = calloc((size_t)L, sizeof(*g->vc))))
 		goto fail;
@@ -173,7 +209,7 @@ int titan_generator_new(const struct titan_param_table *t, const float *params,
 	    (o->block_causal && !(g->doc = galloc(g, g->capacity * 4, TITAN_MEM_DATA))) ||
 	    (d->qk_norm && !(g->k0 = galloc(g, B * g->kv * 4, ws))))
 		goto fail;
-	if ((rc = moe_init(g)) < 0)
+	if ((rc = moe_init(g)) < 0 || (rc = mla_init(g)) < 0)
 		goto fail;
 	g->doc_eos = o->doc_eos;
 	if ((rc = titan_rope_freqs(g->freqs, g->capacity, d->head_dim, d->rope_theta,
@@ -240,13 +276,17 @@ static int chunk_fwd(struct titan_generator *g, int64_t n)
 		.be = g->be, .sp = &g->sp, .attn = &g->kva.cp, .freqs = g->freqs + p0 * D,
 		.n = n, .B = 1, .T = n, .C = d->dim, .F = d->ffn_hidden, .H = d->n_heads,
 		.Hkv = d->n_kv_heads, .D = D, .eps = (float)d->norm_eps,
+		.mla = titan_model_mla(d) ? &d->mla : NULL,
+		.mla_freqs = g->mla_freqs ? g->mla_freqs + p0 * d->mla.qk_rope_head_dim : NULL,
+		.mla_qscale = titan_model_mla(d) ?
+			      (float)(titan_model_mla_softmax_scale(d) * sqrt((double)D)) : 1.0f,
 	};
 	struct acts a = {
 		.moe = g->ma, .xn1 = g->xn, .rstd1 = g->rstd, .q = g->qb, .att = g->att, .lse = g->lse,
 		.h = g->x, .xn2 = g->xn, .rstd2 = g->rstd, .a = g->a, .b = g->b, .g = g->a,
 		/* QK-norm's inputs: q's in att, k's in k0, then into the cache;
 		 * the 1/rms in lse (written by the attention after them) */
-		.q0 = g->att, .k0 = g->k0, .rstdq = g->lse, .rstdk = g->lse,
+		.q0 = g->att, .k0 = g->k0, .rstdq = g->lse, .rstdk = g->lse, .mla = g->mla,
 	};
 	int rc;
 

@@ -24,16 +24,17 @@ struct flavor {
 	 * and a RoPE base of its own (0: the family's) */
 	int64_t moe_experts, moe_top_k, moe_inter;
 	double rope_theta;
+	const struct titan_mla_dims *mla; /* deepseek_v3's attention (NULL: none) */
 };
 
 /* torchtitan's llama3_configs (1B/3B from HEAD, tied embeddings). */
 static const struct flavor flavors[] = {
-	{"debugmodel", 256, 6, 16, 16, 2048, 256, NAN, false, 0, 0, 0, 0, 0, 0},
-	{"1B", 2048, 16, 32, 8, 128256, 1024, 1.5, true, 0, 0, 0, 0, 0, 0},
-	{"3B", 3072, 28, 24, 8, 128256, 1024, 1.0, true, 0, 0, 0, 0, 0, 0},
-	{"8B", 4096, 32, 32, 8, 128256, 1024, 1.3, false, 0, 0, 0, 0, 0, 0},
-	{"70B", 8192, 80, 64, 8, 128256, 4096, 1.3, false, 0, 0, 0, 0, 0, 0},
-	{"405B", 16384, 126, 128, 8, 128256, 4096, 1.2, false, 0, 0, 0, 0, 0, 0},
+	{"debugmodel", 256, 6, 16, 16, 2048, 256, NAN, false, 0, 0, 0, 0, 0, 0, NULL},
+	{"1B", 2048, 16, 32, 8, 128256, 1024, 1.5, true, 0, 0, 0, 0, 0, 0, NULL},
+	{"3B", 3072, 28, 24, 8, 128256, 1024, 1.0, true, 0, 0, 0, 0, 0, 0, NULL},
+	{"8B", 4096, 32, 32, 8, 128256, 1024, 1.3, false, 0, 0, 0, 0, 0, 0, NULL},
+	{"70B", 8192, 80, 64, 8, 128256, 4096, 1.3, false, 0, 0, 0, 0, 0, 0, NULL},
+	{"405B", 16384, 126, 128, 8, 128256, 4096, 1.2, false, 0, 0, 0, 0, 0, 0, NULL},
 };
 #define NFLAVORS ((int)(sizeof(flavors) / sizeof(flavors[0])))
 
@@ -41,19 +42,36 @@ static const struct flavor flavors[] = {
  * refactor), the dense ones: head_dim 128 whatever dim / n_heads, the FFN
  * hidden size given (hidden_dim), tied embeddings up to 4B. */
 static const struct flavor qwen3_flavors[] = {
-	{"debugmodel", 256, 8, 16, 8, 2048, 0, NAN, true, 128, 3072, 0, 0, 0, 0},
-	{"0.6B", 1024, 28, 16, 8, 151936, 0, NAN, true, 128, 3072, 0, 0, 0, 0},
-	{"1.7B", 2048, 28, 16, 8, 151936, 0, NAN, true, 128, 6144, 0, 0, 0, 0},
-	{"4B", 2560, 36, 32, 8, 151936, 0, NAN, true, 128, 9728, 0, 0, 0, 0},
-	{"8B", 4096, 36, 32, 8, 151936, 0, NAN, false, 128, 12288, 0, 0, 0, 0},
-	{"14B", 5120, 40, 40, 8, 151936, 0, NAN, false, 128, 17408, 0, 0, 0, 0},
-	{"32B", 5120, 64, 64, 8, 151936, 0, NAN, false, 128, 25600, 0, 0, 0, 0},
+	{"debugmodel", 256, 8, 16, 8, 2048, 0, NAN, true, 128, 3072, 0, 0, 0, 0, NULL},
+	{"0.6B", 1024, 28, 16, 8, 151936, 0, NAN, true, 128, 3072, 0, 0, 0, 0, NULL},
+	{"1.7B", 2048, 28, 16, 8, 151936, 0, NAN, true, 128, 6144, 0, 0, 0, 0, NULL},
+	{"4B", 2560, 36, 32, 8, 151936, 0, NAN, true, 128, 9728, 0, 0, 0, 0, NULL},
+	{"8B", 4096, 36, 32, 8, 151936, 0, NAN, false, 128, 12288, 0, 0, 0, 0, NULL},
+	{"14B", 5120, 40, 40, 8, 151936, 0, NAN, false, 128, 17408, 0, 0, 0, 0, NULL},
+	{"32B", 5120, 64, 64, 8, 151936, 0, NAN, false, 128, 25600, 0, 0, 0, 0, NULL},
 	/* the MoE ones (every block MoE: softmax scores, route_norm, no shared
 	 * experts, the scores on the experts' outputs; hidden: HF's
 	 * intermediate_size, which no block uses) */
-	{"debugmodel_moe", 256, 8, 16, 8, 2048, 0, NAN, false, 128, 3072, 64, 8, 768, 0},
-	{"30B-A3B", 2048, 48, 32, 4, 151936, 0, NAN, false, 128, 6144, 128, 8, 768, 0},
-	{"235B-A22B", 4096, 94, 64, 4, 151936, 0, NAN, false, 128, 12288, 128, 8, 1536, 5000000.0},
+	{"debugmodel_moe", 256, 8, 16, 8, 2048, 0, NAN, false, 128, 3072, 64, 8, 768, 0, NULL},
+	{"30B-A3B", 2048, 48, 32, 4, 151936, 0, NAN, false, 128, 6144, 128, 8, 768, 0, NULL},
+	{"235B-A22B", 4096, 94, 64, 4, 151936, 0, NAN, false, 128, 12288, 128, 8, 1536, 5000000.0, NULL},
+};
+
+/* torchtitan's deepseekv3_configs (models/deepseek_v3/__init__.py):
+ * multi-head latent attention with YaRN RoPE (theta 1e4, factor 40 over
+ * an original 4096 tokens); hidden = the dense blocks' FFN size; the MoE
+ * blocks' routing reaches the config's model.moe_* keys (lib/config/
+ * value.c).  debugmodel_mla is titan's own: tiny, with q_lora_rank > 0. */
+static const struct titan_mla_dims mla_debug = {0, 512, 128, 64, 128, 40.0, 32.0, 1.0, 0.70, 4096},
+				    mla_tiny = {32, 32, 16, 8, 16, 40.0, 32.0, 1.0, 0.70, 4096},
+				    mla_16b = {0, 512, 128, 64, 128, 40.0, 32.0, 1.0, 0.70, 4096},
+				    mla_big = {1536, 512, 128, 64, 128, 40.0, 32.0, 1.0, 1.0, 4096};
+static const struct flavor dsv3_flavors[] = {
+	{"debugmodel", 256, 6, 16, 16, 2048, 0, NAN, false, 192, 1024, 0, 0, 0, 0, &mla_debug},
+	{"debugmodel_mla", 64, 3, 4, 4, 2048, 0, NAN, false, 24, 192, 0, 0, 0, 0, &mla_tiny},
+	{"16B", 2048, 27, 16, 16, 102400, 0, NAN, false, 192, 10944, 0, 0, 0, 0, &mla_16b},
+	{"236B", 5120, 60, 128, 128, 102400, 0, NAN, false, 192, 12288, 0, 0, 0, 0, &mla_big},
+	{"671B", 7168, 61, 128, 128, 129280, 0, NAN, false, 192, 18432, 0, 0, 0, 0, &mla_big},
 };
 
 /* The model families (model.name): their flavors and what a family sets
@@ -71,6 +89,9 @@ static const struct family {
 	[TITAN_MODEL_NAME_QWEN3] = {"qwen3", qwen3_flavors,
 				    (int)(sizeof(qwen3_flavors) / sizeof(qwen3_flavors[0])), true,
 				    1e-6, 1000000.0, false},
+	[TITAN_MODEL_NAME_DEEPSEEK_V3] = {"deepseek_v3", dsv3_flavors,
+					  (int)(sizeof(dsv3_flavors) / sizeof(dsv3_flavors[0])), false,
+					  1e-5, 10000.0, false},
 };
 #define NFAMILIES ((int)(sizeof(families) / sizeof(families[0])))
 
@@ -159,6 +180,8 @@ int titan_model_family_flavor(enum titan_model_name fam, const char *name,
 		if (f->rope_theta > 0)
 			out->rope_theta = f->rope_theta;
 		finish(out, f->head_dim, f->hidden);
+		if (f->mla)
+			out->mla = *f->mla;
 		if (f->moe_experts)
 			out->moe = (struct titan_moe_dims){
 				.num_experts = f->moe_experts, .top_k = f->moe_top_k,
@@ -176,6 +199,72 @@ int titan_model_flavor(const char *name, struct titan_model_dims *out)
 		if (!strcmp(name, flavors[i].name))
 			return titan_model_family_flavor(TITAN_MODEL_NAME_LLAMA3, name, out);
 	return titan_error(TITAN_E_INVALID, "model.flavor: unknown flavor '%s'", name);
+}
+
+/* deepseek_v3: the flavor's MLA and YaRN dims (custom: debugmodel's) with
+ * the config's model.* ones that are set; every head has its kv head
+ * (n_kv_heads = n_heads) and q, k heads of nope + rope dims. */
+static int mla_from_config(const struct titan_config *cfg, struct titan_model_dims *d,
+			   bool custom, int64_t *head_dim)
+{
+	struct titan_mla_dims *m = &d->mla;
+
+	if (custom)
+		*m = mla_debug;
+#define MLA_INT(f) if (cfg->model.f >= 0) m->f = cfg->model.f
+#define MLA_FLT(f) if (!isnan(cfg->model.f)) m->f = cfg->model.f
+	MLA_INT(q_lora_rank);
+	MLA_INT(kv_lora_rank);
+	MLA_INT(qk_nope_head_dim);
+	MLA_INT(qk_rope_head_dim);
+	MLA_INT(v_head_dim);
+	MLA_INT(original_seq_len);
+	MLA_FLT(rope_factor);
+	MLA_FLT(beta_fast);
+	MLA_FLT(beta_slow);
+	MLA_FLT(mscale);
+#undef MLA_INT
+#undef MLA_FLT
+	if (m->kv_lora_rank <= 0 || m->qk_rope_head_dim <= 0 || m->qk_rope_head_dim % 2 ||
+	    m->qk_nope_head_dim < 0 || m->v_head_dim <= 0)
+		return titan_error(TITAN_E_INVALID, "model.qk_rope_head_dim: deepseek_v3 needs "
+				   "kv_lora_rank %lld > 0, an even qk_rope_head_dim %lld > 0, "
+				   "qk_nope_head_dim %lld >= 0 and v_head_dim %lld > 0",
+				   (long long)m->kv_lora_rank, (long long)m->qk_rope_head_dim,
+				   (long long)m->qk_nope_head_dim, (long long)m->v_head_dim);
+	if (m->v_head_dim > m->qk_nope_head_dim + m->qk_rope_head_dim)
+		return titan_error(TITAN_E_INVALID, "model.v_head_dim: %lld above the q/k head "
+				   "size %lld (qk_nope_head_dim + qk_rope_head_dim) is not supported",
+				   (long long)m->v_head_dim,
+				   (long long)(m->qk_nope_head_dim + m->qk_rope_head_dim));
+	if (cfg->model.head_dim > 0 && cfg->model.head_dim != m->qk_nope_head_dim + m->qk_rope_head_dim)
+		return titan_error(TITAN_E_INVALID, "model.head_dim: deepseek_v3's is "
+				   "qk_nope_head_dim + qk_rope_head_dim (%lld), not %lld",
+				   (long long)(m->qk_nope_head_dim + m->qk_rope_head_dim),
+				   (long long)cfg->model.head_dim);
+	if (cfg->model.n_kv_heads > 0 && cfg->model.n_kv_heads != cfg->model.n_heads &&
+	    cfg->model.n_heads > 0)
+		return titan_error(TITAN_E_INVALID, "model.n_kv_heads: multi-head latent attention "
+				   "has a key/value head per head (n_heads)");
+	if (!(m->rope_factor > 0) || m->original_seq_len <= 0 || !(m->beta_fast > 0) ||
+	    !(m->beta_slow > 0))
+		return titan_error(TITAN_E_INVALID, "model.rope_factor: YaRN needs rope_factor, "
+				   "beta_fast, beta_slow and original_seq_len positive");
+	*head_dim = m->qk_nope_head_dim + m->qk_rope_head_dim;
+	return 0;
+}
+
+double titan_model_mla_softmax_scale(const struct titan_model_dims *d)
+{
+	const struct titan_mla_dims *m = &d->mla;
+	double s = pow((double)(m->qk_nope_head_dim + m->qk_rope_head_dim), -0.5);
+
+	if (m->rope_factor > 1.0) {
+		double ms = 0.1 * m->mscale * log(m->rope_factor) + 1.0;
+
+		s = s * ms * ms;
+	}
+	return s;
 }
 
 int titan_model_dims_from_config(const struct titan_config *cfg, struct titan_model_dims *d)
@@ -209,6 +298,12 @@ int titan_model_dims_from_config(const struct titan_config *cfg, struct titan_mo
 				hidden = F->flavors[i].hidden;
 			}
 	}
+	if (d->family == TITAN_MODEL_NAME_DEEPSEEK_V3) {
+		int rc = mla_from_config(cfg, d, custom, &head_dim);
+
+		if (rc < 0)
+			return rc;
+	}
 #define OVERRIDE(f) if (cfg->model.f > 0) d->f = cfg->model.f
 	OVERRIDE(dim);
 	OVERRIDE(n_layers);
@@ -234,12 +329,12 @@ int titan_model_dims_from_config(const struct titan_config *cfg, struct titan_mo
 		d->tied = cfg->model.tie_word_embeddings_e == TITAN_TIE_TRUE;
 	if (cfg->model.qk_norm_e != TITAN_TIE_AUTO)
 		d->qk_norm = cfg->model.qk_norm_e == TITAN_TIE_TRUE;
-	if (custom && cfg->model.n_kv_heads <= 0)
+	if ((custom && cfg->model.n_kv_heads <= 0) || titan_model_mla(d))
 		d->n_kv_heads = d->n_heads;
 	finish(d, head_dim, hidden);
 	/* a head_dim of its own goes with QK-norm (Qwen3), as checkpoints and
 	 * HF's Llama have it */
-	if (head_dim > 0 && !d->qk_norm && head_dim * d->n_heads != d->dim)
+	if (head_dim > 0 && !d->qk_norm && !titan_model_mla(d) && head_dim * d->n_heads != d->dim)
 		return titan_error(TITAN_E_INVALID, "model.head_dim: %lld x %lld heads is not model.dim "
 				   "%lld, which a model without model.qk_norm (llama3) needs",
 				   (long long)head_dim, (long long)d->n_heads, (long long)d->dim);
@@ -295,10 +390,25 @@ void titan_model_count_params(const struct titan_model_dims *d, struct titan_mod
 	p->embedding = d->vocab_size * d->dim;
 	p->output = d->tied ? 0 : d->vocab_size * d->dim;
 	p->attention = d->dim * q + 2 * d->dim * kv + q * d->dim;
+	if (titan_model_mla(d)) { /* the MLA projections; its norms go to `norms` */
+		const struct titan_mla_dims *m = &d->mla;
+		const int64_t Q = m->q_lora_rank, R = m->kv_lora_rank;
+
+		p->attention = (Q > 0 ? Q * d->dim + q * Q : q * d->dim) +
+			       (R + m->qk_rope_head_dim) * d->dim +
+			       d->n_heads * (m->qk_nope_head_dim + m->v_head_dim) * R +
+			       d->dim * d->n_heads * m->v_head_dim;
+	}
 	p->feed_forward = 3 * d->dim * d->ffn_hidden;
 	p->per_layer = p->attention + p->feed_forward + 2 * d->dim +
 		       (d->qk_norm ? 2 * d->head_dim : 0);
 	p->norms = (2 * d->n_layers + 1) * d->dim + (d->qk_norm ? 2 * d->n_layers * d->head_dim : 0);
+	if (titan_model_mla(d)) { /* q_norm (with q_lora_rank), kv_norm */
+		const int64_t mn = d->mla.q_lora_rank + d->mla.kv_lora_rank;
+
+		p->per_layer += mn;
+		p->norms += d->n_layers * mn;
+	}
 	p->total = p->embedding + p->output + d->n_layers * p->per_layer + d->dim;
 	p->active = p->total;
 	for (int64_t l = 0; l < d->n_layers; l++) {
@@ -327,6 +437,9 @@ double titan_model_flops_per_token(const struct titan_model_dims *d, int64_t seq
 	 * get_moe_model_nparams_and_flops subtracts the embedding in any case */
 	n = (double)p.active - (d->tied && d->family == TITAN_MODEL_NAME_LLAMA3 ? 0.0
 										: (double)p.embedding);
+	/* deepseek_v3: torchtitan passes qk_nope + qk_rope + v_head_dim as the
+	 * head size of the attention term */
 	return 6.0 * n + 12.0 * (double)d->n_layers * (double)d->n_heads *
-			 (double)d->head_dim * (double)seq_len;
+			 (double)(titan_model_mla(d) ? d->head_dim + d->mla.v_head_dim : d->head_dim) *
+			 (double)seq_len;
 }

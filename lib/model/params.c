@@ -54,7 +54,8 @@ static void add(struct titan_param_table *t, enum titan_param_role role, int lay
 	p->init = init;
 	p->is_norm = role == TITAN_PARAM_ATTENTION_NORM || role == TITAN_PARAM_FFN_NORM ||
 		     role == TITAN_PARAM_NORM || role == TITAN_PARAM_Q_NORM ||
-		     role == TITAN_PARAM_K_NORM;
+		     role == TITAN_PARAM_K_NORM || role == TITAN_PARAM_MLA_Q_NORM ||
+		     role == TITAN_PARAM_MLA_KV_NORM;
 	p->is_embedding = role == TITAN_PARAM_TOK_EMBEDDINGS;
 	p->is_buffer = role == TITAN_PARAM_MOE_EXPERT_BIAS;
 	p->fndim = p->ndim;
@@ -106,6 +107,19 @@ static bool model_fits(const struct titan_model_dims *d, int64_t *q, int64_t *kv
 		if (!mul_add(&ef, E, Fm) || !mul_add(&fs, Fs, 1) || !mul_add(&ef, fs, 1) ||
 		    !mul_add(&block, ef, C) || !mul_add(&block, ef, C) || !mul_add(&block, ef, C) ||
 		    !mul_add(&block, E, C) || !mul_add(&block, E, 1))
+			return false;
+	}
+	if (titan_model_mla(d)) { /* MLA's projections on top of wq, wk, wv */
+		const struct titan_mla_dims *m = &d->mla;
+		int64_t r = 0, hv = 0;
+
+		if (m->q_lora_rank < 0 || m->qk_rope_head_dim < 0 || m->qk_nope_head_dim < 0 ||
+		    m->v_head_dim < 0 || !mul_add(&r, m->q_lora_rank, 1) ||
+		    !mul_add(&r, m->kv_lora_rank, 1) || !mul_add(&r, m->qk_rope_head_dim, 1) ||
+		    !mul_add(&hv, d->n_heads, m->qk_nope_head_dim + m->v_head_dim) ||
+		    !mul_add(&block, r, C) || !mul_add(&block, r, 2) ||
+		    !mul_add(&block, d->n_heads * d->head_dim, m->q_lora_rank) ||
+		    !mul_add(&block, hv, m->kv_lora_rank) || !mul_add(&block, hv, C))
 			return false;
 	}
 	return mul_add(q, d->n_heads, d->head_dim) && mul_add(kv, d->n_kv_heads, d->head_dim) &&
@@ -184,6 +198,12 @@ int titan_param_table_init(struct titan_param_table *t, const struct titan_model
 				   "parallelism of MoE blocks (model.moe_num_experts %lld) is not "
 				   "supported yet", o->tp_degree, (long long)d->moe.num_experts);
 
+	if (titan_model_mla(d) && o->tp_degree > 1)
+		return titan_error(TITAN_E_INVALID, "parallelism.tensor_parallel_degree %d: tensor "
+				   "parallelism of multi-head latent attention (model.kv_lora_rank "
+				   "%lld) is not supported yet", o->tp_degree,
+				   (long long)d->mla.kv_lora_rank);
+
 	const int L = (int)d->n_layers;
 	const int nmax = 3 + (TITAN_PARAMS_PER_LAYER_MAX + 6) * L;
 
@@ -218,10 +238,40 @@ int titan_param_table_init(struct titan_param_table *t, const struct titan_model
 			add(t, TITAN_PARAM_Q_NORM, i, "attention.q_norm.weight", d->head_dim, 0, ones);
 			add(t, TITAN_PARAM_K_NORM, i, "attention.k_norm.weight", d->head_dim, 0, ones);
 		}
-		add(t, TITAN_PARAM_WQ, i, "attention.wq.weight", q, C, linear);
-		add(t, TITAN_PARAM_WK, i, "attention.wk.weight", kv, C, linear);
-		add(t, TITAN_PARAM_WV, i, "attention.wv.weight", kv, C, linear);
-		add(t, TITAN_PARAM_WO, i, "attention.wo.weight", C, q, depth);
+		if (titan_model_mla(d)) {
+			/* DeepSeek-V3's Attention: wq (or wq_a, q_norm, wq_b),
+			 * wkv_a, kv_norm, wkv_b, wo */
+			const struct titan_mla_dims *m = &d->mla;
+			const int64_t R = m->kv_lora_rank, Q = m->q_lora_rank;
+
+			if (Q > 0) {
+				add(t, TITAN_PARAM_MLA_WQ_A, i, "attention.wq_a.weight", Q, C, linear);
+				add(t, TITAN_PARAM_MLA_Q_NORM, i, "attention.q_norm.weight", Q, 0, ones);
+				add(t, TITAN_PARAM_MLA_WQ_B, i, "attention.wq_b.weight", q, Q, linear);
+			} else {
+				add(t, TITAN_PARAM_WQ, i, "attention.wq.weight", q, C, linear);
+			}
+			add(t, TITAN_PARAM_MLA_WKV_A, i, "attention.wkv_a.weight",
+			    R + m->qk_rope_head_dim, C, linear);
+			add(t, TITAN_PARAM_MLA_KV_NORM, i, "attention.kv_norm.weight", R, 0, ones);
+			add(t, TITAN_PARAM_MLA_WKV_B, i, "attention.wkv_b.weight",
+			    d->n_heads * (m->qk_nope_head_dim + m->v_head_dim), R, linear);
+			add(t, TITAN_PARAM_WO, i, "attention.wo.weight", C,
+			    d->n_heads * m->v_head_dim, depth);
+		} else {
+			add(t, TITAN_PARAM_WQ, i, "attention.wq.weight", q, C, linear);
+			add(t, TITAN_PARAM_WK, i, "attention.wk.weight", kv, C, linear);
+			add(t, TITAN_PARAM_WV, i, "attention.wv.weight", kv, C, linear);
+			add(t, TITAN_PARAM_WO, i, "attention.wo.weight", C, q, depth);
+		}
+		/* DeepSeek-V3's block registers its norms before moe /
+		 * feed_forward */
+		const bool norms_first = d->family == TITAN_MODEL_NAME_DEEPSEEK_V3;
+
+		if (norms_first) {
+			add(t, TITAN_PARAM_ATTENTION_NORM, i, "attention_norm.weight", C, 0, ones);
+			add(t, TITAN_PARAM_FFN_NORM, i, "ffn_norm.weight", C, 0, ones);
+		}
 		if (titan_model_layer_is_moe(d, i)) {
 			/* torchtitan's MoE: experts, router, shared_experts, then
 			 * the expert_bias buffer (state_dict order); init_weights
@@ -246,8 +296,10 @@ int titan_param_table_init(struct titan_param_table *t, const struct titan_model
 			add(t, TITAN_PARAM_W2, i, "feed_forward.w2.weight", C, F, depth);
 			add(t, TITAN_PARAM_W3, i, "feed_forward.w3.weight", F, C, depth);
 		}
-		add(t, TITAN_PARAM_ATTENTION_NORM, i, "attention_norm.weight", C, 0, ones);
-		add(t, TITAN_PARAM_FFN_NORM, i, "ffn_norm.weight", C, 0, ones);
+		if (!norms_first) {
+			add(t, TITAN_PARAM_ATTENTION_NORM, i, "attention_norm.weight", C, 0, ones);
+			add(t, TITAN_PARAM_FFN_NORM, i, "ffn_norm.weight", C, 0, ones);
+		}
 		/* buffers follow the parameters in state_dict() */
 		if (titan_model_layer_is_moe(d, i) && titan_model_moe_balanced(d))
 			add(t, TITAN_PARAM_MOE_EXPERT_BIAS, i, "moe.expert_bias", d->moe.num_experts,

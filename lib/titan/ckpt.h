@@ -637,10 +637,19 @@ int titan_hf_param_name(const struct titan_param *p, char *buf, size_t n);
  *   layers.I.moe.experts.w3 [E, F, C]       ... .experts.e.up_proj.weight [F, C]
  *   layers.I.moe.experts.w2 [E, C, F]       ... .experts.e.down_proj.weight [C, F]
  *   layers.I.moe.expert_bias [E]            none: dropped on export, zero on import
- * (shared experts have no Qwen3 MoE name).  titan_hf_parts: the HF tensors
- * of a parameter (E for the stacked experts, 0 for expert_bias, else 1);
+ * (shared experts have no Qwen3 MoE name).  DeepseekV3ForCausalLM (model.name
+ * deepseek_v3): the same experts and gate, and
+ *   layers.I.moe.expert_bias [E]            model.layers.I.mlp.gate.e_score_correction_bias
+ *   layers.I.moe.shared_experts.w1/w3/w2    ... .mlp.shared_experts.gate_proj/up_proj/down_proj
+ *   layers.I.attention.wq / wq_a / q_norm / wq_b
+ *                                           ... .self_attn.q_proj / q_a_proj / q_a_layernorm / q_b_proj
+ *   layers.I.attention.wkv_a / kv_norm / wkv_b
+ *                                           ... .self_attn.kv_a_proj_with_mqa / kv_a_layernorm / kv_b_proj
+ * (no RoPE permutation: HF's DeepSeek-V3 keeps the adjacent pairs,
+ * rope_interleave).  titan_hf_parts: the HF tensors of a parameter (E for
+ * the stacked experts, 0 for a Qwen3 MoE's expert_bias, else 1);
  * titan_hf_part_name / _shape: part e's name and 2-d (or 1-d) shape. */
-int64_t titan_hf_parts(const struct titan_param *p);
+int64_t titan_hf_parts(const struct titan_model_dims *d, const struct titan_param *p);
 int titan_hf_part_name(const struct titan_param *p, int64_t e, char *buf, size_t n);
 void titan_hf_part_shape(const struct titan_param *p, int *ndim, int64_t shape[2]);
 /* Permute a q/k weight [rows, cols] (rows = n_heads · head_dim, head_dim

@@ -56,7 +56,9 @@ enum titan_config_type {
  * code).  Compare the enum; never strcmp the string.
  */
 #define TITAN_CFG_ENUMERATOR(id, name) id,
-#define TITAN_MODEL_NAMES(X) X(TITAN_MODEL_NAME_LLAMA3, "llama3") X(TITAN_MODEL_NAME_QWEN3, "qwen3")
+#define TITAN_MODEL_NAMES(X)                                                       \
+	X(TITAN_MODEL_NAME_LLAMA3, "llama3") X(TITAN_MODEL_NAME_QWEN3, "qwen3")    \
+	X(TITAN_MODEL_NAME_DEEPSEEK_V3, "deepseek_v3")
 #define TITAN_FLAVORS(X)                                                           \
 	X(TITAN_FLAVOR_DEBUGMODEL, "debugmodel") X(TITAN_FLAVOR_1B, "1B")          \
 	X(TITAN_FLAVOR_3B, "3B") X(TITAN_FLAVOR_8B, "8B") X(TITAN_FLAVOR_70B, "70B") \
@@ -65,6 +67,8 @@ enum titan_config_type {
 	X(TITAN_FLAVOR_14B, "14B") X(TITAN_FLAVOR_32B, "32B")                      \
 	X(TITAN_FLAVOR_DEBUGMODEL_MOE, "debugmodel_moe")                            \
 	X(TITAN_FLAVOR_30B_A3B, "30B-A3B") X(TITAN_FLAVOR_235B_A22B, "235B-A22B")   \
+	X(TITAN_FLAVOR_DEBUGMODEL_MLA, "debugmodel_mla") X(TITAN_FLAVOR_16B, "16B") \
+	X(TITAN_FLAVOR_236B, "236B") X(TITAN_FLAVOR_671B, "671B")                   \
 	X(TITAN_FLAVOR_CUSTOM, "custom")
 #define TITAN_TIES(X) X(TITAN_TIE_AUTO, "auto") X(TITAN_TIE_TRUE, "true") X(TITAN_TIE_FALSE, "false")
 #define TITAN_MOE_SCORE_FUNCS(X) X(TITAN_MOE_SIGMOID, "sigmoid") X(TITAN_MOE_SOFTMAX, "softmax")
@@ -178,6 +182,11 @@ struct titan_config {
 		int64_t hidden_dim;      /* FFN hidden size; -1: the flavor's */
 		char *qk_norm;           /* auto|true|false (auto: per model family) */
 		enum titan_tie qk_norm_e;
+		/* deepseek_v3's multi-head latent attention and YaRN RoPE
+		 * (-1 / NAN: the flavor's) */
+		int64_t q_lora_rank, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim;
+		int64_t v_head_dim, original_seq_len;
+		double rope_factor, beta_fast, beta_slow, mscale;
 		struct titan_strlist converters;
 		/* mixture of experts (torchtitan's MoEArgs, the DeepSeek-V3 /
 		 * Llama 4 layer choice); moe_num_experts 0 = dense */

@@ -30,6 +30,19 @@ struct titan_model_dims {
 	bool tied;                   /* output shares tok_embeddings (1B, 3B) */
 	enum titan_model_name family;/* model.name: llama3, qwen3 */
 	bool qk_norm;                /* RMSNorm of q, k per head before RoPE (qwen3) */
+	/* DeepSeek-V3's multi-head latent attention (torchtitan's
+	 * models/deepseek_v3 Attention); kv_lora_rank 0 = none.  With it
+	 * n_kv_heads = n_heads and head_dim = qk_nope + qk_rope (q and k);
+	 * v has v_head_dim <= head_dim. */
+	struct titan_mla_dims {
+		int64_t q_lora_rank;         /* 0: plain wq */
+		int64_t kv_lora_rank;
+		int64_t qk_nope_head_dim, qk_rope_head_dim, v_head_dim;
+		/* YaRN RoPE on the rope part (scaling when rope_factor > 1) and
+		 * its softmax-scale correction (0.1·mscale·ln(factor) + 1)² */
+		double rope_factor, beta_fast, beta_slow, mscale;
+		int64_t original_seq_len;
+	} mla;
 	struct titan_moe_dims {      /* mixture of experts; num_experts 0 = dense */
 		int64_t num_experts, num_shared_experts, top_k;
 		int64_t inter_dim;           /* one expert's hidden size */
@@ -48,6 +61,15 @@ static inline bool titan_model_layer_is_moe(const struct titan_model_dims *d, in
 	return d->moe.num_experts > 0 && layer >= d->moe.n_dense_layers &&
 	       (layer + 1) % (d->moe.interleave_step > 0 ? d->moe.interleave_step : 1) == 0;
 }
+
+/* Whether the model has multi-head latent attention (deepseek_v3). */
+static inline bool titan_model_mla(const struct titan_model_dims *d)
+{
+	return d->mla.kv_lora_rank > 0;
+}
+
+/* MLA's softmax scale: head_dim^-0.5, times mscale² under YaRN. */
+double titan_model_mla_softmax_scale(const struct titan_model_dims *d);
 
 /* Whether the MoE layers keep an expert_bias (load balancing on). */
 static inline bool titan_model_moe_balanced(const struct titan_model_dims *d)
@@ -77,7 +99,9 @@ int64_t titan_ffn_hidden_dim(int64_t dim, int64_t multiple_of, double ffn_dim_mu
 int titan_model_flavor(const char *flavor, struct titan_model_dims *out);
 /* Dims of flavor `flavor` of model family `fam` (model.name): Llama 3's
  * above, or Qwen3's (debugmodel, 0.6B, 1.7B, 4B, 8B, 14B, 32B: QK-norm,
- * head_dim 128, norm_eps 1e-6, rope_theta 1e6 without scaling).
+ * head_dim 128, norm_eps 1e-6, rope_theta 1e6 without scaling), or
+ * DeepSeek-V3's (debugmodel, debugmodel_mla, 16B, 236B, 671B: `mla`, the
+ * dense blocks' FFN; their MoE routing lives in the config's keys).
  * TITAN_E_INVALID naming the flavor and family when unknown. */
 int titan_model_family_flavor(enum titan_model_name fam, const char *flavor,
 			      struct titan_model_dims *out);
@@ -165,6 +189,14 @@ enum titan_param_role {
 	TITAN_PARAM_MOE_SHARED_W2,
 	TITAN_PARAM_MOE_SHARED_W3,
 	TITAN_PARAM_MOE_EXPERT_BIAS, /* the expert_bias buffer [E] */
+	/* multi-head latent attention (deepseek_v3), in place of WK, WV (and
+	 * of WQ when q_lora_rank > 0) */
+	TITAN_PARAM_MLA_WQ_A,        /* attention.wq_a [q_lora_rank, C] */
+	TITAN_PARAM_MLA_Q_NORM,      /* attention.q_norm [q_lora_rank] */
+	TITAN_PARAM_MLA_WQ_B,        /* attention.wq_b [H·D, q_lora_rank] */
+	TITAN_PARAM_MLA_WKV_A,       /* attention.wkv_a [kv_lora_rank + rope, C] */
+	TITAN_PARAM_MLA_KV_NORM,     /* attention.kv_norm [kv_lora_rank] */
+	TITAN_PARAM_MLA_WKV_B,       /* attention.wkv_b [H·(nope + v), kv_lora_rank] */
 	TITAN_PARAM_NROLES
 };
 /* Parameters per dense transformer block (wq .. ffn_norm), and with

@@ -501,6 +501,16 @@ struct titan_rope_scaling {
 int titan_rope_freqs(float *freqs, int64_t seq, int64_t head_dim,
 		     double theta, const struct titan_rope_scaling *scaling);
 
+/* DeepSeek-V3's YaRN RoPE (torchtitan's ComplexRoPE with scaling "yarn",
+ * _yarn_inv_freq with truncate): the same table with, when factor > 1,
+ *   low = max(floor(c(beta_fast)), 0), high = min(ceil(c(beta_slow)), D−1)
+ *   (c(r) = D·ln(orig/(2πr)) / (2 ln theta); high += 0.001 if equal),
+ *   ramp_i = clamp((i − low)/(high − low), 0, 1),
+ *   f_i = f_i/factor·ramp_i + f_i·(1 − ramp_i)  (float). */
+int titan_rope_freqs_yarn(float *freqs, int64_t seq, int64_t head_dim, double theta,
+			  double factor, double beta_fast, double beta_slow,
+			  int64_t original_seq_len);
+
 #ifdef __cplusplus
 }
 #endif

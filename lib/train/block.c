@@ -7,6 +7,8 @@
  */
 #include "block.h"
 
+#include <string.h>
+
 #include "cp.h"
 #include "tp.h"
 
@@ -14,6 +16,89 @@ const enum fwd_op titan_block_fwd_all[F_NOPS] = {
 	F_NORM1, F_WQ, F_WK, F_WV, F_QNORM, F_KNORM, F_ROPE_Q, F_ROPE_K, F_ATTENTION, F_WO,
 	F_NORM2, F_W1, F_W3, F_SWIGLU, F_W2,
 };
+
+void titan_mla_rope(float *x, const float *freqs, int64_t n, int64_t T, int64_t nh, int64_t hd,
+		    int64_t off, int64_t rope, float scale, bool inverse)
+{
+	for (int64_t i = 0; i < n; i++) {
+		const float *fc = freqs + (i % T) * rope;
+
+		for (int64_t h = 0; h < nh; h++) {
+			float *p = x + (i * nh + h) * hd;
+
+			for (int64_t j = 0; j < rope; j += 2) {
+				float a = p[off + j], b = p[off + j + 1], c = fc[j], s = fc[j + 1];
+
+				/* (a + ib)(c ± is), as the rope kernels */
+				p[off + j] = inverse ? a * c + b * s : a * c - b * s;
+				p[off + j + 1] = inverse ? b * c - a * s : a * s + b * c;
+			}
+			if (scale != 1.0f)
+				for (int64_t j = 0; j < hd; j++)
+					p[j] *= scale;
+		}
+	}
+}
+
+/* torchtitan's deepseek_v3 Attention up to the attention output, at
+ * F_WQ: q = wq x (or wq_b q_norm(wq_a x)) [N,H,nope+rope], its rope part
+ * rotated; kv = wkv_a x split into the latent [R] and k_pe [rope] (rotated,
+ * one for all heads); wkv_b kv_norm(latent) gives k_nope and v per head;
+ * k = [k_nope, k_pe].  v is padded with zeros to the q/k head size, and
+ * q scaled by mscale², for the attention kernel (1/sqrt(D)); attv is the
+ * output without the padding, wo's input (F_WO). */
+static int mla_fwd(const struct titan_block *k, const float *const *W, struct acts *a)
+{
+	const struct titan_backend_ops *op = k->be->ops;
+	struct titan_backend *be = k->be;
+	const struct titan_mla_dims *m = k->mla;
+	const int64_t n = k->n, C = k->C, H = k->H, D = k->D, R = m->kv_lora_rank;
+	const int64_t Q = m->q_lora_rank, nope = m->qk_nope_head_dim, rope = m->qk_rope_head_dim;
+	const int64_t V = m->v_head_dim, KA = R + rope, KB = nope + V;
+	struct mla_acts *x = &a->mla;
+	int rc;
+
+	if (Q > 0) {
+		if ((rc = op->matmul_fwd(be, x->cq0, a->xn1, W[TITAN_PARAM_MLA_WQ_A], n, C, Q,
+					 false)) < 0 ||
+		    (rc = op->rmsnorm_fwd(be, x->cq, x->rstdcq, x->cq0, W[TITAN_PARAM_MLA_Q_NORM],
+					  n, Q, k->eps)) < 0 ||
+		    (rc = op->matmul_fwd(be, a->q, x->cq, W[TITAN_PARAM_MLA_WQ_B], n, Q, H * D,
+					 false)) < 0)
+			return rc;
+	} else if ((rc = op->matmul_fwd(be, a->q, a->xn1, W[TITAN_PARAM_WQ], n, C, H * D,
+					false)) < 0) {
+		return rc;
+	}
+	titan_mla_rope(a->q, k->mla_freqs, n, k->T, H, D, nope, rope, k->mla_qscale, false);
+	if ((rc = op->matmul_fwd(be, x->kv0, a->xn1, W[TITAN_PARAM_MLA_WKV_A], n, C, KA,
+				 false)) < 0)
+		return rc;
+	titan_mla_rope(x->kv0, k->mla_freqs, n, k->T, 1, KA, R, rope, 1.0f, false);
+	for (int64_t i = 0; i < n; i++)
+		memcpy(x->kvl + i * R, x->kv0 + i * KA, (size_t)R * sizeof(float));
+	if ((rc = op->rmsnorm_fwd(be, x->kvn, x->rstdkv, x->kvl, W[TITAN_PARAM_MLA_KV_NORM], n, R,
+				  k->eps)) < 0 ||
+	    (rc = op->matmul_fwd(be, x->kvb, x->kvn, W[TITAN_PARAM_MLA_WKV_B], n, R, H * KB,
+				 false)) < 0)
+		return rc;
+	for (int64_t i = 0; i < n; i++)
+		for (int64_t h = 0; h < H; h++) {
+			const float *src = x->kvb + (i * H + h) * KB;
+			float *kk = a->k + (i * H + h) * D, *vv = a->v + (i * H + h) * D;
+
+			memcpy(kk, src, (size_t)nope * sizeof(float));
+			memcpy(kk + nope, x->kv0 + i * KA + R, (size_t)rope * sizeof(float));
+			memcpy(vv, src + nope, (size_t)V * sizeof(float));
+			memset(vv + V, 0, (size_t)(D - V) * sizeof(float));
+		}
+	/* the CPU backend's ops are done when they return (MLA runs there only) */
+	if ((rc = k->attn->attn->fwd(k->attn, a->att, a->lse, a->q, a->k, a->v)) < 0)
+		return rc;
+	for (int64_t i = 0; i < n * H; i++)
+		memcpy(x->attv + i * V, a->att + i * D, (size_t)V * sizeof(float));
+	return 0;
+}
 
 /* One op.  With TP the residual stream (x, h, y) and the norms'
  * statistics hold this rank's tokens, xn1/xn2 are gathered to all n
@@ -33,13 +118,19 @@ static int fwd_op(const struct titan_block *k, const struct block_w *w, const fl
 	case F_NORM1:
 		return sp->ops->norm(sp, a->xn1, a->rstd1, x, W[TITAN_PARAM_ATTENTION_NORM], k->eps,
 				     "tp attention input");
-	case F_WQ: /* into q0 with QK-norm, which then writes q */
+	case F_WQ: /* into q0 with QK-norm, which then writes q; MLA's whole attention */
+		if (k->mla)
+			return mla_fwd(k, W, a);
 		return op->matmul_fwd(be, W[TITAN_PARAM_Q_NORM] ? a->q0 : a->q, a->xn1,
 				      W[TITAN_PARAM_WQ], n, C, q, false);
 	case F_WK:
+		if (k->mla) /* F_WK .. F_ATTENTION: done by MLA's F_WQ */
+			return 0;
 		return op->matmul_fwd(be, W[TITAN_PARAM_K_NORM] ? a->k0 : a->k, a->xn1,
 				      W[TITAN_PARAM_WK], n, C, kv, false);
 	case F_WV:
+		if (k->mla)
+			return 0;
 		return op->matmul_fwd(be, a->v, a->xn1, W[TITAN_PARAM_WV], n, C, kv, false);
 	/* Qwen3's QK-norm: RMSNorm over head_dim of each token's heads (rows of
 	 * D), before RoPE; local to a rank's heads under TP */
@@ -54,12 +145,22 @@ static int fwd_op(const struct titan_block *k, const struct block_w *w, const fl
 							       k->eps)
 					     : 0;
 	case F_ROPE_Q:
+		if (k->mla)
+			return 0;
 		return op->rope_fwd(be, a->q, k->freqs, k->B, k->T, k->H, D);
 	case F_ROPE_K:
+		if (k->mla)
+			return 0;
 		return op->rope_fwd(be, a->k, k->freqs, k->B, k->T, k->Hkv, D);
 	case F_ATTENTION:
+		if (k->mla)
+			return 0;
 		return k->attn->attn->fwd(k->attn, a->att, a->lse, a->q, a->k, a->v);
 	case F_WO:
+		if (k->mla)
+			return sp->ops->linear_residual(sp, a->h, x, a->mla.attv, W[TITAN_PARAM_WO],
+							k->H * k->mla->v_head_dim,
+							"tp attention output");
 		return sp->ops->linear_residual(sp, a->h, x, a->att, W[TITAN_PARAM_WO], q,
 						"tp attention output");
 	/* feed-forward: y = h + w2(silu(w1 xn2) * w3 xn2), xn2 = norm(h) */

@@ -33,6 +33,18 @@ struct acts {
 	float *q0, *k0;      /* [N,H*D], [N,Hkv*D] */
 	float *rstdq, *rstdk;/* [N*H], [N*Hkv] */
 	struct moe_acts moe; /* a MoE block's feed-forward (moe.h) */
+	/* multi-head latent attention (deepseek_v3; NULL otherwise): q, k, v
+	 * above are [N,H,D] with D = nope + rope (v zero past v_head_dim), q
+	 * already times the YaRN mscale² so that the kernel's 1/sqrt(D) is
+	 * MLA's softmax scale, att [N,H,D] the kernel's output */
+	struct mla_acts {
+		float *cq0, *rstdcq, *cq; /* wq_a x, 1/rms, q_norm(wq_a x) [N,Qr] (q_lora_rank) */
+		float *kv0;          /* wkv_a x [N,R+rope] */
+		float *kvl, *rstdkv; /* its latent part [N,R] (contiguous), 1/rms */
+		float *kvn;          /* kv_norm(latent) [N,R] */
+		float *kvb;          /* wkv_b kvn [N,H*(nope+v)] */
+		float *attv;         /* att without the padding [N,H*v], wo's input */
+	} mla;
 };
 
 /* The ops of a block's forward, in order (titan_block_fwd runs a list of
@@ -57,6 +69,11 @@ struct titan_block {
 	struct titan_sp *sp;     /* residual-stream moves around the norms, wo, w2 */
 	struct titan_cp *attn;   /* attention: attn->attn->fwd */
 	const float *freqs;      /* RoPE rows of the tokens of a row [T, D] */
+	/* multi-head latent attention (NULL: none): its dims, the YaRN RoPE
+	 * rows of its rope part [T, rope] and q's factor (mscale²) */
+	const struct titan_mla_dims *mla;
+	const float *mla_freqs;
+	float mla_qscale;
 	int64_t n;               /* tokens after the norms' gather */
 	int64_t B, T;            /* rows, tokens of a row (RoPE) */
 	int64_t C, F, H, Hkv, D; /* model dim; this rank's FFN hidden, heads, kv heads; head dim */
@@ -73,6 +90,13 @@ struct titan_block {
  * `a`.  Error: an op's, or TITAN_E_INVALID for an op outside the list. */
 int titan_block_fwd(const struct titan_block *k, const struct block_w *w, const float *x,
 		    float *y, struct acts *a, const enum fwd_op *ops, int nops);
+
+/* MLA's host-side moves (block.c; the CPU backend's memory): RoPE of the
+ * rope part of each of nh heads of `hd` dims from `off` on, for the n
+ * tokens of B rows of T (freqs [T, rope/2, 2], the inverse rotation with
+ * `inverse`), and scaled by `scale`. */
+void titan_mla_rope(float *x, const float *freqs, int64_t n, int64_t T, int64_t nh, int64_t hd,
+		    int64_t off, int64_t rope, float scale, bool inverse);
 
 /* The whole block, fwd_all's F_NOPS ops. */
 extern const enum fwd_op titan_block_fwd_all[F_NOPS];

@@ -130,6 +130,12 @@ struct titan_llama {
 	struct moe_scratch moe_s;
 	int64_t *moe_tokens;
 	struct titan_moe_ep moe_ep; /* expert parallelism (moe.ep points here), or unused */
+	/* multi-head latent attention (deepseek_v3): the YaRN RoPE table of
+	 * its rope part [T, rope], q's factor mscale² (block.h) and the
+	 * backward scratch: wkv_b's, kv_norm's and wkv_a's output gradients,
+	 * the q_lora path's */
+	float *mla_freqs, mla_qscale;
+	float *dkvb, *dkvn, *dkv0, *dcq, *dcq0;
 };
 
 void titan_llama_set_group_hooks(struct titan_llama *m, const struct titan_llama_group_hooks *h)
@@ -407,6 +413,23 @@ static int alloc_acts(struct titan_llama *m, struct acts *a, enum titan_buf_role
 		return TITAN_E_NOMEM;
 	if (moe && (rc = alloc_moe_acts(m, &a->moe)) < 0)
 		return rc;
+	if (titan_model_mla(d)) {
+		const struct titan_mla_dims *x = &d->mla;
+		struct mla_acts *ma = &a->mla;
+		const int64_t R = x->kv_lora_rank, Q = x->q_lora_rank;
+
+		if (Q > 0 && (!(ma->cq0 = buf(m, n * Q, t, r)) || !(ma->rstdcq = buf(m, n, t, r)) ||
+			      !(ma->cq = buf(m, n * Q, t, r))))
+			return TITAN_E_NOMEM;
+		ma->kv0 = buf(m, n * (R + x->qk_rope_head_dim), t, r);
+		ma->kvl = buf(m, n * R, t, r);
+		ma->rstdkv = buf(m, n, t, r);
+		ma->kvn = buf(m, n * R, t, r);
+		ma->kvb = buf(m, n * m->H * (x->qk_nope_head_dim + x->v_head_dim), t, r);
+		ma->attv = buf(m, n * m->H * x->v_head_dim, t, r);
+		if (!ma->kv0 || !ma->kvl || !ma->rstdkv || !ma->kvn || !ma->kvb || !ma->attv)
+			return TITAN_E_NOMEM;
+	}
 	return alloc_qk(m, a, r, true, true);
 }
 
@@ -578,6 +601,18 @@ static int init_rope(struct titan_llama *m)
 
 	if (!(m->freqs = buf(m, m->cp.tl * D, TITAN_MEM_OTHER, TITAN_BUF_ROPE)))
 		return TITAN_E_NOMEM;
+	if (titan_model_mla(d)) { /* host memory: MLA runs on the CPU backend only */
+		const struct titan_mla_dims *x = &d->mla;
+
+		m->mla_qscale = (float)(titan_model_mla_softmax_scale(d) * sqrt((double)D));
+		if (!(m->mla_freqs = buf(m, T * x->qk_rope_head_dim, TITAN_MEM_OTHER,
+					 TITAN_BUF_ROPE)))
+			return TITAN_E_NOMEM;
+		if ((rc = titan_rope_freqs_yarn(m->mla_freqs, T, x->qk_rope_head_dim,
+						d->rope_theta, x->rope_factor, x->beta_fast,
+						x->beta_slow, x->original_seq_len)) < 0)
+			return rc;
+	}
 	if (m->cp.comm)
 		return titan_cp_alloc(&m->cp, model_buf, m, m->freqs, d->rope_theta, scp);
 	f = malloc((size_t)(T * D) * sizeof(float));
@@ -630,6 +665,20 @@ static int alloc_scratch(struct titan_llama *m)
 	m->dg = buf(m, m->n * m->F, ws, TITAN_BUF_SCRATCH);
 	if (!m->dx || !m->dh || !m->dxn || !m->datt || !m->dq || !m->dk || !m->dv || !m->dg)
 		return TITAN_E_NOMEM;
+	if (titan_model_mla(&m->d)) {
+		const struct titan_mla_dims *x = &m->d.mla;
+		const int64_t R = x->kv_lora_rank, Q = x->q_lora_rank;
+
+		m->dkvb = buf(m, m->n * m->H * (x->qk_nope_head_dim + x->v_head_dim), ws,
+			      TITAN_BUF_SCRATCH);
+		m->dkvn = buf(m, m->n * R, ws, TITAN_BUF_SCRATCH);
+		m->dkv0 = buf(m, m->n * (R + x->qk_rope_head_dim), ws, TITAN_BUF_SCRATCH);
+		if (!m->dkvb || !m->dkvn || !m->dkv0)
+			return TITAN_E_NOMEM;
+		if (Q > 0 && (!(m->dcq = buf(m, m->n * Q, ws, TITAN_BUF_SCRATCH)) ||
+			      !(m->dcq0 = buf(m, m->n * Q, ws, TITAN_BUF_SCRATCH))))
+			return TITAN_E_NOMEM;
+	}
 	if (m->has_moe) {
 		const struct titan_moe_dims *d = &m->d.moe;
 		const int64_t R = titan_moe_expert_rows(&m->moe);
@@ -681,6 +730,32 @@ static int arena(struct titan_llama *m, struct titan_param_arena *a, enum titan_
 	return rc;
 }
 
+/* What multi-head latent attention (deepseek_v3) does not run with yet:
+ * TITAN_E_INVALID naming the key. */
+static int mla_refusals(const struct titan_llama_opts *o, struct titan_backend *be)
+{
+	if (!be->ops->name || strcmp(be->ops->name, "cpu"))
+		return titan_error(TITAN_E_INVALID, "model.name: deepseek_v3's multi-head latent "
+				   "attention runs on the cpu backend only (training.device)");
+	if (o->tp && titan_comm_size(o->tp) > 1)
+		return titan_error(TITAN_E_INVALID, "parallelism.tensor_parallel_degree %d: tensor "
+				   "parallelism of multi-head latent attention (model.name "
+				   "deepseek_v3) is not supported yet", titan_comm_size(o->tp));
+	if (o->cp && titan_comm_size(o->cp) > 1)
+		return titan_error(TITAN_E_INVALID, "parallelism.context_parallel_degree %d: "
+				   "context parallelism of multi-head latent attention (model.name "
+				   "deepseek_v3) is not supported yet", titan_comm_size(o->cp));
+	if (o->pp_split_backward)
+		return titan_error(TITAN_E_INVALID, "parallelism.pipeline_parallel_schedule: the "
+				   "split backward (zero-bubble schedules) of multi-head latent "
+				   "attention (model.name deepseek_v3) is not supported yet");
+	if (o->ac == TITAN_AC_SELECTIVE_OP)
+		return titan_error(TITAN_E_INVALID, "activation_checkpoint.selective_ac_option: "
+				   "'op' with multi-head latent attention (model.name deepseek_v3) "
+				   "is not supported yet; use full or a block interval");
+	return 0;
+}
+
 int titan_llama_new(const struct titan_model_dims *d, const struct titan_llama_opts *o,
 		    struct titan_backend *be, struct titan_allocator *alloc,
 		    struct titan_llama **out)
@@ -718,6 +793,8 @@ int titan_llama_new(const struct titan_model_dims *d, const struct titan_llama_o
 				 be->ops->name);
 		goto fail;
 	}
+	if (titan_model_mla(d) && (rc = mla_refusals(o, be)) < 0)
+		goto fail;
 	tpn = o->tp && titan_comm_size(o->tp) > 1 ? titan_comm_size(o->tp) : 1;
 	m->H = d->n_heads / tpn;
 	m->Hkv = d->n_kv_heads / tpn;
@@ -812,9 +889,12 @@ int titan_llama_new(const struct titan_model_dims *d, const struct titan_llama_o
 	if (!m->pv || !m->gv || !m->group_first)
 		goto fail;
 	m->group_first[0] = 0;
-	for (int g = 1; g <= (int)L; g++)
-		m->group_first[g] = titan_param_index(&m->table, d->qk_norm ? TITAN_PARAM_Q_NORM
-								       : TITAN_PARAM_WQ, g - 1);
+	/* a block's first parameter: q_norm (QK-norm), wq, or MLA's wq_a */
+	for (int g = 1, i = 0; g <= (int)L; g++) {
+		while (i < m->table.n && m->table.params[i].layer != g - 1)
+			i++;
+		m->group_first[g] = i;
+	}
 	m->group_first[L + 1] = titan_param_index(&m->table, TITAN_PARAM_NORM, -1);
 	m->group_first[L + 2] = m->table.n;
 	for (int g = 0; g < m->ngroups; g++)
@@ -1018,6 +1098,8 @@ static int block_fwd(struct titan_llama *m, const struct mb *b, int l, struct ac
 		.moe = titan_model_layer_is_moe(&m->d, l) ? &m->moe : NULL,
 		.moe_tokens = count && m->moe_count ? m->moe_tokens + l * m->d.moe.num_experts
 						    : NULL,
+		.mla = titan_model_mla(&m->d) ? &m->d.mla : NULL, .mla_freqs = m->mla_freqs,
+		.mla_qscale = m->mla_qscale,
 	};
 	struct block_w w = {0};
 
@@ -1167,6 +1249,72 @@ static int moe_bwd(const struct wsink *k, int l, struct acts *a, const float *dy
 		a->xn2, dy, m->dxn, &a->moe, &m->moe_s);
 }
 
+/* Multi-head latent attention's backward (block.c's mla_fwd in reverse,
+ * host loops for its moves: the CPU backend only): m->dxn = dL/dxn1 from
+ * dh, the gradient of wo's output. */
+static int mla_bwd(const struct wsink *k, int l, struct acts *a, const float *dh)
+{
+	struct titan_llama *m = k->m;
+	const struct wsink_ops *g = k->ops;
+	const struct titan_backend_ops *op = m->be->ops;
+	struct titan_backend *be = m->be;
+	const struct titan_mla_dims *x = &m->d.mla;
+	const int64_t n = m->n, C = m->d.dim, H = m->H, D = m->d.head_dim, T = m->cp.tl;
+	const int64_t R = x->kv_lora_rank, Q = x->q_lora_rank, nope = x->qk_nope_head_dim;
+	const int64_t rope = x->qk_rope_head_dim, V = x->v_head_dim, KA = R + rope, KB = nope + V;
+	struct mla_acts *ma = &a->mla;
+	int rc;
+
+	/* wo: its input gradient [n, H·v] into dq, then padded to [n, H, D] */
+	CK(op->matmul_bwd(be, m->dq, g->dw(k, TITAN_PARAM_WO, l), dh, ma->attv,
+			  P(m, TITAN_PARAM_WO, l), n, H * V, C, false));
+	for (int64_t i = 0; i < n * H; i++) {
+		memcpy(m->datt + i * D, m->dq + i * V, (size_t)V * sizeof(float));
+		memset(m->datt + i * D + V, 0, (size_t)(D - V) * sizeof(float));
+	}
+	use_docs(m, k->b);
+	CK(m->cp.attn->bwd(&m->cp, m->dq, m->dk, m->dv, m->datt, a->q, a->k, a->v, a->att,
+			   a->lse));
+	/* k = [k_nope, k_pe] and v per head: wkv_b's output gradient, and
+	 * k_pe's summed over the heads (in head order) */
+	for (int64_t i = 0; i < n; i++) {
+		float *pe = m->dkv0 + i * KA + R;
+
+		memset(pe, 0, (size_t)rope * sizeof(float));
+		for (int64_t h = 0; h < H; h++) {
+			const float *dk = m->dk + (i * H + h) * D, *dv = m->dv + (i * H + h) * D;
+			float *dst = m->dkvb + (i * H + h) * KB;
+
+			memcpy(dst, dk, (size_t)nope * sizeof(float));
+			memcpy(dst + nope, dv, (size_t)V * sizeof(float));
+			for (int64_t j = 0; j < rope; j++)
+				pe[j] += dk[nope + j];
+		}
+	}
+	titan_mla_rope(m->dkv0, m->mla_freqs, n, T, 1, KA, R, rope, 1.0f, true);
+	CK(op->matmul_bwd(be, m->dkvn, g->dw(k, TITAN_PARAM_MLA_WKV_B, l), m->dkvb, ma->kvn,
+			  P(m, TITAN_PARAM_MLA_WKV_B, l), n, R, H * KB, false));
+	CK(op->rmsnorm_bwd(be, m->dkvn, g->dw(k, TITAN_PARAM_MLA_KV_NORM, l), m->dkvn, ma->kvl,
+			   P(m, TITAN_PARAM_MLA_KV_NORM, l), ma->rstdkv, n, R, false));
+	for (int64_t i = 0; i < n; i++)
+		memcpy(m->dkv0 + i * KA, m->dkvn + i * R, (size_t)R * sizeof(float));
+	CK(op->matmul_bwd(be, m->dxn, g->dw(k, TITAN_PARAM_MLA_WKV_A, l), m->dkv0, a->xn1,
+			  P(m, TITAN_PARAM_MLA_WKV_A, l), n, C, KA, false));
+	/* q: the rope part rotated back, both parts times mscale² */
+	titan_mla_rope(m->dq, m->mla_freqs, n, T, H, D, nope, rope, m->mla_qscale, true);
+	if (Q > 0) {
+		CK(op->matmul_bwd(be, m->dcq, g->dw(k, TITAN_PARAM_MLA_WQ_B, l), m->dq, ma->cq,
+				  P(m, TITAN_PARAM_MLA_WQ_B, l), n, Q, H * D, false));
+		CK(op->rmsnorm_bwd(be, m->dcq0, g->dw(k, TITAN_PARAM_MLA_Q_NORM, l), m->dcq,
+				   ma->cq0, P(m, TITAN_PARAM_MLA_Q_NORM, l), ma->rstdcq, n, Q,
+				   false));
+		return op->matmul_bwd(be, m->dxn, g->dw(k, TITAN_PARAM_MLA_WQ_A, l), m->dcq0,
+				      a->xn1, P(m, TITAN_PARAM_MLA_WQ_A, l), n, C, Q, true);
+	}
+	return op->matmul_bwd(be, m->dxn, g->dw(k, TITAN_PARAM_WQ, l), m->dq, a->xn1,
+			      P(m, TITAN_PARAM_WQ, l), n, C, H * D, true);
+}
+
 /* Block `l` backward: m->dx holds dL/dx[l+1] on entry and dL/dx[l] on exit
  * (this rank's nl tokens with sequence parallelism: gathered before the
  * matmuls whose forward outputs were scattered, the input gradients of
@@ -1208,6 +1356,10 @@ static int block_bwd(const struct wsink *k, int l, struct acts *a)
 	/* attention: h = x + wo(attn(rope(wq xn1), rope(wk xn1), wv xn1)), xn1 = norm(x) */
 	CK(sp->ops->gather_grad(sp, &dh, m->dh, "tp attention output grad"));
 	CK(g->keep(k, l, WS_DH, dh, n * C));
+	if (titan_model_mla(d)) {
+		CK(mla_bwd(k, l, a, dh));
+		goto attention_input;
+	}
 	CK(op->matmul_bwd(be, m->datt, g->dw(k, TITAN_PARAM_WO, l), dh, a->att,
 			  P(m, TITAN_PARAM_WO, l), n, q, C, false));
 	use_docs(m, k->b);
@@ -1232,6 +1384,7 @@ static int block_bwd(const struct wsink *k, int l, struct acts *a)
 			  P(m, TITAN_PARAM_WK, l), n, C, kv, true));
 	CK(op->matmul_bwd(be, m->dxn, g->dw(k, TITAN_PARAM_WV, l), m->dv, a->xn1,
 			  P(m, TITAN_PARAM_WV, l), n, C, kv, true));
+attention_input:
 	CK(sp->ops->scatter_grad(sp, &dxn, m->dxn, "tp attention input grad"));
 	CK(g->keep(k, l, WS_DXN1, dxn, nl * C));
 	CK(op->copy(be, m->dx, m->dh, nl * C));

@@ -136,6 +136,11 @@ int titan_trainer_open_backend(struct titan_trainer *t, const struct titan_train
 		return titan_error(TITAN_E_INVALID, "model.qk_norm: QK-norm (model.name %s) is not "
 				   "checked on training.device: cuda yet; train it with "
 				   "training.device: cpu", titan_model_family_name(t->dims.family));
+	/* multi-head latent attention moves its tensors with host loops */
+	if (titan_model_mla(&t->dims))
+		return titan_error(TITAN_E_INVALID, "training.device: cuda: multi-head latent "
+				   "attention (model.name %s) runs on training.device: cpu only",
+				   titan_model_family_name(t->dims.family));
 	co.device = 0; /* the rank's first GPU (CUDA_VISIBLE_DEVICES picks it) */
 	co.matmul = c->training.mixed_precision_param_e == TITAN_MP_PARAM_BFLOAT16
 			    ? TITAN_CUDA_MATMUL_BF16 : TITAN_CUDA_MATMUL_FP32;

@@ -186,6 +186,36 @@ def read_tokens(shard_dir, split="train"):
     return torch.from_numpy(np.concatenate(out))
 
 
+def train(model, shards, t, on_batch=None):
+    """t["steps"] steps of the model on the shards' tokens (batch, seq_len,
+    lr, warmup of t) as torchtitan's train loop with the load-balancing
+    hook: losses, grad norms and the final expert_bias per MoE block.
+    on_batch(inputs), when given, sees each step's inputs first."""
+    model.train()
+    tr = L.Trainer(model, L.TrainArgs(lr=t["lr"], schedule=L.ScheduleArgs(
+        warmup_steps=t["warmup"], total_steps=t["steps"])))
+    # torchtitan's optimizer pre-step hook (the order against clipping does
+    # not matter: the bias is not a parameter)
+    tr.on_backward = lambda step, trainer: [m.update_bias() for m in moe_layers(model)]
+    toks = read_tokens(shards)
+    B, T = t["batch"], t["seq_len"]
+    wins = L.windows(toks, T, B * t["steps"])
+    out = {"loss": [], "grad_norm": []}
+    for s in range(t["steps"]):
+        rows = wins[s * B:(s + 1) * B]
+        inp = torch.stack([r[0] for r in rows])
+        lab = torch.stack([r[1] for r in rows])
+        if on_batch:
+            on_batch(inp)
+        rec, _ = tr.step(s + 1, [(inp, lab)])
+        out["loss"].append(rec.loss)
+        out["grad_norm"].append(rec.grad_norm)
+    out["expert_bias"] = {f"layers.{i}": b.moe.expert_bias.tolist()
+                          for i, b in model.layers.items()
+                          if isinstance(b, MoEBlock) and b.moe.expert_bias is not None}
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--init", required=True, help="titan's seed checkpoint (HDF5)")
@@ -216,26 +246,7 @@ def main():
     model.load_state_dict(sd, strict=True)
     assert [n for n, _ in model.named_parameters()] == \
         [k for k in f["model"] if not k.endswith("expert_bias")], "parameter order"
-    model.train()
-    tr = L.Trainer(model, L.TrainArgs(lr=t["lr"], schedule=L.ScheduleArgs(
-        warmup_steps=t["warmup"], total_steps=t["steps"])))
-    # torchtitan's optimizer pre-step hook (the order against clipping does
-    # not matter: the bias is not a parameter)
-    tr.on_backward = lambda step, trainer: [m.update_bias() for m in moe_layers(model)]
-    toks = read_tokens(args_.shards)
-    B, T = t["batch"], t["seq_len"]
-    wins = L.windows(toks, T, B * t["steps"])
-    out = {"loss": [], "grad_norm": []}
-    for s in range(t["steps"]):
-        rows = wins[s * B:(s + 1) * B]
-        inp = torch.stack([r[0] for r in rows])
-        lab = torch.stack([r[1] for r in rows])
-        rec, _ = tr.step(s + 1, [(inp, lab)])
-        out["loss"].append(rec.loss)
-        out["grad_norm"].append(rec.grad_norm)
-    out["expert_bias"] = {f"layers.{i}": b.moe.expert_bias.tolist()
-                          for i, b in model.layers.items()
-                          if isinstance(b, MoEBlock) and b.moe.expert_bias is not None}
+    out = train(model, args_.shards, t)
     if args_.save:
         np.savez(args_.save, **{k: lay(k, v.detach(), True).numpy()
                                 for k, v in model.state_dict().items()})
