@@ -264,6 +264,8 @@ static void plan_row(struct cpu *c, enum titan_buf_role role)
 		 role == TITAN_BUF_ZB_STASH)
 		snprintf(what, sizeof(what), "%s of %lld block(s) x %lld",
 			 titan_buf_role_name(role), (long long)blocks, (long long)c->nmb);
+	else if (role == TITAN_BUF_MOE_EXPERTS) /* the role's name, to the report's width */
+		snprintf(what, sizeof(what), "MoE experts: routed rows, hidden, outputs, shared");
 	else
 		snprintf(what, sizeof(what), "%s", titan_buf_role_name(role));
 	est_item(c->r, what, tag, bytes, c->all);

@@ -725,7 +725,9 @@ int titan_llama_new(const struct titan_model_dims *d, const struct titan_llama_o
 	for (int64_t l = 0; l < L; l++)
 		m->has_moe = m->has_moe || titan_model_layer_is_moe(d, l);
 	if (m->has_moe) {
-		if (!be->ops->name || strcmp(be->ops->name, "cpu")) {
+		/* and in its dry run (titan-estimate's measure backend) */
+		if (!be->ops->name || (strcmp(be->ops->name, "cpu") &&
+				       strcmp(be->ops->name, "measure"))) {
 			rc = titan_error(TITAN_E_INVALID, "model.moe_num_experts %lld: the MoE "
 					 "feed-forward runs on the cpu backend only (training.device)",
 					 (long long)d->moe.num_experts);

@@ -273,3 +273,71 @@ assert not pk["cpu_kernel"]["step_time_from_kernel"] and pk["cpu_kernel"]["name"
 assert pk["throughput"]["peak_flops"] == 1e11 and pk["throughput"]["mfu_assumed"] == 0.4
 PY
 }
+
+# moe_vs_run NAME ARGS...: titan-train 2 steps of a MoE (tiny.yaml's
+# 2-block model with 4 experts, top 2, and ARGS), then titan-estimate
+# --device cpu of the same: the first row's peak (start-up included) and
+# its bytes by tag, the second row's peak (a step alone), to the byte
+moe_vs_run() {
+	local o=$BATS_TEST_TMPDIR/$1
+	shift
+	cat > "$BATS_TEST_TMPDIR/moe.yaml" <<YAML
+model:
+  flavor: custom
+  dim: 64
+  n_layers: 2
+  n_heads: 4
+  n_kv_heads: 2
+  vocab_size: 768
+  moe_num_experts: 4
+  moe_top_k: 2
+  moe_inter_dim: 48
+training:
+  dataset_path: $DATA/shards
+  local_batch_size: 2
+  seq_len: 64
+  steps: 2
+metrics:
+  peak_flops: 1.0e+11
+YAML
+	titan-train -q --threads 1 --config "$BATS_TEST_TMPDIR/moe.yaml" --job.dump_folder="$o" "$@"
+	titan-estimate --config "$BATS_TEST_TMPDIR/moe.yaml" --device cpu --threads 1 --json "$@" > "$o/est.json"
+	/usr/bin/python3 - "$o" <<'PY'
+import json, sys
+o = sys.argv[1]
+rows = [json.loads(l) for l in open(o + "/metrics.jsonl")]
+er = json.load(open(o + "/est.json"))["ranks"][0]
+assert rows[0]["memory_peak_bytes"] == er["peak_bytes"], (rows[0]["memory_peak_bytes"], er["peak_bytes"], er["peak_moment"])
+for tag, v in rows[0]["memory_peak_by_tag"].items():
+    assert er["at_peak"].get(tag, 0) == v, (tag, v, er["at_peak"])
+assert rows[1]["memory_peak_bytes"] == er["step_peak_bytes"], (rows[1]["memory_peak_bytes"], er["step_peak_bytes"])
+# the MoE's activations are a line of their own
+names = [i["name"] for i in er["items"]]
+assert any(n.startswith("MoE experts") for n in names) and any(n.startswith("MoE router") for n in names), names
+print(er["peak_bytes"], er["peak_moment"])
+PY
+}
+
+@test "cpu: a mixture of experts' estimate is its metrics to the byte (AC none, full, selective, op)" {
+	moe_vs_run none --activation_checkpoint.mode=none
+	moe_vs_run full --activation_checkpoint.mode=full --model.moe_num_shared_experts=0
+	# layer-selective: every 2nd of 3 blocks, the first dense; softmax scores, load balancing
+	moe_vs_run sel --activation_checkpoint.mode=selective --activation_checkpoint.selective_ac_option=2 \
+		--model.n_layers=3 --model.n_dense_layers=1 --model.moe_score_func=softmax \
+		--model.moe_load_balance_coeff=0.001
+	moe_vs_run op --activation_checkpoint.mode=selective --activation_checkpoint.selective_ac_option=op \
+		--training.global_batch_size=4 --metrics.peak_flops=null --metrics.measure_peak_flops=true
+	# the text report: total parameters, active ones, the experts
+	run -0 --separate-stderr titan-estimate --config "$BATS_TEST_TMPDIR/moe.yaml" --device cpu --threads 1
+	assert_line --regexp "^moe       4 experts \(top 2, 1 shared, hidden 48\) in 2 of 2 blocks: [0-9.]+ K of the parameters active per token"
+	assert_line --partial "MoE experts: routed rows"
+}
+
+@test "MoE: expert parallelism is not estimated yet (exit 2 naming the key)" {
+	run -2 --separate-stderr titan-estimate --config configs/llama3_debug.yaml --ngpu 2 \
+		--model.moe_num_experts=4 --model.moe_top_k=2 --parallelism.expert_parallel_degree=2
+	[ "$stderr" = "titan-estimate: error: parallelism.expert_parallel_degree 2: titan-estimate does not estimate expert parallelism yet (use 1)" ]
+	run -2 --separate-stderr titan-estimate --config configs/llama3_debug.yaml --ngpu 2 --device cpu \
+		--model.moe_num_experts=4 --model.moe_top_k=2 --parallelism.expert_parallel_degree=2
+	[[ $stderr == *"parallelism.expert_parallel_degree 2: titan-estimate does not estimate expert parallelism yet"* ]]
+}
