@@ -418,18 +418,23 @@ static int alloc_acts_op(struct titan_llama *m, struct acts *a, const struct act
 	const struct titan_model_dims *d = &m->d;
 	const int64_t n = m->n, q = m->H * d->head_dim, kv = m->Hkv * d->head_dim;
 	const enum titan_mem_tag t = TITAN_MEM_ACTIVATIONS;
+	int err;
 
 	*a = *rc;
 	a->q = buf(m, n * q, t, TITAN_BUF_SAVED_OP);
 	a->v = buf(m, n * kv, t, TITAN_BUF_SAVED_OP);
 	a->att = buf(m, n * q, t, TITAN_BUF_SAVED_OP);
 	a->lse = buf(m, n * m->H, t, TITAN_BUF_SAVED_OP);
-	if (titan_model_layer_is_moe(d, l))
-		return !a->q || !a->v || !a->att || !a->lse ? TITAN_E_NOMEM :
-		       alloc_moe_acts(m, &a->moe);
-	a->a = buf(m, n * m->F, t, TITAN_BUF_SAVED_OP);
-	if (!a->q || !a->v || !a->att || !a->lse || !a->a)
+	if (titan_model_layer_is_moe(d, l)) {
+		if (!a->q || !a->v || !a->att || !a->lse)
+			return TITAN_E_NOMEM;
+		if ((err = alloc_moe_acts(m, &a->moe)) < 0)
+			return err;
+	} else if (!(a->a = buf(m, n * m->F, t, TITAN_BUF_SAVED_OP)) || !a->q || !a->v ||
+		   !a->att || !a->lse) {
 		return TITAN_E_NOMEM;
+	}
+	/* QK-norm's q input and 1/rms, a MoE block's too */
 	return alloc_qk(m, a, TITAN_BUF_SAVED_OP, true, false);
 }
 

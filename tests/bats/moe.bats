@@ -191,6 +191,12 @@ PY
 		  "$(grep -o '"moe_load":[^}]*}' "$d/ac/metrics.jsonl")" ]
 		rm -rf "$d/ac"
 	done
+	# Qwen3's QK-norm in a MoE block under per-op AC (its q input kept: was a crash)
+	q=(--model.name=qwen3 --model.head_dim=8 --training.steps=3)
+	run -0 titan-train -q --config "$DATA/moe.yaml" "${q[@]}" --job.dump_folder="$d/q0"
+	run -0 titan-train -q --config "$DATA/moe.yaml" "${q[@]}" --activation_checkpoint.mode=selective \
+		--activation_checkpoint.selective_ac_option=op --job.dump_folder="$d/qop"
+	[ "$(curve "$d/q0/metrics.jsonl")" = "$(curve "$d/qop/metrics.jsonl")" ]
 }
 
 @test "MoE: metrics.jsonl has each MoE block's load (min/max tokens per expert, entropy)" {

@@ -332,6 +332,11 @@ YAML
 		--model.moe_load_balance_coeff=0.001
 	moe_vs_run op --activation_checkpoint.mode=selective --activation_checkpoint.selective_ac_option=op \
 		--training.global_batch_size=4 --metrics.peak_flops=null --metrics.measure_peak_flops=true
+	# Qwen3 MoE (QK-norm, head_dim apart from dim / n_heads, softmax with route_norm, no
+	# shared expert, tied), per-op AC
+	moe_vs_run qwen3 --model.name=qwen3 --model.head_dim=8 --model.moe_score_func=softmax \
+		--model.moe_route_norm=true --model.moe_num_shared_experts=0 --model.tie_word_embeddings=true \
+		--activation_checkpoint.mode=selective --activation_checkpoint.selective_ac_option=op
 	# the text report: total parameters, active ones, the experts
 	run -0 --separate-stderr titan-estimate --config "$BATS_TEST_TMPDIR/moe.yaml" --device cpu --threads 1
 	assert_line --regexp "^moe       4 experts \(top 2, 1 shared, hidden 48\) in 2 of 2 blocks: [0-9.]+ K of the parameters active per token"
