@@ -302,14 +302,8 @@ PY
 
 # moe_yaml: $BATS_TEST_TMPDIR/moe.yaml
 moe_yaml() {
-	cat > "$BATS_TEST_TMPDIR/moe.yaml" <<YAML
-model:
-  flavor: custom
-  dim: 64
-  n_layers: 2
-  n_heads: 4
-  n_kv_heads: 2
-  vocab_size: 768
+	load tiny
+	tiny_yaml "$BATS_TEST_TMPDIR/moe.yaml" 768 64 2 4 2 <<YAML
   moe_num_experts: 4
   moe_top_k: 2
   moe_inter_dim: 48
