@@ -344,6 +344,9 @@ YAML
 	run -2 --separate-stderr titan-estimate --config configs/llama3_debug.yaml --ngpu 2 --device cpu \
 		--model.moe_num_experts=4 --model.moe_top_k=2 --parallelism.expert_parallel_degree=2
 	[[ $stderr == *"parallelism.expert_parallel_degree 2: titan-estimate does not estimate expert parallelism yet"* ]]
+	run -2 --separate-stderr titan-estimate --config configs/llama3_debug.yaml --ngpu 4 --search \
+		--model.moe_num_experts=4 --model.moe_top_k=2 --parallelism.expert_parallel_degree=2
+	[[ $stderr == *"parallelism.expert_parallel_degree 2: titan-estimate does not estimate expert parallelism yet"* ]]
 }
 
 @test "MoE on GPUs: every expert's weights in memory, FLOPs and MFU on the active parameters (titan-train's)" {
