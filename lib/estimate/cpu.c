@@ -101,6 +101,7 @@ struct cpu {
 	int64_t tp, cp, pp, S, H, Hkv, D, V, kv, B, nmb, Sl, N, threads;
 	struct geo G;
 	int64_t nckpt, sumsq, top;  /* sumsq: the largest parameter shard's elements */
+	int64_t moe_layers;        /* the model's MoE blocks (the metrics row's load) */
 	int64_t comm[EST_FSDP_NKINDS];
 	struct est_dry plan;       /* the engine built: the model's buffer plan */
 	int m_start, m_fwd, m_loss, m_rec, m_bwd, m_norm, m_log, m_fcomm, m_bcomm;
@@ -264,6 +265,8 @@ static void plan_row(struct cpu *c, enum titan_buf_role role)
 		 role == TITAN_BUF_ZB_STASH)
 		snprintf(what, sizeof(what), "%s of %lld block(s) x %lld",
 			 titan_buf_role_name(role), (long long)blocks, (long long)c->nmb);
+	else if (role == TITAN_BUF_MOE_EXPERTS) /* the role's name, to the report's width */
+		snprintf(what, sizeof(what), "MoE experts: routed rows, hidden, outputs, shared");
 	else
 		snprintf(what, sizeof(what), "%s", titan_buf_role_name(role));
 	est_item(c->r, what, tag, bytes, c->all);
@@ -339,7 +342,7 @@ static void cpu_transient(struct cpu *c)
 		 est_stated(n, titan_cpu_sumsq_ws(c->sumsq)), EST_AT(c->m_norm));
 	if (c->m_log >= 0)
 		est_item(r, "metrics.jsonl row (JSON writer buffer)", TITAN_MEM_OTHER,
-			 est_stated(n, titan_metrics_row_bytes()), EST_AT(c->m_log));
+			 est_stated(n, titan_metrics_row_bytes(c->moe_layers)), EST_AT(c->m_log));
 	/* FSDP (lib/train/dp.c, measured by the dry run): gathered copies,
 	 * all-gather and reduce-scatter buffers, unsharded gradients, the most
 	 * live at each moment */
@@ -376,6 +379,7 @@ int est_cpu_model(const struct titan_model_dims *d, const struct titan_est_opts 
 	int rc;
 
 	c.kv = c.Hkv * c.D;
+	c.moe_layers = e->params.n_moe_layers;
 	if ((rc = cpu_rank(d, &c)) < 0) {
 		est_dry_release(&c.plan);
 		return rc;

@@ -337,8 +337,11 @@ static int dry(const struct titan_model_dims *dims, const struct titan_est_opts 
 
 	memset(out, 0, sizeof(*out));
 	opts.seq_len = seq_len;
+	/* a MoE's router, slot sort and row moves run on the host
+	 * (lib/train/moe.c), over the blocks of a sequence of 2·cp·tp tokens
+	 * (est_dry_fsdp): its dry run maps its blocks, unguarded */
 	if (step)
-		titan_measure_mem_backend(&mb, true);
+		titan_measure_mem_backend(&mb, dims->moe.num_experts <= 0);
 	else
 		titan_measure_unmapped_backend(&mb, &next);
 	if (!(d.a = titan_allocator_new("dry run", &mb)))

@@ -36,7 +36,8 @@ struct blk {
 	double full, op, ckpt, lse, grad; /* per token: elements (lse: bytes) */
 };
 
-static void block_sizes(const struct titan_model_dims *d, double t, struct blk *b)
+static void block_sizes(const struct titan_model_dims *d, double t, int64_t layer,
+			struct blk *b)
 {
 	const double C = (double)d->dim, q = (double)(d->n_heads * d->head_dim);
 	const double kv = (double)(d->n_kv_heads * d->head_dim), F = (double)d->ffn_hidden;
@@ -49,6 +50,22 @@ static void block_sizes(const struct titan_model_dims *d, double t, struct blk *
 	if (d->qk_norm) { /* QK-norm's inputs (q's kept under selective op) and 1/rms */
 		b->full += (q + kv + (double)(d->n_heads + d->n_kv_heads)) / t;
 		b->op += (q + (double)d->n_heads) / t;
+	}
+	if (titan_model_layer_is_moe(d, layer)) {
+		/* a MoE in place of the SwiGLU (no TP with a MoE): the routed
+		 * rows in and out (top_k of C), each routed row's w1, w3
+		 * outputs, SiLU and product, the shared experts' four; the
+		 * router's fp32 scores, gate values and int64 choices and slot
+		 * order; per-op SAC keeps all of it, as titan-train's CPU
+		 * engine (the routing is not recomputed) */
+		const double K = (double)d->moe.top_k, Fm = (double)d->moe.inter_dim;
+		const double Fs = Fm * (double)d->moe.num_shared_experts;
+		const double moe = 2 * K * C + 4 * K * Fm + 4 * Fs;
+
+		b->full += moe - 4 * F / t;
+		b->op += moe - F / t;
+		b->lse += 4 * (double)d->moe.num_experts + 20 * K;
+		b->grad += 2 * (K * Fm + Fs + K * C) - 2 * F / t;
 	}
 }
 
@@ -86,10 +103,9 @@ int est_gpu_model(const struct titan_model_dims *d, const struct titan_est_opts 
 	const double fsdp = (double)(l->dp_shard * l->cp);
 	const double C = (double)d->dim, V = (double)d->vocab_size, S = (double)o->seq_len;
 	const double q = (double)(d->n_heads * d->head_dim);
-	const double kv = (double)(d->n_kv_heads * d->head_dim), F = (double)d->ffn_hidden;
+	const double kv = (double)(d->n_kv_heads * d->head_dim);
 	const double pb = o->param_bytes, ab = o->param_bytes, mb = o->master_bytes;
 	const double rb = o->reduce_bytes, ob = o->optim_bytes, lb = o->float8 ? 1 : pb;
-	const double lin = (C * q + 2 * C * kv + q * C + 3 * C * F) / T; /* per block */
 	const double Vt = o->loss_parallel || l->tp == 1 ? V / T : V;
 	struct est_num n = {false};
 	struct est_stage *st = NULL;
@@ -113,11 +129,10 @@ int est_gpu_model(const struct titan_model_dims *d, const struct titan_est_opts 
 	e->pp_microbatches = m;
 	e->tokens_per_step = est_mul(&n, est_mul(&n, o->local_batch, o->seq_len), o->accum);
 	Nmb = (double)rows * S / Cp;
-	block_sizes(d, T, &b);
 
 	for (int64_t pr = 0; pr < l->pp; pr++) {
 		struct titan_est_rank *r = &e->ranks[pr];
-		double elems = 0, unit = 0, saved = 0, rec = 0, shard, k, wbytes = 0;
+		double elems = 0, unit = 0, saved = 0, rec = 0, shard, k, wbytes = 0, grad = 0;
 		bool raf, any_rec = false;
 		int mf, ml = -1, mlb = -1, mb0, mb1, mo;
 		uint32_t all = EST_ALL, step;
@@ -137,6 +152,16 @@ int est_gpu_model(const struct titan_model_dims *d, const struct titan_est_opts 
 			r->first |= sg->embed;
 			r->last |= sg->output;
 			for (int64_t i = sg->first_layer; i < sg->first_layer + sg->nlayers; i++) {
+				/* the block's linear weights (a MoE's: every
+				 * expert, titan_model_ffn_params) and norms */
+				const double lin = (C * q + 2 * C * kv + q * C +
+						    (double)titan_model_ffn_params(d, i, false)) / T;
+
+				elems += lin + 2 * C;
+				wbytes += lin * lb + 2 * C * pb;
+				unit = fmax(unit, lin * lb + 2 * C * pb);
+				block_sizes(d, T, i, &b);
+				grad = fmax(grad, b.grad);
 				if (est_block_ckpt(o, i)) {
 					saved += b.ckpt * ab;
 					rec = fmax(rec, (b.full - b.ckpt) * ab + b.lse);
@@ -149,11 +174,6 @@ int est_gpu_model(const struct titan_model_dims *d, const struct titan_est_opts 
 					saved += b.full * ab + b.lse;
 				}
 			}
-		}
-		if (r->layers > 0) {
-			elems += (double)r->layers * (lin + 2 * C);
-			wbytes += (double)r->layers * (lin * lb + 2 * C * pb);
-			unit = lin * lb + 2 * C * pb;
 		}
 		if (r->first) {
 			elems += V * C / T;
@@ -225,7 +245,7 @@ int est_gpu_model(const struct titan_model_dims *d, const struct titan_est_opts 
 				 est_bytes(&n, Nmb * rec), AT(mb0) | AT(mb1));
 		if (r->layers > 0)
 			est_item(r, "activation gradients of one block", TITAN_MEM_ACTIVATIONS,
-				 est_bytes(&n, Nmb * b.grad * ab), AT(mb0) | AT(mb1));
+				 est_bytes(&n, Nmb * grad * ab), AT(mb0) | AT(mb1));
 		if (r->last && o->loss == TITAN_EST_LOSS_EAGER) {
 			est_item(r, "logits (bf16) + fp32 copy + log-softmax", TITAN_MEM_ACTIVATIONS,
 				 est_bytes(&n, Nmb * Vt * (pb + 8)), AT(ml));

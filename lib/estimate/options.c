@@ -54,6 +54,7 @@ int titan_est_opts_from_config(struct titan_est_opts *o, const struct titan_conf
 				 TITAN_CFG_NONE_INT ? 0 : c->parallelism.pipeline_parallel_layers_per_stage;
 	o->pp_split_points = c->parallelism.pipeline_parallel_split_points; /* borrowed */
 	o->cp_alltoall = c->parallelism.context_parallel_rotate_method_e == TITAN_CP_ROTATE_ALLTOALL;
+	o->ep = c->parallelism.expert_parallel_degree;
 	if (dev->cpu) {
 		/* exactly titan-train's reading of the keys */
 		struct titan_llama_opts lo;
@@ -221,10 +222,22 @@ int titan_est_check(struct titan_est_opts *o, const struct titan_model_dims *d)
 	int64_t rest, prod, v;
 	int rc;
 
-	if (d->moe.num_experts > 0) /* its model and activations are not counted yet */
-		return titan_error(TITAN_E_INVALID, "model.moe_num_experts %" PRId64 ": titan-estimate "
-				   "does not know mixture-of-experts models yet",
-				   d->moe.num_experts);
+	/* a MoE (lib/train/moe.c): titan-train runs it on FSDP/HSDP/DDP
+	 * layouts only (lib/config/validate.c refuses TP, PP and CP next to
+	 * it; --search meets them here); expert parallelism moves experts and
+	 * tokens between ranks, a memory this model does not know yet */
+	if (d->moe.num_experts > 0) {
+		if (o->ep > 1)
+			return titan_error(TITAN_E_INVALID, "parallelism.expert_parallel_degree %" PRId64
+					   ": titan-estimate does not estimate expert parallelism "
+					   "yet (use 1)", o->ep);
+		if (l->tp > 1 || l->pp > 1 || l->cp > 1)
+			return titan_error(TITAN_E_INVALID, "parallelism.%s: not supported with a "
+					   "mixture of experts yet (model.moe_num_experts %" PRId64 ")",
+					   l->tp > 1 ? "tensor_parallel_degree" : l->pp > 1 ?
+					   "pipeline_parallel_degree" : "context_parallel_degree",
+					   d->moe.num_experts);
+	}
 	if (o->ngpu < 1)
 		return titan_error(TITAN_E_INVALID, "--ngpu: must be at least 1");
 	/* MLA's projections, latent and padded v are not counted yet */

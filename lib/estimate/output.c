@@ -73,6 +73,18 @@ static void model_json(struct titan_json *j, const struct titan_model_dims *d)
 	kbool(j, "tied", d->tied);
 	kint(j, "params", p.total);
 	kint(j, "params_embedding", p.embedding);
+	kint(j, "params_active", p.active);
+	if (p.n_moe_layers > 0) {
+		titan_json_key(j, "moe");
+		titan_json_object_begin(j);
+		kint(j, "num_experts", d->moe.num_experts);
+		kint(j, "top_k", d->moe.top_k);
+		kint(j, "num_shared_experts", d->moe.num_shared_experts);
+		kint(j, "inter_dim", d->moe.inter_dim);
+		kint(j, "moe_layers", p.n_moe_layers);
+		kint(j, "params_per_moe_layer", p.moe);
+		titan_json_object_end(j);
+	}
 	titan_json_object_end(j);
 }
 
@@ -337,6 +349,16 @@ static void header(FILE *fp, const struct titan_model_dims *d, const struct tita
 		d->flavor, count_str(buf, sizeof(buf), (double)p.total),
 		(long long)d->dim, (long long)d->n_layers, (long long)d->n_heads,
 		(long long)d->n_kv_heads, (long long)d->ffn_hidden, (long long)d->vocab_size);
+	if (p.n_moe_layers > 0) {
+		char act[32];
+
+		fprintf(fp, "moe       %lld experts (top %lld, %lld shared, hidden %lld) in %lld of %lld "
+			"blocks: %s of the parameters active per token (FLOPs and MFU count those)\n",
+			(long long)d->moe.num_experts, (long long)d->moe.top_k,
+			(long long)d->moe.num_shared_experts, (long long)d->moe.inter_dim,
+			(long long)p.n_moe_layers, (long long)d->n_layers,
+			count_str(act, sizeof(act), (double)p.active));
+	}
 	if (o->dev.cpu)
 		fprintf(fp, "device    cpu: titan-train's CPU path, %.2f GiB of memory%s\n",
 			gib(o->dev.memory), o->ngpu > 1 ? " per node" : "");

@@ -12,7 +12,10 @@
  * backward = 2 x the matmuls + 2.5 x attention (flash backward recomputes
  * Q·Kᵀ: five products against two), recompute = the forward of
  * checkpointed blocks, or under per-op SAC the matmuls it does not save
- * (wk, wo, w3).  The output layer adds 6·C·V/t.
+ * (wk, wo, w3).  The output layer adds 6·C·V/t.  A MoE block's
+ * feed-forward counts its active parameters (titan_model_ffn_params: the
+ * gate, top_k experts, the shared experts) in place of 3·C·F, as
+ * torchtitan's MFU and titan-train's (titan_model_flops_per_token) do.
  */
 #include "est_impl.h"
 
@@ -30,21 +33,33 @@ static void block_flops(const struct titan_model_dims *d, const struct titan_est
 {
 	const double C = (double)d->dim, q = (double)(d->n_heads * d->head_dim);
 	const double kv = (double)(d->n_kv_heads * d->head_dim), F = (double)d->ffn_hidden;
-	const double lin = 2 * (C * q + 2 * C * kv + q * C + 3 * C * F) / t;
+	const bool moe = titan_model_layer_is_moe(d, layer);
+	/* the feed-forward's active parameters: a MoE's gate, top_k experts
+	 * and shared experts (torchtitan's count, titan_model_ffn_params) */
+	const double ffn = (double)titan_model_ffn_params(d, layer, true);
+	const double lin = 2 * (C * q + 2 * C * kv + q * C + ffn) / t;
 	const double att = 4 * q / t * ((double)o->seq_len + 1) / 2;
+	/* the hidden rows a token's feed-forward runs: F, or the top_k
+	 * experts' and the shared experts'; a MoE also moves top_k rows of C
+	 * to the experts and back (forward and backward) and scores E */
+	const double K = (double)d->moe.top_k;
+	const double Fa = moe ? (K + (double)d->moe.num_shared_experts) *
+				(double)d->moe.inter_dim : F;
+	const double route = moe ? 4 * K * C + 2 * (double)d->moe.num_experts : 0;
 
 	f->lin += 3 * lin;
 	f->att += 3.5 * att;
 	/* exp in the forward; P recomputed and dS = P·(dP - D) in the backward */
 	f->sc += 3 * att / (4 * (double)d->head_dim);
 	/* two norms, two residual adds, RoPE, SwiGLU: forward and backward */
-	f->el += (4 * C + 2 * F) / t;
+	f->el += (4 * C + 2 * Fa) / t + route;
 	if (est_block_ckpt(o, layer)) {
 		f->rec_lin += lin;
 		f->rec_att += att;
 		f->rec_sc += att / (4 * (double)d->head_dim);
 	} else if (o->ac == TITAN_EST_AC_OP) {
-		f->rec_lin += 2 * (C * kv + q * C + C * F) / t;
+		/* a MoE block keeps its MoE's tensors (lib/train/llama.c) */
+		f->rec_lin += 2 * (C * kv + q * C + (moe ? 0 : C * F)) / t;
 	}
 }
 

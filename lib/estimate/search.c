@@ -117,6 +117,8 @@ int titan_est_search_run(const struct titan_model_dims *d, const struct titan_es
 				   "'%s' has no known peak (give --peak-flops)", base->dev.name);
 	if (N < 1)
 		return titan_error(TITAN_E_INVALID, "--ngpu: must be at least 1");
+	if (d->moe.num_experts > 0 && base->ep > 1) /* every layout would be refused */
+		return titan_est_check(&(struct titan_est_opts){.ep = base->ep}, d);
 	for (int64_t tp = 1; tp <= N; tp++) {
 		if (N % tp || tp > base->gpus_per_node)
 			continue;

@@ -412,18 +412,25 @@ void titan_model_count_params(const struct titan_model_dims *d, struct titan_mod
 	p->total = p->embedding + p->output + d->n_layers * p->per_layer + d->dim;
 	p->active = p->total;
 	for (int64_t l = 0; l < d->n_layers; l++) {
-		const int64_t E = d->moe.num_experts, C = d->dim, Fm = d->moe.inter_dim;
-		const int64_t shared = 3 * C * Fm * d->moe.num_shared_experts;
-
 		if (!titan_model_layer_is_moe(d, l))
 			continue;
-		/* torchtitan's get_moe_model_nparams_and_flops: the gate, all
-		 * experts and the shared experts; a token uses top_k experts */
-		p->moe = E * C + 3 * E * Fm * C + shared;
+		p->moe = titan_model_ffn_params(d, l, false);
 		p->n_moe_layers++;
 		p->total += p->moe - p->feed_forward;
-		p->active += E * C + 3 * d->moe.top_k * Fm * C + shared - p->feed_forward;
+		p->active += titan_model_ffn_params(d, l, true) - p->feed_forward;
 	}
+}
+
+int64_t titan_model_ffn_params(const struct titan_model_dims *d, int64_t layer, bool active)
+{
+	const int64_t E = d->moe.num_experts, C = d->dim, Fm = d->moe.inter_dim;
+
+	if (!titan_model_layer_is_moe(d, layer))
+		return 3 * C * d->ffn_hidden;
+	/* torchtitan's get_moe_model_nparams_and_flops: the gate, all
+	 * experts and the shared experts; a token uses top_k experts */
+	return E * C + 3 * (active ? d->moe.top_k : E) * Fm * C +
+	       3 * C * Fm * d->moe.num_shared_experts;
 }
 
 double titan_model_flops_per_token(const struct titan_model_dims *d, int64_t seq_len)

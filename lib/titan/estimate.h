@@ -133,6 +133,8 @@ struct titan_est_opts {
 	bool async_tp;
 	bool cp_alltoall;         /* context_parallel_rotate_method alltoall (else allgather) */
 	bool block_causal;        /* training.attn_mask_type block_causal (CPU: document ids) */
+	int64_t ep;               /* parallelism.expert_parallel_degree (MoE): > 1 refused, its
+				     memory is not modelled yet */
 	double mfu;               /* fraction of peak achieved on the executed FLOPs */
 	/* CPU model */
 	int threads;              /* OpenMP threads of titan-train (0: this process's) */

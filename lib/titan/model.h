@@ -120,6 +120,12 @@ int titan_model_dims_from_config(const struct titan_config *cfg, struct titan_mo
 
 void titan_model_count_params(const struct titan_model_dims *d, struct titan_model_params *out);
 
+/* The feed-forward parameters of block `layer` (w1 + w2 + w3 of a dense
+ * block; a MoE block's router gate, experts and shared experts: all of
+ * them, or with `active` the top_k experts a token uses) — the counts
+ * behind titan_model_count_params and the FLOPs of MFU. */
+int64_t titan_model_ffn_params(const struct titan_model_dims *d, int64_t layer, bool active);
+
 /* torchtitan's FLOPs per token for MFU: 6·(N − N_embedding) + 12·L·H·hd·S.
  * With tied weights the shared matrix is not subtracted (torchtitan HEAD). */
 double titan_model_flops_per_token(const struct titan_model_dims *d, int64_t seq_len);

@@ -477,11 +477,12 @@ void titan_trainer_catch_signals(void);
  * metrics.peak_flops: lib/train/trainer_device.c), stated once
  * (titan-estimate counts them): three 1024 x 1024 fp32 matrices, bytes. */
 int64_t titan_trainer_peak_probe_bytes(void);
-/* The JSON writer's buffer of a metrics.jsonl row (lib/train/metrics.c),
- * stated once (titan-estimate counts it): reserved whole before the row is
- * rendered, so the same bytes at every step whatever the values (MoE rows
- * of many blocks may outgrow it). */
-int64_t titan_metrics_row_bytes(void);
+/* The JSON writer's buffer of a metrics.jsonl step row of a model with
+ * moe_layers MoE blocks (lib/train/metrics.c), stated once (titan-estimate
+ * counts it): reserved whole before the row is rendered, so the same bytes
+ * at every step whatever the values (each MoE block's load entry counted
+ * at its longest). */
+int64_t titan_metrics_row_bytes(int64_t moe_layers);
 /* The CP ring's buffers (lib/train/cp_ring.c, rotate_method alltoall) of
  * one attention call, stated once (titan-estimate counts them), for `nkv`
  * floats of one rank's keys (batch x local tokens x kv heads x head dim)

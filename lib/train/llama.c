@@ -441,18 +441,23 @@ static int alloc_acts_op(struct titan_llama *m, struct acts *a, const struct act
 	const struct titan_model_dims *d = &m->d;
 	const int64_t n = m->n, q = m->H * d->head_dim, kv = m->Hkv * d->head_dim;
 	const enum titan_mem_tag t = TITAN_MEM_ACTIVATIONS;
+	int err;
 
 	*a = *rc;
 	a->q = buf(m, n * q, t, TITAN_BUF_SAVED_OP);
 	a->v = buf(m, n * kv, t, TITAN_BUF_SAVED_OP);
 	a->att = buf(m, n * q, t, TITAN_BUF_SAVED_OP);
 	a->lse = buf(m, n * m->H, t, TITAN_BUF_SAVED_OP);
-	if (titan_model_layer_is_moe(d, l))
-		return !a->q || !a->v || !a->att || !a->lse ? TITAN_E_NOMEM :
-		       alloc_moe_acts(m, &a->moe);
-	a->a = buf(m, n * m->F, t, TITAN_BUF_SAVED_OP);
-	if (!a->q || !a->v || !a->att || !a->lse || !a->a)
+	if (titan_model_layer_is_moe(d, l)) {
+		if (!a->q || !a->v || !a->att || !a->lse)
+			return TITAN_E_NOMEM;
+		if ((err = alloc_moe_acts(m, &a->moe)) < 0)
+			return err;
+	} else if (!(a->a = buf(m, n * m->F, t, TITAN_BUF_SAVED_OP)) || !a->q || !a->v ||
+		   !a->att || !a->lse) {
 		return TITAN_E_NOMEM;
+	}
+	/* QK-norm's q input and 1/rms, a MoE block's too */
 	return alloc_qk(m, a, TITAN_BUF_SAVED_OP, true, false);
 }
 
@@ -802,7 +807,9 @@ int titan_llama_new(const struct titan_model_dims *d, const struct titan_llama_o
 	for (int64_t l = 0; l < L; l++)
 		m->has_moe = m->has_moe || titan_model_layer_is_moe(d, l);
 	if (m->has_moe) {
-		if (!be->ops->name || strcmp(be->ops->name, "cpu")) {
+		/* and in its dry run (titan-estimate's measure backend) */
+		if (!be->ops->name || (strcmp(be->ops->name, "cpu") &&
+				       strcmp(be->ops->name, "measure"))) {
 			rc = titan_error(TITAN_E_INVALID, "model.moe_num_experts %lld: the MoE "
 					 "feed-forward runs on the cpu backend only (training.device)",
 					 (long long)d->moe.num_experts);

@@ -271,29 +271,50 @@ static double wall_now(void)
  * 420-580 characters on one rank, ~810 with world_size's keys, and its
  * length moves with the timings: grown by doubling, the buffers live
  * were 768 or 1536 bytes from one run to the next).  4096 bytes hold
- * every dense row with room to spare; only MoE rows of many blocks (three
- * figures a block) outgrow it and take the writer's doubling from there.
- * Stated once: titan-estimate counts titan_metrics_row_bytes. */
+ * every dense row with room to spare (twice the longest, on 64 ranks with
+ * every figure at its widest: 966).  A MoE row adds moe_load's entry of
+ * each MoE block, MOE_ROW_BYTES at most ("layers.<int64>":{"min_tokens":
+ * <int64>,"max_tokens":<int64>,"entropy":<double>}, 135 characters):
+ * half of ROW_BYTES for the rest of the row and that per block, rounded up
+ * to the writer's buffer sizes (lib/core/json.c doubles from 256 bytes),
+ * so that no row outgrows its buffer.  Stated once: titan-estimate counts
+ * titan_metrics_row_bytes. */
 #define ROW_BYTES 4096
+#define MOE_ROW_BYTES 160
 
-int64_t titan_metrics_row_bytes(void)
+int64_t titan_metrics_row_bytes(int64_t moe_layers)
 {
-	return ROW_BYTES;
+	const int64_t need = ROW_BYTES / 2 + (moe_layers > 0 ? moe_layers : 0) * MOE_ROW_BYTES;
+	int64_t b = ROW_BYTES;
+
+	while (b < need)
+		b *= 2;
+	return b;
 }
 
-bool titan_metrics_row_begin(struct titan_json *j)
+bool titan_metrics_row_begin(struct titan_json *j, int64_t moe_layers)
 {
 	titan_json_init(j);
-	return titan_json_reserve(j, ROW_BYTES);
+	return titan_json_reserve(j, (size_t)titan_metrics_row_bytes(moe_layers));
+}
+
+/* The MoE blocks whose load a step row carries. */
+static int64_t moe_row_layers(const struct titan_trainer *t)
+{
+	int64_t n = 0;
+
+	for (int64_t l = 0; t->moe_load && l < t->dims.n_layers; l++)
+		n += titan_model_layer_is_moe(&t->dims, l);
+	return n;
 }
 
 static int write_jsonl(struct titan_trainer *t, void (*render)(struct titan_json *, const void *),
-		       const void *row)
+		       const void *row, int64_t moe_layers)
 {
 	struct titan_json j;
 	int rc;
 
-	if (!titan_metrics_row_begin(&j)) {
+	if (!titan_metrics_row_begin(&j, moe_layers)) {
 		titan_json_release(&j);
 		return titan_error_prefix("cannot write metrics to '%s'", t->jsonl_path);
 	}
@@ -409,7 +430,7 @@ int titan_trainer_log_step(struct titan_trainer *t, int64_t step, double loss, d
 		titan_log_warn("%lld CUDA OOM errors thrown.", (long long)r.num_ooms);
 	if (t->verbosity >= 0 && t->print_rank)
 		titan_metrics_print(stdout, line_head(t, head, sizeof(head)), &r);
-	if (t->jsonl && (rc = write_jsonl(t, render_step, &r)) < 0)
+	if (t->jsonl && (rc = write_jsonl(t, render_step, &r, moe_row_layers(t))) < 0)
 		return rc;
 	if (t->tb && (rc = titan_metrics_tensorboard(t->tb, &r, wall_now())) < 0)
 		return rc;
@@ -443,7 +464,7 @@ int titan_trainer_log_validation(struct titan_trainer *t, struct titan_validatio
 	mem_reset_peaks(t);
 	if (t->verbosity >= 0 && t->print_rank)
 		titan_validation_print(stdout, line_head(t, head, sizeof(head)), r);
-	if (t->jsonl && (rc = write_jsonl(t, render_validation, r)) < 0)
+	if (t->jsonl && (rc = write_jsonl(t, render_validation, r, 0)) < 0)
 		return rc;
 	if (t->tb)
 		return titan_validation_tensorboard(t->tb, r, wall_now());

@@ -57,10 +57,11 @@ struct titan_validation_row {
  * "[rankR]:" where several ranks print. */
 void titan_metrics_print(FILE *f, const char *prefix, const struct titan_metrics_row *r);
 void titan_validation_print(FILE *f, const char *prefix, const struct titan_validation_row *r);
-/* A writer for one metrics.jsonl row: its buffer of
+/* A writer for one metrics.jsonl row (of a model with moe_layers MoE
+ * blocks; 0: dense, or a validation row): its buffer of
  * titan_metrics_row_bytes reserved whole (false, with titan_error, out of
  * memory; j is released either way by titan_json_release). */
-bool titan_metrics_row_begin(struct titan_json *j);
+bool titan_metrics_row_begin(struct titan_json *j, int64_t moe_layers);
 /* The metrics.jsonl objects (appended to j). */
 void titan_metrics_json(struct titan_json *j, const struct titan_metrics_row *r);
 void titan_validation_json(struct titan_json *j, const struct titan_validation_row *r);

@@ -273,3 +273,116 @@ assert not pk["cpu_kernel"]["step_time_from_kernel"] and pk["cpu_kernel"]["name"
 assert pk["throughput"]["peak_flops"] == 1e11 and pk["throughput"]["mfu_assumed"] == 0.4
 PY
 }
+
+# moe_vs_run NAME ARGS...: titan-train 2 steps of a MoE (tiny.yaml's
+# 2-block model with 4 experts, top 2, and ARGS), then titan-estimate
+# --device cpu of the same: the first row's peak (start-up included) and
+# its bytes by tag, the second row's peak (a step alone), to the byte
+moe_vs_run() {
+	local o=$BATS_TEST_TMPDIR/$1
+	shift
+	moe_yaml
+	titan-train -q --threads 1 --config "$BATS_TEST_TMPDIR/moe.yaml" --job.dump_folder="$o" "$@"
+	titan-estimate --config "$BATS_TEST_TMPDIR/moe.yaml" --device cpu --threads 1 --json "$@" > "$o/est.json"
+	/usr/bin/python3 - "$o" <<'PY'
+import json, sys
+o = sys.argv[1]
+rows = [json.loads(l) for l in open(o + "/metrics.jsonl")]
+er = json.load(open(o + "/est.json"))["ranks"][0]
+assert rows[0]["memory_peak_bytes"] == er["peak_bytes"], (rows[0]["memory_peak_bytes"], er["peak_bytes"], er["peak_moment"])
+for tag, v in rows[0]["memory_peak_by_tag"].items():
+    assert er["at_peak"].get(tag, 0) == v, (tag, v, er["at_peak"])
+assert rows[1]["memory_peak_bytes"] == er["step_peak_bytes"], (rows[1]["memory_peak_bytes"], er["step_peak_bytes"])
+# the MoE's activations are a line of their own
+names = [i["name"] for i in er["items"]]
+assert any(n.startswith("MoE experts") for n in names) and any(n.startswith("MoE router") for n in names), names
+print(er["peak_bytes"], er["peak_moment"])
+PY
+}
+
+# moe_yaml: $BATS_TEST_TMPDIR/moe.yaml
+moe_yaml() {
+	load tiny
+	tiny_yaml "$BATS_TEST_TMPDIR/moe.yaml" 768 64 2 4 2 <<YAML
+  moe_num_experts: 4
+  moe_top_k: 2
+  moe_inter_dim: 48
+training:
+  dataset_path: $DATA/shards
+  local_batch_size: 2
+  seq_len: 64
+  steps: 2
+metrics:
+  peak_flops: 1.0e+11
+YAML
+}
+
+@test "cpu: a mixture of experts' estimate is its metrics to the byte (AC none, full, selective, op)" {
+	moe_vs_run none --activation_checkpoint.mode=none
+	moe_vs_run full --activation_checkpoint.mode=full --model.moe_num_shared_experts=0
+	# layer-selective: every 2nd of 3 blocks, the first dense; softmax scores, load balancing
+	moe_vs_run sel --activation_checkpoint.mode=selective --activation_checkpoint.selective_ac_option=2 \
+		--model.n_layers=3 --model.n_dense_layers=1 --model.moe_score_func=softmax \
+		--model.moe_load_balance_coeff=0.001
+	moe_vs_run op --activation_checkpoint.mode=selective --activation_checkpoint.selective_ac_option=op \
+		--training.global_batch_size=4 --metrics.peak_flops=null --metrics.measure_peak_flops=true
+	# Qwen3 MoE (QK-norm, head_dim apart from dim / n_heads, softmax with route_norm, no
+	# shared expert, tied), per-op AC
+	moe_vs_run qwen3 --model.name=qwen3 --model.head_dim=8 --model.moe_score_func=softmax \
+		--model.moe_route_norm=true --model.moe_num_shared_experts=0 --model.tie_word_embeddings=true \
+		--activation_checkpoint.mode=selective --activation_checkpoint.selective_ac_option=op
+	# the text report: total parameters, active ones, the experts
+	run -0 --separate-stderr titan-estimate --config "$BATS_TEST_TMPDIR/moe.yaml" --device cpu --threads 1
+	assert_line --regexp "^moe       4 experts \(top 2, 1 shared, hidden 48\) in 2 of 2 blocks: [0-9.]+ K of the parameters active per token"
+	assert_line --partial "MoE experts: routed rows"
+}
+
+@test "MoE: expert parallelism is not estimated yet (exit 2 naming the key)" {
+	run -2 --separate-stderr titan-estimate --config configs/llama3_debug.yaml --ngpu 2 \
+		--model.moe_num_experts=4 --model.moe_top_k=2 --parallelism.expert_parallel_degree=2
+	[ "$stderr" = "titan-estimate: error: parallelism.expert_parallel_degree 2: titan-estimate does not estimate expert parallelism yet (use 1)" ]
+	run -2 --separate-stderr titan-estimate --config configs/llama3_debug.yaml --ngpu 2 --device cpu \
+		--model.moe_num_experts=4 --model.moe_top_k=2 --parallelism.expert_parallel_degree=2
+	[[ $stderr == *"parallelism.expert_parallel_degree 2: titan-estimate does not estimate expert parallelism yet"* ]]
+	run -2 --separate-stderr titan-estimate --config configs/llama3_debug.yaml --ngpu 4 --search \
+		--model.moe_num_experts=4 --model.moe_top_k=2 --parallelism.expert_parallel_degree=2
+	[[ $stderr == *"parallelism.expert_parallel_degree 2: titan-estimate does not estimate expert parallelism yet"* ]]
+}
+
+@test "MoE on GPUs: every expert's weights in memory, FLOPs and MFU on the active parameters (titan-train's)" {
+	moe_yaml
+	titan-train -q --threads 1 --config "$BATS_TEST_TMPDIR/moe.yaml" --job.dump_folder="$BATS_TEST_TMPDIR/t"
+	titan-estimate --config "$BATS_TEST_TMPDIR/moe.yaml" --json --activation_checkpoint.mode=none > "$BATS_TEST_TMPDIR/g.json"
+	titan-estimate --config "$BATS_TEST_TMPDIR/moe.yaml" --json --activation_checkpoint.mode=none --model.moe_top_k=4 > "$BATS_TEST_TMPDIR/k4.json"
+	/usr/bin/python3 - "$BATS_TEST_TMPDIR" <<'PY'
+import json, sys
+d = sys.argv[1]
+g, k4 = (json.load(open("%s/%s.json" % (d, n))) for n in ("g", "k4"))
+row = json.loads(open(d + "/t/metrics.jsonl").readline())
+C, L, H, hd, V, E, K, Fm, S = 64, 2, 4, 16, 768, 4, 2, 48, 64
+att = C * H * hd + 2 * C * 2 * hd + H * hd * C
+moe = E * C + 3 * E * Fm * C + 3 * C * Fm      # gate, experts, 1 shared expert
+total = 2 * V * C + L * (att + moe + 2 * C) + C
+active = total - L * 3 * (E - K) * Fm * C
+m = g["model"]
+assert m["params"] == total and m["params_active"] == active, (m, total, active)
+assert m["moe"] == {"num_experts": 4, "top_k": 2, "num_shared_experts": 1, "inter_dim": 48,
+                    "moe_layers": 2, "params_per_moe_layer": moe}, m["moe"]
+# memory: the whole model (every expert) in the fp32 master weights
+it = {i["name"]: i["bytes"] for i in g["ranks"][0]["items"]}
+assert it["master weights (fp32, 1/1 shard)"] == 4 * total, it
+# FLOPs: torchtitan's 6 x active (less the embedding) + attention, as
+# titan-train's MFU counts them (tflops x 1e12 / tps)
+f = g["flops"]["per_token_torchtitan"]
+assert f == 6 * (active - V * C) + 12 * L * H * hd * S, f
+assert abs(row["tflops"] * 1e12 / row["tps"] - f) <= 1e-9 * f, (row, f)
+# every expert active: 3 x 2 x 2 x 3·Fm·C more GEMM FLOPs per token (forward, backward)
+fe, fe4 = g["flops"]["per_token_exact"], k4["flops"]["per_token_exact"]
+assert abs(fe4 - fe - 3 * 2 * L * (E - K) * 3 * Fm * C) <= 1e-6 * fe, (fe, fe4)
+assert k4["model"]["params"] == total
+PY
+	# --search: the layouts titan-train runs a MoE on (no TP, PP or CP)
+	run -0 --separate-stderr titan-estimate --config "$BATS_TEST_TMPDIR/moe.yaml" --ngpu 4 --search --top 100
+	assert_line --regexp '^  1 +[0-9]+ +[0-9]+ +1 +1 +1 '
+	refute_line --regexp '^ +[0-9]+ +[0-9]+ +[0-9]+ +([2-9]|1 +[2-9]|1 +1 +[2-9]) '
+}

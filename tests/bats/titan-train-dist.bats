@@ -215,6 +215,20 @@ PY
 		--training.local_batch_size=3 --activation_checkpoint.mode=full
 }
 
+@test "titan-estimate --device cpu --rank R predicts each rank's memory to the byte (MoE: FSDP, DDP)" {
+	local moe=(--model.moe_num_experts=4 --model.moe_top_k=2 --model.moe_inter_dim=48)
+	# FSDP 2 (the experts' rows split 2/2), layer-selective AC, load balancing
+	est_vs_run 2 "${moe[@]}" --training.local_batch_size=6 --activation_checkpoint.mode=selective \
+		--activation_checkpoint.selective_ac_option=2 --model.moe_load_balance_coeff=0.001
+	# FSDP 3: uneven shards (4 experts: 2/2/0 rows), never resharded, full AC, no shared expert
+	est_vs_run 3 "${moe[@]}" --training.local_batch_size=2 --parallelism.fsdp_reshard_after_forward=never \
+		--activation_checkpoint.mode=full --model.moe_num_shared_experts=0
+	# DDP 2, per-op AC, the first block dense
+	est_vs_run 2 "${moe[@]}" --parallelism.data_parallel_replicate_degree=2 --parallelism.data_parallel_shard_degree=1 \
+		--training.local_batch_size=3 --activation_checkpoint.mode=selective \
+		--activation_checkpoint.selective_ac_option=op --model.n_dense_layers=1
+}
+
 @test "checkpoint resharding: FSDP 4 saves step 5, DDP 2 and 1 rank resume, steps 6-10 equal" {
 	local o=$BATS_TEST_TMPDIR
 	run -0 mpi 4 --training.local_batch_size=3 --checkpoint.enable --checkpoint.interval=5 \

@@ -635,7 +635,7 @@ static int64_t json_peak(const struct titan_metrics_row *row, size_t *len)
 	titan_mem_get_stats(h, &st);
 	before = st.cur[TITAN_MEM_OTHER];
 	titan_mem_reset_peak(h);
-	assert_true(titan_metrics_row_begin(&j));
+	assert_true(titan_metrics_row_begin(&j, row->moe_load ? row->moe_layers : 0));
 	titan_metrics_json(&j, row);
 	*len = strlen(titan_json_str(&j));
 	titan_json_release(&j);
@@ -661,7 +661,7 @@ static void test_metrics_row_stated_once(void **state)
 	(void)state;
 	memset(&row, 0, sizeof(row));
 	row.step = 1;
-	assert_true(json_peak(&row, &short_len) == titan_metrics_row_bytes());
+	assert_true(json_peak(&row, &short_len) == titan_metrics_row_bytes(0));
 	row = (struct titan_metrics_row){
 		.step = 123456789, .loss = 10.123456789012345, .grad_norm = 1.2345678901234567e-5,
 		.lr = 2.9999999999999997e-4, .max_loss = 11.987654321098765,
@@ -677,16 +677,47 @@ static void test_metrics_row_stated_once(void **state)
 	};
 	for (int k = 0; k < TITAN_MEM_NTAGS; k++)
 		row.memory_peak_by_tag[k] = INT64_MAX / 11 - k;
-	assert_true(json_peak(&row, &long_len) == titan_metrics_row_bytes());
+	assert_true(json_peak(&row, &long_len) == titan_metrics_row_bytes(0));
 	print_message("# metrics rows of %zu and %zu characters\n", short_len, long_len);
-	assert_true(short_len < 512 && long_len > 700 && long_len < (size_t)titan_metrics_row_bytes());
+	assert_true(short_len < 512 && long_len > 700 && long_len < (size_t)titan_metrics_row_bytes(0));
 
 	o.cpu_metrics_jsonl = true;
 	if (titan_estimate_run(&d, &o, &e) < 0)
 		fail_msg("%s", titan_errmsg());
 	assert_true(item_bytes(&e, "metrics.jsonl row (JSON writer buffer)", TITAN_MEM_OTHER) ==
-		    titan_metrics_row_bytes());
+		    titan_metrics_row_bytes(0));
 	titan_estimate_release(&e);
+
+	/* a MoE row: each block's load entry at its longest (64 blocks of
+	 * 20-digit counts and 22-character entropies) still fits the row's
+	 * stated bytes, and a short one takes the same */
+	{
+		enum { L = 64, E = 4 };
+		static int64_t load[L * E];
+		static bool layer[L];
+		size_t moe_len;
+
+		for (int l = 0; l < L; l++) {
+			layer[l] = true;
+			for (int k = 0; k < E; k++)
+				load[l * E + k] = k == 0 ? INT64_MAX / 2 : 1 + l * 7 + k;
+		}
+		row.moe_load = load;
+		row.moe_layer = layer;
+		row.moe_layers = L;
+		row.moe_experts = E;
+		int64_t pk = json_peak(&row, &moe_len);
+
+		print_message("# a MoE row of %d blocks: %zu characters, %lld bytes\n", L, moe_len,
+			      (long long)pk);
+		assert_true(pk == titan_metrics_row_bytes(L));
+		assert_true(moe_len > (size_t)titan_metrics_row_bytes(0) &&
+			    moe_len < (size_t)titan_metrics_row_bytes(L));
+		memset(load, 0, sizeof(load));
+		assert_true(json_peak(&row, &moe_len) == titan_metrics_row_bytes(L));
+		/* a few MoE blocks fit in the dense row's buffer */
+		assert_true(titan_metrics_row_bytes(12) == titan_metrics_row_bytes(0));
+	}
 }
 
 /* The sgemm peak probe's matrices are titan_trainer_peak_probe_bytes:
