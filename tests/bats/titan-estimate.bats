@@ -337,16 +337,23 @@ YAML
 	assert_line --partial "MoE experts: routed rows"
 }
 
-@test "MoE: expert parallelism is not estimated yet (exit 2 naming the key)" {
+@test "MoE: expert parallelism on the GPU model and in --search is not estimated yet (exit 2 naming the key)" {
 	run -2 --separate-stderr titan-estimate --config configs/llama3_debug.yaml --ngpu 2 \
 		--model.moe_num_experts=4 --model.moe_top_k=2 --parallelism.expert_parallel_degree=2
-	[ "$stderr" = "titan-estimate: error: parallelism.expert_parallel_degree 2: titan-estimate does not estimate expert parallelism yet (use 1)" ]
-	run -2 --separate-stderr titan-estimate --config configs/llama3_debug.yaml --ngpu 2 --device cpu \
-		--model.moe_num_experts=4 --model.moe_top_k=2 --parallelism.expert_parallel_degree=2
-	[[ $stderr == *"parallelism.expert_parallel_degree 2: titan-estimate does not estimate expert parallelism yet"* ]]
+	[ "$stderr" = "titan-estimate: error: parallelism.expert_parallel_degree 2: the GPU model does not estimate expert parallelism yet (use 1, or --device cpu)" ]
 	run -2 --separate-stderr titan-estimate --config configs/llama3_debug.yaml --ngpu 4 --search \
 		--model.moe_num_experts=4 --model.moe_top_k=2 --parallelism.expert_parallel_degree=2
-	[[ $stderr == *"parallelism.expert_parallel_degree 2: titan-estimate does not estimate expert parallelism yet"* ]]
+	[[ $stderr == *"parallelism.expert_parallel_degree 2: --search does not search expert-parallel layouts yet"* ]]
+	# titan-train's refusals: EP of no MoE, of experts it does not divide, a MoE next to TP
+	run -2 --separate-stderr titan-estimate --config configs/llama3_debug.yaml --ngpu 2 --device cpu \
+		--parallelism.expert_parallel_degree=2
+	[[ $stderr == *"parallelism.expert_parallel_degree: 2 needs a mixture of experts"* ]]
+	run -2 --separate-stderr titan-estimate --config configs/llama3_debug.yaml --ngpu 3 --device cpu \
+		--model.moe_num_experts=4 --model.moe_top_k=2 --parallelism.expert_parallel_degree=3
+	[[ $stderr == *"parallelism.expert_parallel_degree: 3 does not divide model.moe_num_experts 4"* ]]
+	run -2 --separate-stderr titan-estimate --config configs/llama3_debug.yaml --ngpu 2 --device cpu \
+		--model.moe_num_experts=4 --model.moe_top_k=2 --parallelism.tensor_parallel_degree=2
+	[[ $stderr == *"parallelism.tensor_parallel_degree: not supported with a mixture of experts yet"* ]]
 }
 
 @test "MoE on GPUs: every expert's weights in memory, FLOPs and MFU on the active parameters (titan-train's)" {
