@@ -388,9 +388,13 @@ static int dry(const struct titan_model_dims *dims, const struct titan_est_opts 
 	opts.seq_len = seq_len;
 	/* a MoE's router, slot sort and row moves run on the host
 	 * (lib/train/moe.c), over the blocks of a sequence of 2·cp·tp tokens
-	 * (est_dry_fsdp): its dry run maps its blocks, unguarded */
-	if (step)
-		titan_measure_mem_backend(&mb, dims->moe.num_experts <= 0);
+	 * (est_dry_fsdp): its dry run maps its blocks, unguarded.  So does
+	 * multi-head latent attention's, whose YaRN table the engine writes
+	 * from the host when it is built (lib/train/llama.c init_rope) and
+	 * whose ops read host memory: the plan's blocks too (mapped without
+	 * reserve, the large ones address space only) */
+	if (step || titan_model_mla(dims))
+		titan_measure_mem_backend(&mb, dims->moe.num_experts <= 0 && !titan_model_mla(dims));
 	else
 		titan_measure_unmapped_backend(&mb, &next);
 	if (!(d.a = titan_allocator_new("dry run", &mb)))

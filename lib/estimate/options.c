@@ -259,11 +259,13 @@ int titan_est_check(struct titan_est_opts *o, const struct titan_model_dims *d)
 	}
 	if (o->ngpu < 1)
 		return titan_error(TITAN_E_INVALID, "--ngpu: must be at least 1");
-	/* MLA's projections, latent and padded v are not counted yet */
-	if (titan_model_mla(d))
-		return titan_error(TITAN_E_INVALID, "model.kv_lora_rank %" PRId64 ": titan-estimate "
+	/* MLA: the CPU model is the engine's dry run, which builds its
+	 * projections, latent and padded v as titan-train; the GPU model does
+	 * not count them yet */
+	if (titan_model_mla(d) && !o->dev.cpu)
+		return titan_error(TITAN_E_INVALID, "model.kv_lora_rank %" PRId64 ": the GPU model "
 				   "does not know multi-head latent attention (model.name "
-				   "deepseek_v3) yet", d->mla.kv_lora_rank);
+				   "deepseek_v3) yet (use --device cpu)", d->mla.kv_lora_rank);
 	if (l->dp_replicate < 1 || l->tp < 1 || l->pp < 1 || l->cp < 1 ||
 	    (l->dp_shard < 1 && l->dp_shard != -1))
 		return titan_error(TITAN_E_INVALID, "parallelism: every degree must be at least 1 "

@@ -277,11 +277,12 @@ PY
 # moe_vs_run NAME ARGS...: titan-train 2 steps of a MoE (tiny.yaml's
 # 2-block model with 4 experts, top 2, and ARGS), then titan-estimate
 # --device cpu of the same: the first row's peak (start-up included) and
-# its bytes by tag, the second row's peak (a step alone), to the byte
+# its bytes by tag, the second row's peak (a step alone), to the byte;
+# MOE_YAML=mla_yaml: the DeepSeek-V3 model of mla_yaml instead
 moe_vs_run() {
 	local o=$BATS_TEST_TMPDIR/$1
 	shift
-	moe_yaml
+	${MOE_YAML:-moe_yaml}
 	titan-train -q --threads 1 --config "$BATS_TEST_TMPDIR/moe.yaml" --job.dump_folder="$o" "$@"
 	titan-estimate --config "$BATS_TEST_TMPDIR/moe.yaml" --device cpu --threads 1 --json "$@" > "$o/est.json"
 	/usr/bin/python3 - "$o" <<'PY'
@@ -315,6 +316,33 @@ training:
 metrics:
   peak_flops: 1.0e+11
 YAML
+}
+
+# mla_yaml: $BATS_TEST_TMPDIR/moe.yaml of DeepSeek-V3's tiny flavor
+# (multi-head latent attention, q_lora_rank 32, 8 experts + 1 shared, the
+# first block dense)
+mla_yaml() {
+	cat > "$BATS_TEST_TMPDIR/moe.yaml" <<YAML
+model:
+  name: deepseek_v3
+  flavor: debugmodel_mla
+  vocab_size: 768
+training:
+  dataset_path: $DATA/shards
+  local_batch_size: 2
+  seq_len: 64
+  steps: 2
+metrics:
+  peak_flops: 1.0e+11
+YAML
+}
+
+@test "cpu: DeepSeek-V3's multi-head latent attention, its estimate is its metrics to the byte (AC none, full, selective; no q LoRA)" {
+	MOE_YAML=mla_yaml moe_vs_run mla --activation_checkpoint.mode=none
+	MOE_YAML=mla_yaml moe_vs_run mla_full --activation_checkpoint.mode=full
+	# torchtitan's debugmodel's form: no q LoRA (wq straight), layer-selective AC
+	MOE_YAML=mla_yaml moe_vs_run mla_noq --model.q_lora_rank=0 --activation_checkpoint.mode=selective \
+		--activation_checkpoint.selective_ac_option=2
 }
 
 @test "cpu: a mixture of experts' estimate is its metrics to the byte (AC none, full, selective, op)" {
