@@ -304,10 +304,15 @@ PY
 # moe_yaml: $BATS_TEST_TMPDIR/moe.yaml
 moe_yaml() {
 	load tiny
-	tiny_yaml "$BATS_TEST_TMPDIR/moe.yaml" 768 64 2 4 2 <<YAML
-  moe_num_experts: 4
-  moe_top_k: 2
-  moe_inter_dim: 48
+	{
+		printf '  moe_num_experts: 4\n  moe_top_k: 2\n  moe_inter_dim: 48\n'
+		moe_training
+	} | tiny_yaml "$BATS_TEST_TMPDIR/moe.yaml" 768 64 2 4 2
+}
+
+# moe_training: the config's sections after the model's
+moe_training() {
+	cat <<YAML
 training:
   dataset_path: $DATA/shards
   local_batch_size: 2
@@ -322,19 +327,10 @@ YAML
 # (multi-head latent attention, q_lora_rank 32, 8 experts + 1 shared, the
 # first block dense)
 mla_yaml() {
-	cat > "$BATS_TEST_TMPDIR/moe.yaml" <<YAML
-model:
-  name: deepseek_v3
-  flavor: debugmodel_mla
-  vocab_size: 768
-training:
-  dataset_path: $DATA/shards
-  local_batch_size: 2
-  seq_len: 64
-  steps: 2
-metrics:
-  peak_flops: 1.0e+11
-YAML
+	{
+		printf 'model:\n  name: deepseek_v3\n  flavor: debugmodel_mla\n  vocab_size: 768\n'
+		moe_training
+	} > "$BATS_TEST_TMPDIR/moe.yaml"
 }
 
 @test "cpu: DeepSeek-V3's multi-head latent attention, its estimate is its metrics to the byte (AC none, full, selective; no q LoRA)" {
