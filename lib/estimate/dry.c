@@ -203,7 +203,7 @@ static int dry_config(const struct titan_est_opts *o, struct titan_config *c)
 	c->parallelism.tensor_parallel_degree = o->layout.tp;
 	c->parallelism.pipeline_parallel_degree = o->layout.pp;
 	c->parallelism.context_parallel_degree = o->layout.cp;
-	c->parallelism.expert_parallel_degree = o->ep;
+	c->parallelism.expert_parallel_degree = o->ep > 1 ? o->ep : 1; /* 0: unset */
 	c->parallelism.pipeline_parallel_microbatch_size = o->pp_microbatch;
 	c->parallelism.pipeline_parallel_schedule_e = (enum titan_schedule)o->schedule;
 	c->parallelism.pipeline_parallel_layers_per_stage = o->pp_layers_per_stage > 0 ?
