@@ -141,6 +141,16 @@ static int cpu_rank(const struct titan_model_dims *d, struct cpu *c)
 	}
 	po.tp_degree = (int)c->tp;
 	po.tp_rank = (int)(o->rank % c->tp);
+	if (o->ep > 1) { /* the rank's experts (lib/train/engine.c, llama.c) */
+		const struct titan_parallel_dims pd = {
+			{c->pp, l->dp_replicate, l->dp_shard, c->cp, c->tp}, o->ngpu, o->ep};
+		int base, stride;
+
+		est_ep_group(&pd, o->rank, true, &po.ep_rank, &po.ep_degree, &base, &stride);
+		if (fsdp > 1)
+			est_ep_group(&pd, o->rank, false, &po.ep_shard_rank, &po.ep_shard_degree,
+				     &base, &stride);
+	}
 	if (c->pp > 1) {
 		po.staged = true;
 		po.stage_l0 = G->l0[0];
@@ -190,7 +200,7 @@ static int cpu_rank(const struct titan_model_dims *d, struct cpu *c)
 
 		if (p->layer >= 0 ? geo_active(G, 1 + p->layer, (int)L + 2) :
 		    p->role == TITAN_PARAM_TOK_EMBEDDINGS ? G->sfirst : G->slast)
-			r->params_local += p->numel;
+			r->params_local += p->ep_sharded ? p->full_rows * p->shape[1] : p->numel;
 		if (p->local_numel > c->sumsq)
 			c->sumsq = p->local_numel;
 	}

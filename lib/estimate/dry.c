@@ -203,6 +203,7 @@ static int dry_config(const struct titan_est_opts *o, struct titan_config *c)
 	c->parallelism.tensor_parallel_degree = o->layout.tp;
 	c->parallelism.pipeline_parallel_degree = o->layout.pp;
 	c->parallelism.context_parallel_degree = o->layout.cp;
+	c->parallelism.expert_parallel_degree = o->ep > 1 ? o->ep : 1; /* 0: unset */
 	c->parallelism.pipeline_parallel_microbatch_size = o->pp_microbatch;
 	c->parallelism.pipeline_parallel_schedule_e = (enum titan_schedule)o->schedule;
 	c->parallelism.pipeline_parallel_layers_per_stage = o->pp_layers_per_stage > 0 ?
@@ -246,6 +247,46 @@ static int mesh_comm(const struct titan_parallel_dims *pd, const int64_t *coord,
 				      (int)titan_parallel_dims_rank(pd, c0), (int)stride, out);
 }
 
+/* Expert parallelism's groups as lib/dist/world.c splits them: the ranks
+ * whose coordinates, `ep` (the ep group: dp_shard rounded down to a
+ * multiple of ep) or not (efsdp: dp_shard mod ep, cp 0), equal this
+ * rank's, in world-rank order. */
+static void ep_color(const struct titan_parallel_dims *pd, int64_t rank, bool ep,
+		     int64_t c[TITAN_DIM_NDIMS])
+{
+	titan_parallel_dims_coords(pd, rank, c);
+	if (ep) {
+		c[TITAN_DIM_DP_SHARD] -= c[TITAN_DIM_DP_SHARD] % pd->ep;
+	} else {
+		c[TITAN_DIM_DP_SHARD] %= pd->ep;
+		c[TITAN_DIM_CP] = 0;
+	}
+}
+
+void est_ep_group(const struct titan_parallel_dims *pd, int64_t rank, bool ep, int *grank,
+		  int *gsize, int *base, int *stride)
+{
+	int64_t mine[TITAN_DIM_NDIMS], c[TITAN_DIM_NDIMS], first = -1, second = -1;
+
+	*grank = *gsize = 0;
+	ep_color(pd, rank, ep, mine);
+	for (int64_t r = 0; r < pd->world_size; r++) {
+		ep_color(pd, r, ep, c);
+		if (memcmp(c, mine, sizeof(c)))
+			continue;
+		if (first < 0)
+			first = r;
+		else if (second < 0)
+			second = r;
+		*grank += r < rank;
+		++*gsize;
+	}
+	*base = (int)first;
+	/* the instant communicator's world ranks (its names in traces): exact
+	 * for the ep group, the efsdp group's first two's step otherwise */
+	*stride = second > first ? (int)(second - first) : 1;
+}
+
 static int dry_mesh(const struct titan_config *c, const struct titan_est_opts *o,
 		    struct titan_dist *dist)
 {
@@ -271,6 +312,14 @@ static int dry_mesh(const struct titan_config *c, const struct titan_est_opts *o
 	if (rc == 0)
 		rc = mesh_comm(&dist->dims, dist->coord, TITAN_DIM_WORLD, 0, TITAN_DIM_NDIMS - 1,
 			       &dist->comm[TITAN_DIM_WORLD]);
+	/* expert parallelism: its dispatch group and the experts' FSDP mesh */
+	for (int k = 0; k < 2 && rc == 0 && dist->dims.ep > 1; k++) {
+		int gr, gs, base, stride;
+
+		est_ep_group(&dist->dims, o->rank, k == 0, &gr, &gs, &base, &stride);
+		rc = titan_comm_instant_new(k == 0 ? "ep" : "efsdp", gr, gs, base, stride,
+					    k == 0 ? &dist->ep : &dist->efsdp);
+	}
 	return rc;
 }
 
@@ -339,9 +388,13 @@ static int dry(const struct titan_model_dims *dims, const struct titan_est_opts 
 	opts.seq_len = seq_len;
 	/* a MoE's router, slot sort and row moves run on the host
 	 * (lib/train/moe.c), over the blocks of a sequence of 2·cp·tp tokens
-	 * (est_dry_fsdp): its dry run maps its blocks, unguarded */
-	if (step)
-		titan_measure_mem_backend(&mb, dims->moe.num_experts <= 0);
+	 * (est_dry_fsdp): its dry run maps its blocks, unguarded.  So does
+	 * multi-head latent attention's, whose YaRN table the engine writes
+	 * from the host when it is built (lib/train/llama.c init_rope) and
+	 * whose ops read host memory: the plan's blocks too (mapped without
+	 * reserve, the large ones address space only) */
+	if (step || titan_model_mla(dims))
+		titan_measure_mem_backend(&mb, dims->moe.num_experts <= 0 && !titan_model_mla(dims));
 	else
 		titan_measure_unmapped_backend(&mb, &next);
 	if (!(d.a = titan_allocator_new("dry run", &mb)))
@@ -391,6 +444,8 @@ static int dry(const struct titan_model_dims *dims, const struct titan_est_opts 
 	titan_log_set_level(lvl);
 	for (int k = 0; k < TITAN_DIM_NALL; k++)
 		titan_comm_free(dist.comm[k]);
+	titan_comm_free(dist.ep);
+	titan_comm_free(dist.efsdp);
 	dry_config_release(&c);
 	titan_allocator_free(d.a);
 	if (rc < 0)

@@ -222,29 +222,50 @@ int titan_est_check(struct titan_est_opts *o, const struct titan_model_dims *d)
 	int64_t rest, prod, v;
 	int rc;
 
-	/* a MoE (lib/train/moe.c): titan-train runs it on FSDP/HSDP/DDP
-	 * layouts only (lib/config/validate.c refuses TP, PP and CP next to
-	 * it; --search meets them here); expert parallelism moves experts and
-	 * tokens between ranks, a memory this model does not know yet */
+	/* a MoE (lib/train/moe.c): titan-train runs it on FSDP/HSDP/DDP, PP
+	 * (not the zero-bubble schedules), CP and EP, not next to TP
+	 * (lib/config/validate.c; --search meets those here).  The CPU model
+	 * is a dry run of titan-train's engine (dry.c), EP's groups and
+	 * dispatch buffers included; the GPU model holds every expert on
+	 * every rank and knows no stage's, CP's or EP's MoE memory yet */
 	if (d->moe.num_experts > 0) {
-		if (o->ep > 1)
+		if (l->tp > 1)
+			return titan_error(TITAN_E_INVALID, "parallelism.tensor_parallel_degree: not "
+					   "supported with a mixture of experts yet "
+					   "(model.moe_num_experts %" PRId64 ")", d->moe.num_experts);
+		if (l->pp > 1 && (o->schedule == TITAN_EST_INTERLEAVED_ZB ||
+				  o->schedule == TITAN_EST_ZBV))
+			return titan_error(TITAN_E_INVALID, "parallelism.pipeline_parallel_schedule: "
+					   "%s is not supported with a mixture of experts yet "
+					   "(use 1F1B, Interleaved1F1B or GPipe)",
+					   titan_est_schedule_name(o->schedule));
+		if (o->ep > 1 && d->moe.num_experts % o->ep)
 			return titan_error(TITAN_E_INVALID, "parallelism.expert_parallel_degree %" PRId64
-					   ": titan-estimate does not estimate expert parallelism "
-					   "yet (use 1)", o->ep);
-		if (l->tp > 1 || l->pp > 1 || l->cp > 1)
-			return titan_error(TITAN_E_INVALID, "parallelism.%s: not supported with a "
-					   "mixture of experts yet (model.moe_num_experts %" PRId64 ")",
-					   l->tp > 1 ? "tensor_parallel_degree" : l->pp > 1 ?
-					   "pipeline_parallel_degree" : "context_parallel_degree",
+					   " does not divide model.moe_num_experts %" PRId64, o->ep,
 					   d->moe.num_experts);
+		if (!o->dev.cpu && o->ep > 1)
+			return titan_error(TITAN_E_INVALID, "parallelism.expert_parallel_degree %" PRId64
+					   ": the GPU model does not estimate expert parallelism "
+					   "yet (use 1, or --device cpu)", o->ep);
+		if (!o->dev.cpu && (l->pp > 1 || l->cp > 1))
+			return titan_error(TITAN_E_INVALID, "parallelism.%s: the GPU model does not "
+					   "estimate a mixture of experts with it yet (use --device "
+					   "cpu)", l->pp > 1 ? "pipeline_parallel_degree" :
+					   "context_parallel_degree");
+	} else if (o->ep > 1) {
+		return titan_error(TITAN_E_INVALID, "parallelism.expert_parallel_degree %" PRId64
+				   ": needs a mixture of experts (model.moe_num_experts is 0); use 1",
+				   o->ep);
 	}
 	if (o->ngpu < 1)
 		return titan_error(TITAN_E_INVALID, "--ngpu: must be at least 1");
-	/* MLA's projections, latent and padded v are not counted yet */
-	if (titan_model_mla(d))
-		return titan_error(TITAN_E_INVALID, "model.kv_lora_rank %" PRId64 ": titan-estimate "
+	/* MLA: the CPU model is the engine's dry run, which builds its
+	 * projections, latent and padded v as titan-train; the GPU model does
+	 * not count them yet */
+	if (titan_model_mla(d) && !o->dev.cpu)
+		return titan_error(TITAN_E_INVALID, "model.kv_lora_rank %" PRId64 ": the GPU model "
 				   "does not know multi-head latent attention (model.name "
-				   "deepseek_v3) yet", d->mla.kv_lora_rank);
+				   "deepseek_v3) yet (use --device cpu)", d->mla.kv_lora_rank);
 	if (l->dp_replicate < 1 || l->tp < 1 || l->pp < 1 || l->cp < 1 ||
 	    (l->dp_shard < 1 && l->dp_shard != -1))
 		return titan_error(TITAN_E_INVALID, "parallelism: every degree must be at least 1 "

@@ -5,6 +5,7 @@
  */
 #include "est_impl.h"
 
+#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -117,8 +118,10 @@ int titan_est_search_run(const struct titan_model_dims *d, const struct titan_es
 				   "'%s' has no known peak (give --peak-flops)", base->dev.name);
 	if (N < 1)
 		return titan_error(TITAN_E_INVALID, "--ngpu: must be at least 1");
-	if (d->moe.num_experts > 0 && base->ep > 1) /* every layout would be refused */
-		return titan_est_check(&(struct titan_est_opts){.ep = base->ep}, d);
+	if (base->ep > 1) /* the search enumerates no EP layouts */
+		return titan_error(TITAN_E_INVALID, "parallelism.expert_parallel_degree %" PRId64
+				   ": --search does not search expert-parallel layouts yet "
+				   "(use 1, or estimate the layout without --search)", base->ep);
 	for (int64_t tp = 1; tp <= N; tp++) {
 		if (N % tp || tp > base->gpus_per_node)
 			continue;

@@ -739,7 +739,8 @@ static int arena(struct titan_llama *m, struct titan_param_arena *a, enum titan_
  * TITAN_E_INVALID naming the key. */
 static int mla_refusals(const struct titan_llama_opts *o, struct titan_backend *be)
 {
-	if (!be->ops->name || strcmp(be->ops->name, "cpu"))
+	/* and in its dry run (titan-estimate's measure backend) */
+	if (!be->ops->name || (strcmp(be->ops->name, "cpu") && strcmp(be->ops->name, "measure")))
 		return titan_error(TITAN_E_INVALID, "model.name: deepseek_v3's multi-head latent "
 				   "attention runs on the cpu backend only (training.device)");
 	if (o->tp && titan_comm_size(o->tp) > 1)

@@ -176,7 +176,7 @@ PY
 	run -0 same_curve "$d/pp1/metrics.jsonl" "$d/pp2/metrics.jsonl"
 }
 
-@test "deepseek_v3: TP, CP, CUDA, selective 'op' AC and titan-estimate are refused with exit 2 naming the key" {
+@test "deepseek_v3: TP, CP, CUDA, selective 'op' AC and titan-estimate's GPU model are refused with exit 2 naming the key" {
 	# dense (moe_num_experts 0): the MoE's own refusals come first otherwise
 	for a in parallelism.tensor_parallel_degree=2 parallelism.context_parallel_degree=2; do
 		[ -z "${NO_MPI:-}" ] || break
@@ -192,9 +192,38 @@ PY
 		--activation_checkpoint.mode=selective --activation_checkpoint.selective_ac_option=op \
 		--job.dump_folder="$BATS_TEST_TMPDIR/x"
 	[[ $stderr == "titan-train: error: activation_checkpoint.selective_ac_option: 'op' with multi-head latent attention"* ]]
-	# titan-estimate does not count MLA yet: refused, not estimated wrong
+	# titan-estimate's GPU model does not count MLA yet: refused, not estimated wrong
 	run -2 --separate-stderr titan-estimate --config "$DATA/ds.yaml" --model.moe_num_experts=0
-	[[ $stderr == "titan-estimate: error: model.kv_lora_rank 32: titan-estimate does not know multi-head latent attention"* ]]
+	[[ $stderr == "titan-estimate: error: model.kv_lora_rank 32: the GPU model does not know multi-head latent attention"* ]]
+}
+
+@test "titan-estimate --device cpu --rank R: deepseek_v3's memory on 2 ranks to the byte (FSDP 2, EP 2, DDP 2 dense)" {
+	[ -z "${NO_MPI:-}" ] || skip "no MPI"
+	local d=$BATS_TEST_TMPDIR
+	for dp in "--parallelism.data_parallel_shard_degree=2 --activation_checkpoint.mode=full" \
+		"--parallelism.expert_parallel_degree=2" \
+		"--parallelism.data_parallel_replicate_degree=2 --parallelism.data_parallel_shard_degree=1 --model.moe_num_experts=0"; do
+		rm -rf "$d/two"
+		run -0 timeout -k 5 120 mpiexec -n 2 env OMP_NUM_THREADS=1 titan-train -q --threads 1 \
+			--config "$DATA/ds.yaml" --training.steps=2 --metrics.save_for_all_ranks $dp \
+			--job.dump_folder="$d/two"
+		for r in 0 1; do
+			titan-estimate --config "$DATA/ds.yaml" --device cpu --threads 1 --json --ngpu 2 --rank $r \
+				--training.steps=2 --metrics.save_for_all_ranks $dp > "$d/est$r.json"
+		done
+		/usr/bin/python3 - "$d" <<'PY'
+import json, sys
+d = sys.argv[1]
+for r in range(2):
+    rows = [json.loads(l) for l in open(d + ("/two/metrics.jsonl" if r == 0 else "/two/metrics.rank%d.jsonl" % r))]
+    er = json.load(open("%s/est%d.json" % (d, r)))["ranks"][0]
+    assert rows[0]["memory_peak_bytes"] == er["peak_bytes"], (r, rows[0]["memory_peak_bytes"], er["peak_bytes"], er["peak_moment"])
+    tags = rows[0]["memory_peak_by_tag"]
+    for tag in set(tags) | set(er["at_peak"]):
+        assert er["at_peak"].get(tag, 0) == tags.get(tag, 0), (r, tag, tags, er["at_peak"])
+    assert rows[1]["memory_peak_bytes"] == er["step_peak_bytes"], (r, rows[1]["memory_peak_bytes"], er["step_peak_bytes"])
+PY
+	done
 }
 
 @test "titan-generate: a deepseek_v3 checkpoint continues a prompt as the reference model does (expanded k/v cache)" {

@@ -3,7 +3,8 @@
 # every rank of a titan-train job (PP 2 with 1F1B and GPipe, PP 2 x FSDP 2,
 # PP 2 x DDP 2, Interleaved1F1B alone and x FSDP 2, InterleavedZeroBubble,
 # ZBVZeroBubble x FSDP 2 and x TP 2, CP 2 and CP 2 x TP 2
-# with rotate_method allgather and alltoall, CP 4 alltoall, PP 2 x CP 2)
+# with rotate_method allgather and alltoall, CP 4 alltoall, PP 2 x CP 2;
+# a mixture of experts under PP 2, CP 2, EP 2 and EP 2 x FSDP 2)
 # `titan-estimate --device cpu --rank R` gives the peak measured by
 # the tagged allocator and its bytes by tag, to the byte; and the stage
 # split of both estimate models (--json stage_layers) is the one
@@ -164,6 +165,34 @@ PY
 	echo "# block_causal CP 2 alltoall: ${lines[*]}" >&3
 	run -0 est_vs_run 2 $bc $PP2 --parallelism.pipeline_parallel_microbatch_size=3
 	echo "# block_causal PP 2: ${lines[*]}" >&3
+}
+
+MOE="--model.moe_num_experts=4 --model.moe_top_k=2 --model.moe_inter_dim=48"
+
+@test "titan-estimate --device cpu --rank R: a mixture of experts' memory to the byte under PP and CP (1F1B, Interleaved1F1B; allgather, alltoall)" {
+	# the MoE's router and expert rows are the model's buffer plan of each
+	# stage (worst case: every slot's row), its scratch shared by the blocks
+	run -0 est_vs_run 2 $MOE $PP2 --parallelism.pipeline_parallel_microbatch_size=3
+	echo "# MoE PP 2 1F1B: ${lines[*]}" >&3
+	est_vs_run 2 $MOE $PP2 --parallelism.pipeline_parallel_schedule=Interleaved1F1B --model.n_layers=6 \
+		--model.n_dense_layers=1 --parallelism.pipeline_parallel_microbatch_size=2 \
+		--activation_checkpoint.mode=selective --activation_checkpoint.selective_ac_option=2
+	# CP 2: each rank routes its own S / cp tokens; FSDP over the CP group
+	run -0 est_vs_run 2 $MOE --parallelism.context_parallel_degree=2
+	echo "# MoE CP 2: ${lines[*]}" >&3
+	est_vs_run 2 $MOE --parallelism.context_parallel_degree=2 \
+		--parallelism.context_parallel_rotate_method=alltoall --activation_checkpoint.mode=full
+}
+
+@test "titan-estimate --device cpu --rank R: expert parallelism's memory to the byte (EP 2, EP 2 x FSDP 2)" {
+	# EP 2: each rank holds 2 of the 4 experts, its dispatch buffers sized
+	# for the worst case (every slot of the EP group at its experts)
+	run -0 est_vs_run 2 $MOE --parallelism.expert_parallel_degree=2 --training.local_batch_size=6
+	echo "# MoE EP 2: ${lines[*]}" >&3
+	# EP 2 x FSDP 2: the experts sharded over the efsdp peers
+	run -0 est_vs_run 4 $MOE --parallelism.expert_parallel_degree=2 \
+		--training.local_batch_size=3 --training.global_batch_size=12
+	echo "# MoE EP 2 x FSDP 2: ${lines[*]}" >&3
 }
 
 # stages_vs_log N ARGS...: titan-train's log of its stages ("Pipeline stage

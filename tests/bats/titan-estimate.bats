@@ -277,11 +277,12 @@ PY
 # moe_vs_run NAME ARGS...: titan-train 2 steps of a MoE (tiny.yaml's
 # 2-block model with 4 experts, top 2, and ARGS), then titan-estimate
 # --device cpu of the same: the first row's peak (start-up included) and
-# its bytes by tag, the second row's peak (a step alone), to the byte
+# its bytes by tag, the second row's peak (a step alone), to the byte;
+# MOE_YAML=mla_yaml: the DeepSeek-V3 model of mla_yaml instead
 moe_vs_run() {
 	local o=$BATS_TEST_TMPDIR/$1
 	shift
-	moe_yaml
+	${MOE_YAML:-moe_yaml}
 	titan-train -q --threads 1 --config "$BATS_TEST_TMPDIR/moe.yaml" --job.dump_folder="$o" "$@"
 	titan-estimate --config "$BATS_TEST_TMPDIR/moe.yaml" --device cpu --threads 1 --json "$@" > "$o/est.json"
 	/usr/bin/python3 - "$o" <<'PY'
@@ -303,10 +304,15 @@ PY
 # moe_yaml: $BATS_TEST_TMPDIR/moe.yaml
 moe_yaml() {
 	load tiny
-	tiny_yaml "$BATS_TEST_TMPDIR/moe.yaml" 768 64 2 4 2 <<YAML
-  moe_num_experts: 4
-  moe_top_k: 2
-  moe_inter_dim: 48
+	{
+		printf '  moe_num_experts: 4\n  moe_top_k: 2\n  moe_inter_dim: 48\n'
+		moe_training
+	} | tiny_yaml "$BATS_TEST_TMPDIR/moe.yaml" 768 64 2 4 2
+}
+
+# moe_training: the config's sections after the model's
+moe_training() {
+	cat <<YAML
 training:
   dataset_path: $DATA/shards
   local_batch_size: 2
@@ -315,6 +321,24 @@ training:
 metrics:
   peak_flops: 1.0e+11
 YAML
+}
+
+# mla_yaml: $BATS_TEST_TMPDIR/moe.yaml of DeepSeek-V3's tiny flavor
+# (multi-head latent attention, q_lora_rank 32, 8 experts + 1 shared, the
+# first block dense)
+mla_yaml() {
+	{
+		printf 'model:\n  name: deepseek_v3\n  flavor: debugmodel_mla\n  vocab_size: 768\n'
+		moe_training
+	} > "$BATS_TEST_TMPDIR/moe.yaml"
+}
+
+@test "cpu: DeepSeek-V3's multi-head latent attention, its estimate is its metrics to the byte (AC none, full, selective; no q LoRA)" {
+	MOE_YAML=mla_yaml moe_vs_run mla --activation_checkpoint.mode=none
+	MOE_YAML=mla_yaml moe_vs_run mla_full --activation_checkpoint.mode=full
+	# torchtitan's debugmodel's form: no q LoRA (wq straight), layer-selective AC
+	MOE_YAML=mla_yaml moe_vs_run mla_noq --model.q_lora_rank=0 --activation_checkpoint.mode=selective \
+		--activation_checkpoint.selective_ac_option=2
 }
 
 @test "cpu: a mixture of experts' estimate is its metrics to the byte (AC none, full, selective, op)" {
@@ -337,16 +361,23 @@ YAML
 	assert_line --partial "MoE experts: routed rows"
 }
 
-@test "MoE: expert parallelism is not estimated yet (exit 2 naming the key)" {
+@test "MoE: expert parallelism on the GPU model and in --search is not estimated yet (exit 2 naming the key)" {
 	run -2 --separate-stderr titan-estimate --config configs/llama3_debug.yaml --ngpu 2 \
 		--model.moe_num_experts=4 --model.moe_top_k=2 --parallelism.expert_parallel_degree=2
-	[ "$stderr" = "titan-estimate: error: parallelism.expert_parallel_degree 2: titan-estimate does not estimate expert parallelism yet (use 1)" ]
-	run -2 --separate-stderr titan-estimate --config configs/llama3_debug.yaml --ngpu 2 --device cpu \
-		--model.moe_num_experts=4 --model.moe_top_k=2 --parallelism.expert_parallel_degree=2
-	[[ $stderr == *"parallelism.expert_parallel_degree 2: titan-estimate does not estimate expert parallelism yet"* ]]
+	[ "$stderr" = "titan-estimate: error: parallelism.expert_parallel_degree 2: the GPU model does not estimate expert parallelism yet (use 1, or --device cpu)" ]
 	run -2 --separate-stderr titan-estimate --config configs/llama3_debug.yaml --ngpu 4 --search \
 		--model.moe_num_experts=4 --model.moe_top_k=2 --parallelism.expert_parallel_degree=2
-	[[ $stderr == *"parallelism.expert_parallel_degree 2: titan-estimate does not estimate expert parallelism yet"* ]]
+	[[ $stderr == *"parallelism.expert_parallel_degree 2: --search does not search expert-parallel layouts yet"* ]]
+	# titan-train's refusals: EP of no MoE, of experts it does not divide, a MoE next to TP
+	run -2 --separate-stderr titan-estimate --config configs/llama3_debug.yaml --ngpu 2 --device cpu \
+		--parallelism.expert_parallel_degree=2
+	[[ $stderr == *"parallelism.expert_parallel_degree: 2 needs a mixture of experts"* ]]
+	run -2 --separate-stderr titan-estimate --config configs/llama3_debug.yaml --ngpu 3 --device cpu \
+		--model.moe_num_experts=4 --model.moe_top_k=2 --parallelism.expert_parallel_degree=3
+	[[ $stderr == *"parallelism.expert_parallel_degree: 3 does not divide model.moe_num_experts 4"* ]]
+	run -2 --separate-stderr titan-estimate --config configs/llama3_debug.yaml --ngpu 2 --device cpu \
+		--model.moe_num_experts=4 --model.moe_top_k=2 --parallelism.tensor_parallel_degree=2
+	[[ $stderr == *"parallelism.tensor_parallel_degree: not supported with a mixture of experts yet"* ]]
 }
 
 @test "MoE on GPUs: every expert's weights in memory, FLOPs and MFU on the active parameters (titan-train's)" {
