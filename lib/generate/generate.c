@@ -302,6 +302,7 @@ static int chunk_fwd(struct titan_generator *g, int64_t n)
 			if (r != TITAN_PARAM_NORM && r != TITAN_PARAM_OUTPUT)
 				w.w[r] = W(g, (enum titan_param_role)r, l);
 		k.moe = titan_model_layer_is_moe(d, l) ? &g->moe : NULL;
+		k.nope = titan_model_layer_nope(d, l); /* its cache holds k unrotated */
 		a.k = g->kc[l] + p0 * g->kv;
 		a.v = g->vc[l] + p0 * g->kv;
 		g->kva.kc = g->kc[l];
