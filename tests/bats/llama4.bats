@@ -240,3 +240,19 @@ PY
 	assert_line --partial "model     Llama 4 debugmodel:"
 	assert_line --regexp "^moe       4 experts \(top 1, 1 shared, hidden 96\) in 2 of 4 blocks"
 }
+
+@test "llama4 on 2 ranks: a dense llama4 with NoPE layers under TP and CP, and the MoE under FSDP, reproduce the 1-rank curve" {
+	[ -z "${NO_MPI:-}" ] || skip "no MPI"
+	local d=$BATS_TEST_TMPDIR dense=(--model.moe_num_experts=0 --model.rope_theta=100 --training.steps=10)
+	run -0 titan-train -q --config "$DATA/l4.yaml" "${dense[@]}" --job.dump_folder="$d/one"
+	for a in tensor_parallel_degree context_parallel_degree; do
+		run -0 timeout -k 5 120 mpiexec -n 2 env OMP_NUM_THREADS=1 titan-train -q \
+			--config "$DATA/l4.yaml" "${dense[@]}" --parallelism.$a=2 --job.dump_folder="$d/$a"
+		run -0 same_curve "$d/one/metrics.jsonl" "$d/$a/metrics.jsonl"
+	done
+	run -0 titan-train -q --config "$DATA/l4.yaml" --training.local_batch_size=4 --training.steps=10 \
+		--job.dump_folder="$d/moe1"
+	run -0 timeout -k 5 120 mpiexec -n 2 env OMP_NUM_THREADS=1 titan-train -q --config "$DATA/l4.yaml" \
+		--training.steps=10 --parallelism.data_parallel_shard_degree=2 --job.dump_folder="$d/fsdp"
+	run -0 same_curve "$d/moe1/metrics.jsonl" "$d/fsdp/metrics.jsonl"
+}
