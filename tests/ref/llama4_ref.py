@@ -108,27 +108,29 @@ def build(a: Llama4Args, moe: dict):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--init", required=True, help="titan's seed checkpoint (HDF5)")
-    ap.add_argument("--shards", required=True)
+    ap.add_argument("--init", required=True, help="titan's checkpoint (HDF5): the start")
     ap.add_argument("--model", required=True, help="JSON: Llama4Args fields")
     ap.add_argument("--moe", required=True,
                     help="JSON: moe_ref's MoE fields + interleave_moe_layer_step "
                     "(inter_dim: auto-scaled when absent)")
-    ap.add_argument("--train", required=True, help="JSON: batch, seq_len, steps, lr, warmup")
+    ap.add_argument("--shards")
+    ap.add_argument("--train", help="JSON: batch, seq_len, steps, lr, warmup")
     ap.add_argument("--save", help="the final state_dict as .npz")
+    ap.add_argument("--prompt", help="instead of training: token ids (u32, the last one "
+                    "dropped) continued greedily to --length; prints the log-probability")
+    ap.add_argument("--length", type=int, default=16)
     o = ap.parse_args()
-    import h5py
 
     torch.set_num_threads(1)
     torch.use_deterministic_algorithms(True)
-    t = json.loads(o.train)
+    t = json.loads(o.train) if o.train else {"seq_len": o.length}
     a = Llama4Args(**json.loads(o.model), max_seq_len=t["seq_len"])
     model, moe = build(a, json.loads(o.moe))
-    f = h5py.File(o.init, "r")
-    model.load_state_dict({k: torch.from_numpy(f["model"][k][...]) for k in f["model"]},
-                          strict=True)
-    assert [n for n, _ in model.named_parameters()] == \
-        [k for k in f["model"] if not k.endswith("expert_bias")], "parameter order"
+    M.load_checkpoint(model, o.init)
+    if o.prompt:
+        ids = np.fromfile(o.prompt, dtype=np.uint32).tolist()[:-1]
+        print("%.6f" % M.greedy_logprob(model, ids, o.length))
+        return
     out = M.train(model, o.shards, t)
     out["inter_dim"] = moe["inter_dim"]
     if o.save:
