@@ -224,11 +224,11 @@ PY
 	assert_line --regexp "^moe       4 experts \(top 1, 1 shared, hidden 96\) in 2 of 4 blocks"
 }
 
-@test "llama4 on 2 ranks: a dense llama4 with NoPE layers under TP and CP, and the MoE under FSDP, reproduce the 1-rank curve" {
+@test "llama4 on 2 ranks: a dense llama4 with NoPE layers under TP, CP and PP, and the MoE under FSDP, reproduce the 1-rank curve" {
 	[ -z "${NO_MPI:-}" ] || skip "no MPI"
 	local d=$BATS_TEST_TMPDIR dense=(--model.moe_num_experts=0 --model.rope_theta=100 --training.steps=10)
 	run -0 titan-train -q --config "$DATA/l4.yaml" "${dense[@]}" --job.dump_folder="$d/one"
-	for a in tensor_parallel_degree context_parallel_degree; do
+	for a in tensor_parallel_degree context_parallel_degree pipeline_parallel_degree; do
 		run -0 timeout -k 5 120 mpiexec -n 2 env OMP_NUM_THREADS=1 titan-train -q \
 			--config "$DATA/l4.yaml" "${dense[@]}" --parallelism.$a=2 --job.dump_folder="$d/$a"
 		run -0 same_curve "$d/one/metrics.jsonl" "$d/$a/metrics.jsonl"
@@ -238,4 +238,18 @@ PY
 	run -0 timeout -k 5 120 mpiexec -n 2 env OMP_NUM_THREADS=1 titan-train -q --config "$DATA/l4.yaml" \
 		--training.steps=10 --parallelism.data_parallel_shard_degree=2 --job.dump_folder="$d/fsdp"
 	run -0 same_curve "$d/moe1/metrics.jsonl" "$d/fsdp/metrics.jsonl"
+}
+
+@test "llama4: full, per-op and every-block activation checkpointing change no bit (NoPE blocks recomputed without RoPE)" {
+	local d=$BATS_TEST_TMPDIR
+	run -0 titan-train -q --config "$DATA/l4.yaml" --model.rope_theta=100 --training.steps=10 \
+		--job.dump_folder="$d/none"
+	for ac in "--activation_checkpoint.mode=full" \
+		"--activation_checkpoint.mode=selective --activation_checkpoint.selective_ac_option=op" \
+		"--activation_checkpoint.mode=selective --activation_checkpoint.selective_ac_option=1"; do
+		run -0 titan-train -q --config "$DATA/l4.yaml" --model.rope_theta=100 --training.steps=10 \
+			$ac --job.dump_folder="$d/ac"
+		run -0 same_curve "$d/none/metrics.jsonl" "$d/ac/metrics.jsonl" bits
+		rm -rf "$d/ac"
+	done
 }
