@@ -148,6 +148,10 @@ sys.exit(1 if max(abs(x - y) / abs(y) for x, y in zip(a, b)) > 5e-5 else 0)' \
 	[[ $stderr == "titan-train: error: model.qk_norm: torchtitan's Llama 4 has no QK-norm"* ]]
 	run -2 --separate-stderr titan-train -q --config "$DATA/l4.yaml" --training.device=cuda "$x"
 	[[ $stderr == *"error: training.device"* ]]
+	# a dense llama4 too: not checked on a GPU yet
+	run -2 --separate-stderr titan-train -q --config "$DATA/l4.yaml" --training.device=cuda \
+		--model.moe_num_experts=0 "$x"
+	[[ $stderr == "titan-train: error: training.device: cuda: model.name llama4 is not checked on a GPU yet"* ]]
 }
 
 @test "titan-generate: a llama4 checkpoint continues a prompt as the reference model does (NoPE layers' k/v cache)" {
