@@ -291,7 +291,9 @@ int titan_ckpt_dims_check(const char *src, const struct titan_model_dims *d, boo
 				   (long long)d->head_dim, field(hf, "dim", "hidden_size"),
 				   field(hf, "n_heads", "num_attention_heads"),
 				   (long long)(d->dim / d->n_heads));
-	if (d->rope_scaling && !(d->rope_high_freq_factor > d->rope_low_freq_factor))
+	if (d->rope_scaling && !(d->rope_high_freq_factor > d->rope_low_freq_factor) &&
+	    !(d->family == TITAN_MODEL_NAME_LLAMA4 &&
+	      d->rope_high_freq_factor == d->rope_low_freq_factor))
 		return titan_error(TITAN_E_FORMAT, "%s: %s must be above %s", src,
 				   field(hf, "rope_high_freq_factor", "rope_scaling.high_freq_factor"),
 				   field(hf, "rope_low_freq_factor", "rope_scaling.low_freq_factor"));
@@ -382,6 +384,8 @@ int titan_ckpt_dims_match(const char *src, const struct titan_model_dims *have,
 		 titan_model_mla(have), false},
 		{"original_seq_len", "model.original_seq_len", have->mla.original_seq_len,
 		 want->mla.original_seq_len, titan_model_mla(have), false},
+		{"every_n_layers_nope", "model.every_n_layers_nope", have->nope_every,
+		 want->nope_every, true, false},
 	};
 	const struct {
 		const char *name, *key;
@@ -973,6 +977,10 @@ char *titan_ckpt_config_for_dims(const struct titan_model_dims *d)
 			SET("model.moe_load_balance_coeff", "null");
 		else
 			SETD("model.moe_load_balance_coeff", m->load_balance_coeff);
+	}
+	if (d->nope_every > 0) {
+		SET("model.every_n_layers_nope", "%lld", (long long)d->nope_every);
+		SET("model.fixed_attn_block_size", "%lld", (long long)d->attn_chunk);
 	}
 	if (titan_model_mla(d)) {
 		const struct titan_mla_dims *a = &d->mla;

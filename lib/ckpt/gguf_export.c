@@ -413,6 +413,9 @@ int titan_gguf_export(const char *path, const struct titan_param_table *t, titan
 		return titan_error(TITAN_E_UNSUPPORTED, "GGUF export of a sharded parameter table");
 	/* llama.cpp's qwen3 architecture (attn_q_norm, attn_k_norm, its own
 	 * head_dim) is not written: refused rather than a wrong "llama" file */
+	if (t->dims.family == TITAN_MODEL_NAME_LLAMA4)
+		return titan_error(TITAN_E_UNSUPPORTED, "GGUF export: model.name llama4 (NoPE "
+				   "layers, interleaved MoE) is not written as GGUF yet");
 	if (t->dims.qk_norm)
 		return titan_error(TITAN_E_UNSUPPORTED, "GGUF export: model %s (QK-norm) is not "
 				   "written as GGUF yet (titan writes llama.cpp's architecture "

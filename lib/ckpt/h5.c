@@ -308,6 +308,10 @@ static int write_dims(hid_t f, const struct titan_model_dims *d)
 		return -1;
 	if (titan_model_mla(d) && write_mla(f, &d->mla) < 0)
 		return -1;
+	/* Llama 4's NoPE layers (absent: RoPE in every block) */
+	if (d->nope_every > 0 && (attr_i64(f, "every_n_layers_nope", d->nope_every) < 0 ||
+				  attr_i64(f, "fixed_attn_block_size", d->attn_chunk) < 0))
+		return -1;
 	return attrs_i64(f, ints, NATTR(ints)) < 0 ? -1 : attrs_f64(f, dbls, NATTR(dbls));
 }
 

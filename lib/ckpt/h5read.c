@@ -254,14 +254,15 @@ static int read_header(struct titan_ckpt_file *f)
 	d->family = TITAN_MODEL_NAME_LLAMA3;
 	if (r == 0) {
 		bool known = !strcmp(s, "qwen3") || !strcmp(s, "llama3") ||
-			     !strcmp(s, "deepseek_v3");
+			     !strcmp(s, "deepseek_v3") || !strcmp(s, "llama4");
 
 		d->family = !strcmp(s, "qwen3") ? TITAN_MODEL_NAME_QWEN3 :
 			    !strcmp(s, "deepseek_v3") ? TITAN_MODEL_NAME_DEEPSEEK_V3 :
+			    !strcmp(s, "llama4") ? TITAN_MODEL_NAME_LLAMA4 :
 			    TITAN_MODEL_NAME_LLAMA3;
 		if (!known)
 			r = titan_error(TITAN_E_FORMAT, "'%s': model_name '%.64s' is no model family "
-					"titan knows (llama3, qwen3, deepseek_v3)", in->path, s);
+					"titan knows (llama3, qwen3, deepseek_v3, llama4)", in->path, s);
 		free(s);
 		if (r < 0)
 			return r;
@@ -292,6 +293,19 @@ static int read_header(struct titan_ckpt_file *f)
 		return r;
 	if ((r = read_moe(f)) < 0)
 		return r;
+	/* Llama 4's NoPE layers (absent: none) */
+	if ((r = attr_read(f->file, "every_n_layers_nope", H5T_NATIVE_INT64, H5T_INTEGER,
+			   &d->nope_every)) < 0)
+		return bad_attr(f, "/", "every_n_layers_nope", r);
+	if (r == 1)
+		d->nope_every = 0;
+	else
+		NEED_I64(f, f->file, "/", "fixed_attn_block_size", &d->attn_chunk);
+	if (d->nope_every < 0 || d->nope_every == 1 || (d->nope_every > 0 && d->attn_chunk < 1))
+		return titan_error(TITAN_E_FORMAT, "'%s': every_n_layers_nope %lld, "
+				   "fixed_attn_block_size %lld: need 0 or > 1, and a block of at "
+				   "least 1", in->path, (long long)d->nope_every,
+				   (long long)d->attn_chunk);
 	return check_dims(f);
 }
 

@@ -536,6 +536,12 @@ int titan_hf_export(const char *outdir, const struct titan_param_table *t, titan
 	esz = titan_ckpt_dtype_size(o->dtype);
 	if (t->opts.shard_degree > 1)
 		return titan_error(TITAN_E_UNSUPPORTED, "HF export of a sharded parameter table");
+	/* Llama4ForCausalLM (fused gate_up_proj experts, NoPE layers in
+	 * config.json, its QK L2 norm and attention temperature) is not
+	 * written: refused rather than a Llama file that loses the NoPE layers */
+	if (t->dims.family == TITAN_MODEL_NAME_LLAMA4)
+		return titan_error(TITAN_E_UNSUPPORTED, "model.name llama4: HF export of Llama 4 "
+				   "(Llama4ForCausalLM) is not supported yet");
 	if ((rc = check_moe(t)) < 0)
 		return rc;
 	if ((rc = titan_ckpt_mkdirs_(outdir)) < 0)

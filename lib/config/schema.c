@@ -86,7 +86,7 @@ static const struct cfg_entry schema[] = {
 	KE(model, name, TITAN_MODEL_NAMES, titan_model_name, "llama3", "model family"),
 	KE(model, flavor, TITAN_FLAVORS, titan_flavor, "debugmodel",
 	   "model size; custom takes the dims below; a MoE flavor (qwen3: debugmodel_moe, "
-	   "30B-A3B, 235B-A22B; every deepseek_v3 one) sets the model.moe_* keys"),
+	   "30B-A3B, 235B-A22B; every deepseek_v3 and llama4 one) sets the model.moe_* keys"),
 	K(model, tokenizer_path, STRING, "", NR, NULL, 0,
 	  "tokenizer file (tiktoken .model or HF tokenizer.json); '' = none"),
 	K(model, hf_assets_path, STRING, "", NR, NULL, 0,
@@ -177,6 +177,11 @@ static const struct cfg_entry schema[] = {
 	  "MoE: the first n blocks keep the dense feed-forward (DeepSeek-V3's first-k dense)"),
 	K(model, interleave_moe_layer_step, INT, "1", GE(1), NULL, 0,
 	  "MoE: block i (from 0) is MoE when (i + 1) % step == 0 (Llama 4's interleaving)"),
+	K(model, every_n_layers_nope, INT, "0", GE(0), NULL, 0,
+	  "llama4 iRoPE: block i (from 0) has no RoPE when i % n == 0; 0 = RoPE everywhere"),
+	K(model, fixed_attn_block_size, INT, "8192", GE(1), NULL, 0,
+	  "llama4 iRoPE: the RoPE blocks attend within chunks of this many tokens (titan "
+	  "refuses training.seq_len above it)"),
 
 	/* optimizer */
 	KE(optimizer, name, TITAN_OPTIMIZERS, titan_optimizer, "AdamW", "optimizer"),

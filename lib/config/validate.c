@@ -105,7 +105,12 @@ static int check_model(const struct titan_config *c)
 	if (n_heads != -1 && n_kv != -1 && n_heads % n_kv != 0)
 		FAIL("model.n_kv_heads: %" PRId64 " does not divide model.n_heads %" PRId64,
 		     n_kv, n_heads);
-	if (c->model.rope_scaling &&
+	/* Llama 4's scaling has low = high (1, 1): no band to smooth */
+	if (c->model.rope_scaling && c->model.name_e == TITAN_MODEL_NAME_LLAMA4 &&
+	    !(c->model.rope_high_freq_factor >= c->model.rope_low_freq_factor))
+		FAIL("model.rope_high_freq_factor: must be at least "
+		     "model.rope_low_freq_factor when model.rope_scaling is true");
+	if (c->model.rope_scaling && c->model.name_e != TITAN_MODEL_NAME_LLAMA4 &&
 	    !(c->model.rope_high_freq_factor > c->model.rope_low_freq_factor))
 		FAIL("model.rope_high_freq_factor: must be greater than "
 		     "model.rope_low_freq_factor when model.rope_scaling is true");

@@ -285,10 +285,13 @@ static int set_string(char **field, const char *text)
 static const struct {
 	double norm_eps, rope_theta;
 	bool rope_scaling;
+	double rope_scaling_factor, rope_high_freq_factor;
 } families[] = {
-	[TITAN_MODEL_NAME_LLAMA3] = {1e-5, 500000.0, true},
-	[TITAN_MODEL_NAME_QWEN3] = {1e-6, 1000000.0, false},
-	[TITAN_MODEL_NAME_DEEPSEEK_V3] = {1e-5, 10000.0, false}, /* YaRN: model.rope_factor */
+	[TITAN_MODEL_NAME_LLAMA3] = {1e-5, 500000.0, true, 8.0, 4.0},
+	[TITAN_MODEL_NAME_QWEN3] = {1e-6, 1000000.0, false, 8.0, 4.0},
+	[TITAN_MODEL_NAME_DEEPSEEK_V3] = {1e-5, 10000.0, false, 8.0, 4.0}, /* YaRN: model.rope_factor */
+	/* torchtitan's llama4 RoPEScalingArgs: factor 16, low = high = 1 */
+	[TITAN_MODEL_NAME_LLAMA4] = {1e-5, 500000.0, true, 16.0, 1.0},
 };
 
 static void flavor_move(struct titan_config *c, int name_was, int was, int name_now, int now);
@@ -305,6 +308,10 @@ static void family_defaults(struct titan_config *c, int was, int now)
 		c->model.rope_theta = families[now].rope_theta;
 	if (c->model.rope_scaling == families[was].rope_scaling)
 		c->model.rope_scaling = families[now].rope_scaling;
+	if (c->model.rope_scaling_factor == families[was].rope_scaling_factor)
+		c->model.rope_scaling_factor = families[now].rope_scaling_factor;
+	if (c->model.rope_high_freq_factor == families[was].rope_high_freq_factor)
+		c->model.rope_high_freq_factor = families[now].rope_high_freq_factor;
 }
 
 /* What a MoE flavor brings (torchtitan's qwen3 "debugmodel_moe",
@@ -321,7 +328,9 @@ static const struct moe_flavor {
 	double rope_theta; /* 0: the family's */
 	double route_scale;
 	int64_t n_dense;
-} dense_flavor = {0, 1, -1, 1, "sigmoid", false, true, 0, 1.0, 0},
+	int64_t step;      /* interleave_moe_layer_step (0: 1) */
+	bool no_rope_scaling; /* llama4 17bx128e: no RoPEScalingArgs */
+} dense_flavor = {0, 1, -1, 1, "sigmoid", false, true, 0, 1.0, 0, 1, false},
   moe_flavors[] = {
 	[TITAN_FLAVOR_DEBUGMODEL_MOE] = {64, 8, 768, 0, "softmax", true, false, 0, 1.0, 0},
 	[TITAN_FLAVOR_30B_A3B] = {128, 8, 768, 0, "softmax", true, false, 0, 1.0, 0},
@@ -336,6 +345,15 @@ static const struct moe_flavor {
 	[TITAN_FLAVOR_16B] = {64, 6, 1408, 2, "softmax", false, false, 0, 1.0, 1},
 	[TITAN_FLAVOR_236B] = {160, 6, 1536, 2, "softmax", false, false, 0, 16.0, 1},
 	[TITAN_FLAVOR_671B] = {256, 8, 2048, 1, "sigmoid", true, false, 0, 2.5, 3},
+},
+/* torchtitan's llama4_args (models/llama4/__init__.py): MoEArgs' defaults
+ * (top-1 sigmoid, one shared expert, the score on the expert's input),
+ * MoE every interleave_moe_layer_step blocks (2 unless the flavor says
+ * 1); the expert hidden size auto-scaled from the dense one (-1, lib/model) */
+  llama4_flavors[] = {
+	[TITAN_FLAVOR_DEBUGMODEL] = {8, 1, -1, 1, "sigmoid", false, true, 0, 1.0, 0, 2, false},
+	[TITAN_FLAVOR_17BX16E] = {16, 1, -1, 1, "sigmoid", false, true, 0, 1.0, 0, 1, false},
+	[TITAN_FLAVOR_17BX128E] = {128, 1, -1, 1, "sigmoid", false, true, 0, 1.0, 0, 2, true},
 };
 
 static const struct moe_flavor *moe_flavor(int name, int f)
@@ -346,6 +364,9 @@ static const struct moe_flavor *moe_flavor(int name, int f)
 	if (name == TITAN_MODEL_NAME_DEEPSEEK_V3) {
 		t = dsv3_flavors;
 		n = sizeof(dsv3_flavors) / sizeof(dsv3_flavors[0]);
+	} else if (name == TITAN_MODEL_NAME_LLAMA4) {
+		t = llama4_flavors;
+		n = sizeof(llama4_flavors) / sizeof(llama4_flavors[0]);
 	}
 	if (f < 0 || (size_t)f >= n || !t[f].experts)
 		return &dense_flavor;
@@ -382,6 +403,10 @@ static void flavor_move(struct titan_config *c, int name_was, int was, int name_
 		c->model.moe_route_scale = b->route_scale;
 	if (c->model.n_dense_layers == a->n_dense)
 		c->model.n_dense_layers = b->n_dense;
+	if (c->model.interleave_moe_layer_step == (a->step > 0 ? a->step : 1))
+		c->model.interleave_moe_layer_step = b->step > 0 ? b->step : 1;
+	if (a->no_rope_scaling != b->no_rope_scaling && c->model.rope_scaling == !a->no_rope_scaling)
+		c->model.rope_scaling = !b->no_rope_scaling;
 	if (c->model.moe_score_func && !strcmp(c->model.moe_score_func, a->score_func) &&
 	    set_string(&c->model.moe_score_func, b->score_func) == 0)
 		c->model.moe_score_func_e = strcmp(b->score_func, "softmax") ? TITAN_MOE_SIGMOID

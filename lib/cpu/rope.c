@@ -17,10 +17,10 @@ int titan_rope_freqs(float *freqs, int64_t seq, int64_t head_dim,
 				   "rope: head_dim %lld must be even and positive, seq %lld >= 0, theta %g > 0",
 				   (long long)head_dim, (long long)seq, theta);
 	if (sc && !(sc->factor > 0.0 && sc->low_freq_factor > 0.0 &&
-		    sc->high_freq_factor > sc->low_freq_factor &&
+		    sc->high_freq_factor >= sc->low_freq_factor &&
 		    sc->original_max_position > 0.0))
 		return titan_error(TITAN_E_INVALID,
-				   "rope scaling: need factor > 0, 0 < low_freq_factor < high_freq_factor, original_max_position > 0");
+				   "rope scaling: need factor > 0, 0 < low_freq_factor <= high_freq_factor, original_max_position > 0");
 	int64_t half = head_dim / 2;
 	for (int64_t i = 0; i < half; i++) {
 		/* 1.0 / (theta ** (arange(0, dim, 2).float() / dim)), in float */
@@ -36,7 +36,8 @@ int titan_rope_freqs(float *freqs, int64_t seq, int64_t head_dim,
 			float s = ((float)sc->original_max_position / wl -
 				   (float)sc->low_freq_factor) /
 				  (float)(sc->high_freq_factor - sc->low_freq_factor);
-			if (wl >= high_wl && wl <= low_wl)
+			/* low = high (Llama 4): no band between them to smooth */
+			if (wl >= high_wl && wl <= low_wl && sc->high_freq_factor > sc->low_freq_factor)
 				nf = (1.0f - s) * nf / factor + s * nf;
 			f = nf;
 		}

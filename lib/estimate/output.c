@@ -345,7 +345,8 @@ static void header(FILE *fp, const struct titan_model_dims *d, const struct tita
 
 	titan_model_count_params(d, &p);
 	fprintf(fp, "model     %s %s: %s parameters (dim %lld, %lld layers, %lld/%lld "
-		"heads, ffn %lld, vocab %lld)\n", d->family == TITAN_MODEL_NAME_QWEN3 ? "Qwen3" : "Llama 3",
+		"heads, ffn %lld, vocab %lld)\n", d->family == TITAN_MODEL_NAME_QWEN3 ? "Qwen3" :
+		d->family == TITAN_MODEL_NAME_LLAMA4 ? "Llama 4" : "Llama 3",
 		d->flavor, count_str(buf, sizeof(buf), (double)p.total),
 		(long long)d->dim, (long long)d->n_layers, (long long)d->n_heads,
 		(long long)d->n_kv_heads, (long long)d->ffn_hidden, (long long)d->vocab_size);

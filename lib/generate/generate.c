@@ -172,6 +172,13 @@ int titan_generator_new(const struct titan_param_table *t, const float *params,
 	if (o->capacity < 1 || o->batch < 0)
 		return titan_error(TITAN_E_INVALID, "generator: capacity %lld must be >= 1 and "
 				   "batch %lld >= 0", (long long)o->capacity, (long long)o->batch);
+	/* Llama 4's RoPE layers attend within fixed blocks (training refuses
+	 * sequences longer than one, lib/model): so does generation */
+	if (d->nope_every > 0 && o->capacity > d->attn_chunk)
+		return titan_error(TITAN_E_INVALID, "generator: %lld positions exceed the checkpoint's "
+				   "fixed_attn_block_size %lld: chunked attention on the RoPE "
+				   "layers (llama4) is not supported", (long long)o->capacity,
+				   (long long)d->attn_chunk);
 	if (!(g = calloc(1, sizeof(*g))))
 		return titan_error(TITAN_E_NOMEM, "out of memory");
 	g->t = t;
@@ -302,6 +309,7 @@ static int chunk_fwd(struct titan_generator *g, int64_t n)
 			if (r != TITAN_PARAM_NORM && r != TITAN_PARAM_OUTPUT)
 				w.w[r] = W(g, (enum titan_param_role)r, l);
 		k.moe = titan_model_layer_is_moe(d, l) ? &g->moe : NULL;
+		k.nope = titan_model_layer_nope(d, l); /* its cache holds k unrotated */
 		a.k = g->kc[l] + p0 * g->kv;
 		a.v = g->vc[l] + p0 * g->kv;
 		g->kva.kc = g->kc[l];

@@ -74,6 +74,16 @@ static const struct flavor dsv3_flavors[] = {
 	{"671B", 7168, 61, 128, 128, 129280, 0, NAN, false, 192, 18432, 0, 0, 0, 0, &mla_big},
 };
 
+/* torchtitan's llama4_args (models/llama4/__init__.py): Llama 3's dense
+ * arithmetic for the dense blocks; the MoE (interleaved, top-1 sigmoid,
+ * one shared expert) reaches the config's model.moe_* keys (lib/config/
+ * value.c), the experts' hidden size auto-scaled (titan_model_dims_from_config). */
+static const struct flavor llama4_flavors[] = {
+	{"debugmodel", 256, 6, 16, 16, 2048, 256, NAN, false, 0, 0, 0, 0, 0, 0, NULL},
+	{"17bx16e", 5120, 48, 40, 8, 202048, 2048, 1.2, false, 0, 0, 0, 0, 0, 0, NULL},
+	{"17bx128e", 5120, 48, 40, 8, 202048, 2048, 1.2, false, 0, 0, 0, 0, 0, 0, NULL},
+};
+
 /* The model families (model.name): their flavors and what a family sets
  * besides the dims (the config's model.name sets norm_eps, rope_theta and
  * rope_scaling, lib/config/value.c). */
@@ -92,6 +102,9 @@ static const struct family {
 	[TITAN_MODEL_NAME_DEEPSEEK_V3] = {"deepseek_v3", dsv3_flavors,
 					  (int)(sizeof(dsv3_flavors) / sizeof(dsv3_flavors[0])), false,
 					  1e-5, 10000.0, false},
+	[TITAN_MODEL_NAME_LLAMA4] = {"llama4", llama4_flavors,
+				     (int)(sizeof(llama4_flavors) / sizeof(llama4_flavors[0])), false,
+				     1e-5, 500000.0, true},
 };
 #define NFAMILIES ((int)(sizeof(families) / sizeof(families[0])))
 
@@ -169,6 +182,11 @@ int titan_model_family_flavor(enum titan_model_name fam, const char *name,
 		out->norm_eps = F->norm_eps;
 		out->rope_theta = F->rope_theta;
 		out->rope_scaling = F->rope_scaling;
+		if (fam == TITAN_MODEL_NAME_LLAMA4) {
+			out->rope_scaling_factor = 16.0;
+			out->rope_high_freq_factor = 1.0;
+			out->rope_scaling = strcmp(f->name, "17bx128e") != 0;
+		}
 		out->dim = f->dim;
 		out->n_layers = f->n_layers;
 		out->n_heads = f->n_heads;
@@ -267,6 +285,50 @@ double titan_model_mla_softmax_scale(const struct titan_model_dims *d)
 	return s;
 }
 
+/* torchtitan's llama4 TransformerBlock with auto_scale_hidden_dim: the
+ * dense SwiGLU size before rounding, int(·/(top_k + shared)), rounded up to
+ * a multiple of multiple_of. */
+static int64_t llama4_expert_hidden(const struct titan_model_dims *d, int64_t top_k,
+				    int64_t shared)
+{
+	int64_t h = (int64_t)(2.0 * (double)(4 * d->dim) / 3.0);
+
+	if (!isnan(d->ffn_dim_multiplier))
+		h = (int64_t)(d->ffn_dim_multiplier * (double)h);
+	h = (int64_t)((double)h / (double)(top_k + shared));
+	return h + (d->multiple_of - h % d->multiple_of) % d->multiple_of;
+}
+
+/* Llama 4's iRoPE keys, and what the family does not take. */
+static int irope_from_config(const struct titan_config *cfg, struct titan_model_dims *d)
+{
+	const int64_t n = cfg->model.every_n_layers_nope;
+
+	d->nope_every = n;
+	d->attn_chunk = cfg->model.fixed_attn_block_size;
+	if (n > 0 && d->family != TITAN_MODEL_NAME_LLAMA4)
+		return titan_error(TITAN_E_INVALID, "model.every_n_layers_nope: %lld: NoPE layers "
+				   "are Llama 4's (model.name llama4), not %s's", (long long)n,
+				   titan_model_family_name(d->family));
+	if (n == 1)
+		return titan_error(TITAN_E_INVALID, "model.every_n_layers_nope: must be greater "
+				   "than 1 (0: RoPE in every block)");
+	/* torchtitan's RoPE blocks attend within fixed blocks (flex attention's
+	 * get_fixed_block_mask_mod); titan's kernels have no such mask: a
+	 * sequence no longer than the block is the same attention */
+	if (n > 0 && cfg->training.seq_len > d->attn_chunk)
+		return titan_error(TITAN_E_INVALID, "model.fixed_attn_block_size: %lld is below "
+				   "training.seq_len %lld: chunked attention on the RoPE layers "
+				   "is not supported (titan's attention kernels have no local "
+				   "block mask); set it to at least the sequence length",
+				   (long long)d->attn_chunk, (long long)cfg->training.seq_len);
+	if (d->family == TITAN_MODEL_NAME_LLAMA4 && d->qk_norm)
+		return titan_error(TITAN_E_INVALID, "model.qk_norm: torchtitan's Llama 4 has no "
+				   "QK-norm (HF's use_qk_norm, a weightless L2 norm, is not "
+				   "supported)");
+	return 0;
+}
+
 int titan_model_dims_from_config(const struct titan_config *cfg, struct titan_model_dims *d)
 {
 	const char *fl = cfg->model.flavor;
@@ -349,6 +411,9 @@ int titan_model_dims_from_config(const struct titan_config *cfg, struct titan_mo
 		m->top_k = cfg->model.moe_top_k;
 		m->inter_dim = cfg->model.moe_inter_dim > 0 ? cfg->model.moe_inter_dim
 							     : d->ffn_hidden;
+		if (d->family == TITAN_MODEL_NAME_LLAMA4 && cfg->model.moe_inter_dim <= 0)
+			m->inter_dim = llama4_expert_hidden(d, cfg->model.moe_top_k,
+							    cfg->model.moe_num_shared_experts);
 		m->n_dense_layers = cfg->model.n_dense_layers;
 		m->interleave_step = cfg->model.interleave_moe_layer_step;
 		m->softmax = cfg->model.moe_score_func_e == TITAN_MOE_SOFTMAX;
@@ -365,6 +430,8 @@ int titan_model_dims_from_config(const struct titan_config *cfg, struct titan_mo
 					   "per-expert for-loop) is not supported; titan computes "
 					   "the experts as grouped GEMMs only");
 	}
+	if (irope_from_config(cfg, d) < 0)
+		return TITAN_E_INVALID;
 	if (head_dim <= 0 && d->dim % d->n_heads != 0)
 		return titan_error(TITAN_E_INVALID,
 				   "model.n_heads: %lld heads do not divide model.dim %lld",

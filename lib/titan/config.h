@@ -58,7 +58,7 @@ enum titan_config_type {
 #define TITAN_CFG_ENUMERATOR(id, name) id,
 #define TITAN_MODEL_NAMES(X)                                                       \
 	X(TITAN_MODEL_NAME_LLAMA3, "llama3") X(TITAN_MODEL_NAME_QWEN3, "qwen3")    \
-	X(TITAN_MODEL_NAME_DEEPSEEK_V3, "deepseek_v3")
+	X(TITAN_MODEL_NAME_DEEPSEEK_V3, "deepseek_v3") X(TITAN_MODEL_NAME_LLAMA4, "llama4")
 #define TITAN_FLAVORS(X)                                                           \
 	X(TITAN_FLAVOR_DEBUGMODEL, "debugmodel") X(TITAN_FLAVOR_1B, "1B")          \
 	X(TITAN_FLAVOR_3B, "3B") X(TITAN_FLAVOR_8B, "8B") X(TITAN_FLAVOR_70B, "70B") \
@@ -69,6 +69,7 @@ enum titan_config_type {
 	X(TITAN_FLAVOR_30B_A3B, "30B-A3B") X(TITAN_FLAVOR_235B_A22B, "235B-A22B")   \
 	X(TITAN_FLAVOR_DEBUGMODEL_MLA, "debugmodel_mla") X(TITAN_FLAVOR_16B, "16B") \
 	X(TITAN_FLAVOR_236B, "236B") X(TITAN_FLAVOR_671B, "671B")                   \
+	X(TITAN_FLAVOR_17BX16E, "17bx16e") X(TITAN_FLAVOR_17BX128E, "17bx128e")     \
 	X(TITAN_FLAVOR_CUSTOM, "custom")
 #define TITAN_TIES(X) X(TITAN_TIE_AUTO, "auto") X(TITAN_TIE_TRUE, "true") X(TITAN_TIE_FALSE, "false")
 #define TITAN_MOE_SCORE_FUNCS(X) X(TITAN_MOE_SIGMOID, "sigmoid") X(TITAN_MOE_SOFTMAX, "softmax")
@@ -196,6 +197,9 @@ struct titan_config {
 		bool moe_route_norm, moe_score_before_experts, moe_use_grouped_mm;
 		double moe_route_scale, moe_load_balance_coeff;
 		int64_t n_dense_layers, interleave_moe_layer_step;
+		/* Llama 4's iRoPE: block i without RoPE when i % n == 0 (0:
+		 * none), the RoPE blocks' attention chunk */
+		int64_t every_n_layers_nope, fixed_attn_block_size;
 	} model;
 	struct {
 		char *name;              /* AdamW, Adam */

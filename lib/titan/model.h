@@ -28,7 +28,7 @@ struct titan_model_dims {
 	double rope_scaling_factor, rope_low_freq_factor, rope_high_freq_factor;
 	int64_t rope_original_max_position;
 	bool tied;                   /* output shares tok_embeddings (1B, 3B) */
-	enum titan_model_name family;/* model.name: llama3, qwen3 */
+	enum titan_model_name family;/* model.name: llama3, qwen3, deepseek_v3, llama4 */
 	bool qk_norm;                /* RMSNorm of q, k per head before RoPE (qwen3) */
 	/* DeepSeek-V3's multi-head latent attention (torchtitan's
 	 * models/deepseek_v3 Attention); kv_lora_rank 0 = none.  With it
@@ -53,7 +53,18 @@ struct titan_model_dims {
 		double route_scale;
 		double load_balance_coeff;   /* NAN: no expert_bias (torchtitan's None) */
 	} moe;
+	/* Llama 4's iRoPE (torchtitan's every_n_layers_nope, 0: none): block i
+	 * has no RoPE when i % nope_every == 0; the RoPE blocks attend within
+	 * chunks of attn_chunk tokens (fixed_attn_block_size), which titan
+	 * only takes where no sequence is longer (a chunk is then causal) */
+	int64_t nope_every, attn_chunk;
 };
+
+/* Whether block `layer` has no RoPE (Llama 4's NoPE layers). */
+static inline bool titan_model_layer_nope(const struct titan_model_dims *d, int64_t layer)
+{
+	return d->nope_every > 1 && layer % d->nope_every == 0;
+}
 
 /* Whether block `layer` has torchtitan's MoE in place of its feed-forward. */
 static inline bool titan_model_layer_is_moe(const struct titan_model_dims *d, int64_t layer)
@@ -101,7 +112,9 @@ int titan_model_flavor(const char *flavor, struct titan_model_dims *out);
  * above, or Qwen3's (debugmodel, 0.6B, 1.7B, 4B, 8B, 14B, 32B: QK-norm,
  * head_dim 128, norm_eps 1e-6, rope_theta 1e6 without scaling), or
  * DeepSeek-V3's (debugmodel, debugmodel_mla, 16B, 236B, 671B: `mla`, the
- * dense blocks' FFN; their MoE routing lives in the config's keys).
+ * dense blocks' FFN; their MoE routing lives in the config's keys), or
+ * Llama 4's (debugmodel, 17bx16e, 17bx128e: Llama 3's dims, RoPE scaling
+ * factor 16 with low = high = 1; MoE in the config's keys too).
  * TITAN_E_INVALID naming the flavor and family when unknown. */
 int titan_model_family_flavor(enum titan_model_name fam, const char *flavor,
 			      struct titan_model_dims *out);

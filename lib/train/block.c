@@ -145,11 +145,11 @@ static int fwd_op(const struct titan_block *k, const struct block_w *w, const fl
 							       k->eps)
 					     : 0;
 	case F_ROPE_Q:
-		if (k->mla)
+		if (k->mla || k->nope)
 			return 0;
 		return op->rope_fwd(be, a->q, k->freqs, k->B, k->T, k->H, D);
 	case F_ROPE_K:
-		if (k->mla)
+		if (k->mla || k->nope)
 			return 0;
 		return op->rope_fwd(be, a->k, k->freqs, k->B, k->T, k->Hkv, D);
 	case F_ATTENTION:

@@ -69,6 +69,7 @@ struct titan_block {
 	struct titan_sp *sp;     /* residual-stream moves around the norms, wo, w2 */
 	struct titan_cp *attn;   /* attention: attn->attn->fwd */
 	const float *freqs;      /* RoPE rows of the tokens of a row [T, D] */
+	bool nope;               /* no RoPE in this block (Llama 4's NoPE layers) */
 	/* multi-head latent attention (NULL: none): its dims, the YaRN RoPE
 	 * rows of its rope part [T, rope] and q's factor (mscale²) */
 	const struct titan_mla_dims *mla;

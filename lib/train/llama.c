@@ -1104,6 +1104,7 @@ static int block_fwd(struct titan_llama *m, const struct mb *b, int l, struct ac
 		.B = m->o.batch, .T = m->cp.tl, .C = m->d.dim, .F = m->F, .H = m->H,
 		.Hkv = m->Hkv, .D = m->d.head_dim, .eps = (float)m->d.norm_eps,
 		.moe = titan_model_layer_is_moe(&m->d, l) ? &m->moe : NULL,
+		.nope = titan_model_layer_nope(&m->d, l),
 		.moe_tokens = count && m->moe_count ? m->moe_tokens + l * m->d.moe.num_experts
 						    : NULL,
 		.mla = titan_model_mla(&m->d) ? &m->d.mla : NULL, .mla_freqs = m->mla_freqs,
@@ -1373,8 +1374,10 @@ static int block_bwd(const struct wsink *k, int l, struct acts *a)
 	use_docs(m, k->b);
 	CK(m->cp.attn->bwd(&m->cp, m->dq, m->dk, m->dv, m->datt, a->q, a->k, a->v, a->att,
 			   a->lse));
-	CK(op->rope_bwd(be, m->dq, m->freqs, B, T, m->H, D));
-	CK(op->rope_bwd(be, m->dk, m->freqs, B, T, m->Hkv, D));
+	if (!titan_model_layer_nope(d, l)) {
+		CK(op->rope_bwd(be, m->dq, m->freqs, B, T, m->H, D));
+		CK(op->rope_bwd(be, m->dk, m->freqs, B, T, m->Hkv, D));
+	}
 	if (d->qk_norm) { /* QK-norm, in place: the gradients of wq x, wk x */
 		CK(g->keep(k, l, WS_DQN, m->dq, n * q));
 		CK(g->keep(k, l, WS_DKN, m->dk, n * kv));

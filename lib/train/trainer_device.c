@@ -136,6 +136,11 @@ int titan_trainer_open_backend(struct titan_trainer *t, const struct titan_train
 		return titan_error(TITAN_E_INVALID, "model.qk_norm: QK-norm (model.name %s) is not "
 				   "checked on training.device: cuda yet; train it with "
 				   "training.device: cpu", titan_model_family_name(t->dims.family));
+	/* Llama 4's NoPE blocks only skip the RoPE ops, but the family has
+	 * not been checked against the CPU on a GPU yet */
+	if (t->dims.family == TITAN_MODEL_NAME_LLAMA4)
+		return titan_error(TITAN_E_INVALID, "training.device: cuda: model.name llama4 is "
+				   "not checked on a GPU yet; train it with training.device: cpu");
 	/* multi-head latent attention moves its tensors with host loops */
 	if (titan_model_mla(&t->dims))
 		return titan_error(TITAN_E_INVALID, "training.device: cuda: multi-head latent "

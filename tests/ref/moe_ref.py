@@ -167,6 +167,32 @@ def build(args, a, qwen3=False):
     return model
 
 
+def load_checkpoint(model, path):
+    """A titan HDF5 checkpoint's tensors into model (strict), checking that
+    the model's parameters come in the checkpoint's (torchtitan's) order."""
+    import h5py
+
+    f = h5py.File(path, "r")
+    model.load_state_dict({k: torch.from_numpy(f["model"][k][...]) for k in f["model"]},
+                          strict=True)
+    assert [n for n, _ in model.named_parameters()] == \
+        [k for k in f["model"] if not k.endswith("expert_bias")], "parameter order"
+
+
+@torch.no_grad()
+def greedy_logprob(model, ids, length):
+    """titan-generate's greedy continuation of ids up to `length` tokens,
+    recomputed whole each step: the sum of the new tokens' log-probs."""
+    model.eval()
+    ids, lp = list(ids), 0.0
+    while len(ids) < length:
+        logits = model(torch.tensor([ids]))[0, -1]
+        nxt = int(logits.argmax())
+        lp += float(torch.log_softmax(logits.double(), -1)[nxt])
+        ids.append(nxt)
+    return lp
+
+
 def moe_layers(model):
     return [b.moe for b in model.layers.values() if isinstance(b, MoEBlock)]
 

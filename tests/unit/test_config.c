@@ -873,7 +873,7 @@ static void test_load_atomic(void **state)
 	assert_int_equal(titan_config_load_string(&c, y, strlen(y), "t.yaml"), TITAN_E_INVALID);
 	assert_str(titan_errmsg(), "t.yaml:6:11: model.flavor: '9B' is not one of debugmodel, "
 				   "1B, 3B, 8B, 70B, 405B, 0.6B, 1.7B, 4B, 14B, 32B, debugmodel_moe, "
-				   "30B-A3B, 235B-A22B, debugmodel_mla, 16B, 236B, 671B, custom");
+				   "30B-A3B, 235B-A22B, debugmodel_mla, 16B, 236B, 671B, 17bx16e, 17bx128e, custom");
 	assert_null(titan_config_diff(&c, &d));
 	assert_int_equal(c.training.steps, 77);
 	/* titan_config_set is atomic too. */
