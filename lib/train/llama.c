@@ -828,9 +828,23 @@ int titan_llama_new(const struct titan_model_dims *d, const struct titan_llama_o
 					 (long long)o->seq);
 			goto fail;
 		}
-		m->moe = (struct titan_moe){be, &titan_moe_dispatch_local, &m->d.moe, 0, C, NULL};
+		m->moe = (struct titan_moe){be, &titan_moe_dispatch_local, &m->d.moe, 0, C, NULL,
+					    tpn};
+		if (tpn > 1 && d->moe.inter_dim % tpn) {
+			rc = titan_error(TITAN_E_INVALID, "parallelism.tensor_parallel_degree %lld "
+					 "does not divide model.moe_inter_dim %lld",
+					 (long long)tpn, (long long)d->moe.inter_dim);
+			goto fail;
+		}
 		if (o->ep && titan_comm_size(o->ep) > 1) {
 			const int P = titan_comm_size(o->ep);
+
+			if (tpn > 1) {
+				rc = titan_error(TITAN_E_INVALID, "parallelism.expert_parallel_degree "
+						 "%d with parallelism.tensor_parallel_degree %lld "
+						 "is not supported yet", P, (long long)tpn);
+				goto fail;
+			}
 
 			if (d->moe.num_experts % P) {
 				rc = titan_error(TITAN_E_INVALID, "parallelism.expert_parallel_degree "
