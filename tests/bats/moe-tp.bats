@@ -81,7 +81,7 @@ PY
 	d=$BATS_TEST_TMPDIR
 	run -0 titan-train -q --config "$DATA/moe.yaml" --training.local_batch_size=4 \
 		--job.dump_folder="$d/one"
-	run -0 mpi_moe 4 --training.local_batch_size=4 --parallelism.tensor_parallel_degree=2 \
+	run -0 mpi_moe 4 --parallelism.tensor_parallel_degree=2 \
 		--job.dump_folder="$d/l"
 	same_moe "$d/one/metrics.jsonl" "$d/l/metrics.jsonl"
 }
