@@ -249,7 +249,7 @@ PY
 }
 
 @test "MoE: CUDA, HF checkpoints and bad keys are refused with exit 2 naming the key" {
-	# (PP and CP: moe-pp-cp.bats; TP: moe-tp.bats)
+	# (PP, CP and TP: moe-pp-cp.bats)
 	for a in training.device=cuda checkpoint.last_save_in_hf=true; do
 		run -2 --separate-stderr titan-train -q --config "$DATA/moe.yaml" --"$a" \
 			--checkpoint.last_save_model_only --job.dump_folder="$BATS_TEST_TMPDIR/x"
