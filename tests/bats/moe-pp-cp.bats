@@ -81,6 +81,20 @@ moe_layouts() {
 	done
 }
 
+# cross_resume D RUN ONE LAYOUT: D/RUN's step-5 checkpoint resumed on 1
+# rank (args ONE, in D/a) and D/one's on 2 ranks (args LAYOUT, in D/b),
+# each on D/one's curve (same_moe)
+cross_resume() {
+	local d=$1
+	mkdir -p "$d/a/checkpoint" "$d/b/checkpoint"
+	cp "$d/$2/checkpoint/step-5.h5" "$d/a/checkpoint/"
+	cp "$d/one/checkpoint/step-5.h5" "$d/b/checkpoint/"
+	run -0 titan-train -q --config "$DATA/moe.yaml" $3 --job.dump_folder="$d/a"
+	same_moe "$d/one/metrics.jsonl" "$d/a/metrics.jsonl"
+	run -0 mpi_moe 2 $4 --job.dump_folder="$d/b"
+	same_moe "$d/one/metrics.jsonl" "$d/b/metrics.jsonl"
+}
+
 @test "MoE x CP 2 (allgather, alltoall) and EP 2 x CP 2 reproduce the 1-rank MoE curve and loads" {
 	[ -z "${NO_MPI:-}" ] || skip "no MPI"
 	d=$BATS_TEST_TMPDIR
@@ -102,16 +116,10 @@ moe_layouts() {
 	same_moe "$d/one/metrics.jsonl" "$d/p/metrics.jsonl"
 	# PP 2's step-5 checkpoint (every stage's expert_bias in one file) on
 	# 1 rank, and the 1-rank one under Interleaved1F1B
-	mkdir -p "$d/a/checkpoint" "$d/b/checkpoint"
-	cp "$d/p/checkpoint/step-5.h5" "$d/a/checkpoint/"
-	cp "$d/one/checkpoint/step-5.h5" "$d/b/checkpoint/"
-	run -0 titan-train -q --config "$DATA/moe.yaml" $ck --job.dump_folder="$d/a"
-	same_moe "$d/one/metrics.jsonl" "$d/a/metrics.jsonl"
-	run -0 mpi_moe 2 $pp=Interleaved1F1B $ck --job.dump_folder="$d/b"
-	same_moe "$d/one/metrics.jsonl" "$d/b/metrics.jsonl"
+	cross_resume "$d" p "$ck" "$pp=Interleaved1F1B $ck"
 }
 
-@test "MoE: PP 2 x EP 2 (dp_shard 2), PP 2 x FSDP 2 and Interleaved1F1B x EP 2 reproduce the 1-rank MoE curve (4 ranks)" {
+@test "MoE: PP 2 x EP 2 (dp_shard 2), PP 2 x FSDP 2, Interleaved1F1B x EP 2, TP 2 x FSDP 2, PP 2 x TP 2 and CP 2 x TP 2 reproduce the 1-rank MoE curve (4 ranks)" {
 	[ -z "${NO_MPI:-}" ] || skip "no MPI"
 	d=$BATS_TEST_TMPDIR
 	run -0 titan-train -q --config "$DATA/moe.yaml" --training.local_batch_size=4 \
@@ -119,6 +127,10 @@ moe_layouts() {
 	pp=--parallelism.pipeline_parallel_degree=2
 	moe_layouts 4 "$d/one/metrics.jsonl" "$pp --parallelism.expert_parallel_degree=2" "$pp" \
 		"$pp --parallelism.expert_parallel_degree=2 --parallelism.pipeline_parallel_schedule=Interleaved1F1B"
+	# TP 2 with dp_shard 2, or with PP 2 or CP 2 (one data-parallel rank)
+	tp=--parallelism.tensor_parallel_degree=2
+	moe_layouts 4 "$d/one/metrics.jsonl" "$tp" "$tp $pp --training.local_batch_size=4" \
+		"$tp --parallelism.context_parallel_degree=2 --training.local_batch_size=4"
 }
 
 @test "MoE x TP 2 (sequence parallel, loss parallel or not, a shared expert) reproduces the 1-rank MoE curve and loads; checkpoints move between TP 2 and 1 rank" {
@@ -147,24 +159,7 @@ assert b["model"]["layers.1.moe.experts.w1"].shape == (4, 24, 32)
 PY
 	fi
 	# TP 2's step-5 checkpoint on 1 rank, the 1-rank one under TP 2
-	mkdir -p "$d/a/checkpoint" "$d/b/checkpoint"
-	cp "$d/t/checkpoint/step-5.h5" "$d/a/checkpoint/"
-	cp "$d/one/checkpoint/step-5.h5" "$d/b/checkpoint/"
-	run -0 titan-train -q --config "$DATA/moe.yaml" $sh $ck --job.dump_folder="$d/a"
-	same_moe "$d/one/metrics.jsonl" "$d/a/metrics.jsonl"
-	run -0 mpi_moe 2 $sh $tp $ck --job.dump_folder="$d/b"
-	same_moe "$d/one/metrics.jsonl" "$d/b/metrics.jsonl"
-}
-
-@test "MoE: TP 2 x FSDP 2, PP 2 x TP 2 and CP 2 x TP 2 reproduce the 1-rank MoE curve and loads (4 ranks)" {
-	[ -z "${NO_MPI:-}" ] || skip "no MPI"
-	d=$BATS_TEST_TMPDIR
-	run -0 titan-train -q --config "$DATA/moe.yaml" --training.local_batch_size=4 \
-		--job.dump_folder="$d/one"
-	tp=--parallelism.tensor_parallel_degree=2
-	moe_layouts 4 "$d/one/metrics.jsonl" "$tp" \
-		"$tp --parallelism.pipeline_parallel_degree=2 --training.local_batch_size=4" \
-		"$tp --parallelism.context_parallel_degree=2 --training.local_batch_size=4"
+	cross_resume "$d" t "$sh $ck" "$sh $tp $ck"
 }
 
 @test "MoE: the zero-bubble schedules, EP x TP and TP not dividing moe_inter_dim are refused with exit 2 naming the key" {
