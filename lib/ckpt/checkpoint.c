@@ -543,11 +543,12 @@ static int read_part(struct titan_ckpt_file *f, const struct titan_param_table *
 		const struct titan_param *p = &t->params[i];
 		const struct titan_ckpt_tensor_info *ti = titan_ckpt_find(f, part, p->name);
 		/* a TP slice: rows of the vocabulary / column-parallel weights, a
-		 * window of the columns of wo and w2 */
+		 * window of the columns of wo and w2, of the experts' hidden dim */
+		int64_t w0, wn;
+		const int wdim = titan_param_tp_window(p, &w0, &wn);
 		int rc = p->tp_dim < 0 ? titan_ckpt_read(f, ti, p->row0, p->rows, arena + p->offset) :
-			 titan_ckpt_read_window(f, ti, p->row0 + (p->tp_dim == 0 ? p->tp_off : 0),
-						p->rows, p->tp_dim == 1 ? p->tp_off : 0,
-						p->shape[1], arena + p->offset);
+			 titan_ckpt_read_window_dim(f, ti, p->row0 + (p->tp_dim == 0 ? p->tp_off : 0),
+						    p->rows, wdim, w0, wn, arena + p->offset);
 
 		if (rc < 0)
 			return rc;

@@ -60,13 +60,14 @@ int titan_ckpt_writer_rows_(struct titan_ckpt_writer *w, enum titan_ckpt_part pa
 			    const char *name, int ndim, const int64_t *shape, int64_t row0,
 			    int64_t rows, const float *data, enum titan_ckpt_dtype dtype,
 			    int64_t calls);
-/* The same for a window of a 2-d tensor: rows [row0, row0 + rows) x
- * columns [col0, col0 + cols) from `data` (rows · cols floats): a
- * tensor-parallel slice of the columns. */
+/* The same for a window: rows [row0, row0 + rows) x [col0, col0 + cols)
+ * of dim `wdim` (0: whole rows), every other dim whole, from `data`
+ * packed in C order: a tensor-parallel slice (the columns of a 2-d
+ * tensor, dim 1 or 2 of a 3-d expert tensor). */
 int titan_ckpt_writer_window_(struct titan_ckpt_writer *w, enum titan_ckpt_part part,
 			      const char *name, int ndim, const int64_t *shape, int64_t row0,
-			      int64_t rows, int64_t col0, int64_t cols, const float *data,
-			      enum titan_ckpt_dtype dtype, int64_t calls);
+			      int64_t rows, int wdim, int64_t col0, int64_t cols,
+			      const float *data, enum titan_ckpt_dtype dtype, int64_t calls);
 /* Checksums.  The CRC32C term of a window of a C-order tensor of `nrows`
  * rows of `ncols` elements of `esz` bytes: rows [row0, row0 + rows) x
  * columns [col0, col0 + cols), whose stored bytes `data` holds packed

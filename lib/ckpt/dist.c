@@ -393,15 +393,16 @@ static int write_file(const struct job *j)
 		for (int i = 0; rc == 0 && i < j->t->n; i++) {
 			const struct titan_param *p = &j->t->params[i];
 
+			int64_t w0, wn;
+			const int wdim = titan_param_tp_window(p, &w0, &wn);
+
 			if (j->gather)
 				rc = gather_one(j, w, part, p);
 			else /* TP: the slice's place in the global tensor */
 				rc = titan_ckpt_writer_window_(w, part, p->name, p->fndim, p->fshape,
 							       p->row0 + (p->tp_dim == 0 ?
 									  p->tp_off : 0),
-							       rows_of(j, p),
-							       p->tp_dim == 1 ? p->tp_off : 0,
-							       p->fndim == 2 ? p->shape[1] : 0,
+							       rows_of(j, p), wdim, w0, wn,
 							       arena(j, part) + p->offset,
 							       part == TITAN_CKPT_MODEL ? j->dtype :
 							       TITAN_CKPT_FLOAT32, j->calls[i]);

@@ -517,18 +517,18 @@ int titan_ckpt_writer_rows_(struct titan_ckpt_writer *w, enum titan_ckpt_part pa
 			    int64_t rows, const float *data, enum titan_ckpt_dtype dtype,
 			    int64_t calls)
 {
-	return titan_ckpt_writer_window_(w, part, name, ndim, shape, row0, rows, 0,
-					 ndim == 2 ? shape[1] : 0, data, dtype, calls);
+	return titan_ckpt_writer_window_(w, part, name, ndim, shape, row0, rows, 0, 0, 0, data,
+					 dtype, calls);
 }
 
 int titan_ckpt_writer_window_(struct titan_ckpt_writer *w, enum titan_ckpt_part part,
 			      const char *name, int ndim, const int64_t *shape, int64_t row0,
-			      int64_t rows, int64_t col0, int64_t cols, const float *data,
-			      enum titan_ckpt_dtype dtype, int64_t calls)
+			      int64_t rows, int wdim, int64_t col0, int64_t cols,
+			      const float *data, enum titan_ckpt_dtype dtype, int64_t calls)
 {
 	hsize_t dims[4];
 	hid_t g = -1, s = -1, t = -1, d = -1, ms = -1, fs = -1;
-	int64_t numel = 1, row = 1, full_row;
+	int64_t numel = 1, row = 1;
 	uint32_t *sum = NULL;
 	uint16_t *buf = NULL;
 	int rc = 0;
@@ -546,10 +546,21 @@ int titan_ckpt_writer_window_(struct titan_ckpt_writer *w, enum titan_ckpt_part 
 		row *= i ? shape[i] : 1;
 	}
 	TITAN_ASSERT(row0 >= 0 && rows >= 0 && row0 + rows <= shape[0]);
-	full_row = row;
-	if (ndim == 2) { /* a window of columns (tensor parallelism) */
-		TITAN_ASSERT(col0 >= 0 && cols >= 0 && col0 + cols <= shape[1]);
-		row = cols;
+	/* a window of dim wdim (tensor parallelism), seen as a window of the
+	 * 2-d [shape[0]·mid, span] tensor for the checksum */
+	int64_t mid = 1, inner = 1, span = row;
+
+	if (wdim > 0 && wdim < ndim) {
+		TITAN_ASSERT(col0 >= 0 && cols >= 0 && col0 + cols <= shape[wdim]);
+		for (int i = 1; i < wdim; i++)
+			mid *= shape[i];
+		for (int i = wdim + 1; i < ndim; i++)
+			inner *= shape[i];
+		span = shape[wdim] * inner;
+		row = mid * cols * inner;
+	} else {
+		wdim = 0;
+		col0 = 0;
 	}
 	if ((g = group(w, titan_ckpt_part_name(part))) < 0 ||
 	    (s = H5Screate_simple(ndim, dims, NULL)) < 0 || (t = file_type(dtype)) < 0 ||
@@ -590,17 +601,18 @@ int titan_ckpt_writer_window_(struct titan_ckpt_writer *w, enum titan_ckpt_part 
 			memcpy(count, dims, sizeof(count));
 			start[0] = (hsize_t)(row0 + r0);
 			count[0] = (hsize_t)nr;
-			if (ndim == 2) {
-				start[1] = (hsize_t)col0;
-				count[1] = (hsize_t)cols;
+			if (wdim) {
+				start[wdim] = (hsize_t)col0;
+				count[wdim] = (hsize_t)cols;
 			}
 			if (nr && !f32)
 				titan_ckpt_cast(dtype, data + r0 * row, buf, (size_t)n);
 			if (nr)
 				src = f32 ? (const void *)(data + r0 * row) : buf;
 			if (nr && rc == 0) /* the bytes as stored */
-				*sum ^= titan_ckpt_crc_window_(src, row0 + r0, nr, ndim == 2 ? col0 : 0,
-							       row, full_row, shape[0], f32 ? 4 : 2);
+				*sum ^= titan_ckpt_crc_window_(src, (row0 + r0) * mid, nr * mid,
+							       col0 * inner, row / mid, span,
+							       shape[0] * mid, f32 ? 4 : 2);
 			if (e >= 0 && nr)
 				e = H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, NULL, count, NULL);
 			else if (e >= 0 && (e = H5Sselect_none(fs)) >= 0)

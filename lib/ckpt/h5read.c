@@ -848,6 +848,13 @@ int titan_ckpt_read(struct titan_ckpt_file *f, const struct titan_ckpt_tensor_in
 int titan_ckpt_read_window(struct titan_ckpt_file *f, const struct titan_ckpt_tensor_info *t,
 			   int64_t row0, int64_t rows, int64_t col0, int64_t cols, float *out)
 {
+	return titan_ckpt_read_window_dim(f, t, row0, rows, t->ndim == 2 ? 1 : 0, col0, cols, out);
+}
+
+int titan_ckpt_read_window_dim(struct titan_ckpt_file *f, const struct titan_ckpt_tensor_info *t,
+			       int64_t row0, int64_t rows, int wdim, int64_t col0, int64_t cols,
+			       float *out)
+{
 	const char *pn = titan_ckpt_part_name(t->part);
 	char path[sizeof(t->name) + 32];
 	int64_t n0 = t->ndim ? t->shape[0] : 1, row = n0 ? t->numel / n0 : 0;
@@ -864,13 +871,25 @@ int titan_ckpt_read_window(struct titan_ckpt_file *f, const struct titan_ckpt_te
 		return titan_error(TITAN_E_INVALID, "'%s': %s/%s: rows [%lld, %lld) outside [0, %lld)",
 				   f->info.path, pn, t->name, (long long)row0,
 				   (long long)(row0 + rows), (long long)n0);
-	if (t->ndim == 2) {
-		if (col0 < 0 || cols < 0 || col0 + cols > t->shape[1])
-			return titan_error(TITAN_E_INVALID, "'%s': %s/%s: columns [%lld, %lld) "
+	/* a window [col0, col0 + cols) of dim wdim (TP), seen as a window of
+	 * the 2-d [n0·mid, span] tensor for the checksum */
+	int64_t mid = 1, inner = 1, span = row;
+
+	if (wdim > 0 && wdim < t->ndim) {
+		if (col0 < 0 || cols < 0 || col0 + cols > t->shape[wdim])
+			return titan_error(TITAN_E_INVALID, "'%s': %s/%s: [%lld, %lld) of dim %d "
 					   "outside [0, %lld)", f->info.path, pn, t->name,
-					   (long long)col0, (long long)(col0 + cols),
-					   (long long)t->shape[1]);
-		row = cols;
+					   (long long)col0, (long long)(col0 + cols), wdim,
+					   (long long)t->shape[wdim]);
+		for (int i = 1; i < wdim; i++)
+			mid *= t->shape[i];
+		for (int i = wdim + 1; i < t->ndim; i++)
+			inner *= t->shape[i];
+		span = t->shape[wdim] * inner;
+		row = mid * cols * inner;
+	} else {
+		wdim = 0;
+		col0 = 0;
 	}
 	if (rows == 0 || row == 0)
 		return 0;
@@ -895,9 +914,9 @@ int titan_ckpt_read_window(struct titan_ckpt_file *f, const struct titan_ckpt_te
 		if (t->ndim) {
 			start[0] = (hsize_t)r;
 			count[0] = (hsize_t)nr;
-			if (t->ndim == 2) {
-				start[1] = (hsize_t)col0;
-				count[1] = (hsize_t)cols;
+			if (wdim) {
+				start[wdim] = (hsize_t)col0;
+				count[wdim] = (hsize_t)cols;
 			}
 			if (H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, NULL, count, NULL) < 0)
 				rc = -1;
@@ -913,8 +932,8 @@ int titan_ckpt_read_window(struct titan_ckpt_file *f, const struct titan_ckpt_te
 			break;
 		}
 		/* the bytes as stored (little-endian), before any widening */
-		sum ^= titan_ckpt_crc_window_(buf ? (const void *)buf : dst, r, nr,
-					      t->ndim == 2 ? col0 : 0, row, full_row, n0,
+		sum ^= titan_ckpt_crc_window_(buf ? (const void *)buf : dst, r * mid, nr * mid,
+					      col0 * inner, row / mid, span, n0 * mid,
 					      buf ? 2 : 4);
 		if (buf)
 			titan_ckpt_uncast(t->dtype, buf, dst, (size_t)n);
@@ -1042,6 +1061,13 @@ int titan_ckpt_read_window(struct titan_ckpt_file *f, const struct titan_ckpt_te
 			   int64_t row0, int64_t rows, int64_t col0, int64_t cols, float *out)
 {
 	(void)f, (void)t, (void)row0, (void)rows, (void)col0, (void)cols, (void)out;
+	return NO_HDF5;
+}
+int titan_ckpt_read_window_dim(struct titan_ckpt_file *f, const struct titan_ckpt_tensor_info *t,
+			       int64_t row0, int64_t rows, int wdim, int64_t col0, int64_t cols,
+			       float *out)
+{
+	(void)f, (void)t, (void)row0, (void)rows, (void)wdim, (void)col0, (void)cols, (void)out;
 	return NO_HDF5;
 }
 int titan_ckpt_verify(struct titan_ckpt_file *f, const struct titan_ckpt_tensor_info *t,

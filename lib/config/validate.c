@@ -27,15 +27,16 @@ static int64_t mul_sat(int64_t a, int64_t b)
 
 /* Mixture of experts: what titan does not run with it yet.  CP routes each
  * rank's own tokens (the loads summed over dp x cp), PP gives each stage
- * its MoE layers; the zero-bubble schedules' split backward has no MoE
- * weight pass. */
+ * its MoE layers, TP splits every expert's hidden dim (the router runs on
+ * the gathered tokens, replicated); the zero-bubble schedules' split
+ * backward has no MoE weight pass; EP x TP (torchtitan's ETP 1) is not
+ * implemented. */
 static int check_moe(const struct titan_config *c)
 {
 	const struct {
 		bool on;
 		const char *key;
 	} no[] = {
-		{ c->parallelism.tensor_parallel_degree > 1, "parallelism.tensor_parallel_degree" },
 		{ c->training.device_e == TITAN_DEVICE_CUDA, "training.device" },
 		{ c->checkpoint.initial_load_in_hf, "checkpoint.initial_load_in_hf" },
 		{ c->checkpoint.last_save_in_hf, "checkpoint.last_save_in_hf" },
@@ -58,14 +59,26 @@ static int check_moe(const struct titan_config *c)
 		     "mixture of experts yet (its split backward has no MoE weight pass; "
 		     "use 1F1B, Interleaved1F1B or GPipe)",
 		     c->parallelism.pipeline_parallel_schedule);
+	if (c->parallelism.tensor_parallel_degree > 1 &&
+	    c->parallelism.expert_parallel_degree > 1)
+		FAIL("parallelism.expert_parallel_degree: %" PRId64 " with "
+		     "parallelism.tensor_parallel_degree %" PRId64 " is not supported yet "
+		     "(expert parallelism next to TP; use one of them)",
+		     c->parallelism.expert_parallel_degree,
+		     c->parallelism.tensor_parallel_degree);
+	if (c->parallelism.tensor_parallel_degree > 1 && c->model.moe_inter_dim > 0 &&
+	    c->model.moe_inter_dim % c->parallelism.tensor_parallel_degree)
+		FAIL("parallelism.tensor_parallel_degree: %" PRId64 " does not divide "
+		     "model.moe_inter_dim %" PRId64 " (each TP rank holds a slice of every "
+		     "expert's hidden dim)", c->parallelism.tensor_parallel_degree,
+		     c->model.moe_inter_dim);
 	return 0;
 }
 
 /* Expert parallelism (torchtitan's expert_parallel_degree): EP borrows its
  * ranks from dp_shard x cp (dims.c checks that it divides them once
  * dp_shard -1 is resolved); expert tensor parallelism is not implemented.
- * EP needs a MoE, and check_moe refuses a MoE next to TP by name: EP x
- * TP with it.  EP x CP dispatches over the CP ranks' own tokens, EP x PP
+ * EP needs a MoE, and check_moe refuses EP next to TP by name.  EP x CP dispatches over the CP ranks' own tokens, EP x PP
  * within each stage (the EP group lies inside one stage). */
 static int check_ep(const struct titan_config *c)
 {

@@ -193,10 +193,15 @@ int titan_param_table_init(struct titan_param_table *t, const struct titan_model
 				   "model.moe_top_k %lld must be in [1, moe_num_experts %lld] and "
 				   "model.moe_inter_dim %lld positive", (long long)d->moe.top_k,
 				   (long long)d->moe.num_experts, (long long)d->moe.inter_dim);
-	if (d->moe.num_experts > 0 && o->tp_degree > 1)
-		return titan_error(TITAN_E_INVALID, "parallelism.tensor_parallel_degree %d: tensor "
-				   "parallelism of MoE blocks (model.moe_num_experts %lld) is not "
-				   "supported yet", o->tp_degree, (long long)d->moe.num_experts);
+	/* TP of the experts: each rank holds inter_dim / tp of every one
+	 * (torchtitan's TP of GroupedExperts); not next to EP yet */
+	if (d->moe.num_experts > 0 && o->tp_degree > 1 &&
+	    (d->moe.inter_dim % o->tp_degree || o->ep_degree > 1))
+		return titan_error(TITAN_E_INVALID, "parallelism.tensor_parallel_degree %d: %s "
+				   "(model.moe_inter_dim %lld)", o->tp_degree,
+				   o->ep_degree > 1 ? "expert parallelism next to TP is not "
+				   "supported yet" : "does not divide the experts' hidden size",
+				   (long long)d->moe.inter_dim);
 
 	if (titan_model_mla(d) && o->tp_degree > 1)
 		return titan_error(TITAN_E_INVALID, "parallelism.tensor_parallel_degree %d: tensor "
@@ -333,10 +338,26 @@ int titan_param_table_init(struct titan_param_table *t, const struct titan_model
 			p->tp_off = p->shape[0] * o->tp_rank;
 			break;
 		case TITAN_PARAM_WO: case TITAN_PARAM_W2:
+		case TITAN_PARAM_MOE_SHARED_W2:
 			p->tp_dim = 1;
 			p->shape[1] = p->gshape[1] / tp;
 			p->tp_off = p->shape[1] * o->tp_rank;
 			break;
+		case TITAN_PARAM_MOE_SHARED_W1: case TITAN_PARAM_MOE_SHARED_W3:
+			p->tp_dim = 0;
+			p->shape[0] = p->gshape[0] / tp;
+			p->tp_off = p->shape[0] * o->tp_rank;
+			break;
+		/* the experts' hidden dim: w1/w3 [E, F, C] on dim 1, w2
+		 * [E, C, F] on dim 2; each rank holds F/tp of every expert */
+		case TITAN_PARAM_MOE_W1: case TITAN_PARAM_MOE_W3: case TITAN_PARAM_MOE_W2: {
+			const int dim = p->role == TITAN_PARAM_MOE_W2 ? 2 : 1;
+
+			p->tp_dim = dim;
+			p->tp_off = p->fshape[dim] / tp * o->tp_rank;
+			p->shape[1] = p->gshape[1] / tp;
+			break;
+		}
 		default:
 			break;
 		}
@@ -512,10 +533,21 @@ void titan_model_init_param_rows(const struct titan_param *p, uint64_t seed, int
 				 int64_t nrows, float *out)
 {
 	TITAN_ASSERT(row0 >= 0 && nrows >= 0 && row0 + nrows <= p->shape[0]);
-	if (p->tp_dim == 1) { /* a column window of each global row */
+	int64_t w0, wn;
+	const int wdim = titan_param_tp_window(p, &w0, &wn);
+
+	if (wdim) { /* a window of each global row: mid pieces of wn·inner */
+		int64_t mid = 1, inner = 1;
+
+		for (int i = 1; i < wdim; i++)
+			mid *= p->fshape[i];
+		for (int i = wdim + 1; i < p->fndim; i++)
+			inner *= p->fshape[i];
 		for (int64_t r = 0; r < nrows; r++)
-			init_elems(p, seed, (row0 + r) * p->gshape[1] + p->tp_off, p->shape[1],
-				   out + r * p->shape[1]);
+			for (int64_t m = 0; m < mid; m++)
+				init_elems(p, seed, (row0 + r) * p->gshape[1] +
+					   (m * p->fshape[wdim] + w0) * inner, wn * inner,
+					   out + r * p->shape[1] + m * wn * inner);
 		return;
 	}
 	if (p->tp_dim == 0)

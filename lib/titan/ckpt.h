@@ -588,6 +588,13 @@ int titan_ckpt_read(struct titan_ckpt_file *f, const struct titan_ckpt_tensor_in
  * into out (rows · cols floats): a tensor-parallel slice. */
 int titan_ckpt_read_window(struct titan_ckpt_file *f, const struct titan_ckpt_tensor_info *t,
 			   int64_t row0, int64_t rows, int64_t col0, int64_t cols, float *out);
+/* The same for a window [col0, col0 + cols) of dim `wdim` (1 .. ndim - 1;
+ * 0: whole rows) of rows [row0, row0 + rows), every other dim whole, into
+ * out packed in C order: a tensor-parallel slice of a 3-d expert tensor
+ * (w1/w3 [E, F, C] on dim 1, w2 [E, C, F] on dim 2). */
+int titan_ckpt_read_window_dim(struct titan_ckpt_file *f, const struct titan_ckpt_tensor_info *t,
+			       int64_t row0, int64_t rows, int wdim, int64_t col0, int64_t cols,
+			       float *out);
 /* Check t's stored bytes against its crc32c attribute, reading them in
  * blocks (no copy for the caller).  0 when they match or when t has no
  * checksum (t->has_crc32c says which); TITAN_E_FORMAT naming the file and

@@ -268,7 +268,12 @@ struct titan_param {
 	 * on dim `tp_dim` (-1: replicated, the norms), starting at `tp_off`:
 	 * rows of tok_embeddings/output (vocabulary, torch.chunk split),
 	 * wq/wk/wv/w1/w3 (column-parallel: output features), columns of
-	 * wo/w2 (row-parallel: input features).  Without TP, gshape = shape. */
+	 * wo/w2 (row-parallel: input features).  Without TP, gshape = shape.
+	 * The stacked experts (torchtitan's TP of GroupedExperts: every
+	 * expert's hidden dim split) name a dim of their checkpoint shape
+	 * fshape: 1 for w1/w3 [E, F, C], 2 for w2 [E, C, F], tp_off in units
+	 * of that dim; `shape` stays the 2-d [E, local F·C] of the rows
+	 * (titan_param_tp_window). */
 	int tp_dim;
 	int64_t tp_off;
 	int64_t gshape[2];
@@ -284,6 +289,19 @@ struct titan_param {
 	int fndim;
 	int64_t fshape[3];
 };
+
+/* The TP window of p in its checkpoint tensor (fndim, fshape): the dim it
+ * is split on beyond dim 0 (0: none, whole rows), from *w0 for *wn. */
+static inline int titan_param_tp_window(const struct titan_param *p, int64_t *w0, int64_t *wn)
+{
+	if (p->tp_dim < 1) {
+		*w0 = *wn = 0;
+		return 0;
+	}
+	*w0 = p->tp_off;
+	*wn = p->shape[1] / (p->gshape[1] / p->fshape[p->tp_dim]);
+	return p->tp_dim;
+}
 
 struct titan_param_table_opts {
 	bool depth_init;          /* wo/w2/w3 std 0.02/sqrt(2(layer+1)) (torchtitan's

@@ -167,15 +167,21 @@ static int fwd_op(const struct titan_block *k, const struct block_w *w, const fl
 	case F_NORM2:
 		return sp->ops->norm(sp, a->xn2, a->rstd2, a->h, W[TITAN_PARAM_FFN_NORM], k->eps,
 				     "tp ffn input");
-	/* a MoE block: the whole of moe(xn2) at F_W1, y = h + moe(xn2) */
+	/* a MoE block: the whole of moe(xn2) at F_W1, y = h + moe(xn2); under
+	 * TP the experts' partial sums (every token) reduce-scattered as w2's */
 	case F_W1:
-		if (k->moe)
-			return titan_moe_fwd(k->moe, &(struct moe_w){
+		if (k->moe) {
+			const bool tp = sp->comm != NULL;
+			int rc = titan_moe_fwd(k->moe, &(struct moe_w){
 				W[TITAN_PARAM_MOE_W1], W[TITAN_PARAM_MOE_W2], W[TITAN_PARAM_MOE_W3],
 				W[TITAN_PARAM_MOE_GATE], W[TITAN_PARAM_MOE_SHARED_W1],
 				W[TITAN_PARAM_MOE_SHARED_W2], W[TITAN_PARAM_MOE_SHARED_W3],
-				W[TITAN_PARAM_MOE_EXPERT_BIAS]}, a->xn2, a->h, y, &a->moe,
-				k->moe_tokens);
+				W[TITAN_PARAM_MOE_EXPERT_BIAS]}, a->xn2, tp ? NULL : a->h,
+				tp ? sp->part : y, &a->moe, k->moe_tokens);
+
+			return rc < 0 || !tp ? rc : titan_sp_partial_residual(sp, y, a->h,
+									       "tp moe output");
+		}
 		return op->matmul_fwd(be, a->a, a->xn2, W[TITAN_PARAM_W1], n, C, F, false);
 	case F_W3:
 		return k->moe ? 0 : op->matmul_fwd(be, a->b, a->xn2, W[TITAN_PARAM_W3], n, C, F, false);

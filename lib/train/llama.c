@@ -338,7 +338,9 @@ static int alloc_moe_acts(struct titan_llama *m, struct moe_acts *a)
 	const enum titan_buf_role r = TITAN_BUF_MOE_ROUTER, x = TITAN_BUF_MOE_EXPERTS;
 	const struct titan_moe_dims *d = &m->d.moe;
 	const int64_t n = m->n, C = m->d.dim, E = d->num_experts, K = d->top_k, R = n * K;
-	const int64_t Fm = d->inter_dim, Fs = Fm * d->num_shared_experts;
+	/* TP: this rank's slice of the hidden dims */
+	const int64_t Fm = d->inter_dim / (m->moe.tp > 1 ? m->moe.tp : 1);
+	const int64_t Fs = Fm * d->num_shared_experts;
 	const enum titan_mem_tag t = TITAN_MEM_ACTIVATIONS;
 	/* rows at this rank's experts: R, or under EP up to R·ep */
 	const int64_t Rx = titan_moe_expert_rows(&m->moe);
@@ -687,12 +689,12 @@ static int alloc_scratch(struct titan_llama *m)
 	if (m->has_moe) {
 		const struct titan_moe_dims *d = &m->d.moe;
 		const int64_t R = titan_moe_expert_rows(&m->moe);
-		const int64_t Fs = d->inter_dim * d->num_shared_experts;
+		const int64_t Fm = d->inter_dim / (m->moe.tp > 1 ? m->moe.tp : 1); /* TP: a slice */
+		const int64_t Fs = Fm * d->num_shared_experts;
 		struct moe_scratch *s = &m->moe_s;
 
 		s->drow = buf(m, R * C, ws, TITAN_BUF_SCRATCH);
-		s->dg = buf(m, R * d->inter_dim > m->n * Fs ? R * d->inter_dim : m->n * Fs, ws,
-			    TITAN_BUF_SCRATCH);
+		s->dg = buf(m, R * Fm > m->n * Fs ? R * Fm : m->n * Fs, ws, TITAN_BUF_SCRATCH);
 		if (m->moe.ep) { /* the rows of this rank's slots, and those at its experts */
 			m->moe_ep.sbuf = buf(m, m->n * d->top_k * C, ws, TITAN_BUF_SCRATCH);
 			m->moe_ep.rbuf = buf(m, R * C, ws, TITAN_BUF_SCRATCH);
@@ -829,9 +831,23 @@ int titan_llama_new(const struct titan_model_dims *d, const struct titan_llama_o
 					 (long long)o->seq);
 			goto fail;
 		}
-		m->moe = (struct titan_moe){be, &titan_moe_dispatch_local, &m->d.moe, 0, C, NULL};
+		m->moe = (struct titan_moe){be, &titan_moe_dispatch_local, &m->d.moe, 0, C, NULL,
+					    tpn};
+		if (tpn > 1 && d->moe.inter_dim % tpn) {
+			rc = titan_error(TITAN_E_INVALID, "parallelism.tensor_parallel_degree %lld "
+					 "does not divide model.moe_inter_dim %lld",
+					 (long long)tpn, (long long)d->moe.inter_dim);
+			goto fail;
+		}
 		if (o->ep && titan_comm_size(o->ep) > 1) {
 			const int P = titan_comm_size(o->ep);
+
+			if (tpn > 1) {
+				rc = titan_error(TITAN_E_INVALID, "parallelism.expert_parallel_degree "
+						 "%d with parallelism.tensor_parallel_degree %lld "
+						 "is not supported yet", P, (long long)tpn);
+				goto fail;
+			}
 
 			if (d->moe.num_experts % P) {
 				rc = titan_error(TITAN_E_INVALID, "parallelism.expert_parallel_degree "

@@ -373,9 +373,10 @@ struct geo {
 static struct geo geo(const struct titan_moe *m)
 {
 	const struct titan_moe_dims *d = m->d;
+	const int64_t Fm = d->inter_dim / (m->tp > 1 ? m->tp : 1); /* TP: this rank's */
 
-	return (struct geo){ m->n, m->C, d->num_experts, d->inter_dim, m->n * d->top_k,
-			     d->inter_dim * d->num_shared_experts, d->inter_dim * m->C };
+	return (struct geo){ m->n, m->C, d->num_experts, Fm, m->n * d->top_k,
+			     Fm * d->num_shared_experts, Fm * m->C };
 }
 
 /* The experts this rank runs (after dispatch): every one and the routed
@@ -397,8 +398,7 @@ static int64_t expert_off(const struct titan_moe *m)
 {
 	if (!m->ep)
 		return 0;
-	return (m->ep->rank * (m->d->num_experts / m->ep->ep) - m->ep->w_expert0) *
-	       m->d->inter_dim * m->C;
+	return (m->ep->rank * (m->d->num_experts / m->ep->ep) - m->ep->w_expert0) * geo(m).W;
 }
 
 int titan_moe_fwd(const struct titan_moe *m, const struct moe_w *w0, const float *x,
@@ -440,7 +440,9 @@ int titan_moe_fwd(const struct titan_moe *m, const struct moe_w *w0, const float
 			CK(op->matmul_fwd(be, a->yout + o * g.C, a->g + o * g.Fm, w->w2 + e * g.W,
 					  h_.counts[e], g.Fm, g.C, false));
 	/* y = h + shared_experts(x) + the routed outputs */
-	if (y != h)
+	if (!h)
+		CK(op->zero(be, y, g.N * g.C));
+	else if (y != h)
 		CK(op->copy(be, y, h, g.N * g.C));
 	if (g.Fs > 0) {
 		CK(op->matmul_fwd(be, a->sa, x, w->sw1, g.N, g.C, g.Fs, false));

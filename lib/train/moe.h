@@ -117,6 +117,12 @@ struct titan_moe {
 	const struct titan_moe_dims *d;
 	int64_t n, C;        /* tokens, model dim */
 	const struct titan_moe_ep *ep; /* NULL: every expert here (local) */
+	/* Tensor parallelism (torchtitan's TP of GroupedExperts, no EP): 0 or
+	 * 1 none; else each rank holds inter_dim / tp of every expert's and of
+	 * the shared experts' hidden dim (w1/w3 rows, w2 columns), x is every
+	 * token (gathered), the router runs replicated, and the output is a
+	 * partial sum the caller reduce-scatters. */
+	int64_t tp;
 };
 
 /* Expert parallelism: tokens to the ranks of their experts by
@@ -133,8 +139,9 @@ static inline int64_t titan_moe_expert_rows(const struct titan_moe *m)
 	return m->n * m->d->top_k * (m->ep ? m->ep->ep : 1);
 }
 
-/* y = h + moe(x), keeping the activations in `a`; `tokens` (NULL: not
- * counted, e.g. a recomputation) gets the rows per expert added. */
+/* y = h + moe(x) (h NULL: y = moe(x)), keeping the activations in `a`;
+ * `tokens` (NULL: not counted, e.g. a recomputation) gets the rows per
+ * expert added. */
 int titan_moe_fwd(const struct titan_moe *m, const struct moe_w *w, const float *x,
 		  const float *h, float *y, struct moe_acts *a, int64_t *tokens);
 /* dx = dL/dx (overwritten) from dy = dL/dy; the weight gradients added to

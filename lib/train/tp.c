@@ -123,6 +123,14 @@ static int tp_linear_residual(struct titan_sp *sp, float *y, const float *res, c
 	return op->add(sp->be, y, res, y, sp->nl * sp->C);
 }
 
+int titan_sp_partial_residual(struct titan_sp *sp, float *y, const float *res, const char *what)
+{
+	int rc;
+
+	CK(tp_scatter(sp, y, sp->part, what));
+	return sp->be->ops->add(sp->be, y, res, y, sp->nl * sp->C);
+}
+
 static int tp_gather_grad(struct titan_sp *sp, const float **full, const float *loc,
 			  const char *what)
 {

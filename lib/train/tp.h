@@ -76,6 +76,11 @@ struct titan_sp {
 	double *cst;
 };
 
+/* A MoE block under TP (moe.h): y[nl,C] = res + this rank's rows of the
+ * group's sum of sp->part [n,C], where the caller put its partial sums.
+ * Only for TP over a group (sp->comm). */
+int titan_sp_partial_residual(struct titan_sp *sp, float *y, const float *res, const char *what);
+
 /* Allocation of the scratch: `buf(ctx, nfloats, tag, role)` (role: the
  * model's buffer plan row, titan/train.h), NULL when out of memory; the
  * caller frees. */

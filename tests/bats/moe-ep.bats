@@ -76,7 +76,7 @@ setup() {
 	for a in parallelism.tensor_parallel_degree=2; do
 		run -2 --separate-stderr titan-train -q --config "$DATA/moe.yaml" --"$a" \
 			--parallelism.expert_parallel_degree=2 "$x"
-		[[ $stderr == "titan-train: error: ${a%=*}: not supported"* ]]
+		[[ $stderr == "titan-train: error: parallelism.expert_parallel_degree: 2 with ${a%=*} 2 is not supported"* ]]
 	done
 }
 

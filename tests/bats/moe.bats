@@ -248,10 +248,9 @@ PY
 	run -0 same_curve "$d/one/metrics.jsonl" "$d/g/metrics.jsonl"
 }
 
-@test "MoE: TP, CUDA, HF checkpoints and bad keys are refused with exit 2 naming the key" {
-	# (PP and CP: moe-pp-cp.bats)
-	for a in parallelism.tensor_parallel_degree=2 training.device=cuda \
-		checkpoint.last_save_in_hf=true; do
+@test "MoE: CUDA, HF checkpoints and bad keys are refused with exit 2 naming the key" {
+	# (PP, CP and TP: moe-pp-cp.bats)
+	for a in training.device=cuda checkpoint.last_save_in_hf=true; do
 		run -2 --separate-stderr titan-train -q --config "$DATA/moe.yaml" --"$a" \
 			--checkpoint.last_save_model_only --job.dump_folder="$BATS_TEST_TMPDIR/x"
 		[[ $stderr == "titan-train: error: ${a%=*}: not supported with a mixture of experts yet"* ]]

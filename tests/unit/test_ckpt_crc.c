@@ -247,7 +247,85 @@ static void test_files(void **state)
 	titan_ckpt_block_bytes_ = block_bytes;
 	titan_ckpt_block_elems_ = block_elems;
 }
+/* TP windows of the 3-d stacked experts (w1/w3 [E, F, C] on dim 1, w2
+ * [E, C, F] on dim 2): read back as packed C-order slices, the terms of
+ * the windows that tile a tensor XOR to its CRC32C; a window written alone
+ * stores the term of its bytes, which a read of that window gives back. */
+static void test_expert_windows(void **state)
+{
+	enum { E = 3, A = 4, B = 6 };
+	const int64_t shape[3] = {E, A, B};
+	static float t[E * A * B], got[E * A * B];
+	struct titan_model_dims d;
+	struct titan_ckpt_writer *w;
+	struct titan_ckpt_file *f;
+	const struct titan_ckpt_tensor_info *ti;
+	const char *path = path_of("e.h5");
+	(void)state;
+
+	for (int i = 0; i < E * A * B; i++)
+		t[i] = (float)i;
+	assert_int_equal(titan_model_flavor("debugmodel", &d), 0);
+	assert_int_equal(titan_ckpt_writer_open(path, &d, "", &w), 0);
+	assert_int_equal(titan_ckpt_writer_tensor(w, TITAN_CKPT_MODEL, "x", 3, shape, t,
+						  TITAN_CKPT_FLOAT32), 0);
+	/* y: only [.., .., 2, 5) of dim 2 written, the rest HDF5's fill */
+	{
+		float part[E * A * 3];
+
+		for (int e = 0; e < E; e++)
+			for (int a = 0; a < A; a++)
+				for (int b = 0; b < 3; b++)
+					part[(e * A + a) * 3 + b] = t[(e * A + a) * B + 2 + b];
+		assert_int_equal(titan_ckpt_writer_window_(w, TITAN_CKPT_MODEL, "y", 3, shape, 1, 2,
+							   2, 2, 3, part + A * 3,
+							   TITAN_CKPT_FLOAT32, 0), 0);
+	}
+	assert_int_equal(titan_ckpt_writer_close(w, 0), 0);
+
+	assert_int_equal(titan_ckpt_open(path, &f), 0);
+	ti = titan_ckpt_find(f, TITAN_CKPT_MODEL, "x");
+	assert_non_null(ti);
+	for (int wd = 1; wd <= 2; wd++) {
+		const int64_t n = shape[wd], cut = wd == 1 ? 1 : 4;
+		uint32_t before = titan_ckpt_file_sum_(f, ti);
+
+		for (int h = 0; h < 2; h++) {
+			const int64_t c0 = h ? cut : 0, nc = h ? n - cut : cut;
+
+			assert_int_equal(titan_ckpt_read_window_dim(f, ti, 0, E, wd, c0, nc, got), 0);
+			for (int e = 0, k = 0; e < E; e++)
+				for (int a = 0; a < A; a++)
+					for (int b = 0; b < B; b++) {
+						const int64_t i = wd == 1 ? a : b;
+
+						if (i >= c0 && i < c0 + nc)
+							assert_true(got[k++] == t[(e * A + a) * B + b]);
+					}
+		}
+		/* the two halves' terms: the whole tensor's CRC32C */
+		assert_int_equal(titan_ckpt_file_sum_(f, ti) ^ before, ti->crc32c);
+	}
+	/* outside the dim: refused naming it */
+	assert_int_equal(titan_ckpt_read_window_dim(f, ti, 0, E, 2, 4, 3, got), TITAN_E_INVALID);
+	assert_non_null(strstr(titan_errmsg(), "of dim 2"));
+	ti = titan_ckpt_find(f, TITAN_CKPT_MODEL, "y");
+	assert_non_null(ti);
+	assert_int_equal(titan_ckpt_read_window_dim(f, ti, 1, 2, 2, 2, 3, got), 0);
+	for (int k = 0, e = 1; e < 3; e++)
+		for (int a = 0; a < A; a++)
+			for (int b = 2; b < 5; b++)
+				assert_true(got[k++] == t[(e * A + a) * B + b]);
+	assert_int_equal(titan_ckpt_file_sum_(f, ti), ti->crc32c);
+	titan_ckpt_close(f);
+}
 #else
+static void test_expert_windows(void **state)
+{
+	(void)state;
+	skip();
+}
+
 static void test_window_terms(void **state)
 {
 	(void)state;
@@ -266,6 +344,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_window_terms),
 		cmocka_unit_test(test_files),
+		cmocka_unit_test(test_expert_windows),
 	};
 	return cmocka_run_group_tests_name("ckpt_crc", tests, setup, teardown);
 }
