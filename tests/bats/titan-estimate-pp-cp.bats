@@ -4,7 +4,8 @@
 # PP 2 x DDP 2, Interleaved1F1B alone and x FSDP 2, InterleavedZeroBubble,
 # ZBVZeroBubble x FSDP 2 and x TP 2, CP 2 and CP 2 x TP 2
 # with rotate_method allgather and alltoall, CP 4 alltoall, PP 2 x CP 2;
-# a mixture of experts under PP 2, CP 2, EP 2 and EP 2 x FSDP 2)
+# a mixture of experts under PP 2, CP 2, EP 2, EP 2 x FSDP 2, TP 2 with
+# loss parallel on and off, TP 2 x FSDP 2 and PP 2 x TP 2)
 # `titan-estimate --device cpu --rank R` gives the peak measured by
 # the tagged allocator and its bytes by tag, to the byte; and the stage
 # split of both estimate models (--json stage_layers) is the one

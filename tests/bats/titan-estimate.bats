@@ -425,7 +425,7 @@ fe, fe4 = g["flops"]["per_token_exact"], k4["flops"]["per_token_exact"]
 assert abs(fe4 - fe - 3 * 2 * L * (E - K) * 3 * Fm * C) <= 1e-6 * fe, (fe, fe4)
 assert k4["model"]["params"] == total
 PY
-	# --search: the layouts titan-train runs a MoE on (no TP, PP or CP)
+	# --search: the layouts the GPU model estimates a MoE on (no TP, PP or CP)
 	run -0 --separate-stderr titan-estimate --config "$BATS_TEST_TMPDIR/moe.yaml" --ngpu 4 --search --top 100
 	assert_line --regexp '^  1 +[0-9]+ +[0-9]+ +1 +1 +1 '
 	refute_line --regexp '^ +[0-9]+ +[0-9]+ +[0-9]+ +([2-9]|1 +[2-9]|1 +1 +[2-9]) '
