@@ -223,16 +223,27 @@ int titan_est_check(struct titan_est_opts *o, const struct titan_model_dims *d)
 	int rc;
 
 	/* a MoE (lib/train/moe.c): titan-train runs it on FSDP/HSDP/DDP, PP
-	 * (not the zero-bubble schedules), CP and EP, not next to TP
+	 * (not the zero-bubble schedules), CP, EP and TP, not EP next to TP
 	 * (lib/config/validate.c; --search meets those here).  The CPU model
 	 * is a dry run of titan-train's engine (dry.c), EP's groups and
-	 * dispatch buffers included; the GPU model holds every expert on
-	 * every rank and knows no stage's, CP's or EP's MoE memory yet */
+	 * dispatch buffers and TP's expert slices included; the GPU model
+	 * holds every expert on every rank and knows no stage's, CP's, EP's
+	 * or TP's MoE memory yet */
 	if (d->moe.num_experts > 0) {
-		if (l->tp > 1)
-			return titan_error(TITAN_E_INVALID, "parallelism.tensor_parallel_degree: not "
-					   "supported with a mixture of experts yet "
-					   "(model.moe_num_experts %" PRId64 ")", d->moe.num_experts);
+		if (l->tp > 1 && o->ep > 1)
+			return titan_error(TITAN_E_INVALID, "parallelism.expert_parallel_degree: %"
+					   PRId64 " with parallelism.tensor_parallel_degree %" PRId64
+					   " is not supported yet (expert parallelism next to TP; use "
+					   "one of them)", o->ep, l->tp);
+		if (l->tp > 1 && d->moe.inter_dim % l->tp)
+			return titan_error(TITAN_E_INVALID, "parallelism.tensor_parallel_degree: %"
+					   PRId64 " does not divide model.moe_inter_dim %" PRId64
+					   " (each TP rank holds a slice of every expert's hidden dim)",
+					   l->tp, d->moe.inter_dim);
+		if (l->tp > 1 && !o->dev.cpu)
+			return titan_error(TITAN_E_INVALID, "parallelism.tensor_parallel_degree: the "
+					   "GPU model does not estimate a mixture of experts with it "
+					   "yet (use --device cpu)");
 		if (l->pp > 1 && (o->schedule == TITAN_EST_INTERLEAVED_ZB ||
 				  o->schedule == TITAN_EST_ZBV))
 			return titan_error(TITAN_E_INVALID, "parallelism.pipeline_parallel_schedule: "

@@ -262,9 +262,9 @@ PY
 		--model.moe_use_grouped_mm=false --job.dump_folder="$BATS_TEST_TMPDIR/x"
 	[[ $stderr == "titan-train: error: model.moe_use_grouped_mm: false"* ]]
 	# titan-estimate knows a MoE (titan-estimate.bats) and refuses the same layouts
-	run -2 --separate-stderr titan-estimate --config "$DATA/moe.yaml" --ngpu 2 \
-		--parallelism.tensor_parallel_degree=2
-	[[ $stderr == "titan-estimate: error: parallelism.tensor_parallel_degree: not supported with a mixture of experts yet"* ]]
+	run -2 --separate-stderr titan-estimate --config "$DATA/moe.yaml" --ngpu 4 --device cpu \
+		--parallelism.tensor_parallel_degree=2 --parallelism.expert_parallel_degree=2
+	[[ $stderr == "titan-estimate: error: parallelism.expert_parallel_degree: 2 with parallelism.tensor_parallel_degree 2 is not supported yet"* ]]
 }
 
 @test "MoE: titan-ckpt-convert refuses a MoE checkpoint naming its first MoE tensor" {

@@ -4,7 +4,8 @@
 # PP 2 x DDP 2, Interleaved1F1B alone and x FSDP 2, InterleavedZeroBubble,
 # ZBVZeroBubble x FSDP 2 and x TP 2, CP 2 and CP 2 x TP 2
 # with rotate_method allgather and alltoall, CP 4 alltoall, PP 2 x CP 2;
-# a mixture of experts under PP 2, CP 2, EP 2 and EP 2 x FSDP 2)
+# a mixture of experts under PP 2, CP 2, EP 2, EP 2 x FSDP 2, TP 2 with
+# loss parallel on and off, TP 2 x FSDP 2 and PP 2 x TP 2)
 # `titan-estimate --device cpu --rank R` gives the peak measured by
 # the tagged allocator and its bytes by tag, to the byte; and the stage
 # split of both estimate models (--json stage_layers) is the one
@@ -193,6 +194,24 @@ MOE="--model.moe_num_experts=4 --model.moe_top_k=2 --model.moe_inter_dim=48"
 	run -0 est_vs_run 4 $MOE --parallelism.expert_parallel_degree=2 \
 		--training.local_batch_size=3 --training.global_batch_size=12
 	echo "# MoE EP 2 x FSDP 2: ${lines[*]}" >&3
+}
+
+@test "titan-estimate --device cpu --rank R: a mixture of experts under TP to the byte (TP 2 loss parallel or not, TP 2 x FSDP 2, PP 2 x TP 2)" {
+	local tp=--parallelism.tensor_parallel_degree=2
+	# TP 2 (sequence parallel): each rank holds moe_inter_dim / 2 of every
+	# expert and of the shared one, the router replicated, the tokens
+	# all-gathered before the router and the partial sums reduce-scattered
+	run -0 est_vs_run 2 $MOE $tp
+	echo "# MoE TP 2: ${lines[*]}" >&3
+	run -0 est_vs_run 2 $MOE $tp --parallelism.disable_loss_parallel --activation_checkpoint.mode=full
+	echo "# MoE TP 2 no loss parallel: ${lines[*]}" >&3
+	# TP 2 x FSDP 2 and PP 2 x TP 2
+	run -0 est_vs_run 4 $MOE $tp --parallelism.data_parallel_shard_degree=2 --training.local_batch_size=6 \
+		--activation_checkpoint.mode=selective --activation_checkpoint.selective_ac_option=op
+	echo "# MoE TP 2 x FSDP 2: ${lines[*]}" >&3
+	run -0 est_vs_run 4 $MOE $tp $PP2 --training.local_batch_size=6 --training.global_batch_size=6 \
+		--parallelism.pipeline_parallel_microbatch_size=3
+	echo "# MoE PP 2 x TP 2: ${lines[*]}" >&3
 }
 
 # stages_vs_log N ARGS...: titan-train's log of its stages ("Pipeline stage

@@ -368,16 +368,29 @@ mla_yaml() {
 	run -2 --separate-stderr titan-estimate --config configs/llama3_debug.yaml --ngpu 4 --search \
 		--model.moe_num_experts=4 --model.moe_top_k=2 --parallelism.expert_parallel_degree=2
 	[[ $stderr == *"parallelism.expert_parallel_degree 2: --search does not search expert-parallel layouts yet"* ]]
-	# titan-train's refusals: EP of no MoE, of experts it does not divide, a MoE next to TP
+	# titan-train's refusals: EP of no MoE, of experts it does not divide, EP next to TP,
+	# a TP degree that does not divide the experts' hidden dim
 	run -2 --separate-stderr titan-estimate --config configs/llama3_debug.yaml --ngpu 2 --device cpu \
 		--parallelism.expert_parallel_degree=2
 	[[ $stderr == *"parallelism.expert_parallel_degree: 2 needs a mixture of experts"* ]]
 	run -2 --separate-stderr titan-estimate --config configs/llama3_debug.yaml --ngpu 3 --device cpu \
 		--model.moe_num_experts=4 --model.moe_top_k=2 --parallelism.expert_parallel_degree=3
 	[[ $stderr == *"parallelism.expert_parallel_degree: 3 does not divide model.moe_num_experts 4"* ]]
+	run -2 --separate-stderr titan-estimate --config configs/llama3_debug.yaml --ngpu 4 --device cpu \
+		--model.moe_num_experts=4 --model.moe_top_k=2 --parallelism.tensor_parallel_degree=2 \
+		--parallelism.expert_parallel_degree=2
+	[[ $stderr == *"parallelism.expert_parallel_degree: 2 with parallelism.tensor_parallel_degree 2 is not supported yet"* ]]
 	run -2 --separate-stderr titan-estimate --config configs/llama3_debug.yaml --ngpu 2 --device cpu \
+		--model.moe_num_experts=4 --model.moe_top_k=2 --model.moe_inter_dim=33 \
+		--parallelism.tensor_parallel_degree=2
+	[[ $stderr == *"parallelism.tensor_parallel_degree: 2 does not divide model.moe_inter_dim 33"* ]]
+	# a MoE under TP: the CPU model's (titan-estimate-pp-cp.bats), not the GPU model's yet
+	run -2 --separate-stderr titan-estimate --config configs/llama3_debug.yaml --ngpu 2 \
 		--model.moe_num_experts=4 --model.moe_top_k=2 --parallelism.tensor_parallel_degree=2
-	[[ $stderr == *"parallelism.tensor_parallel_degree: not supported with a mixture of experts yet"* ]]
+	[ "$stderr" = "titan-estimate: error: parallelism.tensor_parallel_degree: the GPU model does not estimate a mixture of experts with it yet (use --device cpu)" ]
+	run -0 titan-estimate --config configs/llama3_debug.yaml --ngpu 2 --device cpu \
+		--model.moe_num_experts=4 --model.moe_top_k=2 --parallelism.tensor_parallel_degree=2
+	assert_line --partial "MoE experts: routed rows"
 }
 
 @test "MoE on GPUs: every expert's weights in memory, FLOPs and MFU on the active parameters (titan-train's)" {
@@ -412,7 +425,7 @@ fe, fe4 = g["flops"]["per_token_exact"], k4["flops"]["per_token_exact"]
 assert abs(fe4 - fe - 3 * 2 * L * (E - K) * 3 * Fm * C) <= 1e-6 * fe, (fe, fe4)
 assert k4["model"]["params"] == total
 PY
-	# --search: the layouts titan-train runs a MoE on (no TP, PP or CP)
+	# --search: the layouts the GPU model estimates a MoE on (no TP, PP or CP)
 	run -0 --separate-stderr titan-estimate --config "$BATS_TEST_TMPDIR/moe.yaml" --ngpu 4 --search --top 100
 	assert_line --regexp '^  1 +[0-9]+ +[0-9]+ +1 +1 +1 '
 	refute_line --regexp '^ +[0-9]+ +[0-9]+ +[0-9]+ +([2-9]|1 +[2-9]|1 +1 +[2-9]) '
