@@ -799,8 +799,13 @@ static int locate(struct titan_hf_model *m)
 		if (m->table.dims.family == TITAN_MODEL_NAME_LLAMA4 &&
 		    !(map ? json_is_string(json_object_get(map, name)) :
 			    titan_safetensors_find(m->files[0], name) != NULL)) {
-			memmove(name + 15, name, strlen(name) + 1);
-			memcpy(name, "language_model.", 15);
+			char pre[sizeof(name)];
+
+			memcpy(pre, "language_model.", 15); /* name has room: sizeof - 16 */
+			memcpy(pre + 15, name, strlen(name) + 1);
+			if (map ? json_is_string(json_object_get(map, pre)) :
+				  titan_safetensors_find(m->files[0], pre) != NULL)
+				memcpy(name, pre, sizeof(name));
 		}
 		if (map) {
 			json_t *fn = json_object_get(map, name);
