@@ -171,6 +171,17 @@ static json_t *deepseek_json(const struct titan_model_dims *d, const struct tita
 	return j;
 }
 
+/* Llama 3.1's rope_scaling (Llama 4's too), or null */
+static json_t *llama3_rope_scaling(const struct titan_model_dims *d)
+{
+	if (!d->rope_scaling)
+		return json_null();
+	return json_pack("{s:f, s:f, s:f, s:I, s:s}", "factor", d->rope_scaling_factor,
+			 "low_freq_factor", d->rope_low_freq_factor, "high_freq_factor",
+			 d->rope_high_freq_factor, "original_max_position_embeddings",
+			 (json_int_t)d->rope_original_max_position, "rope_type", "llama3");
+}
+
 /* Llama4TextConfig's keys (Llama4ForCausalLM, model_type llama4_text):
  * the MoE and NoPE blocks as explicit lists (titan's NoPE blocks 0, n,
  * 2n, .. are not HF's no_rope_layer_interval pattern), no QK L2 norm and
@@ -212,16 +223,7 @@ static json_t *llama4_json(const struct titan_model_dims *d, const struct titan_
 	json_object_set_new(j, "num_local_experts", json_integer(moe ? m->num_experts : 0));
 	json_object_set_new(j, "output_router_logits", json_false());
 	json_object_set_new(j, "rms_norm_eps", json_real(d->norm_eps));
-	if (d->rope_scaling)
-		json_object_set_new(j, "rope_scaling",
-				    json_pack("{s:f, s:f, s:f, s:I, s:s}", "factor", d->rope_scaling_factor,
-					      "low_freq_factor", d->rope_low_freq_factor,
-					      "high_freq_factor", d->rope_high_freq_factor,
-					      "original_max_position_embeddings",
-					      (json_int_t)d->rope_original_max_position,
-					      "rope_type", "llama3"));
-	else
-		json_object_set_new(j, "rope_scaling", json_null());
+	json_object_set_new(j, "rope_scaling", llama3_rope_scaling(d));
 	json_object_set_new(j, "rope_theta", json_real(d->rope_theta));
 	json_object_set_new(j, "router_aux_loss_coef", json_real(0.001));
 	json_object_set_new(j, "router_jitter_noise", json_real(0.0));
@@ -288,16 +290,7 @@ static json_t *config_json(const struct titan_model_dims *d, const struct titan_
 	if (!qwen3)
 		json_object_set_new(j, "pretraining_tp", json_integer(1));
 	json_object_set_new(j, "rms_norm_eps", json_real(d->norm_eps));
-	if (d->rope_scaling)
-		json_object_set_new(j, "rope_scaling",
-				    json_pack("{s:f, s:f, s:f, s:I, s:s}", "factor", d->rope_scaling_factor,
-					      "low_freq_factor", d->rope_low_freq_factor,
-					      "high_freq_factor", d->rope_high_freq_factor,
-					      "original_max_position_embeddings",
-					      (json_int_t)d->rope_original_max_position,
-					      "rope_type", "llama3"));
-	else
-		json_object_set_new(j, "rope_scaling", json_null());
+	json_object_set_new(j, "rope_scaling", llama3_rope_scaling(d));
 	json_object_set_new(j, "rope_theta", json_real(d->rope_theta));
 	if (qwen3)
 		json_object_set_new(j, "sliding_window", json_null());
