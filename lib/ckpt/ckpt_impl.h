@@ -162,6 +162,11 @@ extern bool titan_ckpt_dist_gather_;
  * vocab, ffn hidden, tied) into name; "custom" when none does. */
 void titan_ckpt_match_flavor_(const struct titan_model_dims *d, char name[32]);
 
+/* Llama 4's stacked experts between titan's w1/w3/w2 and HF's
+ * gate_up_proj [E, C, 2F] / down_proj [E, F, C] (hf.c): to_hf writes p's
+ * half of gate_up_proj (or down_proj) from p's values, else reads them. */
+void titan_hf_llama4_experts_(const struct titan_param *p, const float *in, float *out, bool to_hf);
+
 /* mkdir -p: 0 or TITAN_E_IO naming the folder that cannot be made. */
 int titan_ckpt_mkdirs_(const char *folder);
 

@@ -69,20 +69,52 @@ static bool is_expert(const struct titan_param *p)
 	       p->role == TITAN_PARAM_MOE_W3;
 }
 
+static bool is_llama4(const struct titan_model_dims *d)
+{
+	return d->family == TITAN_MODEL_NAME_LLAMA4;
+}
+
 int64_t titan_hf_parts(const struct titan_model_dims *d, const struct titan_param *p)
 {
 	if (is_expert(p))
-		return p->shape[0]; /* one HF tensor an expert */
+		return is_llama4(d) ? 1 : p->shape[0]; /* Llama 4's stacked, else one an expert */
 	return p->role == TITAN_PARAM_MOE_EXPERT_BIAS && d->family != TITAN_MODEL_NAME_DEEPSEEK_V3 ?
 	       0 : 1;
 }
 
-int titan_hf_part_name(const struct titan_param *p, int64_t e, char *buf, size_t n)
+/* Llama4ForCausalLM's names: the feed-forward under feed_forward., the
+ * stacked experts without .weight (nn.Parameter, not nn.Linear) */
+static int llama4_name(const struct titan_param *p, char *buf, size_t n)
+{
+	static const char *const ff[] = {
+		[TITAN_PARAM_W1] = "gate_proj.weight", [TITAN_PARAM_W2] = "down_proj.weight",
+		[TITAN_PARAM_W3] = "up_proj.weight", [TITAN_PARAM_MOE_GATE] = "router.weight",
+		[TITAN_PARAM_MOE_W1] = "experts.gate_up_proj",
+		[TITAN_PARAM_MOE_W3] = "experts.gate_up_proj",
+		[TITAN_PARAM_MOE_W2] = "experts.down_proj",
+		[TITAN_PARAM_MOE_SHARED_W1] = "shared_expert.gate_proj.weight",
+		[TITAN_PARAM_MOE_SHARED_W2] = "shared_expert.down_proj.weight",
+		[TITAN_PARAM_MOE_SHARED_W3] = "shared_expert.up_proj.weight",
+	};
+	int k;
+
+	if ((unsigned)p->role >= sizeof(ff) / sizeof(ff[0]) || !ff[p->role])
+		return titan_hf_param_name(p, buf, n);
+	k = snprintf(buf, n, "model.layers.%d.feed_forward.%s", p->layer, ff[p->role]);
+	if (k < 0 || (size_t)k >= n)
+		return titan_error(TITAN_E_INVALID, "%s: HF name too long", p->name);
+	return 0;
+}
+
+int titan_hf_part_name(const struct titan_model_dims *d, const struct titan_param *p, int64_t e,
+		       char *buf, size_t n)
 {
 	const char *proj = p->role == TITAN_PARAM_MOE_W1 ? "gate_proj" :
 			   p->role == TITAN_PARAM_MOE_W3 ? "up_proj" : "down_proj";
 	int k;
 
+	if (is_llama4(d))
+		return llama4_name(p, buf, n);
 	if (!is_expert(p))
 		return titan_hf_param_name(p, buf, n);
 	k = snprintf(buf, n, "model.layers.%d.mlp.experts.%lld.%s.weight", p->layer, (long long)e,
@@ -92,8 +124,16 @@ int titan_hf_part_name(const struct titan_param *p, int64_t e, char *buf, size_t
 	return 0;
 }
 
-void titan_hf_part_shape(const struct titan_param *p, int *ndim, int64_t shape[2])
+void titan_hf_part_shape(const struct titan_model_dims *d, const struct titan_param *p, int *ndim,
+			 int64_t shape[3])
 {
+	if (is_expert(p) && is_llama4(d)) { /* [E, C, 2F] gate_up, [E, F, C] down */
+		*ndim = 3;
+		shape[0] = p->fshape[0];
+		shape[1] = p->fshape[2];
+		shape[2] = p->role == TITAN_PARAM_MOE_W2 ? p->fshape[1] : 2 * p->fshape[1];
+		return;
+	}
 	if (is_expert(p)) { /* [E, a·b] held, [a, b] each expert */
 		*ndim = 2;
 		shape[0] = p->fshape[1];
@@ -103,6 +143,31 @@ void titan_hf_part_shape(const struct titan_param *p, int *ndim, int64_t shape[2
 	*ndim = p->ndim;
 	shape[0] = p->shape[0];
 	shape[1] = p->shape[1];
+}
+
+/* Llama 4's experts from HF's layout: gate_up_proj [E, C, 2F] to w1 (the
+ * first F columns) or w3 (the last), transposed to [E, F, C];
+ * down_proj [E, F, C] to w2 [E, C, F].  to_hf: the reverse, into the
+ * fused tensor's half for w1 / w3. */
+void titan_hf_llama4_experts_(const struct titan_param *p, const float *in, float *out, bool to_hf)
+{
+	const int64_t E = p->fshape[0], a = p->fshape[1], b = p->fshape[2];
+
+	for (int64_t e = 0; e < E; e++)
+		for (int64_t i = 0; i < a; i++)
+			for (int64_t j = 0; j < b; j++) {
+				/* titan [e][i][j]; HF down [e][j][i], gate_up [e][j][off + i] */
+				const int64_t tt = (e * a + i) * b + j;
+				const int64_t hf = p->role == TITAN_PARAM_MOE_W2 ?
+						   (e * b + j) * a + i :
+						   (e * b + j) * 2 * a +
+						   (p->role == TITAN_PARAM_MOE_W3 ? a : 0) + i;
+
+				if (to_hf)
+					out[hf] = in[tt];
+				else
+					out[tt] = in[hf];
+			}
 }
 
 void titan_hf_permute_qk(const float *in, float *out, int64_t n_heads, int64_t rows,
@@ -128,7 +193,7 @@ void titan_hf_permute_qk(const float *in, float *out, int64_t n_heads, int64_t r
 
 int64_t titan_hf_qk_heads(const struct titan_model_dims *d, const struct titan_param *p)
 {
-	if (titan_model_mla(d)) /* DeepSeek-V3's HF weights keep the adjacent pairs */
+	if (titan_model_mla(d) || is_llama4(d)) /* their HF weights keep the adjacent pairs */
 		return 0;
 	switch (p->role) {
 	case TITAN_PARAM_WQ: return d->n_heads;
@@ -316,29 +381,156 @@ static int read_deepseek(const char *path, json_t *root, struct titan_model_dims
 	return 0;
 }
 
+/* 0/1 entry i of Llama4TextConfig's no_rope_layers (1: RoPE used), -1
+ * when it is neither. */
+static int rope_entry(json_t *list, size_t i)
+{
+	json_t *v = json_array_get(list, i);
+
+	if (json_is_boolean(v))
+		return json_is_true(v);
+	return json_is_integer(v) && (json_integer_value(v) == 0 || json_integer_value(v) == 1) ?
+	       (int)json_integer_value(v) : -1;
+}
+
+/* Llama4TextConfig (model_type llama4_text, or a llama4 config's
+ * text_config): intermediate_size is one expert's, intermediate_size_mlp
+ * the dense blocks'; MoE blocks moe_layers (by default every
+ * interleave_moe_layer_step-th, titan's interleave_step), top-k sigmoid
+ * routing on the experts' inputs with one shared expert; NoPE blocks where
+ * no_rope_layers has 0 (by default (i + 1) % no_rope_layer_interval == 0),
+ * which titan has as every_n_layers_nope: blocks 0, n, 2n, .. only. */
+static int read_llama4(const char *path, json_t *root, struct titan_model_dims *d)
+{
+	struct titan_moe_dims *m = &d->moe;
+	const int64_t n = d->n_layers;
+	int64_t step, interval, chunk, floor_scale;
+	json_t *v;
+	int rc;
+
+	d->family = TITAN_MODEL_NAME_LLAMA4;
+	m->inter_dim = d->ffn_hidden;
+	if ((rc = cfg_int(path, root, "intermediate_size_mlp", false, 16384, &d->ffn_hidden)) < 0 ||
+	    (rc = cfg_int(path, root, "num_local_experts", false, 16, &m->num_experts)) < 0 ||
+	    (rc = cfg_int(path, root, "num_experts_per_tok", false, 1, &m->top_k)) < 0 ||
+	    (rc = cfg_int(path, root, "interleave_moe_layer_step", false, 1, &step)) < 0 ||
+	    (rc = cfg_int(path, root, "no_rope_layer_interval", false, 4, &interval)) < 0 ||
+	    (rc = cfg_int(path, root, "attention_chunk_size", false, 8192, &chunk)) < 0 ||
+	    (rc = cfg_int(path, root, "floor_scale", false, 8192, &floor_scale)) < 0)
+		return rc;
+	if (step < 1 || interval < 1 || chunk < 1 || n < 1)
+		return titan_error(TITAN_E_FORMAT, "'%s': interleave_moe_layer_step %lld, "
+				   "no_rope_layer_interval %lld, attention_chunk_size %lld, "
+				   "num_hidden_layers %lld: must be at least 1", path, (long long)step,
+				   (long long)interval, (long long)chunk, (long long)n);
+	/* HF's default use_qk_norm is true (Scout's weightless L2 norm) */
+	if (!(v = json_object_get(root, "use_qk_norm")) || !json_is_false(v))
+		return titan_error(TITAN_E_UNSUPPORTED, "'%s': use_qk_norm is not false: titan's "
+				   "Llama 4 (torchtitan's) has no QK L2 norm", path);
+	v = json_object_get(root, "moe_layers");
+	if (v && !json_is_null(v)) {
+		size_t k = 0;
+
+		if (!json_is_array(v))
+			return titan_error(TITAN_E_FORMAT, "'%s': moe_layers is not a list", path);
+		for (int64_t i = step - 1; i < n && k <= json_array_size(v); i += step, k++)
+			if (k == json_array_size(v) || !json_is_integer(json_array_get(v, k)) ||
+			    json_integer_value(json_array_get(v, k)) != i)
+				break;
+		if (json_array_size(v) == 0)
+			m->num_experts = 0; /* every block dense */
+		else if (k != json_array_size(v) || (step - 1 + (int64_t)k * step) < n)
+			return titan_error(TITAN_E_UNSUPPORTED, "'%s': moe_layers: titan's MoE "
+					   "blocks are every interleave_moe_layer_step-th (%lld, "
+					   "%lld, ..), or none", path, (long long)(step - 1),
+					   (long long)(2 * step - 1));
+	}
+	d->nope_every = 0;
+	v = json_object_get(root, "no_rope_layers");
+	if (v && !json_is_null(v) && !json_is_array(v))
+		return titan_error(TITAN_E_FORMAT, "'%s': no_rope_layers is not a list", path);
+	if (json_is_array(v) && json_array_size(v) > 0) {
+		int64_t every = 0;
+
+		if ((int64_t)json_array_size(v) != n)
+			return titan_error(TITAN_E_FORMAT, "'%s': no_rope_layers has %zu entries, "
+					   "num_hidden_layers is %lld", path, json_array_size(v),
+					   (long long)n);
+		for (size_t i = 0; i < json_array_size(v); i++)
+			if (rope_entry(v, i) < 0)
+				return titan_error(TITAN_E_FORMAT, "'%s': no_rope_layers[%zu] is not 0 "
+						   "or 1", path, i);
+		for (size_t i = 1; i < json_array_size(v) && !every; i++)
+			if (rope_entry(v, i) == 0)
+				every = (int64_t)i;
+		if (rope_entry(v, 0) == 0 && !every)
+			every = n > 1 ? n : 2; /* block 0 alone */
+		for (int64_t i = 0; i < n; i++)
+			if ((rope_entry(v, (size_t)i) == 0) != (every > 0 && i % every == 0))
+				return titan_error(TITAN_E_UNSUPPORTED, "'%s': no_rope_layers: titan's "
+						   "NoPE blocks (model.every_n_layers_nope n) are "
+						   "0, n, 2n, ..; block %lld is not", path, (long long)i);
+		d->nope_every = every;
+	} else if (interval <= n) {
+		return titan_error(TITAN_E_UNSUPPORTED, "'%s': no_rope_layer_interval %lld: HF's "
+				   "NoPE blocks %lld, %lld, .. are not titan's 0, n, 2n, .. "
+				   "(model.every_n_layers_nope); give no_rope_layers", path,
+				   (long long)interval, (long long)(interval - 1),
+				   (long long)(2 * interval - 1));
+	}
+	/* HF scales the NoPE blocks' queries from position floor_scale - 1 on;
+	 * titan attends within attention_chunk_size tokens and scales none */
+	v = json_object_get(root, "attn_temperature_tuning");
+	if (d->nope_every > 0 && (!v || json_is_true(v)) && floor_scale <= chunk)
+		return titan_error(TITAN_E_UNSUPPORTED, "'%s': attn_temperature_tuning with "
+				   "floor_scale %lld within attention_chunk_size %lld: titan's NoPE "
+				   "blocks do not scale queries by position; set it to false", path,
+				   (long long)floor_scale, (long long)chunk);
+	d->attn_chunk = chunk;
+	if (m->num_experts > 0) {
+		m->num_shared_experts = 1;
+		m->interleave_step = step;
+		m->n_dense_layers = 0;
+		m->softmax = false;
+		m->route_norm = false;
+		m->score_before_experts = true; /* routed_in = hidden_states · router_scores */
+		m->route_scale = 1.0;
+		m->load_balance_coeff = 1e-3;
+		if (m->top_k < 1 || m->top_k > m->num_experts)
+			return titan_error(TITAN_E_FORMAT, "'%s': num_experts_per_tok %lld with "
+					   "num_local_experts %lld", path, (long long)m->top_k,
+					   (long long)m->num_experts);
+	} else {
+		memset(m, 0, sizeof(*m));
+	}
+	return 0;
+}
+
 static int read_config(const char *path, json_t *root, struct titan_model_dims *d)
 {
 	json_t *v, *rs;
 	int64_t tied = 0, hd = -1;
 	int rc;
 
-	const bool moe = (v = json_object_get(root, "model_type")) && json_is_string(v) &&
-			 !strcmp(json_string_value(v), "qwen3_moe");
-	const bool qwen3 = moe || ((v = json_object_get(root, "model_type")) && json_is_string(v) &&
-				   !strcmp(json_string_value(v), "qwen3"));
-	const bool dsv3 = (v = json_object_get(root, "model_type")) && json_is_string(v) &&
-			  !strcmp(json_string_value(v), "deepseek_v3");
-	const char *arch = moe ? "Qwen3MoeForCausalLM" : qwen3 ? "Qwen3ForCausalLM" :
-			   dsv3 ? "DeepseekV3ForCausalLM" : "LlamaForCausalLM";
+	json_t *outer = root;
+	const char *mt = (v = json_object_get(root, "model_type")) && json_is_string(v) ?
+			 json_string_value(v) : "";
+	/* Llama4ForConditionalGeneration: the text model's keys in text_config */
+	const bool l4mm = !strcmp(mt, "llama4");
 
-	/* Llama 4 (model_type llama4, its text_config llama4_text) is not
-	 * read yet: named, as titan-train's model.name llama4 exists */
-	if ((v = json_object_get(root, "model_type")) && json_is_string(v) &&
-	    !strncmp(json_string_value(v), "llama4", 6))
-		return titan_error(TITAN_E_UNSUPPORTED, "'%s': model_type \"%s\": HF conversion of "
-				   "Llama 4 (model.name llama4) is not supported yet", path,
-				   json_string_value(v));
-	if ((v = json_object_get(root, "architectures"))) {
+	if (l4mm && !json_is_object(root = json_object_get(outer, "text_config")))
+		return titan_error(TITAN_E_FORMAT, "'%s': model_type \"llama4\" without a "
+				   "text_config object", path);
+	const bool llama4 = l4mm || !strcmp(mt, "llama4_text");
+	const bool moe = !strcmp(mt, "qwen3_moe");
+	const bool qwen3 = moe || !strcmp(mt, "qwen3");
+	const bool dsv3 = !strcmp(mt, "deepseek_v3");
+	const char *arch = moe ? "Qwen3MoeForCausalLM" : qwen3 ? "Qwen3ForCausalLM" :
+			   dsv3 ? "DeepseekV3ForCausalLM" :
+			   l4mm ? "Llama4ForConditionalGeneration" :
+			   llama4 ? "Llama4ForCausalLM" : "LlamaForCausalLM";
+
+	if ((v = json_object_get(outer, "architectures"))) {
 		bool llama = false;
 
 		for (size_t i = 0; json_is_array(v) && i < json_array_size(v); i++)
@@ -346,13 +538,15 @@ static int read_config(const char *path, json_t *root, struct titan_model_dims *
 				 !strcmp(json_string_value(json_array_get(v, i)), arch);
 		if (!llama)
 			return titan_error(TITAN_E_UNSUPPORTED, "'%s': architectures is not "
-					   "[\"%s\"]: titan converts Llama, Qwen3, Qwen3 MoE and "
-					   "DeepSeek-V3 models only", path, arch);
+					   "[\"%s\"]: titan converts Llama, Qwen3, Qwen3 MoE, "
+					   "DeepSeek-V3 and Llama 4 models only", path, arch);
 	}
 	if ((v = json_object_get(root, "model_type")) &&
-	    !(json_is_string(v) && (!strcmp(json_string_value(v), "llama") || qwen3 || dsv3)))
+	    !(json_is_string(v) && (!strcmp(json_string_value(v), "llama") || qwen3 || dsv3 ||
+				    llama4)))
 		return titan_error(TITAN_E_UNSUPPORTED, "'%s': model_type is not \"llama\", "
-				   "\"qwen3\", \"qwen3_moe\" or \"deepseek_v3\"", path);
+				   "\"qwen3\", \"qwen3_moe\", \"deepseek_v3\", \"llama4\" or "
+				   "\"llama4_text\"", path);
 	if (qwen3 && json_is_true(json_object_get(root, "use_sliding_window")))
 		return titan_error(TITAN_E_UNSUPPORTED, "'%s': use_sliding_window: titan's Qwen3 "
 				   "attends to the whole causal context", path);
@@ -389,6 +583,8 @@ static int read_config(const char *path, json_t *root, struct titan_model_dims *
 		d->head_dim = hd > 0 ? hd : d->n_heads > 0 ? d->dim / d->n_heads : 0;
 	}
 	if (moe && (rc = read_moe(path, root, d)) < 0)
+		return rc;
+	if (llama4 && (rc = read_llama4(path, root, d)) < 0)
 		return rc;
 	if (qwen3 && (d->dim <= 0 || d->n_layers <= 0 || d->n_heads <= 0 || d->n_kv_heads <= 0 ||
 		      d->vocab_size <= 0 || d->ffn_hidden <= 0 || d->head_dim <= 0 ||
@@ -431,6 +627,9 @@ static int read_config(const char *path, json_t *root, struct titan_model_dims *
 		    (rc = cfg_int(path, rs, "original_max_position_embeddings", true, 0,
 				  &d->rope_original_max_position)) < 0)
 			return titan_error_prefix("rope_scaling");
+	} else if (llama4) { /* torchtitan's llama4 RoPEScalingArgs, unused */
+		d->rope_scaling_factor = 16.0;
+		d->rope_high_freq_factor = 1.0;
 	}
 	/* rms_norm_eps 0 or -1, an infinite rope_theta, sizes no table can
 	 * hold: the same checks as a checkpoint's dims, in config.json's words */
@@ -553,7 +752,7 @@ static int open_file(struct titan_hf_model *m, const char *name, size_t *idx)
 /* Open the files and find each parameter's tensor. */
 static int locate(struct titan_hf_model *m)
 {
-	char path[4096], name[160];
+	char path[4096], name[176]; /* room for the language_model. prefix */
 	json_t *idx = NULL, *map = NULL;
 	json_error_t je;
 	struct stat st;
@@ -584,7 +783,7 @@ static int locate(struct titan_hf_model *m)
 		const struct titan_param *p = &m->table.params[i];
 		const struct titan_st_tensor *t;
 		const int64_t sl = m->slot[i] + e;
-		int64_t shape[2];
+		int64_t shape[3];
 		int nd;
 		size_t k = 0;
 
@@ -593,9 +792,21 @@ static int locate(struct titan_hf_model *m)
 			e = -1;
 			continue;
 		}
-		titan_hf_part_shape(p, &nd, shape);
-		if ((rc = titan_hf_part_name(p, e, name, sizeof(name))) < 0)
+		titan_hf_part_shape(&m->table.dims, p, &nd, shape);
+		if ((rc = titan_hf_part_name(&m->table.dims, p, e, name, sizeof(name) - 16)) < 0)
 			break;
+		/* Llama4ForConditionalGeneration's text model: language_model. */
+		if (m->table.dims.family == TITAN_MODEL_NAME_LLAMA4 &&
+		    !(map ? json_is_string(json_object_get(map, name)) :
+			    titan_safetensors_find(m->files[0], name) != NULL)) {
+			char pre[sizeof(name)];
+
+			memcpy(pre, "language_model.", 15); /* name has room: sizeof - 16 */
+			memcpy(pre + 15, name, strlen(name) + 1);
+			if (map ? json_is_string(json_object_get(map, pre)) :
+				  titan_safetensors_find(m->files[0], pre) != NULL)
+				memcpy(name, pre, sizeof(name));
+		}
 		if (map) {
 			json_t *fn = json_object_get(map, name);
 
@@ -612,12 +823,14 @@ static int locate(struct titan_hf_model *m)
 					 m->files[k]->path, name);
 			break;
 		}
-		if (t->ndim != nd || t->shape[0] != shape[0] || (nd == 2 && t->shape[1] != shape[1])) {
-			rc = titan_error(TITAN_E_INVALID, "'%s': tensor '%s' has shape [%lld%s%lld], "
-					 "config.json makes it [%lld, %lld]", m->files[k]->path, name,
+		if (t->ndim != nd || t->shape[0] != shape[0] || (nd >= 2 && t->shape[1] != shape[1]) ||
+		    (nd == 3 && t->shape[2] != shape[2])) {
+			rc = titan_error(TITAN_E_INVALID, "'%s': tensor '%s' has shape [%lld%s%lld%s], "
+					 "config.json makes it [%lld, %lld%s]", m->files[k]->path, name,
 					 (long long)t->shape[0], t->ndim > 1 ? ", " : "",
 					 (long long)(t->ndim > 1 ? t->shape[1] : 1),
-					 (long long)shape[0], (long long)shape[1]);
+					 t->ndim > 2 ? ", .." : "", (long long)shape[0],
+					 (long long)shape[1], nd > 2 ? ", .." : "");
 			break;
 		}
 		if (t->dtype != TITAN_ST_F32 && t->dtype != TITAN_ST_BF16 &&
@@ -713,9 +926,15 @@ static int check_unknown(struct titan_hf_model *m)
 			const char *n = f->tensors[j].name;
 			size_t len = strlen(n);
 			bool known = len > 20 && !strcmp(n + len - 20, ".rotary_emb.inv_freq");
+			/* Llama4ForConditionalGeneration's image side: not titan's */
+			const bool l4 = m->table.dims.family == TITAN_MODEL_NAME_LLAMA4;
+
+			known |= l4 && (!strncmp(n, "vision_model.", 13) ||
+					!strncmp(n, "multi_modal_projector.", 22));
 			int rc;
 
-			if (m->table.dims.tied && !strcmp(n, "lm_head.weight")) {
+			if (m->table.dims.tied && (!strcmp(n, "lm_head.weight") ||
+						   (l4 && !strcmp(n, "language_model.lm_head.weight")))) {
 				if ((rc = check_tied_head(m, &f->tensors[j], f->path)) < 0)
 					return rc;
 				known = true;
@@ -726,6 +945,7 @@ static int check_unknown(struct titan_hf_model *m)
 			if (!known)
 				return titan_error(TITAN_E_INVALID, "'%s': tensor '%s' is not a weight "
 						   "of titan's %s", f->path, n,
+						   l4 ? "Llama 4" :
 						   m->table.dims.moe.num_experts ? "Qwen3 MoE" :
 						   m->table.dims.qk_norm ? "Qwen3" : "Llama");
 		}
@@ -829,6 +1049,16 @@ int titan_hf_read(const struct titan_hf_model *m, const struct titan_param *p, f
 	int rc;
 
 	TITAN_ASSERT(idx >= 0 && idx < m->table.n);
+	if (d->family == TITAN_MODEL_NAME_LLAMA4 && (p->role == TITAN_PARAM_MOE_W1 ||
+	    p->role == TITAN_PARAM_MOE_W2 || p->role == TITAN_PARAM_MOE_W3)) {
+		t = m->src[m->slot[idx]];
+		if (!(tmp = malloc((size_t)t->numel * sizeof(float))))
+			return titan_error(TITAN_E_NOMEM, "out of memory reading %s", t->name);
+		if ((rc = titan_st_tensor_to_f32(t, tmp)) == 0)
+			titan_hf_llama4_experts_(p, tmp, out, false);
+		free(tmp);
+		return rc;
+	}
 	if (titan_hf_parts(d, p) != 1) { /* the experts one by one; Qwen3's expert_bias zero */
 		memset(out, 0, (size_t)p->numel * sizeof(float));
 		for (int64_t e = 0; e < titan_hf_parts(d, p); e++)

@@ -1,6 +1,7 @@
 /*
  * hf_export.c — write a HuggingFace LlamaForCausalLM folder (Qwen3ForCausalLM,
- * Qwen3MoeForCausalLM with one tensor an expert): safetensors
+ * Qwen3MoeForCausalLM with one tensor an expert, DeepseekV3ForCausalLM,
+ * Llama4ForCausalLM with stacked experts): safetensors
  * shards (+ index), config.json, generation_config.json and the tokenizer
  * (torchtitan's scripts/checkpoint_conversion/convert_to_hf.py and the
  * HuggingFaceStorageWriter's consolidation; transformers' save_pretrained
@@ -170,11 +171,77 @@ static json_t *deepseek_json(const struct titan_model_dims *d, const struct tita
 	return j;
 }
 
+/* Llama 3.1's rope_scaling (Llama 4's too), or null */
+static json_t *llama3_rope_scaling(const struct titan_model_dims *d)
+{
+	if (!d->rope_scaling)
+		return json_null();
+	return json_pack("{s:f, s:f, s:f, s:I, s:s}", "factor", d->rope_scaling_factor,
+			 "low_freq_factor", d->rope_low_freq_factor, "high_freq_factor",
+			 d->rope_high_freq_factor, "original_max_position_embeddings",
+			 (json_int_t)d->rope_original_max_position, "rope_type", "llama3");
+}
+
+/* Llama4TextConfig's keys (Llama4ForCausalLM, model_type llama4_text):
+ * the MoE and NoPE blocks as explicit lists (titan's NoPE blocks 0, n,
+ * 2n, .. are not HF's no_rope_layer_interval pattern), no QK L2 norm and
+ * no attention temperature (torchtitan's Llama 4 has neither). */
+static json_t *llama4_json(const struct titan_model_dims *d, const struct titan_hf_export_opts *o,
+			   int64_t bos, int64_t eos)
+{
+	const struct titan_moe_dims *m = &d->moe;
+	const bool moe = m->num_experts > 0;
+	json_t *j = json_object(), *moe_layers = json_array(), *rope = json_array();
+
+	for (int64_t i = 0; i < d->n_layers; i++) {
+		if (titan_model_layer_is_moe(d, i))
+			json_array_append_new(moe_layers, json_integer(i));
+		json_array_append_new(rope, json_integer(!titan_model_layer_nope(d, i)));
+	}
+	json_object_set_new(j, "architectures", json_pack("[s]", "Llama4ForCausalLM"));
+	set_common(j, bos, eos);
+	json_object_set_new(j, "attention_chunk_size", json_integer(d->attn_chunk));
+	json_object_set_new(j, "attn_scale", json_real(0.1));
+	json_object_set_new(j, "attn_temperature_tuning", json_false());
+	json_object_set_new(j, "floor_scale", json_integer(8192));
+	json_object_set_new(j, "head_dim", json_integer(d->head_dim));
+	json_object_set_new(j, "hidden_act", json_string("silu"));
+	json_object_set_new(j, "hidden_size", json_integer(d->dim));
+	json_object_set_new(j, "initializer_range", json_real(0.02));
+	json_object_set_new(j, "interleave_moe_layer_step",
+			    json_integer(moe && m->interleave_step > 0 ? m->interleave_step : 1));
+	json_object_set_new(j, "intermediate_size", json_integer(moe ? m->inter_dim : d->ffn_hidden));
+	json_object_set_new(j, "intermediate_size_mlp", json_integer(d->ffn_hidden));
+	json_object_set_new(j, "max_position_embeddings", json_integer(max_positions(d, o)));
+	json_object_set_new(j, "model_type", json_string("llama4_text"));
+	json_object_set_new(j, "moe_layers", moe_layers);
+	json_object_set_new(j, "no_rope_layers", rope);
+	json_object_set_new(j, "num_attention_heads", json_integer(d->n_heads));
+	json_object_set_new(j, "num_experts_per_tok", json_integer(moe ? m->top_k : 1));
+	json_object_set_new(j, "num_hidden_layers", json_integer(d->n_layers));
+	json_object_set_new(j, "num_key_value_heads", json_integer(d->n_kv_heads));
+	json_object_set_new(j, "num_local_experts", json_integer(moe ? m->num_experts : 0));
+	json_object_set_new(j, "output_router_logits", json_false());
+	json_object_set_new(j, "rms_norm_eps", json_real(d->norm_eps));
+	json_object_set_new(j, "rope_scaling", llama3_rope_scaling(d));
+	json_object_set_new(j, "rope_theta", json_real(d->rope_theta));
+	json_object_set_new(j, "router_aux_loss_coef", json_real(0.001));
+	json_object_set_new(j, "router_jitter_noise", json_real(0.0));
+	json_object_set_new(j, "tie_word_embeddings", json_boolean(d->tied));
+	json_object_set_new(j, "torch_dtype", json_string(torch_dtype(o->dtype)));
+	json_object_set_new(j, "use_cache", json_true());
+	json_object_set_new(j, "use_qk_norm", json_false());
+	json_object_set_new(j, "vocab_size", json_integer(d->vocab_size));
+	return j;
+}
+
 static json_t *config_json(const struct titan_model_dims *d, const struct titan_hf_export_opts *o,
 			   int64_t bos, int64_t eos)
 {
 	if (titan_model_mla(d))
 		return deepseek_json(d, o, bos, eos);
+	if (d->family == TITAN_MODEL_NAME_LLAMA4)
+		return llama4_json(d, o, bos, eos);
 
 	json_t *j = json_object();
 	int64_t maxpos = max_positions(d, o);
@@ -223,16 +290,7 @@ static json_t *config_json(const struct titan_model_dims *d, const struct titan_
 	if (!qwen3)
 		json_object_set_new(j, "pretraining_tp", json_integer(1));
 	json_object_set_new(j, "rms_norm_eps", json_real(d->norm_eps));
-	if (d->rope_scaling)
-		json_object_set_new(j, "rope_scaling",
-				    json_pack("{s:f, s:f, s:f, s:I, s:s}", "factor", d->rope_scaling_factor,
-					      "low_freq_factor", d->rope_low_freq_factor,
-					      "high_freq_factor", d->rope_high_freq_factor,
-					      "original_max_position_embeddings",
-					      (json_int_t)d->rope_original_max_position,
-					      "rope_type", "llama3"));
-	else
-		json_object_set_new(j, "rope_scaling", json_null());
+	json_object_set_new(j, "rope_scaling", llama3_rope_scaling(d));
 	json_object_set_new(j, "rope_theta", json_real(d->rope_theta));
 	if (qwen3)
 		json_object_set_new(j, "sliding_window", json_null());
@@ -428,6 +486,21 @@ static int tokenizer(struct written *w, const char *dir, const char *src,
 	return rc;
 }
 
+/* The HF tensors p is written as: Llama 4's w3 none (w1 writes the fused
+ * gate_up_proj), else titan_hf_parts. */
+static int64_t out_parts(const struct titan_model_dims *d, const struct titan_param *p)
+{
+	return d->family == TITAN_MODEL_NAME_LLAMA4 && p->role == TITAN_PARAM_MOE_W3 ? 0 :
+	       titan_hf_parts(d, p);
+}
+
+/* Whether p is one of Llama 4's stacked experts (w1 with w3, or w2). */
+static bool llama4_experts(const struct titan_model_dims *d, const struct titan_param *p)
+{
+	return d->family == TITAN_MODEL_NAME_LLAMA4 &&
+	       (p->role == TITAN_PARAM_MOE_W1 || p->role == TITAN_PARAM_MOE_W2);
+}
+
 /* One shard: params [first, last) converted and written, a stacked
  * experts parameter as one tensor an expert (titan_hf_parts). */
 static int write_shard(struct written *w, const char *path, const struct titan_param_table *t,
@@ -438,26 +511,43 @@ static int write_shard(struct written *w, const char *path, const struct titan_p
 	const struct titan_st_meta meta = {"format", "pt"}; /* transformers checks it */
 	struct titan_st_write_tensor *ts = NULL;
 	char (*names)[HF_NAME_MAX] = NULL;
-	int64_t (*shapes)[2] = NULL;
+	int64_t (*shapes)[3] = NULL;
 	void **data = NULL;
 	size_t n = 0, k = 0;
 	int rc = 0;
 
 	for (int i = first; i < last; i++)
-		n += (size_t)titan_hf_parts(&t->dims, &t->params[i]);
+		n += (size_t)out_parts(&t->dims, &t->params[i]);
 	if (!(ts = calloc(n + 1, sizeof(*ts))) || !(names = calloc(n + 1, HF_NAME_MAX)) ||
 	    !(shapes = calloc(n + 1, sizeof(*shapes))) || !(data = calloc(n + 1, sizeof(*data))))
 		rc = titan_error(TITAN_E_NOMEM, "out of memory");
 	for (int i = first; i < last && rc == 0; i++) {
 		const struct titan_param *p = &t->params[i];
-		const int64_t parts = titan_hf_parts(&t->dims, p), numel = parts ? p->numel / parts : 0;
+		const int64_t parts = out_parts(&t->dims, p);
+		int64_t numel = parts ? p->numel / parts : 0;
 		const float *src = f32;
 
 		if (!parts)
 			continue;
 		if ((rc = get(ctx, p, f32)) < 0)
 			break;
-		if (titan_hf_qk_heads(&t->dims, p) > 0) {
+		if (llama4_experts(&t->dims, p)) {
+			/* w2 transposed; w1 and its w3 (the next parameter of the
+			 * block, params.c's order) as one gate_up_proj */
+			titan_hf_llama4_experts_(p, f32, perm, true);
+			if (p->role == TITAN_PARAM_MOE_W1) {
+				const struct titan_param *w3 = p;
+
+				while (w3 < t->params + t->n - 1 && w3->role != TITAN_PARAM_MOE_W3)
+					w3++;
+				TITAN_ASSERT(w3->role == TITAN_PARAM_MOE_W3 && w3->layer == p->layer);
+				if ((rc = get(ctx, w3, f32)) < 0)
+					break;
+				titan_hf_llama4_experts_(w3, f32, perm, true);
+				numel *= 2;
+			}
+			src = perm;
+		} else if (titan_hf_qk_heads(&t->dims, p) > 0) {
 			titan_hf_permute_qk(f32, perm, titan_hf_qk_heads(&t->dims, p), p->shape[0],
 					    p->shape[1], true);
 			src = perm;
@@ -465,8 +555,8 @@ static int write_shard(struct written *w, const char *path, const struct titan_p
 		for (int64_t e = 0; e < parts && rc == 0; e++, k++) {
 			int nd;
 
-			titan_hf_part_shape(p, &nd, shapes[k]);
-			if ((rc = titan_hf_part_name(p, e, names[k], HF_NAME_MAX)) < 0)
+			titan_hf_part_shape(&t->dims, p, &nd, shapes[k]);
+			if ((rc = titan_hf_part_name(&t->dims, p, e, names[k], HF_NAME_MAX)) < 0)
 				break;
 			if (!(data[k] = malloc((size_t)numel * (size_t)esz))) {
 				rc = titan_error(TITAN_E_NOMEM, "out of memory converting %s", p->name);
@@ -496,6 +586,19 @@ static int check_moe(const struct titan_param_table *t)
 {
 	const struct titan_moe_dims *m = &t->dims.moe;
 
+	if (t->dims.family == TITAN_MODEL_NAME_LLAMA4) { /* Llama4TextMoe's routing only */
+		const char *why = m->softmax ? "model.moe_score_func softmax" :
+				  m->num_shared_experts != 1 ? "model.moe_num_shared_experts not 1" :
+				  !m->score_before_experts ? "model.moe_score_before_experts false" :
+				  m->route_norm ? "model.moe_route_norm true" :
+				  m->route_scale != 1.0 ? "model.moe_route_scale not 1" :
+				  m->n_dense_layers > 0 ? "model.n_dense_layers above 0" : NULL;
+
+		return m->num_experts > 0 && why ?
+		       titan_error(TITAN_E_UNSUPPORTED, "model.name llama4 with %s, which HF's "
+				   "Llama4ForCausalLM (top-k sigmoid scores on the experts' inputs, "
+				   "one shared expert) cannot hold", why) : 0;
+	}
 	if (titan_model_mla(&t->dims)) /* DeepseekV3ForCausalLM holds its routing */
 		return m->score_before_experts && m->num_experts > 0 ?
 		       titan_error(TITAN_E_UNSUPPORTED, "model.moe_score_before_experts true: "
@@ -536,12 +639,6 @@ int titan_hf_export(const char *outdir, const struct titan_param_table *t, titan
 	esz = titan_ckpt_dtype_size(o->dtype);
 	if (t->opts.shard_degree > 1)
 		return titan_error(TITAN_E_UNSUPPORTED, "HF export of a sharded parameter table");
-	/* Llama4ForCausalLM (fused gate_up_proj experts, NoPE layers in
-	 * config.json, its QK L2 norm and attention temperature) is not
-	 * written: refused rather than a Llama file that loses the NoPE layers */
-	if (t->dims.family == TITAN_MODEL_NAME_LLAMA4)
-		return titan_error(TITAN_E_UNSUPPORTED, "model.name llama4: HF export of Llama 4 "
-				   "(Llama4ForCausalLM) is not supported yet");
 	if ((rc = check_moe(t)) < 0)
 		return rc;
 	if ((rc = titan_ckpt_mkdirs_(outdir)) < 0)
@@ -551,8 +648,11 @@ int titan_hf_export(const char *outdir, const struct titan_param_table *t, titan
 	if (!(shard_of = calloc((size_t)t->n, sizeof(*shard_of))))
 		return titan_error(TITAN_E_NOMEM, "out of memory");
 	for (int i = 0; i < t->n; i++) {
-		uint64_t b = titan_hf_parts(&t->dims, &t->params[i]) ? (uint64_t)t->params[i].numel *
-							      (uint64_t)esz : 0;
+		const struct titan_param *p = &t->params[i];
+		uint64_t b = out_parts(&t->dims, p) ? (uint64_t)p->numel * (uint64_t)esz : 0;
+
+		if (llama4_experts(&t->dims, p) && p->role == TITAN_PARAM_MOE_W1)
+			b *= 2; /* with its w3 */
 
 		if (nshards == 0 || (cur > 0 && cur + b > max)) {
 			nshards++;
@@ -565,7 +665,7 @@ int titan_hf_export(const char *outdir, const struct titan_param_table *t, titan
 			biggest = t->params[i].numel;
 	}
 	if (!(f32 = malloc((size_t)biggest * sizeof(float))) ||
-	    !(perm = malloc((size_t)biggest * sizeof(float)))) {
+	    !(perm = malloc(2 * (size_t)biggest * sizeof(float)))) { /* Llama 4's gate_up_proj */
 		rc = titan_error(TITAN_E_NOMEM, "out of memory");
 		goto done;
 	}
@@ -596,8 +696,8 @@ int titan_hf_export(const char *outdir, const struct titan_param_table *t, titan
 		for (int i = first; i < last && rc == 0 && j; i++) {
 			char hf[HF_NAME_MAX];
 
-			for (int64_t e = 0; e < titan_hf_parts(&t->dims, &t->params[i]); e++) {
-				titan_hf_part_name(&t->params[i], e, hf, sizeof(hf));
+			for (int64_t e = 0; e < out_parts(&t->dims, &t->params[i]); e++) {
+				titan_hf_part_name(&t->dims, &t->params[i], e, hf, sizeof(hf));
 				json_object_set_new(j, hf, json_string(name));
 			}
 		}

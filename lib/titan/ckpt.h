@@ -655,10 +655,23 @@ int titan_hf_param_name(const struct titan_param *p, char *buf, size_t n);
  * (no RoPE permutation: HF's DeepSeek-V3 keeps the adjacent pairs,
  * rope_interleave).  titan_hf_parts: the HF tensors of a parameter (E for
  * the stacked experts, 0 for a Qwen3 MoE's expert_bias, else 1);
- * titan_hf_part_name / _shape: part e's name and 2-d (or 1-d) shape. */
+ * titan_hf_part_name / _shape: part e's name and 2-d (or 1-d) shape.
+ * Llama4ForCausalLM (model.name llama4, model_type llama4_text):
+ *   layers.I.feed_forward.w1/w3/w2          model.layers.I.feed_forward.gate_proj/up_proj/down_proj
+ *   layers.I.moe.router.gate.weight [E, C]  ... .feed_forward.router.weight
+ *   layers.I.moe.experts.w1 and w3          ... .feed_forward.experts.gate_up_proj [E, C, 2F]
+ *                                           (one tensor, transposed: [:, :, :F] is w1[e]ᵀ,
+ *                                           [:, :, F:] is w3[e]ᵀ; both parameters name it)
+ *   layers.I.moe.experts.w2 [E, C, F]       ... .feed_forward.experts.down_proj [E, F, C] (w2[e]ᵀ)
+ *   layers.I.moe.shared_experts.w1/w3/w2    ... .feed_forward.shared_expert.gate_proj/up_proj/down_proj
+ *   layers.I.moe.expert_bias [E]            none: dropped on export, zero on import
+ * (no RoPE permutation: HF's Llama 4 rotates the adjacent pairs as
+ * complex numbers, apply_rotary_emb; shapes up to 3-d). */
 int64_t titan_hf_parts(const struct titan_model_dims *d, const struct titan_param *p);
-int titan_hf_part_name(const struct titan_param *p, int64_t e, char *buf, size_t n);
-void titan_hf_part_shape(const struct titan_param *p, int *ndim, int64_t shape[2]);
+int titan_hf_part_name(const struct titan_model_dims *d, const struct titan_param *p, int64_t e,
+		       char *buf, size_t n);
+void titan_hf_part_shape(const struct titan_model_dims *d, const struct titan_param *p, int *ndim,
+			 int64_t shape[3]);
 /* Permute a q/k weight [rows, cols] (rows = n_heads · head_dim, head_dim
  * even) out of place: to_hf true = tt -> HF, false = HF -> tt. */
 void titan_hf_permute_qk(const float *in, float *out, int64_t n_heads, int64_t rows,

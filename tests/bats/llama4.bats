@@ -181,16 +181,140 @@ sys.exit(1 if max(abs(x - y) / abs(y) for x, y in zip(a, b)) > 5e-5 else 0)' \
 	[[ $stderr == *"exceed the checkpoint's fixed_attn_block_size 16: chunked attention on the RoPE layers (llama4) is not supported"* ]]
 }
 
-@test "llama4: HF and GGUF conversion are refused naming the family" {
+@test "llama4 HF: --to hf writes Llama4ForCausalLM's names, layout and config.json, --from hf gives the tensors back bit for bit" {
+	/usr/bin/python3 -c 'import h5py, torch' 2>/dev/null || skip "python3-h5py or torch is missing"
+	cd "$TITAN_SRCDIR"
 	local o=$BATS_TEST_TMPDIR
-	run -1 --separate-stderr titan-ckpt-convert -q --to hf "$DATA/r/checkpoint/step-12.h5" "$o/hf"
-	[[ $stderr == "titan-ckpt-convert: error: model.name llama4: HF export of Llama 4 (Llama4ForCausalLM) is not supported yet"* ]]
+	run -0 titan-ckpt-convert -q --to hf --tokenizer "$DATA/tok.tiktoken" \
+		"$DATA/r/checkpoint/step-12.h5" "$o/hf"
+	run -0 titan-ckpt-convert -q --from hf "$o/hf" "$o/back.h5"
+	run -0 /usr/bin/python3 - "$o" "$DATA" <<'PY'
+import json, sys, h5py, numpy as np
+sys.path.insert(0, "tests/ref")
+import safetensors_py as st
+o, data = sys.argv[1:]
+c = json.load(open(f"{o}/hf/config.json"))
+assert c["architectures"] == ["Llama4ForCausalLM"] and c["model_type"] == "llama4_text", c
+assert c["hidden_size"] == 64 and c["intermediate_size"] == 96 and c["intermediate_size_mlp"] == 192
+assert c["num_local_experts"] == 4 and c["num_experts_per_tok"] == 1, c
+assert c["interleave_moe_layer_step"] == 2 and c["moe_layers"] == [1, 3], c
+assert c["no_rope_layers"] == [0, 1, 0, 1], c  # 1: RoPE; titan's NoPE blocks 0 and 2
+assert c["use_qk_norm"] is False and c["attn_temperature_tuning"] is False
+assert c["attention_chunk_size"] == 8192 and c["head_dim"] == 16 and c["tie_word_embeddings"] is False
+assert c["rope_scaling"] == {"rope_type": "llama3", "factor": 16.0, "low_freq_factor": 1.0,
+                             "high_freq_factor": 1.0, "original_max_position_embeddings": 8192}, c
+t, _ = st.load(f"{o}/hf/model.safetensors")
+a = h5py.File(f"{data}/r/checkpoint/step-12.h5", "r")["model"]
+ff = "model.layers.1.feed_forward."
+assert t[ff + "router.weight"].shape == (4, 64) and t[ff + "experts.gate_up_proj"].shape == (4, 64, 192)
+assert t[ff + "experts.down_proj"].shape == (4, 96, 64)
+assert t[ff + "shared_expert.gate_proj.weight"].shape == (96, 64)
+assert t["model.layers.0.feed_forward.gate_proj.weight"].shape == (192, 64)
+assert "model.layers.0.feed_forward.router.weight" not in t and "model.layers.2.mlp.gate_proj.weight" not in t
+assert len(t) == 4 * 6 + 2 * 3 + 2 * 6 + 3, sorted(t)  # attention, norms; dense; MoE; embed, norm, head
+# gate_up_proj[e] = [w1[e]ᵀ | w3[e]ᵀ], down_proj[e] = w2[e]ᵀ, q/k rows as titan's (no permutation)
+gu = t[ff + "experts.gate_up_proj"].numpy()
+assert np.array_equal(gu[:, :, :96], a["layers.1.moe.experts.w1"][()].transpose(0, 2, 1))
+assert np.array_equal(gu[:, :, 96:], a["layers.1.moe.experts.w3"][()].transpose(0, 2, 1))
+assert np.array_equal(t[ff + "experts.down_proj"].numpy(), a["layers.1.moe.experts.w2"][()].transpose(0, 2, 1))
+assert np.array_equal(t["model.layers.2.self_attn.k_proj.weight"].numpy(), a["layers.2.attention.wk.weight"][()])
+b = h5py.File(f"{o}/back.h5", "r")
+assert b.attrs["model_name"] in (b"llama4", "llama4") and b.attrs["every_n_layers_nope"] == 2, dict(b.attrs)
+assert b.attrs["interleave_moe_layer_step"] == 2 and b.attrs["moe_inter_dim"] == 96
+assert b.attrs["moe_score_before_experts"] == 1 and b.attrs["moe_num_shared_experts"] == 1
+b = b["model"]
+assert sorted(a) == sorted(b)
+for n in a:
+    if n.endswith("expert_bias"):  # no HF counterpart: zero on import
+        assert np.any(a[n][()] != 0) and not np.any(b[n][()]), n
+    else:
+        assert np.array_equal(a[n][()], b[n][()]), n
+print("ok")
+PY
+	assert_output "ok"
+}
+
+@test "titan-generate: a llama4 checkpoint and its HF export continue a prompt alike; the multimodal layout (language_model.) reads back" {
+	/usr/bin/python3 -c 'import h5py, torch' 2>/dev/null || skip "python3-h5py or torch is missing"
+	cd "$TITAN_SRCDIR"
+	local o=$BATS_TEST_TMPDIR prompt="In the beginning God"
+	# without expert_bias (no HF counterpart), RoPE base 100: positions matter
+	run -0 titan-train -q --config "$DATA/l4.yaml" --model.rope_theta=100 --optimizer.lr=0.01 \
+		--model.moe_load_balance_coeff=null --training.steps=6 --checkpoint.enable \
+		--checkpoint.interval=6 --job.dump_folder="$o/g"
+	run -0 titan-ckpt-convert -q --to hf "$o/g/checkpoint/step-6.h5" "$o/hf"
+	run -0 --separate-stderr titan-generate -t "$DATA/tok.tiktoken" -n 11 \
+		"$o/g/checkpoint/step-6.h5" "$prompt"
+	local text=$output lp=${stderr##*log-probability of the new tokens: }
+	run -0 --separate-stderr titan-generate -t "$DATA/tok.tiktoken" -n 11 "$o/hf" "$prompt"
+	assert_equal "$output" "$text"
+	assert_equal "${stderr##*log-probability of the new tokens: }" "$lp"
+	# Llama4ForConditionalGeneration's folder: the text config in
+	# text_config, the tensors under language_model., image tensors beside
+	mkdir -p "$o/mm"
+	/usr/bin/python3 - "$o/hf" "$o/mm" <<'PY'
+import json, sys, torch
+sys.path.insert(0, "tests/ref")
+import safetensors_py as st
+src, dst = sys.argv[1:]
+c = json.load(open(f"{src}/config.json"))
+json.dump({"architectures": ["Llama4ForConditionalGeneration"], "model_type": "llama4",
+           "text_config": c, "vision_config": {"hidden_size": 8}}, open(f"{dst}/config.json", "w"))
+t, _ = st.load(f"{src}/model.safetensors")
+t = {"language_model." + k: v for k, v in t.items()}
+t["vision_model.patch_embedding.linear.weight"] = torch.zeros(8, 4)
+t["multi_modal_projector.linear_1.weight"] = torch.zeros(64, 8)
+st.save(f"{dst}/model.safetensors", list(t.items()), {"format": "pt"})
+PY
+	run -0 titan-ckpt-convert -q --from hf "$o/mm" "$o/mm.h5"
+	run -0 --separate-stderr titan-generate -t "$DATA/tok.tiktoken" -n 11 "$o/mm.h5" "$prompt"
+	assert_equal "$output" "$text"
+}
+
+@test "llama4 HF: what titan's Llama 4 cannot be is refused naming the key; GGUF export still refused" {
+	local o=$BATS_TEST_TMPDIR
 	run -1 --separate-stderr titan-ckpt-convert -q --to gguf "$DATA/r/checkpoint/step-12.h5" "$o/x.gguf"
 	[[ $stderr == *"GGUF export: model.name llama4"* ]]
-	mkdir -p "$o/in"
-	echo '{"architectures": ["Llama4ForConditionalGeneration"], "model_type": "llama4"}' > "$o/in/config.json"
-	run -1 --separate-stderr titan-ckpt-convert -q --from hf "$o/in" "$o/back.h5"
-	[[ $stderr == *"model_type \"llama4\": HF conversion of Llama 4 (model.name llama4) is not supported yet"* ]]
+	titan-ckpt-convert -q --to hf "$DATA/r/checkpoint/step-12.h5" "$o/hf"
+	# edit KEY=JSON...: the exported config.json with keys replaced (null: removed)
+	edit() {
+		rm -rf "$o/e" && cp -r "$o/hf" "$o/e"
+		/usr/bin/python3 - "$o/e/config.json" "$@" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+for kv in sys.argv[2:]:
+    k, v = kv.split("=", 1)
+    v = json.loads(v)
+    if v is None:
+        c.pop(k, None)
+    else:
+        c[k] = v
+json.dump(c, open(sys.argv[1], "w"))
+PY
+	}
+	local e="titan-ckpt-convert: error: '$o/e/config.json'"
+	edit use_qk_norm=null
+	run -1 --separate-stderr titan-ckpt-convert -q --from hf "$o/e" "$o/x.h5"
+	[[ $stderr == "$e: use_qk_norm is not false: titan's Llama 4 (torchtitan's) has no QK L2 norm"* ]]
+	edit 'no_rope_layers=[1, 1, 1, 0]'
+	run -1 --separate-stderr titan-ckpt-convert -q --from hf "$o/e" "$o/x.h5"
+	[[ $stderr == "$e: no_rope_layers: titan's NoPE blocks (model.every_n_layers_nope n) are 0, n, 2n, ..; block 0 is not"* ]]
+	edit no_rope_layers=null no_rope_layer_interval=2
+	run -1 --separate-stderr titan-ckpt-convert -q --from hf "$o/e" "$o/x.h5"
+	[[ $stderr == "$e: no_rope_layer_interval 2: HF's NoPE blocks 1, 3, .. are not titan's"* ]]
+	edit 'moe_layers=[0, 2]'
+	run -1 --separate-stderr titan-ckpt-convert -q --from hf "$o/e" "$o/x.h5"
+	[[ $stderr == "$e: moe_layers: titan's MoE blocks are every interleave_moe_layer_step-th (1, 3, ..), or none"* ]]
+	edit attn_temperature_tuning=true
+	run -1 --separate-stderr titan-ckpt-convert -q --from hf "$o/e" "$o/x.h5"
+	[[ $stderr == "$e: attn_temperature_tuning with floor_scale 8192 within attention_chunk_size 8192: titan's NoPE blocks do not scale queries by position"* ]]
+	# past the chunk (no position titan reaches), and without NoPE blocks, it changes nothing
+	edit attn_temperature_tuning=true floor_scale=16384
+	run -0 titan-ckpt-convert -q --from hf "$o/e" "$o/x.h5"
+	# every block dense, every block RoPE: a dense llama4 reading only the dense tensors
+	edit 'moe_layers=[]' 'no_rope_layers=[1, 1, 1, 1]'
+	run -1 --separate-stderr titan-ckpt-convert -q --from hf "$o/e" "$o/x.h5"
+	[[ $stderr == *"tensor 'model.layers.1.feed_forward.gate_proj.weight' is missing"* ]]
 }
 
 @test "llama4: a run resumed from its step-5 checkpoint continues bit for bit; other NoPE layers are refused" {
