@@ -30,7 +30,37 @@ static int64_t mul_sat(int64_t a, int64_t b)
  * its MoE layers, TP splits every expert's hidden dim (the router runs on
  * the gathered tokens, replicated); the zero-bubble schedules' split
  * backward has no MoE weight pass; EP x TP (torchtitan's ETP 1) is not
- * implemented. */
+ * implemented.  Also titan-estimate's (titan/config.h). */
+int titan_config_check_moe_layout(int64_t experts, int64_t inter_dim, int64_t tp, int64_t ep,
+				  bool zero_bubble, const char *schedule)
+{
+	if (experts <= 0) {
+		if (ep > 1)
+			FAIL("parallelism.expert_parallel_degree: %" PRId64 " needs a mixture of "
+			     "experts (model.moe_num_experts is 0); use 1", ep);
+		return 0;
+	}
+	if (zero_bubble)
+		FAIL("parallelism.pipeline_parallel_schedule: %s is not supported with a "
+		     "mixture of experts yet (its split backward has no MoE weight pass; "
+		     "use 1F1B, Interleaved1F1B or GPipe)", schedule);
+	if (tp > 1 && ep > 1)
+		FAIL("parallelism.expert_parallel_degree: %" PRId64 " with "
+		     "parallelism.tensor_parallel_degree %" PRId64 " is not supported yet "
+		     "(expert parallelism next to TP; use one of them)", ep, tp);
+	if (tp > 1 && inter_dim > 0 && inter_dim % tp)
+		FAIL("parallelism.tensor_parallel_degree: %" PRId64 " does not divide "
+		     "model.moe_inter_dim %" PRId64 " (each TP rank holds a slice of every "
+		     "expert's hidden dim)", tp, inter_dim);
+	if (ep > 1 && experts % ep)
+		FAIL("parallelism.expert_parallel_degree: %" PRId64 " does not divide "
+		     "model.moe_num_experts %" PRId64 " (each EP rank holds whole experts)",
+		     ep, experts);
+	return 0;
+}
+
+/* A MoE's keys and layout: the checks above, and the keys it does not
+ * run with yet. */
 static int check_moe(const struct titan_config *c)
 {
 	const struct {
@@ -43,7 +73,8 @@ static int check_moe(const struct titan_config *c)
 	};
 
 	if (c->model.moe_num_experts <= 0)
-		return 0;
+		return titan_config_check_moe_layout(0, 0, 1, c->parallelism.expert_parallel_degree,
+						     false, NULL);
 	if (c->model.moe_top_k > c->model.moe_num_experts)
 		FAIL("model.moe_top_k: %" PRId64 " exceeds model.moe_num_experts %" PRId64,
 		     c->model.moe_top_k, c->model.moe_num_experts);
@@ -52,52 +83,28 @@ static int check_moe(const struct titan_config *c)
 			FAIL("%s: not supported with a mixture of experts yet "
 			     "(model.moe_num_experts %" PRId64 ")", no[i].key,
 			     c->model.moe_num_experts);
-	if (c->parallelism.pipeline_parallel_degree > 1 &&
-	    (c->parallelism.pipeline_parallel_schedule_e == TITAN_SCHEDULE_INTERLEAVED_ZB ||
-	     c->parallelism.pipeline_parallel_schedule_e == TITAN_SCHEDULE_ZBV))
-		FAIL("parallelism.pipeline_parallel_schedule: %s is not supported with a "
-		     "mixture of experts yet (its split backward has no MoE weight pass; "
-		     "use 1F1B, Interleaved1F1B or GPipe)",
-		     c->parallelism.pipeline_parallel_schedule);
-	if (c->parallelism.tensor_parallel_degree > 1 &&
-	    c->parallelism.expert_parallel_degree > 1)
-		FAIL("parallelism.expert_parallel_degree: %" PRId64 " with "
-		     "parallelism.tensor_parallel_degree %" PRId64 " is not supported yet "
-		     "(expert parallelism next to TP; use one of them)",
-		     c->parallelism.expert_parallel_degree,
-		     c->parallelism.tensor_parallel_degree);
-	if (c->parallelism.tensor_parallel_degree > 1 && c->model.moe_inter_dim > 0 &&
-	    c->model.moe_inter_dim % c->parallelism.tensor_parallel_degree)
-		FAIL("parallelism.tensor_parallel_degree: %" PRId64 " does not divide "
-		     "model.moe_inter_dim %" PRId64 " (each TP rank holds a slice of every "
-		     "expert's hidden dim)", c->parallelism.tensor_parallel_degree,
-		     c->model.moe_inter_dim);
-	return 0;
+	return titan_config_check_moe_layout(
+		c->model.moe_num_experts, c->model.moe_inter_dim,
+		c->parallelism.tensor_parallel_degree, c->parallelism.expert_parallel_degree,
+		c->parallelism.pipeline_parallel_degree > 1 &&
+		(c->parallelism.pipeline_parallel_schedule_e == TITAN_SCHEDULE_INTERLEAVED_ZB ||
+		 c->parallelism.pipeline_parallel_schedule_e == TITAN_SCHEDULE_ZBV),
+		c->parallelism.pipeline_parallel_schedule);
 }
 
 /* Expert parallelism (torchtitan's expert_parallel_degree): EP borrows its
  * ranks from dp_shard x cp (dims.c checks that it divides them once
  * dp_shard -1 is resolved); expert tensor parallelism is not implemented.
- * EP needs a MoE, and check_moe refuses EP next to TP by name.  EP x CP dispatches over the CP ranks' own tokens, EP x PP
- * within each stage (the EP group lies inside one stage). */
+ * EP's other rules (a MoE, whole experts per rank, not next to TP) are
+ * titan_config_check_moe_layout's.  EP x CP dispatches over the CP ranks'
+ * own tokens, EP x PP within each stage (the EP group lies inside one
+ * stage). */
 static int check_ep(const struct titan_config *c)
 {
-	const int64_t ep = c->parallelism.expert_parallel_degree;
-	const int64_t E = c->model.moe_num_experts;
-
 	if (c->parallelism.expert_tensor_parallel_degree != 1)
 		FAIL("parallelism.expert_tensor_parallel_degree: %" PRId64 " is not supported "
 		     "(expert tensor parallelism is not implemented; use 1)",
 		     c->parallelism.expert_tensor_parallel_degree);
-	if (ep == 1)
-		return 0;
-	if (E <= 0)
-		FAIL("parallelism.expert_parallel_degree: %" PRId64 " needs a mixture of "
-		     "experts (model.moe_num_experts is 0); use 1", ep);
-	if (E % ep)
-		FAIL("parallelism.expert_parallel_degree: %" PRId64 " does not divide "
-		     "model.moe_num_experts %" PRId64 " (each EP rank holds whole experts)",
-		     ep, E);
 	return 0;
 }
 

@@ -222,38 +222,22 @@ int titan_est_check(struct titan_est_opts *o, const struct titan_model_dims *d)
 	int64_t rest, prod, v;
 	int rc;
 
-	/* a MoE (lib/train/moe.c): titan-train runs it on FSDP/HSDP/DDP, PP
-	 * (not the zero-bubble schedules), CP, EP and TP, not EP next to TP
-	 * (lib/config/validate.c; --search meets those here).  The CPU model
-	 * is a dry run of titan-train's engine (dry.c), EP's groups and
+	/* a MoE (lib/train/moe.c): the layouts titan-train refuses
+	 * (titan_config_check_moe_layout; --search meets them here).  The CPU
+	 * model is a dry run of titan-train's engine (dry.c), EP's groups and
 	 * dispatch buffers and TP's expert slices included; the GPU model
 	 * holds every expert on every rank and knows no stage's, CP's, EP's
 	 * or TP's MoE memory yet */
+	if ((rc = titan_config_check_moe_layout(d->moe.num_experts, d->moe.inter_dim, l->tp, o->ep,
+						l->pp > 1 && (o->schedule == TITAN_EST_INTERLEAVED_ZB ||
+							      o->schedule == TITAN_EST_ZBV),
+						titan_est_schedule_name(o->schedule))) < 0)
+		return rc;
 	if (d->moe.num_experts > 0) {
-		if (l->tp > 1 && o->ep > 1)
-			return titan_error(TITAN_E_INVALID, "parallelism.expert_parallel_degree: %"
-					   PRId64 " with parallelism.tensor_parallel_degree %" PRId64
-					   " is not supported yet (expert parallelism next to TP; use "
-					   "one of them)", o->ep, l->tp);
-		if (l->tp > 1 && d->moe.inter_dim % l->tp)
-			return titan_error(TITAN_E_INVALID, "parallelism.tensor_parallel_degree: %"
-					   PRId64 " does not divide model.moe_inter_dim %" PRId64
-					   " (each TP rank holds a slice of every expert's hidden dim)",
-					   l->tp, d->moe.inter_dim);
 		if (l->tp > 1 && !o->dev.cpu)
 			return titan_error(TITAN_E_INVALID, "parallelism.tensor_parallel_degree: the "
 					   "GPU model does not estimate a mixture of experts with it "
 					   "yet (use --device cpu)");
-		if (l->pp > 1 && (o->schedule == TITAN_EST_INTERLEAVED_ZB ||
-				  o->schedule == TITAN_EST_ZBV))
-			return titan_error(TITAN_E_INVALID, "parallelism.pipeline_parallel_schedule: "
-					   "%s is not supported with a mixture of experts yet "
-					   "(use 1F1B, Interleaved1F1B or GPipe)",
-					   titan_est_schedule_name(o->schedule));
-		if (o->ep > 1 && d->moe.num_experts % o->ep)
-			return titan_error(TITAN_E_INVALID, "parallelism.expert_parallel_degree %" PRId64
-					   " does not divide model.moe_num_experts %" PRId64, o->ep,
-					   d->moe.num_experts);
 		if (!o->dev.cpu && o->ep > 1)
 			return titan_error(TITAN_E_INVALID, "parallelism.expert_parallel_degree %" PRId64
 					   ": the GPU model does not estimate expert parallelism "
@@ -263,10 +247,6 @@ int titan_est_check(struct titan_est_opts *o, const struct titan_model_dims *d)
 					   "estimate a mixture of experts with it yet (use --device "
 					   "cpu)", l->pp > 1 ? "pipeline_parallel_degree" :
 					   "context_parallel_degree");
-	} else if (o->ep > 1) {
-		return titan_error(TITAN_E_INVALID, "parallelism.expert_parallel_degree %" PRId64
-				   ": needs a mixture of experts (model.moe_num_experts is 0); use 1",
-				   o->ep);
 	}
 	if (o->ngpu < 1)
 		return titan_error(TITAN_E_INVALID, "--ngpu: must be at least 1");

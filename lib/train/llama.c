@@ -737,12 +737,21 @@ static int arena(struct titan_llama *m, struct titan_param_arena *a, enum titan_
 	return rc;
 }
 
+/* The backend runs the CPU kernels (lib/cpu), or titan-estimate's dry run
+ * of them (its measure backend): what the features only those kernels
+ * have (the document mask, MLA, MoE routing on host memory) need. */
+static bool cpu_kernels(const struct titan_backend *be)
+{
+	const char *name = be->ops->name;
+
+	return name && (!strcmp(name, "cpu") || !strcmp(name, "measure"));
+}
+
 /* What multi-head latent attention (deepseek_v3) does not run with yet:
  * TITAN_E_INVALID naming the key. */
 static int mla_refusals(const struct titan_llama_opts *o, struct titan_backend *be)
 {
-	/* and in its dry run (titan-estimate's measure backend) */
-	if (!be->ops->name || (strcmp(be->ops->name, "cpu") && strcmp(be->ops->name, "measure")))
+	if (!cpu_kernels(be))
 		return titan_error(TITAN_E_INVALID, "model.name: deepseek_v3's multi-head latent "
 				   "attention runs on the cpu backend only (training.device)");
 	if (o->tp && titan_comm_size(o->tp) > 1)
@@ -793,9 +802,8 @@ int titan_llama_new(const struct titan_model_dims *d, const struct titan_llama_o
 				 "document boundaries (an EOS or BOS id; opts.doc_eos/doc_bos)");
 		goto fail;
 	}
-	/* the document mask is in the CPU kernels only (lib/cpu/attention.c),
-	 * and in their dry run (titan-estimate's measure backend) */
-	if (o->block_causal && strcmp(be->ops->name, "cpu") && strcmp(be->ops->name, "measure")) {
+	/* the document mask is in the CPU kernels only (lib/cpu/attention.c) */
+	if (o->block_causal && !cpu_kernels(be)) {
 		rc = titan_error(TITAN_E_INVALID, "training.attn_mask_type: block_causal is not "
 				 "in the %s backend's attention; use training.device: cpu",
 				 be->ops->name);
@@ -810,9 +818,7 @@ int titan_llama_new(const struct titan_model_dims *d, const struct titan_llama_o
 	for (int64_t l = 0; l < L; l++)
 		m->has_moe = m->has_moe || titan_model_layer_is_moe(d, l);
 	if (m->has_moe) {
-		/* and in its dry run (titan-estimate's measure backend) */
-		if (!be->ops->name || (strcmp(be->ops->name, "cpu") &&
-				       strcmp(be->ops->name, "measure"))) {
+		if (!cpu_kernels(be)) {
 			rc = titan_error(TITAN_E_INVALID, "model.moe_num_experts %lld: the MoE "
 					 "feed-forward runs on the cpu backend only (training.device)",
 					 (long long)d->moe.num_experts);
