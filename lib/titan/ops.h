@@ -216,7 +216,9 @@ struct titan_backend_ops {
 	 * online softmax continues from (out, lse) (m = lse, l = 1, o = out),
 	 * which is the log-sum-exp merge of PyTorch's _SDPAMerger done in the
 	 * kernel; a row that sees none of the part's keys keeps its bits.
-	 * Workspace as attention_fwd.  CPU only (NULL in the cuda table). */
+	 * Workspace as attention_fwd.  Both backends have them (the cuda
+	 * ones: plain fp32 kernels, lib/cuda/attention.cu); a backend without
+	 * them leaves them NULL and context parallelism refuses it. */
 	int (*attention_part_fwd)(struct titan_backend *be, float *out, float *lse,
 				  const float *q, const float *k, const float *v,
 				  const struct titan_attn_part *p, bool merge);
