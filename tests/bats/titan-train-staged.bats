@@ -140,3 +140,33 @@ PY
 		assert_output --partial "${one#titan-train: }"
 	fi
 }
+
+@test "staged CP 2 under block_causal (all-gather, ring): bit for bit; on cuda not refused" {
+	# the CPU path of what CUDA ranks run: staged CP with document ids
+	same_staged --parallelism.context_parallel_degree=2 --training.attn_mask_type=block_causal
+	same_staged --parallelism.context_parallel_degree=2 --training.attn_mask_type=block_causal \
+		--parallelism.context_parallel_rotate_method=alltoall
+	# the CUDA backend has attention_part and the document mask: the
+	# config is valid, and titan-train refuses neither
+	run -0 titan-config --check --config "$DATA/tiny.yaml" --training.device=cuda \
+		--parallelism.context_parallel_degree=2 --training.attn_mask_type=block_causal
+	local one rot
+	run titan-train -q --config "$DATA/tiny.yaml" --training.device=cuda \
+		--job.dump_folder="$BATS_TEST_TMPDIR/one"
+	one=$output
+	for rot in allgather alltoall; do
+		run run2 0 "$BATS_TEST_TMPDIR/$rot" --training.device=cuda \
+			--parallelism.context_parallel_degree=2 --training.attn_mask_type=block_causal \
+			--parallelism.context_parallel_rotate_method=$rot
+		refute_crash
+		refute_output --partial "block_causal is not"
+		refute_output --partial "no partial attention"
+		if [ "$status" -eq 0 ]; then # a GPU: trained, talking through the host
+			run -0 curve "$BATS_TEST_TMPDIR/$rot/metrics.jsonl"
+			[ "$(echo "$output" | wc -l)" -eq 3 ] || fail "3 steps expected: $output"
+		else # no GPU (or no CUDA): the 1-rank run's error, from each rank
+			[ -n "$one" ] || fail "one rank trained on cuda but two did not: $output"
+			assert_output --partial "${one#titan-train: }"
+		fi
+	done
+}
