@@ -1279,12 +1279,16 @@ static __device__ void part_queries(const struct part_args &a, int b, int s, int
 	}
 }
 
-/* Every thread: the union [*blo, *bhi) of the block's rows' runs (each
- * warp's lane 0 has put its run in rlo/rhi); *blo >= *bhi when all are
- * empty.  Ends with the block in step (a barrier before and none after:
- * the caller's next barrier comes before rlo/rhi change). */
-static __device__ void block_run(const int *rlo, const int *rhi, int *blo, int *bhi)
+/* Every thread: the union [*blo, *bhi) of the runs [lo, hi) of the
+ * block's rows (warps), through rlo/rhi [PART_ROWS] in shared memory;
+ * *blo >= *bhi when all are empty.  One barrier (the callers write rlo/rhi
+ * once). */
+static __device__ void block_run(int *rlo, int *rhi, int lo, int hi, int *blo, int *bhi)
 {
+	if ((threadIdx.x & 31) == 0) {
+		rlo[threadIdx.x >> 5] = lo;
+		rhi[threadIdx.x >> 5] = hi;
+	}
 	__syncthreads();
 	*blo = INT32_MAX;
 	*bhi = 0;
@@ -1293,6 +1297,44 @@ static __device__ void block_run(const int *rlo, const int *rhi, int *blo, int *
 			*blo = min(*blo, rlo[r]);
 			*bhi = max(*bhi, rhi[r]);
 		}
+}
+
+/* A lane's accumulators of a row: x[i] = row[lane + 32·i] (those < D) when
+ * `use`, else 0; and back. */
+static __device__ __forceinline__ void acc_load(float (&x)[PART_DW], const float *row, bool use,
+						int lane, int D)
+{
+#pragma unroll
+	for (int i = 0; i < PART_DW; i++) {
+		const int d = lane + 32 * i;
+
+		x[i] = use && d < D ? row[d] : 0.0f;
+	}
+}
+
+/* x[i] += c·row[lane + 32·i] (one fmaf; those < D) */
+static __device__ __forceinline__ void acc_axpy(float (&x)[PART_DW], float c, const float *row,
+						int lane, int D)
+{
+#pragma unroll
+	for (int i = 0; i < PART_DW; i++) {
+		const int d = lane + 32 * i;
+
+		if (d < D)
+			x[i] = fmaf(c, row[d], x[i]);
+	}
+}
+
+static __device__ __forceinline__ void acc_store(float *row, const float (&x)[PART_DW], int lane,
+						 int D)
+{
+#pragma unroll
+	for (int i = 0; i < PART_DW; i++) {
+		const int d = lane + 32 * i;
+
+		if (d < D)
+			row[d] = x[i];
+	}
 }
 
 /* dst[r·ld + c] = src[r·stride + c] for r < rows, c < D; 0 for rows <= r
@@ -1338,17 +1380,8 @@ part_fwd_kernel(float *__restrict__ out, float *__restrict__ lse, const float *_
 		m = lse[lrow];
 		l = 1.0f;
 	}
-#pragma unroll
-	for (int i = 0; i < PART_DW; i++) {
-		const int d = lane + 32 * i;
-
-		o[i] = row && a.merge && d < D ? out[qrow + d] : 0.0f;
-	}
-	if (lane == 0) {
-		rlo[w] = lo;
-		rhi[w] = hi;
-	}
-	block_run(rlo, rhi, &blo, &bhi);
+	acc_load(o, out + qrow, row && a.merge, lane, D);
+	block_run(rlo, rhi, lo, hi, &blo, &bhi);
 	for (int s0 = blo / PART_TILE * PART_TILE; s0 < bhi; s0 += PART_TILE) {
 		const int nk = min(PART_TILE, a.tk - s0);
 		const int jlo = max(lo - s0, 0), jhi = min(hi - s0, nk); /* this row's */
@@ -1379,17 +1412,9 @@ part_fwd_kernel(float *__restrict__ out, float *__restrict__ lse, const float *_
 		__syncthreads(); /* every warp is done with K */
 		part_load(kv, LDT, v + ((int64_t)b * a.kst + s0) * kstr + g * D, kstr, nk, D);
 		__syncthreads();
-		for (int j = jlo; j < jhi; j++) { /* O += P·V, keys in order */
-			const float pj = __shfl_sync(FULL_MASK, j < 32 ? p0 : p1, j & 31);
-
-#pragma unroll
-			for (int i = 0; i < PART_DW; i++) {
-				const int d = lane + 32 * i;
-
-				if (d < D)
-					o[i] = fmaf(pj, kv[j * LDT + d], o[i]);
-			}
-		}
+		for (int j = jlo; j < jhi; j++) /* O += P·V, keys in order */
+			acc_axpy(o, __shfl_sync(FULL_MASK, j < 32 ? p0 : p1, j & 31), kv + j * LDT,
+				 lane, D);
 	}
 	if (!row || (a.merge && lo >= hi)) /* merge: a row that sees no key keeps its bits */
 		return;
@@ -1403,12 +1428,9 @@ part_fwd_kernel(float *__restrict__ out, float *__restrict__ lse, const float *_
 	const float inv = __fdiv_rn(1.0f, l);
 
 #pragma unroll
-	for (int i = 0; i < PART_DW; i++) {
-		const int d = lane + 32 * i;
-
-		if (d < D)
-			out[qrow + d] = __fmul_rn(o[i], inv);
-	}
+	for (int i = 0; i < PART_DW; i++)
+		o[i] = __fmul_rn(o[i], inv);
+	acc_store(out + qrow, o, lane, D);
 	if (lane == 0)
 		lse[lrow] = __fadd_rn(m, logf(l));
 }
@@ -1474,17 +1496,8 @@ part_dq_kernel(float *__restrict__ dq, const float *__restrict__ dout, const flo
 			dow[d] = dout[qrow + d];
 		}
 	}
-#pragma unroll
-	for (int i = 0; i < PART_DW; i++) {
-		const int d = lane + 32 * i;
-
-		acc[i] = row && a.acc && d < D ? dq[qrow + d] : 0.0f;
-	}
-	if (lane == 0) {
-		rlo[w] = lo;
-		rhi[w] = hi;
-	}
-	block_run(rlo, rhi, &blo, &bhi);
+	acc_load(acc, dq + qrow, row && a.acc, lane, D);
+	block_run(rlo, rhi, lo, hi, &blo, &bhi);
 	for (int s0 = blo / PART_TILE * PART_TILE; s0 < bhi; s0 += PART_TILE) {
 		const int nk = min(PART_TILE, a.tk - s0);
 		const int jlo = max(lo - s0, 0), jhi = min(hi - s0, nk);
@@ -1502,27 +1515,12 @@ part_dq_kernel(float *__restrict__ dq, const float *__restrict__ dout, const flo
 			part_grad(dot_in_order(qw, kt + (lane + 32) * LDT, D),
 				  dot_in_order(dow, vt + (lane + 32) * LDT, D), lr, dr, a.scale, &p,
 				  &ds1);
-		for (int j = jlo; j < jhi; j++) {
-			const float dsj = __shfl_sync(FULL_MASK, j < 32 ? ds0 : ds1, j & 31);
-
-#pragma unroll
-			for (int i = 0; i < PART_DW; i++) {
-				const int d = lane + 32 * i;
-
-				if (d < D)
-					acc[i] = fmaf(dsj, kt[j * LDT + d], acc[i]);
-			}
-		}
+		for (int j = jlo; j < jhi; j++) /* dQ += dS·K, keys in order */
+			acc_axpy(acc, __shfl_sync(FULL_MASK, j < 32 ? ds0 : ds1, j & 31),
+				 kt + j * LDT, lane, D);
 	}
-	if (!row)
-		return;
-#pragma unroll
-	for (int i = 0; i < PART_DW; i++) {
-		const int d = lane + 32 * i;
-
-		if (d < D)
-			dq[qrow + d] = acc[i];
-	}
+	if (row)
+		acc_store(dq + qrow, acc, lane, D);
 }
 
 /* dK, dV: grid (B·Hkv, key rows / PART_ROWS), a warp per key row of a kv
@@ -1557,19 +1555,9 @@ part_dkdv_kernel(float *__restrict__ dk, float *__restrict__ dv, const float *__
 			vw[d] = v[krow + d];
 		}
 	}
-#pragma unroll
-	for (int i = 0; i < PART_DW; i++) {
-		const int d = lane + 32 * i;
-		const bool old = row && a.acc && d < D;
-
-		dka[i] = old ? dk[krow + d] : 0.0f;
-		dva[i] = old ? dv[krow + d] : 0.0f;
-	}
-	if (lane == 0) {
-		rlo[w] = lo;
-		rhi[w] = hi;
-	}
-	block_run(rlo, rhi, &blo, &bhi);
+	acc_load(dka, dk + krow, row && a.acc, lane, D);
+	acc_load(dva, dv + krow, row && a.acc, lane, D);
+	block_run(rlo, rhi, lo, hi, &blo, &bhi);
 	for (int h = g * a.rep; h < (g + 1) * a.rep; h++) {
 		const int64_t lh = ((int64_t)b * a.H + h) * a.qst, dh = ((int64_t)b * a.H + h) * a.tq;
 
@@ -1595,71 +1583,18 @@ part_dkdv_kernel(float *__restrict__ dk, float *__restrict__ dv, const float *__
 				part_grad(dot_in_order(qt + (lane + 32) * LDT, kw, D),
 					  dot_in_order(dot + (lane + 32) * LDT, vw, D),
 					  lt[lane + 32], dt[lane + 32], a.scale, &p1, &ds1);
-			for (int i = ilo; i < ihi; i++) {
-				const float pi = __shfl_sync(FULL_MASK, i < 32 ? p0 : p1, i & 31);
-				const float dsi = __shfl_sync(FULL_MASK, i < 32 ? ds0 : ds1, i & 31);
-
-#pragma unroll
-				for (int u = 0; u < PART_DW; u++) {
-					const int d = lane + 32 * u;
-
-					if (d < D) {
-						dva[u] = fmaf(pi, dot[i * LDT + d], dva[u]);
-						dka[u] = fmaf(dsi, qt[i * LDT + d], dka[u]);
-					}
-				}
+			for (int i = ilo; i < ihi; i++) { /* queries in order */
+				acc_axpy(dva, __shfl_sync(FULL_MASK, i < 32 ? p0 : p1, i & 31),
+					 dot + i * LDT, lane, D);
+				acc_axpy(dka, __shfl_sync(FULL_MASK, i < 32 ? ds0 : ds1, i & 31),
+					 qt + i * LDT, lane, D);
 			}
 		}
 	}
-	if (!row)
-		return;
-#pragma unroll
-	for (int i = 0; i < PART_DW; i++) {
-		const int d = lane + 32 * i;
-
-		if (d < D) {
-			dk[krow + d] = dka[i];
-			dv[krow + d] = dva[i];
-		}
+	if (row) {
+		acc_store(dk + krow, dka, lane, D);
+		acc_store(dv + krow, dva, lane, D);
 	}
-}
-
-/* Document ids must ascend along each of `rows` rows of n (stride ld): the
- * CPU's check, with its message. */
-static int part_check_docs(const int32_t *doc, int64_t rows, int64_t n, int64_t ld,
-			   const char *what)
-{
-	for (int64_t b = 0; doc && b < rows; b++)
-		for (int64_t t = 1; t < n; t++)
-			if (doc[b * ld + t] < doc[b * ld + t - 1])
-				return titan_error(TITAN_E_INVALID, "attention: %s document ids "
-						   "decrease at row %lld, token %lld (%d after %d)",
-						   what, (long long)b, (long long)t,
-						   (int)doc[b * ld + t], (int)doc[b * ld + t - 1]);
-	return 0;
-}
-
-/* The CPU's checks of a part (lib/cpu/attention.c check_part). */
-static int part_check(const struct titan_attn_part *p)
-{
-	int rc;
-
-	if (p->batch < 0 || p->tq < 0 || p->tk < 0 || p->q_stride < p->tq ||
-	    p->k_stride < p->tk || p->n_heads <= 0 || p->n_kv_heads <= 0 || p->head_dim <= 0 ||
-	    p->n_heads % p->n_kv_heads != 0 || p->diag < -p->tq)
-		return titan_error(TITAN_E_INVALID,
-				   "attention part: bad dims B=%lld Tq=%lld (stride %lld) Tk=%lld "
-				   "(stride %lld) H=%lld Hkv=%lld D=%lld diag=%lld",
-				   (long long)p->batch, (long long)p->tq, (long long)p->q_stride,
-				   (long long)p->tk, (long long)p->k_stride, (long long)p->n_heads,
-				   (long long)p->n_kv_heads, (long long)p->head_dim,
-				   (long long)p->diag);
-	if (!p->q_doc != !p->k_doc)
-		return titan_error(TITAN_E_INVALID, "attention part: document ids of the %s only",
-				   p->q_doc ? "queries" : "keys");
-	if ((rc = part_check_docs(p->q_doc, p->batch, p->tq, p->q_stride, "query")) < 0)
-		return rc;
-	return part_check_docs(p->k_doc, p->batch, p->tk, p->k_stride, "key");
 }
 
 /* Fills *a from a checked part, with the CUDA limits, and puts the
@@ -1799,7 +1734,7 @@ int cuda_attention_part_fwd(struct titan_backend *be, float *out, float *lse, co
 			    const float *k, const float *v, const struct titan_attn_part *p,
 			    bool merge)
 {
-	int rc = part_check(p);
+	int rc = titan_attn_part_check(p);
 
 	return rc < 0 ? rc : part_fwd(be, out, lse, q, k, v, p, merge);
 }
@@ -1809,7 +1744,7 @@ int cuda_attention_part_bwd(struct titan_backend *be, float *dq, float *dk, floa
 			    const float *out, const float *lse, const struct titan_attn_part *p,
 			    bool accumulate)
 {
-	int rc = part_check(p);
+	int rc = titan_attn_part_check(p);
 
 	return rc < 0 ? rc : part_bwd(be, dq, dk, dv, dout, q, k, v, out, lse, p, accumulate);
 }
@@ -1833,7 +1768,7 @@ int cuda_attention_fwd(struct titan_backend *be, float *out, float *lse, const f
 	if (d->doc) { /* block_causal: the part kernels */
 		const struct titan_attn_part p = doc_part(d);
 
-		if ((rc = part_check_docs(d->doc, d->batch, d->seq, d->seq, "token")) < 0)
+		if ((rc = titan_attn_docs_check(d->doc, d->batch, d->seq, d->seq, "token")) < 0)
 			return rc;
 		return part_fwd(be, out, lse, q, k, v, &p, false);
 	}
@@ -1867,7 +1802,7 @@ int cuda_attention_bwd(struct titan_backend *be, float *dq, float *dk, float *dv
 	if (d->doc) { /* block_causal: the part kernels */
 		const struct titan_attn_part p = doc_part(d);
 
-		if ((rc = part_check_docs(d->doc, d->batch, d->seq, d->seq, "token")) < 0)
+		if ((rc = titan_attn_docs_check(d->doc, d->batch, d->seq, d->seq, "token")) < 0)
 			return rc;
 		return part_bwd(be, dq, dk, dv, dout, q, k, v, out, lse, &p, false);
 	}

@@ -362,6 +362,15 @@ struct titan_backend_ops {
 			    bool grads);
 };
 
+/* The argument checks of the attention ops, stated once (lib/cpu) and
+ * applied by every backend: document ids `doc` (NULL: none) ascending
+ * along each of `rows` rows of n ids at stride ld (`what` names them in
+ * the message: "token", "query", "key"); a part's dims and ids.  0, or
+ * TITAN_E_INVALID with the CPU op's message. */
+int titan_attn_docs_check(const int32_t *doc, int64_t rows, int64_t n, int64_t ld,
+			  const char *what);
+int titan_attn_part_check(const struct titan_attn_part *p);
+
 /* The CPU backend: nthreads <= 0 means omp_get_max_threads().  Workspace
  * comes from the host allocator.  Also sets OpenBLAS's thread count to
  * nthreads (process-wide: OpenBLAS has one setting); BLAS is only called
