@@ -655,3 +655,14 @@ int titan_cpu_attention_part_bwd(struct titan_backend *be, float *dq, float *dk,
 
 	return rc < 0 ? rc : part_bwd(be, dq, dk, dv, dout, q, k, v, out, lse, p, accumulate);
 }
+
+/* The checks above, for the other backends' attention ops (titan/ops.h). */
+int titan_attn_docs_check(const int32_t *doc, int64_t rows, int64_t n, int64_t ld, const char *what)
+{
+	return check_docs(doc, rows, n, ld, what);
+}
+
+int titan_attn_part_check(const struct titan_attn_part *p)
+{
+	return check_part(p);
+}

@@ -7,7 +7,11 @@
  * (same formulas, same order of the online-softmax updates); results differ
  * from it by rounding only (reduction trees, expf's last bit).
  *
- * Two implementations.  With matmul mode TITAN_CUDA_MATMUL_BF16 and head dims
+ * Context parallelism's parts (attention_part_fwd/bwd) and the document mask
+ * (block_causal: attention_fwd/bwd with document ids) run on plain fp32
+ * kernels of their own, in every matmul mode: see "parts and document
+ * masks" near the end.  The causal op without documents has two
+ * implementations.  With matmul mode TITAN_CUDA_MATMUL_BF16 and head dims
  * 33..128, bf16 tensor-core kernels (FlashAttention-2's mixed precision; see
  * "bf16 tensor-core path" below; rel. error ~3e-3).  Otherwise (FP32, TF32,
  * or other head dims) the fp32 kernels described here:
@@ -1028,10 +1032,6 @@ static int attn_prepare(const struct titan_attn_dims *d, struct attn_args *a, in
 		return titan_error(TITAN_E_INVALID,
 				   "attention: head_dim %lld is not supported by the CUDA backend "
 				   "(at most 128)", (long long)d->head_dim);
-	if (d->doc) /* never silently causal: the mask is the CPU kernels' only */
-		return titan_error(TITAN_E_INVALID, "attention: document ids (training."
-				   "attn_mask_type block_causal) are not supported by the CUDA "
-				   "backend");
 	if (d->batch == 0 || d->seq == 0)
 		return 1;
 	if ((d->seq + TILE - 1) / TILE > 65535 || d->batch * d->n_heads > INT32_MAX)
@@ -1154,6 +1154,609 @@ static bool attn_use_tc(struct titan_backend *be, int dp)
 	return cuda_of(be)->matmul == TITAN_CUDA_MATMUL_BF16 && (dp == 64 || dp == 128);
 }
 
+/* ---- parts and document masks: plain fp32 kernels ------------------------ *
+ *
+ * attention_part_fwd/bwd (titan/ops.h struct titan_attn_part: the blocks of
+ * context parallelism), and attention_fwd/bwd with document ids
+ * (block_causal), which run as the part tq = tk = T, diag 0 — the CPU twin's
+ * own structure (lib/cpu/attention.c part_fwd/part_bwd).  Written to be
+ * plainly correct, not fast: no tensor cores, no register tiling.  One warp
+ * per query row (forward, dQ) or key row (dK/dV); PART_ROWS rows per block
+ * share the tiles of PART_TILE keys (queries) staged in shared memory, row
+ * stride D + 1 (a lane reading its own row of a tile hits its own bank).
+ * A lane owns head-dim elements d = lane + 32·i of its row's accumulators.
+ *
+ * The CPU's arithmetic, operation for operation: every score and dP is one
+ * fmaf chain over d = 0..D−1 from 0 (a lane computes the whole dot of its
+ * key), scaled and shifted with separately rounded __fmul_rn/__fsub_rn (the
+ * CPU is compiled without contraction); the online softmax visits the keys
+ * in tiles that start at multiples of 64, the CPU's default blocks
+ * (TITAN_ATTN_BLOCK), and adds P·V, dS·K, Pᵀ·dO and dSᵀ·Q in the CPU's order
+ * (keys ascending; heads, then queries ascending), from the old value under
+ * `accumulate`.  What differs is expf/logf's last bit and the order of two
+ * sums (the softmax denominator's, and Di's in double).
+ *
+ * Masks: query row t sees key s when s <= t + diag (diag clamped to tk) and,
+ * with documents, k_doc[s] == q_doc[t].  The ids ascend along a row, so a
+ * row's visible keys are one run [lo, hi) (part_keys: binary searches) and
+ * a key's queries one run too (part_queries).  Document ids are host memory
+ * (ops.h): each call copies them (packed [B, tq] and [B, tk]) into device
+ * scratch first, a pageable copy, so the host waits there for the stream.
+ */
+#define PART_TILE 64            /* keys (queries) per shared tile: TITAN_ATTN_BLOCK */
+#define PART_ROWS 8             /* rows (warps) per block */
+#define PART_NT (32 * PART_ROWS)
+#define PART_DW 4               /* accumulators a lane holds: D <= 128 */
+#define FULL_MASK 0xffffffffu
+
+struct part_args {
+	int tq, tk, H, Hkv, D, rep;
+	int64_t qst, kst;      /* batch row b's rows: b·qst + t, b·kst + s */
+	int64_t diag;          /* clamped to tk */
+	float scale;
+	bool merge, acc;
+	const int32_t *qd, *kd; /* device, packed [B, tq] and [B, tk]; NULL: no documents */
+};
+
+static __device__ __forceinline__ float warp_max(float x)
+{
+	for (int o = 16; o > 0; o >>= 1)
+		x = fmaxf(x, __shfl_xor_sync(FULL_MASK, x, o));
+	return x;
+}
+
+static __device__ __forceinline__ float warp_sum(float x)
+{
+	for (int o = 16; o > 0; o >>= 1)
+		x += __shfl_xor_sync(FULL_MASK, x, o);
+	return x;
+}
+
+/* Σ_d a[d]·b[d], d = 0..D−1 in order, one fmaf each (the CPU's tiles) */
+static __device__ __forceinline__ float dot_in_order(const float *a, const float *b, int D)
+{
+	float s = 0.0f;
+
+	for (int d = 0; d < D; d++)
+		s = fmaf(a[d], b[d], s);
+	return s;
+}
+
+/* The first i in [lo, hi) with d[i] >= x (hi when none); with d[i] > x. */
+static __device__ int dev_doc_lower(const int32_t *d, int lo, int hi, int32_t x)
+{
+	while (lo < hi) {
+		const int mid = lo + (hi - lo) / 2;
+
+		if (d[mid] < x)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+static __device__ int dev_doc_upper(const int32_t *d, int lo, int hi, int32_t x)
+{
+	while (lo < hi) {
+		const int mid = lo + (hi - lo) / 2;
+
+		if (d[mid] <= x)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+/* The keys [*lo, *hi) query row t of batch row b sees. */
+static __device__ void part_keys(const struct part_args &a, int b, int t, int *lo, int *hi)
+{
+	int64_t n = (int64_t)t + a.diag + 1;
+
+	*lo = 0;
+	*hi = (int)(n < 0 ? 0 : n > a.tk ? a.tk : n);
+	if (a.qd) {
+		const int32_t *kd = a.kd + (int64_t)b * a.tk, x = a.qd[(int64_t)b * a.tq + t];
+
+		*lo = dev_doc_lower(kd, 0, *hi, x);
+		*hi = dev_doc_upper(kd, *lo, *hi, x);
+	}
+}
+
+/* The query rows [*lo, *hi) that see key s of batch row b. */
+static __device__ void part_queries(const struct part_args &a, int b, int s, int *lo, int *hi)
+{
+	int64_t f = (int64_t)s - a.diag;
+
+	*lo = (int)(f < 0 ? 0 : f > a.tq ? a.tq : f);
+	*hi = a.tq;
+	if (a.qd) {
+		const int32_t *qd = a.qd + (int64_t)b * a.tq, x = a.kd[(int64_t)b * a.tk + s];
+
+		*lo = dev_doc_lower(qd, *lo, a.tq, x);
+		*hi = dev_doc_upper(qd, *lo, a.tq, x);
+	}
+}
+
+/* Every thread: the union [*blo, *bhi) of the runs [lo, hi) of the
+ * block's rows (warps), through rlo/rhi [PART_ROWS] in shared memory;
+ * *blo >= *bhi when all are empty.  One barrier (the callers write rlo/rhi
+ * once). */
+static __device__ void block_run(int *rlo, int *rhi, int lo, int hi, int *blo, int *bhi)
+{
+	if ((threadIdx.x & 31) == 0) {
+		rlo[threadIdx.x >> 5] = lo;
+		rhi[threadIdx.x >> 5] = hi;
+	}
+	__syncthreads();
+	*blo = INT32_MAX;
+	*bhi = 0;
+	for (int r = 0; r < PART_ROWS; r++)
+		if (rlo[r] < rhi[r]) {
+			*blo = min(*blo, rlo[r]);
+			*bhi = max(*bhi, rhi[r]);
+		}
+}
+
+/* A lane's accumulators of a row: x[i] = row[lane + 32·i] (those < D) when
+ * `use`, else 0; and back. */
+static __device__ __forceinline__ void acc_load(float (&x)[PART_DW], const float *row, bool use,
+						int lane, int D)
+{
+#pragma unroll
+	for (int i = 0; i < PART_DW; i++) {
+		const int d = lane + 32 * i;
+
+		x[i] = use && d < D ? row[d] : 0.0f;
+	}
+}
+
+/* x[i] += c·row[lane + 32·i] (one fmaf; those < D) */
+static __device__ __forceinline__ void acc_axpy(float (&x)[PART_DW], float c, const float *row,
+						int lane, int D)
+{
+#pragma unroll
+	for (int i = 0; i < PART_DW; i++) {
+		const int d = lane + 32 * i;
+
+		if (d < D)
+			x[i] = fmaf(c, row[d], x[i]);
+	}
+}
+
+static __device__ __forceinline__ void acc_store(float *row, const float (&x)[PART_DW], int lane,
+						 int D)
+{
+#pragma unroll
+	for (int i = 0; i < PART_DW; i++) {
+		const int d = lane + 32 * i;
+
+		if (d < D)
+			row[d] = x[i];
+	}
+}
+
+/* dst[r·ld + c] = src[r·stride + c] for r < rows, c < D; 0 for rows <= r
+ * < PART_TILE.  All threads of the block. */
+static __device__ void part_load(float *dst, int ld, const float *__restrict__ src,
+				 int64_t stride, int rows, int D)
+{
+	for (int e = threadIdx.x; e < PART_TILE * D; e += PART_NT) {
+		const int r = e / D, c = e % D;
+
+		dst[r * ld + c] = r < rows ? src[r * stride + c] : 0.0f;
+	}
+}
+
+/* Forward: grid (B·H, query rows / PART_ROWS).  Shared: the K tile, then
+ * the V tile (PART_TILE × (D+1)), and each warp's query row (D). */
+static __global__ void __launch_bounds__(PART_NT)
+part_fwd_kernel(float *__restrict__ out, float *__restrict__ lse, const float *__restrict__ q,
+		const float *__restrict__ k, const float *__restrict__ v, struct part_args a)
+{
+	extern __shared__ float4 smem4[];
+	__shared__ int rlo[PART_ROWS], rhi[PART_ROWS];
+	const int D = a.D, LDT = D + 1;
+	float *kv = (float *)smem4, *qs = kv + PART_TILE * LDT;
+	const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+	const int b = blockIdx.x / a.H, h = blockIdx.x % a.H, g = h / a.rep;
+	const int t = blockIdx.y * PART_ROWS + w;
+	const bool row = t < a.tq;
+	const int64_t qstr = (int64_t)a.H * D, kstr = (int64_t)a.Hkv * D;
+	const int64_t qrow = ((int64_t)b * a.qst + t) * qstr + h * D;
+	const int64_t lrow = ((int64_t)b * a.H + h) * a.qst + t;
+	float *qw = qs + w * D, o[PART_DW], m = -INFINITY, l = 0.0f;
+	int lo = 0, hi = 0, blo, bhi;
+
+	if (row) {
+		part_keys(a, b, t, &lo, &hi);
+		for (int d = lane; d < D; d += 32)
+			qw[d] = q[qrow + d];
+	}
+	/* merge: the online softmax goes on from the row's (out, lse): m = lse,
+	 * l = 1, o = out */
+	if (row && a.merge) {
+		m = lse[lrow];
+		l = 1.0f;
+	}
+	acc_load(o, out + qrow, row && a.merge, lane, D);
+	block_run(rlo, rhi, lo, hi, &blo, &bhi);
+	for (int s0 = blo / PART_TILE * PART_TILE; s0 < bhi; s0 += PART_TILE) {
+		const int nk = min(PART_TILE, a.tk - s0);
+		const int jlo = max(lo - s0, 0), jhi = min(hi - s0, nk); /* this row's */
+		const bool act = jlo < jhi;                              /* the warp's */
+		float p0 = 0.0f, p1 = 0.0f;
+
+		__syncthreads(); /* the previous V tile is no longer read */
+		part_load(kv, LDT, k + ((int64_t)b * a.kst + s0) * kstr + g * D, kstr, nk, D);
+		__syncthreads();
+		if (act) {
+			const bool v0 = lane >= jlo && lane < jhi;
+			const bool v1 = lane + 32 >= jlo && lane + 32 < jhi;
+			const float x0 = v0 ? __fmul_rn(dot_in_order(qw, kv + lane * LDT, D), a.scale)
+					    : -INFINITY;
+			const float x1 = v1 ? __fmul_rn(dot_in_order(qw, kv + (lane + 32) * LDT, D),
+							a.scale) : -INFINITY;
+			const float mx = fmaxf(warp_max(fmaxf(x0, x1)), m);
+			const float corr = expf(__fsub_rn(m, mx)); /* exp(−inf) = 0 */
+
+			p0 = v0 ? expf(__fsub_rn(x0, mx)) : 0.0f;
+			p1 = v1 ? expf(__fsub_rn(x1, mx)) : 0.0f;
+			l = __fadd_rn(__fmul_rn(l, corr), warp_sum(p0 + p1));
+			m = mx;
+#pragma unroll
+			for (int i = 0; i < PART_DW; i++)
+				o[i] = __fmul_rn(o[i], corr);
+		}
+		__syncthreads(); /* every warp is done with K */
+		part_load(kv, LDT, v + ((int64_t)b * a.kst + s0) * kstr + g * D, kstr, nk, D);
+		__syncthreads();
+		for (int j = jlo; j < jhi; j++) /* O += P·V, keys in order */
+			acc_axpy(o, __shfl_sync(FULL_MASK, j < 32 ? p0 : p1, j & 31), kv + j * LDT,
+				 lane, D);
+	}
+	if (!row || (a.merge && lo >= hi)) /* merge: a row that sees no key keeps its bits */
+		return;
+	if (l == 0.0f) { /* no key at all: out 0, lse −inf */
+		for (int d = lane; d < D; d += 32)
+			out[qrow + d] = 0.0f;
+		if (lane == 0)
+			lse[lrow] = -INFINITY;
+		return;
+	}
+	const float inv = __fdiv_rn(1.0f, l);
+
+#pragma unroll
+	for (int i = 0; i < PART_DW; i++)
+		o[i] = __fmul_rn(o[i], inv);
+	acc_store(out + qrow, o, lane, D);
+	if (lane == 0)
+		lse[lrow] = __fadd_rn(m, logf(l));
+}
+
+/* Di[(b·H + h)·tq + t] = Σ_d dout·out of query row t (products and sum in
+ * double, rounded once, as the CPU's dot8d), one warp per (b, t, h). */
+static __global__ void part_di_kernel(float *__restrict__ di, const float *__restrict__ dout,
+				      const float *__restrict__ out, int64_t B, struct part_args a)
+{
+	const int lane = threadIdx.x & 31;
+	const int64_t rows = B * a.tq * a.H, nw = (int64_t)gridDim.x * blockDim.x / 32;
+
+	for (int64_t n = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / 32; n < rows; n += nw) {
+		const int64_t h = n % a.H, bt = n / a.H, t = bt % a.tq, b = bt / a.tq;
+		const int64_t off = ((b * a.qst + t) * a.H + h) * a.D;
+		double s = 0.0;
+
+		for (int c = lane; c < a.D; c += 32)
+			s += (double)dout[off + c] * (double)out[off + c];
+		for (int o = 16; o > 0; o >>= 1)
+			s += __shfl_xor_sync(FULL_MASK, s, o);
+		if (lane == 0)
+			di[(b * a.H + h) * a.tq + t] = (float)s;
+	}
+}
+
+/* P and dS of one visible (query, key) pair from the raw score and dP:
+ * p = exp(s·scale − lse), ds = p·(dp − Di)·scale (the CPU's roundings). */
+static __device__ __forceinline__ void part_grad(float s, float dp, float lse, float di,
+						 float scale, float *p, float *ds)
+{
+	*p = expf(__fsub_rn(__fmul_rn(s, scale), lse));
+	*ds = __fmul_rn(__fmul_rn(*p, __fsub_rn(dp, di)), scale);
+}
+
+/* dQ: grid (B·H, query rows / PART_ROWS), a warp per query row; keys in
+ * order: dq += dS·K.  Shared: K and V tiles, each warp's q and dout rows. */
+static __global__ void __launch_bounds__(PART_NT)
+part_dq_kernel(float *__restrict__ dq, const float *__restrict__ dout, const float *__restrict__ q,
+	       const float *__restrict__ k, const float *__restrict__ v,
+	       const float *__restrict__ lse, const float *__restrict__ di, struct part_args a)
+{
+	extern __shared__ float4 smem4[];
+	__shared__ int rlo[PART_ROWS], rhi[PART_ROWS];
+	const int D = a.D, LDT = D + 1;
+	float *kt = (float *)smem4, *vt = kt + PART_TILE * LDT, *qs = vt + PART_TILE * LDT;
+	float *dos = qs + PART_ROWS * D;
+	const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+	const int b = blockIdx.x / a.H, h = blockIdx.x % a.H, g = h / a.rep;
+	const int t = blockIdx.y * PART_ROWS + w;
+	const bool row = t < a.tq;
+	const int64_t qstr = (int64_t)a.H * D, kstr = (int64_t)a.Hkv * D;
+	const int64_t qrow = ((int64_t)b * a.qst + t) * qstr + h * D;
+	float *qw = qs + w * D, *dow = dos + w * D, acc[PART_DW], lr = 0.0f, dr = 0.0f;
+	int lo = 0, hi = 0, blo, bhi;
+
+	if (row) {
+		part_keys(a, b, t, &lo, &hi);
+		lr = lse[((int64_t)b * a.H + h) * a.qst + t];
+		dr = di[((int64_t)b * a.H + h) * a.tq + t];
+		for (int d = lane; d < D; d += 32) {
+			qw[d] = q[qrow + d];
+			dow[d] = dout[qrow + d];
+		}
+	}
+	acc_load(acc, dq + qrow, row && a.acc, lane, D);
+	block_run(rlo, rhi, lo, hi, &blo, &bhi);
+	for (int s0 = blo / PART_TILE * PART_TILE; s0 < bhi; s0 += PART_TILE) {
+		const int nk = min(PART_TILE, a.tk - s0);
+		const int jlo = max(lo - s0, 0), jhi = min(hi - s0, nk);
+		const int64_t koff = ((int64_t)b * a.kst + s0) * kstr + g * D;
+		float ds0 = 0.0f, ds1 = 0.0f, p;
+
+		__syncthreads(); /* the previous tiles are no longer read */
+		part_load(kt, LDT, k + koff, kstr, nk, D);
+		part_load(vt, LDT, v + koff, kstr, nk, D);
+		__syncthreads();
+		if (lane >= jlo && lane < jhi)
+			part_grad(dot_in_order(qw, kt + lane * LDT, D),
+				  dot_in_order(dow, vt + lane * LDT, D), lr, dr, a.scale, &p, &ds0);
+		if (lane + 32 >= jlo && lane + 32 < jhi)
+			part_grad(dot_in_order(qw, kt + (lane + 32) * LDT, D),
+				  dot_in_order(dow, vt + (lane + 32) * LDT, D), lr, dr, a.scale, &p,
+				  &ds1);
+		for (int j = jlo; j < jhi; j++) /* dQ += dS·K, keys in order */
+			acc_axpy(acc, __shfl_sync(FULL_MASK, j < 32 ? ds0 : ds1, j & 31),
+				 kt + j * LDT, lane, D);
+	}
+	if (row)
+		acc_store(dq + qrow, acc, lane, D);
+}
+
+/* dK, dV: grid (B·Hkv, key rows / PART_ROWS), a warp per key row of a kv
+ * head; the group's heads in order, then its queries in order: dv +=
+ * Pᵀ·dO, dk += dSᵀ·Q.  Shared: Q and dO tiles, their lse and Di, each
+ * warp's k and v rows. */
+static __global__ void __launch_bounds__(PART_NT)
+part_dkdv_kernel(float *__restrict__ dk, float *__restrict__ dv, const float *__restrict__ dout,
+		 const float *__restrict__ q, const float *__restrict__ k,
+		 const float *__restrict__ v, const float *__restrict__ lse,
+		 const float *__restrict__ di, struct part_args a)
+{
+	extern __shared__ float4 smem4[];
+	__shared__ int rlo[PART_ROWS], rhi[PART_ROWS];
+	__shared__ float lt[PART_TILE], dt[PART_TILE];
+	const int D = a.D, LDT = D + 1;
+	float *qt = (float *)smem4, *dot = qt + PART_TILE * LDT, *ks = dot + PART_TILE * LDT;
+	float *vs = ks + PART_ROWS * D;
+	const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+	const int b = blockIdx.x / a.Hkv, g = blockIdx.x % a.Hkv;
+	const int s = blockIdx.y * PART_ROWS + w;
+	const bool row = s < a.tk;
+	const int64_t qstr = (int64_t)a.H * D, kstr = (int64_t)a.Hkv * D;
+	const int64_t krow = ((int64_t)b * a.kst + s) * kstr + g * D;
+	float *kw = ks + w * D, *vw = vs + w * D, dka[PART_DW], dva[PART_DW];
+	int lo = 0, hi = 0, blo, bhi;
+
+	if (row) {
+		part_queries(a, b, s, &lo, &hi);
+		for (int d = lane; d < D; d += 32) {
+			kw[d] = k[krow + d];
+			vw[d] = v[krow + d];
+		}
+	}
+	acc_load(dka, dk + krow, row && a.acc, lane, D);
+	acc_load(dva, dv + krow, row && a.acc, lane, D);
+	block_run(rlo, rhi, lo, hi, &blo, &bhi);
+	for (int h = g * a.rep; h < (g + 1) * a.rep; h++) {
+		const int64_t lh = ((int64_t)b * a.H + h) * a.qst, dh = ((int64_t)b * a.H + h) * a.tq;
+
+		for (int t0 = blo / PART_TILE * PART_TILE; t0 < bhi; t0 += PART_TILE) {
+			const int nq = min(PART_TILE, a.tq - t0);
+			const int ilo = max(lo - t0, 0), ihi = min(hi - t0, nq);
+			const int64_t qoff = ((int64_t)b * a.qst + t0) * qstr + h * D;
+			float p0 = 0.0f, p1 = 0.0f, ds0 = 0.0f, ds1 = 0.0f;
+
+			__syncthreads(); /* the previous tiles are no longer read */
+			part_load(qt, LDT, q + qoff, qstr, nq, D);
+			part_load(dot, LDT, dout + qoff, qstr, nq, D);
+			if ((int)threadIdx.x < nq) {
+				lt[threadIdx.x] = lse[lh + t0 + threadIdx.x];
+				dt[threadIdx.x] = di[dh + t0 + threadIdx.x];
+			}
+			__syncthreads();
+			if (lane >= ilo && lane < ihi)
+				part_grad(dot_in_order(qt + lane * LDT, kw, D),
+					  dot_in_order(dot + lane * LDT, vw, D), lt[lane], dt[lane],
+					  a.scale, &p0, &ds0);
+			if (lane + 32 >= ilo && lane + 32 < ihi)
+				part_grad(dot_in_order(qt + (lane + 32) * LDT, kw, D),
+					  dot_in_order(dot + (lane + 32) * LDT, vw, D),
+					  lt[lane + 32], dt[lane + 32], a.scale, &p1, &ds1);
+			for (int i = ilo; i < ihi; i++) { /* queries in order */
+				acc_axpy(dva, __shfl_sync(FULL_MASK, i < 32 ? p0 : p1, i & 31),
+					 dot + i * LDT, lane, D);
+				acc_axpy(dka, __shfl_sync(FULL_MASK, i < 32 ? ds0 : ds1, i & 31),
+					 qt + i * LDT, lane, D);
+			}
+		}
+	}
+	if (row) {
+		acc_store(dk + krow, dka, lane, D);
+		acc_store(dv + krow, dva, lane, D);
+	}
+}
+
+/* Fills *a from a checked part, with the CUDA limits, and puts the
+ * document ids (if any) into device scratch after `di_floats` floats of
+ * room for Di (*di, NULL when 0).  Returns 1 when there is nothing to
+ * compute (no batch row, or neither queries nor keys). */
+static int part_prepare(struct titan_backend *be, const struct titan_attn_part *p,
+			struct part_args *a, int64_t di_floats, float **di)
+{
+	const int64_t B = p->batch, ndoc = p->q_doc ? B * (p->tq + p->tk) : 0;
+	cudaStream_t st = cuda_of(be)->stream;
+	char *scratch;
+
+	if (p->head_dim > 128)
+		return titan_error(TITAN_E_INVALID,
+				   "attention part: head_dim %lld is not supported by the CUDA "
+				   "backend (at most 128)", (long long)p->head_dim);
+	if (B == 0 || (p->tq == 0 && p->tk == 0))
+		return 1;
+	if (p->tq > INT32_MAX - PART_ROWS || p->tk > INT32_MAX - PART_ROWS ||
+	    (p->tq + PART_ROWS - 1) / PART_ROWS > 65535 ||
+	    (p->tk + PART_ROWS - 1) / PART_ROWS > 65535 || B * p->n_heads > INT32_MAX ||
+	    p->n_heads > INT32_MAX)
+		return titan_error(TITAN_E_INVALID,
+				   "attention part: B=%lld Tq=%lld Tk=%lld H=%lld too large for the "
+				   "CUDA kernels (Tq, Tk <= %d, B*H < 2^31)", (long long)B,
+				   (long long)p->tq, (long long)p->tk, (long long)p->n_heads,
+				   65535 * PART_ROWS);
+	a->tq = (int)p->tq;
+	a->tk = (int)p->tk;
+	a->H = (int)p->n_heads;
+	a->Hkv = (int)p->n_kv_heads;
+	a->D = (int)p->head_dim;
+	a->rep = a->H / a->Hkv;
+	a->qst = p->q_stride;
+	a->kst = p->k_stride;
+	a->diag = p->diag > p->tk ? p->tk : p->diag;
+	a->scale = (float)(1.0 / sqrt((double)p->head_dim));
+	a->merge = a->acc = false;
+	a->qd = a->kd = NULL;
+	if (di)
+		*di = NULL;
+	if (di_floats + ndoc == 0)
+		return 0;
+	if (!(scratch = (char *)cuda_scratch(be, (size_t)(di_floats + ndoc) * 4)))
+		return TITAN_E_NOMEM;
+	if (di)
+		*di = (float *)scratch;
+	if (!ndoc)
+		return 0;
+	a->qd = (const int32_t *)(scratch + di_floats * 4);
+	a->kd = a->qd + B * p->tq;
+	if (p->tq)
+		CU_CHECK(cudaMemcpy2DAsync((void *)a->qd, (size_t)p->tq * 4, p->q_doc,
+					   (size_t)p->q_stride * 4, (size_t)p->tq * 4, (size_t)B,
+					   cudaMemcpyHostToDevice, st));
+	if (p->tk)
+		CU_CHECK(cudaMemcpy2DAsync((void *)a->kd, (size_t)p->tk * 4, p->k_doc,
+					   (size_t)p->k_stride * 4, (size_t)p->tk * 4, (size_t)B,
+					   cudaMemcpyHostToDevice, st));
+	return 0;
+}
+
+static size_t part_fwd_smem(int D)
+{
+	return ((size_t)PART_TILE * (D + 1) + (size_t)PART_ROWS * D) * sizeof(float);
+}
+
+static size_t part_bwd_smem(int D)
+{
+	return (2 * (size_t)PART_TILE * (D + 1) + 2 * (size_t)PART_ROWS * D) * sizeof(float);
+}
+
+/* Forward of a checked part (attention_part_fwd; attention_fwd with
+ * documents). */
+static int part_fwd(struct titan_backend *be, float *out, float *lse, const float *q,
+		    const float *k, const float *v, const struct titan_attn_part *p, bool merge)
+{
+	struct part_args a;
+	int rc = part_prepare(be, p, &a, 0, NULL);
+	size_t smem;
+
+	if (rc != 0)
+		return rc < 0 ? rc : 0;
+	if (p->tq == 0)
+		return 0;
+	a.merge = merge;
+	smem = part_fwd_smem(a.D);
+	if ((rc = attn_smem(be, (const void *)part_fwd_kernel, smem, a.D)) < 0)
+		return rc;
+	part_fwd_kernel<<<dim3((unsigned)(p->batch * a.H), (unsigned)((a.tq + PART_ROWS - 1) /
+								       PART_ROWS)),
+			  PART_NT, smem, cuda_of(be)->stream>>>(out, lse, q, k, v, a);
+	CU_LAUNCHED("attention_part_fwd");
+	return 0;
+}
+
+/* Backward of a checked part (attention_part_bwd; attention_bwd with
+ * documents): Di, then dQ (query rows), then dK/dV (key rows). */
+static int part_bwd(struct titan_backend *be, float *dq, float *dk, float *dv, const float *dout,
+		    const float *q, const float *k, const float *v, const float *out,
+		    const float *lse, const struct titan_attn_part *p, bool accumulate)
+{
+	const int64_t rows = p->batch * p->tq * p->n_heads;
+	cudaStream_t st = cuda_of(be)->stream;
+	struct part_args a;
+	float *di = NULL;
+	int rc = part_prepare(be, p, &a, rows, &di);
+	size_t smem;
+
+	if (rc != 0)
+		return rc < 0 ? rc : 0;
+	a.acc = accumulate;
+	smem = part_bwd_smem(a.D);
+	if ((rc = attn_smem(be, (const void *)part_dq_kernel, smem, a.D)) < 0 ||
+	    (rc = attn_smem(be, (const void *)part_dkdv_kernel, smem, a.D)) < 0)
+		return rc;
+	if (rows > 0) {
+		part_di_kernel<<<cuda_blocks(rows * 32, 256), 256, 0, st>>>(di, dout, out, p->batch,
+									      a);
+		CU_LAUNCHED("attention_part_bwd Di");
+		part_dq_kernel<<<dim3((unsigned)(p->batch * a.H),
+				      (unsigned)((a.tq + PART_ROWS - 1) / PART_ROWS)),
+				 PART_NT, smem, st>>>(dq, dout, q, k, v, lse, di, a);
+		CU_LAUNCHED("attention_part_bwd dq");
+	}
+	if (a.tk > 0) {
+		part_dkdv_kernel<<<dim3((unsigned)(p->batch * a.Hkv),
+					(unsigned)((a.tk + PART_ROWS - 1) / PART_ROWS)),
+				   PART_NT, smem, st>>>(dk, dv, dout, q, k, v, lse, di, a);
+		CU_LAUNCHED("attention_part_bwd dk/dv");
+	}
+	return 0;
+}
+
+int cuda_attention_part_fwd(struct titan_backend *be, float *out, float *lse, const float *q,
+			    const float *k, const float *v, const struct titan_attn_part *p,
+			    bool merge)
+{
+	int rc = titan_attn_part_check(p);
+
+	return rc < 0 ? rc : part_fwd(be, out, lse, q, k, v, p, merge);
+}
+
+int cuda_attention_part_bwd(struct titan_backend *be, float *dq, float *dk, float *dv,
+			    const float *dout, const float *q, const float *k, const float *v,
+			    const float *out, const float *lse, const struct titan_attn_part *p,
+			    bool accumulate)
+{
+	int rc = titan_attn_part_check(p);
+
+	return rc < 0 ? rc : part_bwd(be, dq, dk, dv, dout, q, k, v, out, lse, p, accumulate);
+}
+
+/* block_causal: the causal op with document ids is the part tq = tk = T,
+ * diag 0 (as on the CPU). */
+static struct titan_attn_part doc_part(const struct titan_attn_dims *d)
+{
+	return (struct titan_attn_part){d->batch, d->seq, d->seq, d->seq, d->seq, d->n_heads,
+					d->n_kv_heads, d->head_dim, 0, d->doc, d->doc};
+}
+
 int cuda_attention_fwd(struct titan_backend *be, float *out, float *lse, const float *q,
 		       const float *k, const float *v, const struct titan_attn_dims *d)
 {
@@ -1162,6 +1765,13 @@ int cuda_attention_fwd(struct titan_backend *be, float *out, float *lse, const f
 
 	if (rc != 0)
 		return rc < 0 ? rc : 0;
+	if (d->doc) { /* block_causal: the part kernels */
+		const struct titan_attn_part p = doc_part(d);
+
+		if ((rc = titan_attn_docs_check(d->doc, d->batch, d->seq, d->seq, "token")) < 0)
+			return rc;
+		return part_fwd(be, out, lse, q, k, v, &p, false);
+	}
 	a.vec4 = a.D % 4 == 0 && aligned16(q) && aligned16(k) && aligned16(v);
 	if (attn_use_tc(be, dp))
 		return dp == 64 ? attn_fwd_tc_launch<64>(be, out, lse, q, k, v, &a, d->batch)
@@ -1189,6 +1799,13 @@ int cuda_attention_bwd(struct titan_backend *be, float *dq, float *dk, float *dv
 
 	if (rc != 0)
 		return rc < 0 ? rc : 0;
+	if (d->doc) { /* block_causal: the part kernels */
+		const struct titan_attn_part p = doc_part(d);
+
+		if ((rc = titan_attn_docs_check(d->doc, d->batch, d->seq, d->seq, "token")) < 0)
+			return rc;
+		return part_bwd(be, dq, dk, dv, dout, q, k, v, out, lse, &p, false);
+	}
 	a.vec4 = a.D % 4 == 0 && aligned16(q) && aligned16(k) && aligned16(v) &&
 		 aligned16(dout);
 	if (!(di = (float *)cuda_scratch(be, (size_t)rows * sizeof(float))))

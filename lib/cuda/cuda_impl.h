@@ -195,6 +195,13 @@ int cuda_attention_fwd(struct titan_backend *be, float *out, float *lse, const f
 int cuda_attention_bwd(struct titan_backend *be, float *dq, float *dk, float *dv,
 		       const float *dout, const float *q, const float *k, const float *v,
 		       const float *out, const float *lse, const struct titan_attn_dims *d);
+int cuda_attention_part_fwd(struct titan_backend *be, float *out, float *lse, const float *q,
+			    const float *k, const float *v, const struct titan_attn_part *p,
+			    bool merge);
+int cuda_attention_part_bwd(struct titan_backend *be, float *dq, float *dk, float *dv,
+			    const float *dout, const float *q, const float *k, const float *v,
+			    const float *out, const float *lse, const struct titan_attn_part *p,
+			    bool accumulate);
 /* loss.cu */
 int cuda_classifier_ce(struct titan_backend *be, double *loss_sum, int64_t *n_valid,
 		       float *dh, float *dw, const float *h, const float *w,

@@ -15,14 +15,15 @@
 
 enum {
 	P_MATMUL_FWD, P_MATMUL_BWD, P_EMB_FWD, P_EMB_BWD, P_RMS_FWD, P_RMS_BWD, P_ROPE_FWD,
-	P_ROPE_BWD, P_SWIGLU_FWD, P_SWIGLU_BWD, P_ATT_FWD, P_ATT_BWD, P_CE, P_ADAMW, P_SUMSQ,
-	P_SCALE, P_ADD, P_COPY, P_ZERO, P_NOPS
+	P_ROPE_BWD, P_SWIGLU_FWD, P_SWIGLU_BWD, P_ATT_FWD, P_ATT_BWD, P_ATT_PART_FWD,
+	P_ATT_PART_BWD, P_CE, P_ADAMW, P_SUMSQ, P_SCALE, P_ADD, P_COPY, P_ZERO, P_NOPS
 };
 
 static const char *const names[P_NOPS] = {
 	"matmul_fwd", "matmul_bwd", "embedding_fwd", "embedding_bwd", "rmsnorm_fwd",
 	"rmsnorm_bwd", "rope_fwd", "rope_bwd", "swiglu_fwd", "swiglu_bwd", "attention_fwd",
-	"attention_bwd", "classifier_ce", "adamw_step", "sumsq", "scale", "add", "copy", "zero",
+	"attention_bwd", "attention_part_fwd", "attention_part_bwd", "classifier_ce",
+	"adamw_step", "sumsq", "scale", "add", "copy", "zero",
 };
 
 #define PENDING 512
@@ -112,6 +113,15 @@ WRAP(attention_bwd, P_ATT_BWD,
      (struct titan_backend *be, float *dq, float *dk, float *dv, const float *dout,
       const float *q, const float *k, const float *v, const float *o, const float *lse,
       const struct titan_attn_dims *d), (be, dq, dk, dv, dout, q, k, v, o, lse, d))
+WRAP(attention_part_fwd, P_ATT_PART_FWD,
+     (struct titan_backend *be, float *o, float *lse, const float *q, const float *k,
+      const float *v, const struct titan_attn_part *pa, bool merge),
+     (be, o, lse, q, k, v, pa, merge))
+WRAP(attention_part_bwd, P_ATT_PART_BWD,
+     (struct titan_backend *be, float *dq, float *dk, float *dv, const float *dout,
+      const float *q, const float *k, const float *v, const float *o, const float *lse,
+      const struct titan_attn_part *pa, bool acc),
+     (be, dq, dk, dv, dout, q, k, v, o, lse, pa, acc))
 WRAP(classifier_ce, P_CE,
      (struct titan_backend *be, double *ls, int64_t *nv, float *dh, float *dw, const float *h,
       const float *w, const int32_t *lab, int64_t n, int64_t c, int64_t v, float gs,
@@ -147,11 +157,11 @@ static void prof_release(struct titan_backend *be)
 		for (int i = 0; i < P_NOPS; i++)
 			total += p->ms[i];
 		fprintf(stderr, "[titan] CUDA op profile (TITAN_CUDA_PROFILE=1): GPU time per op, "
-			"%.1f ms in all\n%-16s %10s %12s %7s %10s\n", total, "op", "calls", "ms",
+			"%.1f ms in all\n%-18s %10s %12s %7s %10s\n", total, "op", "calls", "ms",
 			"share", "us/call");
 		for (int i = 0; i < P_NOPS; i++)
 			if (p->calls[i])
-				fprintf(stderr, "%-16s %10lld %12.1f %6.1f%% %10.1f\n", names[i],
+				fprintf(stderr, "%-18s %10lld %12.1f %6.1f%% %10.1f\n", names[i],
 					(long long)p->calls[i], p->ms[i],
 					total > 0 ? 100.0 * p->ms[i] / total : 0.0,
 					1000.0 * p->ms[i] / (double)p->calls[i]);
@@ -180,8 +190,8 @@ static const struct titan_backend_ops prof_ops = {
 	.swiglu_bwd = prof_swiglu_bwd,
 	.attention_fwd = prof_attention_fwd,
 	.attention_bwd = prof_attention_bwd,
-	.attention_part_fwd = nullptr, /* CP ring: CPU only */
-	.attention_part_bwd = nullptr,
+	.attention_part_fwd = prof_attention_part_fwd,
+	.attention_part_bwd = prof_attention_part_bwd,
 	.classifier_ce = prof_classifier_ce,
 	.adamw_step = prof_adamw_step,
 	.sumsq = prof_sumsq,

@@ -216,7 +216,9 @@ struct titan_backend_ops {
 	 * online softmax continues from (out, lse) (m = lse, l = 1, o = out),
 	 * which is the log-sum-exp merge of PyTorch's _SDPAMerger done in the
 	 * kernel; a row that sees none of the part's keys keeps its bits.
-	 * Workspace as attention_fwd.  CPU only (NULL in the cuda table). */
+	 * Workspace as attention_fwd.  Both backends have them (the cuda
+	 * ones: plain fp32 kernels, lib/cuda/attention.cu); a backend without
+	 * them leaves them NULL and context parallelism refuses it. */
 	int (*attention_part_fwd)(struct titan_backend *be, float *out, float *lse,
 				  const float *q, const float *k, const float *v,
 				  const struct titan_attn_part *p, bool merge);
@@ -359,6 +361,15 @@ struct titan_backend_ops {
 			    const int32_t *labels, int64_t v0, int64_t rows, int64_t V, float gs,
 			    bool grads);
 };
+
+/* The argument checks of the attention ops, stated once (lib/cpu) and
+ * applied by every backend: document ids `doc` (NULL: none) ascending
+ * along each of `rows` rows of n ids at stride ld (`what` names them in
+ * the message: "token", "query", "key"); a part's dims and ids.  0, or
+ * TITAN_E_INVALID with the CPU op's message. */
+int titan_attn_docs_check(const int32_t *doc, int64_t rows, int64_t n, int64_t ld,
+			  const char *what);
+int titan_attn_part_check(const struct titan_attn_part *p);
 
 /* The CPU backend: nthreads <= 0 means omp_get_max_threads().  Workspace
  * comes from the host allocator.  Also sets OpenBLAS's thread count to

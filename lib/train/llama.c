@@ -54,6 +54,7 @@ struct mb {
 	float *dxnf;       /* split backward, last stage: the final norm's dy */
 	int32_t *doc;      /* block_causal, host: document ids [batch, seq], then
 			      under CP every rank's local order (cp.h's doc, ldoc) */
+	bool doc_malloc;   /* doc is malloc's, not m->alloc's (a device backend) */
 };
 
 /* Activation checkpointing (titan/train.h's titan_ac_mode): per block,
@@ -463,6 +464,8 @@ static int alloc_acts_op(struct titan_llama *m, struct acts *a, const struct act
 	return alloc_qk(m, a, TITAN_BUF_SAVED_OP, true, false);
 }
 
+static bool cpu_kernels(const struct titan_backend *be);
+
 /* One microbatch's state: the stage's block inputs (and x[l1]), kept
  * activations, final-norm output, ids, and under PP the loss gradient. */
 static int alloc_mb(struct titan_llama *m, struct mb *b)
@@ -496,12 +499,19 @@ static int alloc_mb(struct titan_llama *m, struct mb *b)
 	if (!(b->ids = (uint32_t *)buf(m, m->n, TITAN_MEM_DATA, TITAN_BUF_TOKEN_IDS)))
 		return TITAN_E_NOMEM;
 	/* block_causal: document ids in sequence order and CP's local order,
-	 * host memory (read by host code and the CPU kernels only, so
-	 * m->alloc: the host's on the CPU backend), an int32 a token each */
-	if (m->o.block_causal &&
-	    !(b->doc = (int32_t *)buf(m, 2 * m->o.batch * m->o.seq, TITAN_MEM_DATA,
-				      TITAN_BUF_DOC_IDS)))
-		return TITAN_E_NOMEM;
+	 * host memory (written by host code, read by the attention ops from
+	 * the host: titan/ops.h), an int32 a token each; m->alloc is the
+	 * host's on the CPU kernels' backends, a device's on CUDA, where they
+	 * are malloc'd (titan_llama_free frees them) */
+	if (m->o.block_causal) {
+		const int64_t nd = 2 * m->o.batch * m->o.seq;
+
+		b->doc_malloc = !cpu_kernels(m->be);
+		b->doc = b->doc_malloc ? malloc((size_t)nd * sizeof(int32_t))
+				       : (int32_t *)buf(m, nd, TITAN_MEM_DATA, TITAN_BUF_DOC_IDS);
+		if (!b->doc)
+			return titan_error(TITAN_E_NOMEM, "out of memory for the document ids");
+	}
 	if (!m->pl.st.last)
 		return 0;
 	b->xnf = buf(m, m->n * C, act, TITAN_BUF_FINAL_NORM);
@@ -802,8 +812,9 @@ int titan_llama_new(const struct titan_model_dims *d, const struct titan_llama_o
 				 "document boundaries (an EOS or BOS id; opts.doc_eos/doc_bos)");
 		goto fail;
 	}
-	/* the document mask is in the CPU kernels only (lib/cpu/attention.c) */
-	if (o->block_causal && !cpu_kernels(be)) {
+	/* the document mask: the CPU kernels' and the CUDA backend's attention
+	 * take document ids (titan/ops.h) */
+	if (o->block_causal && !cpu_kernels(be) && strcmp(be->ops->name, "cuda") != 0) {
 		rc = titan_error(TITAN_E_INVALID, "training.attn_mask_type: block_causal is not "
 				 "in the %s backend's attention; use training.device: cpu",
 				 be->ops->name);
@@ -987,6 +998,8 @@ void titan_llama_free(struct titan_llama *m)
 		free(m->pl.mb[k].x);
 		free(m->pl.mb[k].acts);
 		free(m->pl.mb[k].w);
+		if (m->pl.mb[k].doc_malloc)
+			free(m->pl.mb[k].doc);
 	}
 	free(m->pl.mb);
 	free(m->ac.whole);

@@ -125,11 +125,6 @@ int titan_trainer_open_backend(struct titan_trainer *t, const struct titan_train
 	if (c->training.enable_cpu_offload)
 		return titan_error(TITAN_E_UNSUPPORTED, "training.enable_cpu_offload: not with "
 				   "training.device: cuda");
-	/* the document mask is in the CPU attention kernels only */
-	if (c->training.attn_mask_type_e == TITAN_ATTN_MASK_BLOCK_CAUSAL)
-		return titan_error(TITAN_E_INVALID, "training.attn_mask_type: block_causal is not "
-				   "in the CUDA backend's attention; use training.device: cpu (or "
-				   "attn_mask_type: causal)");
 	/* QK-norm runs on existing ops (rmsnorm over head_dim rows), but the
 	 * Qwen3 block has not been checked against the CPU on a GPU yet */
 	if (t->dims.qk_norm)

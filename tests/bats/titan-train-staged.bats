@@ -123,20 +123,47 @@ PY
 	[ "$output" = "$want" ] || fail "staged: $output; unstaged: $want"
 }
 
-@test "training.device: cuda on 2 ranks is not refused by design: it opens the GPU as one rank does" {
-	local one
+# cuda_on_two NAME ARGS...: titan-train --training.device=cuda on 2 ranks
+# (metrics under $BATS_TEST_TMPDIR/NAME) is not refused by design: with a
+# GPU it trains (talking through the host), without one (or without CUDA)
+# each rank gives the 1-rank run's error
+cuda_on_two() {
+	local name=$1 one
+	shift
 	run titan-train -q --config "$DATA/tiny.yaml" --training.device=cuda \
 		--job.dump_folder="$BATS_TEST_TMPDIR/one"
 	one=$output
-	run run2 0 "$BATS_TEST_TMPDIR/two" --training.device=cuda \
-		--parallelism.tensor_parallel_degree=2
+	run run2 0 "$BATS_TEST_TMPDIR/$name" --training.device=cuda "$@"
 	refute_output --partial "trains on one rank"
+	refute_output --partial "block_causal is not"
+	refute_output --partial "no partial attention"
 	refute_crash
-	if [ "$status" -eq 0 ]; then # a GPU: trained, talking through the host
-		run -0 curve "$BATS_TEST_TMPDIR/two/metrics.jsonl"
+	if [ "$status" -eq 0 ]; then
+		run -0 curve "$BATS_TEST_TMPDIR/$name/metrics.jsonl"
 		[ "$(echo "$output" | wc -l)" -eq 3 ] || fail "3 steps expected: $output"
-	else # no GPU (or no CUDA): the 1-rank run's error, from each rank
+	else
 		[ -n "$one" ] || fail "one rank trained on cuda but two did not: $output"
 		assert_output --partial "${one#titan-train: }"
 	fi
+}
+
+@test "training.device: cuda on 2 ranks is not refused by design: it opens the GPU as one rank does" {
+	cuda_on_two two --parallelism.tensor_parallel_degree=2
+}
+
+@test "staged CP 2 under block_causal (all-gather, ring): bit for bit; on cuda not refused" {
+	# the CPU path of what CUDA ranks run: staged CP with document ids
+	same_staged --parallelism.context_parallel_degree=2 --training.attn_mask_type=block_causal
+	same_staged --parallelism.context_parallel_degree=2 --training.attn_mask_type=block_causal \
+		--parallelism.context_parallel_rotate_method=alltoall
+	# the CUDA backend has attention_part and the document mask: the
+	# config is valid, and titan-train refuses neither
+	run -0 titan-config --check --config "$DATA/tiny.yaml" --training.device=cuda \
+		--parallelism.context_parallel_degree=2 --training.attn_mask_type=block_causal
+	local rot
+	for rot in allgather alltoall; do
+		cuda_on_two "$rot" --parallelism.context_parallel_degree=2 \
+			--training.attn_mask_type=block_causal \
+			--parallelism.context_parallel_rotate_method="$rot"
+	done
 }

@@ -844,9 +844,9 @@ static void attention_case(const struct titan_attn_dims *d, uint64_t index, bool
 	const size_t nk = (size_t)(d->batch * d->seq * d->n_kv_heads * d->head_dim);
 	const size_t nl = (size_t)(d->batch * d->n_heads * d->seq);
 
-	begin_case("attention", index, "B=%lld T=%lld H=%lld Hkv=%lld D=%lld",
+	begin_case("attention", index, "B=%lld T=%lld H=%lld Hkv=%lld D=%lld%s",
 		   (long long)d->batch, (long long)d->seq, (long long)d->n_heads,
-		   (long long)d->n_kv_heads, (long long)d->head_dim);
+		   (long long)d->n_kv_heads, (long long)d->head_dim, d->doc ? " docs" : "");
 	float *q = FALLOC(nq), *k = FALLOC(nk), *v = FALLOC(nk), *dout = FALLOC(nq);
 	fill(q, nq, 1.0f);
 	fill(k, nk, 1.0f);
@@ -935,6 +935,315 @@ static void test_attention(void **state)
 			}
 	for (size_t i = 0; i < LEN(large) && g.large; i++)
 		attention_case(&large[i], index++, true);
+}
+
+/* ------------------------------------------ attention parts and documents */
+
+/* Ascending document ids: doc[i] for positions i < n of a sequence whose
+ * documents begin at random positions, about `ndocs` of them. */
+static void draw_docs(int32_t *doc, int64_t n, int ndocs)
+{
+	int32_t id = 0;
+
+	for (int64_t i = 0; i < n; i++) {
+		if (i > 0 && draw_below((uint32_t)n) < (uint32_t)ndocs)
+			id++;
+		doc[i] = id;
+	}
+}
+
+/* ‖got − want‖/‖want‖ over the finite elements of an lse; −inf (a row
+ * that sees no key) must be −inf on both sides. */
+static void check_lse_(const float *got, const float *want, size_t n, int line)
+{
+	float *g2 = FALLOC(n), *w2 = FALLOC(n);
+	size_t m = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		if (isinf(want[i]) || isinf(got[i])) {
+			if (got[i] != want[i])
+				fail_msg("line %d: %s: lse[%zu] = %g, cpu %g", line, g.label, i,
+					 (double)got[i], (double)want[i]);
+			continue;
+		}
+		g2[m] = got[i];
+		w2[m++] = want[i];
+	}
+	check_(m < n ? "lse (finite)" : "lse", g2, w2, m, TOL, 0.0, line);
+	free(g2);
+	free(w2);
+}
+#define check_lse(got, want, n) check_lse_(got, want, n, __LINE__)
+
+/* A part (struct titan_attn_part), or a merge of nblk of them: the keys
+ * [0, tk) cut into nblk blocks, run the later first (as the ring delivers
+ * them), the first without merge and the others with it; backward the
+ * same blocks, the first overwriting and the others accumulating.
+ * Document ids (ndocs > 0) of positions: key s at s, query t at t + diag,
+ * the queries' raised by `shift` (rows of other documents than any key's
+ * see none: out 0, lse −inf, no gradient); the rows' gaps (strides past
+ * tq, tk) hold ids that would decrease, and values that must survive. */
+struct part_case {
+	int64_t batch, tq, tk, q_stride, k_stride, h, hkv, d, diag;
+	int ndocs, shift, nblk;
+};
+
+static void part_case(const struct part_case *c, uint64_t index)
+{
+	const int64_t B = c->batch, kvw = c->hkv * c->d;
+	const size_t nq = (size_t)(B * c->q_stride * c->h * c->d);
+	const size_t nk = (size_t)(B * c->k_stride * kvw), nl = (size_t)(B * c->h * c->q_stride);
+	int32_t *qd = NULL, *kd = NULL;
+	struct titan_attn_part p[4];
+	int64_t k0[4];
+
+	assert_true(c->nblk >= 1 && c->nblk <= 4);
+	begin_case("attention_part", index, "B=%lld Tq=%lld/%lld Tk=%lld/%lld H=%lld Hkv=%lld "
+		   "D=%lld diag=%lld%s%s x%d", (long long)B, (long long)c->tq,
+		   (long long)c->q_stride, (long long)c->tk, (long long)c->k_stride,
+		   (long long)c->h, (long long)c->hkv, (long long)c->d, (long long)c->diag,
+		   c->ndocs ? " docs" : "", c->shift ? "+1" : "", c->nblk);
+	float *q = FALLOC(nq), *k = FALLOC(nk), *v = FALLOC(nk), *dout = FALLOC(nq);
+	float *out = FALLOC(nq), *lse = FALLOC(nl);
+	fill(q, nq, 1.0f);
+	fill(k, nk, 1.0f);
+	fill(v, nk, 1.0f);
+	fill(dout, nq, 1.0f);
+	fill(out, nq, 1.0f); /* what the gaps (and a first merge) must not lose */
+	fill(lse, nl, 1.0f);
+	if (c->ndocs) {
+		const int64_t off = c->diag < 0 ? -c->diag : 0;
+		const int64_t span = off + (c->tk > c->tq + c->diag ? c->tk : c->tq + c->diag) + 1;
+		int32_t *pos = (int32_t *)xmalloc((size_t)span * sizeof(int32_t));
+
+		qd = (int32_t *)xmalloc((size_t)(B * c->q_stride) * sizeof(int32_t));
+		kd = (int32_t *)xmalloc((size_t)(B * c->k_stride) * sizeof(int32_t));
+		for (int64_t b = 0; b < B; b++) {
+			draw_docs(pos, span, c->ndocs);
+			for (int64_t t = 0; t < c->q_stride; t++)
+				qd[b * c->q_stride + t] = t < c->tq ? pos[t + c->diag + off] + c->shift
+								     : -7 - (int32_t)t;
+			for (int64_t s0 = 0; s0 < c->k_stride; s0++)
+				kd[b * c->k_stride + s0] = s0 < c->tk ? pos[s0 + off] : -9 - (int32_t)s0;
+		}
+		free(pos);
+	}
+	for (int i = 0; i < c->nblk; i++) { /* block i: keys [k0, k1), the later first */
+		const int blk = c->nblk - 1 - i;
+		const int64_t a0 = c->tk * blk / c->nblk, a1 = c->tk * (blk + 1) / c->nblk;
+		const int64_t dg = c->diag - a0 < -c->tq ? -c->tq : c->diag - a0;
+
+		k0[i] = a0;
+		p[i] = (struct titan_attn_part){B, c->tq, a1 - a0, c->q_stride, c->k_stride, c->h,
+						c->hkv, c->d, dg, qd, kd ? kd + a0 : NULL};
+	}
+	float *q_ = dput(q, nq * 4), *k_ = dput(k, nk * 4), *v_ = dput(v, nk * 4);
+	float *dout_ = dput(dout, nq * 4), *out_ = dnew(nq * 4), *lse_ = dnew(nl * 4);
+	float *outc_ = dnew(nq * 4), *lsec_ = dnew(nl * 4);
+	float *dq_ = dnew(nq * 4), *dk_ = dnew(nk * 4), *dv_ = dnew(nk * 4);
+	float *cout = fdup(out, nq), *clse = fdup(lse, nl), *got = FALLOC(nq > nk ? nq : nk);
+	float *dq = FALLOC(nq), *dk = FALLOC(nk), *dv = FALLOC(nk);
+
+	for (int i = 0; i < c->nblk; i++)
+		CPU(g.cpu.ops->attention_part_fwd(&g.cpu, cout, clse, q, k + k0[i] * kvw,
+						  v + k0[i] * kvw, &p[i], i > 0));
+	dset(outc_, cout, nq * 4);
+	dset(lsec_, clse, nl * 4);
+	/* backward from zeros: what is not written stays 0 on both sides */
+	memset(dq, 0, nq * 4);
+	memset(dk, 0, nk * 4);
+	memset(dv, 0, nk * 4);
+	for (int i = 0; i < c->nblk; i++)
+		CPU(g.cpu.ops->attention_part_bwd(&g.cpu, dq, dk + k0[i] * kvw, dv + k0[i] * kvw,
+						  dout, q, k + k0[i] * kvw, v + k0[i] * kvw, cout,
+						  clse, &p[i], i > 0));
+
+	/* the part kernels are fp32 in every matmul mode: fp32, and bf16 */
+	for (int m = 0; m < NMODES; m += 2) {
+		struct titan_backend *be = &g.cu[m];
+
+		set_label(m == 0 ? NULL : mode_name[m]);
+		dset(out_, out, nq * 4);
+		dset(lse_, lse, nl * 4);
+		for (int i = 0; i < c->nblk; i++)
+			CU(be->ops->attention_part_fwd(be, out_, lse_, q_, k_ + k0[i] * kvw,
+						       v_ + k0[i] * kvw, &p[i], i > 0));
+		dget(got, out_, nq * 4);
+		check("out", got, cout, nq, TOL);
+		dget(got, lse_, nl * 4);
+		check_lse(got, clse, nl);
+
+		memset(got, 0, (nq > nk ? nq : nk) * 4);
+		dset(dq_, got, nq * 4);
+		dset(dk_, got, nk * 4);
+		dset(dv_, got, nk * 4);
+		for (int i = 0; i < c->nblk; i++)
+			CU(be->ops->attention_part_bwd(be, dq_, dk_ + k0[i] * kvw, dv_ + k0[i] * kvw,
+						       dout_, q_, k_ + k0[i] * kvw, v_ + k0[i] * kvw,
+						       outc_, lsec_, &p[i], i > 0));
+		dget(got, dq_, nq * 4);
+		check("dq", got, dq, nq, TOL);
+		dget(got, dk_, nk * 4);
+		check("dk", got, dk, nk, TOL);
+		dget(got, dv_, nk * 4);
+		check("dv", got, dv, nk, TOL);
+		if (c->nblk > 1)
+			continue;
+		/* accumulate onto what is there: the same terms once more */
+		float *dq2 = fdup(dq, nq), *dk2 = fdup(dk, nk), *dv2 = fdup(dv, nk);
+
+		CPU(g.cpu.ops->attention_part_bwd(&g.cpu, dq2, dk2, dv2, dout, q, k, v, cout, clse,
+						  &p[0], true));
+		CU(be->ops->attention_part_bwd(be, dq_, dk_, dv_, dout_, q_, k_, v_, outc_, lsec_,
+					       &p[0], true));
+		dget(got, dq_, nq * 4);
+		check("dq (accumulate)", got, dq2, nq, TOL);
+		dget(got, dk_, nk * 4);
+		check("dk (accumulate)", got, dk2, nk, TOL);
+		dget(got, dv_, nk * 4);
+		check("dv (accumulate)", got, dv2, nk, TOL);
+		free(dq2), free(dk2), free(dv2);
+	}
+	dfree(q_), dfree(k_), dfree(v_), dfree(dout_), dfree(out_), dfree(lse_), dfree(outc_);
+	dfree(lsec_), dfree(dq_), dfree(dk_), dfree(dv_);
+	free(q), free(k), free(v), free(dout), free(out), free(lse), free(cout), free(clse);
+	free(got), free(dq), free(dk), free(dv), free(qd), free(kd);
+}
+
+/* attention_part_fwd/bwd (context parallelism's blocks) against the CPU's:
+ * whole causal squares; CP's all-gather parts (query chunks r and
+ * 2·cp − 1 − r of a rank against the whole sequence) and ring steps (its
+ * own block, an earlier rank's, a later rank's) at cp 2, 3 and 4; uneven
+ * sizes with strides, negative, partial and past-the-end diagonals; merges
+ * of 2 to 4 key blocks; GQA, head dims 16 to 128, with and without
+ * document ids. */
+static void test_attention_part(void **state)
+{
+	static const int64_t ds[] = {16, 32, 64, 128}, ts[] = {1, 37, 64, 130}, tds[] = {37, 256};
+	uint64_t index = 0;
+
+	(void)state;
+	need_gpu();
+	if (!g.cu[0].ops->attention_part_fwd || !g.cu[0].ops->attention_part_bwd)
+		fail_msg("the CUDA backend has no attention_part_fwd/bwd");
+	for (size_t ti = 0; ti < LEN(ts); ti++)
+		for (size_t di = 0; di < LEN(ds); di++) {
+			const struct part_case c = {2, ts[ti], ts[ti], ts[ti], ts[ti], 4, 2, ds[di],
+						    0, 0, 0, 1};
+
+			part_case(&c, index++);
+		}
+	for (size_t ti = 0; ti < LEN(tds); ti++)
+		for (size_t di = 0; di < LEN(ds); di++) {
+			const struct part_case c = {2, tds[ti], tds[ti], tds[ti], tds[ti], 4, 1,
+						    ds[di], 0, 4, 0, 1};
+
+			part_case(&c, index++);
+		}
+	for (int cp = 2; cp <= 4; cp++)
+		for (int r = 0; r < cp; r++) {
+			const int64_t half = 24, tl = 2 * half, t = tl * cp;
+
+			for (int i = 0; i < 2; i++) { /* all-gather: chunk i of rank r */
+				const int64_t chunk = i ? 2 * cp - 1 - r : r;
+				const struct part_case c = {2, half, t, tl, t, 4, 1, 64, chunk * half,
+							    (r + i) % 2 ? 3 : 0, 0, 1};
+
+				part_case(&c, index++);
+			}
+			/* ring: the own block, an earlier rank's (first half of the
+			 * keys, every query), a later one's (second half of the
+			 * queries, every key) */
+			const struct part_case own = {2, tl, tl, tl, tl, 8, 2, 32, 0, r % 2 * 3, 0, 1};
+			const struct part_case early = {2, tl, half, tl, tl, 8, 2, 32, half,
+							r % 2 * 3, 0, 1};
+			const struct part_case late = {2, half, tl, tl, tl, 8, 2, 32, tl, r % 2 * 3,
+						       r % 2, 1};
+
+			part_case(&own, index++);
+			part_case(&early, index++);
+			part_case(&late, index++);
+		}
+	static const struct part_case odd[] = {
+		{1, 37, 70, 45, 80, 6, 3, 40, -5, 0, 0, 1},
+		{1, 37, 70, 45, 80, 6, 3, 40, -37, 0, 0, 1},  /* sees nothing */
+		{1, 37, 70, 45, 80, 6, 3, 40, 20, 5, 0, 1},
+		{1, 37, 70, 45, 80, 6, 3, 40, 1000, 5, 1, 1}, /* clamped to tk */
+		{2, 37, 70, 45, 80, 2, 1, 128, 33, 5, 1, 1},
+		{2, 70, 0, 70, 4, 2, 1, 16, 0, 0, 0, 1},      /* no keys */
+		{2, 0, 70, 3, 70, 2, 1, 16, 0, 0, 0, 1},      /* no queries */
+		{3, 100, 1, 100, 1, 3, 3, 8, 99, 0, 0, 1},
+	};
+	for (size_t i = 0; i < LEN(odd); i++)
+		part_case(&odd[i], index++);
+	for (int nb = 2; nb <= 4; nb++) {
+		const struct part_case m[] = {
+			{2, 130, 130, 130, 130, 4, 2, 64, 0, 0, 0, nb},
+			{2, 130, 200, 140, 210, 4, 2, 16, 70, 6, 0, nb},
+			{1, 70, 140, 70, 140, 2, 1, 128, 70, 4, 1, nb},
+		};
+		for (size_t i = 0; i < LEN(m); i++)
+			part_case(&m[i], index++);
+	}
+}
+
+/* attention_fwd/bwd with document ids (block_causal) against the CPU's:
+ * one document (the causal op's result), several, a document per token;
+ * then ids that decrease and ids of one side only are refused as on the
+ * CPU. */
+static void test_attention_docs(void **state)
+{
+	static const int64_t ts[] = {1, 37, 130, 256}, ds[] = {16, 64, 128};
+	static const int ndocs[] = {0, 5, 1000};
+	uint64_t index = 1000;
+
+	(void)state;
+	need_gpu();
+	for (size_t ti = 0; ti < LEN(ts); ti++)
+		for (size_t di = 0; di < LEN(ds); di++)
+			for (size_t ni = 0; ni < LEN(ndocs); ni++) {
+				const int64_t b = 2, t = ts[ti];
+				int32_t *doc = (int32_t *)xmalloc((size_t)(b * t) * sizeof(int32_t));
+				const struct titan_attn_dims d = {b, t, 4 << (ni % 2), 2, ds[di], doc};
+
+				titan_rng_init(&g.rng, g.seed, titan_rng_stream_id("docs", index));
+				g.draw = 0;
+				for (int64_t r = 0; r < b; r++)
+					draw_docs(doc + r * t, t, ndocs[ni]);
+				attention_case(&d, index++, false);
+				free(doc);
+			}
+	if (g.large) {
+		int32_t *doc = (int32_t *)xmalloc(2 * 2048 * sizeof(int32_t));
+		const struct titan_attn_dims d = {2, 2048, 32, 8, 64, doc};
+
+		titan_rng_init(&g.rng, g.seed, titan_rng_stream_id("docs", index));
+		g.draw = 0;
+		draw_docs(doc, 2048, 8);
+		draw_docs(doc + 2048, 2048, 8);
+		attention_case(&d, index++, false);
+		free(doc);
+	}
+
+	/* refused as on the CPU, naming the ids */
+	static const int32_t down[] = {0, 0, 1, 0};
+	const struct titan_attn_dims bad = {1, 4, 2, 2, 16, down};
+	const struct titan_attn_part one_side = {1, 4, 4, 4, 4, 2, 2, 16, 0, down, NULL};
+	float *x_ = dnew(4 * 2 * 16 * 4), *l_ = dnew(2 * 4 * 4);
+
+	begin_case("attention_docs", index, "bad ids");
+	titan_error_clear();
+	assert_int_equal(g.cu[0].ops->attention_fwd(&g.cu[0], x_, l_, x_, x_, x_, &bad),
+			 TITAN_E_INVALID);
+	assert_non_null(strstr(titan_errmsg(), "document ids decrease"));
+	assert_int_equal(g.cu[0].ops->attention_bwd(&g.cu[0], x_, x_, x_, x_, x_, x_, x_, x_,
+						    l_, &bad), TITAN_E_INVALID);
+	assert_int_equal(g.cu[0].ops->attention_part_fwd(&g.cu[0], x_, l_, x_, x_, x_,
+							 &one_side, false), TITAN_E_INVALID);
+	assert_int_equal(g.cu[0].ops->attention_part_bwd(&g.cu[0], x_, x_, x_, x_, x_, x_, x_, x_,
+							 l_, &one_side, false), TITAN_E_INVALID);
+	titan_error_clear();
+	dfree(x_), dfree(l_);
 }
 
 /* -------------------------------------------------------- classifier_ce */
@@ -1546,6 +1855,8 @@ int main(void)
 		cmocka_unit_test(test_rope),
 		cmocka_unit_test(test_swiglu),
 		cmocka_unit_test(test_attention),
+		cmocka_unit_test(test_attention_part),
+		cmocka_unit_test(test_attention_docs),
 		cmocka_unit_test(test_classifier_ce),
 		cmocka_unit_test(test_adamw),
 		cmocka_unit_test(test_sumsq),
