@@ -327,11 +327,10 @@ PY
 	[[ $stderr == *"holds another model than the config's: every_n_layers_nope 2 there, 3 in the config (model.every_n_layers_nope)"* ]]
 }
 
-@test "titan-estimate: a llama4 model's estimate is its metrics to the byte" {
-	local o=$BATS_TEST_TMPDIR/e
-	run -0 titan-train -q --threads 1 --config "$DATA/l4.yaml" --training.steps=2 --job.dump_folder="$o"
-	titan-estimate --config "$DATA/l4.yaml" --training.steps=2 --device cpu --threads 1 --json > "$o/est.json"
-	run -0 /usr/bin/python3 - "$o" <<'PY'
+# est_is_metrics DIR: DIR/est.json's peak (start-up included) and bytes by
+# tag, and its step's peak, are those of DIR/metrics.jsonl, to the byte
+est_is_metrics() {
+	/usr/bin/python3 - "$1" <<'PY'
 import json, sys
 o = sys.argv[1]
 rows = [json.loads(l) for l in open(o + "/metrics.jsonl")]
@@ -341,6 +340,13 @@ for tag, v in rows[0]["memory_peak_by_tag"].items():
     assert er["at_peak"].get(tag, 0) == v, (tag, v, er["at_peak"])
 assert rows[1]["memory_peak_bytes"] == er["step_peak_bytes"], (rows[1]["memory_peak_bytes"], er["step_peak_bytes"])
 PY
+}
+
+@test "titan-estimate: a llama4 model's estimate is its metrics to the byte" {
+	local o=$BATS_TEST_TMPDIR/e
+	run -0 titan-train -q --threads 1 --config "$DATA/l4.yaml" --training.steps=2 --job.dump_folder="$o"
+	titan-estimate --config "$DATA/l4.yaml" --training.steps=2 --device cpu --threads 1 --json > "$o/est.json"
+	run -0 est_is_metrics "$o"
 	run -0 --separate-stderr titan-estimate --config "$DATA/l4.yaml" --device cpu --threads 1
 	assert_line --partial "model     Llama 4 debugmodel:"
 	assert_line --regexp "^moe       4 experts \(top 1, 1 shared, hidden 96\) in 2 of 4 blocks"
@@ -477,15 +483,10 @@ sys.exit(0 if d > 1e-3 else 1)' "$@"
 		--job.dump_folder="$o"
 	titan-estimate --config "$DATA/l4.yaml" "${c[@]}" --training.steps=2 --device cpu --threads 1 \
 		--json > "$o/est.json"
+	run -0 est_is_metrics "$o"
 	run -0 /usr/bin/python3 - "$o" <<'PY'
 import json, sys
-o = sys.argv[1]
-rows = [json.loads(l) for l in open(o + "/metrics.jsonl")]
-er = json.load(open(o + "/est.json"))["ranks"][0]
-assert rows[0]["memory_peak_bytes"] == er["peak_bytes"], (rows[0]["memory_peak_bytes"], er["peak_bytes"])
-for tag, v in rows[0]["memory_peak_by_tag"].items():
-    assert er["at_peak"].get(tag, 0) == v, (tag, v, er["at_peak"])
-assert rows[1]["memory_peak_bytes"] == er["step_peak_bytes"], (rows[1]["memory_peak_bytes"], er["step_peak_bytes"])
+er = json.load(open(sys.argv[1] + "/est.json"))["ranks"][0]
 # sequence order and CP's local order, an int32 a token each, of the 2 x 16 microbatch
 for name in ("chunked attention: the RoPE blocks' chunk ids", "block_causal: document ids"):
     it = [i for i in er["items"] if i["name"] == name]

@@ -51,6 +51,7 @@ import llama_ref as L
 import moe_ref as M
 
 DOCS = None  # [B, T] document ids of the current batch (--mask block_causal)
+BLOCK = None  # the fixed block size of the attention being run (None: none)
 
 
 @dataclass
@@ -91,10 +92,12 @@ def moe_hidden(a: Llama4Args, moe: dict) -> int:
     return h
 
 
-def sdpa_masked(q, k, v, block=None):
+def sdpa_masked(q, k, v):
     """softmax(q·kᵀ/√D + mask)·v, the mask causal, and-ed with the same
-    document (DOCS) and, given a block size, the same fixed block of the
-    sequence's positions.  q, k, v [B,H,T,D]."""
+    document (DOCS) and, with a block size (BLOCK), the same fixed block
+    of the sequence's positions.  q, k, v [B,H,T,D]; llama_ref's
+    Attention calls it in place of its sdpa_causal (build)."""
+    block = BLOCK
     T, D = q.shape[-2], q.shape[-1]
     scores = torch.matmul(q, k.transpose(-2, -1)) * (1.0 / math.sqrt(D))
     mask = torch.ones(T, T, dtype=torch.bool).tril()[None, None]
@@ -121,18 +124,12 @@ class IRoPEAttention(L.Attention):
         return super().rotate(xq, xk, freqs_cis) if self.use_rope else (xq, xk)
 
     def forward(self, x, freqs_cis):
-        bs, seqlen, _ = x.shape
-        xq, xk, xv = self.wq(x), self.wk(x), self.wv(x)
-        xq = xq.view(bs, seqlen, -1, self.head_dim)
-        xk = xk.view(bs, seqlen, -1, self.head_dim)
-        xv = xv.view(bs, seqlen, -1, self.head_dim)
-        xq, xk = self.rotate(xq, xk, freqs_cis)
-        keys = L.repeat_kv(xk, self.n_rep)
-        values = L.repeat_kv(xv, self.n_rep)
-        out = sdpa_masked(xq.transpose(1, 2), keys.transpose(1, 2), values.transpose(1, 2),
-                          self.block)
-        out = out.transpose(1, 2).contiguous().view(bs, seqlen, -1)
-        return self.wo(out)
+        global BLOCK
+        BLOCK = self.block
+        try:
+            return super().forward(x, freqs_cis)
+        finally:
+            BLOCK = None
 
 
 class Llama4Model(L.Transformer):
@@ -150,6 +147,7 @@ def build(a: Llama4Args, moe: dict):
         n = a.every_n_layers_nope
         if n is not None:  # the same slot: the order stays
             blk.attention = IRoPEAttention(a, i % n != 0)
+            L.sdpa_causal = sdpa_masked  # Attention.forward looks it up per call
         model.layers[str(i)] = blk
     return model, moe
 
@@ -184,8 +182,7 @@ def main():
     on_batch = None
     if o.mask == "block_causal":
         _, eos = BC.read_shard(sorted(glob.glob(f"{o.shards}/train-*.tok"))[0])
-        # a model without iRoPE: every block's attention the document mask
-        L.sdpa_causal = lambda q, k, v: sdpa_masked(q, k, v)
+        L.sdpa_causal = sdpa_masked  # a model without iRoPE too
 
         def on_batch(inp):
             global DOCS
