@@ -6,6 +6,7 @@
  */
 #include "ckpt_impl.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -63,29 +64,35 @@ int titan_hf_export_ckpt(const char *path, const char *outdir, const struct tita
 }
 
 int titan_hf_write_ckpt(const struct titan_hf_model *m, const char *out, enum titan_ckpt_dtype dtype,
-			titan_ckpt_tensor_fn on_tensor, void *ctx)
+			bool expert_bias, titan_ckpt_tensor_fn on_tensor, void *ctx)
 {
 	const struct titan_param_table *t = titan_hf_table(m);
+	struct titan_model_dims d = t->dims;
 	struct titan_ckpt_writer *w = NULL;
 	char *config = NULL;
 	float *buf = NULL;
 	int64_t biggest = 1;
 	int rc;
 
+	if (!expert_bias) /* a MoE without load balancing */
+		d.moe.load_balance_coeff = NAN;
+
 	for (int i = 0; i < t->n; i++)
 		if (t->params[i].numel > biggest)
 			biggest = t->params[i].numel;
-	if (!(config = titan_ckpt_config_for_dims(&t->dims)))
+	if (!(config = titan_ckpt_config_for_dims(&d)))
 		return titan_error_last()->code;
 	if (!(buf = malloc((size_t)biggest * sizeof(float)))) {
 		rc = titan_error(TITAN_E_NOMEM, "out of memory");
 		goto done;
 	}
-	if ((rc = titan_ckpt_writer_open(out, &t->dims, config, &w)) < 0)
+	if ((rc = titan_ckpt_writer_open(out, &d, config, &w)) < 0)
 		goto done;
 	for (int i = 0; i < t->n && rc == 0; i++) {
 		const struct titan_param *p = &t->params[i];
 
+		if (!expert_bias && p->role == TITAN_PARAM_MOE_EXPERT_BIAS)
+			continue;
 		if (on_tensor)
 			on_tensor(ctx, (uint64_t)p->numel * (uint64_t)titan_ckpt_dtype_size(dtype));
 		if ((rc = titan_hf_read(m, p, buf)) == 0)

@@ -180,8 +180,8 @@ static const struct cfg_entry schema[] = {
 	K(model, every_n_layers_nope, INT, "0", GE(0), NULL, 0,
 	  "llama4 iRoPE: block i (from 0) has no RoPE when i % n == 0; 0 = RoPE everywhere"),
 	K(model, fixed_attn_block_size, INT, "8192", GE(1), NULL, 0,
-	  "llama4 iRoPE: the RoPE blocks attend within chunks of this many tokens (titan "
-	  "refuses training.seq_len above it)"),
+	  "llama4 iRoPE: the RoPE blocks attend within fixed chunks of this many positions "
+	  "(with NoPE blocks, every_n_layers_nope)"),
 
 	/* optimizer */
 	KE(optimizer, name, TITAN_OPTIMIZERS, titan_optimizer, "AdamW", "optimizer"),

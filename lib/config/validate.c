@@ -68,8 +68,6 @@ static int check_moe(const struct titan_config *c)
 		const char *key;
 	} no[] = {
 		{ c->training.device_e == TITAN_DEVICE_CUDA, "training.device" },
-		{ c->checkpoint.initial_load_in_hf, "checkpoint.initial_load_in_hf" },
-		{ c->checkpoint.last_save_in_hf, "checkpoint.last_save_in_hf" },
 	};
 
 	if (c->model.moe_num_experts <= 0)
@@ -83,6 +81,14 @@ static int check_moe(const struct titan_config *c)
 			FAIL("%s: not supported with a mixture of experts yet "
 			     "(model.moe_num_experts %" PRId64 ")", no[i].key,
 			     c->model.moe_num_experts);
+	/* HF has the MoE of Qwen3 MoE, DeepSeek-V3 and Llama 4 (lib/ckpt/hf.c),
+	 * not one of a llama3 */
+	if (c->model.name_e == TITAN_MODEL_NAME_LLAMA3 &&
+	    (c->checkpoint.initial_load_in_hf || c->checkpoint.last_save_in_hf))
+		FAIL("%s: a mixture of experts with model.name llama3 has no HF architecture "
+		     "(titan converts Qwen3 MoE, DeepSeek-V3 and Llama 4: model.name qwen3, "
+		     "deepseek_v3 or llama4)", c->checkpoint.initial_load_in_hf ?
+		     "checkpoint.initial_load_in_hf" : "checkpoint.last_save_in_hf");
 	return titan_config_check_moe_layout(
 		c->model.moe_num_experts, c->model.moe_inter_dim,
 		c->parallelism.tensor_parallel_degree, c->parallelism.expert_parallel_degree,

@@ -355,9 +355,13 @@ static int dry_step(struct titan_engine *e, const struct titan_est_opts *o, int6
 
 /* The engine of the layout with sequences of seq_len tokens, built; with
  * `step` one step run.  The model's buffer plan is copied to out. */
-static int dry(const struct titan_model_dims *dims, const struct titan_est_opts *full,
+static int dry(const struct titan_model_dims *model, const struct titan_est_opts *full,
 	       int64_t seq_len, bool step, struct est_dry *out)
 {
+	struct titan_model_dims chunked = *model;
+	/* Llama 4's chunk ids, as block_causal's document ids below: in the
+	 * plan, not written by a step (no chunk past its sequence) */
+	const struct titan_model_dims *dims = &chunked;
 	struct titan_est_opts opts = *full;
 	const struct titan_est_opts *o = &opts;
 	struct dry d = {.max = out->fsdp};
@@ -386,6 +390,8 @@ static int dry(const struct titan_model_dims *dims, const struct titan_est_opts 
 
 	memset(out, 0, sizeof(*out));
 	opts.seq_len = seq_len;
+	if (step && chunked.attn_chunk < seq_len)
+		chunked.attn_chunk = seq_len;
 	/* a MoE's router, slot sort and row moves run on the host
 	 * (lib/train/moe.c), over the blocks of a sequence of 2·cp·tp tokens
 	 * (est_dry_fsdp): its dry run maps its blocks, unguarded.  So does

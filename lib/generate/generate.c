@@ -39,6 +39,11 @@ struct titan_generator {
 	uint32_t *ids;           /* [batch] */
 	int32_t *doc;            /* block_causal: document id per position [capacity] */
 	int64_t doc_eos;         /* ... ending at this id; -1: one document */
+	/* Llama 4's chunked attention (a capacity past fixed_attn_block_size
+	 * `chunk`; 0: none): the RoPE blocks' ids per position [capacity],
+	 * doc + p / chunk (train/cp.h titan_cp_chunk_ids) */
+	int32_t *cid;
+	int64_t chunk;
 	int32_t prev;            /* the token at pos - 1 */
 	struct titan_sp sp;      /* the identity; n = a chunk's tokens */
 	struct titan_attn_kv kva;
@@ -172,13 +177,6 @@ int titan_generator_new(const struct titan_param_table *t, const float *params,
 	if (o->capacity < 1 || o->batch < 0)
 		return titan_error(TITAN_E_INVALID, "generator: capacity %lld must be >= 1 and "
 				   "batch %lld >= 0", (long long)o->capacity, (long long)o->batch);
-	/* Llama 4's RoPE layers attend within fixed blocks (training refuses
-	 * sequences longer than one, lib/model): so does generation */
-	if (d->nope_every > 0 && o->capacity > d->attn_chunk)
-		return titan_error(TITAN_E_INVALID, "generator: %lld positions exceed the checkpoint's "
-				   "fixed_attn_block_size %lld: chunked attention on the RoPE "
-				   "layers (llama4) is not supported", (long long)o->capacity,
-				   (long long)d->attn_chunk);
 	if (!(g = calloc(1, sizeof(*g))))
 		return titan_error(TITAN_E_NOMEM, "out of memory");
 	g->t = t;
@@ -214,11 +212,14 @@ int titan_generator_new(const struct titan_param_table *t, const float *params,
 	    !(g->scores = galloc(g, (int64_t)g->nthreads * (g->capacity + d->head_dim) * 4, ws)) ||
 	    !(g->ids = galloc(g, B * 4, TITAN_MEM_DATA)) ||
 	    (o->block_causal && !(g->doc = galloc(g, g->capacity * 4, TITAN_MEM_DATA))) ||
+	    (d->nope_every > 1 && g->capacity > d->attn_chunk &&
+	     !(g->cid = galloc(g, g->capacity * 4, TITAN_MEM_DATA))) ||
 	    (d->qk_norm && !(g->k0 = galloc(g, B * g->kv * 4, ws))))
 		goto fail;
 	if ((rc = moe_init(g)) < 0 || (rc = mla_init(g)) < 0)
 		goto fail;
 	g->doc_eos = o->doc_eos;
+	g->chunk = g->cid ? d->attn_chunk : 0;
 	if ((rc = titan_rope_freqs(g->freqs, g->capacity, d->head_dim, d->rope_theta,
 				   d->rope_scaling ? &sc : NULL)) < 0 ||
 	    (rc = titan_sp_init(&g->sp, be, NULL, B, C, d->vocab_size, 0, d->vocab_size, 0, false,
@@ -310,6 +311,9 @@ static int chunk_fwd(struct titan_generator *g, int64_t n)
 				w.w[r] = W(g, (enum titan_param_role)r, l);
 		k.moe = titan_model_layer_is_moe(d, l) ? &g->moe : NULL;
 		k.nope = titan_model_layer_nope(d, l); /* its cache holds k unrotated */
+		/* Llama 4's RoPE blocks see their chunk only: keys before it are
+		 * another document's */
+		g->kva.doc = g->cid && !k.nope ? g->cid : g->doc;
 		a.k = g->kc[l] + p0 * g->kv;
 		a.v = g->vc[l] + p0 * g->kv;
 		g->kva.kc = g->kc[l];
@@ -346,6 +350,11 @@ int titan_generator_forward(struct titan_generator *g, const int32_t *tokens, in
 
 				g->doc[p] = p ? g->doc[p - 1] + (g->prev == g->doc_eos) : 0;
 				g->prev = tokens[c0 + i];
+			}
+			if (g->cid) {
+				const int64_t p = g->pos + i;
+
+				g->cid[p] = (int32_t)((g->doc ? g->doc[p] : 0) + p / g->chunk);
 			}
 		}
 		CK(chunk_fwd(g, m));

@@ -313,15 +313,6 @@ static int irope_from_config(const struct titan_config *cfg, struct titan_model_
 	if (n == 1)
 		return titan_error(TITAN_E_INVALID, "model.every_n_layers_nope: must be greater "
 				   "than 1 (0: RoPE in every block)");
-	/* torchtitan's RoPE blocks attend within fixed blocks (flex attention's
-	 * get_fixed_block_mask_mod); titan's kernels have no such mask: a
-	 * sequence no longer than the block is the same attention */
-	if (n > 0 && cfg->training.seq_len > d->attn_chunk)
-		return titan_error(TITAN_E_INVALID, "model.fixed_attn_block_size: %lld is below "
-				   "training.seq_len %lld: chunked attention on the RoPE layers "
-				   "is not supported (titan's attention kernels have no local "
-				   "block mask); set it to at least the sequence length",
-				   (long long)d->attn_chunk, (long long)cfg->training.seq_len);
 	if (d->family == TITAN_MODEL_NAME_LLAMA4 && d->qk_norm)
 		return titan_error(TITAN_E_INVALID, "model.qk_norm: torchtitan's Llama 4 has no "
 				   "QK-norm (HF's use_qk_norm, a weightless L2 norm, is not "

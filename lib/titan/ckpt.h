@@ -763,9 +763,13 @@ int titan_hf_export_ckpt(const char *path, const char *outdir,
 			 const struct titan_hf_export_opts *o);
 /* The HF model m as the model-only checkpoint `out` (every tensor in
  * dtype, the config YAML of titan_ckpt_config_for_dims), written
- * atomically. */
+ * atomically.  A MoE's expert_bias (DeepSeek-V3's e_score_correction_bias,
+ * zeros for the families whose HF model has none) only with
+ * `expert_bias`; without, the file's model has no load balancing
+ * (moe_load_balance_coeff null). */
 int titan_hf_write_ckpt(const struct titan_hf_model *m, const char *out,
-			enum titan_ckpt_dtype dtype, titan_ckpt_tensor_fn on_tensor, void *ctx);
+			enum titan_ckpt_dtype dtype, bool expert_bias,
+			titan_ckpt_tensor_fn on_tensor, void *ctx);
 
 /* ===================================================================== GGUF */
 

@@ -55,8 +55,9 @@ struct titan_model_dims {
 	} moe;
 	/* Llama 4's iRoPE (torchtitan's every_n_layers_nope, 0: none): block i
 	 * has no RoPE when i % nope_every == 0; the RoPE blocks attend within
-	 * chunks of attn_chunk tokens (fixed_attn_block_size), which titan
-	 * only takes where no sequence is longer (a chunk is then causal) */
+	 * chunks of attn_chunk positions (fixed_attn_block_size, torchtitan's
+	 * flex attention's get_fixed_block_mask_mod), the NoPE blocks over
+	 * the whole sequence */
 	int64_t nope_every, attn_chunk;
 };
 

@@ -262,6 +262,18 @@ int titan_cp_alloc(struct titan_cp *cp, titan_cp_buf_fn buf, void *ctx, float *f
 	return rc;
 }
 
+/* Under CP, every rank's local order of the ids [batch, seq] into lids
+ * [size][batch, tl] (nothing without CP or lids). */
+static void local_ids(const struct titan_cp *cp, const int32_t *ids, int32_t *lids)
+{
+	const int64_t T = cp->seq;
+
+	for (int r = 0; lids && cp->comm && r < cp->size; r++)
+		for (int64_t b = 0; b < cp->batch; b++)
+			for (int64_t t = 0; t < cp->tl; t++)
+				lids[r * cp->n + b * cp->tl + t] = ids[b * T + cp_pos(cp, r, t)];
+}
+
 void titan_cp_docs(const struct titan_cp *cp, const int32_t *inputs, int64_t eos, int64_t bos,
 		   int32_t *doc, int32_t *ldoc)
 {
@@ -275,10 +287,18 @@ void titan_cp_docs(const struct titan_cp *cp, const int32_t *inputs, int64_t eos
 		for (int64_t t = 1; t < T; t++)
 			d[t] = d[t - 1] + (eos >= 0 ? in[t - 1] == eos : in[t] == bos);
 	}
-	for (int r = 0; ldoc && cp->comm && r < cp->size; r++)
-		for (int64_t b = 0; b < cp->batch; b++)
-			for (int64_t t = 0; t < cp->tl; t++)
-				ldoc[r * cp->n + b * cp->tl + t] = doc[b * T + cp_pos(cp, r, t)];
+	local_ids(cp, doc, ldoc);
+}
+
+void titan_cp_chunk_ids(const struct titan_cp *cp, const int32_t *doc, int64_t chunk,
+			int32_t *cid, int32_t *lcid)
+{
+	const int64_t T = cp->seq;
+
+	for (int64_t b = 0; b < cp->batch; b++)
+		for (int64_t t = 0; t < T; t++)
+			cid[b * T + t] = (int32_t)((doc ? doc[b * T + t] : 0) + t / chunk);
+	local_ids(cp, cid, lcid);
 }
 
 /* From the closed form (cp->pos is the backend's copy). */

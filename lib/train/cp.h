@@ -79,6 +79,16 @@ int titan_cp_alloc(struct titan_cp *cp, titan_cp_buf_fn buf, void *ctx, float *f
  * into ldoc [size][batch, tl] (NULL without CP). */
 void titan_cp_docs(const struct titan_cp *cp, const int32_t *inputs, int64_t eos, int64_t bos,
 		   int32_t *doc, int32_t *ldoc);
+/* Llama 4's chunked attention (its RoPE blocks, fixed_attn_block_size
+ * `chunk`): ids [batch, seq] that change every `chunk` positions and, with
+ * document ids `doc` (block_causal; NULL: none), at every document
+ * boundary: doc[b, t] + t / chunk, both terms non-decreasing, so two
+ * tokens share an id exactly when they share the chunk and the document
+ * (torchtitan's and_masks of the fixed-block and document masks); the
+ * attention takes them as document ids.  Under CP their local order into
+ * lcid as titan_cp_docs. */
+void titan_cp_chunk_ids(const struct titan_cp *cp, const int32_t *doc, int64_t chunk,
+			int32_t *cid, int32_t *lcid);
 /* The index in a microbatch [batch, seq] of local token i (i itself
  * without CP). */
 int64_t titan_cp_token(const struct titan_cp *cp, int64_t i);

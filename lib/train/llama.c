@@ -55,6 +55,8 @@ struct mb {
 	int32_t *doc;      /* block_causal, host: document ids [batch, seq], then
 			      under CP every rank's local order (cp.h's doc, ldoc) */
 	bool doc_malloc;   /* doc is malloc's, not m->alloc's (a device backend) */
+	int32_t *cid;      /* chunked attention, host: the RoPE blocks' ids, as doc
+			      (titan_cp_chunk_ids) */
 };
 
 /* Activation checkpointing (titan/train.h's titan_ac_mode): per block,
@@ -123,6 +125,10 @@ struct titan_llama {
 	int64_t H, Hkv, F, nl;
 	struct titan_sp sp;   /* sequence/tensor-parallel moves (tp.h) */
 	struct titan_cp cp;   /* attention, tokens' places (cp.h) */
+	/* Llama 4's chunked attention: the RoPE blocks attend within chunks
+	 * of this many positions (fixed_attn_block_size, where a sequence is
+	 * longer and there are NoPE blocks); 0: none */
+	int64_t chunk;
 	/* mixture of experts (moe.h): the blocks' shared geometry, backward
 	 * scratch, and tokens per expert [n_layers][num_experts] counted by
 	 * the training forwards since the last titan_llama_moe_balance */
@@ -271,6 +277,7 @@ static const char *const role_name[TITAN_BUF_NROLES] = {
 	[TITAN_BUF_ZB_ONES] = "ZB: ones (weight pass of the norms)",
 	[TITAN_BUF_TOKEN_IDS] = "token ids",
 	[TITAN_BUF_DOC_IDS] = "block_causal: document ids",
+	[TITAN_BUF_CHUNK_IDS] = "chunked attention: the RoPE blocks' chunk ids",
 	[TITAN_BUF_SCRATCH] = "backward scratch",
 	[TITAN_BUF_MOE_ROUTER] = "MoE router: scores, gate values, choices, slot order",
 	[TITAN_BUF_MOE_EXPERTS] = "MoE experts: routed rows, hidden, outputs; shared experts",
@@ -512,6 +519,11 @@ static int alloc_mb(struct titan_llama *m, struct mb *b)
 		if (!b->doc)
 			return titan_error(TITAN_E_NOMEM, "out of memory for the document ids");
 	}
+	/* chunked attention: the RoPE blocks' ids, alike (the CPU kernels
+	 * only: other backends are refused) */
+	if (m->chunk && !(b->cid = (int32_t *)buf(m, 2 * m->o.batch * m->o.seq, TITAN_MEM_DATA,
+						  TITAN_BUF_CHUNK_IDS)))
+		return TITAN_E_NOMEM;
 	if (!m->pl.st.last)
 		return 0;
 	b->xnf = buf(m, m->n * C, act, TITAN_BUF_FINAL_NORM);
@@ -822,6 +834,20 @@ int titan_llama_new(const struct titan_model_dims *d, const struct titan_llama_o
 	}
 	if (titan_model_mla(d) && (rc = mla_refusals(o, be)) < 0)
 		goto fail;
+	/* torchtitan's Llama 4 (flex attention): the RoPE blocks and-ed with
+	 * get_fixed_block_mask_mod; a sequence no longer than the block is
+	 * causal there.  As document ids: the CPU kernels' */
+	if (d->nope_every > 1 && o->seq > d->attn_chunk) {
+		m->chunk = d->attn_chunk;
+		if (!cpu_kernels(be)) {
+			rc = titan_error(TITAN_E_INVALID, "model.fixed_attn_block_size: %lld below "
+					 "training.seq_len %lld (chunked attention on the RoPE "
+					 "blocks) is not in the %s backend's attention; use "
+					 "training.device: cpu", (long long)d->attn_chunk,
+					 (long long)o->seq, be->ops->name);
+			goto fail;
+		}
+	}
 	tpn = o->tp && titan_comm_size(o->tp) > 1 ? titan_comm_size(o->tp) : 1;
 	m->H = d->n_heads / tpn;
 	m->Hkv = d->n_kv_heads / tpn;
@@ -1124,11 +1150,14 @@ static float *G(struct titan_llama *m, enum titan_param_role r, int layer)
  * with the same bits), reading x[l], writing x[l + 1] and keeping its
  * activations in `a`, with this model's sequence/tensor-parallel moves and
  * attention (tp.h, cp.h). */
-/* block_causal: attention reads microbatch b's document ids */
-static void use_docs(struct titan_llama *m, const struct mb *b)
+/* block_causal: block l's attention reads microbatch b's document ids;
+ * with chunked attention a RoPE block its chunk ids */
+static void use_docs(struct titan_llama *m, const struct mb *b, int l)
 {
-	m->cp.doc = b->doc;
-	m->cp.ldoc = b->doc ? b->doc + m->o.batch * m->o.seq : NULL;
+	const int32_t *d = m->chunk && !titan_model_layer_nope(&m->d, l) ? b->cid : b->doc;
+
+	m->cp.doc = d;
+	m->cp.ldoc = d ? d + m->o.batch * m->o.seq : NULL;
 }
 
 static int block_fwd(struct titan_llama *m, const struct mb *b, int l, struct acts *a,
@@ -1152,7 +1181,7 @@ static int block_fwd(struct titan_llama *m, const struct mb *b, int l, struct ac
 
 		w.w[r] = i < 0 ? NULL : m->pv[i];
 	}
-	use_docs(m, b);
+	use_docs(m, b, l);
 	return titan_block_fwd(&k, &w, b->x[l], b->x[l + 1], a, ops, nops);
 }
 
@@ -1316,7 +1345,7 @@ static int mla_bwd(const struct wsink *k, int l, struct acts *a, const float *dh
 		memcpy(m->datt + i * D, m->dq + i * V, (size_t)V * sizeof(float));
 		memset(m->datt + i * D + V, 0, (size_t)(D - V) * sizeof(float));
 	}
-	use_docs(m, k->b);
+	use_docs(m, k->b, l);
 	CK(m->cp.attn->bwd(&m->cp, m->dq, m->dk, m->dv, m->datt, a->q, a->k, a->v, a->att,
 			   a->lse));
 	/* k = [k_nope, k_pe] and v per head: wkv_b's output gradient, and
@@ -1406,7 +1435,7 @@ static int block_bwd(const struct wsink *k, int l, struct acts *a)
 	}
 	CK(op->matmul_bwd(be, m->datt, g->dw(k, TITAN_PARAM_WO, l), dh, a->att,
 			  P(m, TITAN_PARAM_WO, l), n, q, C, false));
-	use_docs(m, k->b);
+	use_docs(m, k->b, l);
 	CK(m->cp.attn->bwd(&m->cp, m->dq, m->dk, m->dv, m->datt, a->q, a->k, a->v, a->att,
 			   a->lse));
 	if (!titan_model_layer_nope(d, l)) {
@@ -1525,6 +1554,9 @@ static int forward(struct titan_llama *m, const struct titan_stage *s, struct mb
 	if (b->doc) /* every stage: its blocks' attention needs them */
 		titan_cp_docs(&m->cp, inputs, m->o.doc_eos, m->o.doc_bos, b->doc,
 			      b->doc + m->o.batch * m->o.seq);
+	if (b->cid)
+		titan_cp_chunk_ids(&m->cp, b->doc, m->chunk, b->cid,
+				   b->cid + m->o.batch * m->o.seq);
 	span_begin(m, "forward", -1);
 	if (s->first) {
 		span_begin(m, "embedding", -1);

@@ -5,6 +5,7 @@
  * holds: lib/ckpt/dist.c), async saves, keep_latest_k, and resume from the
  * newest complete step on any layout (each rank reads its rows).
  */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -364,7 +365,11 @@ static int supersede(struct titan_trainer *t, int64_t step)
  * model and converts it with titan-ckpt-convert's code (--from hf, float32:
  * F32, BF16 and F16 weights exactly) into DUMP/initial_load_in_hf.h5.tmp;
  * every rank then loads its rows of that as any initial checkpoint (so
- * every layout), and rank 0 removes it. */
+ * every layout), and rank 0 removes it.  A MoE's expert_bias is the
+ * config's, as torchtitan's load of the model's own tensors: HF's
+ * e_score_correction_bias (DeepSeek-V3) or zeros (Qwen3 MoE, Llama 4:
+ * none in HF) with load balancing on; none, the HF one dropped, with
+ * model.moe_load_balance_coeff null. */
 static int initial_load_hf(struct titan_trainer *t, struct titan_ckpt_state *st)
 {
 	const struct titan_config *c = &t->cfg;
@@ -380,9 +385,18 @@ static int initial_load_hf(struct titan_trainer *t, struct titan_ckpt_state *st)
 		return titan_error_prefix("job.dump_folder");
 	titan_dist_watch_begin(t->dist, "HF initial load");
 	if (t->dist->rank == 0) {
+		const bool bias = !isnan(t->dims.moe.load_balance_coeff);
+
 		if ((rc = titan_hf_open(dir, &m)) == 0 &&
-		    (rc = titan_ckpt_dims_match(dir, &titan_hf_table(m)->dims, &t->dims)) == 0)
-			rc = titan_hf_write_ckpt(m, tmp, TITAN_CKPT_FLOAT32, NULL, NULL);
+		    (rc = titan_ckpt_dims_match(dir, &titan_hf_table(m)->dims, &t->dims)) == 0) {
+			if (!bias && t->dims.moe.num_experts > 0 &&
+			    t->dims.family == TITAN_MODEL_NAME_DEEPSEEK_V3)
+				titan_log_warn("checkpoint.initial_load_in_hf: '%s': its "
+					       "e_score_correction_bias is not loaded "
+					       "(model.moe_load_balance_coeff null: no expert_bias)",
+					       dir);
+			rc = titan_hf_write_ckpt(m, tmp, TITAN_CKPT_FLOAT32, bias, NULL, NULL);
+		}
 		titan_hf_close(m);
 		if (rc < 0)
 			titan_error_prefix("checkpoint.initial_load_in_hf: '%s'", dir);

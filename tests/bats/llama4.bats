@@ -53,7 +53,8 @@ MODEL='"dim":64,"n_layers":4,"n_heads":4,"n_kv_heads":2,"vocab_size":600,"multip
 MOE='"num_experts":4,"top_k":1,"num_shared_experts":1,"score_func":"sigmoid","route_norm":false,"route_scale":1.0,"score_before_experts":true,"load_balance_coeff":1e-3'
 
 # ref NAME MODEL_JSON MOE_JSON ARGS...: titan-train's seed checkpoint and 12
-# steps with ARGS, then llama4_ref.py from the same weights and tokens,
+# steps with ARGS, then llama4_ref.py from the same weights and tokens
+# (with MASK=block_causal its document mask),
 # compared by tests/ref/check_curve.py (losses and grad norms within 1e-5
 # relative, the balancing's expert_bias, every final tensor)
 ref() {
@@ -67,7 +68,7 @@ ref() {
 	/usr/bin/python3 tests/ref/llama4_ref.py --init "$d/seed/checkpoint/step-0.h5" \
 		--shards "$DATA/shards" --model "$model" --moe "$moe" \
 		--train '{"batch":2,"seq_len":16,"steps":12,"lr":8e-4,"warmup":2}' \
-		--save "$d/ref.npz" > "$d/ref.json"
+		${MASK:+--mask "$MASK"} --save "$d/ref.npz" > "$d/ref.json"
 	/usr/bin/python3 tests/ref/check_curve.py "$d/run/metrics.jsonl" "$d/ref.json" \
 		"$d/run/checkpoint/step-12.h5" "$d/ref.npz" --moved
 }
@@ -133,11 +134,10 @@ sys.exit(1 if max(abs(x - y) / abs(y) for x, y in zip(a, b)) > 5e-5 else 0)' \
 	[[ $stderr == *"model.flavor: unknown flavor '8B' for model.name llama4"* ]]
 }
 
-@test "llama4: chunked attention, every_n_layers_nope 1, NoPE outside llama4, QK-norm and CUDA are refused with exit 2 naming the key" {
+@test "llama4: every_n_layers_nope 1, NoPE outside llama4, QK-norm and CUDA are refused with exit 2 naming the key" {
 	local x=--job.dump_folder="$BATS_TEST_TMPDIR/x"
-	run -2 --separate-stderr titan-train -q --config "$DATA/l4.yaml" --model.fixed_attn_block_size=8 "$x"
-	[[ $stderr == "titan-train: error: model.fixed_attn_block_size: 8 is below training.seq_len 16: chunked attention on the RoPE layers is not supported"* ]]
-	# without NoPE layers torchtitan's Llama 4 has no chunking either
+	# chunked attention (a block below the sequence) runs: the suite's end
+	# checks it; without NoPE layers torchtitan's Llama 4 has no chunking
 	run -0 titan-train -q --config "$DATA/l4.yaml" --model.fixed_attn_block_size=8 \
 		--model.every_n_layers_nope=0 --training.steps=1 "$x"
 	run -2 --separate-stderr titan-train -q --config "$DATA/l4.yaml" --model.every_n_layers_nope=1 "$x"
@@ -173,12 +173,6 @@ sys.exit(1 if max(abs(x - y) / abs(y) for x, y in zip(a, b)) > 5e-5 else 0)' \
 	want=$output
 	/usr/bin/python3 -c 'import sys; a, b = map(float, sys.argv[1:]); assert abs(a - b) <= 1e-4 * abs(b) + 1e-5, (a, b)' \
 		"$logprob" "$want" || fail "log-probability: titan $logprob, reference $want"
-	# a context past fixed_attn_block_size would need the chunked attention
-	run -0 titan-train -q --config "$DATA/l4.yaml" --model.fixed_attn_block_size=16 --training.steps=1 \
-		--checkpoint.enable --checkpoint.interval=1 --job.dump_folder="$o/c16"
-	run -1 --separate-stderr titan-generate -t "$DATA/tok.tiktoken" -n 40 --context 40 \
-		"$o/c16/checkpoint/step-1.h5" "$prompt"
-	[[ $stderr == *"exceed the checkpoint's fixed_attn_block_size 16: chunked attention on the RoPE layers (llama4) is not supported"* ]]
 }
 
 @test "llama4 HF: --to hf writes Llama4ForCausalLM's names, layout and config.json, --from hf gives the tensors back bit for bit" {
@@ -333,11 +327,10 @@ PY
 	[[ $stderr == *"holds another model than the config's: every_n_layers_nope 2 there, 3 in the config (model.every_n_layers_nope)"* ]]
 }
 
-@test "titan-estimate: a llama4 model's estimate is its metrics to the byte" {
-	local o=$BATS_TEST_TMPDIR/e
-	run -0 titan-train -q --threads 1 --config "$DATA/l4.yaml" --training.steps=2 --job.dump_folder="$o"
-	titan-estimate --config "$DATA/l4.yaml" --training.steps=2 --device cpu --threads 1 --json > "$o/est.json"
-	run -0 /usr/bin/python3 - "$o" <<'PY'
+# est_is_metrics DIR: DIR/est.json's peak (start-up included) and bytes by
+# tag, and its step's peak, are those of DIR/metrics.jsonl, to the byte
+est_is_metrics() {
+	/usr/bin/python3 - "$1" <<'PY'
 import json, sys
 o = sys.argv[1]
 rows = [json.loads(l) for l in open(o + "/metrics.jsonl")]
@@ -347,6 +340,13 @@ for tag, v in rows[0]["memory_peak_by_tag"].items():
     assert er["at_peak"].get(tag, 0) == v, (tag, v, er["at_peak"])
 assert rows[1]["memory_peak_bytes"] == er["step_peak_bytes"], (rows[1]["memory_peak_bytes"], er["step_peak_bytes"])
 PY
+}
+
+@test "titan-estimate: a llama4 model's estimate is its metrics to the byte" {
+	local o=$BATS_TEST_TMPDIR/e
+	run -0 titan-train -q --threads 1 --config "$DATA/l4.yaml" --training.steps=2 --job.dump_folder="$o"
+	titan-estimate --config "$DATA/l4.yaml" --training.steps=2 --device cpu --threads 1 --json > "$o/est.json"
+	run -0 est_is_metrics "$o"
 	run -0 --separate-stderr titan-estimate --config "$DATA/l4.yaml" --device cpu --threads 1
 	assert_line --partial "model     Llama 4 debugmodel:"
 	assert_line --regexp "^moe       4 experts \(top 1, 1 shared, hidden 96\) in 2 of 4 blocks"
@@ -380,4 +380,119 @@ PY
 		run -0 same_curve "$d/none/metrics.jsonl" "$d/ac/metrics.jsonl" bits
 		rm -rf "$d/ac"
 	done
+}
+
+# 12 steps of the reference from run NAME's seed (model JSON, MoE JSON) into
+# $BATS_TEST_TMPDIR/NAME/OUT.json
+ref_only() {
+	local d=$BATS_TEST_TMPDIR/$1
+	/usr/bin/python3 tests/ref/llama4_ref.py --init "$d/seed/checkpoint/step-0.h5" \
+		--shards "$DATA/shards" --model "$3" --moe "$4" ${MASK:+--mask "$MASK"} \
+		--train '{"batch":2,"seq_len":16,"steps":12,"lr":8e-4,"warmup":2}' > "$d/$2.json"
+}
+
+# differs METRICS REF_JSON: the losses of the two curves differ somewhere
+# by more than 1e-3 relative (100x check_curve.py's tolerance)
+differs() {
+	/usr/bin/python3 -c 'import json, sys
+a = [json.loads(l)["loss"] for l in open(sys.argv[1])]
+b = json.load(open(sys.argv[2]))["loss"]
+d = max(abs(x - y) / abs(y) for x, y in zip(a, b))
+print("worst relative loss difference %.2e" % d)
+sys.exit(0 if d > 1e-3 else 1)' "$@"
+}
+
+@test "llama4 chunked attention (fixed_attn_block_size 8 and 5 < seq_len 16, with block_causal): 12 steps equal the reference, which without the chunks differs" {
+	/usr/bin/python3 -c 'import torch, h5py' 2>/dev/null || skip "python3-torch or h5py is missing"
+	cd "$TITAN_SRCDIR"
+	local moe="{$MOE,\"interleave_moe_layer_step\":2}" m="{$MODEL,\"every_n_layers_nope\":2"
+	# the RoPE blocks 1 and 3 attend within positions 0-7 and 8-15
+	ref c8 "$m,\"fixed_attn_block_size\":8}" "$moe" --model.fixed_attn_block_size=8
+	ref_only c8 whole "$m}" "$moe"
+	run -0 differs "$BATS_TEST_TMPDIR/c8/run/metrics.jsonl" "$BATS_TEST_TMPDIR/c8/whole.json"
+	echo "# chunks of 8 vs none: $output" >&3
+	# chunks of 5 (the last one of 1), and-ed with the documents' mask
+	MASK=block_causal ref c5 "$m,\"fixed_attn_block_size\":5}" "$moe" \
+		--model.fixed_attn_block_size=5 --training.attn_mask_type=block_causal
+	MASK=block_causal ref_only c5 docs "$m}" "$moe"
+	run -0 differs "$BATS_TEST_TMPDIR/c5/run/metrics.jsonl" "$BATS_TEST_TMPDIR/c5/docs.json"
+	echo "# block_causal, chunks of 5 vs none: $output" >&3
+}
+
+@test "titan-generate: a llama4 checkpoint with chunks of 8 continues a 14-token prompt past position 16 as the reference does (prefill and cache past a chunk)" {
+	/usr/bin/python3 -c 'import torch, h5py' 2>/dev/null || skip "python3-torch or h5py is missing"
+	cd "$TITAN_SRCDIR"
+	local o=$BATS_TEST_TMPDIR prompt="In the beginning God created the heaven and the earth. And the"
+	run -0 titan-train -q --config "$DATA/l4.yaml" --model.rope_theta=100 --optimizer.lr=0.01 \
+		--model.fixed_attn_block_size=8 --checkpoint.enable --checkpoint.interval=12 \
+		--job.dump_folder="$o/g"
+	run -0 --separate-stderr titan-generate -t "$DATA/tok.tiktoken" -n 10 --context 24 \
+		"$o/g/checkpoint/step-12.h5" "$prompt"
+	logprob=$(grep -o 'log-probability of the new tokens: [-0-9.]*' <<< "$stderr" | grep -o '[-0-9.]*$')
+	[ -n "$logprob" ]
+	# the prompt fills the first chunk and part of the second (its
+	# prefill), the continuation (to the line's EOS) the rest of it and
+	# part of the third
+	[[ $stderr =~ ([0-9]+)\ new\ tokens\ after\ a\ prompt\ of\ ([0-9]+) ]] || fail "$stderr"
+	local len=$((BASH_REMATCH[1] + BASH_REMATCH[2]))
+	[ "${BASH_REMATCH[2]}" -gt 8 ] && [ "$len" -gt 16 ] || fail "$len tokens, a prompt of ${BASH_REMATCH[2]}"
+	printf '%s' "$prompt" | titan-tokenize -t "$DATA/tok.tiktoken" --format text > "$o/prompt.ids"
+	local m="{$MODEL,\"every_n_layers_nope\":2,\"rope_theta\":100" moe="{$MOE,\"interleave_moe_layer_step\":2}"
+	for c in 8 24; do
+		run -0 --separate-stderr /usr/bin/python3 tests/ref/llama4_ref.py --length "$len" \
+			--init "$o/g/checkpoint/step-12.h5" --prompt "$o/prompt.ids" \
+			--model "$m,\"fixed_attn_block_size\":$c}" --moe "$moe"
+		eval "want$c=\$output"
+	done
+	echo "# $len tokens: titan $logprob, reference $want8, reference without chunks $want24" >&3
+	/usr/bin/python3 -c 'import sys; a, b = map(float, sys.argv[1:]); assert abs(a - b) <= 1e-4 * abs(b) + 1e-5, (a, b)' \
+		"$logprob" "$want8" || fail "log-probability: titan $logprob, reference $want8"
+	/usr/bin/python3 -c 'import sys; a, b = map(float, sys.argv[1:]); assert abs(a - b) > 0.1 * abs(b), (a, b)' \
+		"$logprob" "$want24" || fail "log-probability: titan $logprob, unchunked reference $want24"
+}
+
+@test "llama4 chunked attention on 2 ranks: CP 2 (allgather, alltoall), TP 2 and PP 2 reproduce the 1-rank curve, with block_causal too" {
+	[ -z "${NO_MPI:-}" ] || skip "no MPI"
+	local d=$BATS_TEST_TMPDIR
+	# chunks of 5 cut across CP 2's chunks of 4 positions
+	local c=(--model.fixed_attn_block_size=5 --training.steps=10 --training.attn_mask_type=block_causal)
+	local lay
+	run -0 titan-train -q --config "$DATA/l4.yaml" "${c[@]}" --job.dump_folder="$d/one"
+	for lay in "context_parallel_degree=2" \
+		"context_parallel_degree=2 --parallelism.context_parallel_rotate_method=alltoall" \
+		"tensor_parallel_degree=2" "pipeline_parallel_degree=2"; do
+		rm -rf "$d/two"
+		run -0 timeout -k 5 120 mpiexec -n 2 env OMP_NUM_THREADS=1 titan-train -q \
+			--config "$DATA/l4.yaml" "${c[@]}" --parallelism.$lay --job.dump_folder="$d/two"
+		run -0 same_curve "$d/one/metrics.jsonl" "$d/two/metrics.jsonl"
+		echo "# $lay: $output" >&3
+	done
+	# causal documents: CP 2 alltoall with chunks of 3
+	c=(--model.fixed_attn_block_size=3 --training.steps=10)
+	run -0 titan-train -q --config "$DATA/l4.yaml" "${c[@]}" --job.dump_folder="$d/one3"
+	rm -rf "$d/two"
+	run -0 timeout -k 5 120 mpiexec -n 2 env OMP_NUM_THREADS=1 titan-train -q --config "$DATA/l4.yaml" \
+		"${c[@]}" --parallelism.context_parallel_degree=2 \
+		--parallelism.context_parallel_rotate_method=alltoall --job.dump_folder="$d/two"
+	run -0 same_curve "$d/one3/metrics.jsonl" "$d/two/metrics.jsonl"
+}
+
+@test "titan-estimate: a chunked llama4's estimate is its metrics to the byte, its chunk ids a row of their own" {
+	local o=$BATS_TEST_TMPDIR/e c=(--model.fixed_attn_block_size=8 --training.attn_mask_type=block_causal)
+	run -0 titan-train -q --threads 1 --config "$DATA/l4.yaml" "${c[@]}" --training.steps=2 \
+		--job.dump_folder="$o"
+	titan-estimate --config "$DATA/l4.yaml" "${c[@]}" --training.steps=2 --device cpu --threads 1 \
+		--json > "$o/est.json"
+	run -0 est_is_metrics "$o"
+	run -0 /usr/bin/python3 - "$o" <<'PY'
+import json, sys
+er = json.load(open(sys.argv[1] + "/est.json"))["ranks"][0]
+# sequence order and CP's local order, an int32 a token each, of the 2 x 16 microbatch
+for name in ("chunked attention: the RoPE blocks' chunk ids", "block_causal: document ids"):
+    it = [i for i in er["items"] if i["name"] == name]
+    assert it and it[0]["tag"] == "data" and it[0]["bytes"] == 2 * 2 * 16 * 4, (name, er["items"])
+PY
+	# no chunk past the sequence: no chunk ids
+	titan-estimate --config "$DATA/l4.yaml" --device cpu --threads 1 --json > "$o/none.json"
+	run -1 grep -q "chunk ids" "$o/none.json"
 }

@@ -12,8 +12,14 @@ MoE feed-forward and its load balancing).  It does not import torchtitan.
                         (~(wavelen < high_wl) & ~(wavelen > low_wl)) smoothed
   TransformerBlock      attention without RoPE when every_n_layers_nope is
                         set and layer_id % every_n_layers_nope == 0 (iRoPE's
-                        NoPE layers; the RoPE layers' fixed_attn_block_size
-                        chunking is a no-op while seq_len <= the block);
+                        NoPE layers); the other (RoPE) layers then attend
+                        within fixed blocks of fixed_attn_block_size
+                        positions (get_attention_masks' "rope" mask, flex
+                        attention: and_masks of the causal mask, the
+                        document mask with --mask block_causal, and
+                        get_fixed_block_mask_mod, q_idx // size == kv_idx //
+                        size), the NoPE layers with the "nope" mask (causal,
+                        document); written out as explicit masks
                         MoE when (layer_id + 1) % interleave_moe_layer_step
                         == 0, else FeedForward(4·dim, multiple_of,
                         ffn_dim_multiplier); registration order attention,
@@ -30,6 +36,7 @@ expert_bias out (JSON), the final tensors with --save.
 """
 
 import argparse
+import glob
 import json
 import math
 import sys
@@ -39,8 +46,12 @@ from typing import Optional
 import numpy as np
 import torch
 
+import block_causal_ref as BC
 import llama_ref as L
 import moe_ref as M
+
+DOCS = None  # [B, T] document ids of the current batch (--mask block_causal)
+BLOCK = None  # the fixed block size of the attention being run (None: none)
 
 
 @dataclass
@@ -48,6 +59,7 @@ class Llama4Args(L.ModelArgs):
     rope_scaling_factor: float = 16.0
     rope_high_freq_factor: float = 1.0
     every_n_layers_nope: Optional[int] = None
+    fixed_attn_block_size: int = 8192
     auto_scale_hidden_dim: bool = True
 
 
@@ -80,11 +92,44 @@ def moe_hidden(a: Llama4Args, moe: dict) -> int:
     return h
 
 
-class NoPEAttention(L.Attention):
-    """Attention(use_rope=False): q and k as the projections give them."""
+def sdpa_masked(q, k, v):
+    """softmax(q·kᵀ/√D + mask)·v, the mask causal, and-ed with the same
+    document (DOCS) and, with a block size (BLOCK), the same fixed block
+    of the sequence's positions.  q, k, v [B,H,T,D]; llama_ref's
+    Attention calls it in place of its sdpa_causal (build)."""
+    block = BLOCK
+    T, D = q.shape[-2], q.shape[-1]
+    scores = torch.matmul(q, k.transpose(-2, -1)) * (1.0 / math.sqrt(D))
+    mask = torch.ones(T, T, dtype=torch.bool).tril()[None, None]
+    if DOCS is not None:
+        mask = mask & (DOCS[:, None, :, None] == DOCS[:, None, None, :])
+    if block is not None:
+        i = torch.arange(T) // block
+        mask = mask & (i[:, None] == i[None, :])[None, None]
+    scores = scores.masked_fill(~mask, float("-inf"))
+    return torch.matmul(torch.softmax(scores, dim=-1), v)
+
+
+class IRoPEAttention(L.Attention):
+    """torchtitan's llama4 Attention of a model with every_n_layers_nope:
+    use_rope False (NoPE: q and k as the projections give them, the
+    "nope" mask) or True (RoPE and the "rope" mask: fixed blocks)."""
+
+    def __init__(self, a: Llama4Args, use_rope: bool):
+        super().__init__(a)
+        self.use_rope = use_rope
+        self.block = a.fixed_attn_block_size if use_rope else None
 
     def rotate(self, xq, xk, freqs_cis):
-        return xq, xk
+        return super().rotate(xq, xk, freqs_cis) if self.use_rope else (xq, xk)
+
+    def forward(self, x, freqs_cis):
+        global BLOCK
+        BLOCK = self.block
+        try:
+            return super().forward(x, freqs_cis)
+        finally:
+            BLOCK = None
 
 
 class Llama4Model(L.Transformer):
@@ -100,8 +145,9 @@ def build(a: Llama4Args, moe: dict):
     for i in range(a.n_layers):
         blk = M.MoEBlock(i, a, moe) if M.is_moe(i, moe) else model.layers[str(i)]
         n = a.every_n_layers_nope
-        if n is not None and i % n == 0:
-            blk.attention = NoPEAttention(a)  # the same slot: the order stays
+        if n is not None:  # the same slot: the order stays
+            blk.attention = IRoPEAttention(a, i % n != 0)
+            L.sdpa_causal = sdpa_masked  # Attention.forward looks it up per call
         model.layers[str(i)] = blk
     return model, moe
 
@@ -119,6 +165,8 @@ def main():
     ap.add_argument("--prompt", help="instead of training: token ids (u32, the last one "
                     "dropped) continued greedily to --length; prints the log-probability")
     ap.add_argument("--length", type=int, default=16)
+    ap.add_argument("--mask", choices=("causal", "block_causal"), default="causal",
+                    help="block_causal: attention within a document (the shards' EOS ends one)")
     o = ap.parse_args()
 
     torch.set_num_threads(1)
@@ -131,7 +179,15 @@ def main():
         ids = np.fromfile(o.prompt, dtype=np.uint32).tolist()[:-1]
         print("%.6f" % M.greedy_logprob(model, ids, o.length))
         return
-    out = M.train(model, o.shards, t)
+    on_batch = None
+    if o.mask == "block_causal":
+        _, eos = BC.read_shard(sorted(glob.glob(f"{o.shards}/train-*.tok"))[0])
+        L.sdpa_causal = sdpa_masked  # a model without iRoPE too
+
+        def on_batch(inp):
+            global DOCS
+            DOCS = BC.document_ids(inp, eos)
+    out = M.train(model, o.shards, t, on_batch)
     out["inter_dim"] = moe["inter_dim"]
     if o.save:
         np.savez(o.save, **{k: v.detach().numpy() for k, v in model.state_dict().items()})

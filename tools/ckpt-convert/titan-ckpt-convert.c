@@ -872,7 +872,7 @@ static int cmd_from_hf(const struct opts *o, const char *dir, const char *out)
 	for (int i = 0; i < t->n; i++)
 		b += (uint64_t)t->params[i].numel * (uint64_t)titan_ckpt_dtype_size(o->dtype);
 	progress_begin(o, b, (size_t)t->n);
-	rc = titan_hf_write_ckpt(m, out, o->dtype, on_tensor, NULL);
+	rc = titan_hf_write_ckpt(m, out, o->dtype, true, on_tensor, NULL);
 	if (rc == 0)
 		progress_tensor(0, true);
 	titan_hf_close(m);
