@@ -68,12 +68,10 @@ bool est_block_ckpt(const struct titan_est_opts *o, int64_t b);
  * backward — from a dry run of the engine (dry.c). */
 enum { EST_FSDP_FWD_COMM, EST_FSDP_FWD_ATTN, EST_FSDP_LOSS, EST_FSDP_BWD_COMM,
        EST_FSDP_RECOMPUTE, EST_FSDP_BWD_ATTN, EST_FSDP_NKINDS };
-/* Expert parallelism's group of world rank `rank` as lib/dist/world.c
- * splits it (`ep`: the dispatch group, else efsdp, the experts' FSDP
- * mesh): its rank and size there, its instant communicator's world ranks
- * (base + r x stride). */
-void est_ep_group(const struct titan_parallel_dims *pd, int64_t rank, bool ep, int *grank,
-		  int *gsize, int *base, int *stride);
+/* titan-train's layout of the estimate's rank (titan_layout_resolve of
+ * the config the dry run builds). */
+int est_dry_layout(const struct titan_model_dims *d, const struct titan_est_opts *o,
+		   struct titan_layout *l);
 int est_dry_fsdp(const struct titan_model_dims *d, const struct titan_est_opts *o,
 		 int64_t max[EST_FSDP_NKINDS]);
 /* The dry run itself, with sequences of seq_len tokens: the FSDP moments

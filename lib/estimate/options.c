@@ -56,16 +56,15 @@ int titan_est_opts_from_config(struct titan_est_opts *o, const struct titan_conf
 	o->cp_alltoall = c->parallelism.context_parallel_rotate_method_e == TITAN_CP_ROTATE_ALLTOALL;
 	o->ep = c->parallelism.expert_parallel_degree;
 	if (dev->cpu) {
-		/* exactly titan-train's reading of the keys */
-		struct titan_llama_opts lo;
+		/* exactly titan-train's reading of the keys (its layout's) */
+		enum titan_ac_mode ac;
 
-		if ((rc = titan_llama_opts_from_config(&lo, c)) < 0)
+		if ((rc = titan_layout_ac(c, &ac, &o->ac_every)) < 0)
 			return rc;
-		o->ac = lo.ac == TITAN_AC_NONE ? TITAN_EST_AC_NONE :
-			lo.ac == TITAN_AC_FULL ? TITAN_EST_AC_FULL :
-			lo.ac == TITAN_AC_SELECTIVE_OP ? TITAN_EST_AC_OP : TITAN_EST_AC_SELECTIVE;
-		o->ac_every = lo.ac_every;
-		o->block_causal = lo.block_causal;
+		o->ac = ac == TITAN_AC_NONE ? TITAN_EST_AC_NONE : ac == TITAN_AC_FULL ?
+			TITAN_EST_AC_FULL : ac == TITAN_AC_SELECTIVE_OP ? TITAN_EST_AC_OP :
+			TITAN_EST_AC_SELECTIVE;
+		o->block_causal = c->training.attn_mask_type_e == TITAN_ATTN_MASK_BLOCK_CAUSAL;
 	} else if (c->activation_checkpoint.mode_e == TITAN_ACT_CKPT_NONE) {
 		o->ac = TITAN_EST_AC_NONE;
 	} else if (c->activation_checkpoint.mode_e == TITAN_ACT_CKPT_FULL) {
@@ -128,18 +127,9 @@ bool est_multi_stage(enum titan_est_schedule s)
 
 enum titan_pp_schedule est_train_schedule(enum titan_est_schedule s)
 {
-	switch (s) {
-	case TITAN_EST_GPIPE:
-		return TITAN_PP_GPIPE;
-	case TITAN_EST_1F1B:
-		return TITAN_PP_1F1B;
-	case TITAN_EST_INTERLEAVED_ZB:
-		return TITAN_PP_INTERLEAVED_ZB;
-	case TITAN_EST_ZBV:
-		return TITAN_PP_ZBV;
-	default:
-		return TITAN_PP_INTERLEAVED_1F1B;
-	}
+	/* one numbering (enum titan_schedule's); LoopedBFS, which titan-train
+	 * does not run, is placed as Interleaved1F1B */
+	return s == TITAN_EST_LOOPED_BFS ? TITAN_PP_INTERLEAVED_1F1B : (enum titan_pp_schedule)s;
 }
 
 int est_pipeline(const struct titan_est_opts *o, const struct titan_model_dims *d,
@@ -175,7 +165,7 @@ int est_pipeline(const struct titan_est_opts *o, const struct titan_model_dims *
 		return titan_error(TITAN_E_NOMEM, "out of memory");
 	}
 	for (int64_t s = 0; s < ns; s++) {
-		struct titan_pp_stage ps = {0, (int)d->n_layers, true, true};
+		struct titan_pp_stage ps = {0, (int)d->n_layers, true, true, 0};
 
 		/* without PP the model is one stage (titan-train ignores the
 		 * split keys) */
