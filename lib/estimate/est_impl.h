@@ -37,10 +37,6 @@ void est_item(struct titan_est_rank *r, const char *name, enum titan_mem_tag tag
 void est_rank_finish(struct titan_est_rank *r, double alloc_overhead, struct est_num *n);
 
 /* Pipeline geometry of a checked layout. */
-struct est_stage {
-	int64_t first_layer, nlayers;
-	bool embed, output;
-};
 /* Stages per rank (v) and the split of the blocks over pp·v stages,
  * titan-train's own: titan_pp_stages_per_rank (lib/train/pp.c) and
  * titan_pp_split (lib/model/layout.c: torchtitan's
@@ -48,7 +44,7 @@ struct est_stage {
  * the options' pp_layers_per_stage and pp_split_points.  Without PP one
  * stage of every block. */
 int est_pipeline(const struct titan_est_opts *o, const struct titan_model_dims *d,
-		 int64_t *v, struct est_stage **stages);
+		 int64_t *v, struct titan_pp_stage **stages);
 /* titan-train's schedule of an estimate schedule (the stage count and
  * the stage-to-rank map are titan-train's; LoopedBFS counts and maps its
  * stages as Interleaved1F1B). */

@@ -133,11 +133,11 @@ enum titan_pp_schedule est_train_schedule(enum titan_est_schedule s)
 }
 
 int est_pipeline(const struct titan_est_opts *o, const struct titan_model_dims *d,
-		 int64_t *v, struct est_stage **stages)
+		 int64_t *v, struct titan_pp_stage **stages)
 {
 	const int64_t pp = o->layout.pp;
 	struct titan_config *c;
-	struct est_stage *st;
+	struct titan_pp_stage *st;
 	int64_t ns;
 	int rc = 0;
 
@@ -164,18 +164,12 @@ int est_pipeline(const struct titan_est_opts *o, const struct titan_model_dims *
 		free(c);
 		return titan_error(TITAN_E_NOMEM, "out of memory");
 	}
-	for (int64_t s = 0; s < ns; s++) {
-		struct titan_pp_stage ps = {0, (int)d->n_layers, true, true, 0};
-
-		/* without PP the model is one stage (titan-train ignores the
-		 * split keys) */
-		if (ns > 1 && (rc = titan_pp_split(c, d->n_layers, (int)ns, (int)s, &ps)) < 0)
+	/* without PP the model is one stage (titan-train ignores the split
+	 * keys) */
+	st[0] = (struct titan_pp_stage){0, (int)d->n_layers, true, true, 0};
+	for (int64_t s = 0; s < ns && ns > 1; s++)
+		if ((rc = titan_pp_split(c, d->n_layers, (int)ns, (int)s, &st[s])) < 0)
 			break;
-		st[s].first_layer = ps.l0;
-		st[s].nlayers = ps.l1 - ps.l0;
-		st[s].embed = ps.first;
-		st[s].output = ps.last;
-	}
 	free(c);
 	if (rc < 0) {
 		free(st);
@@ -208,7 +202,7 @@ int titan_est_check(struct titan_est_opts *o, const struct titan_model_dims *d)
 {
 	struct titan_est_layout *l = &o->layout;
 	struct est_num n = {false};
-	struct est_stage *st = NULL;
+	struct titan_pp_stage *st = NULL;
 	int64_t rest, prod, v;
 	int rc;
 
