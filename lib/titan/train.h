@@ -215,7 +215,7 @@ int titan_llama_zero_grads(struct titan_llama *m);
  * loss only (validation), gradients untouched. */
 int titan_llama_step(struct titan_llama *m, const int32_t *inputs, const int32_t *labels,
 		     float grad_scale, bool backward, double *loss_sum, int64_t *n_valid);
-/* Pipeline stages (opts.stage_l1 > 0): microbatch k (0 .. pp_microbatches
+/* Pipeline stages (opts.stages.n > 0): microbatch k (0 .. pp_microbatches
  * - 1) forward — from `inputs` on the first stage, else from the buffer
  * titan_llama_pp_input(m, k), which the caller fills with the previous
  * stage's output (titan_llama_pp_boundary_floats floats) — and on the last
