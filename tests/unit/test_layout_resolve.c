@@ -58,6 +58,17 @@ static void assert_stage(const struct titan_pp_stage *s, int l0, int l1, bool fi
 	assert_int_equal(s->index, index);
 }
 
+/* The data-parallel placement: batches read, FSDP's mesh and shard. */
+static void assert_dp(const struct titan_layout *l, int64_t dp, int64_t dp_rank, int64_t fsdp,
+		      int shard_rank, int shard_degree)
+{
+	assert_int_equal(l->dp, dp);
+	assert_int_equal(l->dp_rank, dp_rank);
+	assert_int_equal(l->fsdp, fsdp);
+	assert_int_equal(l->shard_rank, shard_rank);
+	assert_int_equal(l->shard_degree, shard_degree);
+}
+
 static void test_one_rank(void **state)
 {
 	static const char *const kv[] = {"activation_checkpoint.mode", "selective",
@@ -72,9 +83,7 @@ static void test_one_rank(void **state)
 		assert_int_equal(l.dims.degree[d], 1);
 		assert_int_equal(l.coord[d], 0);
 	}
-	assert_int_equal(l.dp, 1);
-	assert_int_equal(l.fsdp, 1);
-	assert_int_equal(l.shard_degree, 0);
+	assert_dp(&l, 1, 0, 1, 0, 0);
 	assert_int_equal(l.tp_degree, 1);
 	assert_int_equal(l.ep_degree, 1);
 	assert_int_equal(l.stages.n, 0);
@@ -117,11 +126,7 @@ static void test_fsdp(void **state)
 	(void)state;
 	assert_int_equal(resolve(&l, kv, 4, 2), 0);
 	assert_int_equal(l.coord[TITAN_DIM_DP_SHARD], 2);
-	assert_int_equal(l.dp, 4);
-	assert_int_equal(l.dp_rank, 2);
-	assert_int_equal(l.fsdp, 4);
-	assert_int_equal(l.shard_rank, 2);
-	assert_int_equal(l.shard_degree, 4);
+	assert_dp(&l, 4, 2, 4, 2, 4);
 	assert_int_equal(l.ac, TITAN_AC_SELECTIVE_OP);
 	assert_false(l.reshard_after_forward);
 	assert_int_equal(l.bucket_bytes, 2 << 20);
@@ -209,10 +214,7 @@ static void test_tp_cp(void **state)
 	assert_int_equal(l.coord[TITAN_DIM_CP], 1);
 	assert_int_equal(l.tp_rank, 1);
 	assert_int_equal(l.tp_degree, 2);
-	assert_int_equal(l.dp, 1);
-	assert_int_equal(l.fsdp, 2);
-	assert_int_equal(l.shard_rank, 1);
-	assert_int_equal(l.shard_degree, 2);
+	assert_dp(&l, 1, 0, 2, 1, 2);
 	assert_true(l.cp_ring);
 	assert_false(l.loss_parallel);
 	titan_layout_table_opts(&l, &to);
