@@ -33,61 +33,11 @@
 #include "est_impl.h"
 #include "titan/ops.h"
 #include "titan/train.h"
+#include "train/stage.h"
 
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* The stages a pipeline rank holds (lib/train/trainer.c: the rank's v-th
- * stage is global stage rank + v·pp, split by titan_pp_split); without PP
- * one stage of every block, the embedding and the output. */
-struct geo {
-	int nst, l0[TITAN_PP_MAX_STAGES_PER_RANK], l1[TITAN_PP_MAX_STAGES_PER_RANK];
-	bool sfirst, slast;
-};
-
-static bool geo_active(const struct geo *G, int g, int ng)
-{
-	if (g == 0)
-		return G->sfirst;
-	if (g == ng - 1)
-		return G->slast;
-	for (int v = 0; v < G->nst; v++)
-		if (g - 1 >= G->l0[v] && g - 1 < G->l1[v])
-			return true;
-	return false;
-}
-
-/* The rank's stages, as titan-train sets them up (lib/train/trainer.c). */
-static int rank_geo(const struct titan_model_dims *d, const struct titan_est_opts *o,
-		    int64_t ppr, struct geo *G, int64_t *nstages)
-{
-	struct est_stage *st;
-	int64_t v;
-	int rc;
-
-	if ((rc = est_pipeline(o, d, &v, &st)) < 0)
-		return rc;
-	if (v > TITAN_PP_MAX_STAGES_PER_RANK) {
-		free(st);
-		return titan_error(TITAN_E_INVALID, "%lld stages per rank: titan-train holds at "
-				   "most %d", (long long)v, TITAN_PP_MAX_STAGES_PER_RANK);
-	}
-	memset(G, 0, sizeof(*G));
-	G->nst = (int)v;
-	for (int64_t k = 0; k < v; k++) {
-		const struct est_stage *sg = &st[est_stage_of(o, ppr, k, v)];
-
-		G->l0[k] = (int)sg->first_layer;
-		G->l1[k] = (int)(sg->first_layer + sg->nlayers);
-		if (k == 0)
-			G->sfirst = sg->embed;
-		G->slast = sg->output;
-	}
-	*nstages = o->layout.pp * v;
-	free(st);
-	return 0;
-}
 
 /* One rank's model: the layout's sizes the ops' workspace depends on (TP:
  * this rank's heads; PP: microbatches of pipeline_parallel_microbatch_size
@@ -99,7 +49,7 @@ struct cpu {
 	struct titan_est_rank *r;
 	struct est_num n;
 	int64_t tp, cp, pp, S, H, Hkv, D, V, kv, B, nmb, Sl, N, threads;
-	struct geo G;
+	struct titan_stages G;     /* the rank's stages (its layout's) */
 	int64_t nckpt, sumsq, top;  /* sumsq: the largest parameter shard's elements */
 	int64_t moe_layers;        /* the model's MoE blocks (the metrics row's load) */
 	int64_t comm[EST_FSDP_NKINDS];
@@ -118,51 +68,25 @@ static int cpu_rank(const struct titan_model_dims *d, struct cpu *c)
 	struct titan_param_table_opts po;
 	struct titan_param_table t;
 	struct titan_est_rank *r;
-	struct geo *G = &c->G;
-	int64_t ppr, nstages = 1;
+	struct titan_stages *G = &c->G;
+	struct titan_layout lay;
+	int64_t ppr;
 	int rc;
 
 	if (c->pp > 1 && o->schedule == TITAN_EST_LOOPED_BFS)
 		return titan_error(TITAN_E_INVALID, "--device cpu replays titan-train's pipeline "
 				   "schedules (GPipe, 1F1B, Interleaved1F1B, InterleavedZeroBubble, "
 				   "ZBVZeroBubble), not %s", titan_est_schedule_name(o->schedule));
-	/* mesh (pp, dp_replicate, dp_shard, cp, tp), tp innermost
-	 * (lib/dist/dims.c); FSDP shards over dp_shard x cp */
-	ppr = o->rank / (l->dp_replicate * l->dp_shard * c->cp * c->tp);
-	if ((rc = rank_geo(d, o, ppr, G, &nstages)) < 0)
+	/* titan-train's layout of the rank: its mesh coordinates, stages,
+	 * shards */
+	if ((rc = est_dry_layout(d, o, &lay)) < 0)
 		return rc;
-	if (c->pp > 1 && (rc = titan_pp_check_microbatches(est_train_schedule(o->schedule),
-							   (int)c->pp, (int)c->nmb)) < 0)
+	ppr = lay.coord[TITAN_DIM_PP];
+	titan_stages_init(G, &lay.stages, (int)L);
+	if (c->pp > 1 && (rc = titan_pp_check_microbatches(lay.schedule, (int)c->pp,
+							   (int)c->nmb)) < 0)
 		return rc;
-	titan_param_table_opts_default(&po);
-	if (fsdp > 1) {
-		po.shard_degree = (int)fsdp;
-		po.shard_rank = (int)((o->rank / c->tp) % fsdp);
-	}
-	po.tp_degree = (int)c->tp;
-	po.tp_rank = (int)(o->rank % c->tp);
-	if (o->ep > 1) { /* the rank's experts (lib/train/engine.c, llama.c) */
-		const struct titan_parallel_dims pd = {
-			{c->pp, l->dp_replicate, l->dp_shard, c->cp, c->tp}, o->ngpu, o->ep};
-		int base, stride;
-
-		est_ep_group(&pd, o->rank, true, &po.ep_rank, &po.ep_degree, &base, &stride);
-		if (fsdp > 1)
-			est_ep_group(&pd, o->rank, false, &po.ep_shard_rank, &po.ep_shard_degree,
-				     &base, &stride);
-	}
-	if (c->pp > 1) {
-		po.staged = true;
-		po.stage_l0 = G->l0[0];
-		po.stage_l1 = G->l1[0];
-		po.stage_first = G->sfirst;
-		po.stage_last = G->slast;
-		po.nmore = G->nst - 1;
-		for (int v = 1; v < G->nst; v++) {
-			po.more_l0[v - 1] = G->l0[v];
-			po.more_l1[v - 1] = G->l1[v];
-		}
-	}
+	titan_layout_table_opts(&lay, &po);
 	if ((rc = titan_param_table_init(&t, d, &po)) < 0)
 		return rc;
 	if ((fsdp > 1 && (rc = est_dry_fsdp(d, o, c->comm)) < 0) ||
@@ -175,31 +99,34 @@ static int cpu_rank(const struct titan_model_dims *d, struct cpu *c)
 		return titan_error(TITAN_E_NOMEM, "out of memory");
 	}
 	c->e->nranks = 1;
-	c->e->stages_per_rank = G->nst;
-	c->e->nstages = nstages;
+	c->e->stages_per_rank = G->n;
+	c->e->nstages = lay.nstages > 0 ? lay.nstages : 1;
 	c->e->pp_microbatches = c->nmb;
 	r = c->r = &c->e->ranks[0];
 	r->pp_rank = (int)ppr;
-	r->nstages = G->nst;
+	r->nstages = G->n;
 	c->top = -1;
-	for (int v = 0; v < G->nst; v++) {
-		r->stages[v] = (int)est_stage_of(o, ppr, v, G->nst);
-		r->stage_l0[v] = G->l0[v];
-		r->stage_l1[v] = G->l1[v];
-		r->layers += G->l1[v] - G->l0[v];
-		for (int64_t b = G->l0[v]; b < G->l1[v]; b++) {
+	for (int v = 0; v < G->n; v++) {
+		const struct titan_pp_stage *sg = &G->v[v];
+
+		r->stages[v] = sg->index;
+		r->stage_l0[v] = sg->l0;
+		r->stage_l1[v] = sg->l1;
+		r->layers += sg->l1 - sg->l0;
+		for (int64_t b = sg->l0; b < sg->l1; b++) {
 			c->nckpt += est_block_ckpt(o, b);
 			c->top = b > c->top ? b : c->top;
 		}
 	}
-	r->first = G->sfirst;
-	r->last = G->slast;
+	r->first = G->first;
+	r->last = G->last;
 	/* the stages' parameter elements (after TP, before FSDP) */
 	for (int i = 0; i < t.n; i++) {
 		const struct titan_param *p = &t.params[i];
 
-		if (p->layer >= 0 ? geo_active(G, 1 + p->layer, (int)L + 2) :
-		    p->role == TITAN_PARAM_TOK_EMBEDDINGS ? G->sfirst : G->slast)
+		if (titan_stages_has_group(G, p->layer >= 0 ? 1 + p->layer :
+					   p->role == TITAN_PARAM_TOK_EMBEDDINGS ? 0 : (int)L + 1,
+					   (int)L + 2))
 			r->params_local += p->ep_sharded ? p->full_rows * p->shape[1] : p->numel;
 		if (p->local_numel > c->sumsq)
 			c->sumsq = p->local_numel;

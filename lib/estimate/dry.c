@@ -247,46 +247,6 @@ static int mesh_comm(const struct titan_parallel_dims *pd, const int64_t *coord,
 				      (int)titan_parallel_dims_rank(pd, c0), (int)stride, out);
 }
 
-/* Expert parallelism's groups as lib/dist/world.c splits them: the ranks
- * whose coordinates, `ep` (the ep group: dp_shard rounded down to a
- * multiple of ep) or not (efsdp: dp_shard mod ep, cp 0), equal this
- * rank's, in world-rank order. */
-static void ep_color(const struct titan_parallel_dims *pd, int64_t rank, bool ep,
-		     int64_t c[TITAN_DIM_NDIMS])
-{
-	titan_parallel_dims_coords(pd, rank, c);
-	if (ep) {
-		c[TITAN_DIM_DP_SHARD] -= c[TITAN_DIM_DP_SHARD] % pd->ep;
-	} else {
-		c[TITAN_DIM_DP_SHARD] %= pd->ep;
-		c[TITAN_DIM_CP] = 0;
-	}
-}
-
-void est_ep_group(const struct titan_parallel_dims *pd, int64_t rank, bool ep, int *grank,
-		  int *gsize, int *base, int *stride)
-{
-	int64_t mine[TITAN_DIM_NDIMS], c[TITAN_DIM_NDIMS], first = -1, second = -1;
-
-	*grank = *gsize = 0;
-	ep_color(pd, rank, ep, mine);
-	for (int64_t r = 0; r < pd->world_size; r++) {
-		ep_color(pd, r, ep, c);
-		if (memcmp(c, mine, sizeof(c)))
-			continue;
-		if (first < 0)
-			first = r;
-		else if (second < 0)
-			second = r;
-		*grank += r < rank;
-		++*gsize;
-	}
-	*base = (int)first;
-	/* the instant communicator's world ranks (its names in traces): exact
-	 * for the ep group, the efsdp group's first two's step otherwise */
-	*stride = second > first ? (int)(second - first) : 1;
-}
-
 static int dry_mesh(const struct titan_config *c, const struct titan_est_opts *o,
 		    struct titan_dist *dist)
 {
@@ -316,10 +276,23 @@ static int dry_mesh(const struct titan_config *c, const struct titan_est_opts *o
 	for (int k = 0; k < 2 && rc == 0 && dist->dims.ep > 1; k++) {
 		int gr, gs, base, stride;
 
-		est_ep_group(&dist->dims, o->rank, k == 0, &gr, &gs, &base, &stride);
+		titan_layout_ep_group(&dist->dims, o->rank, k == 0, &gr, &gs, &base, &stride);
 		rc = titan_comm_instant_new(k == 0 ? "ep" : "efsdp", gr, gs, base, stride,
 					    k == 0 ? &dist->ep : &dist->efsdp);
 	}
+	return rc;
+}
+
+int est_dry_layout(const struct titan_model_dims *d, const struct titan_est_opts *o,
+		   struct titan_layout *l)
+{
+	struct titan_config c;
+	int rc;
+
+	if ((rc = dry_config(o, &c)) < 0)
+		return rc;
+	rc = titan_layout_resolve(l, &c, d, o->ngpu, o->rank);
+	dry_config_release(&c);
 	return rc;
 }
 
@@ -367,6 +340,7 @@ static int dry(const struct titan_model_dims *model, const struct titan_est_opts
 	struct dry d = {.max = out->fsdp};
 	struct titan_config c;
 	struct titan_dist dist;
+	struct titan_layout lay;
 	struct titan_mem_backend mb;
 	struct titan_backend be;
 	struct titan_llama_opts mo = {
@@ -424,9 +398,11 @@ static int dry(const struct titan_model_dims *model, const struct titan_est_opts
 	lvl = titan_log_get_level();
 	if (lvl > TITAN_LOG_ERROR)
 		titan_log_set_level(TITAN_LOG_ERROR);
-	if ((rc = dry_mesh(&c, o, &dist)) == 0)
+	if ((rc = dry_mesh(&c, o, &dist)) == 0 &&
+	    (rc = titan_layout_resolve(&lay, &c, dims, o->ngpu, o->rank)) == 0)
 		rc = titan_parallelize(&(struct titan_parallelize_opts){
-			.cfg = &c, .dist = &dist, .dims = dims, .mo = &mo, .be = &be, .alloc = d.a,
+			.cfg = &c, .dist = &dist, .dims = dims, .layout = &lay, .mo = &mo, .be = &be,
+			.alloc = d.a,
 			.hooks = &(struct titan_llama_hooks){span_begin, span_end, &d},
 			.tokens = tokens, .no_init = true}, &e);
 	if (rc == 0 && titan_engine_dp(e)) {

@@ -37,10 +37,6 @@ void est_item(struct titan_est_rank *r, const char *name, enum titan_mem_tag tag
 void est_rank_finish(struct titan_est_rank *r, double alloc_overhead, struct est_num *n);
 
 /* Pipeline geometry of a checked layout. */
-struct est_stage {
-	int64_t first_layer, nlayers;
-	bool embed, output;
-};
 /* Stages per rank (v) and the split of the blocks over pp·v stages,
  * titan-train's own: titan_pp_stages_per_rank (lib/train/pp.c) and
  * titan_pp_split (lib/model/layout.c: torchtitan's
@@ -48,7 +44,7 @@ struct est_stage {
  * the options' pp_layers_per_stage and pp_split_points.  Without PP one
  * stage of every block. */
 int est_pipeline(const struct titan_est_opts *o, const struct titan_model_dims *d,
-		 int64_t *v, struct est_stage **stages);
+		 int64_t *v, struct titan_pp_stage **stages);
 /* titan-train's schedule of an estimate schedule (the stage count and
  * the stage-to-rank map are titan-train's; LoopedBFS counts and maps its
  * stages as Interleaved1F1B). */
@@ -68,12 +64,10 @@ bool est_block_ckpt(const struct titan_est_opts *o, int64_t b);
  * backward — from a dry run of the engine (dry.c). */
 enum { EST_FSDP_FWD_COMM, EST_FSDP_FWD_ATTN, EST_FSDP_LOSS, EST_FSDP_BWD_COMM,
        EST_FSDP_RECOMPUTE, EST_FSDP_BWD_ATTN, EST_FSDP_NKINDS };
-/* Expert parallelism's group of world rank `rank` as lib/dist/world.c
- * splits it (`ep`: the dispatch group, else efsdp, the experts' FSDP
- * mesh): its rank and size there, its instant communicator's world ranks
- * (base + r x stride). */
-void est_ep_group(const struct titan_parallel_dims *pd, int64_t rank, bool ep, int *grank,
-		  int *gsize, int *base, int *stride);
+/* titan-train's layout of the estimate's rank (titan_layout_resolve of
+ * the config the dry run builds). */
+int est_dry_layout(const struct titan_model_dims *d, const struct titan_est_opts *o,
+		   struct titan_layout *l);
 int est_dry_fsdp(const struct titan_model_dims *d, const struct titan_est_opts *o,
 		 int64_t max[EST_FSDP_NKINDS]);
 /* The dry run itself, with sequences of seq_len tokens: the FSDP moments

@@ -108,7 +108,7 @@ int est_gpu_model(const struct titan_model_dims *d, const struct titan_est_opts 
 	const double rb = o->reduce_bytes, ob = o->optim_bytes, lb = o->float8 ? 1 : pb;
 	const double Vt = o->loss_parallel || l->tp == 1 ? V / T : V;
 	struct est_num n = {false};
-	struct est_stage *st = NULL;
+	struct titan_pp_stage *st = NULL;
 	struct blk b;
 	int64_t v, m, M, rows;
 	double Nmb;
@@ -141,17 +141,17 @@ int est_gpu_model(const struct titan_model_dims *d, const struct titan_est_opts 
 		r->pp_rank = (int)pr;
 		r->nstages = (int)v;
 		for (int64_t s = 0; s < v; s++) {
-			const struct est_stage *sg = &st[est_stage_of(o, pr, s, v)];
+			const struct titan_pp_stage *sg = &st[est_stage_of(o, pr, s, v)];
 
 			if (s < TITAN_PP_MAX_STAGES_PER_RANK) {
 				r->stages[s] = (int)est_stage_of(o, pr, s, v);
-				r->stage_l0[s] = (int)sg->first_layer;
-				r->stage_l1[s] = (int)(sg->first_layer + sg->nlayers);
+				r->stage_l0[s] = sg->l0;
+				r->stage_l1[s] = sg->l1;
 			}
-			r->layers += sg->nlayers;
-			r->first |= sg->embed;
-			r->last |= sg->output;
-			for (int64_t i = sg->first_layer; i < sg->first_layer + sg->nlayers; i++) {
+			r->layers += sg->l1 - sg->l0;
+			r->first |= sg->first;
+			r->last |= sg->last;
+			for (int64_t i = sg->l0; i < sg->l1; i++) {
 				/* the block's linear weights (a MoE's: every
 				 * expert, titan_model_ffn_params) and norms */
 				const double lin = (C * q + 2 * C * kv + q * C +

@@ -56,16 +56,15 @@ int titan_est_opts_from_config(struct titan_est_opts *o, const struct titan_conf
 	o->cp_alltoall = c->parallelism.context_parallel_rotate_method_e == TITAN_CP_ROTATE_ALLTOALL;
 	o->ep = c->parallelism.expert_parallel_degree;
 	if (dev->cpu) {
-		/* exactly titan-train's reading of the keys */
-		struct titan_llama_opts lo;
+		/* exactly titan-train's reading of the keys (its layout's) */
+		enum titan_ac_mode ac;
 
-		if ((rc = titan_llama_opts_from_config(&lo, c)) < 0)
+		if ((rc = titan_layout_ac(c, &ac, &o->ac_every)) < 0)
 			return rc;
-		o->ac = lo.ac == TITAN_AC_NONE ? TITAN_EST_AC_NONE :
-			lo.ac == TITAN_AC_FULL ? TITAN_EST_AC_FULL :
-			lo.ac == TITAN_AC_SELECTIVE_OP ? TITAN_EST_AC_OP : TITAN_EST_AC_SELECTIVE;
-		o->ac_every = lo.ac_every;
-		o->block_causal = lo.block_causal;
+		o->ac = ac == TITAN_AC_NONE ? TITAN_EST_AC_NONE : ac == TITAN_AC_FULL ?
+			TITAN_EST_AC_FULL : ac == TITAN_AC_SELECTIVE_OP ? TITAN_EST_AC_OP :
+			TITAN_EST_AC_SELECTIVE;
+		o->block_causal = c->training.attn_mask_type_e == TITAN_ATTN_MASK_BLOCK_CAUSAL;
 	} else if (c->activation_checkpoint.mode_e == TITAN_ACT_CKPT_NONE) {
 		o->ac = TITAN_EST_AC_NONE;
 	} else if (c->activation_checkpoint.mode_e == TITAN_ACT_CKPT_FULL) {
@@ -128,26 +127,17 @@ bool est_multi_stage(enum titan_est_schedule s)
 
 enum titan_pp_schedule est_train_schedule(enum titan_est_schedule s)
 {
-	switch (s) {
-	case TITAN_EST_GPIPE:
-		return TITAN_PP_GPIPE;
-	case TITAN_EST_1F1B:
-		return TITAN_PP_1F1B;
-	case TITAN_EST_INTERLEAVED_ZB:
-		return TITAN_PP_INTERLEAVED_ZB;
-	case TITAN_EST_ZBV:
-		return TITAN_PP_ZBV;
-	default:
-		return TITAN_PP_INTERLEAVED_1F1B;
-	}
+	/* one numbering (enum titan_schedule's); LoopedBFS, which titan-train
+	 * does not run, is placed as Interleaved1F1B */
+	return s == TITAN_EST_LOOPED_BFS ? TITAN_PP_INTERLEAVED_1F1B : (enum titan_pp_schedule)s;
 }
 
 int est_pipeline(const struct titan_est_opts *o, const struct titan_model_dims *d,
-		 int64_t *v, struct est_stage **stages)
+		 int64_t *v, struct titan_pp_stage **stages)
 {
 	const int64_t pp = o->layout.pp;
 	struct titan_config *c;
-	struct est_stage *st;
+	struct titan_pp_stage *st;
 	int64_t ns;
 	int rc = 0;
 
@@ -174,18 +164,12 @@ int est_pipeline(const struct titan_est_opts *o, const struct titan_model_dims *
 		free(c);
 		return titan_error(TITAN_E_NOMEM, "out of memory");
 	}
-	for (int64_t s = 0; s < ns; s++) {
-		struct titan_pp_stage ps = {0, (int)d->n_layers, true, true};
-
-		/* without PP the model is one stage (titan-train ignores the
-		 * split keys) */
-		if (ns > 1 && (rc = titan_pp_split(c, d->n_layers, (int)ns, (int)s, &ps)) < 0)
+	/* without PP the model is one stage (titan-train ignores the split
+	 * keys) */
+	st[0] = (struct titan_pp_stage){0, (int)d->n_layers, true, true, 0};
+	for (int64_t s = 0; s < ns && ns > 1; s++)
+		if ((rc = titan_pp_split(c, d->n_layers, (int)ns, (int)s, &st[s])) < 0)
 			break;
-		st[s].first_layer = ps.l0;
-		st[s].nlayers = ps.l1 - ps.l0;
-		st[s].embed = ps.first;
-		st[s].output = ps.last;
-	}
 	free(c);
 	if (rc < 0) {
 		free(st);
@@ -218,7 +202,7 @@ int titan_est_check(struct titan_est_opts *o, const struct titan_model_dims *d)
 {
 	struct titan_est_layout *l = &o->layout;
 	struct est_num n = {false};
-	struct est_stage *st = NULL;
+	struct titan_pp_stage *st = NULL;
 	int64_t rest, prod, v;
 	int rc;
 

@@ -85,7 +85,7 @@ void est_perf(const struct titan_model_dims *d, struct titan_estimate *e)
 	const struct titan_est_kernel *k = &e->kernel;
 	const bool krates = o->dev.cpu && o->cpu_kernel_rates && k->known;
 	double t_max = 0, t_sum = 0, window = 0, worst_elems = 0, worst_unit = 0;
-	struct est_stage *st = NULL;
+	struct titan_pp_stage *st = NULL;
 	int64_t vv;
 	struct flops all = {0};
 
@@ -125,9 +125,9 @@ void est_perf(const struct titan_model_dims *d, struct titan_estimate *e)
 		double lin_s, tp_bytes = 0, cp_bytes = 0, tp_s, cp_s, elems, unit;
 
 		for (int64_t s = 0; s < v; s++) {
-			const struct est_stage *sg = &st[est_stage_of(o, i, s, v)];
+			const struct titan_pp_stage *sg = &st[est_stage_of(o, i, s, v)];
 
-			for (int64_t b = sg->first_layer; b < sg->first_layer + sg->nlayers; b++) {
+			for (int64_t b = sg->l0; b < sg->l1; b++) {
 				double colls = 8, kvb = 2 * Nmb * Cp * kv / T * ab * (Cp - 1) / Cp;
 
 				block_flops(d, o, T, b, &f);
@@ -138,9 +138,9 @@ void est_perf(const struct titan_model_dims *d, struct titan_estimate *e)
 				tp_bytes += colls * Nmb * C * ab * (T - 1) / T;
 				cp_bytes += kvb * (est_block_ckpt(o, b) ? 4 : 3);
 			}
-			if (sg->embed || sg->output)
+			if (sg->first || sg->last)
 				tp_bytes += 2 * Nmb * C * ab * (T - 1) / T;
-			if (sg->output) {
+			if (sg->last) {
 				f.lin += 6 * C * V / T;
 				f.el += V / T; /* the loss rows */
 			}

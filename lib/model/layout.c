@@ -87,6 +87,7 @@ int titan_pp_split(const struct titan_config *c, int64_t L, int nstages, int sta
 		out->l1 = first[stage + 1];
 		out->first = stage == 0;
 		out->last = stage == nstages - 1;
+		out->index = stage;
 	}
 	free(first);
 	return rc;

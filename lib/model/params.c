@@ -391,12 +391,16 @@ int titan_param_table_init(struct titan_param_table *t, const struct titan_model
 			r0 = end;
 		if (r1 > end)
 			r1 = end;
-		if (o->staged) {
-			bool mine = p->layer >= 0 ? p->layer >= o->stage_l0 && p->layer < o->stage_l1 :
-				    p->role == TITAN_PARAM_TOK_EMBEDDINGS ? o->stage_first : o->stage_last;
+		if (o->stages.n > 0) {
+			bool mine = false;
 
-			for (int k = 0; k < o->nmore && p->layer >= 0; k++)
-				mine = mine || (p->layer >= o->more_l0[k] && p->layer < o->more_l1[k]);
+			for (int k = 0; k < o->stages.n; k++) {
+				const struct titan_pp_stage *s = &o->stages.v[k];
+
+				mine = mine || (p->layer >= 0 ? p->layer >= s->l0 && p->layer < s->l1 :
+						p->role == TITAN_PARAM_TOK_EMBEDDINGS ? s->first
+										      : s->last);
+			}
 			if (!mine)
 				r0 = r1 = 0; /* another pipeline stage's */
 		}

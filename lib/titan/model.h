@@ -232,6 +232,21 @@ static inline int titan_params_per_layer(const struct titan_model_dims *d)
  * stages): titan-train's model, schedules and titan-estimate. */
 #define TITAN_PP_MAX_STAGES_PER_RANK 8
 
+/* One pipeline stage's part of the model: blocks [l0, l1), the embedding
+ * on the first stage, norm + output on the last; `index` is its place in
+ * the pipeline (0 .. stages - 1). */
+struct titan_pp_stage {
+	int l0, l1;
+	bool first, last;
+	int index;
+};
+/* A rank's pipeline stages in its order (interleaved schedules' virtual
+ * stages); n = 0: no pipeline, the whole model. */
+struct titan_pp_stages {
+	int n;
+	struct titan_pp_stage v[TITAN_PP_MAX_STAGES_PER_RANK];
+};
+
 enum titan_init_kind {
 	TITAN_INIT_NORMAL = 0,    /* N(mean, std²) */
 	TITAN_INIT_TRUNC_NORMAL,  /* N(mean, std²) truncated to [a, b] (absolute) */
@@ -317,17 +332,12 @@ struct titan_param_table_opts {
 	int ep_rank, ep_degree, ep_shard_rank, ep_shard_degree;
 	int tp_rank, tp_degree;   /* tensor-parallel slice (0, 1: none), see above;
 				     FSDP's dim-0 shard is taken of the TP slice */
-	/* Pipeline stage: with `staged`, only the parameters of blocks
-	 * [stage_l0, stage_l1), tok_embeddings when stage_first and norm +
-	 * output when stage_last are held; the others stay in the table
-	 * (names, shapes, full_offset) with no rows (local_numel 0), so every
-	 * stage's table lists the same parameters (checkpoints, grad norm). */
-	bool staged, stage_first, stage_last;
-	int stage_l0, stage_l1;
-	/* further block ranges of the same rank (interleaved schedules'
-	 * virtual stages): [more_l0[i], more_l1[i]) for i < nmore */
-	int nmore, more_l0[TITAN_PP_MAX_STAGES_PER_RANK - 1],
-	    more_l1[TITAN_PP_MAX_STAGES_PER_RANK - 1];
+	/* Pipeline stages (stages.n > 0): only the parameters of their
+	 * blocks, tok_embeddings on a `first` stage and norm + output on a
+	 * `last` one are held; the others stay in the table (names, shapes,
+	 * full_offset) with no rows (local_numel 0), so every stage's table
+	 * lists the same parameters (checkpoints, grad norm). */
+	struct titan_pp_stages stages;
 };
 
 struct titan_param_table {
@@ -398,12 +408,6 @@ void titan_model_init_params(const struct titan_param_arena *a, uint64_t seed);
 
 /* ------------------------------------------------ layouts (layout.c) */
 
-/* One pipeline stage's part of the model: blocks [l0, l1), the embedding
- * on the first stage, norm + output on the last. */
-struct titan_pp_stage {
-	int l0, l1;
-	bool first, last;
-};
 /* Stage `stage` of `nstages` by torchtitan's split:
  * parallelism.pipeline_parallel_split_points ("layers.N" starts a stage),
  * or layers_per_stage, or automatic (generate_llm_fqn_per_model_part:

@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "titan/config.h"
+#include "titan/dist.h"
 #include "titan/model.h"
 #include "titan/ops.h"
 
@@ -122,21 +123,15 @@ struct titan_llama_opts {
 	 * titan_param_table_opts). */
 	struct titan_comm *ep;
 	int ep_shard_rank, ep_shard_degree;
-	/* Pipeline parallelism: with stage_l1 > 0 the model is one stage:
-	 * blocks [stage_l0, stage_l1), the embedding when stage_first, the
-	 * final norm, output and loss when stage_last (the table holds only
-	 * those parameters, titan/model.h); pp_microbatches sets of
-	 * activations (a schedule's microbatches in flight); `pp` the stage
-	 * group (grad norm). */
-	int stage_l0, stage_l1;
-	bool stage_first, stage_last;
+	/* Pipeline parallelism: with stages.n > 0 the model is the rank's
+	 * stages (interleaved schedules hold several, in order): their
+	 * blocks, the embedding on a `first` stage, the final norm, output
+	 * and loss on a `last` one (the table holds only those parameters,
+	 * titan/model.h); pp_microbatches sets of activations (a schedule's
+	 * microbatches in flight); `pp` the stage group (grad norm). */
+	struct titan_pp_stages stages;
 	int64_t pp_microbatches;
 	struct titan_comm *pp;
-	/* interleaved schedules: this rank's further stages (virtual stages
-	 * 1 .. nmore, in order; stage_first applies to stage 0 only,
-	 * stage_last to the rank's last) */
-	int nmore, more_l0[TITAN_PP_MAX_STAGES_PER_RANK - 1],
-	    more_l1[TITAN_PP_MAX_STAGES_PER_RANK - 1];
 	/* zero-bubble schedules: backward split into an input pass and a
 	 * weight pass per (stage, microbatch) (titan_llama_pp_backward_input
 	 * / _weight); each microbatch then keeps, per block of its stages but
@@ -144,9 +139,6 @@ struct titan_llama_opts {
 	 * weight pass (TITAN_MEM_ACTIVATIONS) */
 	bool pp_split_backward;
 };
-/* From activation_checkpoint.{mode, selective_ac_option}: an integer N or
- * "op"; anything else is TITAN_E_INVALID naming the key. */
-int titan_llama_opts_from_config(struct titan_llama_opts *o, const struct titan_config *c);
 
 /* A Llama 3 model on a backend: parameters, gradients and AdamW moments in
  * arenas of one layout (lib/model), RoPE table, and activation buffers
@@ -223,7 +215,7 @@ int titan_llama_zero_grads(struct titan_llama *m);
  * loss only (validation), gradients untouched. */
 int titan_llama_step(struct titan_llama *m, const int32_t *inputs, const int32_t *labels,
 		     float grad_scale, bool backward, double *loss_sum, int64_t *n_valid);
-/* Pipeline stages (opts.stage_l1 > 0): microbatch k (0 .. pp_microbatches
+/* Pipeline stages (opts.stages.n > 0): microbatch k (0 .. pp_microbatches
  * - 1) forward — from `inputs` on the first stage, else from the buffer
  * titan_llama_pp_input(m, k), which the caller fills with the previous
  * stage's output (titan_llama_pp_boundary_floats floats) — and on the last
@@ -362,10 +354,15 @@ int titan_llama_adamw(struct titan_llama *m, const struct titan_adamw_hparams *h
 /* The stage split (struct titan_pp_stage, titan_pp_split) is lib/model's
  * (titan/model.h): titan-estimate splits with the same function. */
 
+/* The schedules titan-train runs: enum titan_schedule's values (the
+ * config's parallelism.pipeline_parallel_schedule_e), LoopedBFS left out. */
 enum titan_pp_schedule {
-	TITAN_PP_GPIPE = 0, TITAN_PP_1F1B, TITAN_PP_INTERLEAVED_1F1B,
-	TITAN_PP_INTERLEAVED_ZB, /* InterleavedZeroBubble: backward split into B and W */
-	TITAN_PP_ZBV             /* ZBVZeroBubble: the same split, 2 stages per rank, V style */
+	TITAN_PP_GPIPE = TITAN_SCHEDULE_GPIPE, TITAN_PP_1F1B = TITAN_SCHEDULE_1F1B,
+	TITAN_PP_INTERLEAVED_1F1B = TITAN_SCHEDULE_INTERLEAVED_1F1B,
+	/* InterleavedZeroBubble: backward split into B and W */
+	TITAN_PP_INTERLEAVED_ZB = TITAN_SCHEDULE_INTERLEAVED_ZB,
+	/* ZBVZeroBubble: the same split, 2 stages per rank, V style */
+	TITAN_PP_ZBV = TITAN_SCHEDULE_ZBV
 };
 /* The global stage of a rank's v-th stage: loop style rank + v·pp, or for
  * ZBVZeroBubble V style (torch's style="v"): v = 0 is stage rank, v = 1
@@ -381,8 +378,8 @@ int titan_pp_stages_per_rank(const struct titan_config *c, enum titan_pp_schedul
 /*
  * Pipeline schedule names have one table: TITAN_SCHEDULES of titan/config.h,
  * whose enum titan_schedule is parallelism.pipeline_parallel_schedule_e and
- * whose names are the schema's choices.  enum titan_pp_schedule is the part
- * titan-train runs; titan-estimate's enum titan_est_schedule has
+ * whose names are the schema's choices.  enum titan_pp_schedule (the part
+ * titan-train runs) and titan-estimate's enum titan_est_schedule have
  * enum titan_schedule's values.
  */
 /* torch's name of a schedule ("ZBVZeroBubble"), or "?" out of range. */
@@ -432,6 +429,74 @@ void titan_pp_free(struct titan_pp *p);
 int titan_pp_step(struct titan_pp *p, const int32_t *inputs, const int32_t *labels,
 		  int64_t mb_tokens, float grad_scale, bool backward, bool last_accum,
 		  double *loss_sum, int64_t *n_valid);
+
+/* ------------------------------------------------------------ layout */
+
+/* One rank's layout, resolved once from the config, the model's dims and
+ * the world (titan_layout_resolve, lib/train/layout.c) and taken by the
+ * trainer, titan_parallelize, the parameter table and titan-estimate:
+ * where the rank sits in the mesh, what it holds of the model and how it
+ * runs it.  Nothing here is a communicator; the engine pairs it with the
+ * mesh's. */
+struct titan_layout {
+	struct titan_parallel_dims dims;  /* degrees, world size, EP degree */
+	int64_t rank, coord[TITAN_DIM_NDIMS]; /* world rank, mesh coordinates */
+	/* data parallelism: dp_replicate x dp_shard ranks read different
+	 * batches (dp_rank of dp); FSDP shards the parameters over
+	 * dp_shard x cp (shard_rank of shard_degree; 0, 0 with one rank) */
+	int64_t dp, dp_rank, fsdp;
+	int shard_rank, shard_degree;
+	int tp_rank, tp_degree;
+	/* expert parallelism (dims.ep > 1): the rank's experts, ep_rank of
+	 * ep_degree (the ep group), and their FSDP shard, ep_shard_rank of
+	 * ep_shard_degree (the efsdp group; 0, 0 without FSDP) */
+	int ep_rank, ep_degree, ep_shard_rank, ep_shard_degree;
+	/* pipeline (dims.degree[TITAN_DIM_PP] > 1): the schedule, the
+	 * pipeline's nstages (pp x stages per rank) and this rank's stages in
+	 * its order (stages.n 0 without PP); the zero-bubble schedules split
+	 * the backward */
+	enum titan_pp_schedule schedule;
+	int nstages;
+	struct titan_pp_stages stages;
+	bool split_backward;
+	/* rows of a model microbatch (pipeline_parallel_microbatch_size with
+	 * PP, else the local batch) and the pipeline microbatches of a local
+	 * batch (1 without PP) */
+	int64_t microbatch, microbatches;
+	/* the model's policies */
+	enum titan_ac_mode ac;
+	int ac_every;
+	int64_t ce_chunk;
+	bool loss_parallel, cp_ring;
+	/* FSDP/DDP (lib/train/dp.c) */
+	bool reshard_after_forward;
+	int64_t bucket_bytes;
+};
+/* The layout of world rank `rank` of `world_size`.  TITAN_E_INVALID naming
+ * the key: degrees (titan_parallel_dims_from_config), the schedule
+ * (titan_pp_schedule_from), tied embeddings with PP, the stage split
+ * (titan_pp_stages_per_rank, titan_pp_split), the microbatch size, TP and
+ * CP's divisibility (titan_model_check_tp_cp), the AC policy.  Logs
+ * nothing. */
+int titan_layout_resolve(struct titan_layout *l, const struct titan_config *c,
+			 const struct titan_model_dims *d, int64_t world_size, int64_t rank);
+/* activation_checkpoint.{mode, selective_ac_option}: an integer N or "op";
+ * anything else is TITAN_E_INVALID naming the key. */
+int titan_layout_ac(const struct titan_config *c, enum titan_ac_mode *ac, int *every);
+/* The parameter table's options of the layout's rank: FSDP shard, TP
+ * slice, experts, stages. */
+void titan_layout_table_opts(const struct titan_layout *l, struct titan_param_table_opts *o);
+/* The model options of the layout (microbatch rows, sequence, AC, CE
+ * chunk, CP rotation, document mask, weight decay; no groups: the engine
+ * adds them). */
+void titan_llama_opts_from_layout(struct titan_llama_opts *o, const struct titan_config *c,
+				  const struct titan_layout *l);
+/* Expert parallelism's groups as lib/dist/world.c splits them (`ep`: the
+ * ep group, else efsdp): rank `rank`'s index and the group's size, its
+ * first world rank and the step between the first two. */
+void titan_layout_ep_group(const struct titan_parallel_dims *pd, int64_t rank, bool ep,
+			   int *grank, int *gsize, int *base, int *stride);
+
 
 /* ------------------------------------------------------------ trainer */
 

@@ -89,67 +89,55 @@ static struct titan_comm *comm(const struct titan_parallelize_opts *o, enum tita
 	return o->comm && o->comm[d] ? o->comm[d] : o->dist->comm[d];
 }
 
-/* Pipeline stages: this rank's stages of the schedule, in order (loop
- * style: the rank's v-th stage is global stage rank + v·pp; ZBV's V style:
- * stages rank and 2·pp − 1 − rank). */
-static int pp_stages(const struct titan_parallelize_opts *o, enum titan_pp_schedule sched)
+/* The model's groups and what it holds of the layout: FSDP shard, experts,
+ * pipeline stages and microbatches (logged as torchtitan's stage lines). */
+static void place_model(const struct titan_parallelize_opts *o, const struct titan_layout *l)
 {
-	const struct titan_config *c = o->cfg;
 	struct titan_llama_opts *mo = o->mo;
-	const int pp = (int)o->dist->dims.degree[TITAN_DIM_PP];
-	const int rank = (int)o->dist->coord[TITAN_DIM_PP];
-	int nv, rc;
 
-	if ((rc = nv = titan_pp_stages_per_rank(c, sched, o->dims->n_layers, pp)) < 0)
-		return rc;
-	mo->pp_split_backward = sched == TITAN_PP_INTERLEAVED_ZB || sched == TITAN_PP_ZBV;
-	for (int v = 0; v < nv; v++) {
-		const int gs = titan_pp_stage_of(sched, pp, rank, v);
-		struct titan_pp_stage st;
-
-		if ((rc = titan_pp_split(c, o->dims->n_layers, pp * nv, gs, &st)) < 0)
-			return rc;
-		if (v == 0) {
-			mo->stage_l0 = st.l0;
-			mo->stage_l1 = st.l1;
-			mo->stage_first = st.first;
-		} else {
-			mo->more_l0[v - 1] = st.l0;
-			mo->more_l1[v - 1] = st.l1;
-		}
-		mo->stage_last = st.last;
-		titan_log_info("Pipeline stage %d of %d (rank %d): layers %d-%d%s%s", gs, pp * nv,
-			       rank, st.l0, st.l1 - 1, st.first ? ", embedding" : "",
-			       st.last ? ", norm + output" : "");
+	if (l->shard_degree > 1) {
+		mo->shard_rank = l->shard_rank;
+		mo->shard_degree = l->shard_degree;
 	}
-	mo->nmore = nv - 1;
-	mo->batch = c->parallelism.pipeline_parallel_microbatch_size;
-	mo->pp_microbatches = c->training.local_batch_size /
-			      c->parallelism.pipeline_parallel_microbatch_size;
+	mo->tp = comm(o, TITAN_DIM_TP);
+	mo->cp = comm(o, TITAN_DIM_CP);
+	mo->ep = o->dist->ep;
+	if (l->ep_shard_degree > 0) { /* the experts' FSDP shard */
+		mo->ep_shard_rank = l->ep_shard_rank;
+		mo->ep_shard_degree = l->ep_shard_degree;
+	}
+	mo->loss_parallel = l->loss_parallel;
+	if (l->stages.n == 0)
+		return;
+	for (int v = 0; v < l->stages.n; v++) {
+		const struct titan_pp_stage *st = &l->stages.v[v];
+
+		titan_log_info("Pipeline stage %d of %d (rank %d): layers %d-%d%s%s", st->index,
+			       l->nstages, (int)l->coord[TITAN_DIM_PP], st->l0, st->l1 - 1,
+			       st->first ? ", embedding" : "", st->last ? ", norm + output" : "");
+	}
+	mo->stages = l->stages;
+	mo->pp_split_backward = l->split_backward;
+	mo->batch = l->microbatch;
+	mo->pp_microbatches = l->microbatches;
 	mo->pp = comm(o, TITAN_DIM_PP);
-	return 0;
 }
 
 /* DDP, FSDP or HSDP over the model's groups (FSDP's mesh includes cp). */
-static int build_dp(const struct titan_parallelize_opts *o, int64_t fsdp, struct titan_engine *e)
+static int build_dp(const struct titan_parallelize_opts *o, const struct titan_layout *l,
+		    struct titan_engine *e)
 {
-	const struct titan_config *c = o->cfg;
 	struct titan_dp_opts dpo = {
-		.shard = fsdp > 1 ? comm(o, TITAN_DIM_FSDP) : NULL,
+		.shard = l->fsdp > 1 ? comm(o, TITAN_DIM_FSDP) : NULL,
 		.replicate = comm(o, TITAN_DIM_DP_REPLICATE),
-		.eshard = fsdp > 1 ? o->dist->efsdp : NULL,
-		.reshard_after_forward = c->parallelism.fsdp_reshard_after_forward_e !=
-					 TITAN_RESHARD_NEVER,
-		.bucket_bytes = (int64_t)(c->comm.bucket_size_mb * 1048576.0),
+		.eshard = l->fsdp > 1 ? o->dist->efsdp : NULL,
+		.reshard_after_forward = l->reshard_after_forward,
+		.bucket_bytes = l->bucket_bytes,
 		.be = o->be,
 	};
 	struct titan_llama_group_hooks gh;
 	int rc;
 
-	if (fsdp <= 1 && c->comm.bucket_size_mb < 0)
-		dpo.bucket_bytes = 25 << 20; /* torch DDP's bucket_cap_mb */
-	else if (c->comm.bucket_size_mb < 0)
-		dpo.bucket_bytes = 0;         /* FSDP: one unit per block */
 	if ((rc = titan_dp_new(e->model, &dpo, &e->dp)) < 0)
 		return rc;
 	titan_llama_set_group_hooks(e->model, titan_dp_hooks(e->dp, &gh));
@@ -164,12 +152,10 @@ static int build_dp(const struct titan_parallelize_opts *o, int64_t fsdp, struct
 int titan_parallelize(const struct titan_parallelize_opts *o, struct titan_engine **out)
 {
 	const struct titan_config *c = o->cfg;
-	const struct titan_parallel_dims *pd = &o->dist->dims;
-	const int64_t fsdp = titan_parallel_dims_degree(pd, TITAN_DIM_FSDP);
-	const int64_t dp = titan_parallel_dims_degree(pd, TITAN_DIM_DP);
+	const struct titan_layout *l = o->layout;
 	struct titan_llama_opts *mo = o->mo;
 	struct titan_engine *e = calloc(1, sizeof(*e));
-	enum titan_pp_schedule sched = TITAN_PP_GPIPE;
+	struct titan_layout own;
 	int rc;
 
 	*out = e;
@@ -179,37 +165,27 @@ int titan_parallelize(const struct titan_parallelize_opts *o, struct titan_engin
 	e->run = run_model;
 	e->dp_finish = finish_none;
 	e->norm = norm_model;
-	if (fsdp > 1) {
-		mo->shard_rank = titan_comm_rank(comm(o, TITAN_DIM_FSDP));
-		mo->shard_degree = (int)fsdp;
+	if (!l) {
+		if ((rc = titan_layout_resolve(&own, c, o->dims, o->dist->size, o->dist->rank)) < 0)
+			return rc;
+		l = &own;
 	}
-	mo->tp = comm(o, TITAN_DIM_TP);
-	mo->cp = comm(o, TITAN_DIM_CP);
-	mo->ep = o->dist->ep;
-	if (o->dist->efsdp && fsdp > 1) { /* the experts' FSDP shard */
-		mo->ep_shard_rank = titan_comm_rank(o->dist->efsdp);
-		mo->ep_shard_degree = titan_comm_size(o->dist->efsdp);
-	}
-	mo->loss_parallel = !c->parallelism.disable_loss_parallel;
-	if (pd->degree[TITAN_DIM_PP] > 1 &&
-	    ((rc = titan_pp_schedule_from(c->parallelism.pipeline_parallel_schedule_e, &sched)) < 0 ||
-	     (rc = pp_stages(o, sched)) < 0))
-		return rc;
+	place_model(o, l);
 	if ((rc = titan_llama_new(o->dims, mo, o->be, o->alloc, &e->model)) < 0)
 		return rc;
 	if (o->hooks)
 		titan_llama_set_hooks(e->model, o->hooks);
-	if (mo->stage_l1 > 0) {
-		if ((rc = titan_pp_new(e->model, comm(o, TITAN_DIM_PP), sched,
-				       (int)mo->pp_microbatches, o->be, &e->pp)) < 0)
+	if (l->stages.n > 0) {
+		if ((rc = titan_pp_new(e->model, comm(o, TITAN_DIM_PP), l->schedule,
+				       (int)l->microbatches, o->be, &e->pp)) < 0)
 			return rc;
-		e->pp_tokens = o->tokens / mo->pp_microbatches;
+		e->pp_tokens = o->tokens / l->microbatches;
 		e->run = run_pipeline;
 	}
 	/* each rank initialises its own rows: the same weights on any layout */
 	if (!o->no_init && (rc = titan_llama_init_weights(e->model, (uint64_t)c->training.seed)) < 0)
 		return rc;
-	if ((dp > 1 || fsdp > 1) && (rc = build_dp(o, fsdp, e)) < 0)
+	if ((l->dp > 1 || l->fsdp > 1) && (rc = build_dp(o, l, e)) < 0)
 		return rc;
 	return 0;
 }

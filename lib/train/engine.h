@@ -36,9 +36,11 @@ struct titan_parallelize_opts {
 	 * communicators), or NULL: dist's */
 	struct titan_comm *const *comm;
 	const struct titan_model_dims *dims;
-	/* from titan_llama_opts_from_config; completed here with the FSDP
-	 * shard, the TP/CP/PP groups and the stage geometry (the trainer's
-	 * log lines read them) */
+	/* the rank's layout (titan_layout_resolve), or NULL: resolved here
+	 * from cfg, dims and dist */
+	const struct titan_layout *layout;
+	/* from titan_llama_opts_from_layout; completed here with the FSDP
+	 * shard, the TP/CP/PP groups and the stages */
 	struct titan_llama_opts *mo;
 	struct titan_backend *be;
 	struct titan_allocator *alloc;    /* the model's (device) memory, or NULL */

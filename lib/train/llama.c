@@ -486,7 +486,7 @@ static int alloc_mb(struct titan_llama *m, struct mb *b)
 	if (!b->x || !b->acts)
 		return TITAN_E_NOMEM;
 	for (int v = 0; v < m->pl.st.n; v++) {
-		const struct titan_stage *s = &m->pl.st.v[v];
+		const struct titan_pp_stage *s = &m->pl.st.v[v];
 
 		for (int64_t i = s->l0; i <= s->l1; i++) /* ZBV: adjacent stages share one */
 			if (!b->x[i] && !(b->x[i] = buf(m, m->nl * C, act, TITAN_BUF_BLOCK_INPUTS)))
@@ -583,35 +583,6 @@ static int alloc_wstash(struct titan_llama *m, struct mb *b)
 		}
 	}
 	m->at_layer = -1;
-	return 0;
-}
-
-int titan_llama_opts_from_config(struct titan_llama_opts *o, const struct titan_config *c)
-{
-	int64_t every;
-
-	memset(o, 0, sizeof(*o));
-	o->batch = c->training.local_batch_size;
-	o->seq = c->training.seq_len;
-	o->exclude_norms_embeddings_from_wd = c->optimizer.weight_decay_exclude_norms_embeddings;
-	o->cp_ring = c->parallelism.context_parallel_rotate_method_e == TITAN_CP_ROTATE_ALLTOALL;
-	o->block_causal = c->training.attn_mask_type_e == TITAN_ATTN_MASK_BLOCK_CAUSAL;
-	o->doc_eos = o->doc_bos = -1; /* the trainer sets them from the shards */
-	if (c->activation_checkpoint.mode_e == TITAN_ACT_CKPT_NONE) {
-		o->ac = TITAN_AC_NONE;
-	} else if (c->activation_checkpoint.mode_e == TITAN_ACT_CKPT_FULL) {
-		o->ac = TITAN_AC_FULL;
-	} else if (!strcmp(c->activation_checkpoint.selective_ac_option, "op")) {
-		o->ac = TITAN_AC_SELECTIVE_OP;
-	} else {
-		if (titan_parse_i64(c->activation_checkpoint.selective_ac_option, &every) < 0)
-			return titan_error(TITAN_E_INVALID,
-					   "activation_checkpoint.selective_ac_option: '%s' is "
-					   "neither a block interval (an integer such as '2') nor 'op'",
-					   c->activation_checkpoint.selective_ac_option);
-		o->ac = TITAN_AC_SELECTIVE;
-		o->ac_every = every <= 0 ? 1 : (int)every;
-	}
 	return 0;
 }
 
@@ -814,9 +785,9 @@ int titan_llama_new(const struct titan_model_dims *d, const struct titan_llama_o
 		m->o.ce_chunk = TITAN_CE_CHUNK;
 	m->be = be;
 	m->alloc = alloc ? alloc : titan_host_allocator();
-	if (o->pp_split_backward && o->stage_l1 <= 0) {
+	if (o->pp_split_backward && o->stages.n <= 0) {
 		rc = titan_error(TITAN_E_INVALID, "the split backward (zero-bubble schedules) needs "
-				 "a pipeline stage (opts.stage_l1)");
+				 "a pipeline stage (opts.stages)");
 		goto fail;
 	}
 	if (o->block_causal && o->doc_eos < 0 && o->doc_bos < 0) {
@@ -940,7 +911,8 @@ int titan_llama_new(const struct titan_model_dims *d, const struct titan_llama_o
 	m->nl = m->n / tpn;
 	m->pp = o->pp;
 	m->pl.n = o->pp_microbatches > 1 ? (int)o->pp_microbatches : 1;
-	titan_stages_init(&m->pl.st, o, (int)L, &to);
+	titan_stages_init(&m->pl.st, &o->stages, (int)L);
+	to.stages = o->stages;
 	if ((rc = titan_param_table_init(&m->table, d, &to)) < 0 ||
 	    (rc = arena(m, &m->params, TITAN_MEM_PARAMS, TITAN_BUF_WEIGHTS)) < 0 ||
 	    (rc = arena(m, &m->grads, TITAN_MEM_GRADS, TITAN_BUF_GRADS)) < 0 ||
@@ -1541,7 +1513,7 @@ static int load_labels(struct titan_llama *m, const int32_t **labels)
 	return m->be->ops->buf_set(m->be, dst, l, (size_t)m->n * sizeof(*l));
 }
 
-static int forward(struct titan_llama *m, const struct titan_stage *s, struct mb *b,
+static int forward(struct titan_llama *m, const struct titan_pp_stage *s, struct mb *b,
 		   const int32_t *inputs)
 {
 	const struct titan_llama_group_hooks *h = &m->ghooks;
@@ -1622,7 +1594,7 @@ static int loss_fwd(struct titan_llama *m, const struct mb *b, const int32_t *la
  * (the embedding's backward only comes with the fused one). */
 struct bwd_pass {
 	struct wsink sink;
-	const struct titan_stage *s;
+	const struct titan_pp_stage *s;
 	int (*norm)(const struct bwd_pass *p, const float *dxn);
 	int (*block)(const struct bwd_pass *p, int l);
 	int (*post)(void *ctx, int group); /* post_backward, NULL: no hook (input pass) */
@@ -1723,7 +1695,7 @@ static int embedding_bwd(struct titan_llama *m, const struct mb *b)
  * stage's input in m->dx (unused on the first stage). */
 static int backward_walk(const struct bwd_pass *p, const float *dxn)
 {
-	const struct titan_stage *s = p->s;
+	const struct titan_pp_stage *s = p->s;
 	struct titan_llama *m = p->sink.m;
 	int rc = 0;
 
@@ -1742,7 +1714,7 @@ static int backward_walk(const struct bwd_pass *p, const float *dxn)
 }
 
 /* The fused backward: weight gradients now, post_backward hooks. */
-static int backward_pass(struct titan_llama *m, const struct titan_stage *s, const struct mb *b,
+static int backward_pass(struct titan_llama *m, const struct titan_pp_stage *s, const struct mb *b,
 			 const float *dxn)
 {
 	const struct bwd_pass p = {{&sink_immediate, m, b}, s, norm_bwd, block_backward,
@@ -1759,7 +1731,7 @@ static int backward_pass(struct titan_llama *m, const struct titan_stage *s, con
 int titan_llama_step(struct titan_llama *m, const int32_t *inputs, const int32_t *labels,
 		     float grad_scale, bool backward, double *loss_sum, int64_t *n_valid)
 {
-	const struct titan_stage *s = &m->pl.st.v[0];
+	const struct titan_pp_stage *s = &m->pl.st.v[0];
 	struct mb *b = &m->pl.mb[0];
 	int rc;
 
@@ -1776,7 +1748,7 @@ int titan_llama_pp_nstages(const struct titan_llama *m)
 }
 
 /* Stage v, microbatch k of a pipeline call. */
-static const struct titan_stage *pp_stage(const struct titan_llama *m, int v, int k)
+static const struct titan_pp_stage *pp_stage(const struct titan_llama *m, int v, int k)
 {
 	TITAN_ASSERT(k >= 0 && k < m->pl.n && v >= 0 && v < m->pl.st.n);
 	return &m->pl.st.v[v];
@@ -1793,7 +1765,7 @@ int titan_llama_pp_forward(struct titan_llama *m, int v, int k, const int32_t *i
 			   const int32_t *labels, float grad_scale, bool backward,
 			   double *loss_sum, int64_t *n_valid)
 {
-	const struct titan_stage *s = pp_stage(m, v, k);
+	const struct titan_pp_stage *s = pp_stage(m, v, k);
 	struct mb *b = &m->pl.mb[k];
 	int rc;
 
@@ -1809,7 +1781,7 @@ int titan_llama_pp_forward(struct titan_llama *m, int v, int k, const int32_t *i
 
 int titan_llama_pp_backward(struct titan_llama *m, int v, int k)
 {
-	const struct titan_stage *s = pp_stage(m, v, k);
+	const struct titan_pp_stage *s = pp_stage(m, v, k);
 	struct mb *b = &m->pl.mb[k];
 
 	return backward_pass(m, s, b, s->last ? loss_grad(m, b) : NULL);
@@ -1821,7 +1793,7 @@ int titan_llama_pp_backward(struct titan_llama *m, int v, int k)
  * the classifier were added by the loss). */
 int titan_llama_pp_backward_input(struct titan_llama *m, int v, int k)
 {
-	const struct titan_stage *s = pp_stage(m, v, k);
+	const struct titan_pp_stage *s = pp_stage(m, v, k);
 	struct mb *b = &m->pl.mb[k];
 	const struct bwd_pass p = {{&sink_deferred, m, b}, s, norm_bwd, block_backward, NULL,
 				   "backward input"};
@@ -1838,7 +1810,7 @@ int titan_llama_pp_backward_input(struct titan_llama *m, int v, int k)
  * hooks. */
 int titan_llama_pp_backward_weight(struct titan_llama *m, int v, int k)
 {
-	const struct titan_stage *s = pp_stage(m, v, k);
+	const struct titan_pp_stage *s = pp_stage(m, v, k);
 	struct mb *b = &m->pl.mb[k];
 	const struct bwd_pass p = {{&sink_immediate, m, b}, s, norm_wgrad, block_weight,
 				   m->ghooks.post_backward, "backward weight"};

@@ -83,31 +83,28 @@ static const char *const schedule_names[] = { TITAN_SCHEDULES(SCHEDULE_NAME) };
 #undef SCHEDULE_NAME
 #define NSCHEDULES (sizeof(schedule_names) / sizeof(schedule_names[0]))
 
-/* What titan-train runs of each; -1: not implemented. */
-static const int pp_schedule_of[NSCHEDULES] = {
-	[TITAN_SCHEDULE_GPIPE] = TITAN_PP_GPIPE,
-	[TITAN_SCHEDULE_1F1B] = TITAN_PP_1F1B,
-	[TITAN_SCHEDULE_INTERLEAVED_1F1B] = TITAN_PP_INTERLEAVED_1F1B,
-	[TITAN_SCHEDULE_LOOPED_BFS] = -1,
-	[TITAN_SCHEDULE_INTERLEAVED_ZB] = TITAN_PP_INTERLEAVED_ZB,
-	[TITAN_SCHEDULE_ZBV] = TITAN_PP_ZBV,
-};
+/* Whether titan-train runs schedule s (enum titan_pp_schedule has its
+ * value). */
+static bool implemented(size_t s)
+{
+	return s != TITAN_SCHEDULE_LOOPED_BFS;
+}
 
 const char *titan_schedule_name(enum titan_schedule s)
 {
 	return (unsigned)s < NSCHEDULES ? schedule_names[s] : "?";
 }
 
-/* "A, B and C" of the schedules that are (`implemented`) or are not run. */
-static void join_schedules(char *buf, size_t n, bool implemented)
+/* "A, B and C" of the schedules that are (`want`) or are not run. */
+static void join_schedules(char *buf, size_t n, bool want)
 {
 	size_t k = 0, count = 0, len = 0;
 
 	for (size_t i = 0; i < NSCHEDULES; i++)
-		count += (pp_schedule_of[i] >= 0) == implemented;
+		count += implemented(i) == want;
 	buf[0] = '\0';
 	for (size_t i = 0; i < NSCHEDULES && len < n; i++) {
-		if ((pp_schedule_of[i] >= 0) != implemented)
+		if (implemented(i) != want)
 			continue;
 		int w = snprintf(buf + len, n - len, "%s%s",
 				 k == 0 ? "" : k + 1 == count ? " and " : ", ", schedule_names[i]);
@@ -122,8 +119,8 @@ int titan_pp_schedule_from(enum titan_schedule s, enum titan_pp_schedule *out)
 {
 	char yes[160], no[80];
 
-	if ((unsigned)s < NSCHEDULES && pp_schedule_of[s] >= 0) {
-		*out = (enum titan_pp_schedule)pp_schedule_of[s];
+	if ((unsigned)s < NSCHEDULES && implemented(s)) {
+		*out = (enum titan_pp_schedule)s;
 		return 0;
 	}
 	join_schedules(yes, sizeof yes, true);

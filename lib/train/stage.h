@@ -10,30 +10,20 @@
 
 #include "titan/model.h"
 
-struct titan_llama_opts;
-
-/* One stage: blocks [l0, l1), the embedding when `first`, the final norm,
- * the output and the loss when `last`. */
-struct titan_stage {
-	int l0, l1;
-	bool first, last;
-};
-
 /* The rank's stages, in order (the virtual stages of interleaved
  * schedules; one stage of every block without PP).  `first` / `last`:
  * the rank holds the embedding / the norm, output and loss (on its
  * stage 0 / its last stage). */
 struct titan_stages {
 	int n;
-	struct titan_stage v[TITAN_PP_MAX_STAGES_PER_RANK];
+	struct titan_pp_stage v[TITAN_PP_MAX_STAGES_PER_RANK];
 	bool first, last;
-	bool staged; /* opts.stage_l1 > 0: a pipeline stage, not the whole model */
+	bool staged; /* opts.stages.n > 0: pipeline stages, not the whole model */
 };
 
-/* From opts.stage_* / more_* (the whole model of `n_layers` blocks when
- * stage_l1 is 0); fills the parameter table's stage options to match. */
-void titan_stages_init(struct titan_stages *s, const struct titan_llama_opts *o, int n_layers,
-		       struct titan_param_table_opts *to);
+/* From the layout's stages (titan_llama_opts.stages; the whole model of
+ * `n_layers` blocks as one stage when there are none). */
+void titan_stages_init(struct titan_stages *s, const struct titan_pp_stages *st, int n_layers);
 /* Does the rank compute parameter group g (0 embedding, 1 + l block l,
  * n_layers + 1 norm and output)? */
 bool titan_stages_has_group(const struct titan_stages *s, int g, int ngroups);

@@ -390,7 +390,6 @@ int titan_trainer_new(const struct titan_config *cfg, const struct titan_trainer
 	if (t->dist->size > 1 && (rc = titan_trainer_log_ranks(t)) < 0)
 		return rc;
 	if ((rc = titan_model_dims_from_config(c, &t->dims)) < 0 ||
-	    (rc = titan_llama_opts_from_config(&t->mo, c)) < 0 ||
 	    (rc = titan_trainer_check_layout(t)) < 0 || (rc = titan_trainer_check_supported(c)) < 0)
 		return rc;
 	if (!*c->training.dataset_path)
@@ -398,10 +397,9 @@ int titan_trainer_new(const struct titan_config *cfg, const struct titan_trainer
 				   "shards is required (titan-tokenize | titan-shard --out DIR)");
 	if (t->dist->rank == 0 && (rc = titan_trainer_lock_dump_folder(t)) < 0)
 		return rc;
-	t->dp_degree = titan_parallel_dims_degree(&t->dist->dims, TITAN_DIM_DP);
-	t->dp_rank = t->dist->coord[TITAN_DIM_DP_REPLICATE] *
-		     t->dist->dims.degree[TITAN_DIM_DP_SHARD] + t->dist->coord[TITAN_DIM_DP_SHARD];
-	t->fsdp_degree = titan_parallel_dims_degree(&t->dist->dims, TITAN_DIM_FSDP);
+	t->dp_degree = t->layout.dp;
+	t->dp_rank = t->layout.dp_rank;
+	t->fsdp_degree = t->layout.fsdp;
 	if ((rc = titan_grad_accum_steps(c, t->dp_degree, &t->accum)) < 0)
 		return rc;
 	t->n = c->training.local_batch_size * c->training.seq_len;
@@ -413,7 +411,8 @@ int titan_trainer_new(const struct titan_config *cfg, const struct titan_trainer
 	titan_trainer_choose_peak(t);
 	hooks = titan_trainer_model_hooks(t);
 	rc = titan_parallelize(&(struct titan_parallelize_opts){
-		.cfg = c, .dist = t->dist, .comm = t->comm, .dims = &t->dims, .mo = &t->mo,
+		.cfg = c, .dist = t->dist, .comm = t->comm, .dims = &t->dims, .layout = &t->layout,
+		.mo = &t->mo,
 		.be = &t->be, .alloc = t->dev_alloc, .hooks = &hooks, .tokens = t->n},
 		&t->engine);
 	if (rc < 0)

@@ -24,6 +24,7 @@ struct titan_trainer {
 	struct titan_config cfg;
 	struct titan_dist *dist;       /* not owned */
 	struct titan_model_dims dims;
+	struct titan_layout layout;    /* this rank's (titan_trainer_check_layout) */
 	struct titan_llama_opts mo;
 	struct titan_backend be;
 	bool be_ready;
@@ -89,7 +90,7 @@ static inline struct titan_comm *titan_trainer_comm(const struct titan_trainer *
 
 /* trainer_setup.c: the checks, loaders, dump-folder lock, start-up lines */
 int titan_mkdirs(const char *path);
-int titan_trainer_check_layout(const struct titan_trainer *t);
+int titan_trainer_check_layout(struct titan_trainer *t);
 int titan_trainer_check_supported(const struct titan_config *c);
 int titan_trainer_open_loaders(struct titan_trainer *t);
 /* block_causal: the document boundaries (EOS, else BOS id) of the training

@@ -36,31 +36,15 @@ int titan_mkdirs(const char *path)
 	return 0;
 }
 
-int titan_trainer_check_layout(const struct titan_trainer *t)
+int titan_trainer_check_layout(struct titan_trainer *t)
 {
-	const struct titan_parallel_dims *pd = &t->dist->dims;
 	const struct titan_config *c = &t->cfg;
-	const int64_t tp = pd->degree[TITAN_DIM_TP];
-	const int64_t pp = pd->degree[TITAN_DIM_PP];
-	enum titan_pp_schedule sched;
 	int rc;
 
-	if (pp > 1) {
-		if ((rc = titan_pp_schedule_from(c->parallelism.pipeline_parallel_schedule_e,
-						 &sched)) < 0)
-			return rc;
-		if (t->dims.tied)
-			return titan_error(TITAN_E_INVALID, "model.tie_word_embeddings with "
-					   "parallelism.pipeline_parallel_degree %lld: the embedding "
-					   "and the output live on different stages", (long long)pp);
-	}
-	/* lib/model/layout.c: titan-estimate checks the same */
-	if ((rc = titan_model_check_tp_cp(&t->dims, tp, pd->degree[TITAN_DIM_CP],
-					  c->training.seq_len,
-					  pp > 1 ? c->parallelism.pipeline_parallel_microbatch_size
-						 : c->training.local_batch_size)) < 0)
+	if ((rc = titan_layout_resolve(&t->layout, c, &t->dims, t->dist->size, t->dist->rank)) < 0)
 		return rc;
-	if (tp > 1 && c->parallelism.enable_async_tensor_parallel)
+	titan_llama_opts_from_layout(&t->mo, c, &t->layout);
+	if (t->layout.tp_degree > 1 && c->parallelism.enable_async_tensor_parallel)
 		return titan_error(TITAN_E_INVALID, "parallelism.enable_async_tensor_parallel: "
 				   "not supported (the CPU path runs TP's collectives between the "
 				   "matmuls); set it to false");
@@ -292,7 +276,7 @@ static void log_layout(const struct titan_trainer *t)
 	if (d[TITAN_DIM_PP] > 1)
 		ADD("%sPP %lld (%s, %lld microbatches of %lld x %lld tokens)", n ? " x " : "",
 		    (long long)d[TITAN_DIM_PP], c->parallelism.pipeline_parallel_schedule,
-		    (long long)t->mo.pp_microbatches, (long long)t->mo.batch,
+		    (long long)t->layout.microbatches, (long long)t->layout.microbatch,
 		    (long long)c->training.seq_len);
 	if (!n)
 		ADD("single rank");
@@ -320,13 +304,14 @@ void titan_trainer_log_start(const struct titan_trainer *t)
 		titan_log_info("Seed checkpoint only (checkpoint.create_seed_checkpoint): no "
 			       "training steps; runs with checkpoint.enable and this "
 			       "checkpoint.folder start from it");
-	else if (t->mo.stage_l1 > 0)
+	else if (t->layout.stages.n > 0)
 		/* a pipeline step runs accum x (local batch / microbatch size)
 		 * microbatches of the pipeline's size */
 		titan_log_info("Training starts: %lld steps, %lld microbatch(es) of %lld x %lld tokens "
 			       "per rank (%lld local batch(es) of %lld, pipelined), activation "
 			       "checkpointing %s", (long long)c->training.steps,
-			       (long long)(t->accum * t->mo.pp_microbatches), (long long)t->mo.batch,
+			       (long long)(t->accum * t->layout.microbatches),
+			       (long long)t->layout.microbatch,
 			       (long long)c->training.seq_len, (long long)t->accum,
 			       (long long)c->training.local_batch_size, c->activation_checkpoint.mode);
 	else

@@ -110,7 +110,7 @@ static struct titan_engine *engine(struct fixture *f)
 	assert_int_equal(titan_engine_dp_units(e), 0); /* one rank: no DP */
 	/* one rank: no groups of size > 1 given to the model */
 	assert_int_equal(mo.shard_degree, 0);
-	assert_int_equal(mo.stage_l1, 0);
+	assert_int_equal(mo.stages.n, 0);
 	return e;
 }
 

@@ -401,7 +401,7 @@ static void stage_backward(enum titan_ac_mode ac, bool split, float **grads, flo
 {
 	struct titan_model_dims d = tiny();
 	struct titan_llama_opts o = {.batch = B, .seq = T, .ac = ac, .ac_every = 2, .ce_chunk = 7,
-				     .stage_l0 = 0, .stage_l1 = 4, .stage_last = true,
+				     .stages = {1, {{0, 4, false, true, 0}}},
 				     .pp_microbatches = 2, .pp_split_backward = split};
 	struct titan_backend be;
 	struct titan_llama *m;
@@ -549,7 +549,7 @@ static void test_buffer_plan(void **state)
 		const bool split = i % 2;
 		struct titan_model_dims d = tiny();
 		struct titan_llama_opts o = {.batch = B, .seq = T, .ac = modes[i / 2], .ac_every = 2,
-					     .stage_l0 = 0, .stage_l1 = 4, .stage_last = true,
+					     .stages = {1, {{0, 4, false, true, 0}}},
 					     .pp_microbatches = 2, .pp_split_backward = split};
 		struct titan_allocator *a = titan_allocator_new("test", NULL);
 		int64_t tag[TITAN_MEM_NTAGS] = {0}, mb[2] = {0}, role[TITAN_BUF_NROLES] = {0};
