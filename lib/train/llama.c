@@ -131,9 +131,9 @@ struct titan_llama {
 	int64_t *moe_tokens;
 	struct titan_moe_ep moe_ep; /* expert parallelism (moe.ep points here), or unused */
 	/* multi-head latent attention (deepseek_v3): the YaRN RoPE table of
-	 * its rope part [T, rope], q's factor mscale² (block.h) and the
-	 * backward scratch: wkv_b's, kv_norm's and wkv_a's output gradients,
-	 * the q_lora path's */
+	 * its rope part [tl, rope] (this rank's positions under CP), q's
+	 * factor mscale² (block.h) and the backward scratch: wkv_b's,
+	 * kv_norm's and wkv_a's output gradients, the q_lora path's */
 	float *mla_freqs, mla_qscale;
 	float *dkvb, *dkvn, *dkv0, *dcq, *dcq0;
 };
@@ -380,6 +380,27 @@ static int alloc_moe_acts(struct titan_llama *m, struct moe_acts *a)
 	return 0;
 }
 
+/* Multi-head latent attention's own activations (block.h's mla_acts). */
+static int alloc_mla_acts(struct titan_llama *m, struct mla_acts *ma, enum titan_buf_role r)
+{
+	const struct titan_mla_dims *x = &m->d.mla;
+	const int64_t n = m->n, R = x->kv_lora_rank, Q = x->q_lora_rank;
+	const enum titan_mem_tag t = TITAN_MEM_ACTIVATIONS;
+
+	if (Q > 0 && (!(ma->cq0 = buf(m, n * Q, t, r)) || !(ma->rstdcq = buf(m, n, t, r)) ||
+		      !(ma->cq = buf(m, n * Q, t, r))))
+		return TITAN_E_NOMEM;
+	ma->kv0 = buf(m, n * (R + x->qk_rope_head_dim), t, r);
+	ma->kvl = buf(m, n * R, t, r);
+	ma->rstdkv = buf(m, n, t, r);
+	ma->kvn = buf(m, n * R, t, r);
+	ma->kvb = buf(m, n * m->H * (x->qk_nope_head_dim + x->v_head_dim), t, r);
+	ma->attv = buf(m, n * m->H * x->v_head_dim, t, r);
+	if (!ma->kv0 || !ma->kvl || !ma->rstdkv || !ma->kvn || !ma->kvb || !ma->attv)
+		return TITAN_E_NOMEM;
+	return 0;
+}
+
 /* A block's activations; `l`: of block l (a MoE block keeps the MoE's in
  * place of the dense feed-forward's), -1: the shared recompute set, which
  * serves both kinds. */
@@ -415,23 +436,8 @@ static int alloc_acts(struct titan_llama *m, struct acts *a, enum titan_buf_role
 		return TITAN_E_NOMEM;
 	if (moe && (rc = alloc_moe_acts(m, &a->moe)) < 0)
 		return rc;
-	if (titan_model_mla(d)) {
-		const struct titan_mla_dims *x = &d->mla;
-		struct mla_acts *ma = &a->mla;
-		const int64_t R = x->kv_lora_rank, Q = x->q_lora_rank;
-
-		if (Q > 0 && (!(ma->cq0 = buf(m, n * Q, t, r)) || !(ma->rstdcq = buf(m, n, t, r)) ||
-			      !(ma->cq = buf(m, n * Q, t, r))))
-			return TITAN_E_NOMEM;
-		ma->kv0 = buf(m, n * (R + x->qk_rope_head_dim), t, r);
-		ma->kvl = buf(m, n * R, t, r);
-		ma->rstdkv = buf(m, n, t, r);
-		ma->kvn = buf(m, n * R, t, r);
-		ma->kvb = buf(m, n * m->H * (x->qk_nope_head_dim + x->v_head_dim), t, r);
-		ma->attv = buf(m, n * m->H * x->v_head_dim, t, r);
-		if (!ma->kv0 || !ma->kvl || !ma->rstdkv || !ma->kvn || !ma->kvb || !ma->attv)
-			return TITAN_E_NOMEM;
-	}
+	if (titan_model_mla(d) && (rc = alloc_mla_acts(m, &a->mla, r)) < 0)
+		return rc;
 	return alloc_qk(m, a, r, true, true);
 }
 
@@ -450,6 +456,11 @@ static int alloc_acts_op(struct titan_llama *m, struct acts *a, const struct act
 	a->v = buf(m, n * kv, t, TITAN_BUF_SAVED_OP);
 	a->att = buf(m, n * q, t, TITAN_BUF_SAVED_OP);
 	a->lse = buf(m, n * m->H, t, TITAN_BUF_SAVED_OP);
+	/* MLA's whole attention is one op (F_WQ, block.c), not recomputed:
+	 * the block keeps k and its latents too */
+	if (titan_model_mla(d) && (!(a->k = buf(m, n * kv, t, TITAN_BUF_SAVED_OP)) ||
+				   (err = alloc_mla_acts(m, &a->mla, TITAN_BUF_SAVED_OP)) < 0))
+		return TITAN_E_NOMEM;
 	if (titan_model_layer_is_moe(d, l)) {
 		if (!a->q || !a->v || !a->att || !a->lse)
 			return TITAN_E_NOMEM;
@@ -610,14 +621,22 @@ static int init_rope(struct titan_llama *m)
 		return TITAN_E_NOMEM;
 	if (titan_model_mla(d)) { /* host memory: MLA runs on the CPU backend only */
 		const struct titan_mla_dims *x = &d->mla;
+		const int64_t R = x->qk_rope_head_dim, tl = m->cp.tl;
 
 		m->mla_qscale = (float)(titan_model_mla_softmax_scale(d) * sqrt((double)D));
-		if (!(m->mla_freqs = buf(m, T * x->qk_rope_head_dim, TITAN_MEM_OTHER,
-					 TITAN_BUF_ROPE)))
+		if (!(m->mla_freqs = buf(m, tl * R, TITAN_MEM_OTHER, TITAN_BUF_ROPE)))
 			return TITAN_E_NOMEM;
-		if ((rc = titan_rope_freqs_yarn(m->mla_freqs, T, x->qk_rope_head_dim,
-						d->rope_theta, x->rope_factor, x->beta_fast,
-						x->beta_slow, x->original_seq_len)) < 0)
+		/* under CP the rows of this rank's positions, as cp.c's table */
+		f = tl < T ? malloc((size_t)(T * R) * sizeof(float)) : m->mla_freqs;
+		rc = f ? titan_rope_freqs_yarn(f, T, R, d->rope_theta, x->rope_factor,
+					       x->beta_fast, x->beta_slow, x->original_seq_len)
+		       : titan_error(TITAN_E_NOMEM, "out of memory");
+		for (int64_t t = 0; rc == 0 && f != m->mla_freqs && t < tl; t++)
+			memcpy(m->mla_freqs + t * R, f + titan_cp_token(&m->cp, t) * R,
+			       (size_t)R * sizeof(float));
+		if (f != m->mla_freqs)
+			free(f);
+		if (rc < 0)
 			return rc;
 	}
 	if (m->cp.comm)
@@ -754,22 +773,10 @@ static int mla_refusals(const struct titan_llama_opts *o, struct titan_backend *
 	if (!cpu_kernels(be))
 		return titan_error(TITAN_E_INVALID, "model.name: deepseek_v3's multi-head latent "
 				   "attention runs on the cpu backend only (training.device)");
-	if (o->tp && titan_comm_size(o->tp) > 1)
-		return titan_error(TITAN_E_INVALID, "parallelism.tensor_parallel_degree %d: tensor "
-				   "parallelism of multi-head latent attention (model.name "
-				   "deepseek_v3) is not supported yet", titan_comm_size(o->tp));
-	if (o->cp && titan_comm_size(o->cp) > 1)
-		return titan_error(TITAN_E_INVALID, "parallelism.context_parallel_degree %d: "
-				   "context parallelism of multi-head latent attention (model.name "
-				   "deepseek_v3) is not supported yet", titan_comm_size(o->cp));
 	if (o->pp_split_backward)
 		return titan_error(TITAN_E_INVALID, "parallelism.pipeline_parallel_schedule: the "
 				   "split backward (zero-bubble schedules) of multi-head latent "
 				   "attention (model.name deepseek_v3) is not supported yet");
-	if (o->ac == TITAN_AC_SELECTIVE_OP)
-		return titan_error(TITAN_E_INVALID, "activation_checkpoint.selective_ac_option: "
-				   "'op' with multi-head latent attention (model.name deepseek_v3) "
-				   "is not supported yet; use full or a block interval");
 	return 0;
 }
 

@@ -1,0 +1,172 @@
+#!/usr/bin/env bats
+# DeepSeek-V3's multi-head latent attention (model.name deepseek_v3) under
+# tensor and context parallelism, as torchtitan's deepseek_v3 plan: wq /
+# wq_b and wkv_b colwise (each TP rank holds n_heads / tp heads), wq_a,
+# wkv_a, q_norm and kv_norm whole on every rank (their gradients summed
+# over the TP group), wo rowwise with sequence parallelism; CP rotates the
+# YaRN RoPE rows to each rank's load-balanced chunks and runs the
+# attention on q/k of nope + rope dims with v zero-padded to them.  TP 2
+# (loss parallel or not), CP 2 (allgather, alltoall), TP 2 x FSDP 2 and
+# CP 2 x TP 2 reproduce the 1-rank curve (losses and grad norms within
+# 1e-5); TP 2 checkpoints resume on 1 rank and the reverse; per-op
+# activation checkpointing changes no bit; titan-estimate --device cpu is
+# the measured memory to the byte under TP 2 and CP 2.
+
+bats_require_minimum_version 1.5.0
+
+setup_file() {
+	load tiny
+	tiny_env
+	tiny_corpus --line 'In the beginning God created the heaven and the earth. And the earth was without form, and void.' \
+		c 400 600 2
+	# titan's tiny flavor: 4 heads, q_lora_rank 32, kv_lora_rank 32,
+	# nope 16 + rope 8, v 16; 8 experts top-2 + 1 shared, block 0 dense
+	cat > "$DATA/ds.yaml" <<YAML
+model:
+  name: deepseek_v3
+  flavor: debugmodel_mla
+  vocab_size: 600
+training:
+  dataset_path: $DATA/shards
+  local_batch_size: 2
+  seq_len: 16
+  steps: 10
+lr_scheduler:
+  warmup_steps: 2
+metrics:
+  log_freq: 1
+YAML
+}
+
+setup() {
+	load helpers
+	load tiny
+	load layouts
+	DATA=$BATS_FILE_TMPDIR
+}
+
+mpi_ds() {
+	local n=$1
+	shift
+	timeout -k 5 180 mpiexec -n "$n" env OMP_NUM_THREADS=1 titan-train -q --config "$DATA/ds.yaml" "$@"
+}
+
+# ds_layouts N ONE ARGS...: each ARGS (words) on N ranks reproduces the
+# 1-rank ONE (same_curve)
+ds_layouts() {
+	local n=$1 one=$2 p
+	shift 2
+	for p in "$@"; do
+		rm -rf "$BATS_TEST_TMPDIR/l"
+		run -0 mpi_ds "$n" $p --job.dump_folder="$BATS_TEST_TMPDIR/l"
+		run -0 same_curve "$one" "$BATS_TEST_TMPDIR/l/metrics.jsonl"
+	done
+}
+
+@test "MLA x TP 2 (loss parallel or not) and x CP 2 (allgather, alltoall) reproduce the 1-rank curve" {
+	[ -z "${NO_MPI:-}" ] || skip "no MPI"
+	d=$BATS_TEST_TMPDIR
+	tp=--parallelism.tensor_parallel_degree=2
+	cp=--parallelism.context_parallel_degree=2
+	run -0 titan-train -q --config "$DATA/ds.yaml" --job.dump_folder="$d/one"
+	ds_layouts 2 "$d/one/metrics.jsonl" "$tp" "$tp --parallelism.disable_loss_parallel" \
+		"$cp" "$cp --parallelism.context_parallel_rotate_method=alltoall"
+	# torchtitan's debugmodel's form: no q LoRA (wq colwise), dense blocks
+	rm -rf "$d/one"
+	x="--model.q_lora_rank=0 --model.moe_num_experts=0"
+	run -0 titan-train -q --config "$DATA/ds.yaml" $x --job.dump_folder="$d/one"
+	ds_layouts 2 "$d/one/metrics.jsonl" "$x $tp" "$x $cp --parallelism.context_parallel_rotate_method=alltoall"
+}
+
+@test "MLA: TP 2 x FSDP 2 and CP 2 x TP 2 (both rotate methods) reproduce the 1-rank curve (4 ranks)" {
+	[ -z "${NO_MPI:-}" ] || skip "no MPI"
+	d=$BATS_TEST_TMPDIR
+	tp=--parallelism.tensor_parallel_degree=2
+	cp=--parallelism.context_parallel_degree=2
+	run -0 titan-train -q --config "$DATA/ds.yaml" --training.local_batch_size=4 \
+		--job.dump_folder="$d/one"
+	ds_layouts 4 "$d/one/metrics.jsonl" "$tp --parallelism.data_parallel_shard_degree=2" \
+		"$tp $cp --training.local_batch_size=4" \
+		"$tp $cp --parallelism.context_parallel_rotate_method=alltoall --training.local_batch_size=4"
+}
+
+@test "MLA x TP 2: the checkpoint is the 1-rank file's tensors; it resumes on 1 rank, the 1-rank one under TP 2, on the curve" {
+	[ -z "${NO_MPI:-}" ] || skip "no MPI"
+	d=$BATS_TEST_TMPDIR
+	ck="--checkpoint.enable --checkpoint.interval=5 --checkpoint.last_save_model_only=false"
+	tp=--parallelism.tensor_parallel_degree=2
+	run -0 titan-train -q --config "$DATA/ds.yaml" $ck --job.dump_folder="$d/one"
+	run -0 mpi_ds 2 $tp $ck --job.dump_folder="$d/t"
+	run -0 same_curve "$d/one/metrics.jsonl" "$d/t/metrics.jsonl"
+	# one logical file (every dataset's crc32c the whole tensor's): the
+	# heads' windows of wq_b, wkv_b and wo in place, the replicated
+	# low-rank weights whole, each tensor the 1-rank run's within 1e-5
+	run -0 titan-ckpt-convert info --verify --no-checksums "$d/t/checkpoint/step-5.h5"
+	assert_line --regexp '^verify: +[1-9][0-9]* ok, 0 mismatched, 0 without a checksum$'
+	if /usr/bin/python3 -c 'import h5py' 2>/dev/null; then
+		run -0 /usr/bin/python3 - "$d/one/checkpoint/step-5.h5" "$d/t/checkpoint/step-5.h5" <<'PY'
+import sys, h5py, numpy as np
+a, b = h5py.File(sys.argv[1], "r")["model"], h5py.File(sys.argv[2], "r")["model"]
+assert list(a) == list(b)
+assert b["layers.1.attention.wkv_b.weight"].shape == (4 * (16 + 16), 32)
+for k in a:
+    x, y = a[k][...], b[k][...]
+    assert x.shape == y.shape, k
+    assert np.abs(x - y).max() <= 1e-5 * max(np.abs(x).max(), 1e-30), (k, np.abs(x - y).max())
+PY
+	fi
+	mkdir -p "$d/a/checkpoint" "$d/b/checkpoint"
+	cp "$d/t/checkpoint/step-5.h5" "$d/a/checkpoint/"
+	cp "$d/one/checkpoint/step-5.h5" "$d/b/checkpoint/"
+	run -0 titan-train -q --config "$DATA/ds.yaml" $ck --job.dump_folder="$d/a"
+	run -0 same_curve "$d/one/metrics.jsonl" "$d/a/metrics.jsonl"
+	run -0 mpi_ds 2 $tp $ck --job.dump_folder="$d/b"
+	run -0 same_curve "$d/one/metrics.jsonl" "$d/b/metrics.jsonl"
+	# TP 2 resuming its own step-5 checkpoint: bit for bit
+	mkdir -p "$d/c/checkpoint"
+	cp "$d/t/checkpoint/step-5.h5" "$d/c/checkpoint/"
+	run -0 mpi_ds 2 $tp $ck --job.dump_folder="$d/c"
+	run -0 same_curve "$d/t/metrics.jsonl" "$d/c/metrics.jsonl" bits
+}
+
+@test "MLA with per-op activation checkpointing (selective 'op'): no bit changes on 1 rank; TP 2 on the curve" {
+	d=$BATS_TEST_TMPDIR
+	op="--activation_checkpoint.mode=selective --activation_checkpoint.selective_ac_option=op"
+	for x in "" "--model.q_lora_rank=0"; do
+		rm -rf "$d/a" "$d/b"
+		run -0 titan-train -q --config "$DATA/ds.yaml" $x --job.dump_folder="$d/a"
+		run -0 titan-train -q --config "$DATA/ds.yaml" $x $op --job.dump_folder="$d/b"
+		run -0 same_curve "$d/a/metrics.jsonl" "$d/b/metrics.jsonl" bits
+	done
+	[ -z "${NO_MPI:-}" ] || return 0
+	ds_layouts 2 "$d/a/metrics.jsonl" "--model.q_lora_rank=0 $op --parallelism.tensor_parallel_degree=2"
+}
+
+@test "titan-estimate --device cpu --rank R: MLA's memory under TP 2, CP 2 and TP 2 with per-op AC to the byte" {
+	[ -z "${NO_MPI:-}" ] || skip "no MPI"
+	local d=$BATS_TEST_TMPDIR
+	for p in "--parallelism.tensor_parallel_degree=2" \
+		"--parallelism.context_parallel_degree=2 --parallelism.context_parallel_rotate_method=alltoall" \
+		"--parallelism.tensor_parallel_degree=2 --model.moe_num_experts=0 --activation_checkpoint.mode=selective --activation_checkpoint.selective_ac_option=op"; do
+		rm -rf "$d/two"
+		run -0 timeout -k 5 120 mpiexec -n 2 env OMP_NUM_THREADS=1 titan-train -q --threads 1 \
+			--config "$DATA/ds.yaml" --training.steps=2 --metrics.save_for_all_ranks $p \
+			--job.dump_folder="$d/two"
+		for r in 0 1; do
+			titan-estimate --config "$DATA/ds.yaml" --device cpu --threads 1 --json --ngpu 2 --rank $r \
+				--training.steps=2 --metrics.save_for_all_ranks $p > "$d/est$r.json"
+		done
+		run -0 /usr/bin/python3 - "$d" <<'PY'
+import json, sys
+d = sys.argv[1]
+for r in range(2):
+    rows = [json.loads(l) for l in open(d + ("/two/metrics.jsonl" if r == 0 else "/two/metrics.rank%d.jsonl" % r))]
+    er = json.load(open("%s/est%d.json" % (d, r)))["ranks"][0]
+    assert rows[0]["memory_peak_bytes"] == er["peak_bytes"], (r, rows[0]["memory_peak_bytes"], er["peak_bytes"], er["peak_moment"])
+    tags = rows[0]["memory_peak_by_tag"]
+    for tag in set(tags) | set(er["at_peak"]):
+        assert er["at_peak"].get(tag, 0) == tags.get(tag, 0), (r, tag, tags, er["at_peak"])
+    assert rows[1]["memory_peak_bytes"] == er["step_peak_bytes"], (r, rows[1]["memory_peak_bytes"], er["step_peak_bytes"])
+PY
+	done
+}
