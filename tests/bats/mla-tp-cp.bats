@@ -9,8 +9,10 @@
 # (loss parallel or not), CP 2 (allgather, alltoall), TP 2 x FSDP 2 and
 # CP 2 x TP 2 reproduce the 1-rank curve (losses and grad norms within
 # 1e-5); TP 2 checkpoints resume on 1 rank and the reverse; per-op
-# activation checkpointing changes no bit; titan-estimate --device cpu is
-# the measured memory to the byte under TP 2 and CP 2.
+# activation checkpointing changes no bit; the zero-bubble schedules'
+# weight pass (MLA's projections and latent norms from its stash) equals
+# Interleaved1F1B bit for bit; titan-estimate --device cpu is the
+# measured memory to the byte under TP 2, CP 2 and ZBVZeroBubble.
 
 bats_require_minimum_version 1.5.0
 
@@ -142,12 +144,38 @@ PY
 	ds_layouts 2 "$d/a/metrics.jsonl" "--model.q_lora_rank=0 $op --parallelism.tensor_parallel_degree=2"
 }
 
-@test "titan-estimate --device cpu --rank R: MLA's memory under TP 2, CP 2 and TP 2 with per-op AC to the byte" {
+@test "MLA under the zero-bubble schedules: InterleavedZeroBubble and ZBVZeroBubble equal Interleaved1F1B bit for bit (AC none, full, op; no q LoRA); x TP 2 on the curve" {
+	[ -z "${NO_MPI:-}" ] || skip "no MPI"
+	d=$BATS_TEST_TMPDIR
+	# dense blocks (a MoE refuses the split backward), 6 of them: PP 2 x 2
+	# stages a rank
+	x="--model.moe_num_experts=0 --model.n_layers=6"
+	pp="--parallelism.pipeline_parallel_degree=2 --parallelism.pipeline_parallel_schedule"
+	op="--activation_checkpoint.mode=selective --activation_checkpoint.selective_ac_option=op"
+	for q in "" "--model.q_lora_rank=0"; do
+		rm -rf "$d/one" "$d/i"
+		run -0 titan-train -q --config "$DATA/ds.yaml" $x $q --job.dump_folder="$d/one"
+		run -0 mpi_ds 2 $x $q $pp=Interleaved1F1B --job.dump_folder="$d/i"
+		run -0 same_curve "$d/one/metrics.jsonl" "$d/i/metrics.jsonl"
+		for z in "$pp=InterleavedZeroBubble" "$pp=ZBVZeroBubble" \
+			"$pp=InterleavedZeroBubble --activation_checkpoint.mode=full" "$pp=ZBVZeroBubble $op"; do
+			rm -rf "$d/z"
+			run -0 mpi_ds 2 $x $q $z --job.dump_folder="$d/z"
+			run -0 same_curve "$d/i/metrics.jsonl" "$d/z/metrics.jsonl" bits
+		done
+	done
+	run -0 titan-train -q --config "$DATA/ds.yaml" $x --training.local_batch_size=4 --job.dump_folder="$d/four"
+	ds_layouts 4 "$d/four/metrics.jsonl" \
+		"$x $pp=InterleavedZeroBubble --parallelism.tensor_parallel_degree=2 --training.local_batch_size=4"
+}
+
+@test "titan-estimate --device cpu --rank R: MLA's memory under TP 2, CP 2, TP 2 with per-op AC and ZBVZeroBubble to the byte" {
 	[ -z "${NO_MPI:-}" ] || skip "no MPI"
 	local d=$BATS_TEST_TMPDIR
 	for p in "--parallelism.tensor_parallel_degree=2" \
 		"--parallelism.context_parallel_degree=2 --parallelism.context_parallel_rotate_method=alltoall" \
-		"--parallelism.tensor_parallel_degree=2 --model.moe_num_experts=0 --activation_checkpoint.mode=selective --activation_checkpoint.selective_ac_option=op"; do
+		"--parallelism.tensor_parallel_degree=2 --model.moe_num_experts=0 --activation_checkpoint.mode=selective --activation_checkpoint.selective_ac_option=op" \
+		"--model.moe_num_experts=0 --model.n_layers=6 --parallelism.pipeline_parallel_degree=2 --parallelism.pipeline_parallel_schedule=ZBVZeroBubble --activation_checkpoint.mode=full"; do
 		rm -rf "$d/two"
 		run -0 timeout -k 5 120 mpiexec -n 2 env OMP_NUM_THREADS=1 titan-train -q --threads 1 \
 			--config "$DATA/ds.yaml" --training.steps=2 --metrics.save_for_all_ranks $p \
