@@ -189,12 +189,16 @@ PY
 	[[ $stderr == "titan-estimate: error: model.kv_lora_rank 32: the GPU model does not know multi-head latent attention"* ]]
 }
 
-@test "titan-estimate --device cpu --rank R: deepseek_v3's memory on 2 ranks to the byte (FSDP 2, EP 2, DDP 2 dense)" {
+@test "titan-estimate --device cpu --rank R: deepseek_v3's memory on 2 ranks to the byte (FSDP 2, EP 2, DDP 2 dense, TP 2, CP 2, TP 2 with op AC, ZBVZeroBubble)" {
 	[ -z "${NO_MPI:-}" ] || skip "no MPI"
 	local d=$BATS_TEST_TMPDIR
 	for dp in "--parallelism.data_parallel_shard_degree=2 --activation_checkpoint.mode=full" \
 		"--parallelism.expert_parallel_degree=2" \
-		"--parallelism.data_parallel_replicate_degree=2 --parallelism.data_parallel_shard_degree=1 --model.moe_num_experts=0"; do
+		"--parallelism.data_parallel_replicate_degree=2 --parallelism.data_parallel_shard_degree=1 --model.moe_num_experts=0" \
+		"--parallelism.tensor_parallel_degree=2" \
+		"--parallelism.context_parallel_degree=2 --parallelism.context_parallel_rotate_method=alltoall" \
+		"--parallelism.tensor_parallel_degree=2 --model.moe_num_experts=0 --activation_checkpoint.mode=selective --activation_checkpoint.selective_ac_option=op" \
+		"--model.moe_num_experts=0 --model.n_layers=6 --parallelism.pipeline_parallel_degree=2 --parallelism.pipeline_parallel_schedule=ZBVZeroBubble --activation_checkpoint.mode=full"; do
 		rm -rf "$d/two"
 		run -0 timeout -k 5 120 mpiexec -n 2 env OMP_NUM_THREADS=1 titan-train -q --threads 1 \
 			--config "$DATA/ds.yaml" --training.steps=2 --metrics.save_for_all_ranks $dp \
