@@ -463,7 +463,7 @@ static int alloc_acts_op(struct titan_llama *m, struct acts *a, const struct act
 	/* MLA's whole attention is one op (F_WQ, block.c), not recomputed:
 	 * the block keeps k and its latents too */
 	if (titan_model_mla(d) && (!(a->k = buf(m, n * kv, t, TITAN_BUF_SAVED_OP)) ||
-				   (err = alloc_mla_acts(m, &a->mla, TITAN_BUF_SAVED_OP)) < 0))
+				   alloc_mla_acts(m, &a->mla, TITAN_BUF_SAVED_OP) < 0))
 		return TITAN_E_NOMEM;
 	if (titan_model_layer_is_moe(d, l)) {
 		if (!a->q || !a->v || !a->att || !a->lse)
