@@ -203,12 +203,6 @@ int titan_param_table_init(struct titan_param_table *t, const struct titan_model
 				   "supported yet" : "does not divide the experts' hidden size",
 				   (long long)d->moe.inter_dim);
 
-	if (titan_model_mla(d) && o->tp_degree > 1)
-		return titan_error(TITAN_E_INVALID, "parallelism.tensor_parallel_degree %d: tensor "
-				   "parallelism of multi-head latent attention (model.kv_lora_rank "
-				   "%lld) is not supported yet", o->tp_degree,
-				   (long long)d->mla.kv_lora_rank);
-
 	const int L = (int)d->n_layers;
 	const int nmax = 3 + (TITAN_PARAMS_PER_LAYER_MAX + 6) * L;
 
@@ -331,8 +325,12 @@ int titan_param_table_init(struct titan_param_table *t, const struct titan_model
 			p->shape[0] = (r0 + chunk < V ? r0 + chunk : V) - r0;
 			break;
 		}
+		/* MLA (torchtitan's deepseek_v3 plan): wq_b and wkv_b are
+		 * colwise, rows head-major, so each rank holds H/tp heads; wq_a,
+		 * wkv_a and the norms of the latents stay whole (replicated) */
 		case TITAN_PARAM_WQ: case TITAN_PARAM_WK: case TITAN_PARAM_WV:
 		case TITAN_PARAM_W1: case TITAN_PARAM_W3:
+		case TITAN_PARAM_MLA_WQ_B: case TITAN_PARAM_MLA_WKV_B:
 			p->tp_dim = 0;
 			p->shape[0] = p->gshape[0] / tp;
 			p->tp_off = p->shape[0] * o->tp_rank;

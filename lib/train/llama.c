@@ -32,8 +32,12 @@
  * SwiGLU gradients da, db, g; with QK-norm q0, k0, rstdq, rstdk) when
  * the block's activations are shared (checkpointed, or selective "op");
  * otherwise x is empty and the pass reads the microbatch's own acts.
- * With QK-norm also the dy of q_norm and k_norm (dqn, dkn; none without). */
-enum wslot { WS_DY, WS_DH, WS_DQ, WS_DK, WS_DV, WS_DXN2, WS_DXN1, WS_DQN, WS_DKN, WS_NSLOT,
+ * With QK-norm also the dy of q_norm and k_norm (dqn, dkn; none without).
+ * Multi-head latent attention (no dk, dv): dq is wq's or wq_b's output
+ * gradient, and the output gradients of wkv_b (dkvb), kv_norm (dkvn),
+ * wkv_a (dkv0), q_norm (dcq) and wq_a (dcq0); x also holds its latents. */
+enum wslot { WS_DY, WS_DH, WS_DQ, WS_DK, WS_DV, WS_DXN2, WS_DXN1, WS_DQN, WS_DKN,
+	     WS_DKVB, WS_DKVN, WS_DKV0, WS_DCQ, WS_DCQ0, WS_NSLOT,
 	     WS_DXNF = WS_NSLOT /* the final norm's dy: struct mb's dxnf */ };
 struct wstash {
 	float *g[WS_NSLOT];
@@ -138,9 +142,9 @@ struct titan_llama {
 	int64_t *moe_tokens;
 	struct titan_moe_ep moe_ep; /* expert parallelism (moe.ep points here), or unused */
 	/* multi-head latent attention (deepseek_v3): the YaRN RoPE table of
-	 * its rope part [T, rope], q's factor mscale² (block.h) and the
-	 * backward scratch: wkv_b's, kv_norm's and wkv_a's output gradients,
-	 * the q_lora path's */
+	 * its rope part [tl, rope] (this rank's positions under CP), q's
+	 * factor mscale² (block.h) and the backward scratch: wkv_b's,
+	 * kv_norm's and wkv_a's output gradients, the q_lora path's */
 	float *mla_freqs, mla_qscale;
 	float *dkvb, *dkvn, *dkv0, *dcq, *dcq0;
 };
@@ -388,6 +392,27 @@ static int alloc_moe_acts(struct titan_llama *m, struct moe_acts *a)
 	return 0;
 }
 
+/* Multi-head latent attention's own activations (block.h's mla_acts). */
+static int alloc_mla_acts(struct titan_llama *m, struct mla_acts *ma, enum titan_buf_role r)
+{
+	const struct titan_mla_dims *x = &m->d.mla;
+	const int64_t n = m->n, R = x->kv_lora_rank, Q = x->q_lora_rank;
+	const enum titan_mem_tag t = TITAN_MEM_ACTIVATIONS;
+
+	if (Q > 0 && (!(ma->cq0 = buf(m, n * Q, t, r)) || !(ma->rstdcq = buf(m, n, t, r)) ||
+		      !(ma->cq = buf(m, n * Q, t, r))))
+		return TITAN_E_NOMEM;
+	ma->kv0 = buf(m, n * (R + x->qk_rope_head_dim), t, r);
+	ma->kvl = buf(m, n * R, t, r);
+	ma->rstdkv = buf(m, n, t, r);
+	ma->kvn = buf(m, n * R, t, r);
+	ma->kvb = buf(m, n * m->H * (x->qk_nope_head_dim + x->v_head_dim), t, r);
+	ma->attv = buf(m, n * m->H * x->v_head_dim, t, r);
+	if (!ma->kv0 || !ma->kvl || !ma->rstdkv || !ma->kvn || !ma->kvb || !ma->attv)
+		return TITAN_E_NOMEM;
+	return 0;
+}
+
 /* A block's activations; `l`: of block l (a MoE block keeps the MoE's in
  * place of the dense feed-forward's), -1: the shared recompute set, which
  * serves both kinds. */
@@ -423,23 +448,8 @@ static int alloc_acts(struct titan_llama *m, struct acts *a, enum titan_buf_role
 		return TITAN_E_NOMEM;
 	if (moe && (rc = alloc_moe_acts(m, &a->moe)) < 0)
 		return rc;
-	if (titan_model_mla(d)) {
-		const struct titan_mla_dims *x = &d->mla;
-		struct mla_acts *ma = &a->mla;
-		const int64_t R = x->kv_lora_rank, Q = x->q_lora_rank;
-
-		if (Q > 0 && (!(ma->cq0 = buf(m, n * Q, t, r)) || !(ma->rstdcq = buf(m, n, t, r)) ||
-			      !(ma->cq = buf(m, n * Q, t, r))))
-			return TITAN_E_NOMEM;
-		ma->kv0 = buf(m, n * (R + x->qk_rope_head_dim), t, r);
-		ma->kvl = buf(m, n * R, t, r);
-		ma->rstdkv = buf(m, n, t, r);
-		ma->kvn = buf(m, n * R, t, r);
-		ma->kvb = buf(m, n * m->H * (x->qk_nope_head_dim + x->v_head_dim), t, r);
-		ma->attv = buf(m, n * m->H * x->v_head_dim, t, r);
-		if (!ma->kv0 || !ma->kvl || !ma->rstdkv || !ma->kvn || !ma->kvb || !ma->attv)
-			return TITAN_E_NOMEM;
-	}
+	if (titan_model_mla(d) && (rc = alloc_mla_acts(m, &a->mla, r)) < 0)
+		return rc;
 	return alloc_qk(m, a, r, true, true);
 }
 
@@ -458,6 +468,11 @@ static int alloc_acts_op(struct titan_llama *m, struct acts *a, const struct act
 	a->v = buf(m, n * kv, t, TITAN_BUF_SAVED_OP);
 	a->att = buf(m, n * q, t, TITAN_BUF_SAVED_OP);
 	a->lse = buf(m, n * m->H, t, TITAN_BUF_SAVED_OP);
+	/* MLA's whole attention is one op (F_WQ, block.c), not recomputed:
+	 * the block keeps k and its latents too */
+	if (titan_model_mla(d) && (!(a->k = buf(m, n * kv, t, TITAN_BUF_SAVED_OP)) ||
+				   alloc_mla_acts(m, &a->mla, TITAN_BUF_SAVED_OP) < 0))
+		return TITAN_E_NOMEM;
 	if (titan_model_layer_is_moe(d, l)) {
 		if (!a->q || !a->v || !a->att || !a->lse)
 			return TITAN_E_NOMEM;
@@ -556,11 +571,16 @@ static int alloc_wstash(struct titan_llama *m, struct mb *b)
 			struct wstash *w = &b->w[l];
 			struct acts *x = &w->x;
 
-			const int64_t qk = d->qk_norm;
+			const int64_t qk = d->qk_norm, mla = titan_model_mla(d), dkv = !mla;
+			const struct titan_mla_dims *ml = &d->mla;
+			const int64_t R = ml->kv_lora_rank, Q = ml->q_lora_rank;
 			const int64_t size[WS_NSLOT] = {
-				[WS_DY] = n * C, [WS_DH] = n * C, [WS_DQ] = n * q, [WS_DK] = n * kv,
-				[WS_DV] = n * kv, [WS_DXN2] = nl * C, [WS_DXN1] = nl * C,
-				[WS_DQN] = qk * n * q, [WS_DKN] = qk * n * kv};
+				[WS_DY] = n * C, [WS_DH] = n * C, [WS_DQ] = n * q,
+				[WS_DK] = dkv * n * kv, [WS_DV] = dkv * n * kv, [WS_DXN2] = nl * C,
+				[WS_DXN1] = nl * C, [WS_DQN] = qk * n * q, [WS_DKN] = qk * n * kv,
+				[WS_DKVB] = mla * n * m->H * (ml->qk_nope_head_dim + ml->v_head_dim),
+				[WS_DKVN] = mla * n * R, [WS_DKV0] = mla * n * (R + ml->qk_rope_head_dim),
+				[WS_DCQ] = mla * n * Q, [WS_DCQ0] = mla * n * Q};
 
 			m->at_layer = (int)l;
 			for (int i = 0; i < WS_NSLOT; i++)
@@ -578,7 +598,8 @@ static int alloc_wstash(struct titan_llama *m, struct mb *b)
 			x->b = buf(m, n * F, t, TITAN_BUF_ZB_INPUTS);
 			x->g = buf(m, n * F, t, TITAN_BUF_ZB_INPUTS);
 			if (!x->xn1 || !x->att || !x->h || !x->xn2 || !x->rstd1 || !x->rstd2 || !x->a ||
-			    !x->b || !x->g || alloc_qk(m, x, TITAN_BUF_ZB_INPUTS, true, true) < 0)
+			    !x->b || !x->g || alloc_qk(m, x, TITAN_BUF_ZB_INPUTS, true, true) < 0 ||
+			    (mla && alloc_mla_acts(m, &x->mla, TITAN_BUF_ZB_INPUTS) < 0))
 				return TITAN_E_NOMEM;
 		}
 	}
@@ -603,14 +624,22 @@ static int init_rope(struct titan_llama *m)
 		return TITAN_E_NOMEM;
 	if (titan_model_mla(d)) { /* host memory: MLA runs on the CPU backend only */
 		const struct titan_mla_dims *x = &d->mla;
+		const int64_t R = x->qk_rope_head_dim, tl = m->cp.tl;
 
 		m->mla_qscale = (float)(titan_model_mla_softmax_scale(d) * sqrt((double)D));
-		if (!(m->mla_freqs = buf(m, T * x->qk_rope_head_dim, TITAN_MEM_OTHER,
-					 TITAN_BUF_ROPE)))
+		if (!(m->mla_freqs = buf(m, tl * R, TITAN_MEM_OTHER, TITAN_BUF_ROPE)))
 			return TITAN_E_NOMEM;
-		if ((rc = titan_rope_freqs_yarn(m->mla_freqs, T, x->qk_rope_head_dim,
-						d->rope_theta, x->rope_factor, x->beta_fast,
-						x->beta_slow, x->original_seq_len)) < 0)
+		/* under CP the rows of this rank's positions, as cp.c's table */
+		f = tl < T ? malloc((size_t)(T * R) * sizeof(float)) : m->mla_freqs;
+		rc = f ? titan_rope_freqs_yarn(f, T, R, d->rope_theta, x->rope_factor,
+					       x->beta_fast, x->beta_slow, x->original_seq_len)
+		       : titan_error(TITAN_E_NOMEM, "out of memory");
+		for (int64_t t = 0; rc == 0 && f != m->mla_freqs && t < tl; t++)
+			memcpy(m->mla_freqs + t * R, f + titan_cp_token(&m->cp, t) * R,
+			       (size_t)R * sizeof(float));
+		if (f != m->mla_freqs)
+			free(f);
+		if (rc < 0)
 			return rc;
 	}
 	if (m->cp.comm)
@@ -740,32 +769,6 @@ static bool cpu_kernels(const struct titan_backend *be)
 	return name && (!strcmp(name, "cpu") || !strcmp(name, "measure"));
 }
 
-/* What multi-head latent attention (deepseek_v3) does not run with yet:
- * TITAN_E_INVALID naming the key. */
-static int mla_refusals(const struct titan_llama_opts *o, struct titan_backend *be)
-{
-	if (!cpu_kernels(be))
-		return titan_error(TITAN_E_INVALID, "model.name: deepseek_v3's multi-head latent "
-				   "attention runs on the cpu backend only (training.device)");
-	if (o->tp && titan_comm_size(o->tp) > 1)
-		return titan_error(TITAN_E_INVALID, "parallelism.tensor_parallel_degree %d: tensor "
-				   "parallelism of multi-head latent attention (model.name "
-				   "deepseek_v3) is not supported yet", titan_comm_size(o->tp));
-	if (o->cp && titan_comm_size(o->cp) > 1)
-		return titan_error(TITAN_E_INVALID, "parallelism.context_parallel_degree %d: "
-				   "context parallelism of multi-head latent attention (model.name "
-				   "deepseek_v3) is not supported yet", titan_comm_size(o->cp));
-	if (o->pp_split_backward)
-		return titan_error(TITAN_E_INVALID, "parallelism.pipeline_parallel_schedule: the "
-				   "split backward (zero-bubble schedules) of multi-head latent "
-				   "attention (model.name deepseek_v3) is not supported yet");
-	if (o->ac == TITAN_AC_SELECTIVE_OP)
-		return titan_error(TITAN_E_INVALID, "activation_checkpoint.selective_ac_option: "
-				   "'op' with multi-head latent attention (model.name deepseek_v3) "
-				   "is not supported yet; use full or a block interval");
-	return 0;
-}
-
 int titan_llama_new(const struct titan_model_dims *d, const struct titan_llama_opts *o,
 		    struct titan_backend *be, struct titan_allocator *alloc,
 		    struct titan_llama **out)
@@ -803,8 +806,13 @@ int titan_llama_new(const struct titan_model_dims *d, const struct titan_llama_o
 				 be->ops->name);
 		goto fail;
 	}
-	if (titan_model_mla(d) && (rc = mla_refusals(o, be)) < 0)
+	/* multi-head latent attention (deepseek_v3) moves its tensors with
+	 * host loops (block.c) */
+	if (titan_model_mla(d) && !cpu_kernels(be)) {
+		rc = titan_error(TITAN_E_INVALID, "model.name: deepseek_v3's multi-head latent "
+				 "attention runs on the cpu backend only (training.device)");
 		goto fail;
+	}
 	/* torchtitan's Llama 4 (flex attention): the RoPE blocks and-ed with
 	 * get_fixed_block_mask_mod; a sequence no longer than the block is
 	 * causal there.  As document ids: the CPU kernels' */
@@ -954,7 +962,13 @@ int titan_llama_new(const struct titan_model_dims *d, const struct titan_llama_o
 	m->at_mb = -1;
 	if (o->pp_split_backward) {
 		rc = TITAN_E_NOMEM;
-		const int64_t nones = C > d->head_dim ? C : d->head_dim; /* QK-norm's too */
+		/* QK-norm's too, and MLA's q_norm and kv_norm */
+		int64_t nones = C > d->head_dim ? C : d->head_dim;
+
+		if (titan_model_mla(d) && d->mla.kv_lora_rank > nones)
+			nones = d->mla.kv_lora_rank;
+		if (titan_model_mla(d) && d->mla.q_lora_rank > nones)
+			nones = d->mla.q_lora_rank;
 
 		if (!(m->pl.ones = buf(m, nones, TITAN_MEM_WORKSPACE, TITAN_BUF_ZB_ONES)))
 			goto fail;
@@ -1262,6 +1276,20 @@ static int keep_stash_acts(const struct wsink *k, int l, const struct acts *a)
 		CK(op->copy(be, x->rstdq, a->rstdq, n * k->m->H));
 		CK(op->copy(be, x->rstdk, a->rstdk, n * k->m->Hkv));
 	}
+	if (titan_model_mla(&k->m->d)) { /* what MLA's weight gradients read */
+		const struct titan_mla_dims *ml = &k->m->d.mla;
+		const int64_t R = ml->kv_lora_rank, Q = ml->q_lora_rank;
+
+		CK(op->copy(be, x->mla.attv, a->mla.attv, n * k->m->H * ml->v_head_dim));
+		CK(op->copy(be, x->mla.kvn, a->mla.kvn, n * R));
+		CK(op->copy(be, x->mla.kvl, a->mla.kvl, n * R));
+		CK(op->copy(be, x->mla.rstdkv, a->mla.rstdkv, n));
+		if (Q > 0) {
+			CK(op->copy(be, x->mla.cq, a->mla.cq, n * Q));
+			CK(op->copy(be, x->mla.cq0, a->mla.cq0, n * Q));
+			CK(op->copy(be, x->mla.rstdcq, a->mla.rstdcq, n));
+		}
+	}
 	return op->copy(be, x->g, a->g, n * F);
 }
 
@@ -1337,27 +1365,65 @@ static int mla_bwd(const struct wsink *k, int l, struct acts *a, const float *dh
 		}
 	}
 	titan_mla_rope(m->dkv0, m->mla_freqs, n, T, 1, KA, R, rope, 1.0f, true);
+	CK(g->keep(k, l, WS_DKVB, m->dkvb, n * H * KB));
 	CK(op->matmul_bwd(be, m->dkvn, g->dw(k, TITAN_PARAM_MLA_WKV_B, l), m->dkvb, ma->kvn,
 			  P(m, TITAN_PARAM_MLA_WKV_B, l), n, R, H * KB, false));
+	CK(g->keep(k, l, WS_DKVN, m->dkvn, n * R));
 	CK(op->rmsnorm_bwd(be, m->dkvn, g->dw(k, TITAN_PARAM_MLA_KV_NORM, l), m->dkvn, ma->kvl,
 			   P(m, TITAN_PARAM_MLA_KV_NORM, l), ma->rstdkv, n, R, false));
 	for (int64_t i = 0; i < n; i++)
 		memcpy(m->dkv0 + i * KA, m->dkvn + i * R, (size_t)R * sizeof(float));
+	CK(g->keep(k, l, WS_DKV0, m->dkv0, n * KA));
 	CK(op->matmul_bwd(be, m->dxn, g->dw(k, TITAN_PARAM_MLA_WKV_A, l), m->dkv0, a->xn1,
 			  P(m, TITAN_PARAM_MLA_WKV_A, l), n, C, KA, false));
 	/* q: the rope part rotated back, both parts times mscale² */
 	titan_mla_rope(m->dq, m->mla_freqs, n, T, H, D, nope, rope, m->mla_qscale, true);
+	CK(g->keep(k, l, WS_DQ, m->dq, n * H * D));
 	if (Q > 0) {
 		CK(op->matmul_bwd(be, m->dcq, g->dw(k, TITAN_PARAM_MLA_WQ_B, l), m->dq, ma->cq,
 				  P(m, TITAN_PARAM_MLA_WQ_B, l), n, Q, H * D, false));
+		CK(g->keep(k, l, WS_DCQ, m->dcq, n * Q));
 		CK(op->rmsnorm_bwd(be, m->dcq0, g->dw(k, TITAN_PARAM_MLA_Q_NORM, l), m->dcq,
 				   ma->cq0, P(m, TITAN_PARAM_MLA_Q_NORM, l), ma->rstdcq, n, Q,
 				   false));
+		CK(g->keep(k, l, WS_DCQ0, m->dcq0, n * Q));
 		return op->matmul_bwd(be, m->dxn, g->dw(k, TITAN_PARAM_MLA_WQ_A, l), m->dcq0,
 				      a->xn1, P(m, TITAN_PARAM_MLA_WQ_A, l), n, C, Q, true);
 	}
 	return op->matmul_bwd(be, m->dxn, g->dw(k, TITAN_PARAM_WQ, l), m->dq, a->xn1,
 			      P(m, TITAN_PARAM_WQ, l), n, C, H * D, true);
+}
+
+/* MLA's weight pass (block_wgrad): mla_bwd's weight gradients from the
+ * stash `w` and the inputs `a`; the norms' input gradients to scratch. */
+static int mla_wgrad(struct titan_llama *m, float *const *w, const struct acts *a, int l)
+{
+	const struct titan_backend_ops *op = m->be->ops;
+	struct titan_backend *be = m->be;
+	const struct titan_mla_dims *x = &m->d.mla;
+	const struct mla_acts *ma = &a->mla;
+	const int64_t n = m->n, C = m->d.dim, H = m->H, D = m->d.head_dim;
+	const int64_t R = x->kv_lora_rank, Q = x->q_lora_rank, V = x->v_head_dim;
+	const int64_t KA = R + x->qk_rope_head_dim, KB = x->qk_nope_head_dim + V;
+	int rc;
+
+	CK(op->matmul_bwd(be, NULL, G(m, TITAN_PARAM_WO, l), w[WS_DH], ma->attv, NULL, n, H * V,
+			  C, false));
+	CK(op->matmul_bwd(be, NULL, G(m, TITAN_PARAM_MLA_WKV_B, l), w[WS_DKVB], ma->kvn, NULL, n,
+			  R, H * KB, false));
+	CK(op->rmsnorm_bwd(be, m->dkvn, G(m, TITAN_PARAM_MLA_KV_NORM, l), w[WS_DKVN], ma->kvl,
+			   m->pl.ones, ma->rstdkv, n, R, false));
+	CK(op->matmul_bwd(be, NULL, G(m, TITAN_PARAM_MLA_WKV_A, l), w[WS_DKV0], a->xn1, NULL, n,
+			  C, KA, false));
+	if (Q <= 0)
+		return op->matmul_bwd(be, NULL, G(m, TITAN_PARAM_WQ, l), w[WS_DQ], a->xn1, NULL, n,
+				      C, H * D, false);
+	CK(op->matmul_bwd(be, NULL, G(m, TITAN_PARAM_MLA_WQ_B, l), w[WS_DQ], ma->cq, NULL, n, Q,
+			  H * D, false));
+	CK(op->rmsnorm_bwd(be, m->dcq0, G(m, TITAN_PARAM_MLA_Q_NORM, l), w[WS_DCQ], ma->cq0,
+			   m->pl.ones, ma->rstdcq, n, Q, false));
+	return op->matmul_bwd(be, NULL, G(m, TITAN_PARAM_MLA_WQ_A, l), w[WS_DCQ0], a->xn1, NULL,
+			      n, C, Q, false);
 }
 
 /* Block `l` backward: m->dx holds dL/dx[l+1] on entry and dL/dx[l] on exit
@@ -1461,6 +1527,10 @@ static int block_wgrad(struct titan_llama *m, const struct mb *b, int l)
 	CK(op->matmul_bwd(be, NULL, G(m, TITAN_PARAM_W3, l), a->b, a->xn2, NULL, n, C, F, false));
 	CK(op->rmsnorm_bwd(be, m->dh, G(m, TITAN_PARAM_FFN_NORM, l), w[WS_DXN2], a->h,
 			   m->pl.ones, a->rstd2, nl, C, false));
+	if (titan_model_mla(d)) {
+		CK(mla_wgrad(m, w, a, l));
+		goto attention_norm;
+	}
 	CK(op->matmul_bwd(be, NULL, G(m, TITAN_PARAM_WO, l), w[WS_DH], a->att, NULL, n, q, C,
 			  false));
 	CK(op->matmul_bwd(be, NULL, G(m, TITAN_PARAM_WQ, l), w[WS_DQ], a->xn1, NULL, n, C, q,
@@ -1475,6 +1545,7 @@ static int block_wgrad(struct titan_llama *m, const struct mb *b, int l)
 		CK(op->rmsnorm_bwd(be, m->dk, G(m, TITAN_PARAM_K_NORM, l), w[WS_DKN], a->k0,
 				   m->pl.ones, a->rstdk, n * m->Hkv, d->head_dim, false));
 	}
+attention_norm:
 	return op->rmsnorm_bwd(be, m->dh, G(m, TITAN_PARAM_ATTENTION_NORM, l), w[WS_DXN1],
 			       b->x[l], m->pl.ones, a->rstd1, nl, C, false);
 }

@@ -3,7 +3,8 @@
 # attention with YaRN RoPE, first-k dense blocks, MoE with shared experts)
 # against the PyTorch reference tests/ref/deepseek_v3_ref.py (12 steps,
 # fp32, <= 1e-5), activation checkpointing, DDP and FSDP on 2 ranks equal
-# to 1 rank, and the layouts refused naming the key.
+# to 1 rank, and the layouts refused naming the key (TP, CP and the
+# zero-bubble schedules: mla-tp-cp.bats).
 
 bats_require_minimum_version 1.5.0
 
@@ -176,33 +177,28 @@ PY
 	run -0 same_curve "$d/pp1/metrics.jsonl" "$d/pp2/metrics.jsonl"
 }
 
-@test "deepseek_v3: TP, CP, CUDA, selective 'op' AC and titan-estimate's GPU model are refused with exit 2 naming the key" {
-	# dense (moe_num_experts 0): the MoE's own refusals come first otherwise
-	for a in parallelism.tensor_parallel_degree=2 parallelism.context_parallel_degree=2; do
-		[ -z "${NO_MPI:-}" ] || break
-		run -2 --separate-stderr timeout -k 5 120 mpiexec -n 2 titan-train -q \
-			--config "$DATA/ds.yaml" --model.moe_num_experts=0 --"$a" \
-			--job.dump_folder="$BATS_TEST_TMPDIR/x"
-		[[ $stderr == *"titan-train: error: ${a%=*} 2: "*"multi-head latent attention"* ]]
-	done
+@test "deepseek_v3: CUDA and titan-estimate's GPU model are refused with exit 2 naming the key" {
+	# dense (moe_num_experts 0): the MoE's own refusals come first
+	# otherwise; TP, CP, per-op AC and the zero-bubble schedules run
+	# (mla-tp-cp.bats)
 	run -2 --separate-stderr titan-train -q --config "$DATA/ds.yaml" --model.moe_num_experts=0 \
 		--training.device=cuda --job.dump_folder="$BATS_TEST_TMPDIR/x"
 	[[ $stderr == *"error: "*"training.device"* ]]
-	run -2 --separate-stderr titan-train -q --config "$DATA/ds.yaml" \
-		--activation_checkpoint.mode=selective --activation_checkpoint.selective_ac_option=op \
-		--job.dump_folder="$BATS_TEST_TMPDIR/x"
-	[[ $stderr == "titan-train: error: activation_checkpoint.selective_ac_option: 'op' with multi-head latent attention"* ]]
 	# titan-estimate's GPU model does not count MLA yet: refused, not estimated wrong
 	run -2 --separate-stderr titan-estimate --config "$DATA/ds.yaml" --model.moe_num_experts=0
 	[[ $stderr == "titan-estimate: error: model.kv_lora_rank 32: the GPU model does not know multi-head latent attention"* ]]
 }
 
-@test "titan-estimate --device cpu --rank R: deepseek_v3's memory on 2 ranks to the byte (FSDP 2, EP 2, DDP 2 dense)" {
+@test "titan-estimate --device cpu --rank R: deepseek_v3's memory on 2 ranks to the byte (FSDP 2, EP 2, DDP 2 dense, TP 2, CP 2, TP 2 with op AC, ZBVZeroBubble)" {
 	[ -z "${NO_MPI:-}" ] || skip "no MPI"
 	local d=$BATS_TEST_TMPDIR
 	for dp in "--parallelism.data_parallel_shard_degree=2 --activation_checkpoint.mode=full" \
 		"--parallelism.expert_parallel_degree=2" \
-		"--parallelism.data_parallel_replicate_degree=2 --parallelism.data_parallel_shard_degree=1 --model.moe_num_experts=0"; do
+		"--parallelism.data_parallel_replicate_degree=2 --parallelism.data_parallel_shard_degree=1 --model.moe_num_experts=0" \
+		"--parallelism.tensor_parallel_degree=2" \
+		"--parallelism.context_parallel_degree=2 --parallelism.context_parallel_rotate_method=alltoall" \
+		"--parallelism.tensor_parallel_degree=2 --model.moe_num_experts=0 --activation_checkpoint.mode=selective --activation_checkpoint.selective_ac_option=op" \
+		"--model.moe_num_experts=0 --model.n_layers=6 --parallelism.pipeline_parallel_degree=2 --parallelism.pipeline_parallel_schedule=ZBVZeroBubble --activation_checkpoint.mode=full"; do
 		rm -rf "$d/two"
 		run -0 timeout -k 5 120 mpiexec -n 2 env OMP_NUM_THREADS=1 titan-train -q --threads 1 \
 			--config "$DATA/ds.yaml" --training.steps=2 --metrics.save_for_all_ranks $dp \
