@@ -69,9 +69,9 @@ bool est_block_ckpt(const struct titan_est_opts *o, int64_t b);
 enum { EST_FSDP_FWD_COMM, EST_FSDP_FWD_ATTN, EST_FSDP_LOSS, EST_FSDP_BWD_COMM,
        EST_FSDP_RECOMPUTE, EST_FSDP_BWD_ATTN, EST_FSDP_NKINDS };
 /* Expert parallelism's group of world rank `rank` as lib/dist/world.c
- * splits it (`ep`: the dispatch group, else efsdp, the experts' FSDP
- * mesh): its rank and size there, its instant communicator's world ranks
- * (base + r x stride). */
+ * splits it (titan_parallel_dims_ep_group; `ep`: the dispatch group, else
+ * efsdp, the experts' FSDP mesh): its rank and size there, its instant
+ * communicator's world ranks (base + r x stride). */
 void est_ep_group(const struct titan_parallel_dims *pd, int64_t rank, bool ep, int *grank,
 		  int *gsize, int *base, int *stride);
 int est_dry_fsdp(const struct titan_model_dims *d, const struct titan_est_opts *o,
