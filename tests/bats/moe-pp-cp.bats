@@ -11,8 +11,9 @@
 # not over the TP ranks that route the same tokens, and gathered from
 # every stage); PP 2 and TP 2 checkpoints (the 3-d experts written as TP
 # windows of their hidden dim) resume on 1 rank and the reverse; the
-# zero-bubble schedules, EP x TP and a TP degree not dividing
-# moe_inter_dim stay refused with exit 2 naming the key.
+# zero-bubble schedules, expert tensor parallelism (EP x TP itself:
+# moe-ep-tp.bats) and a TP degree not dividing moe_inter_dim stay refused
+# with exit 2 naming the key.
 
 bats_require_minimum_version 1.5.0
 
@@ -162,7 +163,7 @@ PY
 	cross_resume "$d" t "$sh $ck" "$sh $tp $ck"
 }
 
-@test "MoE: the zero-bubble schedules, EP x TP and TP not dividing moe_inter_dim are refused with exit 2 naming the key" {
+@test "MoE: the zero-bubble schedules, EP x TP with ETP 2 and TP not dividing moe_inter_dim are refused with exit 2 naming the key" {
 	x=--job.dump_folder="$BATS_TEST_TMPDIR/x"
 	for s in InterleavedZeroBubble ZBVZeroBubble; do
 		run -2 --separate-stderr titan-train -q --config "$DATA/moe.yaml" \
@@ -173,8 +174,9 @@ PY
 		[[ $stderr == *"parallelism.pipeline_parallel_schedule: $s is not supported with a mixture of experts"* ]]
 	done
 	run -2 --separate-stderr titan-train -q --config "$DATA/moe.yaml" \
-		--parallelism.tensor_parallel_degree=2 --parallelism.expert_parallel_degree=2 "$x"
-	[[ $stderr == "titan-train: error: parallelism.expert_parallel_degree: 2 with parallelism.tensor_parallel_degree 2 is not supported yet"* ]]
+		--parallelism.tensor_parallel_degree=2 --parallelism.expert_parallel_degree=2 \
+		--parallelism.expert_tensor_parallel_degree=2 "$x"
+	[[ $stderr == "titan-train: error: parallelism.expert_tensor_parallel_degree: 2 is not supported"* ]]
 	run -2 --separate-stderr titan-config --check --config "$DATA/moe.yaml" \
 		--parallelism.tensor_parallel_degree=5
 	[[ $stderr == *"parallelism.tensor_parallel_degree: 5 does not divide model.moe_inter_dim 24"* ]]
