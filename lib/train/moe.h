@@ -25,6 +25,8 @@
  * stay.  The stacked experts are rows of dim 0 (one expert each), so the
  * parameter table gives an EP rank only its experts' rows (titan/model.h
  * titan_param_table_opts ep_*), FSDP-sharded over its efsdp peers.
+ * Under EP x TP (torchtitan's ETP 1) a TP rank routes only its sequence
+ * shard of the gathered tokens (titan_moe r0, nr) to whole experts.
  *
  * The routing, sort and combine loops run on host memory: the CPU
  * backend's (a MoE model on CUDA is refused at configuration).
