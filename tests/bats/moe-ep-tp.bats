@@ -70,7 +70,7 @@ PY
 EP2="--parallelism.expert_parallel_degree=2"
 TP2="--parallelism.tensor_parallel_degree=2"
 
-@test "EP 2 x TP 2 (4 ranks, dp_shard 2; loss parallel or not), EP 2 x TP 2 on 2 ranks, EP 4 x TP 2 and EP 2 x TP 2 x CP 2 reproduce the 1-rank MoE curve and loads" {
+@test "EP 2 x TP 2 (4 ranks, dp_shard 2; loss parallel or not), EP 2 x TP 2 on 2 ranks (full AC), EP 4 x TP 2 and EP 2 x TP 2 x CP 2 reproduce the 1-rank MoE curve and loads" {
 	[ -z "${NO_MPI:-}" ] || skip "no MPI"
 	d=$BATS_TEST_TMPDIR
 	run -0 titan-train -q --config "$DATA/moe.yaml" --job.dump_folder="$d/one"
@@ -82,9 +82,9 @@ TP2="--parallelism.tensor_parallel_degree=2"
 		run -0 mpi_moe 4 $p --job.dump_folder="$d/l"
 		same_moe "$d/one/metrics.jsonl" "$d/l/metrics.jsonl"
 	done
-	# 2 ranks: the EP group is the TP group
+	# 2 ranks: the EP group is the TP group; full AC recomputes the dispatch
 	rm -rf "$d/l"
-	run -0 mpi_moe 2 $EP2 $TP2 --job.dump_folder="$d/l"
+	run -0 mpi_moe 2 $EP2 $TP2 --activation_checkpoint.mode=full --job.dump_folder="$d/l"
 	same_moe "$d/one/metrics.jsonl" "$d/l/metrics.jsonl"
 }
 
@@ -120,13 +120,22 @@ PY
 	fi
 }
 
-@test "EP 2 x TP 2's checkpoint resumes on 1 rank on the 1-rank curve, and the 1-rank one under EP 2 x TP 2" {
+@test "EP 2 x TP 2's checkpoint resumes on 1 rank on the 1-rank curve, and the 1-rank one under EP 2 x TP 2 (validation losses too)" {
 	[ -z "${NO_MPI:-}" ] || skip "no MPI"
 	d=$BATS_TEST_TMPDIR
 	ck="--checkpoint.enable --checkpoint.interval=5 --checkpoint.last_save_model_only=false"
-	run -0 titan-train -q --config "$DATA/moe.yaml" $ck --job.dump_folder="$d/one"
-	run -0 mpi_moe 4 $EP2 $TP2 --training.local_batch_size=1 $ck --job.dump_folder="$d/et"
+	val="--validation.enable --validation.freq=5 --validation.steps=2"
+	run -0 titan-train -q --config "$DATA/moe.yaml" $ck $val --job.dump_folder="$d/one"
+	run -0 mpi_moe 4 $EP2 $TP2 --training.local_batch_size=1 $ck $val --job.dump_folder="$d/et"
 	same_moe "$d/one/metrics.jsonl" "$d/et/metrics.jsonl"
+	# the validation forwards route each TP rank's shard too
+	run -0 /usr/bin/python3 -c '
+import json, sys
+v = [[o["validation_loss"] for o in map(json.loads, open(f)) if "validation_loss" in o]
+     for f in sys.argv[1:]]
+assert len(v[0]) >= 2 and len(v[0]) == len(v[1]), v
+assert all(abs(a - b) <= 1e-5 * abs(a) for a, b in zip(*v)), v' \
+		"$d/one/metrics.jsonl" "$d/et/metrics.jsonl"
 	mkdir -p "$d/a/checkpoint" "$d/b/checkpoint"
 	cp "$d/et/checkpoint/step-5.h5" "$d/a/checkpoint/"
 	cp "$d/one/checkpoint/step-5.h5" "$d/b/checkpoint/"
