@@ -10,7 +10,8 @@
 # EP 2 x TP 2 and 1 rank; titan-estimate --device cpu gives titan-train's
 # memory to the byte; expert_tensor_parallel_degree > 1 (torchtitan
 # removed ETP) and an EP degree that leaves an expert on several TP ranks
-# with no FSDP mesh are refused with exit 2 naming the key.
+# with no FSDP mesh are refused with exit 2 naming the key; EP 2 x CP 2
+# with dp_shard 1 dispatches over the CP ranks (ep innermost of the region).
 
 bats_require_minimum_version 1.5.0
 
@@ -203,4 +204,23 @@ PY
 		--config "$DATA/moe.yaml" --parallelism.tensor_parallel_degree=4 $EP2 \
 		--model.n_kv_heads=4 "$x"
 	[[ $stderr == *"titan-train: error: parallelism.expert_parallel_degree 2: with tensor_parallel_degree 4 and one FSDP rank"* ]]
+}
+
+@test "EP's groups are torchtitan's (ep innermost of dp_shard x cp x tp): EP 2 x CP 2 on 2 ranks (dp_shard 1) dispatches over the CP ranks" {
+	[ -z "${NO_MPI:-}" ] || skip "no MPI"
+	d=$BATS_TEST_TMPDIR
+	cp=--parallelism.context_parallel_degree=2
+	for ep in 1 2; do
+		run -0 mpi_moe 2 $cp --parallelism.expert_parallel_degree=$ep --training.steps=1 \
+			--job.dump_folder="$d/ep$ep"
+	done
+	# an EP rank's expert rows are sized for every slot of its group
+	# (titan_moe_expert_rows): more activation bytes than CP 2 alone (the
+	# EP group of one rank each before, EP silently off)
+	run -0 /usr/bin/python3 - "$d" <<'PY'
+import json, sys
+a = [json.loads(open("%s/ep%d/metrics.jsonl" % (sys.argv[1], e)).readline())["memory_peak_by_tag"]["activations"]
+     for e in (1, 2)]
+assert a[1] > a[0], a
+PY
 }
