@@ -51,22 +51,8 @@ mpi_moe() {
 	timeout -k 5 180 mpiexec -n "$n" env OMP_NUM_THREADS=1 titan-train -q --config "$DATA/moe.yaml" "$@"
 }
 
-# same_moe ONE RUN: RUN's losses and grad norms those of the 1-rank ONE
-# (same_curve), and at every step RUN logs its moe_load equals ONE's
-# (integer counts: exactly), with both MoE layers there
-same_moe() {
-	run -0 same_curve "$1" "$2"
-	/usr/bin/python3 - "$1" "$2" <<'PY'
-import json, sys
-def load(p):
-    return {o["step"]: o.get("moe_load") for o in map(json.loads, open(p)) if "loss" in o}
-a, b = load(sys.argv[1]), load(sys.argv[2])
-for s in b:
-    assert b[s] == a[s], (s, a[s], b[s])
-    assert sorted(b[s]) == ["layers.1", "layers.2"], (s, b[s])
-    assert all(v["max_tokens"] > 0 for v in b[s].values()), (s, b[s])
-PY
-}
+# same_moe ONE RUN: same_moe_layers with the MoE blocks 1 and 2
+same_moe() { same_moe_layers "$1" "$2" 1 2; }
 
 EP2="--parallelism.expert_parallel_degree=2"
 TP2="--parallelism.tensor_parallel_degree=2"
@@ -152,39 +138,13 @@ assert all(abs(a - b) <= 1e-5 * abs(a) for a, b in zip(*v)), v' \
 	run -0 same_curve "$d/et/metrics.jsonl" "$d/b/metrics.jsonl" bits
 }
 
-# est_vs_run N ARGS...: titan-train on N ranks (2 steps, metrics on every
-# rank), then titan-estimate --device cpu --rank R for each rank: the first
-# row's peak and its bytes by tag, and the second row's peak, to the byte
-est_vs_run() {
-	local n=$1 o=$BATS_TEST_TMPDIR/e$1
-	shift
-	rm -rf "$o"
-	timeout -k 5 300 mpiexec -n "$n" env OMP_NUM_THREADS=1 titan-train -q --threads 1 \
-		--config "$DATA/moe.yaml" --training.steps=2 --metrics.save_for_all_ranks \
-		--job.dump_folder="$o" "$@"
-	/usr/bin/python3 - "$o" "$n" "$DATA/moe.yaml" "$@" <<'PY'
-import json, subprocess, sys
-o, n, cfg, args = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4:]
-for r in range(n):
-    rows = [json.loads(l) for l in open(o + ("/metrics.jsonl" if r == 0 else "/metrics.rank%d.jsonl" % r))]
-    e = json.loads(subprocess.check_output(
-        ["titan-estimate", "--config", cfg, "--device", "cpu", "--threads", "1", "--json",
-         "--ngpu", str(n), "--rank", str(r), "--training.steps=2", "--metrics.save_for_all_ranks"] + args))
-    er = e["ranks"][0]
-    assert rows[0]["memory_peak_bytes"] == er["peak_bytes"], (r, rows[0]["memory_peak_bytes"], er["peak_bytes"], er["peak_moment"])
-    tags = rows[0]["memory_peak_by_tag"]
-    for tag in set(tags) | set(er["at_peak"]):
-        assert er["at_peak"].get(tag, 0) == tags.get(tag, 0), (r, tag, tags, er["at_peak"])
-    assert rows[1]["memory_peak_bytes"] == er["step_peak_bytes"], (r, rows[1]["memory_peak_bytes"], er["step_peak_bytes"])
-    print("rank %d: measured %d estimated %d (%s)" % (r, rows[0]["memory_peak_bytes"], er["peak_bytes"], er["peak_moment"]))
-PY
-}
-
 @test "titan-estimate --device cpu --rank R: EP 2 x TP 2's memory to the byte (4 ranks and 2)" {
 	[ -z "${NO_MPI:-}" ] || skip "no MPI"
-	run -0 est_vs_run 4 $EP2 $TP2 --training.local_batch_size=1
+	# (layouts.bash est_vs_run: the first two rows' peaks, to the byte)
+	EST_CONFIG=$DATA/moe.yaml
+	run -0 est_vs_run 4 $EP2 $TP2 --training.steps=2 --training.local_batch_size=1
 	echo "# EP 2 x TP 2 (4 ranks): ${lines[*]}" >&3
-	run -0 est_vs_run 2 $EP2 $TP2 --activation_checkpoint.mode=full
+	run -0 est_vs_run 2 $EP2 $TP2 --training.steps=2 --activation_checkpoint.mode=full
 	echo "# EP 2 x TP 2 (2 ranks, full AC): ${lines[*]}" >&3
 }
 
