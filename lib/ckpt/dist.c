@@ -226,7 +226,8 @@ struct job {
 static int64_t rows_of(const struct job *j, const struct titan_param *p)
 {
 	/* replicated over TP (the norms): TP rank 0's copy */
-	return j->write_rows && (p->tp_dim >= 0 || j->t->opts.tp_rank == 0) ? p->rows : 0;
+	return j->write_rows && (!titan_param_tp_replicated(p) || j->t->opts.tp_rank == 0) ?
+	       p->rows : 0;
 }
 
 /* The same model on every rank, the row counts of every tensor adding up
@@ -464,7 +465,8 @@ int titan_ckpt_load_sums_(const struct titan_ckpt_comm *c, struct titan_ckpt_fil
 		const struct titan_ckpt_tensor_info *ti = &in->tensors[i];
 		const struct titan_param *p = titan_param_find(t, ti->name);
 
-		if (parts[ti->part] && verify_rows && p && (p->tp_dim >= 0 || t->opts.tp_rank == 0))
+		if (parts[ti->part] && verify_rows && p &&
+		    (!titan_param_tp_replicated(p) || t->opts.tp_rank == 0))
 			sums[i] = titan_ckpt_file_sum_(f, ti);
 	}
 	if ((rc = MPI_TRY(MPI_Allreduce(MPI_IN_PLACE, sums, n[0], MPI_UINT32_T, MPI_BXOR,

@@ -278,9 +278,10 @@ static const struct cfg_entry schema[] = {
 	KE(parallelism, context_parallel_rotate_method, TITAN_CP_ROTATES, titan_cp_rotate,
 	   "allgather", "how CP moves keys/values: allgather (whole sequence) or alltoall (ring)"),
 	K(parallelism, expert_parallel_degree, INT, "1", GE(1), NULL, 0,
-	  "expert parallel degree: ranks of dp_shard x cp that split the experts"),
+	  "expert parallel degree: ranks of dp_shard x cp x tp that split the experts"),
 	K(parallelism, expert_tensor_parallel_degree, INT, "1", GE(1), NULL, 0,
-	  "tensor parallel degree inside the experts; only 1 (exit 2 otherwise)"),
+	  "tensor parallel degree inside the experts; only 1, torchtitan removed ETP "
+	  "(exit 2 otherwise)"),
 
 	/* activation_checkpoint */
 	KE(activation_checkpoint, mode, TITAN_ACT_CKPTS, titan_act_ckpt, "selective",

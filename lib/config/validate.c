@@ -27,10 +27,11 @@ static int64_t mul_sat(int64_t a, int64_t b)
 
 /* Mixture of experts: what titan does not run with it yet.  CP routes each
  * rank's own tokens (the loads summed over dp x cp), PP gives each stage
- * its MoE layers, TP splits every expert's hidden dim (the router runs on
- * the gathered tokens, replicated); the zero-bubble schedules' split
- * backward has no MoE weight pass; EP x TP (torchtitan's ETP 1) is not
- * implemented.  Also titan-estimate's (titan/config.h). */
+ * its MoE layers, TP without EP splits every expert's hidden dim (the
+ * router runs on the gathered tokens, replicated), EP x TP (torchtitan's
+ * ETP 1) routes each TP rank's sequence shard to whole experts and splits
+ * the shared experts' hidden dim; the zero-bubble schedules' split
+ * backward has no MoE weight pass.  Also titan-estimate's (titan/config.h). */
 int titan_config_check_moe_layout(int64_t experts, int64_t inter_dim, int64_t tp, int64_t ep,
 				  bool zero_bubble, const char *schedule)
 {
@@ -44,14 +45,10 @@ int titan_config_check_moe_layout(int64_t experts, int64_t inter_dim, int64_t tp
 		FAIL("parallelism.pipeline_parallel_schedule: %s is not supported with a "
 		     "mixture of experts yet (its split backward has no MoE weight pass; "
 		     "use 1F1B, Interleaved1F1B or GPipe)", schedule);
-	if (tp > 1 && ep > 1)
-		FAIL("parallelism.expert_parallel_degree: %" PRId64 " with "
-		     "parallelism.tensor_parallel_degree %" PRId64 " is not supported yet "
-		     "(expert parallelism next to TP; use one of them)", ep, tp);
 	if (tp > 1 && inter_dim > 0 && inter_dim % tp)
 		FAIL("parallelism.tensor_parallel_degree: %" PRId64 " does not divide "
 		     "model.moe_inter_dim %" PRId64 " (each TP rank holds a slice of every "
-		     "expert's hidden dim)", tp, inter_dim);
+		     "%s hidden dim)", tp, inter_dim, ep > 1 ? "shared expert's" : "expert's");
 	if (ep > 1 && experts % ep)
 		FAIL("parallelism.expert_parallel_degree: %" PRId64 " does not divide "
 		     "model.moe_num_experts %" PRId64 " (each EP rank holds whole experts)",
@@ -99,17 +96,21 @@ static int check_moe(const struct titan_config *c)
 }
 
 /* Expert parallelism (torchtitan's expert_parallel_degree): EP borrows its
- * ranks from dp_shard x cp (dims.c checks that it divides them once
- * dp_shard -1 is resolved); expert tensor parallelism is not implemented.
- * EP's other rules (a MoE, whole experts per rank, not next to TP) are
+ * ranks from dp_shard x cp x tp (dims.c checks that it divides them once
+ * dp_shard -1 is resolved).  Expert tensor parallelism (ETP = TP: every
+ * expert's hidden dim split over the TP ranks of an EP rank) is refused:
+ * torchtitan removed it (skinny expert GEMMs, the all-to-alls repeated on
+ * every TP rank); under EP x TP the experts are whole, its ETP 1.  EP's
+ * other rules (a MoE, whole experts per rank) are
  * titan_config_check_moe_layout's.  EP x CP dispatches over the CP ranks'
- * own tokens, EP x PP within each stage (the EP group lies inside one
- * stage). */
+ * own tokens, EP x TP over the TP ranks' sequence shards, EP x PP within
+ * each stage (the EP group lies inside one stage). */
 static int check_ep(const struct titan_config *c)
 {
 	if (c->parallelism.expert_tensor_parallel_degree != 1)
 		FAIL("parallelism.expert_tensor_parallel_degree: %" PRId64 " is not supported "
-		     "(expert tensor parallelism is not implemented; use 1)",
+		     "(expert tensor parallelism, which torchtitan removed: under EP x TP "
+		     "every expert is whole on its EP rank, ETP 1; use 1)",
 		     c->parallelism.expert_tensor_parallel_degree);
 	return 0;
 }

@@ -81,14 +81,53 @@ int titan_parallel_dims_from_config(struct titan_parallel_dims *pd, const struct
 				   desc, (long long)product, (long long)world_size,
 				   world_size == 1 ? " was" : "s were");
 	/* torchtitan's rule: EP borrows its ranks from the sharded region,
-	 * dp_shard x cp (titan has no EP x TP); the ep innermost of it */
+	 * dp_shard x cp x tp, the ep innermost of it */
 	pd->ep = c->parallelism.expert_parallel_degree;
-	if (pd->ep < 1 || (g[TITAN_DIM_DP_SHARD] * g[TITAN_DIM_CP]) % pd->ep)
+	const int64_t fsdp = g[TITAN_DIM_DP_SHARD] * g[TITAN_DIM_CP], tp = g[TITAN_DIM_TP];
+
+	if (pd->ep < 1 || (fsdp * tp) % pd->ep) {
+		if (tp == 1)
+			return titan_error(TITAN_E_INVALID, "parallelism.expert_parallel_degree "
+					   "%lld: must divide data_parallel_shard_degree x "
+					   "context_parallel_degree (%lld x %lld)", (long long)pd->ep,
+					   (long long)g[TITAN_DIM_DP_SHARD], (long long)g[TITAN_DIM_CP]);
 		return titan_error(TITAN_E_INVALID, "parallelism.expert_parallel_degree %lld: "
-				   "must divide data_parallel_shard_degree x "
-				   "context_parallel_degree (%lld x %lld)", (long long)pd->ep,
-				   (long long)g[TITAN_DIM_DP_SHARD], (long long)g[TITAN_DIM_CP]);
+				   "must divide data_parallel_shard_degree x context_parallel_degree "
+				   "x tensor_parallel_degree (%lld x %lld x %lld)", (long long)pd->ep,
+				   (long long)g[TITAN_DIM_DP_SHARD], (long long)g[TITAN_DIM_CP],
+				   (long long)tp);
+	}
+	/* EP x TP with one FSDP rank: the experts' replicas on the TP ranks
+	 * of one EP rank would need an efsdp mesh (titan's FSDP runs only
+	 * over more than one dp_shard x cp rank) */
+	if (pd->ep > 1 && fsdp == 1 && pd->ep % tp)
+		return titan_error(TITAN_E_INVALID, "parallelism.expert_parallel_degree %lld: "
+				   "with tensor_parallel_degree %lld and one FSDP rank "
+				   "(data_parallel_shard_degree x context_parallel_degree 1) it must "
+				   "equal tensor_parallel_degree (an expert on several TP ranks needs "
+				   "an efsdp mesh to sum its gradients)", (long long)pd->ep,
+				   (long long)tp);
 	return 0;
+}
+
+void titan_parallel_dims_ep_group(const struct titan_parallel_dims *pd, int64_t rank, bool ep,
+				  int64_t *first, int64_t *stride, int64_t *size, int64_t *index)
+{
+	const int64_t *g = pd->degree, P = pd->ep > 1 ? pd->ep : 1;
+	const int64_t S = g[TITAN_DIM_DP_SHARD] * g[TITAN_DIM_CP] * g[TITAN_DIM_TP];
+	const int64_t base = rank / S * S, f = rank % S; /* f: rank's place in the region */
+
+	if (ep) {
+		*first = base + f / P * P;
+		*stride = 1;
+		*size = P;
+		*index = f % P;
+	} else {
+		*first = base + f % P;
+		*stride = P;
+		*size = S / P;
+		*index = f / P;
+	}
 }
 
 void titan_parallel_dims_coords(const struct titan_parallel_dims *pd, int64_t rank,

@@ -525,19 +525,13 @@ int titan_dist_mesh(struct titan_dist *d, const struct titan_parallel_dims *pd)
 	dist_comm_free(d->ep);
 	dist_comm_free(d->efsdp);
 	d->ep = d->efsdp = NULL;
-	if (pd->ep > 1) {
-		int64_t c[TITAN_DIM_NDIMS];
+	for (int k = 0; k < 2 && pd->ep > 1; k++) {
+		int64_t first, stride, size, index;
 
-		memcpy(c, d->coord, sizeof(c));
-		c[TITAN_DIM_DP_SHARD] -= c[TITAN_DIM_DP_SHARD] % pd->ep;
-		if ((rc = dist_comm_new(d, "ep", (int)titan_parallel_dims_rank(pd, c), d->rank,
-					&d->ep)) < 0)
-			return rc;
-		memcpy(c, d->coord, sizeof(c));
-		c[TITAN_DIM_DP_SHARD] %= pd->ep;
-		c[TITAN_DIM_CP] = 0;
-		if ((rc = dist_comm_new(d, "efsdp", (int)titan_parallel_dims_rank(pd, c), d->rank,
-					&d->efsdp)) < 0)
+		/* the group's first world rank names it */
+		titan_parallel_dims_ep_group(pd, d->rank, k == 0, &first, &stride, &size, &index);
+		if ((rc = dist_comm_new(d, k == 0 ? "ep" : "efsdp", (int)first, d->rank,
+					k == 0 ? &d->ep : &d->efsdp)) < 0)
 			return rc;
 	}
 	return 0;

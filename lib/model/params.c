@@ -163,18 +163,22 @@ int titan_param_table_init(struct titan_param_table *t, const struct titan_model
 		return titan_error(TITAN_E_INVALID, "parameter shard %d of %d is not a shard",
 				   o->shard_rank, o->shard_degree);
 	const bool ep = o->ep_degree > 1;
+	/* EP's region is dp_shard x cp x tp (torchtitan's sparse mesh), the
+	 * EP ranks innermost: by default this rank's place in it, f =
+	 * shard_rank·tp + tp_rank, is EP rank f mod ep of efsdp rank f / ep */
+	const int tpd = o->tp_degree > 1 ? o->tp_degree : 1;
 	const int ep_sdeg = !ep ? 1 : o->ep_shard_degree > 0 ? o->ep_shard_degree :
-			    o->shard_degree / o->ep_degree;
+			    o->shard_degree * tpd / o->ep_degree;
 	const int ep_srank = !ep ? 0 : o->ep_shard_degree > 0 ? o->ep_shard_rank :
-			     o->shard_rank / o->ep_degree;
+			     (o->shard_rank * tpd + o->tp_rank) / o->ep_degree;
 
 	if (ep && (d->moe.num_experts % o->ep_degree || o->ep_rank < 0 ||
-		   o->ep_rank >= o->ep_degree || ep_sdeg * o->ep_degree != o->shard_degree ||
+		   o->ep_rank >= o->ep_degree || ep_sdeg * o->ep_degree != o->shard_degree * tpd ||
 		   ep_srank < 0 || ep_srank >= ep_sdeg))
 		return titan_error(TITAN_E_INVALID, "expert-parallel rank %d of %d (experts "
 				   "sharded %d of %d) does not split model.moe_num_experts %lld over "
-				   "parameter shards %d", o->ep_rank, o->ep_degree, ep_srank, ep_sdeg,
-				   (long long)d->moe.num_experts, o->shard_degree);
+				   "parameter shards %d x TP %d", o->ep_rank, o->ep_degree, ep_srank,
+				   ep_sdeg, (long long)d->moe.num_experts, o->shard_degree, tpd);
 	if (o->tp_degree < 1 || o->tp_rank < 0 || o->tp_rank >= o->tp_degree)
 		return titan_error(TITAN_E_INVALID, "tensor-parallel rank %d of %d is not a rank",
 				   o->tp_rank, o->tp_degree);
@@ -193,15 +197,13 @@ int titan_param_table_init(struct titan_param_table *t, const struct titan_model
 				   "model.moe_top_k %lld must be in [1, moe_num_experts %lld] and "
 				   "model.moe_inter_dim %lld positive", (long long)d->moe.top_k,
 				   (long long)d->moe.num_experts, (long long)d->moe.inter_dim);
-	/* TP of the experts: each rank holds inter_dim / tp of every one
-	 * (torchtitan's TP of GroupedExperts); not next to EP yet */
-	if (d->moe.num_experts > 0 && o->tp_degree > 1 &&
-	    (d->moe.inter_dim % o->tp_degree || o->ep_degree > 1))
-		return titan_error(TITAN_E_INVALID, "parallelism.tensor_parallel_degree %d: %s "
-				   "(model.moe_inter_dim %lld)", o->tp_degree,
-				   o->ep_degree > 1 ? "expert parallelism next to TP is not "
-				   "supported yet" : "does not divide the experts' hidden size",
-				   (long long)d->moe.inter_dim);
+	/* TP of the experts without EP: each rank holds inter_dim / tp of
+	 * every one (torchtitan's TP of GroupedExperts); under EP x TP the
+	 * experts are whole (ETP 1) and the shared experts split so */
+	if (d->moe.num_experts > 0 && o->tp_degree > 1 && d->moe.inter_dim % o->tp_degree)
+		return titan_error(TITAN_E_INVALID, "parallelism.tensor_parallel_degree %d: does "
+				   "not divide the experts' hidden size (model.moe_inter_dim %lld)",
+				   o->tp_degree, (long long)d->moe.inter_dim);
 
 	const int L = (int)d->n_layers;
 	const int nmax = 3 + (TITAN_PARAMS_PER_LAYER_MAX + 6) * L;
@@ -347,9 +349,13 @@ int titan_param_table_init(struct titan_param_table *t, const struct titan_model
 			p->tp_off = p->shape[0] * o->tp_rank;
 			break;
 		/* the experts' hidden dim: w1/w3 [E, F, C] on dim 1, w2
-		 * [E, C, F] on dim 2; each rank holds F/tp of every expert */
+		 * [E, C, F] on dim 2; each rank holds F/tp of every expert
+		 * (under EP: whole experts, the EP rank's, below) */
 		case TITAN_PARAM_MOE_W1: case TITAN_PARAM_MOE_W3: case TITAN_PARAM_MOE_W2: {
 			const int dim = p->role == TITAN_PARAM_MOE_W2 ? 2 : 1;
+
+			if (ep)
+				break;
 
 			p->tp_dim = dim;
 			p->tp_off = p->fshape[dim] / tp * o->tp_rank;

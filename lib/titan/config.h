@@ -256,8 +256,8 @@ struct titan_config {
 		int64_t context_parallel_degree;
 		char *context_parallel_rotate_method; /* allgather, alltoall */
 		enum titan_cp_rotate context_parallel_rotate_method_e;
-		int64_t expert_parallel_degree;        /* ranks borrowed from dp_shard x cp */
-		int64_t expert_tensor_parallel_degree; /* only 1 */
+		int64_t expert_parallel_degree;        /* ranks borrowed from dp_shard x cp x tp */
+		int64_t expert_tensor_parallel_degree; /* only 1 (torchtitan removed ETP) */
 	} parallelism;
 	struct {
 		char *mode;              /* none, selective, full */
@@ -364,7 +364,7 @@ int titan_config_validate(const struct titan_config *c);
 /* The layouts a mixture of experts does not run with yet, stated once for
  * titan-train's validation and titan-estimate's layouts (--search meets
  * layouts no config file held): EP without a MoE or not dividing its
- * experts, EP next to TP, a TP degree not dividing moe_inter_dim (<= 0:
+ * experts, a TP degree not dividing moe_inter_dim (<= 0:
  * not known yet, not checked), the zero-bubble schedules (`zero_bubble`:
  * pp > 1 and one of them, named `schedule`).  TITAN_E_INVALID naming the
  * key, or 0. */

@@ -90,8 +90,9 @@ const char *titan_mesh_dim_name(enum titan_mesh_dim d);
 struct titan_parallel_dims {
 	int64_t degree[TITAN_DIM_NDIMS]; /* pp, dp_replicate, dp_shard, cp, tp */
 	int64_t world_size;
-	/* expert parallel degree: ranks of dp_shard x cp (consecutive, the
-	 * innermost of that region) that split the experts; 1 = none */
+	/* expert parallel degree: ranks of dp_shard x cp x tp (consecutive,
+	 * the innermost of that region: torchtitan's sparse mesh) that split
+	 * the experts; 1 = none */
 	int64_t ep;
 };
 
@@ -100,9 +101,20 @@ struct titan_parallel_dims {
  * `world_size`: otherwise TITAN_E_INVALID naming the keys and the numbers
  * ("parallelism: data_parallel_replicate_degree 2 x data_parallel_shard_degree
  * 3 x ... = 6, but 4 ranks were started").  From the config's parallelism.*
- * keys; expert_parallel_degree (pd->ep) must divide dp_shard x cp. */
+ * keys; expert_parallel_degree (pd->ep) must divide dp_shard x cp x tp
+ * and, with one FSDP rank (dp_shard x cp 1), not leave the experts
+ * replicated over TP ranks (efsdp 1: ep a multiple of tp). */
 int titan_parallel_dims_from_config(struct titan_parallel_dims *pd,
 				    const struct titan_config *c, int64_t world_size);
+/* Expert parallelism's groups (pd->ep > 1), torchtitan's sparse mesh
+ * (pp, dp_replicate, efsdp, ep) unflattened from the world: the region
+ * dp_shard x cp x tp of each (pp, dp_replicate) flattened, ep innermost.
+ * Of world rank `rank`: with `ep` its EP group (ep consecutive ranks),
+ * else its efsdp group (the experts' FSDP mesh: the ranks of the region
+ * with its EP rank) — the group's first world rank, the step between its
+ * members, its size, and rank's index in it (its EP / efsdp rank). */
+void titan_parallel_dims_ep_group(const struct titan_parallel_dims *pd, int64_t rank, bool ep,
+				  int64_t *first, int64_t *stride, int64_t *size, int64_t *index);
 /* Coordinates of `rank` (world) in the mesh, and back. */
 void titan_parallel_dims_coords(const struct titan_parallel_dims *pd, int64_t rank,
 				int64_t coord[TITAN_DIM_NDIMS]);
@@ -280,12 +292,12 @@ struct titan_dist {
 	struct titan_parallel_dims dims;
 	int64_t coord[TITAN_DIM_NDIMS];
 	struct titan_comm *comm[TITAN_DIM_NALL]; /* every dimension, flattened ones too */
-	/* expert parallelism's group (dims.ep > 1, else NULL): the ep ranks of
-	 * one block of consecutive dp_shard coordinates, all else the same */
+	/* expert parallelism's group (dims.ep > 1, else NULL): ep consecutive
+	 * ranks of dp_shard x cp x tp (titan_parallel_dims_ep_group) */
 	struct titan_comm *ep;
 	/* the experts' FSDP group under EP (else NULL): the ranks of dp_shard x
-	 * cp with this rank's EP rank (dp_shard coordinate mod ep), all else
-	 * the same, in world-rank order (torchtitan's efsdp mesh) */
+	 * cp x tp with this rank's EP rank, in world-rank order (torchtitan's
+	 * efsdp mesh) */
 	struct titan_comm *efsdp;
 };
 

@@ -319,6 +319,15 @@ static inline int titan_param_tp_window(const struct titan_param *p, int64_t *w0
 	return p->tp_dim;
 }
 
+/* The same on every TP rank: what TP does not split (the norms, the
+ * router), but for an EP rank's experts (whole under EP x TP, and each
+ * TP rank's its own).  Their gradients are summed over the TP group and
+ * TP rank 0's copy is the one saved. */
+static inline bool titan_param_tp_replicated(const struct titan_param *p)
+{
+	return p->tp_dim < 0 && !p->ep_sharded;
+}
+
 struct titan_param_table_opts {
 	bool depth_init;          /* wo/w2/w3 std 0.02/sqrt(2(layer+1)) (torchtitan's
 				     default); false: 0.02/sqrt(2·n_layers) */
@@ -326,9 +335,10 @@ struct titan_param_table_opts {
 	/* Expert parallelism (torchtitan's): EP rank `ep_rank` of `ep_degree`
 	 * holds experts [ep_rank·E/ep, (ep_rank + 1)·E/ep) of the stacked
 	 * w1/w2/w3 only, dim-0 shard `ep_shard_rank` of `ep_shard_degree` of
-	 * them (the efsdp mesh: shard_degree / ep_degree ranks; 0, 0: from
-	 * shard_rank, shard_degree with the EP ranks innermost).  ep_degree 1:
-	 * the experts are sharded as every other parameter. */
+	 * them (the efsdp mesh: shard_degree x tp_degree / ep_degree ranks;
+	 * 0, 0: from shard_rank, tp_rank with the EP ranks innermost of
+	 * dp_shard x cp x tp).  ep_degree 1: the experts are sharded as every
+	 * other parameter.  Under EP the experts are never TP-split. */
 	int ep_rank, ep_degree, ep_shard_rank, ep_shard_degree;
 	int tp_rank, tp_degree;   /* tensor-parallel slice (0, 1: none), see above;
 				     FSDP's dim-0 shard is taken of the TP slice */

@@ -117,10 +117,12 @@ struct titan_llama_opts {
 	 * the tokens the group routes to them (moe.h titan_moe_dispatch_ep)
 	 * and holds only those rows of the stacked w1/w2/w3 (parameters,
 	 * gradients, optimizer moments): FSDP shards them over the efsdp
-	 * peers, shard `ep_shard_rank` of `ep_shard_degree` (= shard_degree /
-	 * ep; 0: shard_rank / ep, the EP ranks innermost of the shard mesh);
-	 * every other parameter is sharded as without EP (titan/model.h
-	 * titan_param_table_opts). */
+	 * peers, shard `ep_shard_rank` of `ep_shard_degree` (= shard_degree x
+	 * tp / ep; 0: from shard_rank and the TP rank, the EP ranks innermost
+	 * of dp_shard x cp x tp); every other parameter is sharded as without
+	 * EP (titan/model.h titan_param_table_opts).  Under TP the experts
+	 * are whole and each TP rank routes its own sequence shard (EP x TP,
+	 * torchtitan's ETP 1). */
 	struct titan_comm *ep;
 	int ep_shard_rank, ep_shard_degree;
 	/* Pipeline parallelism: with stages.n > 0 the model is the rank's
@@ -492,8 +494,9 @@ void titan_layout_table_opts(const struct titan_layout *l, struct titan_param_ta
 void titan_llama_opts_from_layout(struct titan_llama_opts *o, const struct titan_config *c,
 				  const struct titan_layout *l);
 /* Expert parallelism's groups as lib/dist/world.c splits them (`ep`: the
- * ep group, else efsdp): rank `rank`'s index and the group's size, its
- * first world rank and the step between the first two. */
+ * ep group, else efsdp; titan_parallel_dims_ep_group): rank `rank`'s
+ * index and the group's size, its first world rank and the step between
+ * its members. */
 void titan_layout_ep_group(const struct titan_parallel_dims *pd, int64_t rank, bool ep,
 			   int *grank, int *gsize, int *base, int *stride);
 

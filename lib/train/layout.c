@@ -37,44 +37,18 @@ int titan_layout_ac(const struct titan_config *c, enum titan_ac_mode *ac, int *e
 	return 0;
 }
 
-/* Expert parallelism's groups (lib/dist/world.c): the ranks whose
- * coordinates, `ep` (the ep group: dp_shard rounded down to a multiple of
- * ep) or not (efsdp: dp_shard mod ep, cp 0), equal this rank's, in
- * world-rank order. */
-static void ep_color(const struct titan_parallel_dims *pd, int64_t rank, bool ep,
-		     int64_t c[TITAN_DIM_NDIMS])
-{
-	titan_parallel_dims_coords(pd, rank, c);
-	if (ep) {
-		c[TITAN_DIM_DP_SHARD] -= c[TITAN_DIM_DP_SHARD] % pd->ep;
-	} else {
-		c[TITAN_DIM_DP_SHARD] %= pd->ep;
-		c[TITAN_DIM_CP] = 0;
-	}
-}
-
+/* Expert parallelism's groups as lib/dist/world.c splits them
+ * (titan_parallel_dims_ep_group). */
 void titan_layout_ep_group(const struct titan_parallel_dims *pd, int64_t rank, bool ep,
 			   int *grank, int *gsize, int *base, int *stride)
 {
-	int64_t mine[TITAN_DIM_NDIMS], c[TITAN_DIM_NDIMS], first = -1, second = -1;
+	int64_t first, step, size, index;
 
-	*grank = *gsize = 0;
-	ep_color(pd, rank, ep, mine);
-	for (int64_t r = 0; r < pd->world_size; r++) {
-		ep_color(pd, r, ep, c);
-		if (memcmp(c, mine, sizeof(c)))
-			continue;
-		if (first < 0)
-			first = r;
-		else if (second < 0)
-			second = r;
-		*grank += r < rank;
-		++*gsize;
-	}
+	titan_parallel_dims_ep_group(pd, rank, ep, &first, &step, &size, &index);
+	*grank = (int)index;
+	*gsize = (int)size;
 	*base = (int)first;
-	/* the world ranks of an instant communicator (its names in traces):
-	 * exact for the ep group, the efsdp group's first two's step otherwise */
-	*stride = second > first ? (int)(second - first) : 1;
+	*stride = (int)step;
 }
 
 /* The mesh: coordinates, the data-parallel ranks, FSDP's shard, TP's

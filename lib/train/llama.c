@@ -349,10 +349,13 @@ static int alloc_moe_acts(struct titan_llama *m, struct moe_acts *a)
 {
 	const enum titan_buf_role r = TITAN_BUF_MOE_ROUTER, x = TITAN_BUF_MOE_EXPERTS;
 	const struct titan_moe_dims *d = &m->d.moe;
-	const int64_t n = m->n, C = m->d.dim, E = d->num_experts, K = d->top_k, R = n * K;
-	/* TP: this rank's slice of the hidden dims */
-	const int64_t Fm = d->inter_dim / (m->moe.tp > 1 ? m->moe.tp : 1);
-	const int64_t Fs = Fm * d->num_shared_experts;
+	/* n: the tokens routed here (EP x TP: this TP rank's) */
+	const int64_t n = titan_moe_routed(&m->moe), C = m->d.dim, E = d->num_experts;
+	const int64_t K = d->top_k, R = n * K;
+	/* TP: this rank's slice of the hidden dims (of the shared experts'
+	 * only under EP) */
+	const int64_t Fm = titan_moe_expert_hidden(&m->moe);
+	const int64_t Fs = titan_moe_shared_hidden(&m->moe);
 	const enum titan_mem_tag t = TITAN_MEM_ACTIVATIONS;
 	/* rows at this rank's experts: R, or under EP up to R·ep */
 	const int64_t Rx = titan_moe_expert_rows(&m->moe);
@@ -379,10 +382,10 @@ static int alloc_moe_acts(struct titan_llama *m, struct moe_acts *a)
 		if (!a->ecounts || !a->ep_n || !a->ep_sc || !a->ep_rc || !a->yret)
 			return TITAN_E_NOMEM;
 	}
-	if (Fs > 0) {
-		a->sa = buf(m, n * Fs, t, x);
-		a->sb = buf(m, n * Fs, t, x);
-		a->sg = buf(m, n * Fs, t, x);
+	if (Fs > 0) { /* of every token */
+		a->sa = buf(m, m->n * Fs, t, x);
+		a->sb = buf(m, m->n * Fs, t, x);
+		a->sg = buf(m, m->n * Fs, t, x);
 		if (!a->sa || !a->sb || !a->sg)
 			return TITAN_E_NOMEM;
 	}
@@ -710,20 +713,20 @@ static int alloc_scratch(struct titan_llama *m)
 	}
 	if (m->has_moe) {
 		const struct titan_moe_dims *d = &m->d.moe;
-		const int64_t R = titan_moe_expert_rows(&m->moe);
-		const int64_t Fm = d->inter_dim / (m->moe.tp > 1 ? m->moe.tp : 1); /* TP: a slice */
-		const int64_t Fs = Fm * d->num_shared_experts;
+		const int64_t R = titan_moe_expert_rows(&m->moe), nr = titan_moe_routed(&m->moe);
+		const int64_t Fm = titan_moe_expert_hidden(&m->moe); /* TP: a slice */
+		const int64_t Fs = titan_moe_shared_hidden(&m->moe);
 		struct moe_scratch *s = &m->moe_s;
 
 		s->drow = buf(m, R * C, ws, TITAN_BUF_SCRATCH);
 		s->dg = buf(m, R * Fm > m->n * Fs ? R * Fm : m->n * Fs, ws, TITAN_BUF_SCRATCH);
 		if (m->moe.ep) { /* the rows of this rank's slots, and those at its experts */
-			m->moe_ep.sbuf = buf(m, m->n * d->top_k * C, ws, TITAN_BUF_SCRATCH);
+			m->moe_ep.sbuf = buf(m, nr * d->top_k * C, ws, TITAN_BUF_SCRATCH);
 			m->moe_ep.rbuf = buf(m, R * C, ws, TITAN_BUF_SCRATCH);
 			if (!m->moe_ep.sbuf || !m->moe_ep.rbuf)
 				return TITAN_E_NOMEM;
 		}
-		s->dlogit = buf(m, m->n * d->num_experts, ws, TITAN_BUF_SCRATCH);
+		s->dlogit = buf(m, nr * d->num_experts, ws, TITAN_BUF_SCRATCH);
 		s->dtopw = buf(m, R, ws, TITAN_BUF_SCRATCH);
 		if (!s->drow || !s->dg || !s->dlogit || !s->dtopw)
 			return TITAN_E_NOMEM;
@@ -854,7 +857,7 @@ int titan_llama_new(const struct titan_model_dims *d, const struct titan_llama_o
 			goto fail;
 		}
 		m->moe = (struct titan_moe){be, &titan_moe_dispatch_local, &m->d.moe, 0, C, NULL,
-					    tpn};
+					    tpn, 0, 0};
 		if (tpn > 1 && d->moe.inter_dim % tpn) {
 			rc = titan_error(TITAN_E_INVALID, "parallelism.tensor_parallel_degree %lld "
 					 "does not divide model.moe_inter_dim %lld",
@@ -863,13 +866,6 @@ int titan_llama_new(const struct titan_model_dims *d, const struct titan_llama_o
 		}
 		if (o->ep && titan_comm_size(o->ep) > 1) {
 			const int P = titan_comm_size(o->ep);
-
-			if (tpn > 1) {
-				rc = titan_error(TITAN_E_INVALID, "parallelism.expert_parallel_degree "
-						 "%d with parallelism.tensor_parallel_degree %lld "
-						 "is not supported yet", P, (long long)tpn);
-				goto fail;
-			}
 
 			if (d->moe.num_experts % P) {
 				rc = titan_error(TITAN_E_INVALID, "parallelism.expert_parallel_degree "
@@ -917,6 +913,10 @@ int titan_llama_new(const struct titan_model_dims *d, const struct titan_llama_o
 		goto fail;
 	}
 	m->nl = m->n / tpn;
+	if (m->moe.ep && tpn > 1) { /* EP x TP: this TP rank's sequence shard routed */
+		m->moe.r0 = to.tp_rank * m->nl;
+		m->moe.nr = m->nl;
+	}
 	m->pp = o->pp;
 	m->pl.n = o->pp_microbatches > 1 ? (int)o->pp_microbatches : 1;
 	titan_stages_init(&m->pl.st, &o->stages, (int)L);

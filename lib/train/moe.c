@@ -23,7 +23,7 @@ static int route(const struct titan_moe *m, const struct moe_w *w, const float *
 		 struct moe_acts *a)
 {
 	const struct titan_moe_dims *d = m->d;
-	const int64_t N = m->n, E = d->num_experts, K = d->top_k;
+	const int64_t N = titan_moe_routed(m), E = d->num_experts, K = d->top_k;
 	const float scale = (float)d->route_scale;
 	int rc;
 
@@ -76,7 +76,7 @@ static int route(const struct titan_moe *m, const struct moe_w *w, const float *
  * argsort; counts per expert (its histc). */
 static int sort_slots(const struct titan_moe *m, struct moe_acts *a, int64_t *tokens)
 {
-	const int64_t E = m->d->num_experts, R = m->n * m->d->top_k;
+	const int64_t E = m->d->num_experts, R = titan_moe_routed(m) * m->d->top_k;
 	int32_t *next = malloc((size_t)E * sizeof(*next)), o = 0;
 
 	if (!next)
@@ -110,7 +110,7 @@ static int sort_slots(const struct titan_moe *m, struct moe_acts *a, int64_t *to
 static void gather_rows(const struct titan_moe *m, const struct moe_acts *a, const float *x,
 			float *dst0)
 {
-	const int64_t C = m->C, K = m->d->top_k, R = m->n * K;
+	const int64_t C = m->C, K = m->d->top_k, R = titan_moe_routed(m) * K;
 	const bool before = m->d->score_before_experts;
 
 #pragma omp parallel for schedule(static)
@@ -127,7 +127,7 @@ static void gather_rows(const struct titan_moe *m, const struct moe_acts *a, con
 static void combine_rows(const struct titan_moe *m, const struct moe_acts *a, const float *out,
 			 float *y)
 {
-	const int64_t C = m->C, K = m->d->top_k, N = m->n;
+	const int64_t C = m->C, K = m->d->top_k, N = titan_moe_routed(m);
 	const bool before = m->d->score_before_experts;
 
 #pragma omp parallel for schedule(static)
@@ -145,7 +145,7 @@ static void combine_rows(const struct titan_moe *m, const struct moe_acts *a, co
 static void combine_bwd_rows(const struct titan_moe *m, const struct moe_acts *a,
 			     const float *dy, const float *yout, float *drow, float *dtopw)
 {
-	const int64_t C = m->C, K = m->d->top_k, N = m->n;
+	const int64_t C = m->C, K = m->d->top_k, N = titan_moe_routed(m);
 	const bool before = m->d->score_before_experts;
 
 #pragma omp parallel for schedule(static)
@@ -169,7 +169,7 @@ static void combine_bwd_rows(const struct titan_moe *m, const struct moe_acts *a
 static void dispatch_bwd_rows(const struct titan_moe *m, const struct moe_acts *a,
 			      const float *drow, const float *x, float *dx, float *dtopw)
 {
-	const int64_t C = m->C, K = m->d->top_k, N = m->n;
+	const int64_t C = m->C, K = m->d->top_k, N = titan_moe_routed(m);
 	const bool before = m->d->score_before_experts;
 
 #pragma omp parallel for schedule(static)
@@ -364,19 +364,21 @@ const struct titan_moe_dispatch_ops titan_moe_dispatch_ep = {
 /* --------------------------------------------------------- forward */
 
 /* A MoE block's sizes: tokens, model dim, experts, an expert's hidden,
- * routed rows, the shared experts' hidden. */
+ * routed rows, the shared experts' hidden; the offset of the routed
+ * tokens' rows (EP x TP). */
 struct geo {
 	int64_t N, C, E, Fm, R, Fs;
 	int64_t W; /* floats of one expert's w1, w2 or w3: Fm·C */
+	int64_t o;
 };
 
 static struct geo geo(const struct titan_moe *m)
 {
 	const struct titan_moe_dims *d = m->d;
-	const int64_t Fm = d->inter_dim / (m->tp > 1 ? m->tp : 1); /* TP: this rank's */
+	const int64_t Fm = titan_moe_expert_hidden(m); /* TP: this rank's */
 
-	return (struct geo){ m->n, m->C, d->num_experts, Fm, m->n * d->top_k,
-			     Fm * d->num_shared_experts, Fm * m->C };
+	return (struct geo){ m->n, m->C, d->num_experts, Fm, titan_moe_routed(m) * d->top_k,
+			     titan_moe_shared_hidden(m), Fm * m->C, m->nr > 0 ? m->r0 * m->C : 0 };
 }
 
 /* The experts this rank runs (after dispatch): every one and the routed
@@ -390,7 +392,7 @@ static struct here here(const struct titan_moe *m, const struct moe_acts *a)
 {
 	if (m->ep)
 		return (struct here){ m->d->num_experts / m->ep->ep, a->erows, a->ecounts };
-	return (struct here){ m->d->num_experts, m->n * m->d->top_k, a->counts };
+	return (struct here){ m->d->num_experts, titan_moe_routed(m) * m->d->top_k, a->counts };
 }
 
 /* Floats from the given w1/w2/w3 (and dw's) to this rank's first expert. */
@@ -417,9 +419,9 @@ int titan_moe_fwd(const struct titan_moe *m, const struct moe_w *w0, const float
 	wl.w2 += eo;
 	wl.w3 += eo;
 
-	CK(route(m, w, x, a));
+	CK(route(m, w, x + g.o, a));
 	CK(sort_slots(m, a, tokens));
-	CK(m->dispatch->dispatch(m, a, x));
+	CK(m->dispatch->dispatch(m, a, x + g.o));
 	const struct here h_ = here(m, a);
 
 	/* GroupedExperts: one GEMM per expert over its contiguous rows */
@@ -450,7 +452,7 @@ int titan_moe_fwd(const struct titan_moe *m, const struct moe_w *w0, const float
 		CK(op->swiglu_fwd(be, a->sg, a->sa, a->sb, g.N * g.Fs));
 		CK(op->matmul_fwd(be, y, a->sg, w->sw2, g.N, g.Fs, g.C, true));
 	}
-	return m->dispatch->combine(m, a, y);
+	return m->dispatch->combine(m, a, y + g.o);
 }
 
 /* -------------------------------------------------------- backward */
@@ -462,7 +464,7 @@ static int route_bwd(const struct titan_moe *m, const struct moe_w *w, struct mo
 		     const struct moe_scratch *s)
 {
 	const struct titan_moe_dims *d = m->d;
-	const int64_t N = m->n, E = d->num_experts, K = d->top_k;
+	const int64_t N = titan_moe_routed(m), E = d->num_experts, K = d->top_k;
 	const float scale = (float)d->route_scale;
 
 #pragma omp parallel for schedule(static)
@@ -531,7 +533,7 @@ int titan_moe_bwd(const struct titan_moe *m, const struct moe_w *w0, struct moe_
 		CK(op->zero(be, dx, g.N * g.C));
 	}
 	/* routed experts, grouped as in forward */
-	CK(m->dispatch->combine_bwd(m, a, dy, s->drow, s->dtopw));
+	CK(m->dispatch->combine_bwd(m, a, dy + g.o, s->drow, s->dtopw));
 	const struct here h_ = here(m, a);
 
 	for (int64_t e = 0; e < h_.E; o += h_.counts[e++])
@@ -553,8 +555,8 @@ int titan_moe_bwd(const struct titan_moe *m, const struct moe_w *w0, struct moe_
 				  a->b + o * g.Fm, a->xin + o * g.C, w->w3 + e * g.W, c, g.C, g.Fm,
 				  true));
 	}
-	CK(m->dispatch->dispatch_bwd(m, a, s->drow, x, dx, s->dtopw));
-	return route_bwd(m, w, dw, x, dx, a, s);
+	CK(m->dispatch->dispatch_bwd(m, a, s->drow, x + g.o, dx + g.o, s->dtopw));
+	return route_bwd(m, w, dw, x + g.o, dx + g.o, a, s);
 }
 
 /* --------------------------------------------------- load balancing */

@@ -25,6 +25,8 @@
  * stay.  The stacked experts are rows of dim 0 (one expert each), so the
  * parameter table gives an EP rank only its experts' rows (titan/model.h
  * titan_param_table_opts ep_*), FSDP-sharded over its efsdp peers.
+ * Under EP x TP (torchtitan's ETP 1) a TP rank routes only its sequence
+ * shard of the gathered tokens (titan_moe r0, nr) to whole experts.
  *
  * The routing, sort and combine loops run on host memory: the CPU
  * backend's (a MoE model on CUDA is refused at configuration).
@@ -38,8 +40,9 @@
 #include "titan/model.h"
 #include "titan/ops.h"
 
-/* What one MoE block keeps for backward. N = tokens, K = top_k, R = N·K
- * routed rows, Fm = an expert's hidden size, Fs = the shared experts'. */
+/* What one MoE block keeps for backward. N = tokens (routed ones:
+ * titan_moe_routed), K = top_k, R = N·K routed rows, Fm = an expert's
+ * hidden size, Fs = the shared experts' (of all n tokens). */
 struct moe_acts {
 	float *scores;   /* [N, E] router scores (after sigmoid / softmax) */
 	float *topw;     /* [N, K] gate values (after route_norm, route_scale) */
@@ -123,7 +126,20 @@ struct titan_moe {
 	 * token (gathered), the router runs replicated, and the output is a
 	 * partial sum the caller reduce-scatters. */
 	int64_t tp;
+	/* EP x TP (torchtitan's ETP 1: the tokens split over the TP ranks
+	 * before routing): the router and the routed experts (whole, ep set)
+	 * take only the nr tokens at rows [r0, r0 + nr) of x, this TP rank's
+	 * sequence shard, and add their outputs to those rows of y (so the
+	 * partial sum the caller reduce-scatters holds them once); the shared
+	 * experts stay TP-split over all n.  nr 0: every token routed here. */
+	int64_t r0, nr;
 };
+
+/* The tokens one rank routes: nr under EP x TP, else n. */
+static inline int64_t titan_moe_routed(const struct titan_moe *m)
+{
+	return m->nr > 0 ? m->nr : m->n;
+}
 
 /* Expert parallelism: tokens to the ranks of their experts by
  * all_to_all_v (the counts per expert first, then the rows), back the
@@ -136,7 +152,19 @@ extern const struct titan_moe_dispatch_ops titan_moe_dispatch_ep;
  * scratch drow, dg hold that many. */
 static inline int64_t titan_moe_expert_rows(const struct titan_moe *m)
 {
-	return m->n * m->d->top_k * (m->ep ? m->ep->ep : 1);
+	return titan_moe_routed(m) * m->d->top_k * (m->ep ? m->ep->ep : 1);
+}
+
+/* An expert's hidden size here (TP without EP: a slice), and the shared
+ * experts' (TP: a slice). */
+static inline int64_t titan_moe_expert_hidden(const struct titan_moe *m)
+{
+	return m->d->inter_dim / (m->tp > 1 && !m->ep ? m->tp : 1);
+}
+
+static inline int64_t titan_moe_shared_hidden(const struct titan_moe *m)
+{
+	return m->d->inter_dim / (m->tp > 1 ? m->tp : 1) * m->d->num_shared_experts;
 }
 
 /* y = h + moe(x) (h NULL: y = moe(x)), keeping the activations in `a`;

@@ -265,14 +265,14 @@ static int tp_reduce_grads(struct titan_sp *sp, const struct titan_param_table *
 	int rc;
 
 	for (int i = 0; i < t->n; i++)
-		if (t->params[i].tp_dim < 0)
+		if (titan_param_tp_replicated(&t->params[i]))
 			total += t->params[i].local_numel;
 	if (!(pack = malloc((size_t)(total ? total : 1) * sizeof(*pack))))
 		return titan_error(TITAN_E_NOMEM, "out of memory");
 	for (int i = 0; i < t->n; i++) {
 		const struct titan_param *p = &t->params[i];
 
-		if (p->tp_dim < 0) {
+		if (titan_param_tp_replicated(p)) {
 			if ((rc = sp->be->ops->buf_get(sp->be, pack + at, titan_param_view(grads, p),
 						       (size_t)p->local_numel * sizeof(float))) < 0) {
 				free(pack);
@@ -287,7 +287,7 @@ static int tp_reduce_grads(struct titan_sp *sp, const struct titan_param_table *
 	for (int i = 0; i < t->n && rc == 0; i++) {
 		const struct titan_param *p = &t->params[i];
 
-		if (p->tp_dim < 0) {
+		if (titan_param_tp_replicated(p)) {
 			rc = sp->be->ops->buf_set(sp->be, titan_param_view(grads, p), pack + at,
 						  (size_t)p->local_numel * sizeof(float));
 			at += p->local_numel;
@@ -300,7 +300,7 @@ static int tp_reduce_grads(struct titan_sp *sp, const struct titan_param_table *
 static int tp_reduce_sumsq(struct titan_sp *sp, const struct titan_param_table *t, double *sumsq)
 {
 	for (int i = 0; i < t->n; i++)
-		if (t->params[i].tp_dim < 0 && sp->rank > 0)
+		if (titan_param_tp_replicated(&t->params[i]) && sp->rank > 0)
 			sumsq[i] = 0; /* replicated: counted on TP rank 0 */
 	return titan_comm_all_reduce(sp->comm, TITAN_IN_PLACE, sumsq, (size_t)t->n,
 				     TITAN_DTYPE_F64, TITAN_REDOP_SUM, "tp grad norm");

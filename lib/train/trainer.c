@@ -213,7 +213,8 @@ static int forward_backward(struct titan_trainer *t, int64_t step, int64_t valid
 
 /* MoE (torchtitan's optimizer pre-step hook): the step's tokens per expert
  * summed over the ranks that see different tokens (the loss group: data
- * parallel x context parallel, CP ranks routing their own chunks), kept
+ * parallel x context parallel, CP ranks routing their own chunks; and the
+ * TP ranks under EP x TP, each routing its sequence shard), kept
  * for the metrics and moving each layer's expert_bias.  Pipeline stages
  * count only their own layers (zero elsewhere): the sum over the stages
  * gives every rank every layer's counts, the metrics row's (each stage
@@ -231,6 +232,11 @@ static int moe_balance(struct titan_trainer *t)
 		return titan_error(TITAN_E_NOMEM, "out of memory");
 	if ((rc = titan_comm_all_reduce(titan_trainer_comm(t, TITAN_DIM_LOSS), TITAN_IN_PLACE, tok,
 					n, TITAN_DTYPE_I64, TITAN_REDOP_SUM, "moe tokens")) < 0)
+		return rc;
+	/* EP x TP: each TP rank routes its own sequence shard (moe.h) */
+	if (t->dist->dims.ep > 1 && t->dist->dims.degree[TITAN_DIM_TP] > 1 &&
+	    (rc = titan_comm_all_reduce(titan_trainer_comm(t, TITAN_DIM_TP), TITAN_IN_PLACE, tok,
+					n, TITAN_DTYPE_I64, TITAN_REDOP_SUM, "tp moe tokens")) < 0)
 		return rc;
 	if (t->dist->dims.degree[TITAN_DIM_PP] > 1 &&
 	    (rc = titan_comm_all_reduce(titan_trainer_comm(t, TITAN_DIM_PP), TITAN_IN_PLACE, tok,

@@ -1,8 +1,8 @@
 #!/usr/bin/env bats
 # Expert parallelism (parallelism.expert_parallel_degree, torchtitan's
-# name): the configuration rules (EP borrows its ranks from dp_shard x cp,
-# whole experts per rank, expert_tensor_parallel_degree only 1, EP next to
-# TP refused with exit 2), and EP layouts reproducing the 1-rank
+# name): the configuration rules (EP borrows its ranks from dp_shard x cp
+# (x tp: moe-ep-tp.bats), whole experts per rank,
+# expert_tensor_parallel_degree only 1), and EP layouts reproducing the 1-rank
 # MoE curve (losses, grad norms, expert loads) with checkpoints moving
 # between EP and 1 rank.
 
@@ -70,13 +70,13 @@ setup() {
 	[[ $stderr == *"titan-train: error: parallelism.expert_parallel_degree 2: must divide data_parallel_shard_degree x context_parallel_degree (1 x 1)"* ]]
 }
 
-@test "EP: EP x TP is refused with exit 2 naming the key" {
-	# (EP x PP and EP x CP: moe-pp-cp.bats)
+@test "EP: EP x TP with expert_tensor_parallel_degree 2 is refused with exit 2 naming the key" {
+	# (EP x PP and EP x CP: moe-pp-cp.bats; EP x TP: moe-ep-tp.bats)
 	x=--job.dump_folder="$BATS_TEST_TMPDIR/x"
 	for a in parallelism.tensor_parallel_degree=2; do
 		run -2 --separate-stderr titan-train -q --config "$DATA/moe.yaml" --"$a" \
-			--parallelism.expert_parallel_degree=2 "$x"
-		[[ $stderr == "titan-train: error: parallelism.expert_parallel_degree: 2 with ${a%=*} 2 is not supported"* ]]
+			--parallelism.expert_parallel_degree=2 --parallelism.expert_tensor_parallel_degree=2 "$x"
+		[[ $stderr == "titan-train: error: parallelism.expert_tensor_parallel_degree: 2 is not supported"* ]]
 	done
 }
 

@@ -11,8 +11,9 @@
 # not over the TP ranks that route the same tokens, and gathered from
 # every stage); PP 2 and TP 2 checkpoints (the 3-d experts written as TP
 # windows of their hidden dim) resume on 1 rank and the reverse; the
-# zero-bubble schedules, EP x TP and a TP degree not dividing
-# moe_inter_dim stay refused with exit 2 naming the key.
+# zero-bubble schedules, expert tensor parallelism (EP x TP itself:
+# moe-ep-tp.bats) and a TP degree not dividing moe_inter_dim stay refused
+# with exit 2 naming the key.
 
 bats_require_minimum_version 1.5.0
 
@@ -52,22 +53,8 @@ mpi_moe() {
 	timeout -k 5 180 mpiexec -n "$n" env OMP_NUM_THREADS=1 titan-train -q --config "$DATA/moe.yaml" "$@"
 }
 
-# same_moe ONE RUN: RUN's losses and grad norms those of the 1-rank ONE
-# (same_curve), and at every step RUN logs its moe_load equals ONE's
-# (integer counts: exactly), with every MoE layer there
-same_moe() {
-	run -0 same_curve "$1" "$2"
-	/usr/bin/python3 - "$1" "$2" <<'PY'
-import json, sys
-def load(p):
-    return {o["step"]: o.get("moe_load") for o in map(json.loads, open(p)) if "loss" in o}
-a, b = load(sys.argv[1]), load(sys.argv[2])
-for s in b:
-    assert b[s] == a[s], (s, a[s], b[s])
-    assert sorted(b[s]) == ["layers.1", "layers.3", "layers.5"], (s, b[s])
-    assert all(v["max_tokens"] > 0 for v in b[s].values()), (s, b[s])
-PY
-}
+# same_moe ONE RUN: same_moe_layers with the MoE blocks 1, 3 and 5
+same_moe() { same_moe_layers "$1" "$2" 1 3 5; }
 
 # moe_layouts N ONE ARGS...: each ARGS (words) on N ranks reproduces the
 # 1-rank ONE (same_moe)
@@ -162,7 +149,7 @@ PY
 	cross_resume "$d" t "$sh $ck" "$sh $tp $ck"
 }
 
-@test "MoE: the zero-bubble schedules, EP x TP and TP not dividing moe_inter_dim are refused with exit 2 naming the key" {
+@test "MoE: the zero-bubble schedules, EP x TP with ETP 2 and TP not dividing moe_inter_dim are refused with exit 2 naming the key" {
 	x=--job.dump_folder="$BATS_TEST_TMPDIR/x"
 	for s in InterleavedZeroBubble ZBVZeroBubble; do
 		run -2 --separate-stderr titan-train -q --config "$DATA/moe.yaml" \
@@ -173,8 +160,9 @@ PY
 		[[ $stderr == *"parallelism.pipeline_parallel_schedule: $s is not supported with a mixture of experts"* ]]
 	done
 	run -2 --separate-stderr titan-train -q --config "$DATA/moe.yaml" \
-		--parallelism.tensor_parallel_degree=2 --parallelism.expert_parallel_degree=2 "$x"
-	[[ $stderr == "titan-train: error: parallelism.expert_parallel_degree: 2 with parallelism.tensor_parallel_degree 2 is not supported yet"* ]]
+		--parallelism.tensor_parallel_degree=2 --parallelism.expert_parallel_degree=2 \
+		--parallelism.expert_tensor_parallel_degree=2 "$x"
+	[[ $stderr == "titan-train: error: parallelism.expert_tensor_parallel_degree: 2 is not supported"* ]]
 	run -2 --separate-stderr titan-config --check --config "$DATA/moe.yaml" \
 		--parallelism.tensor_parallel_degree=5
 	[[ $stderr == *"parallelism.tensor_parallel_degree: 5 does not divide model.moe_inter_dim 24"* ]]

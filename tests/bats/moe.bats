@@ -265,8 +265,9 @@ PY
 	[[ $stderr == "titan-train: error: model.moe_use_grouped_mm: false"* ]]
 	# titan-estimate knows a MoE (titan-estimate.bats) and refuses the same layouts
 	run -2 --separate-stderr titan-estimate --config "$DATA/moe.yaml" --ngpu 4 --device cpu \
-		--parallelism.tensor_parallel_degree=2 --parallelism.expert_parallel_degree=2
-	[[ $stderr == "titan-estimate: error: parallelism.expert_parallel_degree: 2 with parallelism.tensor_parallel_degree 2 is not supported yet"* ]]
+		--parallelism.tensor_parallel_degree=2 --parallelism.expert_parallel_degree=2 \
+		--parallelism.expert_tensor_parallel_degree=2
+	[[ $stderr == "titan-estimate: error: parallelism.expert_tensor_parallel_degree: 2 is not supported"* ]]
 }
 
 @test "MoE: titan-ckpt-convert refuses a MoE checkpoint naming its first MoE tensor" {

@@ -41,37 +41,9 @@ YAML
 
 setup() {
 	load helpers
+	load layouts # est_vs_run
 	[ -z "${NO_MPI:-}" ] || skip "no MPI in this build (or no mpiexec)"
 	cd "$TITAN_SRCDIR"
-}
-
-# est_vs_run N ARGS...: titan-train on N ranks (2 steps, metrics on every
-# rank), then titan-estimate --device cpu --rank R for each rank: the first
-# row's peak (start-up included) and its bytes by tag, and the second row's
-# peak (a step alone), to the byte; prints "rank R: measured M estimated E";
-# THREADS=T: T threads per rank (the attention kernel's tiles are per thread)
-est_vs_run() {
-	local n=$1 o=$BATS_TEST_TMPDIR/e$1 t=${THREADS:-1}
-	shift
-	rm -rf "$o"
-	timeout -k 5 300 mpiexec -n "$n" env OMP_NUM_THREADS="$t" titan-train -q --threads "$t" \
-		--config "$DATA/tiny.yaml" --metrics.save_for_all_ranks --job.dump_folder="$o" "$@"
-	/usr/bin/python3 - "$o" "$n" "$DATA/tiny.yaml" "$t" "$@" <<'PY'
-import json, subprocess, sys
-o, n, cfg, t, args = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5:]
-for r in range(n):
-    rows = [json.loads(l) for l in open(o + ("/metrics.jsonl" if r == 0 else "/metrics.rank%d.jsonl" % r))]
-    e = json.loads(subprocess.check_output(
-        ["titan-estimate", "--config", cfg, "--device", "cpu", "--threads", t, "--json",
-         "--ngpu", str(n), "--rank", str(r), "--metrics.save_for_all_ranks"] + args))
-    er = e["ranks"][0]
-    assert rows[0]["memory_peak_bytes"] == er["peak_bytes"], (r, rows[0]["memory_peak_bytes"], er["peak_bytes"], er["peak_moment"])
-    tags = rows[0]["memory_peak_by_tag"]
-    for tag in set(tags) | set(er["at_peak"]):
-        assert er["at_peak"].get(tag, 0) == tags.get(tag, 0), (r, tag, tags, er["at_peak"])
-    assert rows[1]["memory_peak_bytes"] == er["step_peak_bytes"], (r, rows[1]["memory_peak_bytes"], er["step_peak_bytes"])
-    print("rank %d: measured %d estimated %d (%s)" % (r, rows[0]["memory_peak_bytes"], er["peak_bytes"], er["peak_moment"]))
-PY
 }
 
 PP2="--parallelism.pipeline_parallel_degree=2"

@@ -368,7 +368,7 @@ mla_yaml() {
 	run -2 --separate-stderr titan-estimate --config configs/llama3_debug.yaml --ngpu 4 --search \
 		--model.moe_num_experts=4 --model.moe_top_k=2 --parallelism.expert_parallel_degree=2
 	[[ $stderr == *"parallelism.expert_parallel_degree 2: --search does not search expert-parallel layouts yet"* ]]
-	# titan-train's refusals: EP of no MoE, of experts it does not divide, EP next to TP,
+	# titan-train's refusals: EP of no MoE, of experts it does not divide, ETP 2 next to TP,
 	# a TP degree that does not divide the experts' hidden dim
 	run -2 --separate-stderr titan-estimate --config configs/llama3_debug.yaml --ngpu 2 --device cpu \
 		--parallelism.expert_parallel_degree=2
@@ -378,8 +378,8 @@ mla_yaml() {
 	[[ $stderr == *"parallelism.expert_parallel_degree: 3 does not divide model.moe_num_experts 4"* ]]
 	run -2 --separate-stderr titan-estimate --config configs/llama3_debug.yaml --ngpu 4 --device cpu \
 		--model.moe_num_experts=4 --model.moe_top_k=2 --parallelism.tensor_parallel_degree=2 \
-		--parallelism.expert_parallel_degree=2
-	[[ $stderr == *"parallelism.expert_parallel_degree: 2 with parallelism.tensor_parallel_degree 2 is not supported yet"* ]]
+		--parallelism.expert_parallel_degree=2 --parallelism.expert_tensor_parallel_degree=2
+	[[ $stderr == *"parallelism.expert_tensor_parallel_degree: 2 is not supported"* ]]
 	run -2 --separate-stderr titan-estimate --config configs/llama3_debug.yaml --ngpu 2 --device cpu \
 		--model.moe_num_experts=4 --model.moe_top_k=2 --model.moe_inter_dim=33 \
 		--parallelism.tensor_parallel_degree=2

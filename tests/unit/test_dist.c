@@ -71,6 +71,32 @@ static void test_coords(void **state)
 	assert_string_equal(titan_mesh_dim_name(TITAN_DIM_FSDP), "fsdp");
 }
 
+/* torchtitan's sparse mesh (pp, dp_replicate, efsdp, ep): EP's groups are
+ * ep consecutive ranks of the flattened dp_shard x cp x tp of each pp x
+ * dp_replicate, efsdp the ranks of that region with the same EP rank. */
+static void test_ep_groups(void **state)
+{
+	/* pp 2, dp_replicate 1, dp_shard 2, cp 1, tp 2; ep 2: the TP groups */
+	struct titan_parallel_dims pd = {{2, 1, 2, 1, 2}, 8, 2};
+	int64_t first, stride, size, index;
+
+	(void)state;
+	titan_parallel_dims_ep_group(&pd, 6, true, &first, &stride, &size, &index);
+	assert_true(first == 6 && stride == 1 && size == 2 && index == 0);
+	titan_parallel_dims_ep_group(&pd, 7, false, &first, &stride, &size, &index);
+	assert_true(first == 5 && stride == 2 && size == 2 && index == 1);
+	/* ep 4 over dp_shard x tp: one group per stage, efsdp one rank */
+	pd.ep = 4;
+	titan_parallel_dims_ep_group(&pd, 6, true, &first, &stride, &size, &index);
+	assert_true(first == 4 && stride == 1 && size == 4 && index == 2);
+	titan_parallel_dims_ep_group(&pd, 6, false, &first, &stride, &size, &index);
+	assert_true(first == 6 && size == 1 && index == 0);
+	/* dp_shard 1 x cp 2, ep 2 (no TP): the group spans the CP ranks */
+	pd = (struct titan_parallel_dims){{1, 1, 1, 2, 1}, 2, 2};
+	titan_parallel_dims_ep_group(&pd, 1, true, &first, &stride, &size, &index);
+	assert_true(first == 0 && size == 2 && index == 1);
+}
+
 /* Without a launcher: one rank, every communicator of size 1, collectives
  * are copies, point-to-point is an error. */
 static void test_one_process(void **state)
@@ -176,6 +202,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_dims_infer_and_errors),
 		cmocka_unit_test(test_coords),
+		cmocka_unit_test(test_ep_groups),
 		cmocka_unit_test(test_one_process),
 		cmocka_unit_test(test_recorder),
 	};

@@ -145,13 +145,13 @@ static void check_ep(struct titan_comm *comm, bool before)
 	fill(dy, NT * C, 12);
 	fill(h, NT * C, 9);
 	/* one rank: every expert, every token */
-	struct titan_moe one = { &be, &titan_moe_dispatch_local, &d, NT, C, NULL, 1 };
+	struct titan_moe one = { &be, &titan_moe_dispatch_local, &d, NT, C, NULL, 1, 0, 0 };
 
 	run_moe(&one, &(struct moe_w){ w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7] }, x, h,
 		dy, &ref, 1);
 	/* this rank: its tokens and its experts */
 	struct titan_moe_ep epd = { comm, P, rank, fz(N * K * C), fz(N * K * P * C), rank * El };
-	struct titan_moe m = { &be, &titan_moe_dispatch_ep, &d, N, C, &epd, 1 };
+	struct titan_moe m = { &be, &titan_moe_dispatch_ep, &d, N, C, &epd, 1, 0, 0 };
 	const int64_t e0 = rank * El;
 
 	run_moe(&m, &(struct moe_w){ w[0] + e0 * W, w[1] + e0 * W, w[2] + e0 * W, w[3], w[4],

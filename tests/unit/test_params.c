@@ -619,6 +619,63 @@ static void test_ep_shards(void **state)
 	titan_param_table_release(&t);
 }
 
+/* EP x TP (torchtitan's ETP 1): the experts are never TP-split, whole
+ * on the EP rank (f mod ep of f = shard_rank·tp + tp_rank by default) and
+ * sharded over the efsdp peers (f / ep); titan_param_tp_replicated is
+ * false for them, true for the router and the norms; the shared experts
+ * stay TP-split. */
+static void test_ep_tp(void **state)
+{
+	struct titan_model_dims d;
+	struct titan_param_table t;
+	struct titan_param_table_opts o;
+
+	(void)state;
+	assert_int_equal(titan_model_flavor("debugmodel", &d), 0);
+	d.n_layers = 1;
+	d.moe = (struct titan_moe_dims){ .num_experts = 8, .num_shared_experts = 1, .top_k = 2,
+					 .inter_dim = 32, .interleave_step = 1, .route_scale = 1.0 };
+	titan_param_table_opts_default(&o);
+	o.shard_rank = 1;
+	o.shard_degree = 2;
+	o.tp_rank = 1;
+	o.tp_degree = 2;
+	o.ep_rank = 1; /* f = 3 */
+	o.ep_degree = 2;
+	assert_int_equal(titan_param_table_init(&t, &d, &o), 0);
+	assert_int_equal(t.opts.ep_shard_rank, 1);
+	assert_int_equal(t.opts.ep_shard_degree, 2);
+	for (int i = 0; i < t.n; i++) {
+		const struct titan_param *p = &t.params[i];
+
+		switch (p->role) {
+		case TITAN_PARAM_MOE_W1: case TITAN_PARAM_MOE_W2: case TITAN_PARAM_MOE_W3:
+			assert_true(p->ep_sharded && p->tp_dim == -1);
+			assert_false(titan_param_tp_replicated(p));
+			assert_int_equal(p->shape[1], 32 * d.dim); /* the whole hidden dim */
+			assert_int_equal(p->full_row0, 4);
+			assert_int_equal(p->row0, 6);
+			assert_int_equal(p->rows, 2);
+			break;
+		case TITAN_PARAM_MOE_GATE: case TITAN_PARAM_FFN_NORM:
+			assert_true(titan_param_tp_replicated(p));
+			break;
+		case TITAN_PARAM_MOE_SHARED_W1:
+			assert_int_equal(p->tp_dim, 0);
+			assert_int_equal(p->shape[0], 16);
+			break;
+		default:
+			break;
+		}
+	}
+	titan_param_table_release(&t);
+	/* experts sharded over more ranks than dp_shard x tp hold */
+	o.ep_shard_rank = 0;
+	o.ep_shard_degree = 4;
+	assert_int_equal(titan_param_table_init(&t, &d, &o), TITAN_E_INVALID);
+	assert_non_null(strstr(titan_errmsg(), "over parameter shards 2 x TP 2"));
+}
+
 /* Dims read from a file (config.json, checkpoint attributes) can be any
  * int64: sizes whose element counts overflow int64 are refused (found by
  * tests/fuzz/fuzz_hf: hidden_size 80000000000000 overflowed wq's numel). */
@@ -734,6 +791,7 @@ int main(void)
 		cmocka_unit_test(test_init_determinism),
 		cmocka_unit_test(test_row_shards),
 		cmocka_unit_test(test_ep_shards),
+		cmocka_unit_test(test_ep_tp),
 		cmocka_unit_test(test_huge_dims),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
