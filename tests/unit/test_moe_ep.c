@@ -91,7 +91,7 @@ static void run_moe(const struct titan_moe *m, const struct moe_w *w, const floa
 		r->dw[i] = fz(i == 3 ? E * C : i < 3 ? E * W : Fs * C); /* room for all experts */
 	assert_int_equal(titan_moe_fwd(m, w, x, h, r->y, a, NULL), 0);
 	assert_int_equal(titan_moe_bwd(m, w, &(struct moe_dw){ r->dw[0], r->dw[1], r->dw[2],
-			 r->dw[3], r->dw[4], r->dw[5], r->dw[6] }, x, dy, r->dx, a, &r->s), 0);
+			 r->dw[3], r->dw[4], r->dw[5], r->dw[6] }, x, dy, r->dx, a, &r->s, NULL), 0);
 }
 
 static void free_run(struct run *r)

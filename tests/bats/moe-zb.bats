@@ -1,0 +1,92 @@
+#!/usr/bin/env bats
+# A mixture of experts under the zero-bubble pipeline schedules
+# (InterleavedZeroBubble, ZBVZeroBubble): the MoE backward split into an
+# input pass (the gradients through the router's gate, the routed experts'
+# grouped GEMMs and the shared experts; the operands of their weight
+# gradients stashed, under full AC copies of the recomputed ones) and a
+# deferred weight pass per (stage, microbatch).  PP 2 on 2 ranks (6 blocks,
+# MoE blocks 1, 3, 5 with a shared expert; 4 stages) equals Interleaved1F1B
+# bit for bit (losses, grad norms; expert loads exactly: counted once per
+# microbatch) with AC none, full and per-op; PP 2 x EP 2 on 4 ranks (the
+# stash holds the rows this rank's experts computed) too; titan-estimate
+# --device cpu counts the stash to the byte.
+
+bats_require_minimum_version 1.5.0
+
+setup_file() {
+	load tiny
+	tiny_env
+	tiny_corpus --line 'In the beginning God created the heaven and the earth. And the earth was without form, and void.' \
+		c 200 600 2
+	# block 0 dense, then MoE every second one (1, 3, 5): each of the 4
+	# stages of PP 2 x 2 per rank holds a dense or a MoE block
+	tiny_yaml "$DATA/moe.yaml" 600 32 6 4 2 <<YAML
+  moe_num_experts: 4
+  moe_top_k: 2
+  moe_inter_dim: 24
+  moe_num_shared_experts: 1
+  n_dense_layers: 1
+  interleave_moe_layer_step: 2
+training:
+  dataset_path: $DATA/shards
+  local_batch_size: 2
+  seq_len: 16
+  steps: 10
+metrics:
+  log_freq: 1
+YAML
+}
+
+setup() {
+	load helpers
+	load tiny
+	load layouts
+	DATA=$BATS_FILE_TMPDIR
+	[ -z "${NO_MPI:-}" ] || skip "no MPI in this build (or no mpiexec)"
+}
+
+mpi_moe() {
+	local n=$1
+	shift
+	timeout -k 5 180 mpiexec -n "$n" env OMP_NUM_THREADS=1 titan-train -q --config "$DATA/moe.yaml" "$@"
+}
+
+PP=--parallelism.pipeline_parallel_degree=2
+S=--parallelism.pipeline_parallel_schedule
+
+# zb_equal N ARGS...: on N ranks, InterleavedZeroBubble and ZBVZeroBubble
+# with ARGS equal Interleaved1F1B with ARGS bit for bit, expert loads too
+zb_equal() {
+	local n=$1 o=$BATS_TEST_TMPDIR s
+	shift
+	rm -rf "$o/i"
+	run -0 mpi_moe "$n" $PP $S=Interleaved1F1B "$@" --job.dump_folder="$o/i"
+	for s in InterleavedZeroBubble ZBVZeroBubble; do
+		rm -rf "$o/z"
+		run -0 mpi_moe "$n" $PP $S=$s "$@" --job.dump_folder="$o/z"
+		run -0 same_curve "$o/i/metrics.jsonl" "$o/z/metrics.jsonl" bits
+		echo "# $s $*: $output" >&3
+		same_moe_layers "$o/i/metrics.jsonl" "$o/z/metrics.jsonl" 1 3 5
+	done
+}
+
+@test "MoE: InterleavedZeroBubble and ZBVZeroBubble on PP 2 equal Interleaved1F1B bit for bit" {
+	zb_equal 2
+}
+
+@test "MoE: the zero-bubble schedules with full and per-op activation checkpointing equal Interleaved1F1B bit for bit" {
+	zb_equal 2 --activation_checkpoint.mode=full
+	zb_equal 2 --activation_checkpoint.mode=selective --activation_checkpoint.selective_ac_option=op
+}
+
+@test "MoE: the zero-bubble schedules on PP 2 x EP 2 (4 ranks), AC none and full, equal Interleaved1F1B bit for bit" {
+	zb_equal 4 --parallelism.expert_parallel_degree=2 --training.local_batch_size=4
+	zb_equal 4 --parallelism.expert_parallel_degree=2 --training.local_batch_size=4 \
+		--activation_checkpoint.mode=full
+}
+
+@test "MoE: titan-estimate --device cpu counts the zero-bubble MoE stash to the byte (PP 2, full AC)" {
+	EST_CONFIG=$DATA/moe.yaml run -0 est_vs_run 2 $PP $S=ZBVZeroBubble --activation_checkpoint.mode=full \
+		--training.steps=2
+	echo "# $output" >&3
+}
