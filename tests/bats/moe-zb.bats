@@ -56,15 +56,17 @@ S=--parallelism.pipeline_parallel_schedule
 
 # zb_equal N ARGS...: on N ranks, InterleavedZeroBubble and ZBVZeroBubble
 # with ARGS equal Interleaved1F1B with ARGS bit for bit, expert loads too
+# (TOL=1: within same_curve's 1e-5, for data-parallel layouts)
 zb_equal() {
-	local n=$1 o=$BATS_TEST_TMPDIR s
+	local n=$1 o=$BATS_TEST_TMPDIR s b=bits
 	shift
+	[ -z "${TOL:-}" ] || b=
 	rm -rf "$o/i"
 	run -0 mpi_moe "$n" $PP $S=Interleaved1F1B "$@" --job.dump_folder="$o/i"
 	for s in InterleavedZeroBubble ZBVZeroBubble; do
 		rm -rf "$o/z"
 		run -0 mpi_moe "$n" $PP $S=$s "$@" --job.dump_folder="$o/z"
-		run -0 same_curve "$o/i/metrics.jsonl" "$o/z/metrics.jsonl" bits
+		run -0 same_curve "$o/i/metrics.jsonl" "$o/z/metrics.jsonl" $b
 		echo "# $s $*: $output" >&3
 		same_moe_layers "$o/i/metrics.jsonl" "$o/z/metrics.jsonl" 1 3 5
 	done
@@ -79,9 +81,12 @@ zb_equal() {
 	zb_equal 2 --activation_checkpoint.mode=selective --activation_checkpoint.selective_ac_option=op
 }
 
-@test "MoE: the zero-bubble schedules on PP 2 x EP 2 (4 ranks), AC none and full, equal Interleaved1F1B bit for bit" {
-	zb_equal 4 --parallelism.expert_parallel_degree=2 --training.local_batch_size=4
-	zb_equal 4 --parallelism.expert_parallel_degree=2 --training.local_batch_size=4 \
+# EP 2 borrows dp_shard 2, and under FSDP 2 the zero-bubble curve is
+# Interleaved1F1B's within 1e-5, not bit for bit (a dense model's too:
+# FSDP reduces a stage's gradients at its last weight pass)
+@test "MoE: the zero-bubble schedules on PP 2 x EP 2 (4 ranks), AC none and full, equal Interleaved1F1B (1e-5; loads exactly)" {
+	TOL=1 zb_equal 4 --parallelism.expert_parallel_degree=2 --training.local_batch_size=4
+	TOL=1 zb_equal 4 --parallelism.expert_parallel_degree=2 --training.local_batch_size=4 \
 		--activation_checkpoint.mode=full
 }
 
