@@ -18,26 +18,8 @@
 bats_require_minimum_version 1.5.0
 
 setup_file() {
-	load tiny
-	tiny_env
-	tiny_corpus --line 'In the beginning God created the heaven and the earth. And the earth was without form, and void.' \
-		c 200 600 2
-	# 6 blocks: block 0 dense, then MoE every second one (1, 3, 5), so
-	# PP 2's stages (and Interleaved1F1B's 4) hold dense and MoE blocks
-	tiny_yaml "$DATA/moe.yaml" 600 32 6 4 2 <<YAML
-  moe_num_experts: 4
-  moe_top_k: 2
-  moe_inter_dim: 24
-  n_dense_layers: 1
-  interleave_moe_layer_step: 2
-training:
-  dataset_path: $DATA/shards
-  local_batch_size: 2
-  seq_len: 16
-  steps: 10
-metrics:
-  log_freq: 1
-YAML
+	load layouts
+	moe_pp_setup_file # blocks 1, 3, 5 MoE of 6
 }
 
 setup() {
