@@ -7,7 +7,8 @@
 # deferred weight pass per (stage, microbatch).  PP 2 on 2 ranks (6 blocks,
 # MoE blocks 1, 3, 5 with a shared expert; 4 stages) equals Interleaved1F1B
 # bit for bit (losses, grad norms; expert loads exactly: counted once per
-# microbatch) with AC none, full and per-op; PP 2 x EP 2 on 4 ranks (the
+# microbatch) with AC none, full and per-op, DeepSeek-V3 (MLA and MoE)
+# with AC none and selective 2; PP 2 x EP 2 on 4 ranks (the
 # stash holds the rows this rank's experts computed) too; titan-estimate
 # --device cpu counts the stash to the byte.
 
@@ -16,6 +17,22 @@ bats_require_minimum_version 1.5.0
 setup_file() {
 	load layouts
 	moe_pp_setup_file 'moe_num_shared_experts: 1' # blocks 1, 3, 5 MoE of 6
+	# DeepSeek-V3's tiny flavor (MLA, sigmoid routing, a shared expert,
+	# block 0 dense) with 6 blocks
+	cat > "$DATA/ds.yaml" <<YAML
+model:
+  name: deepseek_v3
+  flavor: debugmodel_mla
+  n_layers: 6
+  vocab_size: 600
+training:
+  dataset_path: $DATA/shards
+  local_batch_size: 2
+  seq_len: 16
+  steps: 10
+metrics:
+  log_freq: 1
+YAML
 }
 
 setup() {
@@ -29,7 +46,8 @@ setup() {
 mpi_moe() {
 	local n=$1
 	shift
-	timeout -k 5 180 mpiexec -n "$n" env OMP_NUM_THREADS=1 titan-train -q --config "$DATA/moe.yaml" "$@"
+	timeout -k 5 180 mpiexec -n "$n" env OMP_NUM_THREADS=1 titan-train -q \
+		--config "${CFG:-$DATA/moe.yaml}" "$@"
 }
 
 PP=--parallelism.pipeline_parallel_degree=2
@@ -37,7 +55,8 @@ S=--parallelism.pipeline_parallel_schedule
 
 # zb_equal N ARGS...: on N ranks, InterleavedZeroBubble and ZBVZeroBubble
 # with ARGS equal Interleaved1F1B with ARGS bit for bit, expert loads too
-# (TOL=1: within same_curve's 1e-5, for data-parallel layouts)
+# (TOL=1: within same_curve's 1e-5, for data-parallel layouts; CFG: the
+# config, $DATA/moe.yaml by default; LAYERS: its MoE blocks, 1 3 5)
 zb_equal() {
 	local n=$1 o=$BATS_TEST_TMPDIR s b=bits
 	shift
@@ -49,7 +68,8 @@ zb_equal() {
 		run -0 mpi_moe "$n" $PP $S=$s "$@" --job.dump_folder="$o/z"
 		run -0 same_curve "$o/i/metrics.jsonl" "$o/z/metrics.jsonl" $b
 		echo "# $s $*: $output" >&3
-		same_moe_layers "$o/i/metrics.jsonl" "$o/z/metrics.jsonl" 1 3 5
+		# shellcheck disable=SC2086
+		same_moe_layers "$o/i/metrics.jsonl" "$o/z/metrics.jsonl" ${LAYERS:-1 3 5}
 	done
 }
 
@@ -60,6 +80,12 @@ zb_equal() {
 @test "MoE: the zero-bubble schedules with full and per-op activation checkpointing equal Interleaved1F1B bit for bit" {
 	zb_equal 2 --activation_checkpoint.mode=full
 	zb_equal 2 --activation_checkpoint.mode=selective --activation_checkpoint.selective_ac_option=op
+}
+
+@test "deepseek_v3 (MLA and MoE): the zero-bubble schedules with AC none and selective 2 equal Interleaved1F1B bit for bit" {
+	CFG=$DATA/ds.yaml LAYERS="1 2 3 4 5" zb_equal 2
+	CFG=$DATA/ds.yaml LAYERS="1 2 3 4 5" zb_equal 2 --activation_checkpoint.mode=selective \
+		--activation_checkpoint.selective_ac_option=2
 }
 
 # EP 2 borrows dp_shard 2, and under FSDP 2 the zero-bubble curve is
