@@ -8,8 +8,9 @@
 # MoE blocks 1, 3, 5 with a shared expert; 4 stages) equals Interleaved1F1B
 # bit for bit (losses, grad norms; expert loads exactly: counted once per
 # microbatch) with AC none, full and per-op, DeepSeek-V3 (MLA and MoE)
-# with AC none and selective 2; PP 2 x EP 2 on 4 ranks (the
-# stash holds the rows this rank's experts computed) too; titan-estimate
+# with AC none and selective 2, PP 2 x TP 2 (the experts' hidden dim
+# split); PP 2 x EP 2 on 4 ranks (the stash holds the rows this rank's
+# experts computed) within 1e-5, as FSDP 2 under zero bubble; titan-estimate
 # --device cpu counts the stash to the byte.
 
 bats_require_minimum_version 1.5.0
@@ -91,10 +92,11 @@ zb_equal() {
 # EP 2 borrows dp_shard 2, and under FSDP 2 the zero-bubble curve is
 # Interleaved1F1B's within 1e-5, not bit for bit (a dense model's too:
 # FSDP reduces a stage's gradients at its last weight pass)
-@test "MoE: the zero-bubble schedules on PP 2 x EP 2 (4 ranks), AC none and full, equal Interleaved1F1B (1e-5; loads exactly)" {
+@test "MoE: the zero-bubble schedules on PP 2 x EP 2 (4 ranks), AC none and full, equal Interleaved1F1B (1e-5; loads exactly); on PP 2 x TP 2 bit for bit" {
 	TOL=1 zb_equal 4 --parallelism.expert_parallel_degree=2 --training.local_batch_size=4
 	TOL=1 zb_equal 4 --parallelism.expert_parallel_degree=2 --training.local_batch_size=4 \
 		--activation_checkpoint.mode=full
+	zb_equal 4 --parallelism.tensor_parallel_degree=2
 }
 
 @test "MoE: titan-estimate --device cpu counts the zero-bubble MoE stash to the byte (PP 2, full AC)" {
