@@ -606,7 +606,6 @@ static int alloc_wstash(struct titan_llama *m, struct mb *b)
 
 			const int64_t qk = d->qk_norm, mla = titan_model_mla(d), dkv = !mla;
 			const bool moe = titan_model_layer_is_moe(d, l);
-			const int64_t mo = moe;
 			const struct titan_mla_dims *ml = &d->mla;
 			const int64_t R = ml->kv_lora_rank, Q = ml->q_lora_rank;
 			const int64_t size[WS_NSLOT] = {
@@ -616,8 +615,8 @@ static int alloc_wstash(struct titan_llama *m, struct mb *b)
 				[WS_DKVB] = mla * n * m->H * (ml->qk_nope_head_dim + ml->v_head_dim),
 				[WS_DKVN] = mla * n * R, [WS_DKV0] = mla * n * (R + ml->qk_rope_head_dim),
 				[WS_DCQ] = mla * n * Q, [WS_DCQ0] = mla * n * Q,
-				[WS_DMROW] = mo ? titan_moe_expert_rows(&m->moe) * C : 0,
-				[WS_DMLOGIT] = mo ? titan_moe_routed(&m->moe) * d->moe.num_experts : 0};
+				[WS_DMROW] = moe ? titan_moe_expert_rows(&m->moe) * C : 0,
+				[WS_DMLOGIT] = moe ? titan_moe_routed(&m->moe) * d->moe.num_experts : 0};
 
 			m->at_layer = (int)l;
 			for (int i = 0; i < WS_NSLOT; i++)
