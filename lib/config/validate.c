@@ -30,10 +30,10 @@ static int64_t mul_sat(int64_t a, int64_t b)
  * its MoE layers, TP without EP splits every expert's hidden dim (the
  * router runs on the gathered tokens, replicated), EP x TP (torchtitan's
  * ETP 1) routes each TP rank's sequence shard to whole experts and splits
- * the shared experts' hidden dim; the zero-bubble schedules' split
- * backward has no MoE weight pass.  Also titan-estimate's (titan/config.h). */
-int titan_config_check_moe_layout(int64_t experts, int64_t inter_dim, int64_t tp, int64_t ep,
-				  bool zero_bubble, const char *schedule)
+ * the shared experts' hidden dim; the zero-bubble schedules split the
+ * MoE backward too (every schedule runs).  Also titan-estimate's
+ * (titan/config.h). */
+int titan_config_check_moe_layout(int64_t experts, int64_t inter_dim, int64_t tp, int64_t ep)
 {
 	if (experts <= 0) {
 		if (ep > 1)
@@ -41,10 +41,6 @@ int titan_config_check_moe_layout(int64_t experts, int64_t inter_dim, int64_t tp
 			     "experts (model.moe_num_experts is 0); use 1", ep);
 		return 0;
 	}
-	if (zero_bubble)
-		FAIL("parallelism.pipeline_parallel_schedule: %s is not supported with a "
-		     "mixture of experts yet (its split backward has no MoE weight pass; "
-		     "use 1F1B, Interleaved1F1B or GPipe)", schedule);
 	if (tp > 1 && inter_dim > 0 && inter_dim % tp)
 		FAIL("parallelism.tensor_parallel_degree: %" PRId64 " does not divide "
 		     "model.moe_inter_dim %" PRId64 " (each TP rank holds a slice of every "
@@ -68,8 +64,7 @@ static int check_moe(const struct titan_config *c)
 	};
 
 	if (c->model.moe_num_experts <= 0)
-		return titan_config_check_moe_layout(0, 0, 1, c->parallelism.expert_parallel_degree,
-						     false, NULL);
+		return titan_config_check_moe_layout(0, 0, 1, c->parallelism.expert_parallel_degree);
 	if (c->model.moe_top_k > c->model.moe_num_experts)
 		FAIL("model.moe_top_k: %" PRId64 " exceeds model.moe_num_experts %" PRId64,
 		     c->model.moe_top_k, c->model.moe_num_experts);
@@ -88,11 +83,7 @@ static int check_moe(const struct titan_config *c)
 		     "checkpoint.initial_load_in_hf" : "checkpoint.last_save_in_hf");
 	return titan_config_check_moe_layout(
 		c->model.moe_num_experts, c->model.moe_inter_dim,
-		c->parallelism.tensor_parallel_degree, c->parallelism.expert_parallel_degree,
-		c->parallelism.pipeline_parallel_degree > 1 &&
-		(c->parallelism.pipeline_parallel_schedule_e == TITAN_SCHEDULE_INTERLEAVED_ZB ||
-		 c->parallelism.pipeline_parallel_schedule_e == TITAN_SCHEDULE_ZBV),
-		c->parallelism.pipeline_parallel_schedule);
+		c->parallelism.tensor_parallel_degree, c->parallelism.expert_parallel_degree);
 }
 
 /* Expert parallelism (torchtitan's expert_parallel_degree): EP borrows its

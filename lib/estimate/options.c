@@ -212,10 +212,8 @@ int titan_est_check(struct titan_est_opts *o, const struct titan_model_dims *d)
 	 * dispatch buffers and TP's expert slices included; the GPU model
 	 * holds every expert on every rank and knows no stage's, CP's, EP's
 	 * or TP's MoE memory yet */
-	if ((rc = titan_config_check_moe_layout(d->moe.num_experts, d->moe.inter_dim, l->tp, o->ep,
-						l->pp > 1 && (o->schedule == TITAN_EST_INTERLEAVED_ZB ||
-							      o->schedule == TITAN_EST_ZBV),
-						titan_est_schedule_name(o->schedule))) < 0)
+	if ((rc = titan_config_check_moe_layout(d->moe.num_experts, d->moe.inter_dim, l->tp,
+						o->ep)) < 0)
 		return rc;
 	if (d->moe.num_experts > 0) {
 		if (l->tp > 1 && !o->dev.cpu)

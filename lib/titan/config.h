@@ -365,11 +365,8 @@ int titan_config_validate(const struct titan_config *c);
  * titan-train's validation and titan-estimate's layouts (--search meets
  * layouts no config file held): EP without a MoE or not dividing its
  * experts, a TP degree not dividing moe_inter_dim (<= 0:
- * not known yet, not checked), the zero-bubble schedules (`zero_bubble`:
- * pp > 1 and one of them, named `schedule`).  TITAN_E_INVALID naming the
- * key, or 0. */
-int titan_config_check_moe_layout(int64_t experts, int64_t inter_dim, int64_t tp, int64_t ep,
-				  bool zero_bubble, const char *schedule);
+ * not known yet, not checked).  TITAN_E_INVALID naming the key, or 0. */
+int titan_config_check_moe_layout(int64_t experts, int64_t inter_dim, int64_t tp, int64_t ep);
 
 /* Command-line overrides.  Removes every `--section.key[=value]` (and the
  * value of `--section.key value`) from argv, compacting it, so getopt_long

@@ -35,9 +35,13 @@
  * With QK-norm also the dy of q_norm and k_norm (dqn, dkn; none without).
  * Multi-head latent attention (no dk, dv): dq is wq's or wq_b's output
  * gradient, and the output gradients of wkv_b (dkvb), kv_norm (dkvn),
- * wkv_a (dkv0), q_norm (dcq) and wq_a (dcq0); x also holds its latents. */
+ * wkv_a (dkv0), q_norm (dcq) and wq_a (dcq0); x also holds its latents.
+ * A MoE block (moe.h's moe_keep): w2's output-gradient rows at this rank's
+ * experts (dmrow) and the router logits' gradient (dmlogit); with the
+ * block's activations shared (full AC) x.moe holds copies of what
+ * titan_moe_wgrad reads (a selective "op" block keeps its MoE's own). */
 enum wslot { WS_DY, WS_DH, WS_DQ, WS_DK, WS_DV, WS_DXN2, WS_DXN1, WS_DQN, WS_DKN,
-	     WS_DKVB, WS_DKVN, WS_DKV0, WS_DCQ, WS_DCQ0, WS_NSLOT,
+	     WS_DKVB, WS_DKVN, WS_DKV0, WS_DCQ, WS_DCQ0, WS_DMROW, WS_DMLOGIT, WS_NSLOT,
 	     WS_DXNF = WS_NSLOT /* the final norm's dy: struct mb's dxnf */ };
 struct wstash {
 	float *g[WS_NSLOT];
@@ -555,6 +559,32 @@ static int alloc_mb(struct titan_llama *m, struct mb *b)
 	return 0;
 }
 
+/* Split backward, a checkpointed MoE block: copies of what
+ * titan_moe_wgrad reads of the shared MoE activations (the counts, the
+ * expert rows' inputs and SwiGLU gradients, the shared experts'). */
+static int alloc_moe_stash(struct titan_llama *m, struct moe_acts *a)
+{
+	const enum titan_buf_role r = TITAN_BUF_ZB_INPUTS;
+	const enum titan_mem_tag t = TITAN_MEM_ACTIVATIONS;
+	const int64_t C = m->d.dim, E = m->d.moe.num_experts;
+	const int64_t Rx = titan_moe_expert_rows(&m->moe), Fm = titan_moe_expert_hidden(&m->moe);
+	const int64_t Fs = titan_moe_shared_hidden(&m->moe);
+
+	a->counts = (int32_t *)buf(m, E, t, r);
+	a->xin = buf(m, Rx * C, t, r);
+	a->a = buf(m, Rx * Fm, t, r);
+	a->b = buf(m, Rx * Fm, t, r);
+	a->g = buf(m, Rx * Fm, t, r);
+	if (!a->counts || !a->xin || !a->a || !a->b || !a->g)
+		return TITAN_E_NOMEM;
+	if (m->moe.ep && !(a->ecounts = (int32_t *)buf(m, E / m->moe.ep->ep, t, r)))
+		return TITAN_E_NOMEM;
+	if (Fs > 0 && (!(a->sa = buf(m, m->n * Fs, t, r)) || !(a->sb = buf(m, m->n * Fs, t, r)) ||
+		       !(a->sg = buf(m, m->n * Fs, t, r))))
+		return TITAN_E_NOMEM;
+	return 0;
+}
+
 /* Split backward: the weight pass's stash of every block of the rank's
  * stages but the first global stage (whose weight pass is the whole
  * backward). */
@@ -575,6 +605,7 @@ static int alloc_wstash(struct titan_llama *m, struct mb *b)
 			struct acts *x = &w->x;
 
 			const int64_t qk = d->qk_norm, mla = titan_model_mla(d), dkv = !mla;
+			const bool moe = titan_model_layer_is_moe(d, l);
 			const struct titan_mla_dims *ml = &d->mla;
 			const int64_t R = ml->kv_lora_rank, Q = ml->q_lora_rank;
 			const int64_t size[WS_NSLOT] = {
@@ -583,7 +614,9 @@ static int alloc_wstash(struct titan_llama *m, struct mb *b)
 				[WS_DXN1] = nl * C, [WS_DQN] = qk * n * q, [WS_DKN] = qk * n * kv,
 				[WS_DKVB] = mla * n * m->H * (ml->qk_nope_head_dim + ml->v_head_dim),
 				[WS_DKVN] = mla * n * R, [WS_DKV0] = mla * n * (R + ml->qk_rope_head_dim),
-				[WS_DCQ] = mla * n * Q, [WS_DCQ0] = mla * n * Q};
+				[WS_DCQ] = mla * n * Q, [WS_DCQ0] = mla * n * Q,
+				[WS_DMROW] = moe ? titan_moe_expert_rows(&m->moe) * C : 0,
+				[WS_DMLOGIT] = moe ? titan_moe_routed(&m->moe) * d->moe.num_experts : 0};
 
 			m->at_layer = (int)l;
 			for (int i = 0; i < WS_NSLOT; i++)
@@ -597,12 +630,16 @@ static int alloc_wstash(struct titan_llama *m, struct mb *b)
 			x->xn2 = buf(m, n * C, t, TITAN_BUF_ZB_INPUTS);
 			x->rstd1 = buf(m, nl, t, TITAN_BUF_ZB_INPUTS);
 			x->rstd2 = buf(m, nl, t, TITAN_BUF_ZB_INPUTS);
-			x->a = buf(m, n * F, t, TITAN_BUF_ZB_INPUTS);
-			x->b = buf(m, n * F, t, TITAN_BUF_ZB_INPUTS);
-			x->g = buf(m, n * F, t, TITAN_BUF_ZB_INPUTS);
-			if (!x->xn1 || !x->att || !x->h || !x->xn2 || !x->rstd1 || !x->rstd2 || !x->a ||
-			    !x->b || !x->g || alloc_qk(m, x, TITAN_BUF_ZB_INPUTS, true, true) < 0 ||
-			    (mla && alloc_mla_acts(m, &x->mla, TITAN_BUF_ZB_INPUTS) < 0))
+			if (!moe) {
+				x->a = buf(m, n * F, t, TITAN_BUF_ZB_INPUTS);
+				x->b = buf(m, n * F, t, TITAN_BUF_ZB_INPUTS);
+				x->g = buf(m, n * F, t, TITAN_BUF_ZB_INPUTS);
+			}
+			if (!x->xn1 || !x->att || !x->h || !x->xn2 || !x->rstd1 || !x->rstd2 ||
+			    (!moe && (!x->a || !x->b || !x->g)) ||
+			    alloc_qk(m, x, TITAN_BUF_ZB_INPUTS, true, true) < 0 ||
+			    (mla && alloc_mla_acts(m, &x->mla, TITAN_BUF_ZB_INPUTS) < 0) ||
+			    (moe && m->ac.whole[l] && alloc_moe_stash(m, &x->moe) < 0))
 				return TITAN_E_NOMEM;
 		}
 	}
@@ -841,12 +878,6 @@ int titan_llama_new(const struct titan_model_dims *d, const struct titan_llama_o
 			rc = titan_error(TITAN_E_INVALID, "model.moe_num_experts %lld: the MoE "
 					 "feed-forward runs on the cpu backend only (training.device)",
 					 (long long)d->moe.num_experts);
-			goto fail;
-		}
-		if (o->pp_split_backward) {
-			rc = titan_error(TITAN_E_INVALID, "model.moe_num_experts: the split "
-					 "backward (zero-bubble schedules) of MoE blocks is not "
-					 "supported yet");
 			goto fail;
 		}
 		if (o->batch * o->seq > INT32_MAX / d->moe.top_k) { /* moe.h's int32 slot ids */
@@ -1247,6 +1278,34 @@ static int keep_stash(const struct wsink *k, int l, enum wslot slot, const float
 	return k->m->be->ops->copy(k->m->be, dst, src, n);
 }
 
+/* A checkpointed MoE block's shared activations into the stash `x`
+ * (alloc_moe_stash's members): the rows at this rank's experts only. */
+static int keep_moe_acts(struct titan_llama *m, struct moe_acts *x, const struct moe_acts *a)
+{
+	const struct titan_backend_ops *op = m->be->ops;
+	struct titan_backend *be = m->be;
+	const int64_t C = m->d.dim, E = m->d.moe.num_experts;
+	const int64_t Fm = titan_moe_expert_hidden(&m->moe), Fs = titan_moe_shared_hidden(&m->moe);
+	const int64_t R = m->moe.ep ? a->erows : titan_moe_routed(&m->moe) * m->d.moe.top_k;
+	int rc;
+
+	memcpy(x->counts, a->counts, (size_t)E * sizeof(*x->counts));
+	if (m->moe.ep) {
+		memcpy(x->ecounts, a->ecounts, (size_t)(E / m->moe.ep->ep) * sizeof(*x->ecounts));
+		x->erows = a->erows;
+	}
+	CK(op->copy(be, x->xin, a->xin, R * C));
+	CK(op->copy(be, x->a, a->a, R * Fm));
+	CK(op->copy(be, x->b, a->b, R * Fm));
+	CK(op->copy(be, x->g, a->g, R * Fm));
+	if (Fs > 0) {
+		CK(op->copy(be, x->sa, a->sa, m->n * Fs));
+		CK(op->copy(be, x->sb, a->sb, m->n * Fs));
+		CK(op->copy(be, x->sg, a->sg, m->n * Fs));
+	}
+	return 0;
+}
+
 /* shared buffers (checkpointed blocks, selective "op"): keep what the
  * weight pass reads */
 static int keep_stash_acts(const struct wsink *k, int l, const struct acts *a)
@@ -1266,8 +1325,13 @@ static int keep_stash_acts(const struct wsink *k, int l, const struct acts *a)
 	CK(op->copy(be, x->xn2, a->xn2, n * C));
 	CK(op->copy(be, x->rstd1, a->rstd1, nl));
 	CK(op->copy(be, x->rstd2, a->rstd2, nl));
-	CK(op->copy(be, x->a, a->a, n * F));
-	CK(op->copy(be, x->b, a->b, n * F));
+	if (x->a) { /* a dense feed-forward's */
+		CK(op->copy(be, x->a, a->a, n * F));
+		CK(op->copy(be, x->b, a->b, n * F));
+		CK(op->copy(be, x->g, a->g, n * F));
+	}
+	if (x->moe.xin) /* a checkpointed MoE block's */
+		CK(keep_moe_acts(k->m, &k->b->w[l].x.moe, &a->moe));
 	if (x->q0) { /* QK-norm's inputs and 1/rms */
 		const int64_t kv = k->m->Hkv * k->m->d.head_dim;
 
@@ -1290,7 +1354,7 @@ static int keep_stash_acts(const struct wsink *k, int l, const struct acts *a)
 			CK(op->copy(be, x->mla.rstdcq, a->mla.rstdcq, n));
 		}
 	}
-	return op->copy(be, x->g, a->g, n * F);
+	return 0;
 }
 
 static const struct wsink_ops sink_immediate = {dw_now, keep_nothing, keep_no_acts};
@@ -1319,7 +1383,22 @@ static int moe_bwd(const struct wsink *k, int l, struct acts *a, const float *dy
 		dW[TITAN_PARAM_MOE_W1], dW[TITAN_PARAM_MOE_W2], dW[TITAN_PARAM_MOE_W3],
 		dW[TITAN_PARAM_MOE_GATE], dW[TITAN_PARAM_MOE_SHARED_W1],
 		dW[TITAN_PARAM_MOE_SHARED_W2], dW[TITAN_PARAM_MOE_SHARED_W3]},
-		a->xn2, dy, m->dxn, &a->moe, &m->moe_s);
+		a->xn2, dy, m->dxn, &a->moe, &m->moe_s, k->ops == &sink_deferred ?
+		&(struct moe_keep){k->b->w[l].g[WS_DMROW], k->b->w[l].g[WS_DMLOGIT]} : NULL);
+}
+
+/* A MoE block's weight pass (block_wgrad): moe_bwd's weight gradients
+ * from the stash `w`, the block's inputs `a` and the MoE's activations
+ * `ma` (the stash's copies under full AC, else the block's own). */
+static int moe_wgrad(struct titan_llama *m, float *const *w, const struct acts *a,
+		     const struct moe_acts *ma, int l)
+{
+	return titan_moe_wgrad(&m->moe, &(struct moe_dw){
+		G(m, TITAN_PARAM_MOE_W1, l), G(m, TITAN_PARAM_MOE_W2, l),
+		G(m, TITAN_PARAM_MOE_W3, l), G(m, TITAN_PARAM_MOE_GATE, l),
+		G(m, TITAN_PARAM_MOE_SHARED_W1, l), G(m, TITAN_PARAM_MOE_SHARED_W2, l),
+		G(m, TITAN_PARAM_MOE_SHARED_W3, l)}, a->xn2, w[WS_DY], ma,
+		&(struct moe_keep){w[WS_DMROW], w[WS_DMLOGIT]});
 }
 
 /* Multi-head latent attention's backward (block.c's mla_fwd in reverse,
@@ -1521,10 +1600,16 @@ static int block_wgrad(struct titan_llama *m, const struct mb *b, int l)
 	const struct acts *a = b->w[l].x.xn1 ? &b->w[l].x : &b->acts[l];
 	int rc;
 
-	CK(op->matmul_bwd(be, NULL, G(m, TITAN_PARAM_W2, l), w[WS_DY], a->g, NULL, n, F, C,
-			  false));
-	CK(op->matmul_bwd(be, NULL, G(m, TITAN_PARAM_W1, l), a->a, a->xn2, NULL, n, C, F, false));
-	CK(op->matmul_bwd(be, NULL, G(m, TITAN_PARAM_W3, l), a->b, a->xn2, NULL, n, C, F, false));
+	if (titan_model_layer_is_moe(d, l)) {
+		CK(moe_wgrad(m, w, a, b->w[l].x.moe.xin ? &b->w[l].x.moe : &b->acts[l].moe, l));
+	} else {
+		CK(op->matmul_bwd(be, NULL, G(m, TITAN_PARAM_W2, l), w[WS_DY], a->g, NULL, n, F, C,
+				  false));
+		CK(op->matmul_bwd(be, NULL, G(m, TITAN_PARAM_W1, l), a->a, a->xn2, NULL, n, C, F,
+				  false));
+		CK(op->matmul_bwd(be, NULL, G(m, TITAN_PARAM_W3, l), a->b, a->xn2, NULL, n, C, F,
+				  false));
+	}
 	CK(op->rmsnorm_bwd(be, m->dh, G(m, TITAN_PARAM_FFN_NORM, l), w[WS_DXN2], a->h,
 			   m->pl.ones, a->rstd2, nl, C, false));
 	if (titan_model_mla(d)) {

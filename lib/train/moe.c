@@ -461,7 +461,7 @@ int titan_moe_fwd(const struct titan_moe *m, const struct moe_w *w0, const float
  * route_norm, the gather and the score function, then the gate linear. */
 static int route_bwd(const struct titan_moe *m, const struct moe_w *w, struct moe_dw *dw,
 		     const float *x, float *dx, const struct moe_acts *a,
-		     const struct moe_scratch *s)
+		     const struct moe_scratch *s, const struct moe_keep *keep)
 {
 	const struct titan_moe_dims *d = m->d;
 	const int64_t N = titan_moe_routed(m), E = d->num_experts, K = d->top_k;
@@ -497,13 +497,18 @@ static int route_bwd(const struct titan_moe *m, const struct moe_w *w, struct mo
 				dl[e] *= sc[e] * (1.0f - sc[e]);
 		}
 	}
+	if (keep) {
+		int rc;
+
+		CK(m->be->ops->copy(m->be, keep->dlogit, s->dlogit, N * E));
+	}
 	return m->be->ops->matmul_bwd(m->be, dx, dw->gate, s->dlogit, x, w->gate, N, m->C, E,
 				      true);
 }
 
 int titan_moe_bwd(const struct titan_moe *m, const struct moe_w *w0, struct moe_dw *dw0,
 		  const float *x, const float *dy, float *dx, struct moe_acts *a,
-		  const struct moe_scratch *s)
+		  const struct moe_scratch *s, const struct moe_keep *keep)
 {
 	const struct titan_backend_ops *op = m->be->ops;
 	struct titan_backend *be = m->be;
@@ -536,6 +541,9 @@ int titan_moe_bwd(const struct titan_moe *m, const struct moe_w *w0, struct moe_
 	CK(m->dispatch->combine_bwd(m, a, dy + g.o, s->drow, s->dtopw));
 	const struct here h_ = here(m, a);
 
+	if (keep) /* w2's output gradient: drow is overwritten below */
+		CK(op->copy(be, keep->drow, s->drow, h_.R * g.C));
+
 	for (int64_t e = 0; e < h_.E; o += h_.counts[e++])
 		if (h_.counts[e])
 			CK(op->matmul_bwd(be, s->dg + o * g.Fm, dw->w2 ? dw->w2 + e * g.W : NULL,
@@ -556,7 +564,44 @@ int titan_moe_bwd(const struct titan_moe *m, const struct moe_w *w0, struct moe_
 				  true));
 	}
 	CK(m->dispatch->dispatch_bwd(m, a, s->drow, x + g.o, dx + g.o, s->dtopw));
-	return route_bwd(m, w, dw, x + g.o, dx + g.o, a, s);
+	return route_bwd(m, w, dw, x + g.o, dx + g.o, a, s, keep);
+}
+
+int titan_moe_wgrad(const struct titan_moe *m, struct moe_dw *dw0, const float *x,
+		    const float *dy, const struct moe_acts *a, const struct moe_keep *k)
+{
+	const struct titan_backend_ops *op = m->be->ops;
+	struct titan_backend *be = m->be;
+	const struct geo g = geo(m);
+	const int64_t eo = expert_off(m);
+	const struct here h_ = here(m, a);
+	int64_t o = 0;
+	int rc;
+
+	/* titan_moe_bwd's weight gradients, by the same calls on the same
+	 * operands, in the same order */
+	if (g.Fs > 0) {
+		CK(op->matmul_bwd(be, NULL, dw0->sw2, dy, a->sg, NULL, g.N, g.Fs, g.C, false));
+		CK(op->matmul_bwd(be, NULL, dw0->sw1, a->sa, x, NULL, g.N, g.C, g.Fs, false));
+		CK(op->matmul_bwd(be, NULL, dw0->sw3, a->sb, x, NULL, g.N, g.C, g.Fs, false));
+	}
+	for (int64_t e = 0; e < h_.E; o += h_.counts[e++])
+		if (h_.counts[e])
+			CK(op->matmul_bwd(be, NULL, dw0->w2 + eo + e * g.W, k->drow + o * g.C,
+					  a->g + o * g.Fm, NULL, h_.counts[e], g.Fm, g.C, false));
+	o = 0;
+	for (int64_t e = 0; e < h_.E; o += h_.counts[e++]) {
+		const int64_t c = h_.counts[e];
+
+		if (!c)
+			continue;
+		CK(op->matmul_bwd(be, NULL, dw0->w1 + eo + e * g.W, a->a + o * g.Fm,
+				  a->xin + o * g.C, NULL, c, g.C, g.Fm, false));
+		CK(op->matmul_bwd(be, NULL, dw0->w3 + eo + e * g.W, a->b + o * g.Fm,
+				  a->xin + o * g.C, NULL, c, g.C, g.Fm, false));
+	}
+	return op->matmul_bwd(be, NULL, dw0->gate, k->dlogit, x + g.o, NULL,
+			      titan_moe_routed(m), g.C, m->d->num_experts, false);
 }
 
 /* --------------------------------------------------- load balancing */

@@ -172,11 +172,27 @@ static inline int64_t titan_moe_shared_hidden(const struct titan_moe *m)
  * expert added. */
 int titan_moe_fwd(const struct titan_moe *m, const struct moe_w *w, const float *x,
 		  const float *h, float *y, struct moe_acts *a, int64_t *tokens);
+/* The split backward's (zero-bubble) stash of what titan_moe_wgrad reads
+ * besides the activations: w2's output-gradient rows at this rank's
+ * experts [expert rows, C] and the router logits' gradient [routed, E]. */
+struct moe_keep {
+	float *drow, *dlogit;
+};
+
 /* dx = dL/dx (overwritten) from dy = dL/dy; the weight gradients added to
- * dw's non-NULL members.  a's SwiGLU inputs are overwritten. */
+ * dw's non-NULL members.  a's SwiGLU inputs are overwritten (by their
+ * gradients: a, b hold dL/d(w1 x), dL/d(w3 x), sa, sb the shared
+ * experts').  keep (NULL: none) gets the operands titan_moe_wgrad needs. */
 int titan_moe_bwd(const struct titan_moe *m, const struct moe_w *w, struct moe_dw *dw,
 		  const float *x, const float *dy, float *dx, struct moe_acts *a,
-		  const struct moe_scratch *s);
+		  const struct moe_scratch *s, const struct moe_keep *keep);
+/* The split backward's weight pass: the weight gradients titan_moe_bwd
+ * skipped (its dw NULL), added to dw's (every member set), from the
+ * activations `a` after titan_moe_bwd (xin, a, b, g, sa, sb, sg and the
+ * counts), its input x, its dy and the kept `k`.  No communication: under
+ * EP `a` and k->drow hold the rows this rank's experts computed. */
+int titan_moe_wgrad(const struct titan_moe *m, struct moe_dw *dw, const float *x,
+		    const float *dy, const struct moe_acts *a, const struct moe_keep *k);
 
 /* torchtitan's _update_expert_bias for one layer: with t = the tokens per
  * expert of the step, bias += coeff · (sign(mean t − t) − mean of that). */

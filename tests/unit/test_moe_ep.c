@@ -7,7 +7,8 @@
  * and softmax routing with route_norm and the scores before them.  Run
  * plainly it checks EP 1 (the EP path over a one-rank communicator);
  * test_ranks runs the same under `mpiexec -n 2` and `-n 4` (this program
- * with --ranks). */
+ * with --ranks).  The split backward of the zero-bubble schedules
+ * (titan_moe_bwd keeping, then titan_moe_wgrad) gives the same bits. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -54,9 +55,11 @@ struct run {
 	float *dw[7]; /* w1, w2, w3, gate, sw1, sw2, sw3 */
 };
 
-/* One MoE forward and backward of n tokens over the experts of w. */
+/* One MoE forward and backward of n tokens over the experts of w; with
+ * `split` the backward as the zero-bubble schedules run it: the input
+ * pass (no weight gradients, their operands kept), then the weight pass. */
 static void run_moe(const struct titan_moe *m, const struct moe_w *w, const float *x,
-		    const float *h, const float *dy, struct run *r, int64_t P)
+		    const float *h, const float *dy, struct run *r, int64_t P, bool split)
 {
 	const int64_t n = m->n, R = n * K, Rx = titan_moe_expert_rows(m), El = E / P;
 	const int64_t Fs = FM * m->d->num_shared_experts, W = FM * C;
@@ -90,8 +93,20 @@ static void run_moe(const struct titan_moe *m, const struct moe_w *w, const floa
 	for (int i = 0; i < 7; i++)
 		r->dw[i] = fz(i == 3 ? E * C : i < 3 ? E * W : Fs * C); /* room for all experts */
 	assert_int_equal(titan_moe_fwd(m, w, x, h, r->y, a, NULL), 0);
-	assert_int_equal(titan_moe_bwd(m, w, &(struct moe_dw){ r->dw[0], r->dw[1], r->dw[2],
-			 r->dw[3], r->dw[4], r->dw[5], r->dw[6] }, x, dy, r->dx, a, &r->s), 0);
+	struct moe_dw dw = { r->dw[0], r->dw[1], r->dw[2], r->dw[3], r->dw[4], r->dw[5],
+			     r->dw[6] };
+
+	if (!split) {
+		assert_int_equal(titan_moe_bwd(m, w, &dw, x, dy, r->dx, a, &r->s, NULL), 0);
+		return;
+	}
+	struct moe_keep k = { fz(Rx * C), fz(n * E) };
+
+	assert_int_equal(titan_moe_bwd(m, w, &(struct moe_dw){ 0 }, x, dy, r->dx, a, &r->s, &k),
+			 0);
+	assert_int_equal(titan_moe_wgrad(m, &dw, x, dy, a, &k), 0);
+	free(k.drow);
+	free(k.dlogit);
 }
 
 static void free_run(struct run *r)
@@ -148,7 +163,7 @@ static void check_ep(struct titan_comm *comm, bool before)
 	struct titan_moe one = { &be, &titan_moe_dispatch_local, &d, NT, C, NULL, 1, 0, 0 };
 
 	run_moe(&one, &(struct moe_w){ w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7] }, x, h,
-		dy, &ref, 1);
+		dy, &ref, 1, false);
 	/* this rank: its tokens and its experts */
 	struct titan_moe_ep epd = { comm, P, rank, fz(N * K * C), fz(N * K * P * C), rank * El };
 	struct titan_moe m = { &be, &titan_moe_dispatch_ep, &d, N, C, &epd, 1, 0, 0 };
@@ -156,7 +171,7 @@ static void check_ep(struct titan_comm *comm, bool before)
 
 	run_moe(&m, &(struct moe_w){ w[0] + e0 * W, w[1] + e0 * W, w[2] + e0 * W, w[3], w[4],
 				     w[5], w[6], w[7] }, x + rank * N * C, h + rank * N * C,
-		dy + rank * N * C, &ep, P);
+		dy + rank * N * C, &ep, P, false);
 	close_to(ep.y, ref.y + rank * N * C, N * C, "y");
 	close_to(ep.dx, ref.dx + rank * N * C, N * C, "dx");
 	close_to(ep.dw[0], ref.dw[0] + e0 * W, El * W, "d w1");
@@ -167,9 +182,20 @@ static void check_ep(struct titan_comm *comm, bool before)
 
 	epd.w_expert0 = 0;
 	run_moe(&m, &(struct moe_w){ w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7] },
-		x + rank * N * C, h + rank * N * C, dy + rank * N * C, &full, P);
+		x + rank * N * C, h + rank * N * C, dy + rank * N * C, &full, P, false);
 	close_to(full.y, ep.y, N * C, "y (whole experts)");
 	close_to(full.dw[1] + e0 * W, ep.dw[1], El * W, "d w2 (whole experts)");
+	/* the split backward (titan_moe_wgrad from the kept operands): the
+	 * input gradient and every weight gradient bit for bit */
+	struct run spl;
+
+	run_moe(&m, &(struct moe_w){ w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7] },
+		x + rank * N * C, h + rank * N * C, dy + rank * N * C, &spl, P, true);
+	assert_memory_equal(spl.dx, full.dx, (size_t)(N * C) * sizeof(float));
+	for (int i = 0; i < 7; i++)
+		assert_memory_equal(spl.dw[i], full.dw[i], (size_t)(i == 3 ? E * C : i < 3 ?
+				    E * W : W) * sizeof(float));
+	free_run(&spl);
 	free_run(&full);
 	/* the gate and the shared experts: partial sums over this rank's tokens */
 	for (int i = 3; i < 7; i++) {
