@@ -25,7 +25,8 @@ int titan_est_opts_from_config(struct titan_est_opts *o, const struct titan_conf
 			       const struct titan_est_device *dev, int64_t ngpu)
 {
 	struct est_num n = {false};
-	int64_t every, shard;
+	enum titan_ac_mode ac;
+	int64_t shard;
 	int rc;
 
 	memset(o, 0, sizeof(*o));
@@ -55,30 +56,13 @@ int titan_est_opts_from_config(struct titan_est_opts *o, const struct titan_conf
 	o->pp_split_points = c->parallelism.pipeline_parallel_split_points; /* borrowed */
 	o->cp_alltoall = c->parallelism.context_parallel_rotate_method_e == TITAN_CP_ROTATE_ALLTOALL;
 	o->ep = c->parallelism.expert_parallel_degree;
-	if (dev->cpu) {
-		/* exactly titan-train's reading of the keys (its layout's) */
-		enum titan_ac_mode ac;
-
-		if ((rc = titan_layout_ac(c, &ac, &o->ac_every)) < 0)
-			return rc;
-		o->ac = ac == TITAN_AC_NONE ? TITAN_EST_AC_NONE : ac == TITAN_AC_FULL ?
-			TITAN_EST_AC_FULL : ac == TITAN_AC_SELECTIVE_OP ? TITAN_EST_AC_OP :
-			TITAN_EST_AC_SELECTIVE;
-		o->block_causal = c->training.attn_mask_type_e == TITAN_ATTN_MASK_BLOCK_CAUSAL;
-	} else if (c->activation_checkpoint.mode_e == TITAN_ACT_CKPT_NONE) {
-		o->ac = TITAN_EST_AC_NONE;
-	} else if (c->activation_checkpoint.mode_e == TITAN_ACT_CKPT_FULL) {
-		o->ac = TITAN_EST_AC_FULL;
-	} else if (!strcmp(c->activation_checkpoint.selective_ac_option, "op")) {
-		o->ac = TITAN_EST_AC_OP;
-	} else if (titan_parse_i64(c->activation_checkpoint.selective_ac_option, &every) == 0) {
-		o->ac = TITAN_EST_AC_SELECTIVE;
-		o->ac_every = every <= 0 || every > 1 << 20 ? 1 : (int)every;
-	} else {
-		return titan_error(TITAN_E_INVALID, "activation_checkpoint.selective_ac_option: "
-				   "'%s' is neither 'op' nor a block interval",
-				   c->activation_checkpoint.selective_ac_option);
-	}
+	/* exactly titan-train's reading of the keys (its layout's) */
+	if ((rc = titan_layout_ac(c, &ac, &o->ac_every)) < 0)
+		return rc;
+	o->ac = ac == TITAN_AC_NONE ? TITAN_EST_AC_NONE : ac == TITAN_AC_FULL ? TITAN_EST_AC_FULL :
+		ac == TITAN_AC_SELECTIVE_OP ? TITAN_EST_AC_OP : TITAN_EST_AC_SELECTIVE;
+	o->block_causal = dev->cpu &&
+			  c->training.attn_mask_type_e == TITAN_ATTN_MASK_BLOCK_CAUSAL;
 	if (dev->cpu) {
 		o->param_bytes = o->master_bytes = o->reduce_bytes = o->optim_bytes = 4;
 	} else {

@@ -10,6 +10,7 @@
  */
 #include "titan/train.h"
 
+#include <limits.h>
 #include <string.h>
 
 #include "titan/core.h"
@@ -31,8 +32,11 @@ int titan_layout_ac(const struct titan_config *c, enum titan_ac_mode *ac, int *e
 					   "activation_checkpoint.selective_ac_option: '%s' is "
 					   "neither a block interval (an integer such as '2') nor 'op'",
 					   c->activation_checkpoint.selective_ac_option);
+		/* torchtitan checkpoints block k (from 1) when k % N == 0, every
+		 * block for 0: an N beyond the int range checkpoints none,
+		 * as INT_MAX does */
 		*ac = TITAN_AC_SELECTIVE;
-		*every = n <= 0 ? 1 : (int)n;
+		*every = n <= 0 ? 1 : n > INT_MAX ? INT_MAX : (int)n;
 	}
 	return 0;
 }

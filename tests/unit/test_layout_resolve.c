@@ -3,15 +3,19 @@
  * trainer, titan_parallelize, the parameter table and titan-estimate take
  * it — mesh coordinates, FSDP shard, TP slice, experts, pipeline stages
  * (loop and V placement), microbatches, AC policy, CE chunk, DP's
- * options — and its errors, each naming the key. */
+ * options — and its errors, each naming the key; titan-estimate's
+ * GPU and CPU models read the AC keys through it. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <limits.h>
+#include <stdio.h>
 #include <string.h>
 
+#include "titan/estimate.h"
 #include "titan/model.h"
 #include "titan/train.h"
 
@@ -256,6 +260,63 @@ static void test_ep(void **state)
 	assert_int_equal(to.ep_shard_degree, 2);
 }
 
+/* activation_checkpoint.selective_ac_option as torchtitan reads it (block
+ * k from 1 checkpointed when k % N == 0, every block for 0), the one
+ * parser titan-train and both of titan-estimate's models take. */
+static void ac_of(struct titan_config *c, const char *option)
+{
+	config(c, (const char *const[]){"activation_checkpoint.mode", "selective",
+					"activation_checkpoint.selective_ac_option", option,
+					NULL});
+}
+
+static void test_ac(void **state)
+{
+	static const struct {
+		const char *option;
+		enum titan_ac_mode ac;
+		int every;
+	} cases[] = {
+		{"op", TITAN_AC_SELECTIVE_OP, 0}, {"0", TITAN_AC_SELECTIVE, 1},
+		{"3", TITAN_AC_SELECTIVE, 3},     {"2000000", TITAN_AC_SELECTIVE, 2000000},
+		/* beyond int: no block, not a wrapped (here 0) interval */
+		{"4294967296", TITAN_AC_SELECTIVE, INT_MAX},
+	};
+	const char *devs[] = {"cpu", "h100-80g"};
+	struct titan_est_device dev;
+	struct titan_est_opts o;
+	struct titan_config c;
+	enum titan_ac_mode ac;
+	char msg[512];
+	int every;
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		ac_of(&c, cases[i].option);
+		assert_int_equal(titan_layout_ac(&c, &ac, &every), 0);
+		assert_int_equal(ac, cases[i].ac);
+		assert_int_equal(every, cases[i].every);
+		for (size_t k = 0; k < 2; k++) { /* titan-estimate's models read it alike */
+			assert_int_equal(titan_est_device_lookup(devs[k], &dev), 0);
+			assert_int_equal(titan_est_opts_from_config(&o, &c, &dev, 1), 0);
+			assert_int_equal(o.ac, ac == TITAN_AC_SELECTIVE_OP ? TITAN_EST_AC_OP :
+					       TITAN_EST_AC_SELECTIVE);
+			assert_int_equal(o.ac_every, every);
+		}
+		titan_config_release(&c);
+	}
+	/* a value the config's check would refuse: the same error from both */
+	ac_of(&c, "often");
+	assert_int_equal(titan_layout_ac(&c, &ac, &every), TITAN_E_INVALID);
+	snprintf(msg, sizeof(msg), "%s", titan_errmsg());
+	for (size_t k = 0; k < 2; k++) {
+		assert_int_equal(titan_est_device_lookup(devs[k], &dev), 0);
+		assert_int_equal(titan_est_opts_from_config(&o, &c, &dev, 1), TITAN_E_INVALID);
+		assert_string_equal(titan_errmsg(), msg);
+	}
+	titan_config_release(&c);
+}
+
 static void expect_error(int rc, const char *needle)
 {
 	assert_int_equal(rc, TITAN_E_INVALID);
@@ -314,6 +375,7 @@ int main(void)
 		cmocka_unit_test(test_one_rank),  cmocka_unit_test(test_fsdp),
 		cmocka_unit_test(test_pipeline),  cmocka_unit_test(test_tp_cp),
 		cmocka_unit_test(test_ep),        cmocka_unit_test(test_errors),
+		cmocka_unit_test(test_ac),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
