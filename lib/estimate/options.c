@@ -120,47 +120,50 @@ int est_pipeline(const struct titan_est_opts *o, const struct titan_model_dims *
 		 int64_t *v, struct titan_pp_stage **stages)
 {
 	const int64_t pp = o->layout.pp;
-	struct titan_config *c;
+	struct titan_pp_stages rs;
 	struct titan_pp_stage *st;
-	int64_t ns;
-	int rc = 0;
+	struct titan_layout l;
+	struct titan_config c;
+	int rc;
 
 	*stages = NULL;
 	*v = 1;
 	if (pp > INT32_MAX / 8)
 		return titan_error(TITAN_E_INVALID, "parallelism.pipeline_parallel_degree: %" PRId64
 				   " is too large", pp);
-	/* lib/model's split (titan_pp_split) and lib/train's stage count
-	 * (titan_pp_stages_per_rank) read these keys of a config */
-	if (!(c = calloc(1, sizeof(*c))))
-		return titan_error(TITAN_E_NOMEM, "out of memory");
-	c->parallelism.pipeline_parallel_layers_per_stage = o->pp_layers_per_stage;
-	c->parallelism.pipeline_parallel_split_points = o->pp_split_points;
-	if (pp > 1 && (rc = titan_pp_stages_per_rank(c, est_train_schedule(o->schedule), d->n_layers,
-						     (int)pp)) < 0) {
-		free(c);
+	if (pp <= 1) { /* one stage (titan-train ignores the split keys) */
+		if (!(st = calloc(1, sizeof(*st))))
+			return titan_error(TITAN_E_NOMEM, "out of memory");
+		*st = (struct titan_pp_stage){0, (int)d->n_layers, true, true, 0};
+		*stages = st;
+		return 0;
+	}
+	/* titan-train's layout of the options: the stage count and split of
+	 * rank 0's, every pipeline rank's stages placed as titan-train's
+	 * (the GPU model holds no experts: no EP group to resolve) */
+	if ((rc = est_dry_config(o, &c)) < 0)
 		return rc;
+	c.parallelism.pipeline_parallel_schedule_e =
+		(enum titan_schedule)est_train_schedule(o->schedule);
+	c.parallelism.expert_parallel_degree = 1;
+	if ((rc = titan_layout_resolve(&l, &c, d, o->ngpu, 0)) < 0)
+		goto out;
+	*v = l.nstages / pp;
+	if (!(st = calloc((size_t)l.nstages, sizeof(*st)))) {
+		rc = titan_error(TITAN_E_NOMEM, "out of memory");
+		goto out;
 	}
-	if (pp > 1)
-		*v = rc;
-	ns = pp * *v;
-	if (!(st = calloc((size_t)ns, sizeof(*st)))) {
-		free(c);
-		return titan_error(TITAN_E_NOMEM, "out of memory");
-	}
-	/* without PP the model is one stage (titan-train ignores the split
-	 * keys) */
-	st[0] = (struct titan_pp_stage){0, (int)d->n_layers, true, true, 0};
-	for (int64_t s = 0; s < ns && ns > 1; s++)
-		if ((rc = titan_pp_split(c, d->n_layers, (int)ns, (int)s, &st[s])) < 0)
-			break;
-	free(c);
-	if (rc < 0) {
+	for (int r = 0; r < pp && rc == 0; r++)
+		if ((rc = titan_layout_stages_of(&l, &c, d->n_layers, r, &rs)) == 0)
+			for (int k = 0; k < rs.n; k++)
+				st[rs.v[k].index] = rs.v[k];
+	if (rc < 0)
 		free(st);
-		return rc;
-	}
-	*stages = st;
-	return 0;
+	else
+		*stages = st;
+out:
+	est_dry_config_release(&c);
+	return rc;
 }
 
 int64_t est_stage_of(const struct titan_est_opts *o, int64_t rank, int64_t k, int64_t v)

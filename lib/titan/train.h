@@ -482,6 +482,14 @@ struct titan_layout {
  * nothing. */
 int titan_layout_resolve(struct titan_layout *l, const struct titan_config *c,
 			 const struct titan_model_dims *d, int64_t world_size, int64_t rank);
+/* The stages of pipeline rank `pp_rank` of a resolved layout's pipeline
+ * (l->nstages > 0), in that rank's order: its v-th is global stage
+ * pp_rank + v·pp (loop style) or, for ZBVZeroBubble, stages pp_rank and
+ * 2·pp − 1 − pp_rank (V) (titan_pp_stage_of), split by titan_pp_split
+ * over the config `c` the layout was resolved from.  l->stages is those of
+ * the layout's own rank; titan-estimate's GPU model takes every rank's. */
+int titan_layout_stages_of(const struct titan_layout *l, const struct titan_config *c,
+			   int64_t n_layers, int pp_rank, struct titan_pp_stages *out);
 /* activation_checkpoint.{mode, selective_ac_option}: an integer N or "op";
  * anything else is TITAN_E_INVALID naming the key. */
 int titan_layout_ac(const struct titan_config *c, enum titan_ac_mode *ac, int *every);

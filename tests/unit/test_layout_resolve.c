@@ -162,6 +162,8 @@ static void test_pipeline(void **state)
 	struct titan_param_table_opts to;
 	struct titan_param_table t;
 	struct titan_model_dims d = dims6();
+	struct titan_pp_stages rs;
+	struct titan_config c;
 
 	(void)state;
 	assert_int_equal(resolve(&l, il, 2, 1), 0);
@@ -198,6 +200,20 @@ static void test_pipeline(void **state)
 	assert_int_equal(resolve(&l, zbv, 2, 1), 0);
 	assert_stage(&l.stages.v[0], 1, 3, false, false, 1);
 	assert_stage(&l.stages.v[1], 3, 5, false, false, 2);
+	/* every pipeline rank's stages from one rank's layout (titan-estimate's
+	 * GPU model): rank 1's from rank 0's layout are rank 1's own */
+	config(&c, zbv);
+	assert_int_equal(titan_layout_resolve(&l, &c, &d, 2, 0), 0);
+	assert_int_equal(titan_layout_stages_of(&l, &c, d.n_layers, 1, &rs), 0);
+	assert_int_equal(rs.n, 2);
+	assert_stage(&rs.v[0], 1, 3, false, false, 1);
+	assert_stage(&rs.v[1], 3, 5, false, false, 2);
+	assert_int_equal(titan_layout_stages_of(&l, &c, d.n_layers, 0, &rs), 0);
+	assert_int_equal(rs.n, l.stages.n);
+	for (int v = 0; v < rs.n; v++)
+		assert_stage(&rs.v[v], l.stages.v[v].l0, l.stages.v[v].l1, l.stages.v[v].first,
+			     l.stages.v[v].last, l.stages.v[v].index);
+	titan_config_release(&c);
 }
 
 /* TP 2 x CP 2 on 4 ranks (tp innermost): rank 3 is tp 1, cp 1; FSDP's
