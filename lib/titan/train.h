@@ -85,6 +85,12 @@ struct titan_llama_opts {
 	 * the trainer sets them from the shards' header (both -1: refused). */
 	bool block_causal;
 	int64_t doc_eos, doc_bos;
+	/* The parameter table's options, what the rank holds of every
+	 * parameter (FSDP shard, TP slice, experts, stages: titan/model.h),
+	 * read by titan_llama_new only: titan_parallelize gives its layout's
+	 * (titan_layout_table_opts).  NULL: from shard_rank/shard_degree, the
+	 * tp and ep groups, ep_shard_rank/ep_shard_degree and stages below. */
+	const struct titan_param_table_opts *table;
 	/* FSDP: the arenas hold dim-0 shard `shard_rank` of `shard_degree`
 	 * (titan/model.h); 0 or 1 degree: unsharded.  A sharded model computes
 	 * only with its groups bound to unsharded buffers (group hooks below). */

@@ -17,6 +17,7 @@
 
 #include "titan/estimate.h"
 #include "titan/model.h"
+#include "titan/ops.h"
 #include "titan/train.h"
 
 /* 6 blocks of Llama 3 8B's shape: 8 pipeline units (embedding, 6 blocks,
@@ -216,6 +217,46 @@ static void test_pipeline(void **state)
 	titan_config_release(&c);
 }
 
+/* A model of a layout holds the layout's table (opts.table, as
+ * titan_parallelize gives it), built without groups: world rank 6 of 8
+ * with 1F1B on pp 2 holds an FSDP shard of 4 of the last stage (its
+ * blocks, norm + output, no embedding). */
+static void test_model_table(void **state)
+{
+	static const char *const kv[] = {"parallelism.pipeline_parallel_degree", "2",
+					 "parallelism.pipeline_parallel_microbatch_size", "2", NULL};
+	struct titan_param_table_opts to;
+	struct titan_backend be;
+	struct titan_llama_opts mo;
+	struct titan_model_dims d;
+	struct titan_layout l;
+	struct titan_config c;
+	struct titan_llama *m;
+
+	(void)state;
+	assert_int_equal(titan_model_flavor("debugmodel", &d), 0);
+	config(&c, kv);
+	assert_int_equal(titan_layout_resolve(&l, &c, &d, 8, 6), 0);
+	assert_int_equal(l.shard_degree, 4);
+	assert_int_equal(l.stages.n, 1);
+	titan_layout_table_opts(&l, &to);
+	titan_llama_opts_from_layout(&mo, &c, &l);
+	mo.stages = l.stages; /* as titan_parallelize's */
+	mo.table = &to;
+	assert_int_equal(titan_backend_cpu_init(&be, 1), 0);
+	assert_int_equal(titan_llama_new(&d, &mo, &be, NULL, &m), 0);
+	const struct titan_param_table *t = titan_llama_table(m);
+	assert_int_equal(t->opts.shard_rank, l.shard_rank);
+	assert_int_equal(t->opts.shard_degree, 4);
+	assert_int_equal(t->opts.stages.n, 1);
+	assert_stage(&t->opts.stages.v[0], l.stages.v[0].l0, d.n_layers, false, true, 1);
+	assert_int_equal(t->params[titan_param_index(t, TITAN_PARAM_TOK_EMBEDDINGS, -1)].rows, 0);
+	assert_true(t->params[titan_param_index(t, TITAN_PARAM_OUTPUT, -1)].rows > 0);
+	titan_llama_free(m);
+	titan_backend_release(&be);
+	titan_config_release(&c);
+}
+
 /* TP 2 x CP 2 on 4 ranks (tp innermost): rank 3 is tp 1, cp 1; FSDP's
  * mesh is dp_shard x cp, so the parameters are sharded over cp. */
 static void test_tp_cp(void **state)
@@ -391,7 +432,7 @@ int main(void)
 		cmocka_unit_test(test_one_rank),  cmocka_unit_test(test_fsdp),
 		cmocka_unit_test(test_pipeline),  cmocka_unit_test(test_tp_cp),
 		cmocka_unit_test(test_ep),        cmocka_unit_test(test_errors),
-		cmocka_unit_test(test_ac),
+		cmocka_unit_test(test_ac),        cmocka_unit_test(test_model_table),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
