@@ -190,7 +190,7 @@ static int o_classifier_ce(struct titan_backend *be, double *loss_sum, int64_t *
 /* ------------------------------------------------------------ the run */
 
 /* titan-train's config of the estimate's options (what the engine reads) */
-static int dry_config(const struct titan_est_opts *o, struct titan_config *c)
+int est_dry_config(const struct titan_est_opts *o, struct titan_config *c)
 {
 	int rc;
 
@@ -220,7 +220,7 @@ static int dry_config(const struct titan_est_opts *o, struct titan_config *c)
 	return 0;
 }
 
-static void dry_config_release(struct titan_config *c)
+void est_dry_config_release(struct titan_config *c)
 {
 	memset(&c->parallelism.pipeline_parallel_split_points, 0,
 	       sizeof(c->parallelism.pipeline_parallel_split_points));
@@ -289,10 +289,10 @@ int est_dry_layout(const struct titan_model_dims *d, const struct titan_est_opts
 	struct titan_config c;
 	int rc;
 
-	if ((rc = dry_config(o, &c)) < 0)
+	if ((rc = est_dry_config(o, &c)) < 0)
 		return rc;
 	rc = titan_layout_resolve(l, &c, d, o->ngpu, o->rank);
-	dry_config_release(&c);
+	est_dry_config_release(&c);
 	return rc;
 }
 
@@ -389,7 +389,7 @@ static int dry(const struct titan_model_dims *model, const struct titan_est_opts
 	d.ops.classifier_ce = o_classifier_ce;
 	be.ops = &d.ops;
 	be.impl = &d;
-	if ((rc = dry_config(o, &c)) < 0) {
+	if ((rc = est_dry_config(o, &c)) < 0) {
 		titan_allocator_free(d.a);
 		return rc;
 	}
@@ -428,7 +428,7 @@ static int dry(const struct titan_model_dims *model, const struct titan_est_opts
 		titan_comm_free(dist.comm[k]);
 	titan_comm_free(dist.ep);
 	titan_comm_free(dist.efsdp);
-	dry_config_release(&c);
+	est_dry_config_release(&c);
 	titan_allocator_free(d.a);
 	if (rc < 0)
 		est_dry_release(out);

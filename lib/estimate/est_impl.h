@@ -37,12 +37,12 @@ void est_item(struct titan_est_rank *r, const char *name, enum titan_mem_tag tag
 void est_rank_finish(struct titan_est_rank *r, double alloc_overhead, struct est_num *n);
 
 /* Pipeline geometry of a checked layout. */
-/* Stages per rank (v) and the split of the blocks over pp·v stages,
- * titan-train's own: titan_pp_stages_per_rank (lib/train/pp.c) and
- * titan_pp_split (lib/model/layout.c: torchtitan's
- * generate_llm_fqn_per_model_part, split points, layers_per_stage), from
- * the options' pp_layers_per_stage and pp_split_points.  Without PP one
- * stage of every block. */
+/* Stages per rank (v) and the split of the blocks over pp·v stages
+ * (stages[s]: global stage s), titan-train's own: every pipeline rank's
+ * stages of the layout titan_layout_resolve makes of the options
+ * (titan_layout_stages_of: titan_pp_stages_per_rank, titan_pp_split's
+ * split points and layers_per_stage; LoopedBFS's as Interleaved1F1B's).
+ * Without PP one stage of every block. */
 int est_pipeline(const struct titan_est_opts *o, const struct titan_model_dims *d,
 		 int64_t *v, struct titan_pp_stage **stages);
 /* titan-train's schedule of an estimate schedule (the stage count and
@@ -64,6 +64,10 @@ bool est_block_ckpt(const struct titan_est_opts *o, int64_t b);
  * backward — from a dry run of the engine (dry.c). */
 enum { EST_FSDP_FWD_COMM, EST_FSDP_FWD_ATTN, EST_FSDP_LOSS, EST_FSDP_BWD_COMM,
        EST_FSDP_RECOMPUTE, EST_FSDP_BWD_ATTN, EST_FSDP_NKINDS };
+/* titan-train's config of the estimate's options (the keys the engine and
+ * titan_layout_resolve read; the split points borrowed), and its release. */
+int est_dry_config(const struct titan_est_opts *o, struct titan_config *c);
+void est_dry_config_release(struct titan_config *c);
 /* titan-train's layout of the estimate's rank (titan_layout_resolve of
  * the config the dry run builds). */
 int est_dry_layout(const struct titan_model_dims *d, const struct titan_est_opts *o,

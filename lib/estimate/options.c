@@ -25,7 +25,8 @@ int titan_est_opts_from_config(struct titan_est_opts *o, const struct titan_conf
 			       const struct titan_est_device *dev, int64_t ngpu)
 {
 	struct est_num n = {false};
-	int64_t every, shard;
+	enum titan_ac_mode ac;
+	int64_t shard;
 	int rc;
 
 	memset(o, 0, sizeof(*o));
@@ -55,30 +56,13 @@ int titan_est_opts_from_config(struct titan_est_opts *o, const struct titan_conf
 	o->pp_split_points = c->parallelism.pipeline_parallel_split_points; /* borrowed */
 	o->cp_alltoall = c->parallelism.context_parallel_rotate_method_e == TITAN_CP_ROTATE_ALLTOALL;
 	o->ep = c->parallelism.expert_parallel_degree;
-	if (dev->cpu) {
-		/* exactly titan-train's reading of the keys (its layout's) */
-		enum titan_ac_mode ac;
-
-		if ((rc = titan_layout_ac(c, &ac, &o->ac_every)) < 0)
-			return rc;
-		o->ac = ac == TITAN_AC_NONE ? TITAN_EST_AC_NONE : ac == TITAN_AC_FULL ?
-			TITAN_EST_AC_FULL : ac == TITAN_AC_SELECTIVE_OP ? TITAN_EST_AC_OP :
-			TITAN_EST_AC_SELECTIVE;
-		o->block_causal = c->training.attn_mask_type_e == TITAN_ATTN_MASK_BLOCK_CAUSAL;
-	} else if (c->activation_checkpoint.mode_e == TITAN_ACT_CKPT_NONE) {
-		o->ac = TITAN_EST_AC_NONE;
-	} else if (c->activation_checkpoint.mode_e == TITAN_ACT_CKPT_FULL) {
-		o->ac = TITAN_EST_AC_FULL;
-	} else if (!strcmp(c->activation_checkpoint.selective_ac_option, "op")) {
-		o->ac = TITAN_EST_AC_OP;
-	} else if (titan_parse_i64(c->activation_checkpoint.selective_ac_option, &every) == 0) {
-		o->ac = TITAN_EST_AC_SELECTIVE;
-		o->ac_every = every <= 0 || every > 1 << 20 ? 1 : (int)every;
-	} else {
-		return titan_error(TITAN_E_INVALID, "activation_checkpoint.selective_ac_option: "
-				   "'%s' is neither 'op' nor a block interval",
-				   c->activation_checkpoint.selective_ac_option);
-	}
+	/* exactly titan-train's reading of the keys (its layout's) */
+	if ((rc = titan_layout_ac(c, &ac, &o->ac_every)) < 0)
+		return rc;
+	o->ac = ac == TITAN_AC_NONE ? TITAN_EST_AC_NONE : ac == TITAN_AC_FULL ? TITAN_EST_AC_FULL :
+		ac == TITAN_AC_SELECTIVE_OP ? TITAN_EST_AC_OP : TITAN_EST_AC_SELECTIVE;
+	o->block_causal = dev->cpu &&
+			  c->training.attn_mask_type_e == TITAN_ATTN_MASK_BLOCK_CAUSAL;
 	if (dev->cpu) {
 		o->param_bytes = o->master_bytes = o->reduce_bytes = o->optim_bytes = 4;
 	} else {
@@ -136,47 +120,50 @@ int est_pipeline(const struct titan_est_opts *o, const struct titan_model_dims *
 		 int64_t *v, struct titan_pp_stage **stages)
 {
 	const int64_t pp = o->layout.pp;
-	struct titan_config *c;
+	struct titan_pp_stages rs;
 	struct titan_pp_stage *st;
-	int64_t ns;
-	int rc = 0;
+	struct titan_layout l;
+	struct titan_config c;
+	int rc;
 
 	*stages = NULL;
 	*v = 1;
 	if (pp > INT32_MAX / 8)
 		return titan_error(TITAN_E_INVALID, "parallelism.pipeline_parallel_degree: %" PRId64
 				   " is too large", pp);
-	/* lib/model's split (titan_pp_split) and lib/train's stage count
-	 * (titan_pp_stages_per_rank) read these keys of a config */
-	if (!(c = calloc(1, sizeof(*c))))
-		return titan_error(TITAN_E_NOMEM, "out of memory");
-	c->parallelism.pipeline_parallel_layers_per_stage = o->pp_layers_per_stage;
-	c->parallelism.pipeline_parallel_split_points = o->pp_split_points;
-	if (pp > 1 && (rc = titan_pp_stages_per_rank(c, est_train_schedule(o->schedule), d->n_layers,
-						     (int)pp)) < 0) {
-		free(c);
+	if (pp <= 1) { /* one stage (titan-train ignores the split keys) */
+		if (!(st = calloc(1, sizeof(*st))))
+			return titan_error(TITAN_E_NOMEM, "out of memory");
+		*st = (struct titan_pp_stage){0, (int)d->n_layers, true, true, 0};
+		*stages = st;
+		return 0;
+	}
+	/* titan-train's layout of the options: the stage count and split of
+	 * rank 0's, every pipeline rank's stages placed as titan-train's
+	 * (the GPU model holds no experts: no EP group to resolve) */
+	if ((rc = est_dry_config(o, &c)) < 0)
 		return rc;
+	c.parallelism.pipeline_parallel_schedule_e =
+		(enum titan_schedule)est_train_schedule(o->schedule);
+	c.parallelism.expert_parallel_degree = 1;
+	if ((rc = titan_layout_resolve(&l, &c, d, o->ngpu, 0)) < 0)
+		goto out;
+	*v = l.nstages / pp;
+	if (!(st = calloc((size_t)l.nstages, sizeof(*st)))) {
+		rc = titan_error(TITAN_E_NOMEM, "out of memory");
+		goto out;
 	}
-	if (pp > 1)
-		*v = rc;
-	ns = pp * *v;
-	if (!(st = calloc((size_t)ns, sizeof(*st)))) {
-		free(c);
-		return titan_error(TITAN_E_NOMEM, "out of memory");
-	}
-	/* without PP the model is one stage (titan-train ignores the split
-	 * keys) */
-	st[0] = (struct titan_pp_stage){0, (int)d->n_layers, true, true, 0};
-	for (int64_t s = 0; s < ns && ns > 1; s++)
-		if ((rc = titan_pp_split(c, d->n_layers, (int)ns, (int)s, &st[s])) < 0)
-			break;
-	free(c);
-	if (rc < 0) {
+	for (int r = 0; r < pp && rc == 0; r++)
+		if ((rc = titan_layout_stages_of(&l, &c, d->n_layers, r, &rs)) == 0)
+			for (int k = 0; k < rs.n; k++)
+				st[rs.v[k].index] = rs.v[k];
+	if (rc < 0)
 		free(st);
-		return rc;
-	}
-	*stages = st;
-	return 0;
+	else
+		*stages = st;
+out:
+	est_dry_config_release(&c);
+	return rc;
 }
 
 int64_t est_stage_of(const struct titan_est_opts *o, int64_t rank, int64_t k, int64_t v)

@@ -85,6 +85,12 @@ struct titan_llama_opts {
 	 * the trainer sets them from the shards' header (both -1: refused). */
 	bool block_causal;
 	int64_t doc_eos, doc_bos;
+	/* The parameter table's options, what the rank holds of every
+	 * parameter (FSDP shard, TP slice, experts, stages: titan/model.h),
+	 * read by titan_llama_new only: titan_parallelize gives its layout's
+	 * (titan_layout_table_opts).  NULL: from shard_rank/shard_degree, the
+	 * tp and ep groups, ep_shard_rank/ep_shard_degree and stages below. */
+	const struct titan_param_table_opts *table;
 	/* FSDP: the arenas hold dim-0 shard `shard_rank` of `shard_degree`
 	 * (titan/model.h); 0 or 1 degree: unsharded.  A sharded model computes
 	 * only with its groups bound to unsharded buffers (group hooks below). */
@@ -482,6 +488,14 @@ struct titan_layout {
  * nothing. */
 int titan_layout_resolve(struct titan_layout *l, const struct titan_config *c,
 			 const struct titan_model_dims *d, int64_t world_size, int64_t rank);
+/* The stages of pipeline rank `pp_rank` of a resolved layout's pipeline
+ * (l->nstages > 0), in that rank's order: its v-th is global stage
+ * pp_rank + v·pp (loop style) or, for ZBVZeroBubble, stages pp_rank and
+ * 2·pp − 1 − pp_rank (V) (titan_pp_stage_of), split by titan_pp_split
+ * over the config `c` the layout was resolved from.  l->stages is those of
+ * the layout's own rank; titan-estimate's GPU model takes every rank's. */
+int titan_layout_stages_of(const struct titan_layout *l, const struct titan_config *c,
+			   int64_t n_layers, int pp_rank, struct titan_pp_stages *out);
 /* activation_checkpoint.{mode, selective_ac_option}: an integer N or "op";
  * anything else is TITAN_E_INVALID naming the key. */
 int titan_layout_ac(const struct titan_config *c, enum titan_ac_mode *ac, int *every);

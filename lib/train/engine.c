@@ -19,6 +19,7 @@ struct titan_engine {
 	struct titan_llama *model;
 	struct titan_dp *dp;           /* NULL: one DP rank */
 	struct titan_pp *pp;           /* NULL: no pipeline */
+	struct titan_param_table_opts table; /* the model's (titan_layout_table_opts) */
 	int64_t pp_tokens;             /* tokens per pipeline microbatch */
 	/* the step */
 	int64_t nmb, mb;               /* microbatches of the step, the next one */
@@ -89,23 +90,19 @@ static struct titan_comm *comm(const struct titan_parallelize_opts *o, enum tita
 	return o->comm && o->comm[d] ? o->comm[d] : o->dist->comm[d];
 }
 
-/* The model's groups and what it holds of the layout: FSDP shard, experts,
- * pipeline stages and microbatches (logged as torchtitan's stage lines). */
-static void place_model(const struct titan_parallelize_opts *o, const struct titan_layout *l)
+/* The model's groups and what it holds of the layout: its parameter table
+ * (FSDP shard, TP slice, experts, stages), pipeline stages and
+ * microbatches (logged as torchtitan's stage lines). */
+static void place_model(const struct titan_parallelize_opts *o, const struct titan_layout *l,
+			struct titan_engine *e)
 {
 	struct titan_llama_opts *mo = o->mo;
 
-	if (l->shard_degree > 1) {
-		mo->shard_rank = l->shard_rank;
-		mo->shard_degree = l->shard_degree;
-	}
+	titan_layout_table_opts(l, &e->table);
+	mo->table = &e->table;
 	mo->tp = comm(o, TITAN_DIM_TP);
 	mo->cp = comm(o, TITAN_DIM_CP);
 	mo->ep = o->dist->ep;
-	if (l->ep_shard_degree > 0) { /* the experts' FSDP shard */
-		mo->ep_shard_rank = l->ep_shard_rank;
-		mo->ep_shard_degree = l->ep_shard_degree;
-	}
 	mo->loss_parallel = l->loss_parallel;
 	if (l->stages.n == 0)
 		return;
@@ -170,7 +167,7 @@ int titan_parallelize(const struct titan_parallelize_opts *o, struct titan_engin
 			return rc;
 		l = &own;
 	}
-	place_model(o, l);
+	place_model(o, l, e);
 	if ((rc = titan_llama_new(o->dims, mo, o->be, o->alloc, &e->model)) < 0)
 		return rc;
 	if (o->hooks)

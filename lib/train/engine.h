@@ -39,8 +39,9 @@ struct titan_parallelize_opts {
 	/* the rank's layout (titan_layout_resolve), or NULL: resolved here
 	 * from cfg, dims and dist */
 	const struct titan_layout *layout;
-	/* from titan_llama_opts_from_layout; completed here with the FSDP
-	 * shard, the TP/CP/PP groups and the stages */
+	/* from titan_llama_opts_from_layout; completed here with the layout's
+	 * parameter table (mo->table: the engine's, valid while it lives),
+	 * the TP/CP/PP groups and the stages */
 	struct titan_llama_opts *mo;
 	struct titan_backend *be;
 	struct titan_allocator *alloc;    /* the model's (device) memory, or NULL */

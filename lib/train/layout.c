@@ -10,6 +10,7 @@
  */
 #include "titan/train.h"
 
+#include <limits.h>
 #include <string.h>
 
 #include "titan/core.h"
@@ -31,8 +32,11 @@ int titan_layout_ac(const struct titan_config *c, enum titan_ac_mode *ac, int *e
 					   "activation_checkpoint.selective_ac_option: '%s' is "
 					   "neither a block interval (an integer such as '2') nor 'op'",
 					   c->activation_checkpoint.selective_ac_option);
+		/* torchtitan checkpoints block k (from 1) when k % N == 0, every
+		 * block for 0: an N beyond the int range checkpoints none,
+		 * as INT_MAX does */
 		*ac = TITAN_AC_SELECTIVE;
-		*every = n <= 0 ? 1 : (int)n;
+		*every = n <= 0 ? 1 : n > INT_MAX ? INT_MAX : (int)n;
 	}
 	return 0;
 }
@@ -78,23 +82,33 @@ static void place(struct titan_layout *l)
 	}
 }
 
-/* The rank's pipeline stages: its v-th is global stage rank + v·pp (loop
- * style) or, for ZBVZeroBubble, stages rank and 2·pp − 1 − rank (V). */
+int titan_layout_stages_of(const struct titan_layout *l, const struct titan_config *c,
+			   int64_t n_layers, int pp_rank, struct titan_pp_stages *out)
+{
+	const int pp = (int)l->dims.degree[TITAN_DIM_PP];
+	int rc;
+
+	out->n = l->nstages / pp;
+	for (int v = 0; v < out->n; v++)
+		if ((rc = titan_pp_split(c, n_layers, l->nstages,
+					 titan_pp_stage_of(l->schedule, pp, pp_rank, v),
+					 &out->v[v])) < 0)
+			return rc;
+	return 0;
+}
+
+/* The pipeline's nstages (pp x stages per rank) and the rank's stages. */
 static int stages(struct titan_layout *l, const struct titan_config *c, int64_t n_layers)
 {
 	const int pp = (int)l->dims.degree[TITAN_DIM_PP];
-	const int rank = (int)l->coord[TITAN_DIM_PP];
 	int nv, rc;
 
 	if ((rc = nv = titan_pp_stages_per_rank(c, l->schedule, n_layers, pp)) < 0)
 		return rc;
 	l->nstages = pp * nv;
-	l->stages.n = nv;
-	for (int v = 0; v < nv; v++)
-		if ((rc = titan_pp_split(c, n_layers, l->nstages,
-					 titan_pp_stage_of(l->schedule, pp, rank, v),
-					 &l->stages.v[v])) < 0)
-			return rc;
+	if ((rc = titan_layout_stages_of(l, c, n_layers, (int)l->coord[TITAN_DIM_PP],
+					 &l->stages)) < 0)
+		return rc;
 	l->split_backward = l->schedule == TITAN_PP_INTERLEAVED_ZB || l->schedule == TITAN_PP_ZBV;
 	return 0;
 }

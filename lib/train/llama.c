@@ -923,18 +923,23 @@ int titan_llama_new(const struct titan_model_dims *d, const struct titan_llama_o
 		goto fail;
 	m->n = m->cp.n;
 	m->moe.n = m->n;
-	titan_param_table_opts_default(&to);
-	if (o->shard_degree > 1) {
-		to.shard_rank = o->shard_rank;
-		to.shard_degree = o->shard_degree;
-	}
-	to.tp_rank = tpn > 1 ? titan_comm_rank(o->tp) : 0;
-	to.tp_degree = tpn;
-	if (m->moe.ep) {
-		to.ep_rank = (int)m->moe_ep.rank;
-		to.ep_degree = (int)m->moe_ep.ep;
-		to.ep_shard_rank = o->ep_shard_rank;
-		to.ep_shard_degree = o->ep_shard_degree;
+	if (o->table) { /* the layout's */
+		to = *o->table;
+	} else { /* the groups' */
+		titan_param_table_opts_default(&to);
+		if (o->shard_degree > 1) {
+			to.shard_rank = o->shard_rank;
+			to.shard_degree = o->shard_degree;
+		}
+		to.tp_rank = tpn > 1 ? titan_comm_rank(o->tp) : 0;
+		to.tp_degree = tpn;
+		if (m->moe.ep) {
+			to.ep_rank = (int)m->moe_ep.rank;
+			to.ep_degree = (int)m->moe_ep.ep;
+			to.ep_shard_rank = o->ep_shard_rank;
+			to.ep_shard_degree = o->ep_shard_degree;
+		}
+		to.stages = o->stages;
 	}
 	if (m->n % tpn) {
 		rc = titan_error(TITAN_E_INVALID, "sequence parallelism: the %lld tokens of a "
@@ -951,7 +956,6 @@ int titan_llama_new(const struct titan_model_dims *d, const struct titan_llama_o
 	m->pp = o->pp;
 	m->pl.n = o->pp_microbatches > 1 ? (int)o->pp_microbatches : 1;
 	titan_stages_init(&m->pl.st, &o->stages, (int)L);
-	to.stages = o->stages;
 	if ((rc = titan_param_table_init(&m->table, d, &to)) < 0 ||
 	    (rc = arena(m, &m->params, TITAN_MEM_PARAMS, TITAN_BUF_WEIGHTS)) < 0 ||
 	    (rc = arena(m, &m->grads, TITAN_MEM_GRADS, TITAN_BUF_GRADS)) < 0 ||

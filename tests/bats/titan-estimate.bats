@@ -430,3 +430,26 @@ PY
 	assert_line --regexp '^  1 +[0-9]+ +[0-9]+ +1 +1 +1 '
 	refute_line --regexp '^ +[0-9]+ +[0-9]+ +[0-9]+ +([2-9]|1 +[2-9]|1 +1 +[2-9]) '
 }
+
+@test "both models read selective_ac_option as titan-train does (one parser: torchtitan's interval)" {
+	# block k (from 1) is checkpointed when k % N == 0: any interval
+	# longer than the model's 6 blocks checkpoints none, the estimate of 7;
+	# the GPU model used to clamp N > 2^20 to 1 (every block), and an N
+	# beyond the int range wrapped (4294967296 to 0: a division by zero in
+	# the CPU model and titan-train)
+	local dev opt peak
+	for dev in "--ngpu 8" "--device cpu"; do
+		run -0 --separate-stderr titan-estimate --config configs/llama3_debug.yaml $dev \
+			--activation_checkpoint.mode=selective --activation_checkpoint.selective_ac_option=7
+		peak=$(grep -m1 '^  peak ' <<<"$output")
+		[ -n "$peak" ]
+		for opt in 2000000:2000000 4294967296:2147483647; do
+			run -0 --separate-stderr titan-estimate --config configs/llama3_debug.yaml $dev \
+				--activation_checkpoint.mode=selective \
+				--activation_checkpoint.selective_ac_option=${opt%:*}
+			assert_line --regexp "^AC +selective ${opt#*:};"
+			assert_line "$peak"
+		done
+	done
+	refute_crash
+}

@@ -111,6 +111,10 @@ static struct titan_engine *engine(struct fixture *f)
 	/* one rank: no groups of size > 1 given to the model */
 	assert_int_equal(mo.shard_degree, 0);
 	assert_int_equal(mo.stages.n, 0);
+	/* the model's table options are the layout's (titan_layout_table_opts) */
+	assert_non_null(mo.table);
+	assert_int_equal(mo.table->tp_degree, 1);
+	assert_int_equal(mo.table->stages.n, 0);
 	return e;
 }
 

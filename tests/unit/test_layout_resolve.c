@@ -3,16 +3,21 @@
  * trainer, titan_parallelize, the parameter table and titan-estimate take
  * it — mesh coordinates, FSDP shard, TP slice, experts, pipeline stages
  * (loop and V placement), microbatches, AC policy, CE chunk, DP's
- * options — and its errors, each naming the key. */
+ * options — and its errors, each naming the key; titan-estimate's
+ * GPU and CPU models read the AC keys through it. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <limits.h>
+#include <stdio.h>
 #include <string.h>
 
+#include "titan/estimate.h"
 #include "titan/model.h"
+#include "titan/ops.h"
 #include "titan/train.h"
 
 /* 6 blocks of Llama 3 8B's shape: 8 pipeline units (embedding, 6 blocks,
@@ -158,6 +163,8 @@ static void test_pipeline(void **state)
 	struct titan_param_table_opts to;
 	struct titan_param_table t;
 	struct titan_model_dims d = dims6();
+	struct titan_pp_stages rs;
+	struct titan_config c;
 
 	(void)state;
 	assert_int_equal(resolve(&l, il, 2, 1), 0);
@@ -194,6 +201,60 @@ static void test_pipeline(void **state)
 	assert_int_equal(resolve(&l, zbv, 2, 1), 0);
 	assert_stage(&l.stages.v[0], 1, 3, false, false, 1);
 	assert_stage(&l.stages.v[1], 3, 5, false, false, 2);
+	/* every pipeline rank's stages from one rank's layout (titan-estimate's
+	 * GPU model): rank 1's from rank 0's layout are rank 1's own */
+	config(&c, zbv);
+	assert_int_equal(titan_layout_resolve(&l, &c, &d, 2, 0), 0);
+	assert_int_equal(titan_layout_stages_of(&l, &c, d.n_layers, 1, &rs), 0);
+	assert_int_equal(rs.n, 2);
+	assert_stage(&rs.v[0], 1, 3, false, false, 1);
+	assert_stage(&rs.v[1], 3, 5, false, false, 2);
+	assert_int_equal(titan_layout_stages_of(&l, &c, d.n_layers, 0, &rs), 0);
+	assert_int_equal(rs.n, l.stages.n);
+	for (int v = 0; v < rs.n; v++)
+		assert_stage(&rs.v[v], l.stages.v[v].l0, l.stages.v[v].l1, l.stages.v[v].first,
+			     l.stages.v[v].last, l.stages.v[v].index);
+	titan_config_release(&c);
+}
+
+/* A model of a layout holds the layout's table (opts.table, as
+ * titan_parallelize gives it), built without groups: world rank 6 of 8
+ * with 1F1B on pp 2 holds an FSDP shard of 4 of the last stage (its
+ * blocks, norm + output, no embedding). */
+static void test_model_table(void **state)
+{
+	static const char *const kv[] = {"parallelism.pipeline_parallel_degree", "2",
+					 "parallelism.pipeline_parallel_microbatch_size", "2", NULL};
+	struct titan_param_table_opts to;
+	struct titan_backend be;
+	struct titan_llama_opts mo;
+	struct titan_model_dims d;
+	struct titan_layout l;
+	struct titan_config c;
+	struct titan_llama *m;
+
+	(void)state;
+	assert_int_equal(titan_model_flavor("debugmodel", &d), 0);
+	config(&c, kv);
+	assert_int_equal(titan_layout_resolve(&l, &c, &d, 8, 6), 0);
+	assert_int_equal(l.shard_degree, 4);
+	assert_int_equal(l.stages.n, 1);
+	titan_layout_table_opts(&l, &to);
+	titan_llama_opts_from_layout(&mo, &c, &l);
+	mo.stages = l.stages; /* as titan_parallelize's */
+	mo.table = &to;
+	assert_int_equal(titan_backend_cpu_init(&be, 1), 0);
+	assert_int_equal(titan_llama_new(&d, &mo, &be, NULL, &m), 0);
+	const struct titan_param_table *t = titan_llama_table(m);
+	assert_int_equal(t->opts.shard_rank, l.shard_rank);
+	assert_int_equal(t->opts.shard_degree, 4);
+	assert_int_equal(t->opts.stages.n, 1);
+	assert_stage(&t->opts.stages.v[0], l.stages.v[0].l0, d.n_layers, false, true, 1);
+	assert_int_equal(t->params[titan_param_index(t, TITAN_PARAM_TOK_EMBEDDINGS, -1)].rows, 0);
+	assert_true(t->params[titan_param_index(t, TITAN_PARAM_OUTPUT, -1)].rows > 0);
+	titan_llama_free(m);
+	titan_backend_release(&be);
+	titan_config_release(&c);
 }
 
 /* TP 2 x CP 2 on 4 ranks (tp innermost): rank 3 is tp 1, cp 1; FSDP's
@@ -256,6 +317,63 @@ static void test_ep(void **state)
 	assert_int_equal(to.ep_shard_degree, 2);
 }
 
+/* activation_checkpoint.selective_ac_option as torchtitan reads it (block
+ * k from 1 checkpointed when k % N == 0, every block for 0), the one
+ * parser titan-train and both of titan-estimate's models take. */
+static void ac_of(struct titan_config *c, const char *option)
+{
+	config(c, (const char *const[]){"activation_checkpoint.mode", "selective",
+					"activation_checkpoint.selective_ac_option", option,
+					NULL});
+}
+
+static void test_ac(void **state)
+{
+	static const struct {
+		const char *option;
+		enum titan_ac_mode ac;
+		int every;
+	} cases[] = {
+		{"op", TITAN_AC_SELECTIVE_OP, 0}, {"0", TITAN_AC_SELECTIVE, 1},
+		{"3", TITAN_AC_SELECTIVE, 3},     {"2000000", TITAN_AC_SELECTIVE, 2000000},
+		/* beyond int: no block, not a wrapped (here 0) interval */
+		{"4294967296", TITAN_AC_SELECTIVE, INT_MAX},
+	};
+	const char *devs[] = {"cpu", "h100-80g"};
+	struct titan_est_device dev;
+	struct titan_est_opts o;
+	struct titan_config c;
+	enum titan_ac_mode ac;
+	char msg[512];
+	int every;
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		ac_of(&c, cases[i].option);
+		assert_int_equal(titan_layout_ac(&c, &ac, &every), 0);
+		assert_int_equal(ac, cases[i].ac);
+		assert_int_equal(every, cases[i].every);
+		for (size_t k = 0; k < 2; k++) { /* titan-estimate's models read it alike */
+			assert_int_equal(titan_est_device_lookup(devs[k], &dev), 0);
+			assert_int_equal(titan_est_opts_from_config(&o, &c, &dev, 1), 0);
+			assert_int_equal(o.ac, ac == TITAN_AC_SELECTIVE_OP ? TITAN_EST_AC_OP :
+					       TITAN_EST_AC_SELECTIVE);
+			assert_int_equal(o.ac_every, every);
+		}
+		titan_config_release(&c);
+	}
+	/* a value the config's check would refuse: the same error from both */
+	ac_of(&c, "often");
+	assert_int_equal(titan_layout_ac(&c, &ac, &every), TITAN_E_INVALID);
+	snprintf(msg, sizeof(msg), "%s", titan_errmsg());
+	for (size_t k = 0; k < 2; k++) {
+		assert_int_equal(titan_est_device_lookup(devs[k], &dev), 0);
+		assert_int_equal(titan_est_opts_from_config(&o, &c, &dev, 1), TITAN_E_INVALID);
+		assert_string_equal(titan_errmsg(), msg);
+	}
+	titan_config_release(&c);
+}
+
 static void expect_error(int rc, const char *needle)
 {
 	assert_int_equal(rc, TITAN_E_INVALID);
@@ -314,6 +432,7 @@ int main(void)
 		cmocka_unit_test(test_one_rank),  cmocka_unit_test(test_fsdp),
 		cmocka_unit_test(test_pipeline),  cmocka_unit_test(test_tp_cp),
 		cmocka_unit_test(test_ep),        cmocka_unit_test(test_errors),
+		cmocka_unit_test(test_ac),        cmocka_unit_test(test_model_table),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
