@@ -32,17 +32,18 @@ tree_run() {
 	run --separate-stderr env "${unset[@]}" TITAN_SRCDIR="$T" TITAN_BUILD="$T/build" TITAN_TEST_SETUP=0 "$@"
 }
 
-@test "suites tagged parallel run side by side, the others alone after them; a failure is named with its file" {
+@test "suites tagged parallel run side by side (slow ones first), the others alone after them; a failure is named with its file" {
 	command -v parallel >/dev/null || skip "no GNU parallel (make deps installs it)"
 	# a and b each wait for the other's test to start: only together do
-	# they pass; c, untagged, runs when both have ended
+	# they pass; b, also tagged slow, starts first; c, untagged, runs when
+	# both have ended
 	M=$BATS_TEST_TMPDIR/meet
 	mkdir "$M"
-	suite a slow,parallel <<BATS
+	suite a parallel <<BATS
 TEST "a meets b" { touch $M/a; timeout 120 bash -c 'until [ -e $M/b ]; do sleep 0.1; done'; }
 TEST "a fails" { false; }
 BATS
-	suite b parallel <<BATS
+	suite b parallel,slow <<BATS
 TEST "b meets a" { touch $M/b; timeout 120 bash -c 'until [ -e $M/a ]; do sleep 0.1; done'; }
 TEST "b skips" { skip "for the count"; }
 BATS
@@ -54,13 +55,13 @@ BATS
 	printf 'teardown_file() { touch %s/b.done; }\n' "$M" >> "$T/tests/bats/b.bats"
 	tree_run TITAN_BATS_JOBS=2 "$T/tests/run" --bats
 	[ "$status" = 1 ] || fail "status $status: $output"
-	assert_line "# bats --jobs 2 --no-parallelize-within-files: tests/bats/a.bats tests/bats/b.bats"
+	assert_line "# bats --jobs 2 --no-parallelize-within-files: tests/bats/b.bats tests/bats/a.bats"
 	assert_line "# bats: tests/bats/c.bats"
-	assert_line "ok 1 a meets b"
-	assert_line "ok 3 b meets a"
+	assert_line "ok 1 b meets a"
+	assert_line "ok 3 a meets b"
 	assert_line "ok 1 c runs alone, after a and b"
 	assert_line "# failed tests:"
-	assert_line "#   bats (parallel): 2 a fails (tests/bats/a.bats)"
+	assert_line "#   bats (parallel): 4 a fails (tests/bats/a.bats)"
 	assert_equal "${lines[-1]}" "3 passed, 1 failed, 1 skipped"
 }
 
