@@ -8,7 +8,6 @@
 # tiny tensors) are a bad file (exit 1), refused before memory is
 # allocated for them.
 
-# bats file_tags=parallel
 bats_require_minimum_version 1.5.0
 
 PY=/usr/bin/python3

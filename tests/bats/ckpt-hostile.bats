@@ -10,7 +10,6 @@
 # starting from checkpoint.initial_load_path.  No byte of the file pointed
 # at may reach an output.
 
-# bats file_tags=parallel
 bats_require_minimum_version 1.5.0
 
 PY=/usr/bin/python3
