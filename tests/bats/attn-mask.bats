@@ -72,8 +72,7 @@ PY
 }
 
 @test "block_causal: CP 2 (allgather and alltoall), CP 4, TP 2 and PP 2 reproduce 1 rank; causal differs" {
-	command -v mpiexec >/dev/null && titan-train --version | grep -q '+mpi' ||
-		skip "no MPI in this build (or no mpiexec)"
+	skip_without_mpi
 	local o=$BATS_TEST_TMPDIR
 	run -0 titan-train -q --threads 1 --config "$DATA/tiny.yaml" --job.dump_folder="$o/ref"
 	run -0 mpi 2 --parallelism.context_parallel_degree=2 --job.dump_folder="$o/g2"

@@ -6,6 +6,7 @@
 # independent pair, train_dist_ref.py --bind; --bind none: nothing).
 # Nothing is timed here: the timings are the benches' own business.
 
+# bats file_tags=parallel
 bats_require_minimum_version 1.5.0
 
 setup() {

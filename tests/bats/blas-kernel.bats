@@ -158,7 +158,7 @@ first_line() {
 }
 
 @test "2 ranks under mpiexec: each re-executes with its argv and makes the same choice" {
-	command -v mpiexec >/dev/null && titan-train --version | grep -q '+mpi' || skip "no MPI"
+	skip_without_mpi
 	[ -n "$best" ] || skip "no AVX2/AVX-512 on this CPU: nothing to choose"
 	[ -f "$DATA/prescott.so" ] || skip "no C compiler for the simulated OpenBLAS"
 	run -0 --separate-stderr env -u OPENBLAS_CORETYPE LD_PRELOAD="$DATA/prescott.so" \

@@ -94,9 +94,7 @@ PY
 }
 
 @test "resume on 2 ranks (FSDP): every rank refuses another model, exit 2" {
-	if ! command -v mpiexec >/dev/null || ! titan-train --version | grep -q '+mpi'; then
-		skip "no MPI in this build (or no mpiexec)"
-	fi
+	skip_without_mpi
 	cp -r "$DATA/out" "$BATS_TEST_TMPDIR/out"
 	run -2 --separate-stderr timeout -k 5 120 mpiexec -n 2 env OMP_NUM_THREADS=1 titan-train -q \
 		--config "$DATA/tiny.yaml" --job.dump_folder="$BATS_TEST_TMPDIR/out" \

@@ -5,6 +5,7 @@
 # --from toml FILE` prints it as titan's YAML.  The fixtures are torchtitan's
 # own llama3 debug_model.toml and llama3_8b.toml (tests/data/torchtitan).
 
+# bats file_tags=parallel
 bats_require_minimum_version 1.5.0
 
 setup_file() {

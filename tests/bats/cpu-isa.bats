@@ -3,6 +3,7 @@
 # (baseline, avx2, avx512; lib/cpu/isa.c) train to the same bits, and a
 # bad value is a usage error naming the variable.
 
+# bats file_tags=parallel
 bats_require_minimum_version 1.5.0
 
 setup_file() {

@@ -5,6 +5,7 @@
 # usage error says why (exit 2) and nothing named '-' is created; two
 # arguments cannot both read standard input.
 
+# bats file_tags=parallel
 bats_require_minimum_version 1.5.0
 
 setup_file() {

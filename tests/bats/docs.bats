@@ -85,9 +85,7 @@ print(sum(len(kv) for kv in json.load(sys.stdin).values()))')
 @test "README.md: the tour runs as written (every block not marked, in a temporary folder)" {
 	command -v bible >/dev/null || skip "bible-kjv is not installed (make deps installs it)"
 	command -v zstd >/dev/null || skip "zstd is not installed"
-	if ! command -v mpiexec >/dev/null || ! titan-train --version | grep -q '+mpi'; then
-		skip "no MPI in this build (or no mpiexec)"
-	fi
+	skip_without_mpi
 	# the top of a source tree: the files the tour uses by path, nothing
 	# written into the real one
 	t=$BATS_TEST_TMPDIR/tree

@@ -6,6 +6,7 @@
 # missing or malformed).  Each tool meets the same four classes of failure:
 # a bad option, a missing file, a malformed input file, an unwritable output.
 
+# bats file_tags=parallel
 bats_require_minimum_version 1.5.0
 
 TOOLS="titan-tokenize titan-shard titan-train titan-estimate titan-ckpt-convert titan-memprof titan-config titan-generate"

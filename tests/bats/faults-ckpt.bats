@@ -49,10 +49,6 @@ small_fs() {
 	mount -t tmpfs -o "size=$1" tmpfs "$FS" || skip "cannot mount a tmpfs here"
 }
 
-need_mpi() {
-	[ -z "${NO_MPI:-}" ] || skip "no MPI in this build (or no mpiexec)"
-}
-
 # mpi N ARGS...: titan-train on N ranks, one thread each; a hang ends in
 # status 124 after 60 s instead of blocking the suite
 mpi() {
@@ -62,7 +58,7 @@ mpi() {
 }
 
 @test "full disk on 2 ranks (sync and async): both exit 1 at once naming the file, no temporary left, the earlier step intact and resumable" {
-	need_mpi
+	skip_without_mpi
 	small_fs 3500k
 	for mode in disabled async; do
 		local d=$FS/$mode t0=$SECONDS
@@ -169,7 +165,7 @@ six_steps() {
 }
 
 @test "a resumed run on 2 ranks switches to comm.train_timeout_seconds after its first step: a stopped rank ends it within that" {
-	need_mpi
+	skip_without_mpi
 	mpi 2 --training.steps=2 --job.dump_folder=run
 	assert_file_exists run/checkpoint/step-2.h5
 	timeout -k 5 60 mpiexec -n 2 env OMP_NUM_THREADS=1 titan-train --log-rank all \

@@ -149,9 +149,7 @@ setup() {
 # ------------------------------------------------------------ configs of the ranks
 
 @test "ranks started with different configs: exit 2 on every rank, naming the rank and the key" {
-	if ! command -v mpiexec >/dev/null || ! titan-train --version | grep -q '+mpi'; then
-		skip "no MPI in this build (or no mpiexec)"
-	fi
+	skip_without_mpi
 	local t="env OMP_NUM_THREADS=1 titan-train -q --config $DATA/tiny.yaml --job.dump_folder=d"
 	run -2 --separate-stderr timeout -k 5 120 mpiexec -n 1 $t : -n 1 $t --model.dim=64
 	[[ $stderr == *"[rank0]: titan-train: error: the ranks were started with different configs: model.dim is 64 on rank 1 and 32 on rank 0"* ]]
@@ -162,9 +160,7 @@ setup() {
 }
 
 @test "--config - on several ranks: rank 0 reads standard input and sends it to the others" {
-	if ! command -v mpiexec >/dev/null || ! titan-train --version | grep -q '+mpi'; then
-		skip "no MPI in this build (or no mpiexec)"
-	fi
+	skip_without_mpi
 	# standard input reaches rank 0 only: rank 1 waited on its own forever
 	run -0 --separate-stderr timeout -k 5 120 mpiexec -n 2 env OMP_NUM_THREADS=1 \
 		titan-train -q --config - --job.dump_folder=d < "$DATA/tiny.yaml"

@@ -216,7 +216,7 @@ PY
 }
 
 @test "a damaged newest checkpoint on 2 ranks (FSDP): every rank falls back to the same step" {
-	command -v mpiexec >/dev/null && titan-train --version | grep -q '+mpi' || skip "no MPI"
+	skip_without_mpi
 	mpi2() { timeout -k 5 300 mpiexec -n 2 env OMP_NUM_THREADS=1 titan-train --config "$DATA/tiny.yaml" \
 		--training.local_batch_size=1 --checkpoint.enable "$@"; }
 	mpi2 --training.steps=6 --job.dump_folder=run
@@ -265,7 +265,7 @@ PY
 }
 
 @test "2 ranks (FSDP): the checkpoint verifies clean; a flipped byte in rank 1's rows makes every rank fall back" {
-	command -v mpiexec >/dev/null && titan-train --version | grep -q '+mpi' || skip "no MPI"
+	skip_without_mpi
 	mpi2() { timeout -k 5 300 mpiexec -n 2 env OMP_NUM_THREADS=1 titan-train --config "$DATA/tiny.yaml" \
 		--training.local_batch_size=1 --checkpoint.enable "$@"; }
 	mpi2 -q --training.steps=4 --job.dump_folder=run

@@ -17,3 +17,10 @@ refute_crash() {
 		fail "crashed with status $status: $stderr"
 	fi
 }
+
+# skip_without_mpi: skip the test where there is no mpiexec or titan-train
+# was built without MPI
+skip_without_mpi() {
+	command -v mpiexec >/dev/null && titan-train --version | grep -q '+mpi' ||
+		skip "no MPI in this build (or no mpiexec)"
+}

@@ -8,6 +8,7 @@
 # vocabularies come from tests/peers/setup.sh, the corpora from
 # tests/corpora/fetch.sh (see tokenize-peers.bats); nothing is committed.
 
+# bats file_tags=parallel,slow
 bats_require_minimum_version 1.5.0
 
 PY=/usr/bin/python3

@@ -3,6 +3,7 @@
 # gigabytes, and names in model files that carry terminal escapes.  Each
 # is refused or quoted with a bounded cost.
 
+# bats file_tags=parallel
 bats_require_minimum_version 1.5.0
 
 PY=/usr/bin/python3

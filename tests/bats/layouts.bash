@@ -4,13 +4,10 @@
 # runs' loss curves (and MoE loads), titan-estimate against a run's
 # memory, and the data, config and 1-rank reference they compare against.  A suite's setup_file loads this
 # and calls layouts_setup_file; its setup loads it after helpers.
+load tiny
 
-# mpi N ARGS...: titan-train on N ranks, one thread each, under a time limit
-mpi() {
-	local n=$1
-	shift
-	timeout -k 5 300 mpiexec -n "$n" env OMP_NUM_THREADS=1 titan-train -q --config "$DATA/tiny.yaml" "$@"
-}
+# mpi N ARGS...: titan-train on N ranks (tiny_mpi)
+mpi() { tiny_mpi "$@"; }
 
 # same_curve A.jsonl B.jsonl [bits]: the losses and grad norms of every step
 # of B equal A's within 1e-5 relative (bit for bit with `bits`); B ends at
@@ -76,17 +73,10 @@ YAML
 # blocks) and the 1-rank reference run in $DATA/ref (checkpoints at 5 and
 # 10); NO_MPI=1 and nothing else without MPI
 layouts_setup_file() {
-	export DATA=$BATS_FILE_TMPDIR
-	PATH=${TITAN_BIN:-$BATS_TEST_DIRNAME/../../bin}:$PATH
-	if ! command -v mpiexec >/dev/null || ! titan-train --version | grep -q '+mpi'; then
-		export NO_MPI=1
-		return 0
-	fi
-	yes 'In the beginning God created the heaven and the earth. And the earth was without form.' |
-		head -n 3000 > "$DATA/text.txt"
-	titan-tokenize train --vocab-size 520 --format text "$DATA/text.txt" -o "$DATA/tok.tiktoken"
-	titan-tokenize -t "$DATA/tok.tiktoken" --doc-per-line "$DATA/text.txt" |
-		titan-shard -q -t "$DATA/tok.tiktoken" --out "$DATA/shards" --val-docs 40
+	tiny_env
+	[ -z "${NO_MPI:-}" ] || return 0
+	tiny_corpus --line 'In the beginning God created the heaven and the earth. And the earth was without form.' \
+		text 3000 520 40
 	layouts_yaml "$1" 520
 	titan-train -q --threads 1 --config "$DATA/tiny.yaml" --checkpoint.enable --checkpoint.interval=5 \
 		--job.dump_folder="$DATA/ref"

@@ -25,10 +25,6 @@ setup() {
 		--training.seq_len=16 --training.steps=1 --job.dump_folder=out)
 }
 
-mpi_or_skip() {
-	[ -z "${NO_MPI:-}" ] || skip "no MPI in this build (or no mpiexec)"
-}
-
 # titan-train PRESET [OVERRIDE...]: one step on one rank
 train1() {
 	run -0 --separate-stderr timeout 120 titan-train --config "$P/$1" "${TINY[@]}" "${@:2}"
@@ -60,13 +56,13 @@ train2() {
 }
 
 @test "llama3_70b.yaml runs with its tensor parallelism cut to 2 ranks" {
-	mpi_or_skip
+	skip_without_mpi
 	train2 llama3_70b.yaml --parallelism.tensor_parallel_degree=2
 	[[ $stderr == *"Parallelism: TP 2"* ]] || fail "$stderr"
 }
 
 @test "llama3_405b.yaml: titan-train refuses what its header names, and runs with them changed" {
-	mpi_or_skip
+	skip_without_mpi
 	# the two options the header says to change, as the header spells them
 	mapfile -t change < <(sed -n 's/^#   \(--[a-z_.]*=[a-z]*\).*/\1/p' "$P/llama3_405b.yaml")
 	[ "${change[*]}" = "--model.converters= --parallelism.enable_async_tensor_parallel=false" ] ||

@@ -4,6 +4,7 @@
 # reference produces, and the reference passes its own checks (fast
 # gradcheck, component checks, injected-bug detection).
 
+# bats file_tags=parallel
 bats_require_minimum_version 1.5.0
 
 setup() {

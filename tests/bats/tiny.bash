@@ -60,6 +60,14 @@ YAML
 	} > "$1"
 }
 
+# tiny_mpi N ARGS...: titan-train on N ranks, one thread each, with
+# $DATA/tiny.yaml, under a time limit
+tiny_mpi() {
+	local n=$1
+	shift
+	timeout -k 5 300 mpiexec -n "$n" env OMP_NUM_THREADS=1 titan-train -q --config "$DATA/tiny.yaml" "$@"
+}
+
 # tiny_losses METRICS.JSONL: "step loss grad_norm" per logged step, in
 # Python's repr (every bit of the doubles), for exact comparisons
 tiny_losses() { /usr/bin/python3 -c '

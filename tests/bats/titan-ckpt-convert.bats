@@ -13,6 +13,7 @@
 # metadata from tokenizer.json and tiktoken files (merges recovered as
 # transformers' TikTokenConverter does, equal to Meta's for Llama 3).
 
+# bats file_tags=parallel
 bats_require_minimum_version 1.5.0
 
 PY=/usr/bin/python3

@@ -2,6 +2,7 @@
 # titan-config: the tool contract, every config error class through the
 # command line, override precedence, round trips and the presets.
 
+# bats file_tags=parallel
 bats_require_minimum_version 1.5.0
 
 setup() {

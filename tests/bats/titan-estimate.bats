@@ -5,6 +5,7 @@
 # configurations (bench/estimate_vs_train.sh: peak within 5 %, every tag
 # within 10 %; in practice equal to the byte).
 
+# bats file_tags=parallel
 bats_require_minimum_version 1.5.0
 
 setup_file() {

@@ -5,6 +5,7 @@
 # repeats a sample and another seed changes it, and bad inputs fail with
 # a message naming the file or the option.
 
+# bats file_tags=parallel
 bats_require_minimum_version 1.5.0
 
 setup_file() {

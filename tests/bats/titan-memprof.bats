@@ -8,6 +8,7 @@
 # metrics.jsonl); the SVG passes xmllint and the Perfetto JSON parses as
 # trace-event JSON.  --json everywhere is checked with python3.
 
+# bats file_tags=parallel
 bats_require_minimum_version 1.5.0
 
 PY=/usr/bin/python3

@@ -4,6 +4,7 @@
 # shuffle, refusing and replacing an output directory, bad input (odd
 # length, ids >= vocab, empty, full disk), info/verify and corruption.
 
+# bats file_tags=parallel
 bats_require_minimum_version 1.5.0
 
 setup() {

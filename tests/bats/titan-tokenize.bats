@@ -4,6 +4,7 @@
 # special tokens, BPE training, and bad input.  (Cross-checks against
 # tiktoken and HF tokenizers are in tokenize-peers.bats.)
 
+# bats file_tags=parallel
 bats_require_minimum_version 1.5.0
 
 setup_file() {

@@ -43,22 +43,13 @@ YAML
 
 setup() {
 	load helpers
+	load tiny
 	[ -z "${NO_MPI:-}" ] || skip "no MPI in this build (or no mpiexec)"
 	cd "$TITAN_SRCDIR"
 }
 
-# mpi N ARGS...: titan-train on N ranks, one thread each, under a time limit
-mpi() {
-	local n=$1
-	shift
-	timeout -k 5 300 mpiexec -n "$n" env OMP_NUM_THREADS=1 titan-train -q --config "$DATA/tiny.yaml" "$@"
-}
-
-losses() { /usr/bin/python3 -c '
-import json, sys
-for l in open(sys.argv[1]):
-    o = json.loads(l)
-    if "loss" in o: print(o["step"], repr(o["loss"]), repr(o["grad_norm"]))' "$1"; }
+# mpi N ARGS...: titan-train on N ranks (tiny_mpi)
+mpi() { tiny_mpi "$@"; }
 
 # same_curve A.jsonl B.jsonl [FIRST LAST]: losses and grad norms of steps
 # FIRST..LAST equal within 1e-5 relative

@@ -32,12 +32,6 @@ setup() {
 	cd "$BATS_TEST_TMPDIR"
 }
 
-mpi_or_skip() {
-	if ! command -v mpiexec >/dev/null || ! titan-train --version | grep -q '+mpi'; then
-		skip "no MPI in this build (or no mpiexec)"
-	fi
-}
-
 # 2 ranks, 1 step, the log of rank 0
 train2() {
 	run -0 --separate-stderr timeout -k 5 120 mpiexec -n 2 env OMP_NUM_THREADS=1 \
@@ -116,13 +110,13 @@ train2() {
 }
 
 @test "TP 2 is logged as TP, not DDP" {
-	mpi_or_skip
+	skip_without_mpi
 	train2 --parallelism.tensor_parallel_degree=2
 	[[ $stderr == *"Parallelism: TP 2; 2 rank(s)"* && $stderr != *DDP* ]] || fail "$stderr"
 }
 
 @test "PP 2 names its schedule and microbatches, and the step its pipeline microbatches" {
-	mpi_or_skip
+	skip_without_mpi
 	train2 --parallelism.pipeline_parallel_degree=2 --parallelism.pipeline_parallel_microbatch_size=1 \
 		--parallelism.pipeline_parallel_schedule=1F1B
 	[[ $stderr == *"Parallelism: PP 2 (1F1B, 4 microbatches of 1 x 32 tokens); 2 rank(s)"* ]] || fail "$stderr"
@@ -131,14 +125,14 @@ train2() {
 }
 
 @test "CP 2 is logged as CP, its parameters sharded over dp_shard x cp" {
-	mpi_or_skip
+	skip_without_mpi
 	train2 --parallelism.context_parallel_degree=2
 	[[ $stderr == *"Parallelism: CP 2; parameters sharded over dp_shard x cp, 2 ranks in "*" FSDP unit(s); 2 rank(s)"* ]] ||
 		fail "$stderr"
 }
 
 @test "FSDP 2 is logged with its degree" {
-	mpi_or_skip
+	skip_without_mpi
 	train2 --parallelism.data_parallel_shard_degree=2
 	[[ $stderr == *"Parallelism: FSDP 2 (dp_shard); parameters sharded over 2 ranks in "* ]] || fail "$stderr"
 }
@@ -154,7 +148,7 @@ train2() {
 }
 
 @test "absolute comm.save_traces_folder: the flight recorder lands where asked" {
-	mpi_or_skip
+	skip_without_mpi
 	local d=$BATS_TEST_TMPDIR ft=$BATS_TEST_TMPDIR/shared/ft job pids status=0
 	timeout -k 5 120 mpiexec -n 2 env OMP_NUM_THREADS=1 titan-train --log-rank all \
 		--config "$DATA/tiny.yaml" --training.steps=100000 --job.dump_folder="$d/run" \
@@ -203,7 +197,7 @@ PY
 }
 
 @test "loss_metrics/global_max_loss: the largest rank's own loss, no smaller than the mean" {
-	mpi_or_skip
+	skip_without_mpi
 	train2 --training.steps=3 --metrics.enable_tensorboard
 	/usr/bin/python3 - out/metrics.jsonl <<'PY'
 import json, sys

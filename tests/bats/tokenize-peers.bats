@@ -18,6 +18,7 @@
 # unicode16-new.txt (every code point new in 15.1/16.0, in contexts).  Were
 # a peer's Unicode older, it would need its own corpus list without it.
 
+# bats file_tags=parallel,slow
 bats_require_minimum_version 1.5.0
 
 setup_file() {
