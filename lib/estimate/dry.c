@@ -274,11 +274,12 @@ static int dry_mesh(const struct titan_config *c, const struct titan_est_opts *o
 			       &dist->comm[TITAN_DIM_WORLD]);
 	/* expert parallelism: its dispatch group and the experts' FSDP mesh */
 	for (int k = 0; k < 2 && rc == 0 && dist->dims.ep > 1; k++) {
-		int gr, gs, base, stride;
+		int64_t first, step, size, index;
 
-		titan_layout_ep_group(&dist->dims, o->rank, k == 0, &gr, &gs, &base, &stride);
-		rc = titan_comm_instant_new(k == 0 ? "ep" : "efsdp", gr, gs, base, stride,
-					    k == 0 ? &dist->ep : &dist->efsdp);
+		titan_parallel_dims_ep_group(&dist->dims, o->rank, k == 0, &first, &step, &size,
+					     &index);
+		rc = titan_comm_instant_new(k == 0 ? "ep" : "efsdp", (int)index, (int)size,
+					    (int)first, (int)step, k == 0 ? &dist->ep : &dist->efsdp);
 	}
 	return rc;
 }

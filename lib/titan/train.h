@@ -507,12 +507,6 @@ void titan_layout_table_opts(const struct titan_layout *l, struct titan_param_ta
  * adds them). */
 void titan_llama_opts_from_layout(struct titan_llama_opts *o, const struct titan_config *c,
 				  const struct titan_layout *l);
-/* Expert parallelism's groups as lib/dist/world.c splits them (`ep`: the
- * ep group, else efsdp; titan_parallel_dims_ep_group): rank `rank`'s
- * index and the group's size, its first world rank and the step between
- * its members. */
-void titan_layout_ep_group(const struct titan_parallel_dims *pd, int64_t rank, bool ep,
-			   int *grank, int *gsize, int *base, int *stride);
 
 
 /* ------------------------------------------------------------ trainer */

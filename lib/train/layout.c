@@ -41,26 +41,12 @@ int titan_layout_ac(const struct titan_config *c, enum titan_ac_mode *ac, int *e
 	return 0;
 }
 
-/* Expert parallelism's groups as lib/dist/world.c splits them
- * (titan_parallel_dims_ep_group). */
-void titan_layout_ep_group(const struct titan_parallel_dims *pd, int64_t rank, bool ep,
-			   int *grank, int *gsize, int *base, int *stride)
-{
-	int64_t first, step, size, index;
-
-	titan_parallel_dims_ep_group(pd, rank, ep, &first, &step, &size, &index);
-	*grank = (int)index;
-	*gsize = (int)size;
-	*base = (int)first;
-	*stride = (int)step;
-}
-
 /* The mesh: coordinates, the data-parallel ranks, FSDP's shard, TP's
  * slice, the experts. */
 static void place(struct titan_layout *l)
 {
 	const int64_t *g = l->dims.degree, *x = l->coord;
-	int base, stride;
+	int64_t first, step, size, index;
 
 	titan_parallel_dims_coords(&l->dims, l->rank, l->coord);
 	l->dp = titan_parallel_dims_degree(&l->dims, TITAN_DIM_DP);
@@ -74,11 +60,16 @@ static void place(struct titan_layout *l)
 	l->tp_degree = (int)g[TITAN_DIM_TP];
 	l->ep_degree = 1;
 	if (l->dims.ep > 1) {
-		titan_layout_ep_group(&l->dims, l->rank, true, &l->ep_rank, &l->ep_degree, &base,
-				      &stride);
-		if (l->fsdp > 1)
-			titan_layout_ep_group(&l->dims, l->rank, false, &l->ep_shard_rank,
-					      &l->ep_shard_degree, &base, &stride);
+		/* the ep and efsdp groups as lib/dist/world.c builds them */
+		titan_parallel_dims_ep_group(&l->dims, l->rank, true, &first, &step, &size, &index);
+		l->ep_rank = (int)index;
+		l->ep_degree = (int)size;
+		if (l->fsdp > 1) {
+			titan_parallel_dims_ep_group(&l->dims, l->rank, false, &first, &step, &size,
+						     &index);
+			l->ep_shard_rank = (int)index;
+			l->ep_shard_degree = (int)size;
+		}
 	}
 }
 

@@ -294,7 +294,7 @@ static void test_ep(void **state)
 		"parallelism.expert_parallel_degree", "2", NULL};
 	struct titan_layout l;
 	struct titan_param_table_opts to;
-	int rank, size, base, stride;
+	int64_t rank, size, base, stride;
 
 	(void)state;
 	assert_int_equal(resolve(&l, kv, 4, 3), 0);
@@ -304,10 +304,10 @@ static void test_ep(void **state)
 	assert_int_equal(l.ep_shard_rank, 1);
 	assert_int_equal(l.ep_shard_degree, 2);
 	assert_int_equal(l.shard_rank, 3);
-	titan_layout_ep_group(&l.dims, 3, true, &rank, &size, &base, &stride);
+	titan_parallel_dims_ep_group(&l.dims, 3, true, &base, &stride, &size, &rank);
 	assert_int_equal(base, 2);
 	assert_int_equal(stride, 1);
-	titan_layout_ep_group(&l.dims, 3, false, &rank, &size, &base, &stride);
+	titan_parallel_dims_ep_group(&l.dims, 3, false, &base, &stride, &size, &rank);
 	assert_int_equal(base, 1);
 	assert_int_equal(stride, 2);
 	titan_layout_table_opts(&l, &to);
