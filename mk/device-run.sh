@@ -3,7 +3,7 @@
 # bundle of mk/device-bundle.sh (carried in .device/): the CUDA op tests
 # against the CPU twins (make cuda-test's binaries), the end-to-end loss
 # curve of the debug model on GPU against the CPU, and the throughput bench.
-#   bash mk/device-run.sh [env] [unit] [sanitize] [e2e] [ckpt] [bench ARGS... --] [profile]
+#   bash mk/device-run.sh [env] [ceilings] [unit] [sanitize] [e2e] [ckpt] [bench ARGS... --] [profile]
 #   bash mk/device-run.sh e2e-ref     (on a CPU machine: the CPU curve e2e compares to)
 # Logs go to .device/out, packed into $OUT/logs.tar.gz when OUT is set (the
 # device tool returns few files).  Exit status: 1 when a stage failed.
@@ -33,6 +33,13 @@ stage_env() {
 	nvidia-smi -L; nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv
 	ldd "$tb/bin/titan-train" | grep -E "not found|cublas|nccl|cudart" || true
 	titan-train --version
+}
+
+# the card's two ceilings (copy bandwidth, cuBLAS GEMM rates at the 1B shapes)
+# and where cuDNN lives: bench/gpu_ceilings.py through PyTorch
+stage_ceilings() {
+	timeout 90 python3 bench/gpu_ceilings.py --json "$out/ceilings.json" 2>&1 |
+		tee "$out/ceilings.txt" || fail ceilings
 }
 
 stage_unit() {
@@ -150,7 +157,7 @@ stage_bench() {
 while [ $# -gt 0 ]; do
 	s=$1; shift
 	case $s in
-	env|unit|sanitize|e2e|ckpt|profile) echo "== $s"; "stage_$s"; pack ;;
+	env|ceilings|unit|sanitize|e2e|ckpt|profile) echo "== $s"; "stage_$s"; pack ;;
 	e2e-ref) echo "== $s"; stage_e2e_ref ;;
 	bench) # bench [ARGS...] [-- more stages]
 		args=()
