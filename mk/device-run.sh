@@ -17,9 +17,9 @@ tb=/tmp/titan-bundle
 if [ ! -x "$tb/bin/titan-train" ]; then
 	mkdir -p "$tb" && tar -C "$tb" -xzf .device/bundle.tar.gz || exit 1
 fi
-# CUDA's libraries: the toolkit's, else the ones PyTorch's wheels bring
+# CUDA's libraries (cuDNN too: titan dlopens it): the toolkit's, else the ones PyTorch's wheels bring
 libpath=$tb/lib
-for so in libcublas.so.13 libcublasLt.so.13 libcudart.so.13 libnccl.so.2; do
+for so in libcublas.so.13 libcublasLt.so.13 libcudart.so.13 libnccl.so.2 libcudnn.so.9; do
 	[ -e "/usr/local/cuda/lib64/$so" ] && continue
 	d=$(find /usr/local /opt /usr/lib -name "$so" 2>/dev/null | head -1)
 	[ -n "$d" ] && libpath=$libpath:$(dirname "$d")

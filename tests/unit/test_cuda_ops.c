@@ -26,6 +26,8 @@
  *                              titan_cuda_synchronize()), table printed at the end
  *   TITAN_CUDA_TEST_SEED=N     the seed (default: from the clock)
  *   TITAN_CUDA_TEST_REQUIRE=1  fail instead of skipping without a GPU (make cuda-test)
+ *   TITAN_CUDA_TEST_ONLY=GLOB  run only the tests whose name matches (cmocka's
+ *                              filter: * and ?), e.g. 'test_attention*'
  * Without CUDA in the build, or without a driver or device, every test is
  * skipped with the reason (make check on CI). */
 #include <setjmp.h>
@@ -1847,7 +1849,11 @@ static int group_teardown(void **state)
 
 int main(void)
 {
+	const char *only = getenv("TITAN_CUDA_TEST_ONLY");
+
 	setvbuf(stdout, NULL, _IOLBF, 0); /* progress through a pipe (make cuda-test | tee) */
+	if (only && *only)
+		cmocka_set_test_filter(only);
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_matmul),
 		cmocka_unit_test(test_embedding),
