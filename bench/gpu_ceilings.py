@@ -73,6 +73,22 @@ def main():
             rows[f"gemm_{name}_{sname}_TFLOPs"] = 2 * m * nn * k / t / 1e12
             del xs, ws
     torch.backends.cuda.matmul.allow_tf32 = False
+    # bf16 operands, fp32 output (what titan's GEMMs write today): torch.mm's
+    # out_dtype where this PyTorch has it
+    for sname, m, nn, k in shapes[:3]:
+        xs = [torch.randn(m, k, device="cuda", dtype=torch.bfloat16) for _ in range(3)]
+        ws = [torch.randn(k, nn, device="cuda", dtype=torch.bfloat16) for _ in range(3)]
+        i = [0]
+
+        def mm32():
+            j = i[0] % 3
+            i[0] += 1
+            return torch.mm(xs[j], ws[j], out_dtype=torch.float32)
+        try:
+            rows[f"gemm_bf16_out_fp32_{sname}_TFLOPs"] = 2 * m * nn * k / timed(mm32) / 1e12
+        except (TypeError, RuntimeError) as e:
+            rows[f"gemm_bf16_out_fp32_{sname}_TFLOPs"] = f"not available ({str(e)[:60]})"
+            break
     w = max(len(k) for k in rows)
     for k, v in rows.items():
         print(f"{k:<{w}}  {v:.1f}" if isinstance(v, float) else f"{k:<{w}}  {v}")
