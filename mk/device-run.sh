@@ -3,7 +3,7 @@
 # bundle of mk/device-bundle.sh (carried in .device/): the CUDA op tests
 # against the CPU twins (make cuda-test's binaries), the end-to-end loss
 # curve of the debug model on GPU against the CPU, and the throughput bench.
-#   bash mk/device-run.sh [env] [ceilings] [unit] [sanitize] [e2e] [ckpt] [bench ARGS... --] [profile]
+#   bash mk/device-run.sh [env] [ceilings] [unit] [ops=GLOB] [sanitize] [e2e] [ckpt] [bench ARGS... --] [profile]
 #   bash mk/device-run.sh e2e-ref     (on a CPU machine: the CPU curve e2e compares to)
 # Logs go to .device/out, packed into $OUT/logs.tar.gz when OUT is set (the
 # device tool returns few files).  Exit status: 1 when a stage failed.
@@ -46,6 +46,17 @@ stage_unit() {
 	timeout 60 "$tb/tests/test_cuda" 2>&1 | tee "$out/test_cuda.log" || fail test_cuda
 	TITAN_CUDA_TEST_LARGE=${UNIT_LARGE:-1} TITAN_CUDA_TEST_TIME=${UNIT_LARGE:-1} timeout "${UNIT_TIMEOUT:-200}" \
 		"$tb/tests/test_cuda_ops" 2>&1 | tee "$out/test_cuda_ops.log" || fail test_cuda_ops
+}
+
+# ops=GLOB: only the op tests whose name matches GLOB (cmocka's filter, e.g.
+# 'test_attention*'), model-sized cases and timings on: a quick look at a
+# few ops without the CPU oracle of all the others
+stage_ops() {
+	local log=$out/ops-$(printf '%s' "$1" | tr -c 'A-Za-z0-9_' '-').log
+	TITAN_CUDA_TEST_ONLY=$1 TITAN_CUDA_TEST_LARGE=1 TITAN_CUDA_TEST_TIME=1 \
+		timeout "${UNIT_TIMEOUT:-200}" "$tb/tests/test_cuda_ops" > "$log" 2>&1 ||
+		fail "test_cuda_ops $1"
+	grep -E '^\[ +(OK|FAILED|SKIPPED|ERROR) |^# [a-z_]+ +(fp32|tf32|bf16|-) ' "$log"
 }
 
 stage_sanitize() {
@@ -159,6 +170,7 @@ while [ $# -gt 0 ]; do
 	case $s in
 	env|ceilings|unit|sanitize|e2e|ckpt|profile) echo "== $s"; "stage_$s"; pack ;;
 	e2e-ref) echo "== $s"; stage_e2e_ref ;;
+	ops=*) echo "== $s"; stage_ops "${s#ops=}"; pack ;;
 	bench) # bench [ARGS...] [-- more stages]
 		args=()
 		while [ $# -gt 0 ] && [ "$1" != -- ]; do args+=("$1"); shift; done
