@@ -112,6 +112,19 @@ each_layout() {
 	done
 }
 
+# resume_bits CONFIG ARGS...: 10 steps of CONFIG with ARGS (a checkpoint
+# at step 5) in $BATS_TEST_TMPDIR/a, and its step-5 checkpoint resumed in
+# $BATS_TEST_TMPDIR/b, continue on the same curve bit for bit
+resume_bits() {
+	local cfg=$1 d=$BATS_TEST_TMPDIR
+	shift
+	run -0 titan-train -q --config "$cfg" --training.steps=10 "$@" --job.dump_folder="$d/a"
+	mkdir -p "$d/b/checkpoint"
+	cp "$d/a/checkpoint/step-5.h5" "$d/b/checkpoint/"
+	run -0 titan-train -q --config "$cfg" --training.steps=10 "$@" --job.dump_folder="$d/b"
+	run -0 same_curve "$d/a/metrics.jsonl" "$d/b/metrics.jsonl" bits
+}
+
 # ref_vs SCRIPT CONFIG NAME MODEL_JSON MOE_JSON ARGS...: titan-train's seed
 # checkpoint and 12 steps of CONFIG with ARGS in $BATS_TEST_TMPDIR/NAME,
 # then tests/ref/SCRIPT from the same weights and tokens (with
