@@ -9,57 +9,23 @@
 bats_require_minimum_version 1.5.0
 
 setup_file() {
-	load tiny
-	tiny_env
-	tiny_corpus --line 'In the beginning God created the heaven and the earth. And the earth was without form, and void.' \
-		c 400 600 2
+	load moe
+	moe_corpus 400
 	# titan's tiny flavor: q_lora_rank 32, DeepSeek-V3's sigmoid routing
-	cat > "$DATA/ds.yaml" <<YAML
-model:
-  name: deepseek_v3
-  flavor: debugmodel_mla
-  vocab_size: 600
-training:
-  dataset_path: $DATA/shards
-  local_batch_size: 2
-  seq_len: 16
-  steps: 12
-lr_scheduler:
-  warmup_steps: 2
-metrics:
-  log_freq: 1
-YAML
+	moe_train_yaml 12 2 | ds_yaml "$DATA/ds.yaml"
 	# its 12-step checkpoint, for generation and conversion
 	titan-train -q --config "$DATA/ds.yaml" --job.dump_folder="$DATA/r" --checkpoint.enable \
 		--checkpoint.interval=12
 }
 
 setup() {
-	load helpers
-	load tiny
-	load layouts
-	DATA=$BATS_FILE_TMPDIR
+	load moe
+	moe_setup
 }
 
-# ref NAME MODEL_JSON MOE_JSON ARGS...: titan-train's seed checkpoint and 12
-# steps with ARGS, then deepseek_v3_ref.py from the same weights and tokens
-# (with MASK=block_causal its document mask),
-# compared by tests/ref/check_curve.py (losses and grad norms within 1e-5
-# relative, the balancing's expert_bias, every final tensor)
-ref() {
-	local name=$1 model=$2 moe=$3 d=$BATS_TEST_TMPDIR/$1
-	shift 3
-	run -0 titan-train -q --config "$DATA/ds.yaml" "$@" --job.dump_folder="$d/seed" \
-		--checkpoint.enable --checkpoint.create_seed_checkpoint
-	run -0 titan-train -q --config "$DATA/ds.yaml" "$@" --job.dump_folder="$d/run" \
-		--checkpoint.enable --checkpoint.interval=12
-	/usr/bin/python3 tests/ref/deepseek_v3_ref.py --init "$d/seed/checkpoint/step-0.h5" \
-		--shards "$DATA/shards" --model "$model" --moe "$moe" \
-		--train '{"batch":2,"seq_len":16,"steps":12,"lr":8e-4,"warmup":2}' \
-		${MASK:+--mask "$MASK"} --save "$d/ref.npz" > "$d/ref.json"
-	/usr/bin/python3 tests/ref/check_curve.py "$d/run/metrics.jsonl" "$d/ref.json" \
-		"$d/run/checkpoint/step-12.h5" "$d/ref.npz" --moved
-}
+# ref NAME MODEL_JSON MOE_JSON ARGS...: ref_vs with deepseek_v3_ref.py and
+# $DATA/ds.yaml (the caller in $TITAN_SRCDIR)
+ref() { ref_vs deepseek_v3_ref.py "$DATA/ds.yaml" "$@"; }
 
 TINY='"dim":64,"n_layers":3,"n_heads":4,"vocab_size":600,"hidden_dim":192'
 SIG='"num_experts":8,"top_k":2,"inter_dim":64,"num_shared_experts":1,"score_func":"sigmoid","route_norm":true,"route_scale":2.5,"score_before_experts":false,"load_balance_coeff":1e-3,"n_dense_layers":1'
@@ -319,11 +285,7 @@ PY
 @test "deepseek_v3: a run resumed from its step-5 checkpoint continues bit for bit; other MLA dims are refused" {
 	d=$BATS_TEST_TMPDIR
 	ck="--checkpoint.enable --checkpoint.interval=5 --checkpoint.last_save_model_only=false"
-	run -0 titan-train -q --config "$DATA/ds.yaml" --training.steps=10 $ck --job.dump_folder="$d/a"
-	mkdir -p "$d/b/checkpoint"
-	cp "$d/a/checkpoint/step-5.h5" "$d/b/checkpoint/"
-	run -0 titan-train -q --config "$DATA/ds.yaml" --training.steps=10 $ck --job.dump_folder="$d/b"
-	run -0 same_curve "$d/a/metrics.jsonl" "$d/b/metrics.jsonl" bits
+	resume_bits "$DATA/ds.yaml" $ck
 	# the same tensor shapes, another YaRN: the checkpoint holds another model
 	rm -rf "$d/c" && mkdir -p "$d/c/checkpoint"
 	cp "$d/a/checkpoint/step-5.h5" "$d/c/checkpoint/"

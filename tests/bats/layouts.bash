@@ -82,34 +82,6 @@ layouts_setup_file() {
 		--job.dump_folder="$DATA/ref"
 }
 
-# moe_pp_setup_file [KEY...]: the MoE pipeline suites' (moe-pp-cp, moe-zb)
-# corpus and $DATA/moe.yaml: 6 blocks, block 0 dense, then MoE every second
-# one (1, 3, 5), so PP 2's stages (and Interleaved1F1B's 4) hold dense and
-# MoE blocks; 4 experts, top 2, hidden 24, 10 steps; each KEY ("name:
-# value") one more model key
-moe_pp_setup_file() {
-	local k
-	load tiny
-	tiny_env
-	tiny_corpus --line 'In the beginning God created the heaven and the earth. And the earth was without form, and void.' \
-		c 200 600 2
-	{
-		for k in 'moe_num_experts: 4' 'moe_top_k: 2' 'moe_inter_dim: 24' 'n_dense_layers: 1' \
-			'interleave_moe_layer_step: 2' "$@"; do
-			echo "  $k"
-		done
-		cat <<YAML
-training:
-  dataset_path: $DATA/shards
-  local_batch_size: 2
-  seq_len: 16
-  steps: 10
-metrics:
-  log_freq: 1
-YAML
-	} | tiny_yaml "$DATA/moe.yaml" 600 32 6 4 2
-}
-
 # same_moe_layers ONE RUN L...: RUN's losses and grad norms those of the
 # 1-rank ONE (same_curve), and at every step RUN logs its moe_load equals
 # ONE's (integer counts: exactly), with exactly the MoE layers L... there

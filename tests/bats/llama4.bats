@@ -9,13 +9,12 @@
 bats_require_minimum_version 1.5.0
 
 setup_file() {
-	load tiny
-	tiny_env
-	tiny_corpus --line 'In the beginning God created the heaven and the earth. And the earth was without form, and void.' \
-		c 400 600 2
+	load moe
+	moe_corpus 400
 	# debugmodel shrunk: NoPE in blocks 0 and 2, MoE in blocks 1 and 3
 	# (interleave_moe_layer_step 2), 4 experts of int(170 / 2) -> 96
-	cat > "$DATA/l4.yaml" <<YAML
+	{
+		cat <<YAML
 model:
   name: llama4
   flavor: debugmodel
@@ -27,50 +26,27 @@ model:
   multiple_of: 32
   moe_num_experts: 4
   every_n_layers_nope: 2
-training:
-  dataset_path: $DATA/shards
-  local_batch_size: 2
-  seq_len: 16
-  steps: 12
-lr_scheduler:
-  warmup_steps: 2
-metrics:
-  log_freq: 1
 YAML
+		moe_train_yaml 12 2
+	} > "$DATA/l4.yaml"
 	# its 12-step checkpoint, for generation and conversion
 	titan-train -q --config "$DATA/l4.yaml" --job.dump_folder="$DATA/r" --checkpoint.enable \
 		--checkpoint.interval=12
 }
 
 setup() {
-	load helpers
-	load tiny
-	load layouts
-	DATA=$BATS_FILE_TMPDIR
+	load moe
+	moe_setup
 }
 
 MODEL='"dim":64,"n_layers":4,"n_heads":4,"n_kv_heads":2,"vocab_size":600,"multiple_of":32'
 MOE='"num_experts":4,"top_k":1,"num_shared_experts":1,"score_func":"sigmoid","route_norm":false,"route_scale":1.0,"score_before_experts":true,"load_balance_coeff":1e-3'
 
-# ref NAME MODEL_JSON MOE_JSON ARGS...: titan-train's seed checkpoint and 12
-# steps with ARGS, then llama4_ref.py from the same weights and tokens
-# (with MASK=block_causal its document mask),
-# compared by tests/ref/check_curve.py (losses and grad norms within 1e-5
-# relative, the balancing's expert_bias, every final tensor)
+# ref NAME MODEL_JSON MOE_JSON ARGS...: ref_vs with llama4_ref.py and
+# $DATA/l4.yaml, in $TITAN_SRCDIR (the caller stays there)
 ref() {
-	local name=$1 model=$2 moe=$3 d=$BATS_TEST_TMPDIR/$1
-	shift 3
 	cd "$TITAN_SRCDIR"
-	run -0 titan-train -q --config "$DATA/l4.yaml" "$@" --job.dump_folder="$d/seed" \
-		--checkpoint.enable --checkpoint.create_seed_checkpoint
-	run -0 titan-train -q --config "$DATA/l4.yaml" "$@" --job.dump_folder="$d/run" \
-		--checkpoint.enable --checkpoint.interval=12
-	/usr/bin/python3 tests/ref/llama4_ref.py --init "$d/seed/checkpoint/step-0.h5" \
-		--shards "$DATA/shards" --model "$model" --moe "$moe" \
-		--train '{"batch":2,"seq_len":16,"steps":12,"lr":8e-4,"warmup":2}' \
-		${MASK:+--mask "$MASK"} --save "$d/ref.npz" > "$d/ref.json"
-	/usr/bin/python3 tests/ref/check_curve.py "$d/run/metrics.jsonl" "$d/ref.json" \
-		"$d/run/checkpoint/step-12.h5" "$d/ref.npz" --moved
+	ref_vs llama4_ref.py "$DATA/l4.yaml" "$@"
 }
 
 @test "llama4 debugmodel shrunk (NoPE every 2nd block, MoE every 2nd, expert hidden auto-scaled, RoPE factor 16): 12 steps equal the PyTorch reference" {
@@ -314,11 +290,7 @@ PY
 @test "llama4: a run resumed from its step-5 checkpoint continues bit for bit; other NoPE layers are refused" {
 	d=$BATS_TEST_TMPDIR
 	ck="--checkpoint.enable --checkpoint.interval=5 --checkpoint.last_save_model_only=false"
-	run -0 titan-train -q --config "$DATA/l4.yaml" --training.steps=10 $ck --job.dump_folder="$d/a"
-	mkdir -p "$d/b/checkpoint"
-	cp "$d/a/checkpoint/step-5.h5" "$d/b/checkpoint/"
-	run -0 titan-train -q --config "$DATA/l4.yaml" --training.steps=10 $ck --job.dump_folder="$d/b"
-	run -0 same_curve "$d/a/metrics.jsonl" "$d/b/metrics.jsonl" bits
+	resume_bits "$DATA/l4.yaml" $ck
 	# the same tensor shapes, NoPE in other blocks: another model
 	mkdir -p "$d/c/checkpoint"
 	cp "$d/a/checkpoint/step-5.h5" "$d/c/checkpoint/"

@@ -17,53 +17,24 @@
 bats_require_minimum_version 1.5.0
 
 setup_file() {
-	load tiny
-	tiny_env
-	tiny_corpus --line 'In the beginning God created the heaven and the earth. And the earth was without form, and void.' \
-		c 400 600 2
+	load moe
+	moe_corpus 400
 	# titan's tiny flavor: 4 heads, q_lora_rank 32, kv_lora_rank 32,
 	# nope 16 + rope 8, v 16; 8 experts top-2 + 1 shared, block 0 dense
-	cat > "$DATA/ds.yaml" <<YAML
-model:
-  name: deepseek_v3
-  flavor: debugmodel_mla
-  vocab_size: 600
-training:
-  dataset_path: $DATA/shards
-  local_batch_size: 2
-  seq_len: 16
-  steps: 10
-lr_scheduler:
-  warmup_steps: 2
-metrics:
-  log_freq: 1
-YAML
+	moe_train_yaml 10 2 | ds_yaml "$DATA/ds.yaml"
 }
 
 setup() {
-	load helpers
-	load tiny
-	load layouts
-	DATA=$BATS_FILE_TMPDIR
-}
-
-mpi_ds() {
-	local n=$1
-	shift
-	timeout -k 5 180 mpiexec -n "$n" env OMP_NUM_THREADS=1 titan-train -q --config "$DATA/ds.yaml" "$@"
+	load moe
+	moe_setup
 }
 
 # ds_layouts N ONE ARGS...: each ARGS (words) on N ranks reproduces the
 # 1-rank ONE (same_curve)
-ds_layouts() {
-	local n=$1 one=$2 p
-	shift 2
-	for p in "$@"; do
-		rm -rf "$BATS_TEST_TMPDIR/l"
-		run -0 mpi_ds "$n" $p --job.dump_folder="$BATS_TEST_TMPDIR/l"
-		run -0 same_curve "$one" "$BATS_TEST_TMPDIR/l/metrics.jsonl"
-	done
-}
+ds_layouts() { each_layout mpi_ds same_ds "$@"; }
+
+# same_ds ONE RUN: same_curve, passing
+same_ds() { run -0 same_curve "$1" "$2"; }
 
 @test "MLA x TP 2 (loss parallel or not) and x CP 2 (allgather, alltoall) reproduce the 1-rank curve" {
 	[ -z "${NO_MPI:-}" ] || skip "no MPI"

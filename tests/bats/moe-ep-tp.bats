@@ -16,39 +16,15 @@
 bats_require_minimum_version 1.5.0
 
 setup_file() {
-	load tiny
-	tiny_env
-	tiny_corpus --line 'In the beginning God created the heaven and the earth. And the earth was without form, and void.' \
-		c 200 600 2
+	load moe
+	moe_corpus 200
 	# 3 blocks: block 0 dense, 1 and 2 MoE with a shared expert
-	tiny_yaml "$DATA/moe.yaml" 600 32 3 4 2 <<YAML
-  moe_num_experts: 4
-  moe_top_k: 2
-  moe_inter_dim: 24
-  moe_num_shared_experts: 1
-  n_dense_layers: 1
-training:
-  dataset_path: $DATA/shards
-  local_batch_size: 2
-  seq_len: 16
-  steps: 10
-metrics:
-  log_freq: 1
-YAML
+	moe_yaml "$DATA/moe.yaml" 3 10 'moe_num_shared_experts: 1' 'n_dense_layers: 1'
 }
 
 setup() {
-	load helpers
-	load tiny
-	load layouts
-	DATA=$BATS_FILE_TMPDIR
-}
-
-# mpi_moe N ARGS...: titan-train on N ranks
-mpi_moe() {
-	local n=$1
-	shift
-	timeout -k 5 180 mpiexec -n "$n" env OMP_NUM_THREADS=1 titan-train -q --config "$DATA/moe.yaml" "$@"
+	load moe
+	moe_setup
 }
 
 # same_moe ONE RUN: same_moe_layers with the MoE blocks 1 and 2

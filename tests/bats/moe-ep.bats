@@ -9,29 +9,14 @@
 bats_require_minimum_version 1.5.0
 
 setup_file() {
-	load tiny
-	tiny_env
-	tiny_corpus --line 'In the beginning God created the heaven and the earth. And the earth was without form, and void.' \
-		c 200 600 2
-	tiny_yaml "$DATA/moe.yaml" 600 32 2 4 2 <<YAML
-  moe_num_experts: 4
-  moe_top_k: 2
-  moe_inter_dim: 24
-training:
-  dataset_path: $DATA/shards
-  local_batch_size: 2
-  seq_len: 16
-  steps: 2
-metrics:
-  log_freq: 1
-YAML
+	load moe
+	moe_corpus 200
+	moe_yaml "$DATA/moe.yaml" 2 2
 }
 
 setup() {
-	load helpers
-	load tiny
-	load layouts
-	DATA=$BATS_FILE_TMPDIR
+	load moe
+	moe_setup
 }
 
 @test "EP: expert_tensor_parallel_degree > 1, EP on a dense model, EP not dividing the experts: exit 2 naming the key" {

@@ -18,21 +18,13 @@
 bats_require_minimum_version 1.5.0
 
 setup_file() {
-	load layouts
+	load moe
 	moe_pp_setup_file # blocks 1, 3, 5 MoE of 6
 }
 
 setup() {
-	load helpers
-	load tiny
-	load layouts
-	DATA=$BATS_FILE_TMPDIR
-}
-
-mpi_moe() {
-	local n=$1
-	shift
-	timeout -k 5 180 mpiexec -n "$n" env OMP_NUM_THREADS=1 titan-train -q --config "$DATA/moe.yaml" "$@"
+	load moe
+	moe_setup
 }
 
 # same_moe ONE RUN: same_moe_layers with the MoE blocks 1, 3 and 5
@@ -40,15 +32,7 @@ same_moe() { same_moe_layers "$1" "$2" 1 3 5; }
 
 # moe_layouts N ONE ARGS...: each ARGS (words) on N ranks reproduces the
 # 1-rank ONE (same_moe)
-moe_layouts() {
-	local n=$1 one=$2 p
-	shift 2
-	for p in "$@"; do
-		rm -rf "$BATS_TEST_TMPDIR/l"
-		run -0 mpi_moe "$n" $p --job.dump_folder="$BATS_TEST_TMPDIR/l"
-		same_moe "$one" "$BATS_TEST_TMPDIR/l/metrics.jsonl"
-	done
-}
+moe_layouts() { each_layout mpi_moe same_moe "$@"; }
 
 # cross_resume D RUN ONE LAYOUT: D/RUN's step-5 checkpoint resumed on 1
 # rank (args ONE, in D/a) and D/one's on 2 ranks (args LAYOUT, in D/b),

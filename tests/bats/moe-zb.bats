@@ -16,39 +16,17 @@
 bats_require_minimum_version 1.5.0
 
 setup_file() {
-	load layouts
+	load moe
 	moe_pp_setup_file 'moe_num_shared_experts: 1' # blocks 1, 3, 5 MoE of 6
 	# DeepSeek-V3's tiny flavor (MLA, sigmoid routing, a shared expert,
 	# block 0 dense) with 6 blocks
-	cat > "$DATA/ds.yaml" <<YAML
-model:
-  name: deepseek_v3
-  flavor: debugmodel_mla
-  n_layers: 6
-  vocab_size: 600
-training:
-  dataset_path: $DATA/shards
-  local_batch_size: 2
-  seq_len: 16
-  steps: 10
-metrics:
-  log_freq: 1
-YAML
+	moe_train_yaml 10 | ds_yaml "$DATA/ds.yaml" 'n_layers: 6'
 }
 
 setup() {
-	load helpers
-	load tiny
-	load layouts
-	DATA=$BATS_FILE_TMPDIR
+	load moe
+	moe_setup
 	[ -z "${NO_MPI:-}" ] || skip "no MPI in this build (or no mpiexec)"
-}
-
-mpi_moe() {
-	local n=$1
-	shift
-	timeout -k 5 180 mpiexec -n "$n" env OMP_NUM_THREADS=1 titan-train -q \
-		--config "${CFG:-$DATA/moe.yaml}" "$@"
 }
 
 PP=--parallelism.pipeline_parallel_degree=2

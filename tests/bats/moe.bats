@@ -8,42 +8,14 @@
 bats_require_minimum_version 1.5.0
 
 setup_file() {
-	load tiny
-	tiny_env
-	yes 'In the beginning God created the heaven and the earth. And the earth was without form, and void.' |
-		head -n 400 > "$DATA/c.txt"
-	titan-tokenize train -q --vocab-size 600 --format text "$DATA/c.txt" -o "$DATA/tok.tiktoken"
-	titan-tokenize -t "$DATA/tok.tiktoken" --doc-per-line "$DATA/c.txt" |
-		titan-shard -q -t "$DATA/tok.tiktoken" --out "$DATA/shards" --val-docs 2
-	cat > "$DATA/moe.yaml" <<YAML
-model:
-  flavor: custom
-  dim: 32
-  n_layers: 2
-  n_heads: 4
-  n_kv_heads: 2
-  vocab_size: 600
-  multiple_of: 32
-  moe_num_experts: 4
-  moe_top_k: 2
-  moe_inter_dim: 24
-training:
-  dataset_path: $DATA/shards
-  local_batch_size: 2
-  seq_len: 16
-  steps: 12
-lr_scheduler:
-  warmup_steps: 2
-metrics:
-  log_freq: 1
-YAML
+	load moe
+	moe_corpus 400
+	WARMUP=2 moe_yaml "$DATA/moe.yaml" 2 12
 }
 
 setup() {
-	load helpers
-	load tiny
-	load layouts
-	DATA=$BATS_FILE_TMPDIR
+	load moe
+	moe_setup
 }
 
 # curve JSONL: "step loss grad_norm" per step (every bit)
