@@ -77,6 +77,20 @@ int titan_backend_cuda_init(struct titan_backend *be, const struct titan_cuda_op
 	(void)alloc;
 	return NOT_BUILT();
 }
+
+int titan_cuda_set_attention(struct titan_backend *be, enum titan_cuda_attn mode)
+{
+	(void)be;
+	(void)mode;
+	return NOT_BUILT();
+}
+
+int titan_cuda_attention_info(struct titan_backend *be, struct titan_cuda_attn_info *out)
+{
+	(void)be;
+	memset(out, 0, sizeof(*out));
+	return NOT_BUILT();
+}
 #else
 /* ISO C forbids an empty translation unit. */
 typedef int titan_cuda_built_with_nvcc;
