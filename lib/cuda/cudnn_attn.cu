@@ -334,15 +334,14 @@ static cudnnBackendDescriptor_t gb_virt(struct gb *g, cudnnDataType_t dt, int64_
 	return gb_tensor(g, 0, dt, dims, st, what);
 }
 
-/* A by-value fp32 scalar (the frontend's Tensor_attributes(float): dims
- * and strides {1}; TITAN_CUDNN_SCALAR_4D=1 describes it as 1x1x1x1, as
- * cudnn-frontend 0.9's samples did, should a cuDNN refuse the 1-d form). */
+/* A by-value fp32 scalar, 1x1x1x1 (a pointwise op wants its operands'
+ * ranks equal: cuDNN 9.19 refuses the frontend's 1-d {1} form with
+ * "xDesc.getNbDims() != bDesc.getNbDims()"). */
 static cudnnBackendDescriptor_t gb_scalar(struct gb *g, int64_t uid, const char *what)
 {
 	cudnnBackendDescriptor_t t = gb_new(g, CUDNN_BACKEND_TENSOR_DESCRIPTOR, what);
-	const char *e = getenv("TITAN_CUDNN_SCALAR_4D");
 	const int64_t ones[4] = {1, 1, 1, 1}, align = 16;
-	const int nd = e && *e && strcmp(e, "0") != 0 ? 4 : 1;
+	const int nd = 4;
 	const cudnnDataType_t dt = CUDNN_DATA_FLOAT;
 	const bool virt = false, byval = true;
 
@@ -635,8 +634,9 @@ static void build_plan(struct gb *g)
 	cudnnStatus_t st;
 
 	og = gb_new(g, CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, "operation graph");
-	gb_set(g, og, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &g->handle,
-	       "operation graph");
+	if (g->handle) /* (none in titan_cuda_attention_graph_check) */
+		gb_set(g, og, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &g->handle,
+		       "operation graph");
 	gb_set(g, og, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, g->nops, g->ops,
 	       "operation graph");
 	gb_fin(g, og, "operation graph");
@@ -645,7 +645,7 @@ static void build_plan(struct gb *g)
 	       "heuristics");
 	gb_set(g, heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode, "heuristics");
 	gb_fin(g, heur, "heuristics");
-	if (g->err)
+	if (g->err || !g->handle)
 		return;
 	if ((st = lib.get_attr(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0,
 			       &n, NULL)) != CUDNN_STATUS_SUCCESS) {
@@ -1043,5 +1043,40 @@ extern "C" int titan_cuda_attention_info(struct titan_backend *be,
 	out->fwd_calls = a->info.fwd_calls;
 	out->bwd_calls = a->info.bwd_calls;
 	out->fallbacks = a->info.fallbacks;
+	return 0;
+}
+
+/* The graphs of a shape, built and finalized as far as no device is needed
+ * (every tensor and operation, the operation graph, the heuristics
+ * descriptor); no engine is chosen.  Runs where libcudnn loads, GPU or
+ * not: the unit test's check of the attribute types and op sequence. */
+extern "C" int titan_cuda_attention_graph_check(const struct titan_attn_dims *d, char *why,
+						size_t n)
+{
+	if (!lib_ok()) {
+		snprintf(why, n, "%s", lib.why);
+		return 1;
+	}
+	for (int dir = DNN_FWD; dir <= DNN_BWD; dir++) {
+		struct dnn_plan *p = (struct dnn_plan *)calloc(1, sizeof(*p));
+		struct gb g;
+
+		if (!p)
+			return titan_error(TITAN_E_NOMEM, "out of memory");
+		memset(&g, 0, sizeof(g));
+		g.p = p;
+		g.next_uid = UID_VIRTUAL;
+		if (dir == DNN_FWD)
+			build_fwd(&g, d->batch, d->seq, d->n_heads, d->n_kv_heads, d->head_dim);
+		else
+			build_bwd(&g, d->batch, d->seq, d->n_heads, d->n_kv_heads, d->head_dim);
+		if (!g.err)
+			build_plan(&g);
+		plan_free(p);
+		free(p);
+		if (g.err)
+			return titan_error(TITAN_E_DEVICE, "cuDNN attention %s graph: %s",
+					   dir == DNN_FWD ? "forward" : "backward", g.msg);
+	}
 	return 0;
 }

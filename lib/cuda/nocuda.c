@@ -4,6 +4,7 @@
  */
 #include "titan/cuda.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #include "config.h"
@@ -42,6 +43,13 @@ int titan_cuda_mem_stats(int device, struct titan_caching_stats *out)
 	(void)device;
 	memset(out, 0, sizeof(*out));
 	return NOT_BUILT();
+}
+
+int titan_cuda_attention_graph_check(const struct titan_attn_dims *d, char *why, size_t n)
+{
+	(void)d;
+	snprintf(why, n, "built without CUDA");
+	return 1;
 }
 
 int titan_cuda_mem_reset_peak(int device)
@@ -90,6 +98,13 @@ int titan_cuda_attention_info(struct titan_backend *be, struct titan_cuda_attn_i
 	(void)be;
 	memset(out, 0, sizeof(*out));
 	return NOT_BUILT();
+}
+
+int titan_cuda_attention_graph_check(const struct titan_attn_dims *d, char *why, size_t n)
+{
+	(void)d;
+	snprintf(why, n, "built without CUDA");
+	return 1;
 }
 #else
 /* ISO C forbids an empty translation unit. */

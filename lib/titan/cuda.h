@@ -113,6 +113,11 @@ struct titan_cuda_attn_info {
 };
 /* Loads cuDNN (when selected) and fills *out. */
 int titan_cuda_attention_info(struct titan_backend *be, struct titan_cuda_attn_info *out);
+/* Builds cuDNN's forward and backward graphs of a shape as far as that
+ * needs no device (tensors, operations, operation graph, heuristics
+ * descriptor): 0, or 1 when cuDNN does not load (why), or < 0 with the
+ * failing call and cuDNN's message. */
+int titan_cuda_attention_graph_check(const struct titan_attn_dims *d, char *why, size_t n);
 
 #ifdef __cplusplus
 }
