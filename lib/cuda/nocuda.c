@@ -45,13 +45,6 @@ int titan_cuda_mem_stats(int device, struct titan_caching_stats *out)
 	return NOT_BUILT();
 }
 
-int titan_cuda_attention_graph_check(const struct titan_attn_dims *d, char *why, size_t n)
-{
-	(void)d;
-	snprintf(why, n, "built without CUDA");
-	return 1;
-}
-
 int titan_cuda_mem_reset_peak(int device)
 {
 	(void)device;
