@@ -20,9 +20,14 @@
  *             out, P (bf16)·V = O.
  *   backward: softmax_sum = Σ dO∘O (fp32, workspace), S = Q·Kᵀ·scale −
  *             Stats, masked, P = exp; dV = Pᵀ·dO; dP = dO·Vᵀ; dS = (dP −
- *             softmax_sum)∘P·scale; dK = dSᵀ·Q; dQ_accum = dS·K (fp32,
- *             workspace), dQ = identity(dQ_accum).  With GQA, dK and dV
- *             are full-head products reduced (ADD) over the group.
+ *             softmax_sum)∘P·scale; dK = dSᵀ·Q; dQ = dS·K.  With GQA, dK
+ *             and dV are full-head products reduced (ADD) over the group.
+ *             dQ as the frontend's deterministic Hopper variant (its
+ *             "dP workspace": dQ written by the matmul, so a run repeats
+ *             itself bit for bit, titan/cuda.h's promise) — or, with
+ *             TITAN_CUDA_ATTN=cudnn-fast, its default: dQ_accum = dS·K
+ *             (fp32, workspace, accumulated with atomics, not
+ *             bit-reproducible), dQ = identity(dQ_accum).
  *
  * Layouts: titan's q/out [B,T,H,D] are cuDNN's [b,h,s,d] with strides
  * (T·H·D, D, H·D, 1) — no copy; Stats [b,h,s,1] strides (H·T, T, 1, 1) is
@@ -162,6 +167,7 @@ enum {
 struct dnn_plan {
 	bool used, ok;
 	int dir;
+	bool det;                   /* backward: the deterministic dQ variant */
 	int64_t B, T, H, Hkv, D;
 	cudnnBackendDescriptor_t plan;
 	cudnnBackendDescriptor_t descs[DNN_MAX_DESCS]; /* everything the plan was built from */
@@ -192,8 +198,10 @@ static struct cudnn_attn *dnn_of(struct titan_backend *be)
 
 		if (!(c->dnn = (struct cudnn_attn *)calloc(1, sizeof(*c->dnn))))
 			return NULL;
-		c->dnn->mode = e && strcmp(e, "titan") == 0 ? TITAN_CUDA_ATTN_TITAN
-							    : TITAN_CUDA_ATTN_CUDNN;
+		c->dnn->mode = !e ? TITAN_CUDA_ATTN_CUDNN
+			       : strcmp(e, "titan") == 0 ? TITAN_CUDA_ATTN_TITAN
+			       : strcmp(e, "cudnn-fast") == 0 ? TITAN_CUDA_ATTN_CUDNN_FAST
+						       : TITAN_CUDA_ATTN_CUDNN;
 	}
 	return c->dnn;
 }
@@ -530,7 +538,8 @@ static void build_fwd(struct gb *g, int64_t B, int64_t T, int64_t H, int64_t Hkv
 	gb_mm(g, p, v, o, "bmm2");
 }
 
-static void build_bwd(struct gb *g, int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t D)
+static void build_bwd(struct gb *g, int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t D,
+		      bool det)
 {
 	int64_t dq[4], sq[4], dkt[4], skt[4], dk[4], sk[4];
 	const int64_t dst[4] = {B, H, T, 1}, sst[4] = {H * T, T, 1, 1};
@@ -612,15 +621,20 @@ static void build_bwd(struct gb *g, int64_t B, int64_t T, int64_t H, int64_t Hkv
 		gb_mm(g, dst_t, q, d_k, "matmul_dST_Q");
 	}
 
-	/* dQ = identity(dQ_accum = dS·K) */
+	/* dQ = dS·K (deterministic), or identity(dQ_accum = dS·K) */
 	cudnnBackendDescriptor_t kr = gb_tensor(g, 0, CUDNN_DATA_FLOAT, dk, sk, "K (reshape_k)");
-	const int64_t qacc[4] = {H * T * D, T * D, D, 1};
-	cudnnBackendDescriptor_t acc = gb_tensor(g, UID_DQ_ACCUM, CUDNN_DATA_FLOAT, dq, qacc,
-						 "dQ_accum");
 	gb_reshape(g, kt, kr, "reshape_k");
-	gb_mm(g, ds, kr, acc, "matmul_dS_K");
-	gb_pw(g, CUDNN_POINTWISE_IDENTITY, CUDNN_DATA_FLOAT, acc, NULL, NULL, d_q, -1,
-	      "identity_dQ");
+	if (det) {
+		gb_mm(g, ds, kr, d_q, "matmul_dS_K");
+	} else {
+		const int64_t qacc[4] = {H * T * D, T * D, D, 1};
+		cudnnBackendDescriptor_t acc = gb_tensor(g, UID_DQ_ACCUM, CUDNN_DATA_FLOAT, dq,
+							 qacc, "dQ_accum");
+
+		gb_mm(g, ds, kr, acc, "matmul_dS_K");
+		gb_pw(g, CUDNN_POINTWISE_IDENTITY, CUDNN_DATA_FLOAT, acc, NULL, NULL, d_q, -1,
+		      "identity_dQ");
+	}
 }
 
 /* Operation graph, heuristics (mode A), and the first engine config whose
@@ -754,13 +768,14 @@ bool cudnn_attn_qualifies(enum titan_cuda_matmul matmul, const struct titan_attn
  * cannot be (logged once; the shape then runs titan's kernels). */
 static struct dnn_plan *dnn_plan(struct cudnn_attn *a, int dir, const struct titan_attn_dims *d)
 {
+	const bool det = dir == DNN_BWD && a->mode != TITAN_CUDA_ATTN_CUDNN_FAST;
 	struct dnn_plan *p = NULL;
 	struct gb g;
 
 	for (int i = 0; i < DNN_PLANS; i++) {
 		struct dnn_plan *e = &a->plans[i];
 
-		if (e->used && e->dir == dir && e->B == d->batch && e->T == d->seq &&
+		if (e->used && e->dir == dir && e->det == det && e->B == d->batch && e->T == d->seq &&
 		    e->H == d->n_heads && e->Hkv == d->n_kv_heads && e->D == d->head_dim)
 			return e->ok ? e : NULL;
 	}
@@ -774,6 +789,7 @@ static struct dnn_plan *dnn_plan(struct cudnn_attn *a, int dir, const struct tit
 	}
 	p->used = true;
 	p->dir = dir;
+	p->det = det;
 	p->B = d->batch, p->T = d->seq, p->H = d->n_heads, p->Hkv = d->n_kv_heads;
 	p->D = d->head_dim;
 	p->scale = (float)(1.0 / sqrt((double)d->head_dim));
@@ -786,12 +802,13 @@ static struct dnn_plan *dnn_plan(struct cudnn_attn *a, int dir, const struct tit
 	if (dir == DNN_FWD)
 		build_fwd(&g, p->B, p->T, p->H, p->Hkv, p->D);
 	else
-		build_bwd(&g, p->B, p->T, p->H, p->Hkv, p->D);
+		build_bwd(&g, p->B, p->T, p->H, p->Hkv, p->D, det);
 	if (!g.err)
 		build_plan(&g);
 	if (g.err) {
-		titan_log_warn("cuDNN attention %s B=%lld T=%lld H=%lld Hkv=%lld D=%lld: %s; "
+		titan_log_warn("cuDNN attention %s%s B=%lld T=%lld H=%lld Hkv=%lld D=%lld: %s; "
 			       "titan's kernel runs this shape", dir == DNN_FWD ? "forward" : "backward",
+			       det ? " (deterministic)" : "",
 			       (long long)p->B, (long long)p->T, (long long)p->H, (long long)p->Hkv,
 			       (long long)p->D, g.msg);
 		for (int i = p->ndescs - 1; i >= 0; i--)
@@ -892,8 +909,11 @@ static void dnn_log(struct cudnn_attn *a, bool cudnn)
 	a->logged = true;
 	if (cudnn)
 		titan_log_info("Attention: cuDNN %zu.%zu.%zu fused flash attention (bf16 SDPA "
-			       "forward and backward)", lib.version / 10000,
-			       lib.version / 100 % 100, lib.version % 100);
+			       "forward and backward, %s)", lib.version / 10000,
+			       lib.version / 100 % 100, lib.version % 100,
+			       a->mode == TITAN_CUDA_ATTN_CUDNN_FAST
+				       ? "TITAN_CUDA_ATTN=cudnn-fast: dQ accumulated with atomics"
+				       : "deterministic backward");
 	else
 		titan_log_info("Attention: titan's kernels (%s)", a->why);
 }
@@ -993,14 +1013,16 @@ int cudnn_attn_bwd(struct titan_backend *be, float *dq, float *dk, float *dv, co
 	    (rc = cuda_to_bf16(be, b16[3], out, 1, nq, nq)) < 0 ||
 	    (rc = cuda_to_bf16(be, b16[4], dout, 1, nq, nq)) < 0)
 		return rc;
-	const int64_t uids[] = {UID_Q,  UID_K,  UID_V,  UID_O,        UID_DO,          UID_DQ,
-				UID_DK, UID_DV, UID_STATS, UID_DQ_ACCUM, UID_SOFTMAX_SUM, UID_SCALE,
-				UID_NEG_INF, UID_ONE};
+	/* dQ_accum last: not in the deterministic graph's pack */
+	const int64_t uids[] = {UID_Q,  UID_K,  UID_V,     UID_O,           UID_DO,
+				UID_DQ, UID_DK, UID_DV,    UID_STATS,       UID_SOFTMAX_SUM,
+				UID_SCALE, UID_NEG_INF, UID_ONE, UID_DQ_ACCUM};
 	void *const ptrs[] = {b16[0], b16[1], b16[2], b16[3], b16[4], b16[5], b16[6],
-			      b16[7], (void *)lse, buf + o[8], buf + o[9], &p->scale,
-			      &p->neg_inf, &p->one};
-	if ((rc = dnn_execute(a, p, (int)LEN_OF(uids), uids, ptrs, p->ws ? buf + ows : NULL,
-			      "backward")) < 0 ||
+			      b16[7], (void *)lse, buf + o[9], &p->scale, &p->neg_inf, &p->one,
+			      buf + o[8]};
+	const int npack = (int)LEN_OF(uids) - (p->det ? 1 : 0);
+	if ((rc = dnn_execute(a, p, npack, uids, ptrs, p->ws ? buf + ows : NULL,
+			      p->det ? "backward" : "backward (cudnn-fast)")) < 0 ||
 	    (rc = to_f32(be, dq, b16[5], nq)) < 0 || (rc = to_f32(be, dk, b16[6], nk)) < 0 ||
 	    (rc = to_f32(be, dv, b16[7], nk)) < 0)
 		return rc;
@@ -1014,7 +1036,9 @@ extern "C" int titan_cuda_set_attention(struct titan_backend *be, enum titan_cud
 {
 	struct cudnn_attn *a;
 
-	if (!be || !be->impl || (mode != TITAN_CUDA_ATTN_CUDNN && mode != TITAN_CUDA_ATTN_TITAN))
+	if (!be || !be->impl ||
+	    (mode != TITAN_CUDA_ATTN_CUDNN && mode != TITAN_CUDA_ATTN_TITAN &&
+	     mode != TITAN_CUDA_ATTN_CUDNN_FAST))
 		return titan_error(TITAN_E_INVALID, "titan_cuda_set_attention: bad arguments");
 	if (!(a = dnn_of(be)))
 		return titan_error(TITAN_E_NOMEM, "out of memory");
@@ -1033,7 +1057,7 @@ extern "C" int titan_cuda_attention_info(struct titan_backend *be,
 		return titan_error(TITAN_E_INVALID, "titan_cuda_attention_info: no backend");
 	if (!(a = dnn_of(be)))
 		return titan_error(TITAN_E_NOMEM, "out of memory");
-	if (a->mode == TITAN_CUDA_ATTN_CUDNN && !dnn_handle(be, a)) {
+	if (a->mode != TITAN_CUDA_ATTN_TITAN && !dnn_handle(be, a)) {
 		out->cudnn = true;
 		out->version = (int)lib.version;
 	} else {
@@ -1057,7 +1081,7 @@ extern "C" int titan_cuda_attention_graph_check(const struct titan_attn_dims *d,
 		snprintf(why, n, "%s", lib.why);
 		return 1;
 	}
-	for (int dir = DNN_FWD; dir <= DNN_BWD; dir++) {
+	for (int dir = DNN_FWD; dir <= DNN_BWD + 1; dir++) { /* bwd: deterministic, fast */
 		struct dnn_plan *p = (struct dnn_plan *)calloc(1, sizeof(*p));
 		struct gb g;
 
@@ -1069,14 +1093,18 @@ extern "C" int titan_cuda_attention_graph_check(const struct titan_attn_dims *d,
 		if (dir == DNN_FWD)
 			build_fwd(&g, d->batch, d->seq, d->n_heads, d->n_kv_heads, d->head_dim);
 		else
-			build_bwd(&g, d->batch, d->seq, d->n_heads, d->n_kv_heads, d->head_dim);
+			build_bwd(&g, d->batch, d->seq, d->n_heads, d->n_kv_heads, d->head_dim,
+				  dir == DNN_BWD);
 		if (!g.err)
 			build_plan(&g);
 		plan_free(p);
 		free(p);
 		if (g.err)
 			return titan_error(TITAN_E_DEVICE, "cuDNN attention %s graph: %s",
-					   dir == DNN_FWD ? "forward" : "backward", g.msg);
+					   dir == DNN_FWD   ? "forward"
+					   : dir == DNN_BWD ? "backward (deterministic)"
+							    : "backward (cudnn-fast)",
+					   g.msg);
 	}
 	return 0;
 }

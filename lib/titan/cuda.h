@@ -97,10 +97,12 @@ int titan_backend_cuda_init(struct titan_backend *be, const struct titan_cuda_op
  * libcudnn.so.9 loads (dlopen; TITAN_CUDNN_LIB names another file), else
  * titan's own kernels; the FP32 and TF32 modes, parts and document masks
  * always run titan's.  The default is TITAN_CUDA_ATTN from the environment
- * (cudnn unless it says titan). */
+ * (titan, cudnn-fast, else cudnn). */
 enum titan_cuda_attn {
-	TITAN_CUDA_ATTN_CUDNN = 0,
-	TITAN_CUDA_ATTN_TITAN,
+	TITAN_CUDA_ATTN_CUDNN = 0,  /* cuDNN, deterministic backward (bit-reproducible) */
+	TITAN_CUDA_ATTN_TITAN,      /* titan's kernels */
+	TITAN_CUDA_ATTN_CUDNN_FAST, /* cuDNN's default backward: dQ accumulated with
+				     * atomics, not bit-reproducible (cudnn-fast) */
 };
 int titan_cuda_set_attention(struct titan_backend *be, enum titan_cuda_attn mode);
 

@@ -853,9 +853,12 @@ struct attn_pass {
  * cores at D 33..128) */
 static const struct attn_pass titan_passes[] = {{0, TITAN_CUDA_ATTN_TITAN, "fp32"},
 						{2, TITAN_CUDA_ATTN_TITAN, "bf16"}};
-/* cuDNN's flash attention (bf16 mode), then, timed next to it in the large
- * cases, titan's bf16 kernels on the same inputs */
+/* cuDNN's flash attention (bf16 mode) with its deterministic backward and
+ * with its default one (cudnn-fast: dQ accumulated with atomics), then,
+ * timed next to them in the large cases, titan's bf16 kernels on the same
+ * inputs */
 static const struct attn_pass cudnn_passes[] = {{2, TITAN_CUDA_ATTN_CUDNN, "cudnn"},
+						{2, TITAN_CUDA_ATTN_CUDNN_FAST, "cudnnF"},
 						{2, TITAN_CUDA_ATTN_TITAN, "bf16"}};
 
 /* With the cudnn passes, cuDNN must have run both directions (not fallen
@@ -864,7 +867,7 @@ static void attention_case_(const struct titan_attn_dims *d, uint64_t index, boo
 			    bool cudnn, bool must_run)
 {
 	const struct attn_pass *passes = cudnn ? cudnn_passes : titan_passes;
-	const size_t npasses = cudnn && !large ? 1 : 2;
+	const size_t npasses = !cudnn ? LEN(titan_passes) : large ? LEN(cudnn_passes) : 2;
 	const size_t nq = (size_t)(d->batch * d->seq * d->n_heads * d->head_dim);
 	const size_t nk = (size_t)(d->batch * d->seq * d->n_kv_heads * d->head_dim);
 	const size_t nl = (size_t)(d->batch * d->n_heads * d->seq);
@@ -921,6 +924,21 @@ static void attention_case_(const struct titan_attn_dims *d, uint64_t index, boo
 		dget(got, dv_, nk * 4);
 		check("dv", got, dv, nk, tol);
 		if (passes[pi].attn == TITAN_CUDA_ATTN_CUDNN) {
+			/* the deterministic backward: a second run, the same bits */
+			float *g1 = FALLOC(nq + 2 * nk), *g2 = FALLOC(nq + 2 * nk);
+
+			dget(g1, dq_, nq * 4), dget(g1 + nq, dk_, nk * 4);
+			dget(g1 + nq + nk, dv_, nk * 4);
+			CU(be->ops->attention_bwd(be, dq_, dk_, dv_, dout_, q_, k_, v_, outc_,
+						  lsec_, d));
+			dget(g2, dq_, nq * 4), dget(g2 + nq, dk_, nk * 4);
+			dget(g2 + nq + nk, dv_, nk * 4);
+			if (memcmp(g1, g2, (nq + 2 * nk) * 4) != 0)
+				fail_msg("%s: two runs of the deterministic backward differ",
+					 g.label);
+			free(g1), free(g2);
+		}
+		if (passes[pi].attn != TITAN_CUDA_ATTN_TITAN) {
 			if (titan_cuda_attention_info(be, &after) < 0)
 				fail_msg("%s: %s", g.label, titan_errmsg());
 			if (after.fwd_calls == before.fwd_calls ||
@@ -1021,9 +1039,11 @@ static void test_attention_cudnn_graph(void **state)
 /* attention_fwd/bwd through cuDNN's flash attention (bf16 mode, the
  * default there when libcudnn.so.9 loads; the other tests pin the bf16
  * backend to titan's kernels) against the CPU op at bf16 tolerance: GQA
- * groups 1 to 4, T not a multiple of 64 or 128, head_dim 16 to 128; with
- * TITAN_CUDA_TEST_LARGE=1 the Llama 3.2 1B shape (B=4 T=2048 H=32 Hkv=8
- * D=64), timed next to titan's bf16 kernels with TITAN_CUDA_TEST_TIME=1.
+ * groups 1 to 4, T not a multiple of 64 or 128, head_dim 16 to 128; both
+ * backward variants (the default deterministic one must give the same bits
+ * twice; cudnn-fast's atomics need not); with TITAN_CUDA_TEST_LARGE=1 the
+ * Llama 3.2 1B shape (B=4 T=2048 H=32 Hkv=8 D=64), timed next to titan's
+ * bf16 kernels with TITAN_CUDA_TEST_TIME=1 (modes cudnn, cudnnF, bf16).
  * Skips (with the reason) when cuDNN does not load; fails then under
  * TITAN_CUDA_TEST_REQUIRE=1, and also when cuDNN falls back to titan's
  * kernel for a shape it should run. */
