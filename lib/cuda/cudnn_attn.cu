@@ -409,59 +409,61 @@ static void gb_pw(struct gb *g, cudnnPointwiseMode_t mode, cudnnDataType_t prec,
 	gb_op(g, op, what);
 }
 
+/* An operation of `type` whose descriptor attributes attr[i] are desc[i]. */
+static void gb_op_of(struct gb *g, cudnnBackendDescriptorType_t type, int n,
+		     const cudnnBackendAttributeName_t *attr, const cudnnBackendDescriptor_t *desc,
+		     const char *what)
+{
+	cudnnBackendDescriptor_t op = gb_new(g, type, what);
+
+	for (int i = 0; i < n; i++)
+		gb_set(g, op, attr[i], CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &desc[i], what);
+	gb_op(g, op, what);
+}
+
 /* c = a·b (batched over the first two dims, fp32 compute) */
 static void gb_mm(struct gb *g, cudnnBackendDescriptor_t a, cudnnBackendDescriptor_t b,
 		  cudnnBackendDescriptor_t c, const char *what)
 {
+	static const cudnnBackendAttributeName_t attr[4] = {
+		CUDNN_ATTR_OPERATION_MATMUL_ADESC, CUDNN_ATTR_OPERATION_MATMUL_BDESC,
+		CUDNN_ATTR_OPERATION_MATMUL_CDESC, CUDNN_ATTR_OPERATION_MATMUL_DESC};
 	cudnnBackendDescriptor_t mm = gb_new(g, CUDNN_BACKEND_MATMUL_DESCRIPTOR, what);
-	cudnnBackendDescriptor_t op;
 	const cudnnDataType_t ct = CUDNN_DATA_FLOAT;
 
 	gb_set(g, mm, CUDNN_ATTR_MATMUL_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &ct, what);
 	gb_fin(g, mm, what);
-	op = gb_new(g, CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR, what);
-	gb_set(g, op, CUDNN_ATTR_OPERATION_MATMUL_ADESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &a,
-	       what);
-	gb_set(g, op, CUDNN_ATTR_OPERATION_MATMUL_BDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &b,
-	       what);
-	gb_set(g, op, CUDNN_ATTR_OPERATION_MATMUL_CDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &c,
-	       what);
-	gb_set(g, op, CUDNN_ATTR_OPERATION_MATMUL_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &mm,
-	       what);
-	gb_op(g, op, what);
+	const cudnnBackendDescriptor_t desc[4] = {a, b, c, mm};
+	gb_op_of(g, CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR, 4, attr, desc, what);
 }
 
+/* y = reduce(x) over the dims where y is 1 (fp32 compute) */
 static void gb_red(struct gb *g, cudnnReduceTensorOp_t mode, cudnnBackendDescriptor_t x,
 		   cudnnBackendDescriptor_t y, const char *what)
 {
+	static const cudnnBackendAttributeName_t attr[3] = {
+		CUDNN_ATTR_OPERATION_REDUCTION_DESC, CUDNN_ATTR_OPERATION_REDUCTION_XDESC,
+		CUDNN_ATTR_OPERATION_REDUCTION_YDESC};
 	cudnnBackendDescriptor_t r = gb_new(g, CUDNN_BACKEND_REDUCTION_DESCRIPTOR, what);
-	cudnnBackendDescriptor_t op;
 	const cudnnDataType_t ct = CUDNN_DATA_FLOAT;
 
 	gb_set(g, r, CUDNN_ATTR_REDUCTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &ct, what);
 	gb_set(g, r, CUDNN_ATTR_REDUCTION_OPERATOR, CUDNN_TYPE_REDUCTION_OPERATOR_TYPE, 1, &mode,
 	       what);
 	gb_fin(g, r, what);
-	op = gb_new(g, CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR, what);
-	gb_set(g, op, CUDNN_ATTR_OPERATION_REDUCTION_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &r,
-	       what);
-	gb_set(g, op, CUDNN_ATTR_OPERATION_REDUCTION_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x,
-	       what);
-	gb_set(g, op, CUDNN_ATTR_OPERATION_REDUCTION_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y,
-	       what);
-	gb_op(g, op, what);
+	const cudnnBackendDescriptor_t desc[3] = {r, x, y};
+	gb_op_of(g, CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR, 3, attr, desc, what);
 }
 
+/* y = x seen with y's dims and strides (no data moves) */
 static void gb_reshape(struct gb *g, cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t y,
 		       const char *what)
 {
-	cudnnBackendDescriptor_t op = gb_new(g, CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR, what);
+	static const cudnnBackendAttributeName_t attr[2] = {CUDNN_ATTR_OPERATION_RESHAPE_XDESC,
+							     CUDNN_ATTR_OPERATION_RESHAPE_YDESC};
+	const cudnnBackendDescriptor_t desc[2] = {x, y};
 
-	gb_set(g, op, CUDNN_ATTR_OPERATION_RESHAPE_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x,
-	       what);
-	gb_set(g, op, CUDNN_ATTR_OPERATION_RESHAPE_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y,
-	       what);
-	gb_op(g, op, what);
+	gb_op_of(g, CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR, 2, attr, desc, what);
 }
 
 /* The causal mask of the frontend's diagonal_band_mask (right bound 0, top
@@ -498,22 +500,39 @@ static void bhsd(int64_t dims[4], int64_t st[4], int64_t B, int64_t T, int64_t n
 	}
 }
 
-static void build_fwd(struct gb *g, int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t D)
+/* The tensors both directions share: Q, Kᵀ, V (Vᵀ for the backward), O,
+ * Stats, the scale and −inf. */
+struct sdpa_io {
+	cudnnBackendDescriptor_t q, kt, v, o, stats, scale, ninf;
+	int64_t dq[4], sq[4], dk[4], sk[4]; /* Q's and K's dims and strides */
+};
+
+static void gb_io(struct gb *g, struct sdpa_io *io, int64_t B, int64_t T, int64_t H,
+		  int64_t Hkv, int64_t D, bool v_transposed)
 {
-	int64_t dq[4], sq[4], dkt[4], skt[4], dv[4], sv[4];
+	int64_t dkt[4], skt[4];
 	const int64_t dst[4] = {B, H, T, 1}, sst[4] = {H * T, T, 1, 1};
 
-	bhsd(dq, sq, B, T, H, D, false);
+	bhsd(io->dq, io->sq, B, T, H, D, false);
+	bhsd(io->dk, io->sk, B, T, Hkv, D, false);
 	bhsd(dkt, skt, B, T, Hkv, D, true);
-	bhsd(dv, sv, B, T, Hkv, D, false);
-	cudnnBackendDescriptor_t q = gb_tensor(g, UID_Q, CUDNN_DATA_BFLOAT16, dq, sq, "Q");
-	cudnnBackendDescriptor_t kt = gb_tensor(g, UID_K, CUDNN_DATA_BFLOAT16, dkt, skt, "K^T");
-	cudnnBackendDescriptor_t v = gb_tensor(g, UID_V, CUDNN_DATA_BFLOAT16, dv, sv, "V");
-	cudnnBackendDescriptor_t o = gb_tensor(g, UID_O, CUDNN_DATA_BFLOAT16, dq, sq, "O");
-	cudnnBackendDescriptor_t stats = gb_tensor(g, UID_STATS, CUDNN_DATA_FLOAT, dst, sst,
-						   "Stats");
-	cudnnBackendDescriptor_t scale = gb_scalar(g, UID_SCALE, "attn_scale");
-	cudnnBackendDescriptor_t ninf = gb_scalar(g, UID_NEG_INF, "-inf");
+	io->q = gb_tensor(g, UID_Q, CUDNN_DATA_BFLOAT16, io->dq, io->sq, "Q");
+	io->kt = gb_tensor(g, UID_K, CUDNN_DATA_BFLOAT16, dkt, skt, "K^T");
+	io->v = v_transposed ? gb_tensor(g, UID_V, CUDNN_DATA_BFLOAT16, dkt, skt, "V^T")
+			     : gb_tensor(g, UID_V, CUDNN_DATA_BFLOAT16, io->dk, io->sk, "V");
+	io->o = gb_tensor(g, UID_O, CUDNN_DATA_BFLOAT16, io->dq, io->sq, "O");
+	io->stats = gb_tensor(g, UID_STATS, CUDNN_DATA_FLOAT, dst, sst, "Stats");
+	io->scale = gb_scalar(g, UID_SCALE, "attn_scale");
+	io->ninf = gb_scalar(g, UID_NEG_INF, "-inf");
+}
+
+static void build_fwd(struct gb *g, int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t D)
+{
+	struct sdpa_io io;
+
+	gb_io(g, &io, B, T, H, Hkv, D, false);
+	cudnnBackendDescriptor_t q = io.q, kt = io.kt, v = io.v, o = io.o, stats = io.stats;
+	cudnnBackendDescriptor_t scale = io.scale, ninf = io.ninf;
 
 	cudnnBackendDescriptor_t s = gb_virt(g, CUDNN_DATA_FLOAT, B, H, T, T, "bmm1 out");
 	cudnnBackendDescriptor_t ss = gb_virt(g, CUDNN_DATA_FLOAT, B, H, T, T, "scaled");
@@ -538,28 +557,43 @@ static void build_fwd(struct gb *g, int64_t B, int64_t T, int64_t H, int64_t Hkv
 	gb_mm(g, p, v, o, "bmm2");
 }
 
+/* A key-side gradient, out = xᵀ·y: x [b,H,T,T] (fp32, virtual) seen
+ * transposed as bf16 (the frontend's reshape), times y [b,H,T,D]; with GQA
+ * the full-head product (bf16, virtual) is reduced (ADD) over each group
+ * into out [b,Hkv,T,D]. */
+static void gb_kv_grad(struct gb *g, cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t y,
+		       cudnnBackendDescriptor_t out, int64_t B, int64_t T, int64_t H, int64_t Hkv,
+		       int64_t D, const char *xt_name, const char *mm_name)
+{
+	const int64_t tdim[4] = {B, H, T, T}, tst[4] = {H * T * T, T * T, 1, T};
+	cudnnBackendDescriptor_t xt = gb_tensor(g, 0, CUDNN_DATA_BFLOAT16, tdim, tst, xt_name);
+
+	gb_reshape(g, x, xt, xt_name);
+	if (H != Hkv) {
+		cudnnBackendDescriptor_t full = gb_virt(g, CUDNN_DATA_BFLOAT16, B, H, T, D,
+							"full heads");
+
+		gb_mm(g, xt, y, full, mm_name);
+		gb_red(g, CUDNN_REDUCE_TENSOR_ADD, full, out, "reduce over the group");
+	} else {
+		gb_mm(g, xt, y, out, mm_name);
+	}
+}
+
 static void build_bwd(struct gb *g, int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t D,
 		      bool det)
 {
-	int64_t dq[4], sq[4], dkt[4], skt[4], dk[4], sk[4];
 	const int64_t dst[4] = {B, H, T, 1}, sst[4] = {H * T, T, 1, 1};
-	const bool gqa = H != Hkv;
+	struct sdpa_io io;
 
-	bhsd(dq, sq, B, T, H, D, false);
-	bhsd(dkt, skt, B, T, Hkv, D, true);
-	bhsd(dk, sk, B, T, Hkv, D, false);
-	cudnnBackendDescriptor_t q = gb_tensor(g, UID_Q, CUDNN_DATA_BFLOAT16, dq, sq, "Q");
-	cudnnBackendDescriptor_t kt = gb_tensor(g, UID_K, CUDNN_DATA_BFLOAT16, dkt, skt, "K^T");
-	cudnnBackendDescriptor_t vt = gb_tensor(g, UID_V, CUDNN_DATA_BFLOAT16, dkt, skt, "V^T");
-	cudnnBackendDescriptor_t o = gb_tensor(g, UID_O, CUDNN_DATA_BFLOAT16, dq, sq, "O");
+	gb_io(g, &io, B, T, H, Hkv, D, true);
+	const int64_t *dq = io.dq, *sq = io.sq, *dk = io.dk, *sk = io.sk;
+	cudnnBackendDescriptor_t q = io.q, kt = io.kt, vt = io.v, o = io.o, stats = io.stats;
+	cudnnBackendDescriptor_t scale = io.scale, ninf = io.ninf;
 	cudnnBackendDescriptor_t d_o = gb_tensor(g, UID_DO, CUDNN_DATA_BFLOAT16, dq, sq, "dO");
-	cudnnBackendDescriptor_t stats = gb_tensor(g, UID_STATS, CUDNN_DATA_FLOAT, dst, sst,
-						   "Stats");
 	cudnnBackendDescriptor_t d_q = gb_tensor(g, UID_DQ, CUDNN_DATA_BFLOAT16, dq, sq, "dQ");
 	cudnnBackendDescriptor_t d_k = gb_tensor(g, UID_DK, CUDNN_DATA_BFLOAT16, dk, sk, "dK");
 	cudnnBackendDescriptor_t d_v = gb_tensor(g, UID_DV, CUDNN_DATA_BFLOAT16, dk, sk, "dV");
-	cudnnBackendDescriptor_t scale = gb_scalar(g, UID_SCALE, "attn_scale");
-	cudnnBackendDescriptor_t ninf = gb_scalar(g, UID_NEG_INF, "-inf");
 	cudnnBackendDescriptor_t one = gb_scalar(g, UID_ONE, "one");
 
 	/* softmax_sum = Σ_d dO∘O (× 1: the frontend's dropout-scale slot) */
@@ -584,18 +618,8 @@ static void build_bwd(struct gb *g, int64_t B, int64_t T, int64_t H, int64_t Hkv
 	cudnnBackendDescriptor_t p = gb_virt(g, CUDNN_DATA_FLOAT, B, H, T, T, "exp_s");
 	gb_pw(g, CUDNN_POINTWISE_EXP, CUDNN_DATA_FLOAT, msk, NULL, NULL, p, -1, "exp_s");
 
-	/* dV = Pᵀ·dO (full heads reduced over the group with GQA) */
-	const int64_t tdim[4] = {B, H, T, T}, tst[4] = {H * T * T, T * T, 1, T};
-	cudnnBackendDescriptor_t pt = gb_tensor(g, 0, CUDNN_DATA_BFLOAT16, tdim, tst, "P^T");
-	gb_reshape(g, p, pt, "reshape_p");
-	if (gqa) {
-		cudnnBackendDescriptor_t dvf = gb_virt(g, CUDNN_DATA_BFLOAT16, B, H, T, D,
-						       "dV full heads");
-		gb_mm(g, pt, d_o, dvf, "matmul_pT_dO");
-		gb_red(g, CUDNN_REDUCE_TENSOR_ADD, dvf, d_v, "red_dV_head");
-	} else {
-		gb_mm(g, pt, d_o, d_v, "matmul_pT_dO");
-	}
+	/* dV = Pᵀ·dO */
+	gb_kv_grad(g, p, d_o, d_v, B, T, H, Hkv, D, "P^T", "matmul_pT_dO");
 
 	/* dS = (dO·Vᵀ − softmax_sum)∘P·scale */
 	cudnnBackendDescriptor_t dp = gb_virt(g, CUDNN_DATA_FLOAT, B, H, T, T, "dP");
@@ -610,16 +634,7 @@ static void build_bwd(struct gb *g, int64_t B, int64_t T, int64_t H, int64_t Hkv
 	      "mul_dS_attn_scale");
 
 	/* dK = dSᵀ·Q */
-	cudnnBackendDescriptor_t dst_t = gb_tensor(g, 0, CUDNN_DATA_BFLOAT16, tdim, tst, "dS^T");
-	gb_reshape(g, ds, dst_t, "reshape_dS");
-	if (gqa) {
-		cudnnBackendDescriptor_t dkf = gb_virt(g, CUDNN_DATA_BFLOAT16, B, H, T, D,
-						       "dK full heads");
-		gb_mm(g, dst_t, q, dkf, "matmul_dST_Q");
-		gb_red(g, CUDNN_REDUCE_TENSOR_ADD, dkf, d_k, "red_dK_head");
-	} else {
-		gb_mm(g, dst_t, q, d_k, "matmul_dST_Q");
-	}
+	gb_kv_grad(g, ds, q, d_k, B, T, H, Hkv, D, "dS^T", "matmul_dST_Q");
 
 	/* dQ = dS·K (deterministic), or identity(dQ_accum = dS·K) */
 	cudnnBackendDescriptor_t kr = gb_tensor(g, 0, CUDNN_DATA_FLOAT, dk, sk, "K (reshape_k)");
