@@ -181,6 +181,7 @@ struct cudnn_attn {
 	bool logged;                /* the one line saying which attention runs */
 	bool handle_tried;
 	cudnnHandle_t handle;
+	cudaStream_t stream;        /* the backend's, which the handle runs on */
 	char why[400];              /* why titan's kernels run (handle set-up failed) */
 	struct dnn_plan plans[DNN_PLANS];
 	int next;                   /* round-robin slot when the table is full */
@@ -763,7 +764,8 @@ static int dnn_handle(struct titan_backend *be, struct cudnn_attn *a)
 		a->handle = NULL;
 		return 1;
 	}
-	if ((st = lib.set_stream(a->handle, cuda_of(be)->stream)) != CUDNN_STATUS_SUCCESS) {
+	a->stream = cuda_of(be)->stream;
+	if ((st = lib.set_stream(a->handle, a->stream)) != CUDNN_STATUS_SUCCESS) {
 		dnn_msg(a->why, sizeof(a->why), "cudnnSetStream", st);
 		lib.destroy(a->handle);
 		a->handle = NULL;
@@ -797,9 +799,10 @@ static struct dnn_plan *dnn_plan(struct cudnn_attn *a, int dir, const struct tit
 	for (int i = 0; i < DNN_PLANS && !p; i++)
 		if (!a->plans[i].used)
 			p = &a->plans[i];
-	if (!p) { /* full: the oldest slot goes */
+	if (!p) { /* full: the oldest slot goes, once no queued work runs it */
 		p = &a->plans[a->next];
 		a->next = (a->next + 1) % DNN_PLANS;
+		cudaStreamSynchronize(a->stream);
 		plan_free(p);
 	}
 	p->used = true;
