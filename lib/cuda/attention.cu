@@ -1772,6 +1772,8 @@ int cuda_attention_fwd(struct titan_backend *be, float *out, float *lse, const f
 			return rc;
 		return part_fwd(be, out, lse, q, k, v, &p, false);
 	}
+	if ((rc = cudnn_attn_fwd(be, out, lse, q, k, v, d)) <= 0) /* 1: not cuDNN */
+		return rc;
 	a.vec4 = a.D % 4 == 0 && aligned16(q) && aligned16(k) && aligned16(v);
 	if (attn_use_tc(be, dp))
 		return dp == 64 ? attn_fwd_tc_launch<64>(be, out, lse, q, k, v, &a, d->batch)
@@ -1806,6 +1808,8 @@ int cuda_attention_bwd(struct titan_backend *be, float *dq, float *dk, float *dv
 			return rc;
 		return part_bwd(be, dq, dk, dv, dout, q, k, v, out, lse, &p, false);
 	}
+	if ((rc = cudnn_attn_bwd(be, dq, dk, dv, dout, q, k, v, out, lse, d)) <= 0)
+		return rc;
 	a.vec4 = a.D % 4 == 0 && aligned16(q) && aligned16(k) && aligned16(v) &&
 		 aligned16(dout);
 	if (!(di = (float *)cuda_scratch(be, (size_t)rows * sizeof(float))))

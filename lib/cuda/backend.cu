@@ -164,6 +164,7 @@ static void cuda_release(struct titan_backend *be)
 		return;
 	if (c->stream)
 		cudaStreamSynchronize(c->stream);
+	cudnn_attn_release(be);
 	if (c->blas)
 		cublasDestroy(c->blas);
 	if (c->lt)

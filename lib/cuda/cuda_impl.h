@@ -34,6 +34,7 @@ struct cuda_impl {
 	size_t gemm_ws_bytes;
 	void *bf16_keep;               /* cuda_bf16_keep(): operands an op reuses */
 	size_t bf16_keep_bytes;
+	struct cudnn_attn *dnn;        /* cudnn_attn.cu: handle, plans (NULL until used) */
 };
 
 static inline struct cuda_impl *cuda_of(struct titan_backend *be)
@@ -202,6 +203,18 @@ int cuda_attention_part_bwd(struct titan_backend *be, float *dq, float *dk, floa
 			    const float *dout, const float *q, const float *k, const float *v,
 			    const float *out, const float *lse, const struct titan_attn_part *p,
 			    bool accumulate);
+/* cudnn_attn.cu: attention_fwd/bwd through cuDNN's flash attention.  They
+ * return 1 when cuDNN does not run this call (not bf16 mode, TITAN_CUDA_ATTN
+ * =titan, no cuDNN, a shape it refuses: the caller runs titan's kernel), 0
+ * when done, < 0 on an error. */
+bool cudnn_attn_qualifies(enum titan_cuda_matmul matmul, const struct titan_attn_dims *d);
+int cudnn_attn_fwd(struct titan_backend *be, float *out, float *lse, const float *q,
+		   const float *k, const float *v, const struct titan_attn_dims *d);
+int cudnn_attn_bwd(struct titan_backend *be, float *dq, float *dk, float *dv, const float *dout,
+		   const float *q, const float *k, const float *v, const float *out,
+		   const float *lse, const struct titan_attn_dims *d);
+/* Frees the handle, plans and buffers (the stream is idle). */
+void cudnn_attn_release(struct titan_backend *be);
 /* loss.cu */
 int cuda_classifier_ce(struct titan_backend *be, double *loss_sum, int64_t *n_valid,
 		       float *dh, float *dw, const float *h, const float *w,

@@ -4,6 +4,7 @@
  */
 #include "titan/cuda.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #include "config.h"
@@ -76,6 +77,27 @@ int titan_backend_cuda_init(struct titan_backend *be, const struct titan_cuda_op
 	(void)o;
 	(void)alloc;
 	return NOT_BUILT();
+}
+
+int titan_cuda_set_attention(struct titan_backend *be, enum titan_cuda_attn mode)
+{
+	(void)be;
+	(void)mode;
+	return NOT_BUILT();
+}
+
+int titan_cuda_attention_info(struct titan_backend *be, struct titan_cuda_attn_info *out)
+{
+	(void)be;
+	memset(out, 0, sizeof(*out));
+	return NOT_BUILT();
+}
+
+int titan_cuda_attention_graph_check(const struct titan_attn_dims *d, char *why, size_t n)
+{
+	(void)d;
+	snprintf(why, n, "built without CUDA");
+	return 1;
 }
 #else
 /* ISO C forbids an empty translation unit. */

@@ -91,6 +91,36 @@ struct titan_cuda_opts {
 int titan_backend_cuda_init(struct titan_backend *be, const struct titan_cuda_opts *o,
 			    struct titan_allocator *alloc);
 
+/* Attention of a CUDA backend in TITAN_CUDA_MATMUL_BF16 mode (lib/cuda/
+ * cudnn_attn.cu): plain causal attention_fwd/bwd (no document ids, head_dim
+ * a multiple of 8 up to 128) run cuDNN 9's fused flash attention when
+ * libcudnn.so.9 loads (dlopen; TITAN_CUDNN_LIB names another file), else
+ * titan's own kernels; the FP32 and TF32 modes, parts and document masks
+ * always run titan's.  The default is TITAN_CUDA_ATTN from the environment
+ * (titan, cudnn-fast, else cudnn). */
+enum titan_cuda_attn {
+	TITAN_CUDA_ATTN_CUDNN = 0,  /* cuDNN, deterministic backward (bit-reproducible) */
+	TITAN_CUDA_ATTN_TITAN,      /* titan's kernels */
+	TITAN_CUDA_ATTN_CUDNN_FAST, /* cuDNN's default backward: dQ accumulated with
+				     * atomics, not bit-reproducible (cudnn-fast) */
+};
+int titan_cuda_set_attention(struct titan_backend *be, enum titan_cuda_attn mode);
+
+struct titan_cuda_attn_info {
+	bool cudnn;          /* cuDNN selected and loaded (a handle exists) */
+	int version;         /* cudnnGetVersion(), e.g. 91900 */
+	char why[400];       /* when !cudnn: why titan's kernels run */
+	int64_t fwd_calls, bwd_calls; /* attention calls cuDNN ran */
+	int64_t fallbacks;   /* shapes whose graph cuDNN refused (logged) */
+};
+/* Loads cuDNN (when selected) and fills *out. */
+int titan_cuda_attention_info(struct titan_backend *be, struct titan_cuda_attn_info *out);
+/* Builds cuDNN's forward and backward graphs of a shape as far as that
+ * needs no device (tensors, operations, operation graph, heuristics
+ * descriptor): 0, or 1 when cuDNN does not load (why), or < 0 with the
+ * failing call and cuDNN's message. */
+int titan_cuda_attention_graph_check(const struct titan_attn_dims *d, char *why, size_t n);
+
 #ifdef __cplusplus
 }
 #endif

@@ -25,7 +25,8 @@
  *                              20 runs (host clock between two
  *                              titan_cuda_synchronize()), table printed at the end
  *   TITAN_CUDA_TEST_SEED=N     the seed (default: from the clock)
- *   TITAN_CUDA_TEST_REQUIRE=1  fail instead of skipping without a GPU (make cuda-test)
+ *   TITAN_CUDA_TEST_REQUIRE=1  fail instead of skipping without a GPU (make cuda-test),
+ *                              or without cuDNN (test_attention_cudnn)
  *   TITAN_CUDA_TEST_ONLY=GLOB  run only the tests whose name matches (cmocka's
  *                              filter: * and ?), e.g. 'test_attention*'
  * Without CUDA in the build, or without a driver or device, every test is
@@ -79,6 +80,8 @@ static struct {
 	struct titan_allocator *dev;
 	struct titan_backend cpu, cu[NMODES];
 	bool cpu_ok, cu_ok[NMODES];
+	bool dnn;          /* cuDNN's attention loads (bf16 backend) */
+	char dnn_why[400]; /* why not */
 	struct titan_rng rng;
 	uint64_t draw;     /* next counter of rng */
 	char op[24], shape[96], label[160];
@@ -840,8 +843,33 @@ static void test_swiglu(void **state)
 
 /* ------------------------------------------------------------ attention */
 
-static void attention_case(const struct titan_attn_dims *d, uint64_t index, bool large)
+/* A pass of attention_case: matmul mode m with attention `attn` (the
+ * bf16 backend's titan kernels or cuDNN's), labelled `name`. */
+struct attn_pass {
+	int m;
+	enum titan_cuda_attn attn;
+	const char *name;
+};
+
+/* titan's kernels: fp32 (the kernels tf32 runs too), then bf16 (tensor
+ * cores at D 33..128) */
+static const struct attn_pass titan_passes[] = {{0, TITAN_CUDA_ATTN_TITAN, "fp32"},
+						{2, TITAN_CUDA_ATTN_TITAN, "bf16"}};
+/* cuDNN's flash attention (bf16 mode) with its deterministic backward and
+ * with its default one (cudnn-fast: dQ accumulated with atomics), then,
+ * timed next to them in the large cases, titan's bf16 kernels on the same
+ * inputs */
+static const struct attn_pass cudnn_passes[] = {{2, TITAN_CUDA_ATTN_CUDNN, "cudnn"},
+						{2, TITAN_CUDA_ATTN_CUDNN_FAST, "cudnnF"},
+						{2, TITAN_CUDA_ATTN_TITAN, "bf16"}};
+
+/* With the cudnn passes, cuDNN must have run both directions (not fallen
+ * back to titan's kernel) when `must_run`, else a fallback is reported. */
+static void attention_case_(const struct titan_attn_dims *d, uint64_t index, bool large,
+			    bool cudnn, bool must_run)
 {
+	const struct attn_pass *passes = cudnn ? cudnn_passes : titan_passes;
+	const size_t npasses = !cudnn ? LEN(titan_passes) : large ? LEN(cudnn_passes) : 2;
 	const size_t nq = (size_t)(d->batch * d->seq * d->n_heads * d->head_dim);
 	const size_t nk = (size_t)(d->batch * d->seq * d->n_kv_heads * d->head_dim);
 	const size_t nl = (size_t)(d->batch * d->n_heads * d->seq);
@@ -865,12 +893,16 @@ static void attention_case(const struct titan_attn_dims *d, uint64_t index, bool
 	float *dq_ = dnew(nq * 4), *dk_ = dnew(nk * 4), *dv_ = dnew(nk * 4);
 	float *got = FALLOC(nq > nl ? nq : nl);
 
-	/* fp32 (the kernels tf32 runs too), then bf16: tensor cores at D 33..128 */
-	for (int m = 0; m < NMODES; m += 2) {
+	for (size_t pi = 0; pi < npasses; pi++) {
+		const int m = passes[pi].m;
 		struct titan_backend *be = &g.cu[m];
 		const double tol = m == 0 ? TOL : mode_tol[m];
+		struct titan_cuda_attn_info before, after;
 
-		set_label(m == 0 ? NULL : mode_name[m]);
+		set_label(m == 0 ? NULL : passes[pi].name);
+		if (titan_cuda_set_attention(be, passes[pi].attn) < 0 ||
+		    titan_cuda_attention_info(be, &before) < 0)
+			fail_msg("%s: %s", g.label, titan_errmsg());
 		if (m > 0) {
 			dpoison(out_, nq * 4), dpoison(lse_, nl * 4), dpoison(dq_, nq * 4);
 			dpoison(dk_, nk * 4), dpoison(dv_, nk * 4);
@@ -893,25 +925,61 @@ static void attention_case(const struct titan_attn_dims *d, uint64_t index, bool
 		check_floor("dk", got, dk, nk, tol, t1 ? norm(dv, nk) : 0.0);
 		dget(got, dv_, nk * 4);
 		check("dv", got, dv, nk, tol);
+		if (passes[pi].attn == TITAN_CUDA_ATTN_CUDNN) {
+			/* the deterministic backward: a second run, the same bits */
+			float *g1 = FALLOC(nq + 2 * nk), *g2 = FALLOC(nq + 2 * nk);
+
+			dget(g1, dq_, nq * 4), dget(g1 + nq, dk_, nk * 4);
+			dget(g1 + nq + nk, dv_, nk * 4);
+			CU(be->ops->attention_bwd(be, dq_, dk_, dv_, dout_, q_, k_, v_, outc_,
+						  lsec_, d));
+			dget(g2, dq_, nq * 4), dget(g2 + nq, dk_, nk * 4);
+			dget(g2 + nq + nk, dv_, nk * 4);
+			if (memcmp(g1, g2, (nq + 2 * nk) * 4) != 0)
+				fail_msg("%s: two runs of the deterministic backward differ",
+					 g.label);
+			free(g1), free(g2);
+		}
+		if (passes[pi].attn != TITAN_CUDA_ATTN_TITAN) {
+			if (titan_cuda_attention_info(be, &after) < 0)
+				fail_msg("%s: %s", g.label, titan_errmsg());
+			if (after.fwd_calls == before.fwd_calls ||
+			    after.bwd_calls == before.bwd_calls) {
+				if (must_run)
+					fail_msg("%s: cuDNN did not run (forward %s, backward %s): "
+						 "titan's kernel ran instead (see the log line)",
+						 g.label,
+						 after.fwd_calls > before.fwd_calls ? "ran" : "fell back",
+						 after.bwd_calls > before.bwd_calls ? "ran" : "fell back");
+				printf("# note: %s: cuDNN fell back to titan's kernel\n", g.label);
+			}
+		}
 
 		if (large) {
 			const double pairs = (double)d->batch * (double)d->n_heads *
 					     (double)d->seq * (double)(d->seq + 1) / 2.0;
 			const double f = 4.0 * (double)d->head_dim * pairs;
 
-			TIME_OP("attention_fwd", mode_name[m], f, 0.0,
+			TIME_OP("attention_fwd", passes[pi].name, f, 0.0,
 				"4·D·B·H·T(T+1)/2 FLOP (causal)",
 				be->ops->attention_fwd(be, out_, lse_, q_, k_, v_, d));
-			TIME_OP("attention_bwd", mode_name[m], 2.5 * f, 0.0,
+			TIME_OP("attention_bwd", passes[pi].name, 2.5 * f, 0.0,
 				"10·D·B·H·T(T+1)/2 FLOP (causal)",
 				be->ops->attention_bwd(be, dq_, dk_, dv_, dout_, q_, k_, v_, outc_,
 						       lsec_, d));
 		}
 	}
+	if (titan_cuda_set_attention(&g.cu[2], TITAN_CUDA_ATTN_TITAN) < 0)
+		fail_msg("%s: %s", g.label, titan_errmsg());
 	dfree(q_), dfree(k_), dfree(v_), dfree(dout_), dfree(out_), dfree(lse_), dfree(outc_);
 	dfree(lsec_), dfree(dq_), dfree(dk_), dfree(dv_);
 	free(q), free(k), free(v), free(dout), free(out), free(lse), free(dq), free(dk), free(dv);
 	free(got);
+}
+
+static void attention_case(const struct titan_attn_dims *d, uint64_t index, bool large)
+{
+	attention_case_(d, index, large, false, false);
 }
 
 /* Causal GQA with H = Hkv, 2·Hkv and 4·Hkv, T from 1 to 256 (not only
@@ -937,6 +1005,78 @@ static void test_attention(void **state)
 			}
 	for (size_t i = 0; i < LEN(large) && g.large; i++)
 		attention_case(&large[i], index++, true);
+}
+
+/* cuDNN's SDPA graphs (lib/cuda/cudnn_attn.cu) built as far as needs no
+ * device — every tensor and operation descriptor finalized, the operation
+ * graph and the heuristics descriptor — against the libcudnn.so.9 that
+ * loads here: runs on a machine without a GPU too (skips, with the reason,
+ * when cuDNN does not load or CUDA is not built). */
+static void test_attention_cudnn_graph(void **state)
+{
+	static const struct titan_attn_dims shapes[] = {
+		{2, 37, 4, 2, 64, NULL}, {1, 130, 8, 8, 128, NULL}, {4, 2048, 32, 8, 64, NULL},
+		{2, 96, 6, 3, 32, NULL},
+	};
+	char why[400] = "";
+
+	(void)state;
+	for (size_t i = 0; i < LEN(shapes); i++) {
+		const struct titan_attn_dims *d = &shapes[i];
+		int rc = titan_cuda_attention_graph_check(d, why, sizeof(why));
+
+		if (rc == 1) {
+			if (g.require && g.gpu)
+				fail_msg("TITAN_CUDA_TEST_REQUIRE=1 but cuDNN does not load: %s", why);
+			printf("# skip reason: cuDNN does not load: %s\n", why);
+			skip();
+		}
+		if (rc != 0)
+			fail_msg("B=%lld T=%lld H=%lld Hkv=%lld D=%lld: %s", (long long)d->batch,
+				 (long long)d->seq, (long long)d->n_heads, (long long)d->n_kv_heads,
+				 (long long)d->head_dim, titan_errmsg());
+	}
+}
+
+/* attention_fwd/bwd through cuDNN's flash attention (bf16 mode, the
+ * default there when libcudnn.so.9 loads; the other tests pin the bf16
+ * backend to titan's kernels) against the CPU op at bf16 tolerance: GQA
+ * groups 1 to 4, T not a multiple of 64 or 128, head_dim 16 to 128; both
+ * backward variants (the default deterministic one must give the same bits
+ * twice; cudnn-fast's atomics need not); with TITAN_CUDA_TEST_LARGE=1 the
+ * Llama 3.2 1B shape (B=4 T=2048 H=32 Hkv=8 D=64), timed next to titan's
+ * bf16 kernels with TITAN_CUDA_TEST_TIME=1 (modes cudnn, cudnnF, bf16).
+ * Skips (with the reason) when cuDNN does not load; fails then under
+ * TITAN_CUDA_TEST_REQUIRE=1, and also when cuDNN falls back to titan's
+ * kernel for a shape it should run. */
+static void test_attention_cudnn(void **state)
+{
+	static const struct {
+		struct titan_attn_dims d;
+		bool must_run;
+	} cases[] = {
+		{{2, 64, 4, 4, 64, NULL}, true},   {{2, 37, 4, 2, 64, NULL}, true},
+		{{1, 130, 8, 2, 128, NULL}, true}, {{2, 256, 8, 2, 64, NULL}, true},
+		{{1, 200, 6, 3, 128, NULL}, true}, {{1, 333, 4, 1, 64, NULL}, true},
+		{{2, 96, 4, 2, 32, NULL}, false},  {{2, 80, 2, 1, 16, NULL}, false},
+		{{2, 1, 4, 2, 64, NULL}, false},
+	};
+	static const struct titan_attn_dims model = {4, 2048, 32, 8, 64, NULL};
+	uint64_t index = 0;
+
+	(void)state;
+	need_gpu();
+	if (!g.dnn) {
+		if (g.require)
+			fail_msg("TITAN_CUDA_TEST_REQUIRE=1 but cuDNN's attention is unavailable: %s",
+				 g.dnn_why);
+		printf("# skip reason: cuDNN's attention is unavailable: %s\n", g.dnn_why);
+		skip();
+	}
+	for (size_t i = 0; i < LEN(cases); i++)
+		attention_case_(&cases[i].d, index++, false, true, cases[i].must_run);
+	if (g.large)
+		attention_case_(&model, index++, true, true, true);
 }
 
 /* ------------------------------------------ attention parts and documents */
@@ -1812,6 +1952,25 @@ static int group_setup(void **state)
 			return 0;
 		}
 	}
+	/* the bf16 backend runs titan's attention kernels in every test but
+	 * test_attention_cudnn (cuDNN's would be its default) */
+	{
+		struct titan_cuda_attn_info ai;
+
+		if (titan_cuda_attention_info(&g.cu[2], &ai) < 0 ||
+		    titan_cuda_set_attention(&g.cu[2], TITAN_CUDA_ATTN_TITAN) < 0) {
+			snprintf(g.broken, sizeof(g.broken), "cuDNN attention set-up: %s",
+				 titan_errmsg());
+			return 0;
+		}
+		g.dnn = ai.cudnn;
+		snprintf(g.dnn_why, sizeof(g.dnn_why), "%s", ai.why);
+		if (ai.cudnn)
+			printf("# cuDNN attention: cuDNN %d.%d.%d\n", ai.version / 10000,
+			       ai.version / 100 % 100, ai.version % 100);
+		else
+			printf("# cuDNN attention: unavailable (%s)\n", ai.why);
+	}
 	if (titan_backend_cpu_init(&g.cpu, 0) < 0) {
 		snprintf(g.broken, sizeof(g.broken), "titan_backend_cpu_init: %s", titan_errmsg());
 		return 0;
@@ -1861,6 +2020,8 @@ int main(void)
 		cmocka_unit_test(test_rope),
 		cmocka_unit_test(test_swiglu),
 		cmocka_unit_test(test_attention),
+		cmocka_unit_test(test_attention_cudnn_graph),
+		cmocka_unit_test(test_attention_cudnn),
 		cmocka_unit_test(test_attention_part),
 		cmocka_unit_test(test_attention_docs),
 		cmocka_unit_test(test_classifier_ce),
