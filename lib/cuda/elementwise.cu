@@ -718,7 +718,7 @@ int cuda_sumsq(struct titan_backend *be, double *out, const float *x, int64_t n)
  * recently used of MT_PLANS replaced, freed with the backend. */
 
 #define MT_CHUNK 65536 /* elements of a chunk */
-#define MT_PLANS 8     /* span tables kept */
+#define MT_PLANS 16    /* span tables kept (two per model part: interleaved PP has several) */
 
 struct mt_chunk {
 	int64_t start;       /* floats past the arena base */

@@ -1621,12 +1621,17 @@ static void test_multi_tensor(void **state)
 				mt_check_gaps(name, mt_spans, n, got, prev_a[a], MT_FLOATS);
 			}
 		}
-		/* more distinct tables than the device keeps: every prefix, twice */
+		/* more distinct tables (23) than the device keeps (16): every
+		 * prefix and every suffix, twice */
 		for (int round = 0; round < 2; round++)
-			for (int k = 1; k <= n; k++) {
-				CPU(g.cpu.ops->sumsq_multi(&g.cpu, want, gr, mt_spans, k));
-				CU(be->ops->sumsq_multi(be, sum, g_, mt_spans, k));
-				mt_check_sums("prefix sums", sum, want, mt_spans, k, 1e-12);
+			for (int k = 1; k < 2 * n; k++) {
+				const struct titan_tensor_span *t = k <= n ? mt_spans : mt_spans + k - n;
+				const int nt = k <= n ? k : 2 * n - k;
+
+				CPU(g.cpu.ops->sumsq_multi(&g.cpu, want, gr, t, nt));
+				CU(be->ops->sumsq_multi(be, sum, g_, t, nt));
+				mt_check_sums(k <= n ? "prefix sums" : "suffix sums", sum, want, t, nt,
+					      1e-12);
 			}
 		/* n = 0, bad tables, step 0 */
 		sum[0] = -1.0;
