@@ -1,10 +1,11 @@
 /*
  * elementwise.cu — the memory-bound ops of the CUDA backend: token
  * embedding, RMSNorm, RoPE, SwiGLU, AdamW, the sum of squares of the
- * gradient norm and the vector helpers.  Twins of lib/cpu/elementwise.c,
- * norm.c, rope.c and optim.c with the same fp32 arithmetic: where a product
- * feeds a sum it is written with __fmul_rn/__fadd_rn, which nvcc never
- * contracts into an FMA (the CPU ops never do either; fmaf appears only
+ * gradient norm (both also over all tensors in one launch) and the vector
+ * helpers.  Twins of lib/cpu/elementwise.c, norm.c, rope.c and optim.c
+ * with the same fp32 arithmetic: where a product feeds a sum it is
+ * written with __fmul_rn/__fadd_rn, which nvcc never contracts into an
+ * FMA (the CPU ops never do either; fmaf appears only
  * where the CPU writes it), and expf/sqrtf/division are CUDA's accurate
  * ones (expf ≤ 2 ulp, the CPU's own ≤ 1 ulp).
  *
