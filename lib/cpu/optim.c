@@ -133,3 +133,51 @@ int titan_cpu_sumsq(struct titan_backend *be, double *out, const float *x,
 	*out = s;
 	return 0;
 }
+
+/* ---- the multi-tensor ops: the per-tensor ones in a loop --------------- */
+
+int titan_tensor_spans_check(const char *op, const struct titan_tensor_span *spans, int n)
+{
+	if (n < 0)
+		return titan_error(TITAN_E_INVALID, "%s: %d tensors", op, n);
+	for (int i = 0; i < n; i++)
+		if (spans[i].offset < 0 || spans[i].numel < 0)
+			return titan_error(TITAN_E_INVALID, "%s: tensor %d: offset %lld, %lld "
+					   "elements", op, i, (long long)spans[i].offset,
+					   (long long)spans[i].numel);
+	return 0;
+}
+
+/* Through be->ops, in tensor order: the workspace each sumsq takes and
+ * gives back, the bits, and a wrapping table's view (the op trace, the
+ * estimate's measure pass) are the per-tensor loop's. */
+int titan_sumsq_multi_loop(struct titan_backend *be, double *out, const float *base,
+			   const struct titan_tensor_span *spans, int n)
+{
+	int rc = titan_tensor_spans_check("sumsq_multi", spans, n);
+
+	for (int i = 0; i < n && rc == 0; i++)
+		rc = be->ops->sumsq(be, &out[i], base + spans[i].offset, spans[i].numel);
+	return rc;
+}
+
+int titan_adamw_multi_loop(struct titan_backend *be, float *p, float *m, float *v,
+			   const float *g, const struct titan_tensor_span *spans, int n,
+			   const struct titan_adamw_hparams *hp, int64_t step, float grad_mul)
+{
+	int rc = titan_tensor_spans_check("adamw_multi", spans, n);
+
+	if (rc == 0 && step < 1)
+		rc = titan_error(TITAN_E_INVALID, "adamw: step %lld (must be >= 1)",
+				 (long long)step);
+	for (int i = 0; i < n && rc == 0; i++) {
+		const int64_t o = spans[i].offset;
+		struct titan_adamw_hparams h = *hp;
+
+		if (spans[i].no_decay)
+			h.weight_decay = 0;
+		rc = be->ops->adamw_step(be, p + o, m + o, v + o, g + o, spans[i].numel, &h, step,
+					 grad_mul);
+	}
+	return rc;
+}

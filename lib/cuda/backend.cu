@@ -169,6 +169,7 @@ static void cuda_release(struct titan_backend *be)
 		cublasDestroy(c->blas);
 	if (c->lt)
 		cublasLtDestroy(c->lt);
+	cuda_mt_release(be);
 	cuda_buf_free(be, c->blas_ws);
 	cuda_buf_free(be, c->gemm_ws);
 	cuda_buf_free(be, c->bf16_keep);
@@ -205,6 +206,8 @@ static const struct titan_backend_ops cuda_ops = {
 	.add = cuda_add,
 	.copy = cuda_copy,
 	.zero = cuda_zero,
+	.sumsq_multi = cuda_sumsq_multi,
+	.adamw_multi = cuda_adamw_multi,
 	CUDA_BUF_OPS,
 	CUDA_VOCAB_OPS,
 };

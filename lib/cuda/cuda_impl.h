@@ -30,6 +30,7 @@ struct cuda_impl {
 	size_t scratch_bytes;
 	void *host_scratch;            /* pinned host memory for results */
 	size_t host_scratch_bytes;
+	struct cuda_mt_cache *mt;      /* the multi-tensor ops' span tables (elementwise.cu) */
 	void *gemm_ws;                 /* bf16 copies of GEMM operands (gemm.cu) */
 	size_t gemm_ws_bytes;
 	void *bf16_keep;               /* cuda_bf16_keep(): operands an op reuses */
@@ -153,6 +154,13 @@ int cuda_adamw_step(struct titan_backend *be, float *p, float *m, float *v, cons
 		    int64_t n, const struct titan_adamw_hparams *hp, int64_t step,
 		    float grad_mul);
 int cuda_sumsq(struct titan_backend *be, double *out, const float *x, int64_t n);
+int cuda_sumsq_multi(struct titan_backend *be, double *out, const float *base,
+		     const struct titan_tensor_span *spans, int n);
+int cuda_adamw_multi(struct titan_backend *be, float *p, float *m, float *v, const float *g,
+		     const struct titan_tensor_span *spans, int n,
+		     const struct titan_adamw_hparams *hp, int64_t step, float grad_mul);
+/* Frees the multi-tensor ops' device tables (the backend's release). */
+void cuda_mt_release(struct titan_backend *be);
 int cuda_scale(struct titan_backend *be, float *x, int64_t n, float alpha);
 int cuda_add(struct titan_backend *be, float *y, const float *a, const float *b, int64_t n);
 int cuda_copy(struct titan_backend *be, float *dst, const float *src, int64_t n);

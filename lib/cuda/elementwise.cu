@@ -1,10 +1,11 @@
 /*
  * elementwise.cu — the memory-bound ops of the CUDA backend: token
  * embedding, RMSNorm, RoPE, SwiGLU, AdamW, the sum of squares of the
- * gradient norm and the vector helpers.  Twins of lib/cpu/elementwise.c,
- * norm.c, rope.c and optim.c with the same fp32 arithmetic: where a product
- * feeds a sum it is written with __fmul_rn/__fadd_rn, which nvcc never
- * contracts into an FMA (the CPU ops never do either; fmaf appears only
+ * gradient norm (both also over all tensors in one launch) and the vector
+ * helpers.  Twins of lib/cpu/elementwise.c, norm.c, rope.c and optim.c
+ * with the same fp32 arithmetic: where a product feeds a sum it is
+ * written with __fmul_rn/__fadd_rn, which nvcc never contracts into an
+ * FMA (the CPU ops never do either; fmaf appears only
  * where the CPU writes it), and expf/sqrtf/division are CUDA's accurate
  * ones (expf ≤ 2 ulp, the CPU's own ≤ 1 ulp).
  *
@@ -26,6 +27,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "cuda_impl.h"
 
@@ -578,34 +580,35 @@ static __device__ void adamw_elem(float *p, float *m, float *v, float g,
 	*v = vi;
 }
 
+/* Float4 number j of p, m, v, g (16-byte aligned pointers). */
+static __device__ void adamw_vec4(float *p, float *m, float *v, const float *g, int64_t j,
+				  const struct adamw_consts &k)
+{
+	float4 pp = ld4(p, j), mm = ld4(m, j), vv = ld4(v, j);
+	const float4 gg = ld4(g, j);
+
+	adamw_elem(&pp.x, &mm.x, &vv.x, gg.x, k);
+	adamw_elem(&pp.y, &mm.y, &vv.y, gg.y, k);
+	adamw_elem(&pp.z, &mm.z, &vv.z, gg.z, k);
+	adamw_elem(&pp.w, &mm.w, &vv.w, gg.w, k);
+	st4(p, j, pp);
+	st4(m, j, mm);
+	st4(v, j, vv);
+}
+
 static __global__ void adamw_kernel(float *p, float *m, float *v, const float *g, int64_t n,
 				    int64_t n4, struct adamw_consts k)
 {
-	for (int64_t j = GRID_TID; j < n4; j += GRID_STRIDE) {
-		float4 pp = ld4(p, j), mm = ld4(m, j), vv = ld4(v, j);
-		const float4 gg = ld4(g, j);
-
-		adamw_elem(&pp.x, &mm.x, &vv.x, gg.x, k);
-		adamw_elem(&pp.y, &mm.y, &vv.y, gg.y, k);
-		adamw_elem(&pp.z, &mm.z, &vv.z, gg.z, k);
-		adamw_elem(&pp.w, &mm.w, &vv.w, gg.w, k);
-		st4(p, j, pp);
-		st4(m, j, mm);
-		st4(v, j, vv);
-	}
+	for (int64_t j = GRID_TID; j < n4; j += GRID_STRIDE)
+		adamw_vec4(p, m, v, g, j, k);
 	for (int64_t i = 4 * n4 + GRID_TID; i < n; i += GRID_STRIDE)
 		adamw_elem(p + i, m + i, v + i, g[i], k);
 }
 
-int cuda_adamw_step(struct titan_backend *be, float *p, float *m, float *v, const float *g,
-		    int64_t n, const struct titan_adamw_hparams *hp, int64_t step,
-		    float grad_mul)
+/* The constants of one step (keep is 1 without weight decay). */
+static struct adamw_consts adamw_consts_of(const struct titan_adamw_hparams *hp, int64_t step,
+					   float grad_mul)
 {
-	if (step < 1)
-		return titan_error(TITAN_E_INVALID, "adamw: step %lld (must be >= 1)",
-				   (long long)step);
-	if (n <= 0)
-		return 0;
 	/* exp_avg.lerp_(grad, 1 − β1) as ATen: fma(w, g − m, m) for |w| < 0.5,
 	 * else fma(w − 1, g − m, g) */
 	const float lw = (float)(1.0 - hp->beta1);
@@ -622,6 +625,19 @@ int cuda_adamw_step(struct titan_backend *be, float *p, float *m, float *v, cons
 	k.bc2_sqrt = (float)sqrt(bc2);
 	k.eps = (float)hp->eps;
 	k.grad_mul = grad_mul;
+	return k;
+}
+
+int cuda_adamw_step(struct titan_backend *be, float *p, float *m, float *v, const float *g,
+		    int64_t n, const struct titan_adamw_hparams *hp, int64_t step,
+		    float grad_mul)
+{
+	if (step < 1)
+		return titan_error(TITAN_E_INVALID, "adamw: step %lld (must be >= 1)",
+				   (long long)step);
+	if (n <= 0)
+		return 0;
+	const struct adamw_consts k = adamw_consts_of(hp, step, grad_mul);
 	const int64_t n4 =
 		aligned(p, 16) && aligned(m, 16) && aligned(v, 16) && aligned(g, 16) ? n / 4 : 0;
 	adamw_kernel<<<flat_blocks(n, n4), THREADS, 0, cuda_of(be)->stream>>>(p, m, v, g, n, n4,
@@ -685,6 +701,319 @@ int cuda_sumsq(struct titan_backend *be, double *out, const float *x, int64_t n)
 	CU_CHECK(cudaMemcpyAsync(host, part + nb, sizeof(double), cudaMemcpyDeviceToHost, s));
 	CU_CHECK(cudaStreamSynchronize(s));
 	*out = *host;
+	return 0;
+}
+
+/* ---- multi-tensor ops: the gradient norm's sums and AdamW over all tensors ----
+ *
+ * A span table (titan/ops.h struct titan_tensor_span) becomes a chunk table:
+ * each tensor cut into MT_CHUNK-element chunks in order, one block per
+ * chunk (grid-stride over chunks).  A chunk reads float4s from its first
+ * 16-byte-aligned element, scalars before and after it (AdamW: float4s only
+ * where p, m, v, g agree modulo 16 bytes), and never past its own end.
+ * sumsq_multi: the partial sum of every chunk, then one block per tensor
+ * adds its chunks' partials in chunk order (a fixed order: the result
+ * depends on the spans and the base's alignment only), one copy back.
+ * The tables live on the device, one block per distinct span table (the
+ * model's two are the same every step): looked up by content, the least
+ * recently used of MT_PLANS replaced, freed with the backend. */
+
+#define MT_CHUNK 65536 /* elements of a chunk */
+#define MT_PLANS 16    /* span tables kept (two per model part: interleaved PP has several) */
+
+struct mt_chunk {
+	int64_t start;       /* floats past the arena base */
+	int32_t len, tensor; /* elements (1..MT_CHUNK), index into the span table */
+};
+
+/* One span table on the device: its chunks (tensor t's are
+ * first[t] .. first[t+1]), no_decay per tensor, and room for the sums
+ * (part per chunk, tot per tensor), in one device block. */
+struct mt_plan {
+	struct titan_tensor_span *spans; /* host copy: the key (NULL: slot free) */
+	int n;
+	int64_t nchunks;
+	void *block; /* NULL when there is no chunk */
+	const struct mt_chunk *chunk;
+	const int64_t *first;
+	double *part, *tot;
+	const unsigned char *no_decay;
+	uint64_t used; /* last use: the clock of the cache */
+};
+
+struct cuda_mt_cache {
+	struct mt_plan plan[MT_PLANS];
+	uint64_t clock;
+};
+
+static void mt_plan_clear(struct titan_backend *be, struct mt_plan *pl)
+{
+	if (pl->block) {
+		/* queued work may still read the table */
+		cudaStreamSynchronize(cuda_of(be)->stream);
+		cuda_buf_free(be, pl->block);
+	}
+	free(pl->spans);
+	memset(pl, 0, sizeof(*pl));
+}
+
+void cuda_mt_release(struct titan_backend *be)
+{
+	struct cuda_impl *c = cuda_of(be);
+
+	if (!c->mt)
+		return;
+	for (int i = 0; i < MT_PLANS; i++)
+		mt_plan_clear(be, &c->mt->plan[i]);
+	free(c->mt);
+	c->mt = NULL;
+}
+
+static bool mt_same(const struct mt_plan *pl, const struct titan_tensor_span *s, int n)
+{
+	if (pl->n != n)
+		return false;
+	for (int i = 0; i < n; i++)
+		if (pl->spans[i].offset != s[i].offset || pl->spans[i].numel != s[i].numel ||
+		    pl->spans[i].no_decay != s[i].no_decay)
+			return false;
+	return true;
+}
+
+/* Fills pl (cleared) for spans[0..n), n > 0, checked. */
+static int mt_plan_build(struct titan_backend *be, struct mt_plan *pl,
+			 const struct titan_tensor_span *spans, int n)
+{
+	cudaStream_t s = cuda_of(be)->stream;
+	int64_t nch = 0;
+
+	for (int t = 0; t < n; t++)
+		nch += (spans[t].numel + MT_CHUNK - 1) / MT_CHUNK;
+	if (!(pl->spans = (struct titan_tensor_span *)malloc((size_t)n * sizeof(*spans))))
+		return titan_error(TITAN_E_NOMEM, "out of memory");
+	memcpy(pl->spans, spans, (size_t)n * sizeof(*spans));
+	pl->n = n;
+	pl->nchunks = nch;
+	if (nch == 0)
+		return 0;
+	/* chunks (16 B), first (n + 1 int64), part (nch double), tot (n
+	 * double), no_decay (n bytes): every array at a multiple of 8 bytes */
+	const size_t o_first = (size_t)nch * sizeof(struct mt_chunk);
+	const size_t o_part = o_first + ((size_t)n + 1) * sizeof(int64_t);
+	const size_t o_tot = o_part + (size_t)nch * sizeof(double);
+	const size_t o_nd = o_tot + (size_t)n * sizeof(double);
+	const size_t bytes = o_nd + (size_t)n;
+	char *host = (char *)calloc(1, bytes);
+	if (!host)
+		return titan_error(TITAN_E_NOMEM, "out of memory");
+	struct mt_chunk *ch = (struct mt_chunk *)host;
+	int64_t *first = (int64_t *)(host + o_first), k = 0;
+	for (int t = 0; t < n; t++) {
+		first[t] = k;
+		for (int64_t i0 = 0; i0 < spans[t].numel; i0 += MT_CHUNK) {
+			const int64_t len = spans[t].numel - i0;
+
+			ch[k].start = spans[t].offset + i0;
+			ch[k].len = (int32_t)(len < MT_CHUNK ? len : MT_CHUNK);
+			ch[k].tensor = t;
+			k++;
+		}
+		host[o_nd + (size_t)t] = spans[t].no_decay;
+	}
+	first[n] = k;
+	if (!(pl->block = cuda_buf_alloc(be, bytes, "the multi-tensor tables"))) {
+		free(host);
+		return TITAN_E_NOMEM;
+	}
+	char *d = (char *)pl->block;
+	pl->chunk = (const struct mt_chunk *)d;
+	pl->first = (const int64_t *)(d + o_first);
+	pl->part = (double *)(d + o_part);
+	pl->tot = (double *)(d + o_tot);
+	pl->no_decay = (const unsigned char *)(d + o_nd);
+	/* once per table: wait for the copy, then the host image can go */
+	cudaError_t e = cudaMemcpyAsync(d, host, bytes, cudaMemcpyHostToDevice, s);
+	if (e == cudaSuccess)
+		e = cudaStreamSynchronize(s);
+	free(host);
+	if (e != cudaSuccess) {
+		(void)cudaGetLastError();
+		return titan_error(TITAN_E_DEVICE, "uploading the multi-tensor tables: %s (%s)",
+				   cudaGetErrorString(e), cudaGetErrorName(e));
+	}
+	return 0;
+}
+
+/* The device tables of spans[0..n) (n > 0, checked): a kept one, or a new
+ * one in the least recently used slot. */
+static int mt_plan_get(struct titan_backend *be, const struct titan_tensor_span *spans, int n,
+		       const struct mt_plan **out)
+{
+	struct cuda_impl *c = cuda_of(be);
+	struct cuda_mt_cache *mc = c->mt;
+	struct mt_plan *lru;
+	int rc;
+
+	if (!mc && !(mc = c->mt = (struct cuda_mt_cache *)calloc(1, sizeof(*mc))))
+		return titan_error(TITAN_E_NOMEM, "out of memory");
+	lru = &mc->plan[0];
+	for (int i = 0; i < MT_PLANS; i++) {
+		struct mt_plan *pl = &mc->plan[i];
+
+		if (pl->spans && mt_same(pl, spans, n)) {
+			pl->used = ++mc->clock;
+			*out = pl;
+			return 0;
+		}
+		if (pl->used < lru->used)
+			lru = pl; /* a free slot has used 0 */
+	}
+	mt_plan_clear(be, lru);
+	if ((rc = mt_plan_build(be, lru, spans, n)) < 0) {
+		mt_plan_clear(be, lru);
+		return rc;
+	}
+	lru->used = ++mc->clock;
+	*out = lru;
+	return 0;
+}
+
+/* Elements of x (4-byte aligned) before its first 16-byte boundary, at
+ * most len. */
+static __device__ int64_t mt_head(const float *x, int64_t len)
+{
+	const int64_t h = (int64_t)(((16u - ((uintptr_t)x & 15u)) & 15u) / 4u);
+
+	return h < len ? h : len;
+}
+
+/* part[c] = Σ x² over chunk c, in double */
+static __global__ void mt_sumsq_part_kernel(double *part, const float *base,
+					    const struct mt_chunk *chunk, int64_t nch)
+{
+	__shared__ double sh[32];
+
+	for (int64_t c = blockIdx.x; c < nch; c += gridDim.x) {
+		const struct mt_chunk q = chunk[c];
+		const float *x = base + q.start;
+		const int64_t len = q.len, head = mt_head(x, len), n4 = (len - head) / 4;
+		const float *x4 = x + head;
+		double s = 0.0;
+
+		for (int64_t i = threadIdx.x; i < head; i += blockDim.x)
+			s += (double)x[i] * x[i];
+		for (int64_t j = threadIdx.x; j < n4; j += blockDim.x) {
+			const float4 a = ld4(x4, j);
+			s += (double)a.x * a.x + (double)a.y * a.y + (double)a.z * a.z +
+			     (double)a.w * a.w;
+		}
+		for (int64_t i = head + 4 * n4 + threadIdx.x; i < len; i += blockDim.x)
+			s += (double)x[i] * x[i];
+		s = block_sum(s, sh); /* ends with a barrier: sh is free again */
+		if (threadIdx.x == 0)
+			part[c] = s;
+	}
+}
+
+/* tot[t] = Σ part[first[t] .. first[t+1]), one block per tensor */
+static __global__ void mt_sumsq_tot_kernel(double *tot, const double *part, const int64_t *first,
+					   int n)
+{
+	__shared__ double sh[32];
+
+	for (int64_t t = blockIdx.x; t < n; t += gridDim.x) {
+		const int64_t c1 = first[t + 1];
+		double s = 0.0;
+
+		for (int64_t c = first[t] + threadIdx.x; c < c1; c += blockDim.x)
+			s += part[c];
+		s = block_sum(s, sh);
+		if (threadIdx.x == 0)
+			tot[t] = s;
+	}
+}
+
+int cuda_sumsq_multi(struct titan_backend *be, double *out, const float *base,
+		     const struct titan_tensor_span *spans, int n)
+{
+	cudaStream_t s = cuda_of(be)->stream;
+	const struct mt_plan *pl;
+	int rc = titan_tensor_spans_check("sumsq_multi", spans, n);
+
+	if (rc < 0 || n == 0)
+		return rc;
+	if ((rc = mt_plan_get(be, spans, n, &pl)) < 0)
+		return rc;
+	if (pl->nchunks == 0) { /* every tensor empty */
+		for (int t = 0; t < n; t++)
+			out[t] = 0.0;
+		return 0;
+	}
+	double *host = (double *)cuda_host_scratch(be, (size_t)n * sizeof(double));
+	if (!host)
+		return TITAN_E_NOMEM;
+	mt_sumsq_part_kernel<<<cuda_blocks(pl->nchunks, 1), THREADS, 0, s>>>(pl->part, base,
+									     pl->chunk,
+									     pl->nchunks);
+	CU_LAUNCHED("sumsq_multi");
+	mt_sumsq_tot_kernel<<<cuda_blocks(n, 1), THREADS, 0, s>>>(pl->tot, pl->part, pl->first, n);
+	CU_LAUNCHED("sumsq_multi totals");
+	CU_CHECK(cudaMemcpyAsync(host, pl->tot, (size_t)n * sizeof(double), cudaMemcpyDeviceToHost,
+				 s));
+	CU_CHECK(cudaStreamSynchronize(s));
+	memcpy(out, host, (size_t)n * sizeof(double));
+	return 0;
+}
+
+static __global__ void mt_adamw_kernel(float *p, float *m, float *v, const float *g,
+				       const struct mt_chunk *chunk,
+				       const unsigned char *no_decay, int64_t nch,
+				       struct adamw_consts k)
+{
+	for (int64_t c = blockIdx.x; c < nch; c += gridDim.x) {
+		const struct mt_chunk q = chunk[c];
+		struct adamw_consts kc = k;
+		float *pc = p + q.start, *mc = m + q.start, *vc = v + q.start;
+		const float *gc = g + q.start;
+		const uintptr_t mis = (uintptr_t)pc & 15u;
+		const bool vec = ((uintptr_t)mc & 15u) == mis && ((uintptr_t)vc & 15u) == mis &&
+				 ((uintptr_t)gc & 15u) == mis;
+		const int64_t len = q.len, head = vec ? mt_head(pc, len) : len;
+		const int64_t n4 = (len - head) / 4;
+
+		if (no_decay[q.tensor])
+			kc.keep = 1.0f; /* adamw_step's with weight decay 0 */
+		for (int64_t i = threadIdx.x; i < head; i += blockDim.x)
+			adamw_elem(pc + i, mc + i, vc + i, gc[i], kc);
+		for (int64_t j = threadIdx.x; j < n4; j += blockDim.x)
+			adamw_vec4(pc + head, mc + head, vc + head, gc + head, j, kc);
+		for (int64_t i = head + 4 * n4 + threadIdx.x; i < len; i += blockDim.x)
+			adamw_elem(pc + i, mc + i, vc + i, gc[i], kc);
+	}
+}
+
+int cuda_adamw_multi(struct titan_backend *be, float *p, float *m, float *v, const float *g,
+		     const struct titan_tensor_span *spans, int n,
+		     const struct titan_adamw_hparams *hp, int64_t step, float grad_mul)
+{
+	const struct mt_plan *pl;
+	int rc = titan_tensor_spans_check("adamw_multi", spans, n);
+
+	if (rc < 0)
+		return rc;
+	if (step < 1)
+		return titan_error(TITAN_E_INVALID, "adamw: step %lld (must be >= 1)",
+				   (long long)step);
+	if (n == 0)
+		return 0;
+	if ((rc = mt_plan_get(be, spans, n, &pl)) < 0)
+		return rc;
+	if (pl->nchunks == 0)
+		return 0;
+	mt_adamw_kernel<<<cuda_blocks(pl->nchunks, 1), THREADS, 0, cuda_of(be)->stream>>>(
+		p, m, v, g, pl->chunk, pl->no_decay, pl->nchunks,
+		adamw_consts_of(hp, step, grad_mul));
+	CU_LAUNCHED("adamw_multi");
 	return 0;
 }
 

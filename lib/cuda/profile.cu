@@ -16,14 +16,15 @@
 enum {
 	P_MATMUL_FWD, P_MATMUL_BWD, P_EMB_FWD, P_EMB_BWD, P_RMS_FWD, P_RMS_BWD, P_ROPE_FWD,
 	P_ROPE_BWD, P_SWIGLU_FWD, P_SWIGLU_BWD, P_ATT_FWD, P_ATT_BWD, P_ATT_PART_FWD,
-	P_ATT_PART_BWD, P_CE, P_ADAMW, P_SUMSQ, P_SCALE, P_ADD, P_COPY, P_ZERO, P_NOPS
+	P_ATT_PART_BWD, P_CE, P_ADAMW, P_SUMSQ, P_SCALE, P_ADD, P_COPY, P_ZERO, P_SUMSQ_MULTI,
+	P_ADAMW_MULTI, P_NOPS
 };
 
 static const char *const names[P_NOPS] = {
 	"matmul_fwd", "matmul_bwd", "embedding_fwd", "embedding_bwd", "rmsnorm_fwd",
 	"rmsnorm_bwd", "rope_fwd", "rope_bwd", "swiglu_fwd", "swiglu_bwd", "attention_fwd",
 	"attention_bwd", "attention_part_fwd", "attention_part_bwd", "classifier_ce",
-	"adamw_step", "sumsq", "scale", "add", "copy", "zero",
+	"adamw_step", "sumsq", "scale", "add", "copy", "zero", "sumsq_multi", "adamw_multi",
 };
 
 #define PENDING 512
@@ -138,6 +139,13 @@ WRAP(add, P_ADD, (struct titan_backend *be, float *y, const float *a, const floa
 WRAP(copy, P_COPY, (struct titan_backend *be, float *d, const float *s, int64_t n),
      (be, d, s, n))
 WRAP(zero, P_ZERO, (struct titan_backend *be, float *x, int64_t n), (be, x, n))
+WRAP(sumsq_multi, P_SUMSQ_MULTI,
+     (struct titan_backend *be, double *o, const float *b, const struct titan_tensor_span *s,
+      int n), (be, o, b, s, n))
+WRAP(adamw_multi, P_ADAMW_MULTI,
+     (struct titan_backend *be, float *p_, float *m, float *v, const float *g,
+      const struct titan_tensor_span *s, int n, const struct titan_adamw_hparams *hp,
+      int64_t step, float gm), (be, p_, m, v, g, s, n, hp, step, gm))
 
 static struct prof *g_prof; /* one profiled backend per process */
 
@@ -199,6 +207,8 @@ static const struct titan_backend_ops prof_ops = {
 	.add = prof_add,
 	.copy = prof_copy,
 	.zero = prof_zero,
+	.sumsq_multi = prof_sumsq_multi,
+	.adamw_multi = prof_adamw_multi,
 	/* buffer ops are transfers, not ops: not timed */
 	CUDA_BUF_OPS,
 	CUDA_VOCAB_OPS, /* not timed either (TP only) */

@@ -396,6 +396,9 @@ static const struct titan_backend_ops measure_ops = {
 	.add = m_add,
 	.copy = m_copy,
 	.zero = m_zero,
+	/* loops over m_sumsq and m_adamw: the CPU's workspace per tensor */
+	.sumsq_multi = titan_sumsq_multi_loop,
+	.adamw_multi = titan_adamw_multi_loop,
 	.buf_alloc = m_buf_alloc,
 	.buf_free = m_buf_free,
 	.buf_set = m_buf_move,

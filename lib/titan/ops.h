@@ -110,6 +110,18 @@ struct titan_adamw_hparams {
 	double lr, beta1, beta2, eps, weight_decay;
 };
 
+/* One tensor of a multi-tensor op (sumsq_multi, adamw_multi): the numel
+ * floats starting `offset` floats past each base pointer the op is given,
+ * every operand an arena with the same layout (titan/model.h's
+ * titan_param_arena: a parameter's offset is the same in the parameters,
+ * gradients and moments).  Offsets need no alignment; adamw_multi's spans
+ * must not overlap.  no_decay: adamw_multi runs this tensor with weight
+ * decay 0 (optimizer.weight_decay's exclusions); sumsq_multi ignores it. */
+struct titan_tensor_span {
+	int64_t offset, numel;
+	bool no_decay;
+};
+
 struct titan_backend_ops {
 	const char *name; /* "cpu", "cuda" */
 
@@ -287,6 +299,28 @@ struct titan_backend_ops {
 		    int64_t n);
 	/* x[0..n) = 0. */
 	int (*zero)(struct titan_backend *be, float *x, int64_t n);
+	/* The gradient norm's and the optimizer's ops over all tensors at once
+	 * (lib/train/llama.c), each one call where the per-tensor ops take one
+	 * per tensor.  TITAN_E_INVALID for n < 0 or a negative offset or
+	 * numel; n = 0 does nothing.
+	 *   sumsq_multi: out[i] (host memory, n doubles) = Σ x² of tensor i of
+	 *     `base`.  cpu: sumsq per tensor (the same bits); cuda: one launch
+	 *     for every tensor's fixed chunks, one for the per-tensor totals in
+	 *     a fixed order, one copy back and one synchronisation for all n
+	 *     (results repeat run to run, and differ from cuda's sumsq in the
+	 *     last bits of the double, as both do from the cpu's).
+	 *   adamw_multi: adamw_step on every tensor of the arenas p, m, v, g
+	 *     (weight decay 0 where spans[i].no_decay), the same bits as
+	 *     adamw_step per tensor; cuda: one launch.  TITAN_E_INVALID for
+	 *     step < 1, also when n is 0.
+	 * cuda keeps a device copy of each distinct span table it is given
+	 * (the model's is the same every step; a few are kept, the least
+	 * recently used replaced), freed with the backend. */
+	int (*sumsq_multi)(struct titan_backend *be, double *out, const float *base,
+			   const struct titan_tensor_span *spans, int n);
+	int (*adamw_multi)(struct titan_backend *be, float *p, float *m, float *v,
+			   const float *g, const struct titan_tensor_span *spans, int n,
+			   const struct titan_adamw_hparams *hp, int64_t step, float grad_mul);
 
 	/* ---- buffers: memory, transfers to and from the host ---------------
 	 * What the parallel code (data and pipeline parallelism, context and
@@ -486,6 +520,17 @@ void titan_backend_release(struct titan_backend *be);
  * below the width). */
 int titan_buf_copy_rows_check(int64_t dst_off, int64_t dst_stride, int64_t src_off,
 			      int64_t src_stride, int64_t rows, int64_t width);
+/* The multi-tensor ops as loops over the per-tensor ones, called through
+ * be->ops (so a wrapping table sees every sumsq and adamw_step): the CPU
+ * backend's and the measure backend's sumsq_multi and adamw_multi.  And
+ * the check of a span table every backend applies: 0, or TITAN_E_INVALID
+ * naming `op` and the tensor. */
+int titan_sumsq_multi_loop(struct titan_backend *be, double *out, const float *base,
+			   const struct titan_tensor_span *spans, int n);
+int titan_adamw_multi_loop(struct titan_backend *be, float *p, float *m, float *v,
+			   const float *g, const struct titan_tensor_span *spans, int n,
+			   const struct titan_adamw_hparams *hp, int64_t step, float grad_mul);
+int titan_tensor_spans_check(const char *op, const struct titan_tensor_span *spans, int n);
 /* The sizes of a vocabulary-parallel op as every backend checks them: 0,
  * or TITAN_E_INVALID naming the op when one is negative. */
 int titan_vocab_part_check(const char *op, int64_t a, int64_t b, int64_t c);

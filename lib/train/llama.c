@@ -2015,16 +2015,46 @@ int titan_llama_logits(struct titan_llama *m, const int32_t *inputs, float *logi
 	return ghook(m, m->ghooks.post_forward, (int)m->d.n_layers + 1);
 }
 
-int titan_llama_grad_sumsq(struct titan_llama *m, double *sumsq)
+/* The parameters' spans in the arenas (every one, or those AdamW moves),
+ * for the multi-tensor ops: one call each for the whole model (the CUDA
+ * backend keeps the table on the device, uploaded once).  Host memory the
+ * caller frees; NULL with TITAN_E_NOMEM recorded. */
+static struct titan_tensor_span *param_spans(const struct titan_llama *m, bool adamw, int *n)
 {
-	int rc;
+	struct titan_tensor_span *s = malloc(((size_t)m->table.n + 1) * sizeof(*s));
 
+	*n = 0;
+	if (!s) {
+		titan_error(TITAN_E_NOMEM, "out of memory");
+		return NULL;
+	}
 	for (int i = 0; i < m->table.n; i++) {
 		const struct titan_param *p = &m->table.params[i];
 
-		CK(m->be->ops->sumsq(m->be, &sumsq[i], titan_param_view(&m->grads, p),
-				     p->local_numel));
+		if (adamw && p->is_buffer) /* expert_bias: moved by titan_llama_moe_balance only */
+			continue;
+		s[(*n)++] = (struct titan_tensor_span){
+			.offset = p->offset,
+			.numel = p->local_numel,
+			.no_decay = adamw && m->o.exclude_norms_embeddings_from_wd &&
+				    (p->is_norm || p->is_embedding),
+		};
 	}
+	return s;
+}
+
+int titan_llama_grad_sumsq(struct titan_llama *m, double *sumsq)
+{
+	int n, rc;
+	struct titan_tensor_span *s = param_spans(m, false, &n);
+
+	if (!s)
+		return TITAN_E_NOMEM;
+	/* sumsq[i] of every parameter i, one call (cuda: one read-back) */
+	rc = m->be->ops->sumsq_multi(m->be, sumsq, m->grads.data, s, n);
+	free(s);
+	if (rc < 0)
+		return rc;
 	CK(m->sp.ops->reduce_sumsq(&m->sp, &m->table, sumsq));
 	/* pipeline stages: every parameter on one stage, zero elsewhere */
 	if (m->pp && titan_comm_size(m->pp) > 1)
@@ -2072,22 +2102,15 @@ int titan_llama_grad_norm(struct titan_llama *m, double max_norm, double *norm, 
 int titan_llama_adamw(struct titan_llama *m, const struct titan_adamw_hparams *hp, int64_t step,
 		      float grad_mul)
 {
-	int rc;
+	int n, rc;
+	struct titan_tensor_span *s = param_spans(m, true, &n);
 
-	for (int i = 0; i < m->table.n; i++) {
-		const struct titan_param *p = &m->table.params[i];
-		struct titan_adamw_hparams h = *hp;
-
-		if (p->is_buffer) /* expert_bias: moved by titan_llama_moe_balance only */
-			continue;
-		if (m->o.exclude_norms_embeddings_from_wd && (p->is_norm || p->is_embedding))
-			h.weight_decay = 0;
-		CK(m->be->ops->adamw_step(m->be, titan_param_view(&m->params, p),
-					  titan_param_view(&m->m, p), titan_param_view(&m->v, p),
-					  titan_param_view(&m->grads, p), p->local_numel, &h, step,
-					  grad_mul));
-	}
-	return 0;
+	if (!s)
+		return TITAN_E_NOMEM;
+	rc = m->be->ops->adamw_multi(m->be, m->params.data, m->m.data, m->v.data, m->grads.data,
+				     s, n, hp, step, grad_mul);
+	free(s);
+	return rc;
 }
 
 /* ------------------------------------------------- MoE load balancing */

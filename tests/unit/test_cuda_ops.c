@@ -1638,6 +1638,266 @@ static void test_sumsq(void **state)
 	}
 }
 
+/* ------------------------------------------------------- multi-tensor ops */
+
+/* Chunks of the CUDA multi-tensor ops are 65536 elements: sizes around
+ * that and the CPU's 16384, empty tensors, unaligned offsets, tensors back
+ * to back and with gaps. */
+static const struct titan_tensor_span mt_spans[] = {
+	{3, 37, false},          {40, 0, true},          {40, 65535, false},
+	{65575, 1, true},        {65577, 65536, true},   {131113, 0, false},
+	{131113, 65537, false},  {196650, 16385, true},  {213040, (1 << 20) + 3, false},
+	{1261619, 5, false},     {1261632, 2048, true},  {1263680, 131072, false},
+};
+#define MT_FLOATS 1394752 /* the last span's end */
+
+/* got[i] against want[i] for the k tensors of t: rel <= tol, and exactly 0
+ * for an empty tensor; one line with the worst. */
+static void mt_check_sums(const char *what, const double *got, const double *want,
+			  const struct titan_tensor_span *t, int k, double tol)
+{
+	double worst = 0.0;
+
+	for (int i = 0; i < k; i++) {
+		const double rel = want[i] != 0.0 ? fabs(got[i] - want[i]) / fabs(want[i])
+						  : fabs(got[i]);
+
+		if (!isfinite(got[i]) || !(rel <= tol) || (t[i].numel == 0 && got[i] != 0.0))
+			fail_msg("%s: %s of tensor %d (%lld elements): %.17g, want %.17g: rel "
+				 "%.3e > %.0e", g.label, what, i, (long long)t[i].numel, got[i],
+				 want[i], rel, tol);
+		worst = fmax(worst, rel);
+	}
+	printf("# %s %s (%d tensors): worst rel %.2e (tol %.0e)\n", g.label, what, k, worst,
+	       tol);
+}
+
+/* Every element outside the spans of t[0..n), where got must still hold want. */
+static void mt_check_gaps(const char *what, const struct titan_tensor_span *t, int n,
+			  const float *got, const float *want, int64_t total)
+{
+	for (int64_t i = 0, k = 0; i < total; i++) {
+		while (k < n && i >= t[k].offset + t[k].numel)
+			k++;
+		if (k < n && i >= t[k].offset)
+			continue;
+		if (memcmp(&got[i], &want[i], sizeof(float)) != 0)
+			fail_msg("%s: %s[%lld] outside every tensor changed: %.9g, was %.9g",
+				 g.label, what, (long long)i, (double)got[i], (double)want[i]);
+	}
+}
+
+/* sumsq_multi and adamw_multi against the CPU twin (sums rel 1e-12 per
+ * tensor, AdamW TOL over the arenas) and against the CUDA per-tensor ops
+ * (AdamW bit for bit), with the arenas' base aligned, one float off, and
+ * p, m, v, g misaligned against each other (AdamW's scalar path); the
+ * device tables cached (a second call repeats the bits) and replaced
+ * (more distinct tables than the cache keeps). */
+static void test_multi_tensor(void **state)
+{
+	static const int64_t shift[][4] = {{0, 0, 0, 0}, {1, 1, 1, 1}, {0, 1, 2, 3}};
+	const int n = (int)LEN(mt_spans);
+	const size_t nn = (size_t)MT_FLOATS * 4, nb = nn + 4 * sizeof(float);
+	const struct titan_adamw_hparams hp = {1e-2, 0.9, 0.95, 1e-8, 0.1};
+	struct titan_backend *be = &g.cu[0];
+
+	(void)state;
+	need_gpu();
+	for (size_t ci = 0; ci < LEN(shift); ci++) {
+		const int64_t *sh = shift[ci];
+
+		begin_case("multi_tensor", ci, "%d tensors, %d floats, shifts %lld %lld %lld %lld",
+			   n, MT_FLOATS, (long long)sh[0], (long long)sh[1], (long long)sh[2],
+			   (long long)sh[3]);
+		float *p = FALLOC(MT_FLOATS), *m = calloc(MT_FLOATS, sizeof(float));
+		float *v = calloc(MT_FLOATS, sizeof(float)), *gr = FALLOC(MT_FLOATS);
+		float *got = FALLOC(MT_FLOATS), *pprev = FALLOC(MT_FLOATS);
+		float *mprev = FALLOC(MT_FLOATS), *vprev = FALLOC(MT_FLOATS);
+		float *pl = FALLOC(MT_FLOATS), *ml = FALLOC(MT_FLOATS), *vl = FALLOC(MT_FLOATS);
+		double want[LEN(mt_spans)], sum[LEN(mt_spans)], sum2[LEN(mt_spans)];
+		assert_non_null(m);
+		assert_non_null(v);
+		fill(p, MT_FLOATS, 0.02f);
+		float *pb = dnew(nb), *mb = dnew(nb), *vb = dnew(nb), *gb = dnew(nb);
+		float *p_ = pb + sh[0], *m_ = mb + sh[1], *v_ = vb + sh[2], *g_ = gb + sh[3];
+		/* the CUDA per-tensor ops' arenas (p, m, v; g shared) */
+		float *qb = dnew(nb), *nb_ = dnew(nb), *wb = dnew(nb);
+		float *q_ = qb + sh[0], *n_ = nb_ + sh[1], *w_ = wb + sh[2];
+
+		for (int64_t step = 1; step <= 3; step++) {
+			char what[48];
+
+			fill(gr, MT_FLOATS, 0.1f);
+			gr[3] = 0.0f; /* decay only */
+			/* the sums: cpu twin, cuda multi (twice: the kept table), per tensor */
+			CPU(g.cpu.ops->sumsq_multi(&g.cpu, want, gr, mt_spans, n));
+			dset(g_, gr, nn);
+			CU(be->ops->sumsq_multi(be, sum, g_, mt_spans, n));
+			CU(be->ops->sumsq_multi(be, sum2, g_, mt_spans, n));
+			assert_memory_equal(sum, sum2, sizeof(sum));
+			mt_check_sums("sums", sum, want, mt_spans, n, 1e-12);
+			CU(titan_sumsq_multi_loop(be, sum2, g_, mt_spans, n));
+			mt_check_sums("sums vs cuda's sumsq", sum, sum2, mt_spans, n, 1e-12);
+			/* AdamW: every side from the oracle's state */
+			memcpy(pprev, p, nn);
+			memcpy(mprev, m, nn);
+			memcpy(vprev, v, nn);
+			dset(p_, p, nn), dset(m_, m, nn), dset(v_, v, nn);
+			dset(q_, p, nn), dset(n_, m, nn), dset(w_, v, nn);
+			CPU(g.cpu.ops->adamw_multi(&g.cpu, p, m, v, gr, mt_spans, n, &hp, step, 0.75f));
+			CU(be->ops->adamw_multi(be, p_, m_, v_, g_, mt_spans, n, &hp, step, 0.75f));
+			CU(titan_adamw_multi_loop(be, q_, n_, w_, g_, mt_spans, n, &hp, step, 0.75f));
+			dget(pl, q_, nn), dget(ml, n_, nn), dget(vl, w_, nn);
+			const float *const want_a[3] = {p, m, v}, *const loop_a[3] = {pl, ml, vl};
+			const float *const prev_a[3] = {pprev, mprev, vprev};
+			float *const dev_a[3] = {p_, m_, v_};
+			for (int a = 0; a < 3; a++) {
+				const char *name = a == 0 ? "p" : a == 1 ? "m" : "v";
+
+				dget(got, dev_a[a], nn);
+				snprintf(what, sizeof(what), "%s (step %lld)", name, (long long)step);
+				check(what, got, want_a[a], MT_FLOATS, TOL);
+				snprintf(what, sizeof(what), "%s vs adamw_step (step %lld)", name,
+					 (long long)step);
+				check_exact(what, got, loop_a[a], MT_FLOATS);
+				mt_check_gaps(name, mt_spans, n, got, prev_a[a], MT_FLOATS);
+			}
+		}
+		/* more distinct tables (23) than the device keeps (16): every
+		 * prefix and every suffix, twice */
+		for (int round = 0; round < 2; round++)
+			for (int k = 1; k < 2 * n; k++) {
+				const struct titan_tensor_span *t = k <= n ? mt_spans : mt_spans + k - n;
+				const int nt = k <= n ? k : 2 * n - k;
+
+				CPU(g.cpu.ops->sumsq_multi(&g.cpu, want, gr, t, nt));
+				CU(be->ops->sumsq_multi(be, sum, g_, t, nt));
+				mt_check_sums(k <= n ? "prefix sums" : "suffix sums", sum, want, t, nt,
+					      1e-12);
+			}
+		/* n = 0, bad tables, step 0 */
+		sum[0] = -1.0;
+		CU(be->ops->sumsq_multi(be, sum, g_, NULL, 0));
+		assert_true(sum[0] == -1.0);
+		CU(be->ops->adamw_multi(be, p_, m_, v_, g_, NULL, 0, &hp, 1, 1.0f));
+		const struct titan_tensor_span bad[1] = {{-1, 4, false}};
+		assert_int_equal(be->ops->sumsq_multi(be, sum, g_, bad, 1), TITAN_E_INVALID);
+		assert_int_equal(be->ops->adamw_multi(be, p_, m_, v_, g_, mt_spans, n, &hp, 0, 1.0f),
+				 TITAN_E_INVALID);
+		dfree(pb), dfree(mb), dfree(vb), dfree(gb), dfree(qb), dfree(nb_), dfree(wb);
+		free(p), free(m), free(v), free(gr), free(got), free(pprev), free(mprev), free(vprev);
+		free(pl), free(ml), free(vl);
+	}
+}
+
+/* Llama 3.2 1B's parameter table (dim 2048, 16 layers, 32/8 heads of 64,
+ * FFN 8192, vocabulary 128256, output not tied: 147 tensors, 1.5 G floats,
+ * 24 GB for p, m, v, g), offsets rounded up to 16 floats as the arenas'. */
+static int mt_llama_1b(struct titan_tensor_span *t, int64_t *total)
+{
+	const int64_t C = 2048, KV = 512, F = 8192, V = 128256;
+	const int64_t layer[9] = {C, C * C, KV * C, KV * C, C * C, C, F * C, C * F, F * C};
+	int n = 0;
+	int64_t o = 0;
+
+#define MT_ADD(numel, nd)                                                        \
+	do {                                                                     \
+		t[n++] = (struct titan_tensor_span){o, (numel), (nd)};           \
+		o += ((numel) + 15) / 16 * 16;                                   \
+	} while (0)
+	MT_ADD(V * C, true);
+	for (int l = 0; l < 16; l++)
+		for (int i = 0; i < 9; i++)
+			MT_ADD(layer[i], layer[i] == C);
+	MT_ADD(C, true);
+	MT_ADD(V * C, false);
+#undef MT_ADD
+	*total = o;
+	return n;
+}
+
+/* The model-sized case (TITAN_CUDA_TEST_LARGE): the 1B table, inputs set
+ * on the device (every element the same), the multi-tensor ops against
+ * the per-tensor ones in a loop (what titan_llama_grad_sumsq and
+ * titan_llama_adamw ran before: 147 launches each, and a synchronisation
+ * per sum), timed with TITAN_CUDA_TEST_TIME. */
+static void test_multi_tensor_large(void **state)
+{
+	struct titan_tensor_span t[160];
+	int64_t total;
+	const int n = mt_llama_1b(t, &total);
+	const struct titan_adamw_hparams hp = {3e-4, 0.9, 0.95, 1e-8, 0.1};
+	struct titan_backend *be = &g.cu[0];
+	double sum[160], loop[160];
+	const float gv = 1e-3f;
+
+	(void)state;
+	need_gpu();
+	if (!g.large) {
+		printf("# skip reason: TITAN_CUDA_TEST_LARGE=1 runs it\n");
+		skip();
+	}
+	begin_case("multi_tensor", 100, "Llama 3.2 1B: %d tensors, %lld floats", n,
+		   (long long)total);
+	const size_t nn = (size_t)total * 4;
+	float *p_ = dnew(nn), *m_ = dnew(nn), *v_ = dnew(nn), *g_ = dnew(nn);
+	const size_t blk = (size_t)1 << 22;
+	float *gh = FALLOC(blk), *ph = FALLOC(blk);
+	for (size_t i = 0; i < blk; i++)
+		gh[i] = gv, ph[i] = 0.02f;
+	/* p = 0.02, g = 1e-3 (16-MB copies), m = v = 0 */
+	for (size_t o = 0; o < (size_t)total; o += blk) {
+		const size_t k = (size_t)total - o < blk ? (size_t)total - o : blk;
+
+		dcopy(p_ + o, ph, k * 4);
+		dcopy(g_ + o, gh, k * 4);
+	}
+	dsync();
+	CU(be->ops->buf_memset(be, m_, 0, nn));
+	CU(be->ops->buf_memset(be, v_, 0, nn));
+	CU(be->ops->sumsq_multi(be, sum, g_, t, n));
+	CU(titan_sumsq_multi_loop(be, loop, g_, t, n));
+	mt_check_sums("sums vs cuda's sumsq", sum, loop, t, n, 1e-12);
+	for (int i = 0; i < n; i++)
+		loop[i] = (double)t[i].numel * ((double)gv * gv);
+	mt_check_sums("sums vs numel·g²", sum, loop, t, n, 1e-12);
+	/* one step: the first and last element of every tensor as the cpu's
+	 * step of one element with the tensor's weight decay */
+	CU(be->ops->adamw_multi(be, p_, m_, v_, g_, t, n, &hp, 1, 0.5f));
+	float one[2][3], dev[3][2 * 160], cpu[3][2 * 160];
+	for (int nd = 0; nd < 2; nd++) {
+		struct titan_adamw_hparams h = hp;
+
+		h.weight_decay = nd ? 0.0 : hp.weight_decay;
+		one[nd][0] = 0.02f, one[nd][1] = 0.0f, one[nd][2] = 0.0f;
+		CPU(g.cpu.ops->adamw_step(&g.cpu, &one[nd][0], &one[nd][1], &one[nd][2], &gv, 1, &h,
+					  1, 0.5f));
+	}
+	for (int i = 0; i < n; i++)
+		for (int e = 0; e < 2; e++) {
+			const int64_t at = t[i].offset + (e ? t[i].numel - 1 : 0);
+			float *const src[3] = {p_, m_, v_};
+
+			for (int a = 0; a < 3; a++) {
+				dget(&dev[a][2 * i + e], src[a] + at, sizeof(float));
+				cpu[a][2 * i + e] = one[t[i].no_decay][a];
+			}
+		}
+	check("p (first and last elements)", dev[0], cpu[0], (size_t)(2 * n), TOL);
+	check("m (first and last elements)", dev[1], cpu[1], (size_t)(2 * n), TOL);
+	check("v (first and last elements)", dev[2], cpu[2], (size_t)(2 * n), TOL);
+	TIME_OP("sumsq_multi", "fp32", 0.0, (double)nn, "n·4 B, all tensors, one sync",
+		be->ops->sumsq_multi(be, sum, g_, t, n));
+	TIME_OP("sumsq (loop)", "fp32", 0.0, (double)nn, "n·4 B, a sync per tensor",
+		titan_sumsq_multi_loop(be, loop, g_, t, n));
+	TIME_OP("adamw_multi", "fp32", 0.0, 7.0 * (double)nn, "7·n·4 B, one launch",
+		be->ops->adamw_multi(be, p_, m_, v_, g_, t, n, &hp, 2, 0.5f));
+	TIME_OP("adamw_step (loop)", "fp32", 0.0, 7.0 * (double)nn, "7·n·4 B, a launch per tensor",
+		titan_adamw_multi_loop(be, p_, m_, v_, g_, t, n, &hp, 2, 0.5f));
+	dfree(p_), dfree(m_), dfree(v_), dfree(g_);
+	free(gh), free(ph);
+}
+
 /* ------------------------------------------------- scale, add, copy, zero */
 
 static const struct vec_case vec_cases[] = {
@@ -2027,6 +2287,8 @@ int main(void)
 		cmocka_unit_test(test_classifier_ce),
 		cmocka_unit_test(test_adamw),
 		cmocka_unit_test(test_sumsq),
+		cmocka_unit_test(test_multi_tensor),
+		cmocka_unit_test(test_multi_tensor_large),
 		cmocka_unit_test(test_vector_ops),
 		cmocka_unit_test(test_buffer_ops),
 		cmocka_unit_test(test_vocab_parts),

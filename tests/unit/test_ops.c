@@ -964,6 +964,122 @@ static void test_adamw(void **state)
 	free(p), free(m), free(v), free(g), free(ps), free(ms), free(vs), free(pd), free(md), free(vd);
 }
 
+/* ----------------------------------------------------- multi-tensor ops */
+
+/* A table with every case the arenas of a model do not have: unaligned
+ * offsets, tensors back to back and with gaps, empty ones, sizes around
+ * the sumsq chunk. */
+static const struct titan_tensor_span mt_spans[] = {
+	{3, 37, false},      {40, 0, true},        {40, 16385, false}, {16431, 1, true},
+	{16433, 0, false},   {16433, 16384, true}, {32821, 100003, false},
+	{132829, 5, false},  {132840, 2048, true},
+};
+#define MT_FLOATS 134900 /* past the last span's end */
+
+static const struct titan_backend_ops *mt_inner;
+static int mt_sumsq_calls, mt_adamw_calls;
+
+static int mt_spy_sumsq(struct titan_backend *be, double *out, const float *x, int64_t n)
+{
+	mt_sumsq_calls++;
+	return mt_inner->sumsq(be, out, x, n);
+}
+
+static int mt_spy_adamw(struct titan_backend *be, float *p, float *m, float *v, const float *g,
+			int64_t n, const struct titan_adamw_hparams *hp, int64_t step, float gm)
+{
+	mt_adamw_calls++;
+	return mt_inner->adamw_step(be, p, m, v, g, n, hp, step, gm);
+}
+
+/* sumsq_multi and adamw_multi: the per-tensor ops' bits, tensor by tensor,
+ * through the table (a wrapping table sees each per-tensor op), nothing
+ * outside the spans written; n = 0 and bad tables. */
+static void test_multi_tensor(void **state)
+{
+	(void)state;
+	struct titan_backend be = cpu(2);
+	struct titan_backend_ops spy = *be.ops;
+	const int n = (int)(sizeof(mt_spans) / sizeof(mt_spans[0]));
+	const struct titan_adamw_hparams hp = {1e-2, 0.9, 0.95, 1e-8, 0.1};
+	float *p = FALLOC(MT_FLOATS), *m = FALLOC(MT_FLOATS), *v = FALLOC(MT_FLOATS);
+	float *g = FALLOC(MT_FLOATS), *pr = FALLOC(MT_FLOATS), *mr = FALLOC(MT_FLOATS);
+	float *vr = FALLOC(MT_FLOATS), *p0 = FALLOC(MT_FLOATS);
+	double got[16], want[16];
+
+	assert_non_null(be.ops->sumsq_multi);
+	assert_non_null(be.ops->adamw_multi);
+	mt_inner = be.ops;
+	spy.sumsq = mt_spy_sumsq;
+	spy.adamw_step = mt_spy_adamw;
+	fill(p, MT_FLOATS, 120, 0.02f);
+	memcpy(pr, p, MT_FLOATS * sizeof(float));
+	memcpy(p0, p, MT_FLOATS * sizeof(float));
+	for (int step = 1; step <= 3; step++) {
+		fill(g, MT_FLOATS, 120 + step, 0.1f);
+		/* the sums, per tensor */
+		for (int i = 0; i < n; i++) {
+			got[i] = -1.0;
+			assert_int_equal(be.ops->sumsq(&be, &want[i], g + mt_spans[i].offset,
+						       mt_spans[i].numel), 0);
+		}
+		be.ops = &spy;
+		mt_sumsq_calls = mt_adamw_calls = 0;
+		assert_int_equal(be.ops->sumsq_multi(&be, got, g, mt_spans, n), 0);
+		assert_int_equal(mt_sumsq_calls, n);
+		assert_memory_equal(got, want, (size_t)n * sizeof(double));
+		/* AdamW: the arenas against tensor-by-tensor steps on copies */
+		assert_int_equal(be.ops->adamw_multi(&be, p, m, v, g, mt_spans, n, &hp, step,
+						     0.75f), 0);
+		assert_int_equal(mt_adamw_calls, n);
+		be.ops = mt_inner;
+		for (int i = 0; i < n; i++) {
+			const int64_t o = mt_spans[i].offset;
+			struct titan_adamw_hparams h = hp;
+
+			if (mt_spans[i].no_decay)
+				h.weight_decay = 0.0;
+			assert_int_equal(be.ops->adamw_step(&be, pr + o, mr + o, vr + o, g + o,
+							    mt_spans[i].numel, &h, step, 0.75f), 0);
+		}
+		assert_memory_equal(p, pr, MT_FLOATS * sizeof(float));
+		assert_memory_equal(m, mr, MT_FLOATS * sizeof(float));
+		assert_memory_equal(v, vr, MT_FLOATS * sizeof(float));
+	}
+	/* outside the spans (the gaps, the end): untouched */
+	for (int64_t i = 0, t = 0; i < MT_FLOATS; i++) {
+		while (t < n && i >= mt_spans[t].offset + mt_spans[t].numel)
+			t++;
+		if (t < n && i >= mt_spans[t].offset)
+			continue;
+		assert_true(p[i] == p0[i] && m[i] == 0.0f && v[i] == 0.0f);
+	}
+	/* decay only where no_decay is false: a zero gradient shows it */
+	const struct titan_tensor_span one[2] = {{0, 1, false}, {1, 1, true}};
+	float q[2] = {0.5f, 0.5f}, qm[2] = {0}, qv[2] = {0}, qg[2] = {0};
+	assert_int_equal(be.ops->adamw_multi(&be, q, qm, qv, qg, one, 2, &hp, 1, 1.0f), 0);
+	assert_true(q[0] == 0.5f * (float)(1.0 - hp.lr * hp.weight_decay) && q[1] == 0.5f);
+	/* n = 0: nothing, not even a read of the table */
+	got[0] = -1.0;
+	assert_int_equal(be.ops->sumsq_multi(&be, got, g, NULL, 0), 0);
+	assert_true(got[0] == -1.0);
+	assert_int_equal(be.ops->adamw_multi(&be, p, m, v, g, NULL, 0, &hp, 1, 1.0f), 0);
+	/* bad tables and steps */
+	const struct titan_tensor_span neg[2] = {{0, 4, false}, {4, -1, false}};
+	assert_int_equal(be.ops->sumsq_multi(&be, got, g, neg, 2), TITAN_E_INVALID);
+	assert_non_null(strstr(titan_errmsg(), "sumsq_multi: tensor 1"));
+	assert_int_equal(be.ops->sumsq_multi(&be, got, g, mt_spans, -1), TITAN_E_INVALID);
+	assert_int_equal(be.ops->adamw_multi(&be, p, m, v, g, neg, 2, &hp, 1, 1.0f),
+			 TITAN_E_INVALID);
+	assert_int_equal(be.ops->adamw_multi(&be, p, m, v, g, mt_spans, n, &hp, 0, 1.0f),
+			 TITAN_E_INVALID);
+	assert_non_null(strstr(titan_errmsg(), "step 0"));
+	assert_int_equal(be.ops->adamw_multi(&be, p, m, v, g, NULL, 0, &hp, 0, 1.0f),
+			 TITAN_E_INVALID);
+	titan_backend_release(&be);
+	free(p), free(m), free(v), free(g), free(pr), free(mr), free(vr), free(p0);
+}
+
 /* -------------------------------------------------------- vector helpers */
 
 static void test_vector_helpers(void **state)
@@ -1275,6 +1391,7 @@ int main(void)
 		cmocka_unit_test(test_attention_part),
 		cmocka_unit_test(test_classifier_ce),
 		cmocka_unit_test(test_adamw),
+		cmocka_unit_test(test_multi_tensor),
 		cmocka_unit_test(test_vector_helpers),
 		cmocka_unit_test(test_buffer_ops),
 		cmocka_unit_test(test_determinism),
