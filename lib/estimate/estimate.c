@@ -135,9 +135,13 @@ int titan_estimate_run(const struct titan_model_dims *d, const struct titan_est_
 	if (!e->opts.dev.cpu && e->opts.model_of == TITAN_EST_MODEL_TITAN) {
 		/* titan-train's CUDA path where it runs: one rank (several
 		 * ranks stage collectives through the host: not modelled), not
-		 * the families titan-train refuses on CUDA */
+		 * the models titan-train refuses on CUDA (lib/train/
+		 * trainer_device.c, llama.c: QK-norm, llama4, MoE; MLA is
+		 * refused by titan_est_check) */
 		const char *why = e->opts.ngpu > 1 ? "titan's CUDA path is modelled on one GPU only" :
 				  d->qk_norm ? "titan-train does not run QK-norm on CUDA yet" :
+				  e->params.n_moe_layers > 0 ?
+				  "titan-train runs a mixture of experts on the CPU only" :
 				  d->family == TITAN_MODEL_NAME_LLAMA4 ?
 				  "titan-train does not run llama4 on CUDA yet" : NULL;
 
