@@ -411,10 +411,10 @@ int titan_estimate_print(const struct titan_estimate *e, FILE *fp)
 			dtype(o->optim_bytes), o->float8 ? ", float8 linears" : "",
 			o->loss == TITAN_EST_LOSS_EAGER ? "eager" : "chunked");
 	if (!o->dev.cpu && e->titan_cuda)
-		fprintf(fp, "model     titan-train's CUDA path: its buffers through the caching "
-			"allocator, whose reserved bytes `memory:` prints\n");
+		fprintf(fp, "memory    model of titan-train's CUDA path: its buffers through the "
+			"caching allocator, whose reserved bytes `memory:` prints\n");
 	else if (!o->dev.cpu)
-		fprintf(fp, "model     torchtitan's GPU model (bf16 compute, FSDP2)%s%s%s\n",
+		fprintf(fp, "memory    model of torchtitan (bf16 compute, FSDP2)%s%s%s\n",
 			e->model_note[0] ? "; not titan-train's CUDA path: " : "", e->model_note,
 			e->model_note[0] ? "" : " (--model-of torchtitan)");
 	if (e->nranks > 1) {
