@@ -50,6 +50,18 @@ print("%.2f" % (r["reserved_bytes"] / 2**30))'; }
 		[ "$(gib <<< "$output")" = "${want#*:}" ] ||
 			fail "debug ${want%%:*}: $(gib <<< "$output") GiB, measured ${want#*:}"
 	done
+	# measured 2026-11-28 on an NVIDIA H200 (3 steps of the 1B config above
+	# with these changes; every step line the same): FLAVOR BATCH SEQ
+	# PRECISION AC (selective: every 2nd block) -> memory:
+	for run in "debugmodel 8 2048 bfloat16 selective 1.50" "1B 2 2048 float32 selective 24.89" \
+		   "1B 8 2048 bfloat16 full 26.19" "1B 2 4096 bfloat16 none 39.54"; do
+		set -- $run
+		run -0 --separate-stderr titan-estimate --config "$BATS_TEST_TMPDIR/1b.yaml" --device h200 \
+			--model.flavor="$1" --training.local_batch_size="$2" --training.seq_len="$3" \
+			--training.mixed_precision_param="$4" --activation_checkpoint.mode="$5" \
+			--activation_checkpoint.selective_ac_option=2 --json
+		[ "$(gib <<< "$output")" = "$6" ] || fail "$run: $(gib <<< "$output") GiB"
+	done
 }
 
 @test "titan CUDA model: lib/cuda's own rows (cuBLAS workspace, bf16 operands, scratch, the cache) in both outputs" {
