@@ -18,6 +18,10 @@
  * (forward, loss, backward with recomputation), the backend's attention
  * and loss ops mark the moments.
  *
+ * est_dry_device runs the same engine and steps on a device's terms
+ * (gpu_titan.c, titan-train's CUDA path): its blocks through the caching
+ * allocator, its backend's ops taking lib/cuda's buffers.
+ *
  * The blocks are address space that is never committed: guarded
  * (PROT_NONE, titan_measure_mem_backend), so a host write to a backend
  * buffer during the dry run faults instead of counting right by luck.
@@ -377,13 +381,15 @@ static int dry(const struct titan_model_dims *model, const struct titan_est_opts
 	if (dev)
 		mb = dev->mem;
 	else if (step || titan_model_mla(dims))
-		titan_measure_mem_backend(&mb, est_dry_guard(dims));
+		titan_measure_mem_backend(&mb, dims->moe.num_experts <= 0 && !titan_model_mla(dims));
 	else
 		titan_measure_unmapped_backend(&mb, &next);
 	if (!(d.a = titan_allocator_new("dry run", &mb)))
 		return TITAN_E_NOMEM;
 	if (dev) { /* the device's backend: its own ops and buffers */
 		if ((rc = dev->init(&be, d.a, dev->ctx)) < 0) {
+			if (be.ops && be.ops->release)
+				be.ops->release(&be);
 			titan_allocator_free(d.a);
 			return rc;
 		}
@@ -461,10 +467,6 @@ int est_dry_device(const struct titan_model_dims *d, const struct titan_est_opts
 	return dry(d, o, o->seq_len, true, dev, out);
 }
 
-bool est_dry_guard(const struct titan_model_dims *d)
-{
-	return d->moe.num_experts <= 0 && !titan_model_mla(d);
-}
 
 int est_dry_plan(const struct titan_model_dims *d, const struct titan_est_opts *o,
 		 struct est_dry *out)

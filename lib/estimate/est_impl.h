@@ -103,9 +103,6 @@ struct est_dry_dev {
 };
 int est_dry_device(const struct titan_model_dims *d, const struct titan_est_opts *o,
 		   const struct est_dry_dev *dev, struct est_dry *out);
-/* The dry run's blocks may be PROT_NONE: no host loop touches them (no
- * MoE routing, no multi-head latent attention). */
-bool est_dry_guard(const struct titan_model_dims *d);
 /* The rows of the model's buffer plan (titan_llama_plan), one per role,
  * as the report names them, present at `moments` (cpu.c). */
 void est_plan_rows(struct titan_est_rank *r, const struct est_dry *p, int64_t nmb,
