@@ -162,6 +162,36 @@ stage_profile() {
 stage_bench() {
 	DATA_DIR=/tmp/bench-data OUT=$out/bench timeout "${BENCH_TIMEOUT:-330}" bash bench/train_gpu.sh "$@" 2>&1 |
 		tee "$out/bench.log" || fail bench
+	check_memory
+}
+
+# issue 24: the peak memory of each bench run (the largest `memory:` of
+# titan-train's step lines: its caching allocator's reserved bytes) equals
+# titan-estimate's GPU model of titan-train's CUDA path (--device h200, the
+# same config) within 5%
+check_memory() {
+	local cfg log
+	for cfg in "$out"/bench/*/titan.yaml; do
+		[ -f "$cfg" ] || continue
+		log=${cfg%/titan.yaml}/titan.log
+		[ -f "$log" ] || continue
+		timeout 60 titan-estimate --config "$cfg" --ngpu 1 --device h200 --json \
+			> "${cfg%.yaml}-estimate.json" 2> "${cfg%.yaml}-estimate.err" ||
+			{ fail "titan-estimate on $cfg"; cat "${cfg%.yaml}-estimate.err"; continue; }
+		python3 - "$log" "${cfg%.yaml}-estimate.json" <<'PY' || fail "memory vs titan-estimate ($cfg)"
+import json, re, sys
+log, est = sys.argv[1], json.load(open(sys.argv[2]))
+got = [float(m) for m in re.findall(r"step:.*?memory:\s*([\d.]+)GiB", open(log).read())]
+assert got, "no step line with memory: in " + log
+peak = max(got)
+r = est["ranks"][est["worst_rank"]]
+want = r["reserved_bytes"] / 2**30
+print(f"memory: titan-train {peak:.2f} GiB, titan-estimate ({est['memory_model']}) {want:.3f} GiB: "
+      f"{100 * (want - peak) / peak:+.2f}% ({log})")
+assert est["memory_model"] == "titan-cuda", est["memory_model"]
+assert abs(want - peak) <= 0.05 * peak, "beyond 5%"
+PY
+	done
 }
 
 [ $# -gt 0 ] || set -- env unit e2e

@@ -174,9 +174,9 @@ static void cpu_moments(struct cpu *c)
 /* A row of the plan: the microbatch sets' entries of the role counted
  * as the report names them (the block inputs of one set; the blocks
  * whose tensors one set keeps). */
-static void plan_row(struct cpu *c, enum titan_buf_role role)
+static void plan_row(struct titan_est_rank *r, const struct est_dry *p, int64_t nmb,
+		     enum titan_buf_role role, uint32_t moments, struct est_num *n)
 {
-	const struct est_dry *p = &c->plan;
 	int64_t bytes = 0, inputs = 0, blocks = 0;
 	enum titan_mem_tag tag = TITAN_MEM_OTHER;
 	int last = -1;
@@ -187,7 +187,7 @@ static void plan_row(struct cpu *c, enum titan_buf_role role)
 
 		if (b->role != role)
 			continue;
-		bytes = est_add(&c->n, bytes, b->bytes);
+		bytes = est_add(n, bytes, b->bytes);
 		tag = b->tag;
 		if (b->mb == 0) {
 			inputs++;
@@ -197,16 +197,23 @@ static void plan_row(struct cpu *c, enum titan_buf_role role)
 	}
 	if (role == TITAN_BUF_BLOCK_INPUTS)
 		snprintf(what, sizeof(what), "%s (%lld x %lld microbatch(es))",
-			 titan_buf_role_name(role), (long long)inputs, (long long)c->nmb);
+			 titan_buf_role_name(role), (long long)inputs, (long long)nmb);
 	else if (role == TITAN_BUF_SAVED || role == TITAN_BUF_SAVED_OP ||
 		 role == TITAN_BUF_ZB_STASH)
 		snprintf(what, sizeof(what), "%s of %lld block(s) x %lld",
-			 titan_buf_role_name(role), (long long)blocks, (long long)c->nmb);
+			 titan_buf_role_name(role), (long long)blocks, (long long)nmb);
 	else if (role == TITAN_BUF_MOE_EXPERTS) /* the role's name, to the report's width */
 		snprintf(what, sizeof(what), "MoE experts: routed rows, hidden, outputs, shared");
 	else
 		snprintf(what, sizeof(what), "%s", titan_buf_role_name(role));
-	est_item(c->r, what, tag, bytes, c->all);
+	est_item(r, what, tag, bytes, moments);
+}
+
+void est_plan_rows(struct titan_est_rank *r, const struct est_dry *p, int64_t nmb,
+		   uint32_t moments, struct est_num *n)
+{
+	for (int role = 0; role < TITAN_BUF_NROLES; role++)
+		plan_row(r, p, nmb, (enum titan_buf_role)role, moments, n);
 }
 
 /* What stays for the run: the model's buffer plan (titan_llama_plan:
@@ -218,8 +225,7 @@ static void cpu_static(struct cpu *c)
 {
 	struct titan_est_rank *r = c->r;
 
-	for (int role = 0; role < TITAN_BUF_NROLES; role++)
-		plan_row(c, (enum titan_buf_role)role);
+	est_plan_rows(r, &c->plan, c->nmb, c->all, &c->n);
 	if (c->pp > 1)
 		est_item(r, "PP: gradient receive + send buffers", TITAN_MEM_COMM,
 			 c->plan.built.cur[TITAN_MEM_COMM], c->all);

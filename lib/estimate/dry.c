@@ -18,6 +18,10 @@
  * (forward, loss, backward with recomputation), the backend's attention
  * and loss ops mark the moments.
  *
+ * est_dry_device runs the same engine and steps on a device's terms
+ * (gpu_titan.c, titan-train's CUDA path): its blocks through the caching
+ * allocator, its backend's ops taking lib/cuda's buffers.
+ *
  * The blocks are address space that is never committed: guarded
  * (PROT_NONE, titan_measure_mem_backend), so a host write to a backend
  * buffer during the dry run faults instead of counting right by luck.
@@ -330,7 +334,7 @@ static int dry_step(struct titan_engine *e, const struct titan_est_opts *o, int6
 /* The engine of the layout with sequences of seq_len tokens, built; with
  * `step` one step run.  The model's buffer plan is copied to out. */
 static int dry(const struct titan_model_dims *model, const struct titan_est_opts *full,
-	       int64_t seq_len, bool step, struct est_dry *out)
+	       int64_t seq_len, bool step, const struct est_dry_dev *dev, struct est_dry *out)
 {
 	struct titan_model_dims chunked = *model;
 	/* Llama 4's chunk ids, as block_causal's document ids below: in the
@@ -374,22 +378,33 @@ static int dry(const struct titan_model_dims *model, const struct titan_est_opts
 	 * from the host when it is built (lib/train/llama.c init_rope) and
 	 * whose ops read host memory: the plan's blocks too (mapped without
 	 * reserve, the large ones address space only) */
-	if (step || titan_model_mla(dims))
+	if (dev)
+		mb = dev->mem;
+	else if (step || titan_model_mla(dims))
 		titan_measure_mem_backend(&mb, dims->moe.num_experts <= 0 && !titan_model_mla(dims));
 	else
 		titan_measure_unmapped_backend(&mb, &next);
 	if (!(d.a = titan_allocator_new("dry run", &mb)))
 		return TITAN_E_NOMEM;
-	titan_backend_measure_init(&be, d.a, o->threads);
-	d.inner = be.ops;
-	d.ops = *be.ops;
-	d.ops.attention_fwd = o_attention_fwd;
-	d.ops.attention_part_fwd = o_attention_part_fwd;
-	d.ops.attention_bwd = o_attention_bwd;
-	d.ops.attention_part_bwd = o_attention_part_bwd;
-	d.ops.classifier_ce = o_classifier_ce;
-	be.ops = &d.ops;
-	be.impl = &d;
+	if (dev) { /* the device's backend: its own ops and buffers */
+		if ((rc = dev->init(&be, d.a, dev->ctx)) < 0) {
+			if (be.ops && be.ops->release)
+				be.ops->release(&be);
+			titan_allocator_free(d.a);
+			return rc;
+		}
+	} else {
+		titan_backend_measure_init(&be, d.a, o->threads);
+		d.inner = be.ops;
+		d.ops = *be.ops;
+		d.ops.attention_fwd = o_attention_fwd;
+		d.ops.attention_part_fwd = o_attention_part_fwd;
+		d.ops.attention_bwd = o_attention_bwd;
+		d.ops.attention_part_bwd = o_attention_part_bwd;
+		d.ops.classifier_ce = o_classifier_ce;
+		be.ops = &d.ops;
+		be.impl = &d;
+	}
 	if ((rc = est_dry_config(o, &c)) < 0) {
 		titan_allocator_free(d.a);
 		return rc;
@@ -420,10 +435,14 @@ static int dry(const struct titan_model_dims *model, const struct titan_est_opts
 			rc = titan_error(TITAN_E_NOMEM, "out of memory");
 		else
 			memcpy(out->plan, p, (size_t)out->nplan * sizeof(*p));
-		if (rc == 0 && step && (rc = dry_step(e, o, tokens)) == 0)
+		for (int k = 0; rc == 0 && step && k < (dev ? dev->steps : 1); k++)
+			rc = dry_step(e, o, tokens);
+		if (rc == 0 && step)
 			titan_mem_get_stats(d.a, &out->after);
 	}
 	titan_engine_free(e);
+	if (dev && be.ops->release) /* the device backend's own buffers */
+		be.ops->release(&be);
 	titan_log_set_level(lvl);
 	for (int k = 0; k < TITAN_DIM_NALL; k++)
 		titan_comm_free(dist.comm[k]);
@@ -439,13 +458,20 @@ static int dry(const struct titan_model_dims *model, const struct titan_est_opts
 int est_dry_run(const struct titan_model_dims *d, const struct titan_est_opts *o,
 		int64_t seq_len, struct est_dry *out)
 {
-	return dry(d, o, seq_len, true, out);
+	return dry(d, o, seq_len, true, NULL, out);
 }
+
+int est_dry_device(const struct titan_model_dims *d, const struct titan_est_opts *o,
+		   const struct est_dry_dev *dev, struct est_dry *out)
+{
+	return dry(d, o, o->seq_len, true, dev, out);
+}
+
 
 int est_dry_plan(const struct titan_model_dims *d, const struct titan_est_opts *o,
 		 struct est_dry *out)
 {
-	return dry(d, o, o->seq_len, false, out);
+	return dry(d, o, o->seq_len, false, NULL, out);
 }
 
 void est_dry_release(struct est_dry *r)

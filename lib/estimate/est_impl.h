@@ -90,6 +90,23 @@ int est_dry_run(const struct titan_model_dims *d, const struct titan_est_opts *o
 int est_dry_plan(const struct titan_model_dims *d, const struct titan_est_opts *o,
 		 struct est_dry *out);
 void est_dry_release(struct est_dry *r);
+/* The dry run on a device's terms (gpu_titan.c: titan-train's CUDA
+ * path): the blocks come from `mem` (the caching allocator over address
+ * space), the backend from `init` (its ops take the device's buffers from
+ * the allocator it is given; released after the engine), `steps` steps
+ * run at the options' sequence length. */
+struct est_dry_dev {
+	struct titan_mem_backend mem;
+	int (*init)(struct titan_backend *be, struct titan_allocator *a, void *ctx);
+	void *ctx;
+	int steps;
+};
+int est_dry_device(const struct titan_model_dims *d, const struct titan_est_opts *o,
+		   const struct est_dry_dev *dev, struct est_dry *out);
+/* The rows of the model's buffer plan (titan_llama_plan), one per role,
+ * as the report names them, present at `moments` (cpu.c). */
+void est_plan_rows(struct titan_est_rank *r, const struct est_dry *p, int64_t nmb,
+		   uint32_t moments, struct est_num *n);
 
 /* A byte count that lib/cpu or lib/train states (the CPU ops' workspace,
  * titan_cpu_*_ws in titan/ops.h; the trainer's token buffers,
@@ -101,6 +118,9 @@ int est_cpu_model(const struct titan_model_dims *d, const struct titan_est_opts 
 		  struct titan_estimate *e);
 int est_gpu_model(const struct titan_model_dims *d, const struct titan_est_opts *o,
 		  struct titan_estimate *e);
+/* titan-train's CUDA path on one GPU (gpu_titan.c) */
+int est_gpu_titan_model(const struct titan_model_dims *d, const struct titan_est_opts *o,
+			struct titan_estimate *e);
 void est_perf(const struct titan_model_dims *d, struct titan_estimate *e);
 /* cpu: e->kernel, the GEMM kernel titan-train will run and its rates (kernel.c) */
 void est_cpu_kernel(struct titan_estimate *e);

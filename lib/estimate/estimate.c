@@ -132,7 +132,28 @@ int titan_estimate_run(const struct titan_model_dims *d, const struct titan_est_
 	est_cpu_kernel(e);
 	if (e->kernel.known && e->opts.cpu_kernel_rates && !(e->opts.dev.peak_flops > 0))
 		e->opts.dev.peak_flops = e->kernel.peak_flops;
-	rc = e->opts.dev.cpu ? est_cpu_model(d, &e->opts, e) : est_gpu_model(d, &e->opts, e);
+	if (!e->opts.dev.cpu && e->opts.model_of == TITAN_EST_MODEL_TITAN) {
+		/* titan-train's CUDA path where it runs: one rank (several
+		 * ranks stage collectives through the host: not modelled), not
+		 * the models titan-train refuses on CUDA (lib/train/
+		 * trainer_device.c, llama.c: QK-norm, llama4, MoE; MLA is
+		 * refused by titan_est_check) */
+		const char *why = e->opts.ngpu > 1 ? "titan's CUDA path is modelled on one GPU only" :
+				  d->qk_norm ? "titan-train does not run QK-norm on CUDA yet" :
+				  e->params.n_moe_layers > 0 ?
+				  "titan-train runs a mixture of experts on the CPU only" :
+				  d->family == TITAN_MODEL_NAME_LLAMA4 ?
+				  "titan-train does not run llama4 on CUDA yet" : NULL;
+
+		if (why)
+			snprintf(e->model_note, sizeof(e->model_note), "%s", why);
+		else
+			e->titan_cuda = true;
+	}
+	if (e->titan_cuda) /* the allocator's own bytes are in the model */
+		e->opts.dev.alloc_overhead = 0;
+	rc = e->opts.dev.cpu ? est_cpu_model(d, &e->opts, e) :
+	     e->titan_cuda ? est_gpu_titan_model(d, &e->opts, e) : est_gpu_model(d, &e->opts, e);
 	if (rc < 0) {
 		titan_estimate_release(e);
 		return rc;

@@ -1,6 +1,7 @@
 /*
- * gpu.c — the GPU memory model: titan's CUDA design (DESIGN.md) as
- * torchtitan practises it (parallelize_llama: TP -> CP -> AC -> FSDP2 with
+ * gpu.c — torchtitan's GPU memory model (--model-of torchtitan, and every
+ * layout of several GPUs; one GPU is titan-train's CUDA path by default,
+ * gpu_titan.c): titan's CUDA design (DESIGN.md) as torchtitan practises it (parallelize_llama: TP -> CP -> AC -> FSDP2 with
  * MixedPrecisionPolicy(bf16, fp32); pipelining schedules).  Per pipeline
  * rank, items present at the moments of a step:
  *

@@ -204,6 +204,11 @@ void titan_estimate_json(const struct titan_estimate *e, struct titan_json *j)
 	kstr(j, "titan_version", titan_version());
 	model_json(j, &e->dims);
 	device_json(j, o);
+	/* the memory model: "cpu" (titan-train's CPU path), "titan-cuda"
+	 * (its CUDA path) or "torchtitan" */
+	kstr(j, "memory_model", o->dev.cpu ? "cpu" : e->titan_cuda ? "titan-cuda" : "torchtitan");
+	if (e->model_note[0])
+		kstr(j, "memory_model_note", e->model_note);
 	kernel_json(j, e);
 	layout_json(j, o);
 	titan_json_key(j, "batch");
@@ -397,11 +402,21 @@ int titan_estimate_print(const struct titan_estimate *e, FILE *fp)
 	if (o->dev.cpu)
 		fprintf(fp, "; fp32 everything (titan-train CPU), %d thread(s) assumed\n",
 			o->threads);
+	else if (e->titan_cuda)
+		fprintf(fp, "; fp32 weights and activations, GEMMs in %s (titan-train CUDA)\n",
+			o->param_bytes == 2 ? "bf16 (fp32 accumulate)" : "fp32");
 	else
 		fprintf(fp, "; compute %s, master %s, reduce %s, AdamW moments %s%s; %s loss\n",
 			dtype(o->param_bytes), dtype(o->master_bytes), dtype(o->reduce_bytes),
 			dtype(o->optim_bytes), o->float8 ? ", float8 linears" : "",
 			o->loss == TITAN_EST_LOSS_EAGER ? "eager" : "chunked");
+	if (!o->dev.cpu && e->titan_cuda)
+		fprintf(fp, "memory    model of titan-train's CUDA path: its buffers through the "
+			"caching allocator, whose reserved bytes `memory:` prints\n");
+	else if (!o->dev.cpu)
+		fprintf(fp, "memory    model of torchtitan (bf16 compute, FSDP2)%s%s%s\n",
+			e->model_note[0] ? "; not titan-train's CUDA path: " : "", e->model_note,
+			e->model_note[0] ? "" : " (--model-of torchtitan)");
 	if (e->nranks > 1) {
 		fprintf(fp, "\npipeline rank  stages  layers  peak GiB  reserved GiB  at\n");
 		for (int i = 0; i < e->nranks; i++) {

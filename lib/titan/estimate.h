@@ -13,8 +13,14 @@
  *    trainer uses, on one rank (--rank) of any DDP/FSDP/HSDP x TP x PP x
  *    CP layout titan-train runs.  It predicts the tagged allocator's peak
  *    to the byte (tests compare it with titan-train's metrics.jsonl);
- *  - the GPU model (every other device) is the design of DESIGN.md and
- *    torchtitan's practice: bf16 compute copies of fp32 sharded master
+ *  - the GPU model of titan-train's CUDA path (every other device, one
+ *    rank; --model-of titan, the default): the CPU path's buffers (the
+ *    same engine) plus lib/cuda's own (cuBLAS workspace, bf16 GEMM
+ *    operand buffers, op scratch), replayed through the caching
+ *    allocator: its reserved bytes, what titan-train's `memory:` prints
+ *    (lib/estimate/gpu_titan.c);
+ *  - torchtitan's GPU model (multi-rank layouts, --model-of torchtitan)
+ *    is the design of DESIGN.md and torchtitan's practice: bf16 compute copies of fp32 sharded master
  *    weights (FSDP2 mixed precision), fp32 gradients and AdamW moments,
  *    activations of torchtitan's Llama 3 block per activation-checkpointing
  *    mode, FSDP all-gather / reduce-scatter buffers, TP/CP/PP buffers, the
@@ -99,6 +105,12 @@ enum titan_est_loss {
 	TITAN_EST_LOSS_EAGER,       /* bf16 logits, fp32 upcast, log-softmax (torchtitan 2024) */
 };
 
+/* The memory model of a GPU device (--model-of). */
+enum titan_est_gpu_model {
+	TITAN_EST_MODEL_TITAN = 0,  /* titan-train's CUDA path (one rank; else torchtitan's) */
+	TITAN_EST_MODEL_TORCHTITAN, /* torchtitan's practice (bf16 compute, FSDP2, ...) */
+};
+
 enum titan_est_reshard { TITAN_EST_RESHARD_DEFAULT = 0, TITAN_EST_RESHARD_ALWAYS,
 			 TITAN_EST_RESHARD_NEVER };
 
@@ -136,6 +148,7 @@ struct titan_est_opts {
 	int64_t ep;               /* parallelism.expert_parallel_degree (MoE): > 1 refused, its
 				     memory is not modelled yet */
 	double mfu;               /* fraction of peak achieved on the executed FLOPs */
+	enum titan_est_gpu_model model_of; /* GPU devices: whose memory model */
 	/* CPU model */
 	int threads;              /* OpenMP threads of titan-train (0: this process's) */
 	bool cpu_peak_probe;      /* titan-train measures sgemm peak (metrics.peak_flops unset) */
@@ -277,6 +290,12 @@ struct titan_estimate {
 	int64_t device_bytes;
 	int64_t margin_bytes;         /* device - required (negative: does not fit) */
 	bool fits;
+	/* GPU devices: the memory model used — titan-train's CUDA path
+	 * (titan_cuda: one rank, the caching allocator's reserved bytes as
+	 * titan-train's `memory:` prints them, overhead included) or
+	 * torchtitan's; why titan's was not used when asked for */
+	bool titan_cuda;
+	char model_note[128];
 	struct titan_est_perf perf;
 	struct titan_est_kernel kernel; /* cpu */
 };

@@ -180,6 +180,66 @@ static struct titan_est_opts gpu_opts(const char *dev, int64_t ngpu)
 	return o;
 }
 
+/* One GPU: titan-train's CUDA path (lib/estimate/gpu_titan.c): the CPU
+ * path's buffers, lib/cuda's own rows, the caching allocator's reserved
+ * bytes as the peak (no overhead on top); --model-of torchtitan and two
+ * GPUs: torchtitan's model.  tests/bats/titan-estimate-cuda.bats holds
+ * the GPU measurements. */
+static void test_gpu_titan_cuda(void **state)
+{
+	struct titan_model_dims d = small(64, 2, 4, 2, 97);
+	struct titan_est_opts o = gpu_opts("h100-80g", 1), c;
+	struct titan_estimate e, ec;
+	const struct titan_est_rank *r;
+	int64_t sum = 0;
+
+	(void)state;
+	assert_int_equal(titan_estimate_run(&d, &o, &e), 0);
+	assert_true(e.titan_cuda);
+	r = &e.ranks[0];
+	assert_int_equal(r->peak_bytes, r->reserved_bytes);
+	assert_true(e.opts.dev.alloc_overhead == 0);
+	assert_int_equal(item(r, "CUDA: cuBLAS workspace")->bytes, 32 << 20);
+	assert_non_null(item(r, "CUDA: bf16 GEMM operands"));
+	assert_non_null(item(r, "CUDA: bf16 dy / classifier W"));
+	assert_non_null(item(r, "CUDA: op scratch"));
+	assert_non_null(item(r, "caching allocator: rounding"));
+	/* 0 bytes today: the rows of the hooks are not listed */
+	assert_null(item(r, "CUDA: cuDNN attention workspace"));
+	assert_null(item(r, "CUDA: multi-tensor"));
+	for (int i = 0; i < r->nitems; i++)
+		sum += r->items[i].bytes;
+	assert_int_equal(sum, r->peak_bytes);
+	/* small blocks: whole 2 MiB segments (the small pool), 20 MiB ones */
+	assert_int_equal(r->peak_bytes % (2 << 20), 0);
+	/* the model's buffers are the CPU path's */
+	c = cpu_opts(2, 128, TITAN_EST_AC_NONE, 0, 1);
+	assert_int_equal(titan_estimate_run(&d, &c, &ec), 0);
+	assert_int_equal(item(r, "weights (fp32 arena)")->bytes,
+			 item(&ec.ranks[0], "weights (fp32 arena)")->bytes);
+	assert_int_equal(item(r, "saved activations")->bytes,
+			 item(&ec.ranks[0], "saved activations")->bytes);
+	titan_estimate_release(&ec);
+	titan_estimate_release(&e);
+	/* fp32 GEMMs: no bf16 operand buffers */
+	o.param_bytes = 4;
+	assert_int_equal(titan_estimate_run(&d, &o, &e), 0);
+	assert_null(item(&e.ranks[0], "CUDA: bf16"));
+	titan_estimate_release(&e);
+	/* torchtitan's model: asked for, or two GPUs */
+	o.model_of = TITAN_EST_MODEL_TORCHTITAN;
+	assert_int_equal(titan_estimate_run(&d, &o, &e), 0);
+	assert_false(e.titan_cuda);
+	assert_string_equal(e.model_note, "");
+	assert_true(e.ranks[0].reserved_bytes > e.ranks[0].peak_bytes);
+	titan_estimate_release(&e);
+	o = gpu_opts("h100-80g", 2);
+	assert_int_equal(titan_estimate_run(&d, &o, &e), 0);
+	assert_false(e.titan_cuda);
+	assert_string_equal(e.model_note, "titan's CUDA path is modelled on one GPU only");
+	titan_estimate_release(&e);
+}
+
 static void test_gpu_known_answers(void **state)
 {
 	struct titan_model_dims d;
@@ -503,6 +563,7 @@ int main(void)
 		cmocka_unit_test(test_cpu_model_is_exact),
 		cmocka_unit_test(test_cpu_startup_and_data),
 		cmocka_unit_test(test_gpu_known_answers),
+		cmocka_unit_test(test_gpu_titan_cuda),
 		cmocka_unit_test(test_layout_errors),
 		cmocka_unit_test(test_huge_does_not_overflow),
 		cmocka_unit_test(test_pipeline_stages),

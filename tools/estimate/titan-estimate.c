@@ -33,6 +33,7 @@ enum {
 	OPT_JSON,
 	OPT_CHECK,
 	OPT_RANK,
+	OPT_MODEL_OF,
 };
 
 static void usage(FILE *fp)
@@ -49,6 +50,10 @@ static void usage(FILE *fp)
 "                           data_parallel_shard_degree -1 takes what is left\n"
 "      --device NAME        h100-80g (default), a100-80g, h200, b200, or cpu:\n"
 "                           titan-train's CPU path, byte-exact\n"
+"      --model-of WHOSE     GPU devices' memory model: titan (default: titan-train's\n"
+"                           CUDA path on one GPU, the caching allocator's reserved\n"
+"                           bytes as its `memory:` prints them) or torchtitan\n"
+"                           (bf16 compute, FSDP2; always for several GPUs)\n"
 "      --device-memory GIB  memory per device instead of the table's\n"
 "      --peak-flops F       dense peak FLOP/s instead of the table's (cpu: the\n"
 "                           OpenBLAS kernel titan-train runs, and its rates)\n"
@@ -87,7 +92,7 @@ struct args {
 	const char *device, *param_dtype, *master_dtype, *optim_dtype, *loss;
 	double device_memory, peak_flops, mfu, bw_intra, bw_inter, overhead;
 	int64_t gpus_per_node;
-	bool float8, search, json, check;
+	bool float8, search, json, check, torchtitan;
 };
 
 static int dtype_bytes(const struct titan_cli *cli, const char *opt, const char *v, int *out)
@@ -159,6 +164,7 @@ static int parse(struct titan_cli *cli, int argc, char **argv, struct args *a)
 		{"json", no_argument, NULL, OPT_JSON},
 		{"check", no_argument, NULL, OPT_CHECK},
 		{"rank", required_argument, NULL, OPT_RANK},
+		{"model-of", required_argument, NULL, OPT_MODEL_OF},
 		{0},
 	};
 	int opt, rc;
@@ -226,6 +232,12 @@ static int parse(struct titan_cli *cli, int argc, char **argv, struct args *a)
 			break;
 		case OPT_CHECK:
 			a->check = true;
+			break;
+		case OPT_MODEL_OF:
+			if (strcmp(optarg, "titan") && strcmp(optarg, "torchtitan"))
+				return titan_cli_usage_error(cli, "--model-of: expected titan or "
+							     "torchtitan, got '%s'", optarg);
+			a->torchtitan = !strcmp(optarg, "torchtitan");
 			break;
 		default:
 			rc = titan_cli_option(cli, opt, optarg);
@@ -297,6 +309,19 @@ static int make_opts(const struct titan_cli *cli, const struct args *a,
 	}
 	if (a->loss && !strcmp(a->loss, "eager"))
 		o->loss = TITAN_EST_LOSS_EAGER;
+	o->model_of = a->torchtitan ? TITAN_EST_MODEL_TORCHTITAN : TITAN_EST_MODEL_TITAN;
+	/* titan-train's CUDA path on one GPU is modelled as it runs: the
+	 * knobs of torchtitan's model do not apply to it */
+	if (!dev.cpu && !a->torchtitan && !a->search && o->ngpu == 1) {
+		const char *k = a->master_dtype ? "--master-dtype" : a->optim_dtype ?
+				"--optim-dtype" : a->float8 ? "--float8" : a->loss ? "--loss" :
+				a->overhead >= 0 ? "--alloc-overhead" : NULL;
+
+		if (k)
+			return titan_error(TITAN_E_INVALID, "%s: an option of torchtitan's GPU model "
+					   "(add --model-of torchtitan); on one GPU the default is "
+					   "titan-train's CUDA path as it runs", k);
+	}
 	return 0;
 }
 

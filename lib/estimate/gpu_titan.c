@@ -1,0 +1,485 @@
+/*
+ * gpu_titan.c — the GPU memory model of titan-train's own CUDA path (one
+ * rank, training.device: cuda): what the caching allocator of lib/cuda
+ * (lib/core/caching.c, PyTorch's CUDACachingAllocator rules) holds at the
+ * step's peak, which is what titan-train's `memory:` prints (max_reserved,
+ * the segments cudaMalloc'd: lib/train/metrics.c mem_peaks).
+ *
+ * It is the CPU model's dry run (dry.c) on the CUDA path's terms: the
+ * engine titan-train builds (the same model buffers as the CPU path:
+ * fp32 arenas, fp32 saved activations, allocated through the backend) and
+ * two steps of it, every block going through titan_caching over address
+ * space that is never committed, and a backend whose ops take and give
+ * back the buffers lib/cuda's ops take, in the same order and sizes:
+ *
+ *   cuBLAS workspace   32 MiB at backend set-up (backend.cu)
+ *   gemm_ws            bf16 copies of GEMM operands (gemm.cu gemm_ws,
+ *                      bf16 GEMMs only): grown to the largest request
+ *                      + 25%, the old one freed (kept by the cache)
+ *   bf16_keep          bf16 dy of nn.Linear's backward, the classifier's
+ *                      bf16 W + one chunk of bf16 dz (gemm.cu, loss.cu)
+ *   op scratch         cuda_scratch (backend.cu, at least 1 MiB, + 25%):
+ *                      the loss's chunk logits and row losses (loss.cu),
+ *                      attention backward's Di and document ids
+ *                      (attention.cu), RMSNorm dw partials, sumsq partials,
+ *                      embedding backward's token order (elementwise.cu)
+ *
+ * The host-side buffers (pinned host scratch, the trainer's token
+ * buffers: titan_malloc) are not on the device.  The caching allocator's
+ * reserved bytes are monotone (segments are never given back without an
+ * out-of-memory retry), so its peak after the second step is every
+ * logged step's (the first step grows the buffers; later steps reuse
+ * them).  The sizes below are lib/cuda's: a change there must be made
+ * here too (tests/unit/test_estimate.c compares with GPU measurements).
+ *
+ * Hooks for buffers lib/cuda does not take yet (0 bytes today): cuDNN's
+ * attention workspace (cudnn_attn_ws) and the multi-tensor AdamW / sumsq
+ * tables (multi_tensor_tables).
+ */
+#include "est_impl.h"
+#include "titan/ops.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define CUBLAS_WS ((size_t)32 << 20) /* backend.cu: blas_ws_bytes (Hopper) */
+#define SCRATCH_MIN ((size_t)1 << 20) /* backend.cu cuda_scratch */
+/* elementwise.cu */
+#define EW_THREADS 256
+#define SUMSQ_BLOCKS 1024
+#define SUMSQ_PER_THREAD 16
+#define DW_CHUNKS 128
+#define DW_ROWS 32
+
+/* A grow-only device buffer of lib/cuda. */
+struct grow {
+	void *p;
+	size_t have;
+};
+
+enum { G_SCRATCH, G_GEMM, G_KEEP, G_N };
+
+struct sim {
+	struct titan_backend_ops ops;
+	struct titan_allocator *a;
+	bool bf16;                 /* training.mixed_precision_param bfloat16 */
+	void *blas_ws, *cudnn_ws, *tables;
+	struct grow g[G_N];
+};
+
+static struct sim *sim_of(struct titan_backend *be)
+{
+	return be->impl;
+}
+
+/* cuda_buf_alloc: the workspace tag */
+static void *dev_alloc(struct sim *s, size_t bytes)
+{
+	return titan_mem_alloc(s->a, bytes, TITAN_MEM_WORKSPACE);
+}
+
+/* backend.cu cuda_scratch and gemm.cu grow: the old buffer freed, the
+ * new one `bytes` + 25% (scratch: at least 1 MiB) */
+static int grow(struct sim *s, int k, size_t bytes)
+{
+	struct grow *g = &s->g[k];
+
+	if (bytes <= g->have)
+		return 0;
+	titan_mem_free(s->a, g->p); /* NULL-safe */
+	g->p = NULL;
+	g->have = 0;
+	if (k == G_SCRATCH)
+		bytes = bytes < SCRATCH_MIN ? SCRATCH_MIN : bytes + bytes / 4;
+	else
+		bytes += bytes / 4;
+	if (!(g->p = dev_alloc(s, bytes)))
+		return TITAN_E_NOMEM;
+	g->have = bytes;
+	return 0;
+}
+
+static size_t bf16_bytes(int64_t r, int64_t c)
+{
+	return (size_t)(r * c) * 2;
+}
+
+static size_t align256(size_t b)
+{
+	return (b + 255) & ~(size_t)255;
+}
+
+/* gemm.cu cuda_gemm_bf16: the operands given in fp32 rounded into gemm_ws
+ * (A at a 256-byte boundary, then B) */
+static int gemm_bf16(struct sim *s, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+		     bool a16, bool b16)
+{
+	const int64_t ar = ta ? k : m, ac = ta ? m : k, br = tb ? n : k, bc = tb ? k : n;
+	const size_t ab = a16 ? 0 : align256(bf16_bytes(ar, ac));
+	const size_t bb = b16 ? 0 : bf16_bytes(br, bc);
+
+	if (m == 0 || n == 0 || ab + bb == 0)
+		return 0;
+	return grow(s, G_GEMM, ab + bb);
+}
+
+/* gemm.cu cuda_gemm: bf16 mode only takes buffers (k 0 returns first) */
+static int gemm(struct sim *s, bool ta, bool tb, int64_t m, int64_t n, int64_t k)
+{
+	if (m == 0 || n == 0 || k == 0 || !s->bf16)
+		return 0;
+	return gemm_bf16(s, ta, tb, m, n, k, false, false);
+}
+
+static int scratch(struct sim *s, size_t bytes)
+{
+	return grow(s, G_SCRATCH, bytes);
+}
+
+/* cuDNN's SDPA workspace (the cuDNN attention helper's): none yet.  The
+ * lead fills this in when lib/cuda's cuDNN path lands. */
+static size_t cudnn_attn_ws(const struct titan_model_dims *d, const struct titan_est_opts *o)
+{
+	(void)d, (void)o;
+	return 0;
+}
+
+/* The multi-tensor AdamW / sumsq device tables (pointers and sizes of
+ * every parameter): none yet; filled in when lib/cuda's multi-tensor
+ * kernels land. */
+static size_t multi_tensor_tables(const struct titan_model_dims *d, const struct titan_est_opts *o)
+{
+	(void)d, (void)o;
+	return 0;
+}
+
+/* ------------------------------------------------------------- the ops */
+
+static int s_matmul_fwd(struct titan_backend *be, float *y, const float *x, const float *w,
+			int64_t n, int64_t in, int64_t out, bool accumulate)
+{
+	(void)y, (void)x, (void)w, (void)accumulate;
+	return gemm(sim_of(be), false, true, n, out, in);
+}
+
+static int s_matmul_bwd(struct titan_backend *be, float *dx, float *dw, const float *dy,
+			const float *x, const float *w, int64_t n, int64_t in, int64_t out,
+			bool accumulate_dx)
+{
+	struct sim *s = sim_of(be);
+	int rc;
+
+	(void)dy, (void)x, (void)w, (void)accumulate_dx;
+	if (dx && dw && n > 0 && s->bf16) { /* dy rounded once into bf16_keep */
+		if ((rc = grow(s, G_KEEP, bf16_bytes(n, out))) < 0 ||
+		    (rc = gemm_bf16(s, false, false, n, in, out, true, false)) < 0)
+			return rc;
+		return gemm_bf16(s, true, false, out, in, n, true, false);
+	}
+	if (dx && (rc = gemm(s, false, false, n, in, out)) < 0)
+		return rc;
+	return dw ? gemm(s, true, false, out, in, n) : 0;
+}
+
+/* the token order and segment starts: at most n + min(n, V) + 1 ints */
+static int s_embedding_bwd(struct titan_backend *be, float *dtable, const uint32_t *ids,
+			   const float *dout, int64_t n, int64_t v, int64_t c)
+{
+	(void)dtable, (void)ids, (void)dout, (void)c;
+	if (n <= 0)
+		return 0;
+	return scratch(sim_of(be), (size_t)(n + (n < v ? n : v) + 1) * 4);
+}
+
+static int s_rmsnorm_bwd(struct titan_backend *be, float *dx, float *dw, const float *dy,
+			 const float *x, const float *w, const float *rstd, int64_t n, int64_t c,
+			 bool accumulate_dx)
+{
+	int64_t rows;
+
+	(void)dx, (void)dy, (void)x, (void)w, (void)rstd, (void)accumulate_dx;
+	if (n <= 0 || !dw)
+		return 0;
+	rows = (n + DW_CHUNKS - 1) / DW_CHUNKS;
+	rows = rows < DW_ROWS ? DW_ROWS : rows;
+	return scratch(sim_of(be), (size_t)((n + rows - 1) / rows * c) * sizeof(double));
+}
+
+/* attention.cu part_prepare: Di floats, then the document ids */
+static int part(struct titan_backend *be, const struct titan_attn_part *p, int64_t di)
+{
+	const int64_t ndoc = p->q_doc ? p->batch * (p->tq + p->tk) : 0;
+
+	if (p->batch == 0 || (p->tq == 0 && p->tk == 0) || di + ndoc == 0)
+		return 0;
+	return scratch(sim_of(be), (size_t)(di + ndoc) * 4);
+}
+
+static struct titan_attn_part doc_part(const struct titan_attn_dims *d)
+{
+	return (struct titan_attn_part){d->batch, d->seq, d->seq, d->seq, d->seq, d->n_heads,
+					d->n_kv_heads, d->head_dim, 0, d->doc, d->doc};
+}
+
+static int s_attention_fwd(struct titan_backend *be, float *out, float *lse, const float *q,
+			   const float *k, const float *v, const struct titan_attn_dims *d)
+{
+	const struct titan_attn_part p = doc_part(d);
+
+	(void)out, (void)lse, (void)q, (void)k, (void)v;
+	if (d->batch == 0 || d->seq == 0)
+		return 0;
+	return d->doc ? part(be, &p, 0) : 0;
+}
+
+static int s_attention_bwd(struct titan_backend *be, float *dq, float *dk, float *dv,
+			   const float *dout, const float *q, const float *k, const float *v,
+			   const float *out, const float *lse, const struct titan_attn_dims *d)
+{
+	const struct titan_attn_part p = doc_part(d);
+	const int64_t rows = d->batch * d->seq * d->n_heads;
+
+	(void)dq, (void)dk, (void)dv, (void)dout, (void)q, (void)k, (void)v, (void)out, (void)lse;
+	if (d->batch == 0 || d->seq == 0)
+		return 0;
+	return d->doc ? part(be, &p, rows) : scratch(sim_of(be), (size_t)rows * sizeof(float));
+}
+
+static int s_attention_part_fwd(struct titan_backend *be, float *out, float *lse,
+				const float *q, const float *k, const float *v,
+				const struct titan_attn_part *p, bool merge)
+{
+	(void)out, (void)lse, (void)q, (void)k, (void)v, (void)merge;
+	return part(be, p, 0);
+}
+
+static int s_attention_part_bwd(struct titan_backend *be, float *dq, float *dk, float *dv,
+				const float *dout, const float *q, const float *k, const float *v,
+				const float *out, const float *lse, const struct titan_attn_part *p,
+				bool accumulate)
+{
+	(void)dq, (void)dk, (void)dv, (void)dout, (void)q, (void)k, (void)v, (void)out, (void)lse;
+	(void)accumulate;
+	return part(be, p, p->batch * p->tq * p->n_heads);
+}
+
+/* loss.cu cuda_classifier_ce: scratch of chunk logits (rows padded to 4
+ * floats, 256-byte aligned) and n row losses; bf16: bf16_keep of W and a
+ * chunk of dz, each chunk's h rounded into gemm_ws forward and for dW */
+static int s_classifier_ce(struct titan_backend *be, double *loss_sum, int64_t *n_valid,
+			   float *dh, float *dw, const float *h, const float *w,
+			   const int32_t *labels, int64_t n, int64_t c, int64_t v,
+			   float grad_scale, int64_t chunk)
+{
+	struct sim *s = sim_of(be);
+	const int64_t ldz = (v + 3) / 4 * 4;
+	int rc;
+
+	(void)dw, (void)h, (void)w, (void)labels, (void)grad_scale;
+	*loss_sum = 0.0;
+	*n_valid = 0;
+	if (n <= 0)
+		return 0;
+	if (chunk <= 0 || chunk > n)
+		chunk = n;
+	if ((rc = scratch(s, align256((size_t)(chunk * ldz) * sizeof(float)) +
+				     (size_t)n * sizeof(double))) < 0)
+		return rc;
+	if (!s->bf16)
+		return 0;
+	if ((rc = grow(s, G_KEEP, align256(bf16_bytes(v, c)) + bf16_bytes(chunk, v))) < 0)
+		return rc;
+	for (int64_t n0 = 0; n0 < n; n0 += chunk) {
+		const int64_t cn = n0 + chunk < n ? chunk : n - n0;
+
+		if ((rc = gemm_bf16(s, false, true, cn, v, c, false, true)) < 0)
+			return rc;
+		if (dh && (rc = gemm_bf16(s, true, false, v, c, cn, true, false)) < 0)
+			return rc;
+	}
+	return 0;
+}
+
+static int s_sumsq(struct titan_backend *be, double *out, const float *x, int64_t n)
+{
+	int64_t nb;
+
+	(void)x;
+	*out = 0.0;
+	if (n <= 0)
+		return 0;
+	nb = (n + EW_THREADS * SUMSQ_PER_THREAD - 1) / (EW_THREADS * SUMSQ_PER_THREAD);
+	nb = nb > SUMSQ_BLOCKS ? SUMSQ_BLOCKS : nb;
+	return scratch(sim_of(be), (size_t)(nb + 1) * sizeof(double));
+}
+
+/* backend.cu cuda_release */
+static void s_release(struct titan_backend *be)
+{
+	struct sim *s = sim_of(be);
+
+	titan_mem_free(s->a, s->blas_ws);
+	titan_mem_free(s->a, s->cudnn_ws);
+	titan_mem_free(s->a, s->tables);
+	for (int k = 0; k < G_N; k++) { /* their sizes stay for the report */
+		titan_mem_free(s->a, s->g[k].p);
+		s->g[k].p = NULL;
+	}
+	s->blas_ws = s->cudnn_ws = s->tables = NULL;
+}
+
+/* The raw device memory under the caching allocator: address ranges
+ * that are never mapped, from 2^63 up (kernel space: any host access
+ * faults, as the dry run's guarded blocks), so that a model of any size a
+ * 64-bit count holds is counted without address space of this machine. */
+static void *far_alloc(void *ctx, size_t bytes)
+{
+	uintptr_t *next = ctx, p = *next;
+	const size_t r = (bytes + 4095) & ~(size_t)4095;
+
+	if (r < bytes || p + r < p)
+		return NULL;
+	*next = p + r;
+	return (void *)p;
+}
+
+static void far_free(void *ctx, void *ptr, size_t bytes)
+{
+	(void)ctx, (void)ptr, (void)bytes;
+}
+
+static int far_zero(void *ctx, void *ptr, size_t bytes)
+{
+	(void)ctx, (void)ptr, (void)bytes;
+	return 0;
+}
+
+/* The run's context: the options and what the backend kept. */
+struct run {
+	const struct titan_model_dims *d;
+	const struct titan_est_opts *o;
+	struct sim s;
+	size_t have[G_N];
+	size_t cudnn, tables;
+};
+
+/* backend.cu titan_backend_cuda_init: the cuBLAS workspace first; the
+ * measure backend's buffer ops (nothing is computed), lib/cuda's
+ * workspace in the compute ops */
+static int sim_init(struct titan_backend *be, struct titan_allocator *a, void *ctx)
+{
+	struct run *r = ctx;
+	struct sim *s = &r->s;
+
+	titan_backend_measure_init(be, a, 1);
+	s->ops = *be->ops;
+	s->a = a;
+	s->bf16 = r->o->param_bytes == 2;
+	s->ops.release = s_release;
+	s->ops.matmul_fwd = s_matmul_fwd;
+	s->ops.matmul_bwd = s_matmul_bwd;
+	s->ops.embedding_bwd = s_embedding_bwd;
+	s->ops.rmsnorm_bwd = s_rmsnorm_bwd;
+	s->ops.attention_fwd = s_attention_fwd;
+	s->ops.attention_bwd = s_attention_bwd;
+	s->ops.attention_part_fwd = s_attention_part_fwd;
+	s->ops.attention_part_bwd = s_attention_part_bwd;
+	s->ops.classifier_ce = s_classifier_ce;
+	s->ops.sumsq = s_sumsq;
+	be->ops = &s->ops;
+	be->impl = s;
+	if (!(s->blas_ws = dev_alloc(s, CUBLAS_WS)))
+		return TITAN_E_NOMEM;
+	if (r->cudnn && !(s->cudnn_ws = dev_alloc(s, r->cudnn)))
+		return TITAN_E_NOMEM;
+	if (r->tables && !(s->tables = dev_alloc(s, r->tables)))
+		return TITAN_E_NOMEM;
+	return 0;
+}
+
+int est_gpu_titan_model(const struct titan_model_dims *d, const struct titan_est_opts *o,
+			struct titan_estimate *e)
+{
+	struct run run = {.d = d, .o = o};
+	struct titan_caching_stats cs;
+	struct titan_mem_backend raw;
+	struct titan_caching *cache;
+	struct titan_est_rank *r;
+	struct est_num n = {false};
+	struct est_dry plan;
+	struct est_dry_dev dev = {.init = sim_init, .ctx = &run, .steps = 2};
+	int64_t live = 0, kept = 0;
+	uintptr_t next = (uintptr_t)1 << 63;
+	uint32_t at;
+	int rc;
+
+	run.cudnn = cudnn_attn_ws(d, o);
+	run.tables = multi_tensor_tables(d, o);
+	raw = (struct titan_mem_backend){.name = "cuda", .alloc = far_alloc, .free = far_free,
+					 .zero = far_zero, .ctx = &next};
+	if (!(cache = titan_caching_new(&raw, &(struct titan_caching_opts){.name = "cuda:0"})))
+		return titan_error(TITAN_E_NOMEM, "out of memory");
+	titan_caching_backend(cache, &dev.mem);
+	/* what the backend keeps is recorded before it is released */
+	rc = est_dry_device(d, o, &dev, &plan);
+	titan_caching_get_stats(cache, &cs);
+	titan_caching_free(cache);
+	if (rc < 0)
+		return rc;
+	for (int k = 0; k < G_N; k++)
+		run.have[k] = run.s.g[k].have;
+	if (!(e->ranks = calloc(1, sizeof(*e->ranks)))) {
+		est_dry_release(&plan);
+		return titan_error(TITAN_E_NOMEM, "out of memory");
+	}
+	e->nranks = 1;
+	e->stages_per_rank = 1;
+	e->nstages = 1;
+	e->pp_microbatches = 1;
+	e->tokens_per_step = est_mul(&n, est_mul(&n, o->local_batch, o->seq_len), o->accum);
+	r = &e->ranks[0];
+	r->nstages = 1;
+	r->stage_l1[0] = (int)d->n_layers;
+	r->layers = d->n_layers;
+	r->first = r->last = true;
+	r->params_local = r->params_shard = e->params.total;
+	at = EST_AT(est_moment(r, TITAN_EST_PHASE_BACKWARD, "step",
+			       "training step (reserved segments)"));
+	/* the CPU path's buffers (the model's plan), then lib/cuda's */
+	est_plan_rows(r, &plan, 1, at, &n);
+	for (int i = 0; i < plan.nplan; i++)
+		live = est_add(&n, live, plan.plan[i].bytes);
+	est_item(r, "CUDA: cuBLAS workspace (32 MiB)", TITAN_MEM_WORKSPACE, (int64_t)CUBLAS_WS, at);
+	est_item(r, "CUDA: cuDNN attention workspace", TITAN_MEM_WORKSPACE, (int64_t)run.cudnn, at);
+	est_item(r, "CUDA: multi-tensor AdamW/sumsq tables", TITAN_MEM_WORKSPACE,
+		 (int64_t)run.tables, at);
+	est_item(r, "CUDA: bf16 GEMM operands (gemm_ws, largest + 25%)", TITAN_MEM_WORKSPACE,
+		 (int64_t)run.have[G_GEMM], at);
+	est_item(r, "CUDA: bf16 dy / classifier W + dz (bf16_keep)", TITAN_MEM_WORKSPACE,
+		 (int64_t)run.have[G_KEEP], at);
+	est_item(r, "CUDA: op scratch (loss logits chunk, Di, partials)", TITAN_MEM_WORKSPACE,
+		 (int64_t)run.have[G_SCRATCH], at);
+	kept = (int64_t)(CUBLAS_WS + run.cudnn + run.tables + run.have[G_GEMM] + run.have[G_KEEP] +
+			 run.have[G_SCRATCH]);
+	live = est_add(&n, live, kept);
+	/* anything else live after the step (none today: the plan and the
+	 * backend's buffers are all the engine keeps) */
+	if (plan.after.total_cur > live)
+		est_item(r, "other live blocks", TITAN_MEM_OTHER, plan.after.total_cur - live, at);
+	live = plan.after.total_cur > live ? plan.after.total_cur : live;
+	est_dry_release(&plan);
+	/* the rest of the segments: blocks rounded to 512 bytes, segments to
+	 * 2 or 20 MiB, freed blocks the cache keeps (the grown buffers' old
+	 * copies, the step's transient blocks) */
+	if (cs.reserved_peak < live && !n.overflow)
+		return titan_error(TITAN_E_INVALID, "the CUDA model's caching allocator holds %lld "
+				   "bytes, less than the %lld live (lib/estimate/gpu_titan.c is out of "
+				   "date with lib/cuda)", (long long)cs.reserved_peak, (long long)live);
+	est_item(r, "caching allocator: rounding, cached free blocks", TITAN_MEM_OTHER,
+		 cs.reserved_peak - live, at);
+	est_rank_finish(r, 0.0, &n);
+	if (n.overflow)
+		return titan_error(TITAN_E_INVALID, "the estimate does not fit in 64-bit byte counts "
+				   "(batch, sequence or model far too large)");
+	return 0;
+}
