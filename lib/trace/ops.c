@@ -125,6 +125,13 @@ OP(adamw_step,
    (be, p, m, v, gr, n, hp, step, gm), {"n", n})
 OP(sumsq, (struct titan_backend *be, double *o, const float *x, int64_t n), (be, o, x, n),
    {"n", n})
+OP(sumsq_multi,
+   (struct titan_backend *be, double *o, const float *b, const struct titan_tensor_span *sp,
+    int n), (be, o, b, sp, n), {"tensors", n})
+OP(adamw_multi,
+   (struct titan_backend *be, float *p, float *m, float *v, const float *gr,
+    const struct titan_tensor_span *sp, int n, const struct titan_adamw_hparams *hp,
+    int64_t step, float gm), (be, p, m, v, gr, sp, n, hp, step, gm), {"tensors", n})
 OP(scale, (struct titan_backend *be, float *x, int64_t n, float al), (be, x, n, al), {"n", n})
 OP(add, (struct titan_backend *be, float *y, const float *a_, const float *b, int64_t n),
    (be, y, a_, b, n), {"n", n})
@@ -196,7 +203,7 @@ int titan_trace_ops_install(struct titan_backend *be, struct titan_trace *t, int
 	SET(rmsnorm_fwd); SET(rmsnorm_bwd); SET(rope_fwd); SET(rope_bwd);
 	SET(swiglu_fwd); SET(swiglu_bwd); SET(attention_fwd); SET(attention_bwd);
 	SET(attention_part_fwd); SET(attention_part_bwd); SET(classifier_ce);
-	SET(adamw_step); SET(sumsq); SET(scale); SET(add); SET(copy); SET(zero);
+	SET(adamw_step); SET(sumsq); SET(sumsq_multi); SET(adamw_multi); SET(scale); SET(add); SET(copy); SET(zero);
 	SET(buf_alloc); SET(buf_free); SET(buf_set); SET(buf_get); SET(buf_copy);
 	SET(buf_copy_rows); SET(buf_memset); SET(embedding_part_fwd); SET(embedding_part_bwd);
 	SET(ce_part_max); SET(ce_part_exp); SET(ce_part_grad);

@@ -69,7 +69,7 @@ for n in want:
         assert all(under(e, r"layer \d+ \w+") for e in ev_n), (n, "outside the layers")
     if n in ("classifier_ce", "ce_part_max", "ce_part_exp", "ce_part_grad"):
         assert all(under(e, r"loss|norm backward") for e in ev_n), (n, "outside the loss")
-    if n == "adamw_step":
+    if n in ("adamw_step", "adamw_multi"):
         assert all(under(e, "optimizer") for e in ev_n), (n, "outside the optimizer")
     if n.startswith("matmul"):
         for e in ev_n:
@@ -85,7 +85,7 @@ rope_bwd swiglu_fwd swiglu_bwd adamw_step sumsq"
 	run -0 titan-train -q --config "$DATA/tiny.yaml" --job.dump_folder="$BATS_TEST_TMPDIR/p"
 	# shellcheck disable=SC2086
 	run -0 check_ops "$BATS_TEST_TMPDIR/p/profile_traces/iteration_2/rank0_trace.json" 0 \
-		$LAYER_OPS classifier_ce embedding_fwd embedding_bwd
+		$LAYER_OPS classifier_ce embedding_fwd embedding_bwd sumsq_multi adamw_multi
 	# the timing report still reads the trace, ops not counted as phases
 	run -0 titan-memprof time "$BATS_TEST_TMPDIR/p/profile_traces/iteration_2/rank0_trace.json"
 	[[ $output == *"1 profiled step"* ]]
