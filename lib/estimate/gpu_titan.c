@@ -23,6 +23,18 @@
  *                      attention backward's Di and document ids
  *                      (attention.cu), RMSNorm dw partials, sumsq partials,
  *                      embedding backward's token order (elementwise.cu)
+ *   cuDNN attention    cudnn_attn.cu dnn_buf (bf16 mode, plain causal
+ *                      shapes cuDNN takes): bf16 staging of q, k, v, o
+ *                      (forward; backward also dO, dq, dk, dv, the fp32
+ *                      dQ_accum and softmax_sum) and the plan's workspace
+ *                      in one block, grown to the request + 12.5%, the
+ *                      old one freed (kept by the cache): the forward's
+ *                      size at the first forward, the backward's at the
+ *                      first backward
+ *   multi-tensor       elementwise.cu mt_plan_build: one device block of
+ *   tables             chunk table, offsets, partial sums and no_decay
+ *                      flags per distinct span table (the gradient
+ *                      norm's and AdamW's), at their first use
  *
  * The host-side buffers (pinned host scratch, the trainer's token
  * buffers: titan_malloc) are not on the device.  The caching allocator's
@@ -32,9 +44,10 @@
  * them).  The sizes below are lib/cuda's: a change there must be made
  * here too (tests/unit/test_estimate.c compares with GPU measurements).
  *
- * Hooks for buffers lib/cuda does not take yet (0 bytes today): cuDNN's
- * attention workspace (cudnn_attn_ws) and the multi-tensor AdamW / sumsq
- * tables (multi_tensor_tables).
+ * cuDNN's own plan workspace is not in lib/cuda's code: cudnn_plan_ws
+ * is a fit to measurements (TITAN_CUDA_ATTN's default, the deterministic
+ * backward, cuDNN 9.19.0).  The model assumes libcudnn.so.9 loads (else
+ * titan-train runs titan's kernels, whose Di is in the op scratch).
  */
 #include "est_impl.h"
 #include "titan/ops.h"
@@ -50,6 +63,9 @@
 #define SUMSQ_PER_THREAD 16
 #define DW_CHUNKS 128
 #define DW_ROWS 32
+#define MT_CHUNK 65536 /* elements of a chunk */
+#define MT_PLANS 16    /* span tables kept */
+#define MT_CHUNK_BYTES 16 /* struct mt_chunk */
 
 /* A grow-only device buffer of lib/cuda. */
 struct grow {
@@ -57,14 +73,27 @@ struct grow {
 	size_t have;
 };
 
-enum { G_SCRATCH, G_GEMM, G_KEEP, G_N };
+enum { G_SCRATCH, G_GEMM, G_KEEP, G_CUDNN, G_N };
+
+/* elementwise.cu struct mt_plan: a span table's device block */
+struct mt_plan {
+	struct titan_tensor_span *spans; /* the key (NULL: slot free) */
+	int n;
+	void *block;
+	size_t bytes;
+	uint64_t used;
+};
 
 struct sim {
 	struct titan_backend_ops ops;
 	struct titan_allocator *a;
 	bool bf16;                 /* training.mixed_precision_param bfloat16 */
-	void *blas_ws, *cudnn_ws, *tables;
+	bool cudnn;                /* cudnn_attn.cu runs the plain causal shapes */
+	void *blas_ws;
 	struct grow g[G_N];
+	struct mt_plan mt[MT_PLANS];
+	uint64_t clock;
+	size_t tables;             /* bytes of the tables held */
 };
 
 static struct sim *sim_of(struct titan_backend *be)
@@ -78,8 +107,9 @@ static void *dev_alloc(struct sim *s, size_t bytes)
 	return titan_mem_alloc(s->a, bytes, TITAN_MEM_WORKSPACE);
 }
 
-/* backend.cu cuda_scratch and gemm.cu grow: the old buffer freed, the
- * new one `bytes` + 25% (scratch: at least 1 MiB) */
+/* backend.cu cuda_scratch, gemm.cu and cudnn_attn.cu dnn_buf grow: the
+ * old buffer freed, the new one `bytes` + 25% (scratch: at least 1 MiB;
+ * cuDNN's: + 12.5%) */
 static int grow(struct sim *s, int k, size_t bytes)
 {
 	struct grow *g = &s->g[k];
@@ -91,6 +121,8 @@ static int grow(struct sim *s, int k, size_t bytes)
 	g->have = 0;
 	if (k == G_SCRATCH)
 		bytes = bytes < SCRATCH_MIN ? SCRATCH_MIN : bytes + bytes / 4;
+	else if (k == G_CUDNN)
+		bytes += bytes / 8;
 	else
 		bytes += bytes / 4;
 	if (!(g->p = dev_alloc(s, bytes)))
@@ -136,20 +168,115 @@ static int scratch(struct sim *s, size_t bytes)
 	return grow(s, G_SCRATCH, bytes);
 }
 
-/* cuDNN's SDPA workspace (the cuDNN attention helper's): none yet.  The
- * lead fills this in when lib/cuda's cuDNN path lands. */
-static size_t cudnn_attn_ws(const struct titan_model_dims *d, const struct titan_est_opts *o)
+/* cudnn_attn.cu cudnn_attn_qualifies, in bf16 mode */
+static bool cudnn_runs(const struct sim *s, const struct titan_attn_dims *d)
 {
-	(void)d, (void)o;
-	return 0;
+	return s->cudnn && !d->doc && d->head_dim % 8 == 0 && d->head_dim >= 8 &&
+	       d->head_dim <= 128 && d->n_kv_heads > 0 && d->n_heads % d->n_kv_heads == 0 &&
+	       d->batch > 0 && d->seq > 0;
 }
 
-/* The multi-tensor AdamW / sumsq device tables (pointers and sizes of
- * every parameter): none yet; filled in when lib/cuda's multi-tensor
- * kernels land. */
-static size_t multi_tensor_tables(const struct titan_model_dims *d, const struct titan_est_opts *o)
+static size_t round_up(size_t n, size_t m)
 {
-	(void)d, (void)o;
+	return (n + m - 1) / m * m;
+}
+
+/*
+ * The workspace of cuDNN's own plan (CUDNN_ATTR_ENGINEHEUR / the plan's
+ * WORKSPACE_SIZE): not computable from lib/cuda, fitted to what
+ * TITAN_CUDNN_DEBUG=1 logged ("plan with N bytes of workspace"), cuDNN
+ * 9.19.0 on an H200, 2026-11-28:
+ *
+ *   forward: 256 bytes for every shape measured;
+ *   backward (deterministic, titan's default):
+ *     B·H·up(T, 64)·up(T, 128)·2   (the bf16 dP / dS tile workspace)
+ *   + B·H·T·D·4 when H > Hkv       (fp32 full-head dK / dV of GQA before
+ *                                   the group's reduction)
+ *   + 256
+ *
+ * It fits all nine shapes measured exactly: Llama 3.2 1B (B=4 T=2048 H=32
+ * Hkv=8 D=64: 1,140,850,944), the debug model (B=4 T=512 H=Hkv=16 D=16:
+ * 33,554,688) and test_attention_cudnn's cases B T H Hkv D -> bytes:
+ * 2 64 4 4 64 -> 131,328; 2 37 4 2 64 -> 207,104; 1 130 8 2 128 ->
+ * 1,319,168; 2 256 8 2 64 -> 3,145,984; 1 200 6 3 128 -> 1,401,088;
+ * 1 333 4 1 64 -> 1,520,896; 2 96 4 2 32 -> 360,704.  Another cuDNN may
+ * pick other engines: re-measure when it changes.
+ */
+static size_t cudnn_plan_ws(const struct titan_attn_dims *d, bool bwd)
+{
+	const size_t B = (size_t)d->batch, T = (size_t)d->seq, H = (size_t)d->n_heads;
+
+	if (!bwd)
+		return 256;
+	return B * H * round_up(T, 64) * round_up(T, 128) * 2 +
+	       (d->n_kv_heads < d->n_heads ? B * H * T * (size_t)d->head_dim * 4 : 0) + 256;
+}
+
+/* cudnn_attn.cu cudnn_attn_fwd / _bwd: the staging arrays at 256-byte
+ * boundaries, then the plan's workspace, in dnn_buf */
+static int cudnn_attn(struct sim *s, const struct titan_attn_dims *d, bool bwd)
+{
+	const int64_t nq = d->batch * d->seq * d->n_heads * d->head_dim;
+	const int64_t nk = d->batch * d->seq * d->n_kv_heads * d->head_dim;
+	const int64_t nl = d->batch * d->n_heads * d->seq;
+	const size_t q16 = align256((size_t)nq * 2), k16 = align256((size_t)nk * 2);
+	size_t bytes;
+
+	if (!bwd) /* q k v o */
+		bytes = 2 * q16 + 2 * k16;
+	else /* q k v o dO dq dk dv, dQ_accum, softmax_sum */
+		bytes = 5 * q16 + 3 * k16 + align256((size_t)nq * 4) + align256((size_t)nl * 4);
+	return grow(s, G_CUDNN, bytes + cudnn_plan_ws(d, bwd));
+}
+
+/* elementwise.cu mt_plan_get: the device block of a span table, kept
+ * (looked up by content) or built in the least recently used of
+ * MT_PLANS slots (the one there freed first) */
+static int mt_table(struct sim *s, const struct titan_tensor_span *spans, int n)
+{
+	struct mt_plan *lru = &s->mt[0], *pl;
+	int64_t nch = 0;
+
+	if (n <= 0)
+		return 0;
+	for (int i = 0; i < MT_PLANS; i++) {
+		pl = &s->mt[i];
+		if (pl->spans && pl->n == n) {
+			int t = 0;
+
+			while (t < n && pl->spans[t].offset == spans[t].offset &&
+			       pl->spans[t].numel == spans[t].numel &&
+			       pl->spans[t].no_decay == spans[t].no_decay)
+				t++;
+			if (t == n) {
+				pl->used = ++s->clock;
+				return 0;
+			}
+		}
+		if (pl->used < lru->used)
+			lru = pl;
+	}
+	pl = lru;
+	titan_mem_free(s->a, pl->block);
+	s->tables -= pl->bytes;
+	free(pl->spans);
+	memset(pl, 0, sizeof(*pl));
+	if (!(pl->spans = malloc((size_t)n * sizeof(*spans))))
+		return titan_error(TITAN_E_NOMEM, "out of memory");
+	memcpy(pl->spans, spans, (size_t)n * sizeof(*spans));
+	pl->n = n;
+	pl->used = ++s->clock;
+	for (int t = 0; t < n; t++)
+		nch += (spans[t].numel + MT_CHUNK - 1) / MT_CHUNK;
+	if (nch == 0)
+		return 0;
+	/* chunks, first (n + 1 int64), part (nch double), tot (n double),
+	 * no_decay (n bytes) */
+	pl->bytes = (size_t)nch * MT_CHUNK_BYTES + ((size_t)n + 1) * 8 + (size_t)nch * 8 +
+		    (size_t)n * 8 + (size_t)n;
+	if (!(pl->block = dev_alloc(s, pl->bytes)))
+		return TITAN_E_NOMEM;
+	s->tables += pl->bytes;
 	return 0;
 }
 
@@ -229,6 +356,8 @@ static int s_attention_fwd(struct titan_backend *be, float *out, float *lse, con
 	(void)out, (void)lse, (void)q, (void)k, (void)v;
 	if (d->batch == 0 || d->seq == 0)
 		return 0;
+	if (cudnn_runs(sim_of(be), d))
+		return cudnn_attn(sim_of(be), d, false);
 	return d->doc ? part(be, &p, 0) : 0;
 }
 
@@ -242,6 +371,8 @@ static int s_attention_bwd(struct titan_backend *be, float *dq, float *dk, float
 	(void)dq, (void)dk, (void)dv, (void)dout, (void)q, (void)k, (void)v, (void)out, (void)lse;
 	if (d->batch == 0 || d->seq == 0)
 		return 0;
+	if (cudnn_runs(sim_of(be), d))
+		return cudnn_attn(sim_of(be), d, true);
 	return d->doc ? part(be, &p, rows) : scratch(sim_of(be), (size_t)rows * sizeof(float));
 }
 
@@ -313,19 +444,46 @@ static int s_sumsq(struct titan_backend *be, double *out, const float *x, int64_
 	return scratch(sim_of(be), (size_t)(nb + 1) * sizeof(double));
 }
 
+/* elementwise.cu cuda_sumsq_multi / cuda_adamw_multi: the tables only
+ * (the sums are read back through host scratch) */
+static int s_sumsq_multi(struct titan_backend *be, double *out, const float *base,
+			 const struct titan_tensor_span *spans, int n)
+{
+	int rc = titan_tensor_spans_check("sumsq_multi", spans, n);
+
+	(void)base;
+	for (int t = 0; t < n; t++)
+		out[t] = 0.0;
+	return rc < 0 ? rc : mt_table(sim_of(be), spans, n);
+}
+
+static int s_adamw_multi(struct titan_backend *be, float *p, float *m, float *v, const float *g,
+			 const struct titan_tensor_span *spans, int n,
+			 const struct titan_adamw_hparams *hp, int64_t step, float grad_mul)
+{
+	int rc = titan_tensor_spans_check("adamw_multi", spans, n);
+
+	(void)p, (void)m, (void)v, (void)g, (void)hp, (void)step, (void)grad_mul;
+	return rc < 0 ? rc : mt_table(sim_of(be), spans, n);
+}
+
 /* backend.cu cuda_release */
 static void s_release(struct titan_backend *be)
 {
 	struct sim *s = sim_of(be);
 
 	titan_mem_free(s->a, s->blas_ws);
-	titan_mem_free(s->a, s->cudnn_ws);
-	titan_mem_free(s->a, s->tables);
+	s->blas_ws = NULL;
 	for (int k = 0; k < G_N; k++) { /* their sizes stay for the report */
 		titan_mem_free(s->a, s->g[k].p);
 		s->g[k].p = NULL;
 	}
-	s->blas_ws = s->cudnn_ws = s->tables = NULL;
+	for (int i = 0; i < MT_PLANS; i++) { /* s->tables stays for the report */
+		titan_mem_free(s->a, s->mt[i].block);
+		free(s->mt[i].spans);
+		s->mt[i].block = NULL;
+		s->mt[i].spans = NULL;
+	}
 }
 
 /* The raw device memory under the caching allocator: address ranges
@@ -360,7 +518,7 @@ struct run {
 	const struct titan_est_opts *o;
 	struct sim s;
 	size_t have[G_N];
-	size_t cudnn, tables;
+	size_t tables;
 };
 
 /* backend.cu titan_backend_cuda_init: the cuBLAS workspace first; the
@@ -375,6 +533,7 @@ static int sim_init(struct titan_backend *be, struct titan_allocator *a, void *c
 	s->ops = *be->ops;
 	s->a = a;
 	s->bf16 = r->o->param_bytes == 2;
+	s->cudnn = s->bf16 && !r->o->cuda_attn_titan; /* cuDNN where it loads */
 	s->ops.release = s_release;
 	s->ops.matmul_fwd = s_matmul_fwd;
 	s->ops.matmul_bwd = s_matmul_bwd;
@@ -386,13 +545,11 @@ static int sim_init(struct titan_backend *be, struct titan_allocator *a, void *c
 	s->ops.attention_part_bwd = s_attention_part_bwd;
 	s->ops.classifier_ce = s_classifier_ce;
 	s->ops.sumsq = s_sumsq;
+	s->ops.sumsq_multi = s_sumsq_multi;
+	s->ops.adamw_multi = s_adamw_multi;
 	be->ops = &s->ops;
 	be->impl = s;
 	if (!(s->blas_ws = dev_alloc(s, CUBLAS_WS)))
-		return TITAN_E_NOMEM;
-	if (r->cudnn && !(s->cudnn_ws = dev_alloc(s, r->cudnn)))
-		return TITAN_E_NOMEM;
-	if (r->tables && !(s->tables = dev_alloc(s, r->tables)))
 		return TITAN_E_NOMEM;
 	return 0;
 }
@@ -413,8 +570,6 @@ int est_gpu_titan_model(const struct titan_model_dims *d, const struct titan_est
 	uint32_t at;
 	int rc;
 
-	run.cudnn = cudnn_attn_ws(d, o);
-	run.tables = multi_tensor_tables(d, o);
 	raw = (struct titan_mem_backend){.name = "cuda", .alloc = far_alloc, .free = far_free,
 					 .zero = far_zero, .ctx = &next};
 	if (!(cache = titan_caching_new(&raw, &(struct titan_caching_opts){.name = "cuda:0"})))
@@ -428,6 +583,7 @@ int est_gpu_titan_model(const struct titan_model_dims *d, const struct titan_est
 		return rc;
 	for (int k = 0; k < G_N; k++)
 		run.have[k] = run.s.g[k].have;
+	run.tables = run.s.tables;
 	if (!(e->ranks = calloc(1, sizeof(*e->ranks)))) {
 		est_dry_release(&plan);
 		return titan_error(TITAN_E_NOMEM, "out of memory");
@@ -450,7 +606,8 @@ int est_gpu_titan_model(const struct titan_model_dims *d, const struct titan_est
 	for (int i = 0; i < plan.nplan; i++)
 		live = est_add(&n, live, plan.plan[i].bytes);
 	est_item(r, "CUDA: cuBLAS workspace (32 MiB)", TITAN_MEM_WORKSPACE, (int64_t)CUBLAS_WS, at);
-	est_item(r, "CUDA: cuDNN attention workspace", TITAN_MEM_WORKSPACE, (int64_t)run.cudnn, at);
+	est_item(r, "CUDA: cuDNN attention staging + workspace", TITAN_MEM_WORKSPACE,
+		 (int64_t)run.have[G_CUDNN], at);
 	est_item(r, "CUDA: multi-tensor AdamW/sumsq tables", TITAN_MEM_WORKSPACE,
 		 (int64_t)run.tables, at);
 	est_item(r, "CUDA: bf16 GEMM operands (gemm_ws, largest + 25%)", TITAN_MEM_WORKSPACE,
@@ -459,8 +616,8 @@ int est_gpu_titan_model(const struct titan_model_dims *d, const struct titan_est
 		 (int64_t)run.have[G_KEEP], at);
 	est_item(r, "CUDA: op scratch (loss logits chunk, Di, partials)", TITAN_MEM_WORKSPACE,
 		 (int64_t)run.have[G_SCRATCH], at);
-	kept = (int64_t)(CUBLAS_WS + run.cudnn + run.tables + run.have[G_GEMM] + run.have[G_KEEP] +
-			 run.have[G_SCRATCH]);
+	kept = (int64_t)(CUBLAS_WS + run.have[G_CUDNN] + run.tables + run.have[G_GEMM] +
+			 run.have[G_KEEP] + run.have[G_SCRATCH]);
 	live = est_add(&n, live, kept);
 	/* anything else live after the step (none today: the plan and the
 	 * backend's buffers are all the engine keeps) */

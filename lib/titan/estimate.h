@@ -149,6 +149,8 @@ struct titan_est_opts {
 				     memory is not modelled yet */
 	double mfu;               /* fraction of peak achieved on the executed FLOPs */
 	enum titan_est_gpu_model model_of; /* GPU devices: whose memory model */
+	bool cuda_attn_titan;     /* titan's CUDA path: TITAN_CUDA_ATTN=titan (titan's
+				     attention kernels; else cuDNN's in bf16 mode) */
 	/* CPU model */
 	int threads;              /* OpenMP threads of titan-train (0: this process's) */
 	bool cpu_peak_probe;      /* titan-train measures sgemm peak (metrics.peak_flops unset) */

@@ -204,9 +204,15 @@ static void test_gpu_titan_cuda(void **state)
 	assert_non_null(item(r, "CUDA: bf16 dy / classifier W"));
 	assert_non_null(item(r, "CUDA: op scratch"));
 	assert_non_null(item(r, "caching allocator: rounding"));
-	/* 0 bytes today: the rows of the hooks are not listed */
-	assert_null(item(r, "CUDA: cuDNN attention workspace"));
-	assert_null(item(r, "CUDA: multi-tensor"));
+	/* cuDNN's attention (bf16, head_dim 16, GQA 4/2, B 2, T 128): the
+	 * backward's staging q k v o dO dq dk dv (bf16), dQ_accum and
+	 * softmax_sum (fp32), then its plan's workspace (B·H·128·128·2 +
+	 * B·H·T·D·4 + 256), + 12.5% */
+	assert_int_equal(item(r, "CUDA: cuDNN attention")->bytes,
+			 (5 * 32768 + 3 * 16384 + 65536 + 4096 + 262144 + 65536 + 256) * 9 / 8);
+	/* one span table (21 tensors of one chunk each): chunks (16 B), first
+	 * (n + 1 int64), part and tot (doubles), no_decay (bytes) */
+	assert_int_equal(item(r, "CUDA: multi-tensor")->bytes, 21 * 16 + 22 * 8 + 21 * 8 + 21 * 8 + 21);
 	for (int i = 0; i < r->nitems; i++)
 		sum += r->items[i].bytes;
 	assert_int_equal(sum, r->peak_bytes);
@@ -221,10 +227,12 @@ static void test_gpu_titan_cuda(void **state)
 			 item(&ec.ranks[0], "saved activations")->bytes);
 	titan_estimate_release(&ec);
 	titan_estimate_release(&e);
-	/* fp32 GEMMs: no bf16 operand buffers */
+	/* fp32 GEMMs: no bf16 operand buffers, titan's attention kernels */
 	o.param_bytes = 4;
 	assert_int_equal(titan_estimate_run(&d, &o, &e), 0);
 	assert_null(item(&e.ranks[0], "CUDA: bf16"));
+	assert_null(item(&e.ranks[0], "CUDA: cuDNN"));
+	assert_non_null(item(&e.ranks[0], "CUDA: multi-tensor"));
 	titan_estimate_release(&e);
 	/* torchtitan's model: asked for, or two GPUs */
 	o.model_of = TITAN_EST_MODEL_TORCHTITAN;

@@ -310,6 +310,8 @@ static int make_opts(const struct titan_cli *cli, const struct args *a,
 	if (a->loss && !strcmp(a->loss, "eager"))
 		o->loss = TITAN_EST_LOSS_EAGER;
 	o->model_of = a->torchtitan ? TITAN_EST_MODEL_TORCHTITAN : TITAN_EST_MODEL_TITAN;
+	/* titan-train's choice of attention (lib/cuda/cudnn_attn.cu) */
+	o->cuda_attn_titan = getenv("TITAN_CUDA_ATTN") && !strcmp(getenv("TITAN_CUDA_ATTN"), "titan");
 	/* titan-train's CUDA path on one GPU is modelled as it runs: the
 	 * knobs of torchtitan's model do not apply to it */
 	if (!dev.cpu && !a->torchtitan && !a->search && o->ngpu == 1) {
