@@ -6,7 +6,8 @@
 #
 #   bench/moe_cpu.sh [--dim D] [--layers L] [--inter H] [--seq S] [--batch B]
 #                    [--threads T] [--steps N] [--warmup W] [--rounds R]
-#                    [--bind cores|none] [--no-ep] [--no-perf] [--dry-run]
+#                    [--bind cores|none] [--no-ep] [--no-perf] [--no-comm]
+#                    [--dry-run]
 #
 # Model (fp32, activation checkpointing none): Llama 3 blocks whose
 # feed-forward is a MoE of 8 routed experts, top-2, and 1 shared expert
@@ -31,6 +32,13 @@
 # Part 3 (--no-perf or no perf: not), where titan's MoE time goes: one more
 # titan run of part 1 under `perf record`, its CPU samples by shared object
 # and the top symbols.
+# Part 4 (--no-comm: not), EP 2's communication: one more EP 2 run of part
+# 2 with its last step profiled (--profiling.enable_profiling=true; the
+# trace's op events make that step slower than part 2's), then
+# `titan-memprof time` on its traces: per rank, the all_to_all_v (MoE
+# dispatch and combine) exposed and overlapped ms of the step and their
+# share of it, and the table of every collective (calls, exposed,
+# overlapped), split by titan-memprof's comm_exp/comm_ovl rule.
 #
 # Environment, as bench/train_cpu.sh: OMP_WAIT_POLICY=PASSIVE and
 # OPENBLAS_THREAD_TIMEOUT=4 unless set, OMP_NUM_THREADS =
@@ -44,7 +52,7 @@ set -euo pipefail
 prog=moe_cpu.sh
 die() { echo "$prog: error: $*" >&2; exit 1; }
 usage() {
-	sed -n '6,8p' "$0" | sed 's/^# \{0,1\}//' >&2
+	sed -n '6,9p' "$0" | sed 's/^# \{0,1\}//' >&2
 	exit 2
 }
 
@@ -55,7 +63,7 @@ cd "$root"
 . "$root/bench/lib.sh"
 
 dim=768 layers=6 inter='' seq=512 batch=4 threads=2 steps=6 warmup=2 rounds=3
-bind=cores dry=0 use_ep=1 use_perf=1 experts=8 topk=2 shared=1 vocab=8192
+bind=cores dry=0 use_ep=1 use_perf=1 use_comm=1 experts=8 topk=2 shared=1 vocab=8192
 while [ $# -gt 0 ]; do
 	case "$1" in
 	--dim | --layers | --inter | --seq | --batch | --threads | --steps | --warmup | --rounds | --bind)
@@ -66,7 +74,8 @@ while [ $# -gt 0 ]; do
 	--dry-run) dry=1 ;;
 	--no-ep) use_ep=0 ;;
 	--no-perf) use_perf=0 ;;
-	-h | --help) sed -n '2,40p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	--no-comm) use_comm=0 ;;
+	-h | --help) sed -n '2,49p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 	*) echo "$prog: error: unknown argument '$1'" >&2; usage ;;
 	esac
 	shift
@@ -91,6 +100,9 @@ model_titan="--model.flavor=custom --model.dim=$dim --model.n_layers=$layers --m
 --model.vocab_size=$vocab --model.moe_num_experts=$experts --model.moe_top_k=$topk \
 --model.moe_num_shared_experts=$shared --model.moe_inter_dim=$inter"
 common="--training.seq_len=$seq --training.local_batch_size=$batch --activation_checkpoint.mode=none"
+# part 4: the last step of the run profiled
+profile="--profiling.enable_profiling=true --profiling.profile_freq=$((warmup + steps)) \
+--profiling.profiler_warmup=0 --profiling.profiler_active=1 --profiling.save_traces_folder=profile_traces"
 model_ref="--dim $dim --layers $layers --heads $heads --vocab $vocab --experts $experts --top-k $topk \
 --shared $shared --inter $inter --seq $seq --batch $batch"
 
@@ -119,6 +131,9 @@ if [ "$dry" -eq 1 ]; then
 			done
 		done
 	fi
+	if [ "$use_comm" -eq 1 ]; then
+		echo "comm: ${bindenv[*]:+${bindenv[*]} }OMP_NUM_THREADS=1 mpiexec -n 2${mpibind[*]:+ ${mpibind[*]}} titan-train --threads 1 --parallelism.expert_parallel_degree=2 $profile; titan-memprof time"
+	fi
 	exit 0
 fi
 for t in titan-train titan-config titan-tokenize titan-shard; do
@@ -126,6 +141,8 @@ for t in titan-train titan-config titan-tokenize titan-shard; do
 done
 $py -c 'import torch' 2>/dev/null || die "$py cannot import torch (Debian package python3-torch)"
 [ "$use_ep" -eq 0 ] || command -v mpiexec >/dev/null || die "mpiexec is needed for EP 2 (or --no-ep)"
+[ "$use_comm" -eq 0 ] || command -v mpiexec >/dev/null || die "mpiexec is needed for part 4 (or --no-comm)"
+[ "$use_comm" -eq 0 ] || [ -x "$bin/titan-memprof" ] || die "$bin/titan-memprof is not built: run make"
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -229,4 +246,30 @@ if [ "$use_perf" -eq 1 ] && command -v perf >/dev/null &&
 	perf report -i "$tmp/perf.data" --sort dso --stdio -q 2>/dev/null | sed '/^$/d' | head -8
 	echo "== top symbols"
 	perf report -i "$tmp/perf.data" --sort dso,sym --stdio -q 2>/dev/null | sed '/^$/d' | head -25
+fi
+
+if [ "$use_comm" -eq 1 ]; then
+	echo
+	# shellcheck disable=SC2206
+	extra=(--parallelism.expert_parallel_degree=2 $profile)
+	titan_run 1 timeout 1800 mpiexec -n 2 "${mpibind[@]}" > /dev/null
+	extra=()
+	"$bin/titan-memprof" time --json "$tmp/run/profile_traces" > "$tmp/time.json" ||
+		die "titan-memprof time failed on $tmp/run/profile_traces"
+	echo "== EP 2's communication: one more run of part 2, step $((warmup + steps)) profiled (titan-memprof time)"
+	$py - "$tmp/time.json" <<'EOF'
+import json, sys
+d = json.load(open(sys.argv[1]))
+for r in d["ranks"]:
+    for s in r["steps"]:
+        c = {x["name"]: x for x in s["collectives"]}
+        a = c.get("all_to_all_v", {"calls": 0, "exposed_ms": 0, "overlapped_ms": 0})
+        t = s["step_ms"]
+        print(f"rank {r['rank']} step {s['step']}: {t:.1f} ms; all_to_all_v {a['calls']} calls, "
+              f"exposed {a['exposed_ms']:.2f} ms ({100 * a['exposed_ms'] / t:.1f}% of the step), "
+              f"overlapped {a['overlapped_ms']:.2f} ms ({100 * a['overlapped_ms'] / t:.1f}%); "
+              f"all comm exposed {s['comm_exposed_ms']:.2f} ms, overlapped {s['comm_overlapped_ms']:.2f} ms")
+EOF
+	echo "== every collective (ms of the profiled step)"
+	"$bin/titan-memprof" time "$tmp/run/profile_traces" | grep -v '^MFU: '
 fi

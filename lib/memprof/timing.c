@@ -185,6 +185,114 @@ static int step_add(struct stepx *s, size_t i)
 	return 0;
 }
 
+/* The step's entry for the collective of a comm span: the first word of
+ * its name (titan-train's "all_to_all_v moe dispatch (ep)" is
+ * all_to_all_v); past TITAN_TIME_NCOMM names the last entry is "(other)". */
+static struct titan_comm_time *comm_slot(struct titan_step_time *t, const char *name)
+{
+	char w[sizeof(t->comm[0].name)];
+	size_t k = 0;
+
+	while (*name == ' ')
+		name++;
+	while (name[k] && name[k] != ' ' && k + 1 < sizeof(w)) {
+		w[k] = name[k];
+		k++;
+	}
+	w[k] = '\0';
+	if (!k)
+		snprintf(w, sizeof(w), "?");
+	for (int i = 0; i < t->n_comm; i++)
+		if (!strcmp(t->comm[i].name, w))
+			return &t->comm[i];
+	if (t->n_comm == TITAN_TIME_NCOMM) {
+		snprintf(t->comm[TITAN_TIME_NCOMM - 1].name, sizeof(w), "(other)");
+		return &t->comm[TITAN_TIME_NCOMM - 1];
+	}
+	memset(&t->comm[t->n_comm], 0, sizeof(t->comm[0]));
+	memcpy(t->comm[t->n_comm].name, w, k + 1);
+	return &t->comm[t->n_comm++];
+}
+
+struct cspan {
+	double a, b;
+	struct titan_comm_time *c;
+};
+
+static int cmp_cspan(const void *x, const void *y)
+{
+	const struct cspan *p = x, *q = y;
+
+	if (p->a != q->a)
+		return p->a < q->a ? -1 : 1;
+	return p->b > q->b ? -1 : p->b < q->b; /* the outer one first */
+}
+
+static int cmp_dbl_raw(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* Split one thread's communication among its collectives: every stretch
+ * between two span ends goes to the latest started span still running
+ * there (the innermost of nested spans), and is cut against `busy` as
+ * analyse() cuts the union of the thread's spans, so the collectives'
+ * exposed and overlapped times add up to the step's. */
+static int comm_by_collective(const struct titan_span *sp, struct stepx *s, int64_t tid,
+			      const struct ivs *busy)
+{
+	struct cspan *cs = malloc((s->n ? s->n : 1) * sizeof(*cs));
+	double *bd = malloc((s->n ? 2 * s->n : 1) * sizeof(*bd));
+	size_t *stk = malloc((s->n ? s->n : 1) * sizeof(*stk));
+	struct ivs gap = {0};
+	size_t nc = 0, nb = 0, ns = 0, i = 0;
+	int rc = 0;
+
+	if (!cs || !bd || !stk) {
+		rc = titan_error(TITAN_E_NOMEM, "out of memory");
+		goto out;
+	}
+	for (size_t k = 0; k < s->n; k++) {
+		const struct titan_span *x = &sp[s->spans[k]];
+
+		if (x->tid != tid || !titan_span_is_comm(x))
+			continue;
+		cs[nc] = (struct cspan){x->ts, x->ts + x->dur, comm_slot(&s->t, x->name)};
+		cs[nc].c->calls++;
+		bd[nb++] = cs[nc].a;
+		bd[nb++] = cs[nc].b;
+		nc++;
+	}
+	qsort(cs, nc, sizeof(*cs), cmp_cspan);
+	qsort(bd, nb, sizeof(*bd), cmp_dbl_raw);
+	for (size_t m = 0; m + 1 < nb && rc == 0; m++) {
+		double p = bd[m], q = bd[m + 1], hidden, exposed = 0;
+
+		if (!(q > p))
+			continue;
+		while (i < nc && cs[i].a <= p)
+			stk[ns++] = i++;
+		while (ns && cs[stk[ns - 1]].b <= p) /* ended: below the top, it waits its turn */
+			ns--;
+		if (!ns)
+			continue;
+		gap.n = 0;
+		hidden = iv_cut(busy, p, q, &gap, &rc);
+		for (size_t g = 0; g < gap.n; g++)
+			exposed += gap.v[g][1] - gap.v[g][0];
+		cs[stk[ns - 1]].c->overlapped += hidden;
+		cs[stk[ns - 1]].c->exposed += exposed;
+	}
+out:
+	free(cs);
+	free(bd);
+	free(stk);
+	free(gap.v);
+	return rc;
+}
+
 static int analyse(const struct titan_span *sp, struct stepx *s)
 {
 	struct ivs parts[TITAN_TIME_OPTIMIZER + 1] = {{0}}, busy = {0}, other = {0}, covered = {0};
@@ -244,6 +352,8 @@ static int analyse(const struct titan_span *sp, struct stepx *s)
 			s->t.part[TITAN_TIME_COMM_OVERLAPPED] += hidden;
 			s->t.part[TITAN_TIME_COMM_EXPOSED] += exposed;
 		}
+		if (rc == 0)
+			rc = comm_by_collective(sp, s, tids[j], &busy);
 	}
 	if (rc == 0) {
 		double in = 0;

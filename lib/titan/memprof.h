@@ -283,11 +283,25 @@ enum titan_time_part {
 };
 const char *titan_time_part_name(enum titan_time_part p); /* "data", ..., "comm_exposed" */
 
+/* Communication of a step by collective: the first word of the comm
+ * spans' names ("all_to_all_v", "reduce_scatter", "grad" for titan-train's
+ * "grad sync"); exposed and overlapped split the step's comm_exposed and
+ * comm_overlapped (they add up to them): each stretch of a thread's
+ * communication goes to the innermost (latest started) span covering it. */
+#define TITAN_TIME_NCOMM 12          /* more collectives than this: the last is "(other)" */
+struct titan_comm_time {
+	char name[32];
+	int64_t calls;               /* spans of that collective in the step */
+	double exposed, overlapped;  /* µs */
+};
+
 struct titan_step_time {
 	int64_t step;
 	double ts;                   /* the step span's start, µs */
 	double total;                /* the step span, µs */
 	double part[TITAN_TIME_NPARTS];
+	struct titan_comm_time comm[TITAN_TIME_NCOMM];
+	int n_comm;                  /* in first-seen order */
 };
 
 /* Is this span communication?  cat "comm"/"nccl"/"collective", or a name

@@ -300,6 +300,57 @@ assert abs(s["mfu_pct"] - 100 * 2.1e12 / 0.105 / 1e14) < 1e-9, s["mfu_pct"]'
 	assert_line --regexp '^ +2 +105.000 .* 20.0%$'
 }
 
+@test "time: communication by collective adds up to comm_exp/comm_ovl; EP 2's all_to_all_v" {
+	# the synthetic ranks: one all_reduce a step, 6 ms exposed and 10 hidden
+	run -0 --separate-stderr titan-memprof time --rank 0 "$DATA/multi"
+	assert_line --regexp '^ +collective +calls +exposed +overlapped +exp_share$'
+	assert_line --regexp '^ +all_reduce +2 +12.000 +20.000 +5.7%$'
+	skip_without_mpi
+	# a tiny MoE, experts sharded over 2 ranks: its dispatch and combine
+	# are all_to_all_v; step 2 profiled
+	timeout 120 mpiexec -n 2 titan-train -q --threads 1 --config "$DATA/tiny.yaml" \
+		--job.dump_folder="$T/ep" --model.n_layers=2 --model.moe_num_experts=4 \
+		--model.moe_top_k=2 --model.moe_inter_dim=64 --parallelism.expert_parallel_degree=2 \
+		--training.steps=2 --profiling.enable_memory_snapshot=false --checkpoint.enable=false > /dev/null
+	run -0 --separate-stderr titan-memprof time "$T/ep/profile_traces"
+	assert_line --regexp '^== rank 1: 1 profiled step'
+	assert_line --regexp '^ +all_to_all_v +[0-9]+ +[0-9]+[.][0-9]{3} +[0-9]+[.][0-9]{3} +[0-9]+[.][0-9]%$'
+	# the printed lines add up to the printed comm_exp and comm_ovl (3 decimals each)
+	$PY - "$output" <<'EOF'
+import re, sys
+rank = None
+tab, col = {}, {}
+for l in sys.argv[1].splitlines():
+    m = re.match(r"^== rank (\d+):", l)
+    if m:
+        rank = int(m.group(1))
+        col[rank] = []
+    f = l.split()
+    if len(f) == 11 and f[0] == "2":
+        tab[rank] = float(f[7]), float(f[8])
+    if len(f) == 5 and f[4].endswith("%") and f[0] != "collective":
+        col[rank].append((f[0], float(f[2]), float(f[3])))
+assert set(tab) == set(col) == {0, 1}, (tab, col)
+for r in (0, 1):
+    names = [c[0] for c in col[r]]
+    assert "all_to_all_v" in names and len(set(names)) == len(names), names
+    for k in (0, 1):
+        tot = sum(c[1 + k] for c in col[r])
+        assert abs(tot - tab[r][k]) <= 0.0005 * (len(col[r]) + 1), (r, k, tot, tab[r])
+EOF
+	run -0 --separate-stderr titan-memprof time --json "$T/ep/profile_traces"
+	pycheck '
+assert [r["rank"] for r in d["ranks"]] == [0, 1]
+for r in d["ranks"]:
+    for s in r["steps"]:
+        c = {x["name"]: x for x in s["collectives"]}
+        assert c["all_to_all_v"]["calls"] > 0, c
+        assert abs(sum(x["exposed_ms"] for x in c.values()) - s["comm_exposed_ms"]) < 1e-9, (s, c)
+        assert abs(sum(x["overlapped_ms"] for x in c.values()) - s["comm_overlapped_ms"]) < 1e-9, (s, c)
+    rc = {x["name"]: x["calls"] for x in r["collectives"]}
+    assert rc == {x["name"]: x["calls"] for x in r["steps"][0]["collectives"]}, rc'
+}
+
 # ------------------------------------------------------------------ export
 
 @test "export --perfetto: every rank's spans, counters and memory in one trace-event JSON" {

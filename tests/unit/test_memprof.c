@@ -770,6 +770,39 @@ static void test_step_times(void **state)
 	assert_string_equal(titan_memprof_phase_name(99), "other");
 }
 
+/* Communication by collective: nested and overlapping spans on the comm
+ * thread, each stretch to the innermost (latest started) span, the same
+ * hidden/exposed cut as the step's totals, which they add up to. */
+static void test_step_times_by_collective(void **state)
+{
+	const struct titan_span sp[] = {
+		{"step", "train", 0, 100, 1, 0, 0},
+		{"forward", "model", 0, 50, 1, 0, 0},       /* busy 0-50 */
+		{"grad sync", "comm", 40, 40, 1, 0, 1},     /* 40-45 hidden, 60-70 exposed */
+		{"reduce_scatter w (fsdp)", "comm", 45, 15, 1, 0, 1}, /* 45-50 hidden, 50-60 */
+		{"all_reduce x (dp)", "comm", 70, 20, 1, 0, 1},       /* 70-90 exposed */
+		{"all_reduce y (dp)", "comm", 92, 3, 1, 0, 1},        /* exposed */
+	};
+	struct titan_step_time *st;
+	size_t n;
+	(void)state;
+
+	assert_int_equal(titan_step_times(sp, sizeof(sp) / sizeof(sp[0]), 0, &st, &n), 0);
+	assert_int_equal(n, 1);
+	assert_true(fabs(st[0].part[TITAN_TIME_COMM_EXPOSED] - 43) < 1e-9);
+	assert_true(fabs(st[0].part[TITAN_TIME_COMM_OVERLAPPED] - 10) < 1e-9);
+	assert_int_equal(st[0].n_comm, 3);
+	assert_string_equal(st[0].comm[0].name, "grad");
+	assert_int_equal(st[0].comm[0].calls, 1);
+	assert_true(fabs(st[0].comm[0].exposed - 10) < 1e-9 && fabs(st[0].comm[0].overlapped - 5) < 1e-9);
+	assert_string_equal(st[0].comm[1].name, "reduce_scatter");
+	assert_true(fabs(st[0].comm[1].exposed - 10) < 1e-9 && fabs(st[0].comm[1].overlapped - 5) < 1e-9);
+	assert_string_equal(st[0].comm[2].name, "all_reduce");
+	assert_int_equal(st[0].comm[2].calls, 2);
+	assert_true(fabs(st[0].comm[2].exposed - 23) < 1e-9 && st[0].comm[2].overlapped == 0);
+	free(st);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -783,6 +816,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_real_allocator, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_chrome_read, setup, teardown),
 		cmocka_unit_test(test_step_times),
+		cmocka_unit_test(test_step_times_by_collective),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -83,6 +83,48 @@ static void medians(struct rank_times *r)
 	free(v);
 }
 
+/* The rank's communication by collective, summed over its profiled steps
+ * (the names in first-seen order; past TITAN_TIME_NCOMM, "(other)"). */
+static int rank_comm(const struct rank_times *r, struct titan_comm_time *c)
+{
+	int n = 0;
+
+	for (size_t k = 0; k < r->n; k++)
+		for (int q = 0; q < r->steps[k].n_comm; q++) {
+			const struct titan_comm_time *x = &r->steps[k].comm[q];
+			int i;
+
+			for (i = 0; i < n && strcmp(c[i].name, x->name); i++)
+				;
+			if (i == n && n == TITAN_TIME_NCOMM) {
+				i = n - 1;
+				snprintf(c[i].name, sizeof(c[i].name), "(other)");
+			} else if (i == n) {
+				c[n++] = (struct titan_comm_time){.calls = 0};
+				snprintf(c[i].name, sizeof(c[i].name), "%s", x->name);
+			}
+			c[i].calls += x->calls;
+			c[i].exposed += x->exposed;
+			c[i].overlapped += x->overlapped;
+		}
+	return n;
+}
+
+static void json_comm(struct titan_json *j, const struct titan_comm_time *c, int n)
+{
+	titan_json_key(j, "collectives");
+	titan_json_array_begin(j);
+	for (int i = 0; i < n; i++) {
+		titan_json_object_begin(j);
+		titan_json_key(j, "name"); titan_json_string(j, c[i].name);
+		titan_json_key(j, "calls"); titan_json_int(j, c[i].calls);
+		titan_json_key(j, "exposed_ms"); titan_json_double(j, c[i].exposed / 1e3);
+		titan_json_key(j, "overlapped_ms"); titan_json_double(j, c[i].overlapped / 1e3);
+		titan_json_object_end(j);
+	}
+	titan_json_array_end(j);
+}
+
 struct straggler {
 	int rank;
 	int what;          /* -1: the step, else enum titan_time_part */
@@ -92,6 +134,29 @@ struct straggler {
 static const char *what_name(int w)
 {
 	return w < 0 ? "step" : titan_time_part_name((enum titan_time_part)w);
+}
+
+/* One line per collective of the rank: calls, exposed and overlapped ms
+ * over its profiled steps, and the exposed time's share of their time. */
+static void print_comm(const struct rank_times *r)
+{
+	struct titan_comm_time c[TITAN_TIME_NCOMM];
+	int n = rank_comm(r, c);
+	double total = 0;
+
+	if (!n)
+		return;
+	for (size_t k = 0; k < r->n; k++)
+		total += r->steps[k].total;
+	printf("   %-16s %6s %9s %10s %9s\n", "collective", "calls", "exposed", "overlapped", "exp_share");
+	for (int i = 0; i < n; i++) {
+		printf("   %-16s %6lld %9.3f %10.3f", c[i].name, (long long)c[i].calls,
+		       c[i].exposed / 1e3, c[i].overlapped / 1e3);
+		if (total > 0)
+			printf(" %8.1f%%\n", 100 * c[i].exposed / total);
+		else
+			printf(" %9s\n", "-");
+	}
 }
 
 int mp_time(struct mp_inputs *in, const struct mp_opts *o)
@@ -201,9 +266,16 @@ int mp_time(struct mp_inputs *in, const struct mp_opts *o)
 					titan_json_double(&j, s->part[p] / 1e3);
 				}
 				titan_json_key(&j, "mfu_pct"); titan_json_double(&j, mfu(flops, peak, s->total));
+				json_comm(&j, s->comm, s->n_comm);
 				titan_json_object_end(&j);
 			}
 			titan_json_array_end(&j);
+			{
+				struct titan_comm_time c[TITAN_TIME_NCOMM];
+				int n = rank_comm(&rt[i], c);
+
+				json_comm(&j, c, n); /* over the rank's profiled steps */
+			}
 			titan_json_key(&j, "median");
 			titan_json_object_begin(&j);
 			titan_json_key(&j, "step_ms"); titan_json_double(&j, rt[i].med_total / 1e3);
@@ -262,6 +334,7 @@ int mp_time(struct mp_inputs *in, const struct mp_opts *o)
 			else
 				printf(" %5.1f%%\n", m);
 		}
+		print_comm(r);
 	}
 	if (isnan(flops) || isnan(peak))
 		printf("MFU: - (no metrics.jsonl with tflops and mfu_pct among the inputs: give "
