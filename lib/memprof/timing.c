@@ -297,8 +297,8 @@ static int analyse(const struct titan_span *sp, struct stepx *s)
 {
 	struct ivs parts[TITAN_TIME_OPTIMIZER + 1] = {{0}}, busy = {0}, other = {0}, covered = {0};
 	double a = s->t.ts, b = s->t.ts + s->t.total;
-	int64_t tids[8];
-	int ntid = 0, rc = 0;
+	int64_t tids[8], optids[8];
+	int ntid = 0, nop = 0, rc = 0;
 
 	for (size_t k = 0; k < s->n && rc == 0; k++) {
 		const struct titan_span *x = &sp[s->spans[k]];
@@ -314,6 +314,14 @@ static int analyse(const struct titan_span *sp, struct stepx *s)
 			if (!seen && ntid < 8)
 				tids[ntid++] = x->tid;
 		}
+		if (!strcmp(x->cat, "op")) {
+			bool seen = false;
+
+			for (int j = 0; j < nop; j++)
+				seen |= optids[j] == x->tid;
+			if (!seen && nop < 8)
+				optids[nop++] = x->tid;
+		}
 	}
 	for (int p = 0; p <= TITAN_TIME_OPTIMIZER && rc == 0; p++) {
 		s->t.part[p] = iv_union(&parts[p]);
@@ -327,11 +335,19 @@ static int analyse(const struct titan_span *sp, struct stepx *s)
 		for (size_t k = 0; k < s->n && rc == 0; k++) {
 			const struct titan_span *x = &sp[s->spans[k]];
 
-			/* op events (titan-train's, category "op") lie inside
-			 * the model's spans, or are its own bookkeeping between
-			 * them: they do not make a step's time busy */
+			/* A thread with op events (titan-train's, category
+			 * "op": every backend op of a traced step) is busy
+			 * exactly while one runs: its forward/backward spans
+			 * also cover the time it waits on a collective it
+			 * issued (EP's all-to-all), which is exposed.  A
+			 * thread without them (no op tracing, other tools'
+			 * traces) is busy while its phase spans are open. */
+			bool has_ops = false;
+
+			for (int q = 0; q < nop; q++)
+				has_ops |= optids[q] == x->tid;
 			if (x->tid != tids[j] && !titan_span_is_comm(x) && strcmp(x->name, "step") &&
-			    strcmp(x->cat, "op"))
+			    (has_ops ? !strcmp(x->cat, "op") : strcmp(x->cat, "op") != 0))
 				rc = iv_add(&busy, x->ts, x->ts + x->dur);
 		}
 		iv_union(&busy);
