@@ -119,32 +119,10 @@ for v in steps batch seq; do
 	case "${!v}" in '' | *[!0-9]* | 0) die "--$v needs a positive integer" ;; esac
 done
 
-if [ -n "${TITAN_BIN:-}" ]; then
-	bin=$TITAN_BIN
-elif [ -x "$root/bin/titan-train" ]; then
-	bin=$root/bin
-elif command -v titan-train >/dev/null; then
-	bin=$(dirname "$(command -v titan-train)")
-else
-	die "titan-train not found: build it (make), or set TITAN_BIN=DIR, or put it on PATH"
-fi
-for t in titan-train titan-shard titan-ckpt-convert; do
-	[ -x "$bin/$t" ] || die "$bin/$t is missing"
-done
-py=${PYTHON:-}
-if [ -z "$py" ]; then
-	for c in python3 /usr/bin/python3; do
-		if command -v "$c" >/dev/null && "$c" -c 'import torch' 2>/dev/null; then
-			py=$c
-			break
-		fi
-	done
-	[ -n "$py" ] || die "no python3 with PyTorch found (set PYTHON=...)"
-fi
-if [ "$device" = cuda ]; then
-	"$py" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' ||
-		die "$py: torch.cuda.is_available() is False (no GPU? --device cpu for the logic check)"
-fi
+# shellcheck source=bench/gpu_common.sh
+. "$root/bench/gpu_common.sh"
+find_titan_bin titan-train titan-shard titan-ckpt-convert
+find_torch_python "$device"
 
 out=${out:-$root/bench/out/curve-$model}
 if [ -n "$init_hf" ]; then
@@ -155,13 +133,6 @@ rm -rf "$out"
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 ref=$root/tests/ref
-
-# a step that failed: the end of its log, then exit 1
-fail_run() {
-	echo "$prog: error: $1 failed (exit $2); the end of $3:" >&2
-	tail -n 25 "$3" >&2 || true
-	exit 1
-}
 
 # 1. the batches
 n=$((steps * batch * (seq + 1)))
