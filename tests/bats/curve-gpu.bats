@@ -58,6 +58,12 @@ print(c["max_rel_diff"])' "$CURVE/curve.json"
 	run -0 compare shards.json 1e-5
 	cmp <($PY -c 'import json,sys; print(json.load(open(sys.argv[1]))["losses"])' shards.json) \
 		<($PY -c 'import json,sys; print(json.load(open(sys.argv[1]))["losses"])' "$CURVE/torch.json")
+	# shards of 1000 ids (6, a window across each boundary): the same batches
+	titan-shard -q --vocab-size 768 --eos-id -1 --shard-tokens 1000 --out six "$CURVE/ids.bin"
+	[ "$(ls six | grep -c '^train-.*\.tok$')" = 6 ]
+	peer --init-hf "$CURVE/hf" --shards six > six.json
+	cmp <($PY -c 'import json,sys; print(json.load(open(sys.argv[1]))["losses"])' six.json) \
+		<($PY -c 'import json,sys; print(json.load(open(sys.argv[1]))["losses"])' "$CURVE/torch.json")
 	# the stream one token later (its first id moved to the end): every
 	# window moves by one id
 	{ tail -c +5 "$CURVE/ids.bin"; head -c 4 "$CURVE/ids.bin"; } > shifted.bin
