@@ -7,6 +7,7 @@
 # (docs/perf-cuda.md).  The comparison must see a batch shifted by one
 # token and q/k rows left in HF's layout.
 
+# bats file_tags=parallel
 bats_require_minimum_version 1.5.0
 
 PY=/usr/bin/python3
