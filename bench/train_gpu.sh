@@ -151,37 +151,12 @@ for kv in ${batch_over//,/ }; do
 done
 
 # ---- tools
-if [ -n "${TITAN_BIN:-}" ]; then
-	bin=$TITAN_BIN
-elif [ -x "$root/bin/titan-train" ]; then
-	bin=$root/bin
-elif command -v titan-train >/dev/null; then
-	bin=$(dirname "$(command -v titan-train)")
-else
-	die "titan-train not found: build it (make), or set TITAN_BIN=DIR, or put it on PATH"
-fi
-for t in titan-train titan-config titan-shard; do
-	[ -x "$bin/$t" ] || die "$bin/$t is missing"
-done
-if [ -n "${PYTHON:-}" ]; then
-	py=$PYTHON
-	"$py" -c 'import torch' 2>/dev/null || die "PYTHON=$py cannot import torch"
-else
-	py=
-	for c in python3 /usr/bin/python3 /usr/local/bin/python3; do
-		if command -v "$c" >/dev/null && "$c" -c 'import torch' 2>/dev/null; then
-			py=$c
-			break
-		fi
-	done
-	[ -n "$py" ] || die "no python3 with PyTorch found (set PYTHON=...)"
-fi
+# shellcheck source=bench/gpu_common.sh
+. "$root/bench/gpu_common.sh"
+find_titan_bin titan-train titan-config titan-shard
+find_torch_python "$device"
 peer=$root/tests/ref/torch_train_gpu.py
 [ -f "$peer" ] || die "$peer is missing"
-if [ "$device" = cuda ]; then
-	"$py" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' ||
-		die "$py: torch.cuda.is_available() is False (no GPU? --device cpu for a logic check)"
-fi
 if [ "$compile" = 1 ] && ! "$py" -c 'import torch, sys; sys.exit(0 if hasattr(torch, "compile") else 1)'; then
 	if [ "$device" = cuda ]; then
 		die "$py has no torch.compile (PyTorch $("$py" -c 'import torch; print(torch.__version__)')); --no-compile to skip it"
@@ -306,13 +281,6 @@ elif cmd == "check":
 elif cmd == "row":
     row(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), *sys.argv[5:9])
 PY
-
-# a run that failed: its log's tail, then stop
-fail_run() {
-	echo "$prog: error: $1 failed (exit $2); the end of $3:" >&2
-	tail -n 25 "$3" >&2 || true
-	exit 1
-}
 
 # data MODEL -> a folder of shards of random ids with the model's vocab,
 # enough tokens for every step (made once per vocab and size)

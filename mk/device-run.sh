@@ -3,7 +3,7 @@
 # bundle of mk/device-bundle.sh (carried in .device/): the CUDA op tests
 # against the CPU twins (make cuda-test's binaries), the end-to-end loss
 # curve of the debug model on GPU against the CPU, and the throughput bench.
-#   bash mk/device-run.sh [env] [ceilings] [unit] [ops=GLOB] [sanitize] [e2e] [ckpt] [bench ARGS... --] [profile]
+#   bash mk/device-run.sh [env] [ceilings] [unit] [ops=GLOB] [sanitize] [e2e] [ckpt] [bench ARGS... --] [curve ARGS... --] [profile]
 #   bash mk/device-run.sh e2e-ref     (on a CPU machine: the CPU curve e2e compares to)
 # Logs go to .device/out, packed into $OUT/logs.tar.gz when OUT is set (the
 # device tool returns few files).  Exit status: 1 when a stage failed.
@@ -165,6 +165,30 @@ stage_bench() {
 	check_memory
 }
 
+# issue 24: the 20-step 1B loss curve against PyTorch from the same initial
+# weights (titan's HF export) and batches (bench/curve_gpu.sh): bf16 within
+# 2e-2 per step, then fp32 (TF32 off) from the same HF folder within 1e-4,
+# the sharper check of the weights and batches (CURVE_FP32=0 skips it).
+# The work folders (a 5 GB HF export) stay in /tmp; $out/curve gets the
+# tables, JSON, configs and logs.
+stage_curve() {
+	local w=/tmp/titan-curve p
+	rm -rf "$w" "$out/curve"
+	mkdir -p "$out/curve"
+	timeout "${CURVE_TIMEOUT:-300}" bash bench/curve_gpu.sh --device cuda --out "$w/bf16" "$@" 2>&1 |
+		tee "$out/curve/bf16.out" || fail "curve bf16"
+	if [ "${CURVE_FP32:-1}" = 1 ] && [ -f "$w/bf16/hf/config.json" ]; then
+		timeout "${CURVE_TIMEOUT:-300}" bash bench/curve_gpu.sh --device cuda --out "$w/fp32" "$@" \
+			--precision fp32 --init-hf "$w/bf16/hf" 2>&1 | tee "$out/curve/fp32.out" || fail "curve fp32"
+	fi
+	for p in bf16 fp32; do
+		[ -d "$w/$p" ] || continue
+		mkdir -p "$out/curve/$p"
+		cp "$w/$p"/*.md "$w/$p"/*.json "$w/$p"/*.log "$w/$p"/*.yaml "$w/$p/titan/metrics.jsonl" \
+			"$w/$p/hf/config.json" "$out/curve/$p/" 2>/dev/null
+	done
+}
+
 # issue 24: the peak memory of each bench run (the largest `memory:` of
 # titan-train's step lines: its caching allocator's reserved bytes) equals
 # titan-estimate's GPU model of titan-train's CUDA path (--device h200, the
@@ -206,6 +230,11 @@ while [ $# -gt 0 ]; do
 		while [ $# -gt 0 ] && [ "$1" != -- ]; do args+=("$1"); shift; done
 		[ $# -gt 0 ] && shift
 		echo "== bench ${args[*]}"; stage_bench "${args[@]}"; pack ;;
+	curve) # curve [ARGS of bench/curve_gpu.sh...] [-- more stages]
+		args=()
+		while [ $# -gt 0 ] && [ "$1" != -- ]; do args+=("$1"); shift; done
+		[ $# -gt 0 ] && shift
+		echo "== curve ${args[*]}"; stage_curve "${args[@]}"; pack ;;
 	*) echo "unknown stage '$s'"; exit 2 ;;
 	esac
 done

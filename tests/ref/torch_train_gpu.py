@@ -39,6 +39,22 @@ flops_per_token = 6 * (N_params - N_embedding) + 12 * L * H * head_dim * seq
 (the embedding is subtracted only when it is not tied to the output);
 --peak-flops defaults to 989e12, the H100/H200 SXM bf16 dense peak.
 
+Loss curves against titan (bench/curve_gpu.sh): --init-hf DIR starts from
+the weights of titan's HuggingFace export (titan-ckpt-convert --to hf,
+checkpoint.last_save_in_hf; docs/formats.md): config.json is checked
+against the model arguments, the safetensors are read (the safetensors
+package, else tests/ref/safetensors_py.py) and the q/k rows permuted back
+from HF's rotate-half halves to torchtitan's adjacent pairs (per head, HF
+row i*hd/2 + j is row 2j + i).  --tokens FILE (a raw little-endian uint32
+token stream, what titan-shard reads) or --shards DIR (titan's train-*.tok
+shards) gives the batches titan-train's data loader makes from them with
+training.shuffle false on one rank: the split is one token sequence cut
+into seq+1 windows, step s row b reads window s*batch + b (inputs its first
+seq ids, labels its last seq), as lib/data/loader.c (next_batch,
+titan_loader_window); the stream must hold every step's windows (no
+re-looping).  The JSON then also holds "grad_norms" (before clipping) and
+"lrs" (each step's learning rate), step by step as "losses".
+
 Runs on PyTorch 2.x (CUDA) and, for a logic check, on PyTorch 1.13 on the
 CPU (--device cpu; no SDPA there: the math formula with repeat_interleave
 for GQA; no torch.compile; no fused AdamW).
@@ -52,7 +68,7 @@ Prints one line of JSON on standard output (progress on standard error):
    "params_embedding", "tied", "flops_per_token", "batch", "seq",
    "step_s": [...], "median_step_s", "tps", "tflops", "mfu_pct",
    "peak_flops", "peak_mem_bytes", "peak_mem_gib", "peak_reserved_bytes",
-   "losses": [...], "final_loss"}
+   "losses": [...], "grad_norms": [...], "lrs": [...], "final_loss"}
 """
 
 import argparse
@@ -258,6 +274,133 @@ def flops_per_token(a, nparams, seq):
     return 6.0 * n + 12.0 * a.n_layers * a.n_heads * a.head_dim * seq
 
 
+# ------------------------------------------- titan's weights and batches
+
+def _die(msg):
+    sys.exit(f"torch_train_gpu.py: error: {msg}")
+
+
+def read_safetensors(path):
+    """name -> fp32 tensor of one .safetensors file."""
+    try:
+        from safetensors.torch import load_file
+        d = load_file(path)
+    except ImportError:
+        import safetensors_py
+        d, _ = safetensors_py.load(path)
+    return {k: v.float() for k, v in d.items()}
+
+
+def load_hf(d, margs):
+    """titan's HF Llama export in folder d -> torchtitan state_dict names."""
+    try:
+        cfg = json.load(open(os.path.join(d, "config.json")))
+    except (OSError, ValueError) as e:
+        _die(f"--init-hf: '{d}/config.json': {e}")
+    want = {"hidden_size": margs.dim, "num_hidden_layers": margs.n_layers,
+            "num_attention_heads": margs.n_heads, "num_key_value_heads": margs.kv_heads,
+            "vocab_size": margs.vocab_size, "intermediate_size": margs.ffn_hidden,
+            "tie_word_embeddings": margs.tie_embeddings}
+    for k, v in want.items():
+        if cfg.get(k) != v:
+            _die(f"--init-hf: '{d}/config.json': {k} is {cfg.get(k)!r}, the model "
+                 f"arguments give {v!r}")
+    for k, v in (("rms_norm_eps", margs.norm_eps), ("rope_theta", margs.rope_theta)):
+        if k in cfg and not math.isclose(float(cfg[k]), v, rel_tol=1e-6):
+            _die(f"--init-hf: '{d}/config.json': {k} is {cfg[k]!r}, the model arguments give {v!r}")
+    rs = cfg.get("rope_scaling")
+    if (rs is not None) != margs.rope_scaling or (rs is not None and (
+            float(rs.get("factor", 0)) != margs.rope_scaling_factor or
+            float(rs.get("low_freq_factor", 0)) != margs.rope_low_freq_factor or
+            float(rs.get("high_freq_factor", 0)) != margs.rope_high_freq_factor or
+            int(rs.get("original_max_position_embeddings", 0)) != margs.rope_original_max_position)):
+        _die(f"--init-hf: '{d}/config.json': rope_scaling {rs!r} is not the model's "
+             f"(Llama 3.1 scaling {'on' if margs.rope_scaling else 'off'})")
+    idx = os.path.join(d, "model.safetensors.index.json")
+    if os.path.exists(idx):
+        files = sorted(set(json.load(open(idx))["weight_map"].values()))
+    else:
+        files = ["model.safetensors"]
+    hf = {}
+    for f in files:
+        hf.update(read_safetensors(os.path.join(d, f)))
+    hd = margs.head_dim
+
+    def unpermute(w, nh):  # HF row i*hd/2 + j -> torchtitan row 2j + i
+        return w.view(nh, 2, hd // 2, w.shape[-1]).transpose(1, 2).reshape(nh * hd, w.shape[-1])
+
+    names = {"model.embed_tokens.weight": "tok_embeddings.weight",
+             "model.norm.weight": "norm.weight"}
+    if not margs.tie_embeddings:
+        names["lm_head.weight"] = "output.weight"
+    sub = {"self_attn.q_proj": "attention.wq", "self_attn.k_proj": "attention.wk",
+           "self_attn.v_proj": "attention.wv", "self_attn.o_proj": "attention.wo",
+           "mlp.gate_proj": "feed_forward.w1", "mlp.up_proj": "feed_forward.w3",
+           "mlp.down_proj": "feed_forward.w2", "input_layernorm": "attention_norm",
+           "post_attention_layernorm": "ffn_norm"}
+    for i in range(margs.n_layers):
+        for h, t in sub.items():
+            names[f"model.layers.{i}.{h}.weight"] = f"layers.{i}.{t}.weight"
+    missing = sorted(set(names) - set(hf))
+    extra = sorted(set(hf) - set(names))
+    if missing or extra:
+        _die(f"--init-hf: '{d}': tensors missing {missing[:4]}, unexpected {extra[:4]}")
+    sd = {}
+    for h, t in names.items():
+        w = hf[h]
+        if h.endswith("q_proj.weight"):
+            w = unpermute(w, margs.n_heads)
+        elif h.endswith("k_proj.weight"):
+            w = unpermute(w, margs.kv_heads)
+        sd[t] = w
+    return sd
+
+
+def read_tokens(path):
+    """A raw little-endian uint32 token stream -> int64 tensor."""
+    with open(path, "rb") as f:
+        raw = f.read()
+    if len(raw) % 4:
+        _die(f"--tokens: '{path}': {len(raw)} bytes, not a multiple of 4 (truncated stream?)")
+    t = torch.frombuffer(bytearray(raw), dtype=torch.int32)
+    if sys.byteorder != "little":
+        t = t.byteswap()
+    return t.long() & 0xFFFFFFFF
+
+
+def read_shards(d):
+    """The train split of titan's shards (docs/formats.md "Shard") -> int64
+    tensor, the shards concatenated in index order."""
+    import struct
+    names = sorted(n for n in os.listdir(d) if n.startswith("train-") and n.endswith(".tok"))
+    if not names:
+        _die(f"--shards: '{d}': no train-*.tok shard")
+    parts = []
+    for i, n in enumerate(sorted(names, key=lambda n: int(n[6:-4]))):
+        with open(os.path.join(d, n), "rb") as f:
+            raw = f.read()
+        if raw[:8] != b"TITANTOK":
+            _die(f"--shards: '{d}/{n}': not a titan shard")
+        tb, _, hb, nt = struct.unpack_from("<IIIQ", raw, 12)
+        idx, = struct.unpack_from("<Q", raw, 72)
+        if idx != i or len(raw) != hb + nt * tb or tb not in (2, 4):
+            _die(f"--shards: '{d}/{n}': index {idx} (expected {i}), size {len(raw)}")
+        dt = torch.int16 if tb == 2 else torch.int32
+        t = torch.frombuffer(bytearray(raw[hb:]), dtype=dt).long()
+        parts.append(t & (0xFFFF if tb == 2 else 0xFFFFFFFF))
+    return torch.cat(parts)
+
+
+def titan_batches(stream, n_steps, batch, seq):
+    """titan-train's batches from a split's token sequence (shuffle off,
+    one rank): step s row b is window s*batch + b of seq+1 tokens."""
+    need = n_steps * batch * (seq + 1)
+    if stream.numel() < need:
+        _die(f"the token stream holds {stream.numel()} ids, {n_steps} steps of "
+             f"{batch}x({seq}+1) need {need} (titan would re-loop)")
+    return list(stream[:need].view(n_steps, batch, seq + 1).unbind(0))
+
+
 # ---------------------------------------------------------------- training
 
 def main():
@@ -288,6 +431,13 @@ def main():
     ap.add_argument("--lr", type=float, default=8e-4)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=0, help="CPU threads (0: torch's default)")
+    ap.add_argument("--init-hf", metavar="DIR",
+                    help="initial weights from titan's HF export (config.json + safetensors)")
+    src = ap.add_mutually_exclusive_group()
+    src.add_argument("--tokens", metavar="FILE",
+                     help="batches from a raw uint32 token stream, in titan-train's order")
+    src.add_argument("--shards", metavar="DIR",
+                     help="batches from titan's train-*.tok shards, in titan-train's order")
     a = ap.parse_args()
     if a.steps < 1 or a.warmup < 0 or a.batch < 1 or a.seq < 1:
         ap.error("--steps, --batch and --seq must be >= 1, --warmup >= 0")
@@ -321,8 +471,15 @@ def main():
     with dev if (cuda and hasattr(torch, "compile")) else contextlib.nullcontext():
         model = Transformer(margs)
         torch.manual_seed(a.seed)
-        model.init_weights()
+        if not a.init_hf:
+            model.init_weights()
     model = model.to(dev)
+    if a.init_hf:
+        sd = load_hf(a.init_hf, margs)
+        with torch.no_grad():
+            for name, p in model.named_parameters():  # a tied matrix once
+                p.copy_(sd[name].to(dev))
+        del sd
     model.train()
     nparams = sum(p.numel() for p in model.parameters())  # a tied matrix once
     fpt = flops_per_token(margs, nparams, a.seq)
@@ -373,13 +530,22 @@ def main():
         sched.step()
         return loss.detach(), gn
 
-    g = torch.Generator().manual_seed(a.seed)
-    batches = []
-    for _ in range(total):
-        t = torch.randint(0, a.vocab, (a.batch, a.seq + 1), generator=g, dtype=torch.int64)
+    if a.tokens or a.shards:
+        stream = read_tokens(a.tokens) if a.tokens else read_shards(a.shards)
+        batches = [t.clone() for t in titan_batches(stream, total, a.batch, a.seq)]
+        del stream
+        if int(max(int(t.max()) for t in batches)) >= a.vocab:
+            _die(f"a token id is >= --vocab {a.vocab}")
         if cuda:
-            t = t.pin_memory()
-        batches.append(t)
+            batches = [t.pin_memory() for t in batches]
+    else:
+        g = torch.Generator().manual_seed(a.seed)
+        batches = []
+        for _ in range(total):
+            t = torch.randint(0, a.vocab, (a.batch, a.seq + 1), generator=g, dtype=torch.int64)
+            if cuda:
+                t = t.pin_memory()
+            batches.append(t)
 
     def sync():
         if cuda:
@@ -387,8 +553,9 @@ def main():
 
     if cuda:
         torch.cuda.reset_peak_memory_stats(dev)
-    times, losses = [], []
+    times, losses, gnorms, lrs = [], [], [], []
     for s in range(total):
+        lrs.append(opt.param_groups[0]["lr"])
         sync()
         t0 = time.perf_counter()
         toks = batches[s].to(dev, non_blocking=True)
@@ -396,6 +563,7 @@ def main():
         sync()
         dt = time.perf_counter() - t0
         losses.append(float(loss))
+        gnorms.append(float(gn))
         if s >= a.warmup:
             times.append(dt)
         print(f"step {s + 1:3d}  loss {losses[-1]:8.5f}  grad_norm {float(gn):7.4f}  "
@@ -425,7 +593,8 @@ def main():
         "mfu_pct": 100.0 * fpt * tps / a.peak_flops, "peak_flops": a.peak_flops,
         "peak_mem_bytes": peak, "peak_mem_gib": None if peak is None else peak / 2**30,
         "peak_reserved_bytes": reserved,
-        "losses": losses, "final_loss": losses[-1]}))
+        "losses": losses, "grad_norms": gnorms, "lrs": lrs,
+        "final_loss": losses[-1]}))
 
 
 if __name__ == "__main__":
