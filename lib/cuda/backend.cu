@@ -61,7 +61,7 @@ void *cuda_scratch(struct titan_backend *be, size_t bytes)
 		c->scratch = NULL;
 		c->scratch_bytes = 0;
 	}
-	bytes = bytes < (1u << 20) ? (1u << 20) : bytes + bytes / 4;
+	bytes = bytes < CUDA_SCRATCH_MIN ? CUDA_SCRATCH_MIN : bytes + bytes / 4;
 	if (!(c->scratch = cuda_buf_alloc(be, bytes, "op scratch")))
 		return NULL;
 	c->scratch_bytes = bytes;
@@ -240,7 +240,7 @@ extern "C" int titan_backend_cuda_init(struct titan_backend *be, const struct ti
 	c->device = o->device;
 	c->sm_count = p.multiProcessorCount;
 	c->matmul = o->matmul;
-	c->blas_ws_bytes = 32u << 20; /* cuBLAS asks for 32 MiB on Hopper */
+	c->blas_ws_bytes = CUDA_BLAS_WS_BYTES;
 	if ((rc = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) != cudaSuccess) {
 		rc = titan_error(TITAN_E_DEVICE, "CUDA set-up on device %d: %s", o->device,
 				 cudaGetErrorString((cudaError_t)rc));

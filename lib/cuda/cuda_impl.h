@@ -13,6 +13,8 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include "cuda_sizes.h"
+
 #include "titan/core.h"
 #include "titan/cuda.h"
 #include "titan/ops.h"

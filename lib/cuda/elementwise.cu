@@ -31,12 +31,12 @@
 
 #include "cuda_impl.h"
 
-#define THREADS 256       /* flat kernels */
+#define THREADS CUDA_EW_THREADS
 #define ROW_THREADS 256   /* at most, per row of the row kernels */
-#define SUMSQ_BLOCKS 1024 /* partial sums of sumsq, at most */
-#define SUMSQ_PER_THREAD 16
-#define DW_CHUNKS 128     /* row chunks of the RMSNorm dw reduction, at most */
-#define DW_ROWS 32        /* rows per chunk, at least */
+#define SUMSQ_BLOCKS CUDA_SUMSQ_BLOCKS
+#define SUMSQ_PER_THREAD CUDA_SUMSQ_PER_THREAD
+#define DW_CHUNKS CUDA_DW_CHUNKS
+#define DW_ROWS CUDA_DW_ROWS
 
 #define GRID_TID ((int64_t)blockIdx.x * blockDim.x + threadIdx.x)
 #define GRID_STRIDE ((int64_t)gridDim.x * blockDim.x)
@@ -718,8 +718,8 @@ int cuda_sumsq(struct titan_backend *be, double *out, const float *x, int64_t n)
  * model's two are the same every step): looked up by content, the least
  * recently used of MT_PLANS replaced, freed with the backend. */
 
-#define MT_CHUNK 65536 /* elements of a chunk */
-#define MT_PLANS 16    /* span tables kept (two per model part: interleaved PP has several) */
+#define MT_CHUNK CUDA_MT_CHUNK
+#define MT_PLANS CUDA_MT_PLANS
 
 struct mt_chunk {
 	int64_t start;       /* floats past the arena base */

@@ -41,8 +41,10 @@
  * reserved bytes are monotone (segments are never given back without an
  * out-of-memory retry), so its peak after the second step is every
  * logged step's (the first step grows the buffers; later steps reuse
- * them).  The sizes below are lib/cuda's: a change there must be made
- * here too (tests/unit/test_estimate.c compares with GPU measurements).
+ * them).  The constants come from lib/cuda/cuda_sizes.h, which the CUDA
+ * backend uses too; the formulas that combine them are lib/cuda's, written
+ * again here (tests/unit/test_estimate.c and titan-estimate-cuda.bats
+ * compare with GPU measurements).
  *
  * cuDNN's own plan workspace is not in lib/cuda's code: cudnn_plan_ws
  * is a fit to measurements (TITAN_CUDA_ATTN's default, the deterministic
@@ -50,21 +52,21 @@
  * titan-train runs titan's kernels, whose Di is in the op scratch).
  */
 #include "est_impl.h"
+#include "cuda/cuda_sizes.h"
 #include "titan/ops.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#define CUBLAS_WS ((size_t)32 << 20) /* backend.cu: blas_ws_bytes (Hopper) */
-#define SCRATCH_MIN ((size_t)1 << 20) /* backend.cu cuda_scratch */
-/* elementwise.cu */
-#define EW_THREADS 256
-#define SUMSQ_BLOCKS 1024
-#define SUMSQ_PER_THREAD 16
-#define DW_CHUNKS 128
-#define DW_ROWS 32
-#define MT_CHUNK 65536 /* elements of a chunk */
-#define MT_PLANS 16    /* span tables kept */
+#define CUBLAS_WS CUDA_BLAS_WS_BYTES
+#define SCRATCH_MIN CUDA_SCRATCH_MIN
+#define EW_THREADS CUDA_EW_THREADS
+#define SUMSQ_BLOCKS CUDA_SUMSQ_BLOCKS
+#define SUMSQ_PER_THREAD CUDA_SUMSQ_PER_THREAD
+#define DW_CHUNKS CUDA_DW_CHUNKS
+#define DW_ROWS CUDA_DW_ROWS
+#define MT_CHUNK CUDA_MT_CHUNK
+#define MT_PLANS CUDA_MT_PLANS
 #define MT_CHUNK_BYTES 16 /* struct mt_chunk */
 
 /* A grow-only device buffer of lib/cuda. */
