@@ -37,7 +37,7 @@ print("%.2f" % (r["reserved_bytes"] / 2**30))'; }
 
 @test "titan CUDA model: the peak is titan-train's logged memory: on GPUs (1B on an H200, debug bf16/fp32 GEMMs)" {
 	# measured 2026-11-28 on an NVIDIA H200 (mk/device-run.sh bench, 1B
-	# config above, titan 3a7aa93: cuDNN 9.19.0 attention, multi-tensor
+	# config above, titan db8f97a: cuDNN 9.19.0 attention, multi-tensor
 	# sumsq/AdamW): every step line "memory: 41.08GiB".  The estimate is
 	# 41.10 (41.1035): about 20-30 MiB (0.06%) above, a gap not found yet,
 	# so this point is checked to 0.03 GiB.  History: 39.54GiB measured
@@ -47,7 +47,7 @@ print("%.2f" % (r["reserved_bytes"] / 2**30))'; }
 	/usr/bin/python3 -c 'import sys; g = float(sys.argv[1]); assert abs(g - 41.08) <= 0.03, g' \
 		"$(gib <<< "$output")" || fail "1B: $(gib <<< "$output") GiB, measured 41.08"
 	# measured 2026-11-28 on an NVIDIA H200 (mk/device-run.sh e2e: the
-	# debug model, seq 512, batch 4, 100 steps, titan 3a7aa93): memory:
+	# debug model, seq 512, batch 4, 100 steps, titan db8f97a): memory:
 	# 0.30GiB with fp32 GEMMs (mixed_precision_param float32: titan's
 	# attention kernels), 0.38GiB with bf16 GEMMs (cuDNN's attention; 0.31
 	# before it and the multi-tensor ops)
