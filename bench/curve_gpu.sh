@@ -98,29 +98,21 @@ if [ -z "$tol" ]; then
 fi
 awk -v t="$tol" 'BEGIN { exit !(t + 0 > 0) }' || die "--tol needs a positive number"
 
-# the model: titan's keys, the peer's arguments, seq, batch, vocab (bench/train_gpu.sh's)
+# the model (bench/gpu_common.sh's table, as bench/train_gpu.sh runs it)
+# shellcheck source=bench/gpu_common.sh
+. "$root/bench/gpu_common.sh"
 case "$model" in
-debug)
-	tyaml='  flavor: debugmodel'
-	peer="--dim 256 --n-layers 6 --n-heads 16 --vocab 2048 --multiple-of 256"
-	vocab=2048 s0=2048 b0=8 ;;
-1b)
-	tyaml='  flavor: 1B'
-	peer="--dim 2048 --n-layers 16 --n-heads 32 --n-kv-heads 8 --vocab 128256 --multiple-of 1024 --ffn-dim-multiplier 1.5 --tie-embeddings"
-	vocab=128256 s0=2048 b0=4 ;;
-tiny)
-	tyaml=$(printf '  flavor: custom\n  dim: 64\n  n_layers: 2\n  n_heads: 4\n  n_kv_heads: 2\n  vocab_size: 768\n  multiple_of: 32')
-	peer="--dim 64 --n-layers 2 --n-heads 4 --n-kv-heads 2 --vocab 768 --multiple-of 32"
-	vocab=768 s0=128 b0=2 ;;
+debug | 1b | tiny) ;;
 *) die "unknown model '$model' (1b, debug, tiny)" ;;
 esac
+tyaml=$(titan_model_yaml "$model")
+peer=$(peer_model_args "$model")
+vocab=$(vocab_of "$model") s0=$(seq_of "$model") b0=$(batch_default "$model")
 batch=${batch:-$b0} seq=${seq:-$s0}
 for v in steps batch seq; do
 	case "${!v}" in '' | *[!0-9]* | 0) die "--$v needs a positive integer" ;; esac
 done
 
-# shellcheck source=bench/gpu_common.sh
-. "$root/bench/gpu_common.sh"
 find_titan_bin titan-train titan-shard titan-ckpt-convert
 find_torch_python "$device"
 

@@ -1,7 +1,7 @@
 # shellcheck shell=bash disable=SC2154
 # bench/gpu_common.sh — sourced by bench/train_gpu.sh and bench/curve_gpu.sh:
-# where titan's tools and a python3 with PyTorch are, and how a run that
-# failed is reported.  The caller defines root (the source tree) and
+# the models both run, where titan's tools and a python3 with PyTorch are,
+# and how a run that failed is reported.  The caller defines root (the source tree) and
 # die MESSAGE (prints and exits).
 
 # find_titan_bin TOOL...: bin = TITAN_BIN, else $root/bin, else the folder
@@ -51,4 +51,27 @@ fail_run() {
 	echo "$prog: error: $1 failed (exit $2); the end of $3:" >&2
 	tail -n 25 "$3" >&2 || true
 	exit 1
+}
+
+# The models (debug, 125m, 1b, tiny; bench/train_gpu.sh's header describes
+# them): sequence length, default batch, vocabulary, titan's model: keys and
+# tests/ref/torch_train_gpu.py's model arguments.
+seq_of() { case "$1" in tiny) echo 128 ;; *) echo 2048 ;; esac; }
+batch_default() { case "$1" in debug) echo 8 ;; 125m) echo 16 ;; 1b) echo 4 ;; tiny) echo 2 ;; esac; }
+vocab_of() { case "$1" in debug) echo 2048 ;; 125m) echo 32000 ;; 1b) echo 128256 ;; tiny) echo 768 ;; esac; }
+titan_model_yaml() {
+	case "$1" in
+	debug) printf '  flavor: debugmodel\n' ;;
+	125m) printf '  flavor: custom\n  dim: 768\n  n_layers: 12\n  n_heads: 12\n  vocab_size: 32000\n  multiple_of: 256\n  tie_word_embeddings: "false"\n' ;;
+	1b) printf '  flavor: 1B\n' ;;
+	tiny) printf '  flavor: custom\n  dim: 64\n  n_layers: 2\n  n_heads: 4\n  n_kv_heads: 2\n  vocab_size: 768\n  multiple_of: 32\n' ;;
+	esac
+}
+peer_model_args() {
+	case "$1" in
+	debug) echo "--dim 256 --n-layers 6 --n-heads 16 --vocab 2048 --multiple-of 256" ;;
+	125m) echo "--dim 768 --n-layers 12 --n-heads 12 --vocab 32000 --multiple-of 256" ;;
+	1b) echo "--dim 2048 --n-layers 16 --n-heads 32 --n-kv-heads 8 --vocab 128256 --multiple-of 1024 --ffn-dim-multiplier 1.5 --tie-embeddings" ;;
+	tiny) echo "--dim 64 --n-layers 2 --n-heads 4 --n-kv-heads 2 --vocab 768 --multiple-of 32" ;;
+	esac
 }

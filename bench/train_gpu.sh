@@ -115,26 +115,10 @@ for m in $models; do
 	case "$m" in debug | 125m | 1b | tiny) ;; *) die "unknown model '$m' (debug, 125m, 1b, tiny)" ;; esac
 done
 
-# ---- per-model shape; the titan model keys; the peer's model arguments
-seq_of() { case "$1" in tiny) echo 128 ;; *) echo 2048 ;; esac; }
-batch_default() { case "$1" in debug) echo 8 ;; 125m) echo 16 ;; 1b) echo 4 ;; tiny) echo 2 ;; esac; }
-vocab_of() { case "$1" in debug) echo 2048 ;; 125m) echo 32000 ;; 1b) echo 128256 ;; tiny) echo 768 ;; esac; }
-titan_model_yaml() {
-	case "$1" in
-	debug) printf '  flavor: debugmodel\n' ;;
-	125m) printf '  flavor: custom\n  dim: 768\n  n_layers: 12\n  n_heads: 12\n  vocab_size: 32000\n  multiple_of: 256\n  tie_word_embeddings: "false"\n' ;;
-	1b) printf '  flavor: 1B\n' ;;
-	tiny) printf '  flavor: custom\n  dim: 64\n  n_layers: 2\n  n_heads: 4\n  n_kv_heads: 2\n  vocab_size: 768\n  multiple_of: 32\n' ;;
-	esac
-}
-peer_model_args() {
-	case "$1" in
-	debug) echo "--dim 256 --n-layers 6 --n-heads 16 --vocab 2048 --multiple-of 256" ;;
-	125m) echo "--dim 768 --n-layers 12 --n-heads 12 --vocab 32000 --multiple-of 256" ;;
-	1b) echo "--dim 2048 --n-layers 16 --n-heads 32 --n-kv-heads 8 --vocab 128256 --multiple-of 1024 --ffn-dim-multiplier 1.5 --tie-embeddings" ;;
-	tiny) echo "--dim 64 --n-layers 2 --n-heads 4 --n-kv-heads 2 --vocab 768 --multiple-of 32" ;;
-	esac
-}
+# ---- per-model shape (bench/gpu_common.sh: seq_of, batch_default, vocab_of,
+# titan_model_yaml, peer_model_args)
+# shellcheck source=bench/gpu_common.sh
+. "$root/bench/gpu_common.sh"
 batch_of() {
 	local b
 	b=$(batch_default "$1")
@@ -151,8 +135,6 @@ for kv in ${batch_over//,/ }; do
 done
 
 # ---- tools
-# shellcheck source=bench/gpu_common.sh
-. "$root/bench/gpu_common.sh"
 find_titan_bin titan-train titan-config titan-shard
 find_torch_python "$device"
 peer=$root/tests/ref/torch_train_gpu.py
