@@ -48,24 +48,31 @@ void *cuda_buf_alloc(struct titan_backend *be, size_t bytes, const char *what)
 	return p;
 }
 
+void *cuda_grow_buf(struct titan_backend *be, void **buf, size_t *have, size_t bytes, size_t min,
+		    unsigned extra_div, const char *what)
+{
+	if (bytes <= *have)
+		return *buf;
+	if (*buf) {
+		/* the old buffer may still be read by queued work */
+		cudaStreamSynchronize(cuda_of(be)->stream);
+		cuda_buf_free(be, *buf);
+		*buf = NULL;
+		*have = 0;
+	}
+	bytes = bytes < min ? min : bytes + bytes / extra_div;
+	if (!(*buf = cuda_buf_alloc(be, bytes, what)))
+		return NULL;
+	*have = bytes;
+	return *buf;
+}
+
 void *cuda_scratch(struct titan_backend *be, size_t bytes)
 {
 	struct cuda_impl *c = cuda_of(be);
 
-	if (bytes <= c->scratch_bytes)
-		return c->scratch;
-	if (c->scratch) {
-		/* the old buffer may still be read by queued work */
-		cudaStreamSynchronize(c->stream);
-		cuda_buf_free(be, c->scratch);
-		c->scratch = NULL;
-		c->scratch_bytes = 0;
-	}
-	bytes = bytes < CUDA_SCRATCH_MIN ? CUDA_SCRATCH_MIN : bytes + bytes / 4;
-	if (!(c->scratch = cuda_buf_alloc(be, bytes, "op scratch")))
-		return NULL;
-	c->scratch_bytes = bytes;
-	return c->scratch;
+	return cuda_grow_buf(be, &c->scratch, &c->scratch_bytes, bytes, CUDA_SCRATCH_MIN, 4,
+			     "op scratch");
 }
 
 void *cuda_host_scratch(struct titan_backend *be, size_t bytes)

@@ -79,6 +79,14 @@ static inline struct cuda_impl *cuda_of(struct titan_backend *be)
 
 /* true when TITAN_CUDA_SYNC=1: synchronize after every launch. */
 bool cuda_sync_debug(void);
+/* A grow-only device buffer (*buf, *have bytes) of at least `bytes`: kept
+ * when big enough, else the old one is freed once the stream has drained
+ * and max(min, bytes + bytes / extra_div) allocated (named `what` in the
+ * allocator's tags).  The scratch, the bf16 GEMM operands and cuDNN's
+ * staging are such buffers; titan-estimate (lib/estimate/gpu_titan.c)
+ * replays the same growth.  NULL + TITAN_E_NOMEM when cudaMalloc fails. */
+void *cuda_grow_buf(struct titan_backend *be, void **buf, size_t *have, size_t bytes, size_t min,
+		    unsigned extra_div, const char *what);
 /* Device scratch of at least `bytes` (valid until the next call; ops run in
  * stream order, so one op's scratch is free once it has queued its work).
  * NULL + TITAN_E_NOMEM recorded when cudaMalloc fails. */

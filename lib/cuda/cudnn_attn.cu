@@ -843,19 +843,8 @@ static struct dnn_plan *dnn_plan(struct cudnn_attn *a, int dir, const struct tit
  * read by queued work: the stream is synchronized before it goes). */
 static void *dnn_buf(struct titan_backend *be, struct cudnn_attn *a, size_t bytes)
 {
-	if (bytes <= a->buf_bytes)
-		return a->buf;
-	if (a->buf) {
-		cudaStreamSynchronize(cuda_of(be)->stream);
-		cuda_buf_free(be, a->buf);
-		a->buf = NULL;
-		a->buf_bytes = 0;
-	}
-	bytes += bytes / 8;
-	if (!(a->buf = cuda_buf_alloc(be, bytes, "cuDNN attention staging and workspace")))
-		return NULL;
-	a->buf_bytes = bytes;
-	return a->buf;
+	return cuda_grow_buf(be, &a->buf, &a->buf_bytes, bytes, 0, 8,
+			     "cuDNN attention staging and workspace");
 }
 
 static size_t align256(size_t n)

@@ -40,35 +40,19 @@ static cublasComputeType_t gemm_compute(enum titan_cuda_matmul mode)
  * hold operands in — then a bf16 x bf16 -> fp32 GEMM with fp32
  * accumulation (cuBLAS's FAST_16BF compute type on fp32 operands was
  * measured on an H100 to give TF32's results and speed). */
-static void *grow(struct titan_backend *be, void **buf, size_t *have, size_t bytes)
-{
-	if (bytes <= *have)
-		return *buf;
-	if (*buf) {
-		cudaStreamSynchronize(cuda_of(be)->stream);
-		cuda_buf_free(be, *buf);
-		*buf = NULL;
-		*have = 0;
-	}
-	bytes += bytes / 4;
-	if (!(*buf = cuda_buf_alloc(be, bytes, "bf16 GEMM operands")))
-		return NULL;
-	*have = bytes;
-	return *buf;
-}
-
 static void *gemm_ws(struct titan_backend *be, size_t bytes)
 {
 	struct cuda_impl *cu = cuda_of(be);
 
-	return grow(be, &cu->gemm_ws, &cu->gemm_ws_bytes, bytes);
+	return cuda_grow_buf(be, &cu->gemm_ws, &cu->gemm_ws_bytes, bytes, 0, 4, "bf16 GEMM operands");
 }
 
 void *cuda_bf16_keep(struct titan_backend *be, size_t bytes)
 {
 	struct cuda_impl *cu = cuda_of(be);
 
-	return grow(be, &cu->bf16_keep, &cu->bf16_keep_bytes, bytes);
+	return cuda_grow_buf(be, &cu->bf16_keep, &cu->bf16_keep_bytes, bytes, 0, 4,
+			     "bf16 GEMM operands");
 }
 
 /* dst[r, 0..cols) = bf16(src[r·ld + 0..cols)), dst contiguous. */
