@@ -71,7 +71,7 @@ void *cuda_scratch(struct titan_backend *be, size_t bytes)
 {
 	struct cuda_impl *c = cuda_of(be);
 
-	return cuda_grow_buf(be, &c->scratch, &c->scratch_bytes, bytes, CUDA_SCRATCH_MIN, 4,
+	return cuda_grow_buf(be, &c->scratch, &c->scratch_bytes, bytes, CUDA_SCRATCH_MIN, CUDA_SCRATCH_GROW_DIV,
 			     "op scratch");
 }
 

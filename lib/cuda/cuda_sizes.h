@@ -9,6 +9,10 @@
 
 #define CUDA_BLAS_WS_BYTES ((size_t)32 << 20) /* cuBLAS asks for 32 MiB on Hopper */
 #define CUDA_SCRATCH_MIN ((size_t)1 << 20)    /* cuda_scratch's first size */
+/* cuda_grow_buf's headroom: a buffer grows to bytes + bytes / DIV */
+#define CUDA_SCRATCH_GROW_DIV 4 /* the op scratch */
+#define CUDA_GEMM_GROW_DIV 4    /* bf16 GEMM operands (gemm_ws, bf16_keep) */
+#define CUDA_CUDNN_GROW_DIV 8   /* cuDNN attention's staging and workspace */
 
 /* elementwise.cu */
 #define CUDA_EW_THREADS 256       /* flat kernels */

@@ -843,7 +843,7 @@ static struct dnn_plan *dnn_plan(struct cudnn_attn *a, int dir, const struct tit
  * read by queued work: the stream is synchronized before it goes). */
 static void *dnn_buf(struct titan_backend *be, struct cudnn_attn *a, size_t bytes)
 {
-	return cuda_grow_buf(be, &a->buf, &a->buf_bytes, bytes, 0, 8,
+	return cuda_grow_buf(be, &a->buf, &a->buf_bytes, bytes, 0, CUDA_CUDNN_GROW_DIV,
 			     "cuDNN attention staging and workspace");
 }
 

@@ -44,14 +44,14 @@ static void *gemm_ws(struct titan_backend *be, size_t bytes)
 {
 	struct cuda_impl *cu = cuda_of(be);
 
-	return cuda_grow_buf(be, &cu->gemm_ws, &cu->gemm_ws_bytes, bytes, 0, 4, "bf16 GEMM operands");
+	return cuda_grow_buf(be, &cu->gemm_ws, &cu->gemm_ws_bytes, bytes, 0, CUDA_GEMM_GROW_DIV, "bf16 GEMM operands");
 }
 
 void *cuda_bf16_keep(struct titan_backend *be, size_t bytes)
 {
 	struct cuda_impl *cu = cuda_of(be);
 
-	return cuda_grow_buf(be, &cu->bf16_keep, &cu->bf16_keep_bytes, bytes, 0, 4,
+	return cuda_grow_buf(be, &cu->bf16_keep, &cu->bf16_keep_bytes, bytes, 0, CUDA_GEMM_GROW_DIV,
 			     "bf16 GEMM operands");
 }
 

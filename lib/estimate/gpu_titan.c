@@ -109,9 +109,9 @@ static void *dev_alloc(struct sim *s, size_t bytes)
 	return titan_mem_alloc(s->a, bytes, TITAN_MEM_WORKSPACE);
 }
 
-/* backend.cu cuda_scratch, gemm.cu and cudnn_attn.cu dnn_buf grow: the
- * old buffer freed, the new one `bytes` + 25% (scratch: at least 1 MiB;
- * cuDNN's: + 12.5%) */
+/* backend.cu cuda_grow_buf (cuda_scratch, gemm.cu's operands, cudnn_attn.cu
+ * dnn_buf): the old buffer freed, the new one max(min, bytes + bytes / DIV)
+ * with cuda_sizes.h's minimum and headroom */
 static int grow(struct sim *s, int k, size_t bytes)
 {
 	struct grow *g = &s->g[k];
@@ -122,11 +122,11 @@ static int grow(struct sim *s, int k, size_t bytes)
 	g->p = NULL;
 	g->have = 0;
 	if (k == G_SCRATCH)
-		bytes = bytes < SCRATCH_MIN ? SCRATCH_MIN : bytes + bytes / 4;
+		bytes = bytes < SCRATCH_MIN ? SCRATCH_MIN : bytes + bytes / CUDA_SCRATCH_GROW_DIV;
 	else if (k == G_CUDNN)
-		bytes += bytes / 8;
+		bytes += bytes / CUDA_CUDNN_GROW_DIV;
 	else
-		bytes += bytes / 4;
+		bytes += bytes / CUDA_GEMM_GROW_DIV;
 	if (!(g->p = dev_alloc(s, bytes)))
 		return TITAN_E_NOMEM;
 	g->have = bytes;
