@@ -20,19 +20,18 @@ initial weights and batches).  Plain Python 3, no torch.
 import array
 import json
 import math
-import random
+import os
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from markov_tokens import markov_tokens  # noqa: E402
 
 
 def tokens(n, vocab, seed):
-    rng = random.Random(seed)
-    succ = [[rng.randrange(vocab) for _ in range(3)] for _ in range(vocab)]
-    x = rng.randrange(vocab)
     out = sys.stdout.buffer
     buf = array.array("I")
-    for _ in range(n):
+    for x in markov_tokens(n, vocab, seed):
         buf.append(x)
-        x = rng.choice(succ[x]) if rng.random() < 0.8 else rng.randrange(vocab)
         if len(buf) == 1 << 16:
             if sys.byteorder != "little":
                 buf.byteswap()

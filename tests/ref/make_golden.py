@@ -29,6 +29,7 @@ import torch
 sys.dont_write_bytecode = True   # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import llama_ref as ref            # noqa: E402
+from markov_tokens import markov_tokens  # noqa: E402
 import qwen3_ref                   # noqa: E402
 import safetensors_py as st        # noqa: E402
 
@@ -106,17 +107,8 @@ def train_args(c, steps) -> ref.TrainArgs:
 # --------------------------------------------------------------------- data
 
 def make_tokens(n, vocab, seed):
-    """A deterministic token stream with some structure to learn: an
-    order-1 Markov chain where each token has 3 likely successors (80%),
-    otherwise uniform.  Python's random.Random, independent of torch."""
-    rng = random.Random(seed)
-    succ = [[rng.randrange(vocab) for _ in range(3)] for _ in range(vocab)]
-    x = rng.randrange(vocab)
-    out = []
-    for _ in range(n):
-        out.append(x)
-        x = rng.choice(succ[x]) if rng.random() < 0.8 else rng.randrange(vocab)
-    return out
+    """The reference tests' token stream (markov_tokens.py)."""
+    return list(markov_tokens(n, vocab, seed))
 
 
 def make_batches(c, steps):
