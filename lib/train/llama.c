@@ -151,6 +151,11 @@ struct titan_llama {
 	 * kv_norm's and wkv_a's output gradients, the q_lora path's */
 	float *mla_freqs, mla_qscale;
 	float *dkvb, *dkvn, *dkv0, *dcq, *dcq0;
+	/* the parameters' spans for the multi-tensor ops, made at the first
+	 * optimizer step (the table does not change): every parameter
+	 * (grad norm), and those AdamW moves */
+	struct titan_tensor_span *spans_all, *spans_adamw;
+	int n_spans_all, n_spans_adamw;
 };
 
 void titan_llama_set_group_hooks(struct titan_llama *m, const struct titan_llama_group_hooks *h)
@@ -1056,6 +1061,8 @@ void titan_llama_free(struct titan_llama *m)
 	titan_param_arena_release(&m->v);
 	free(m->ids_host);
 	free(m->moe_tokens);
+	free(m->spans_all);
+	free(m->spans_adamw);
 	titan_param_table_release(&m->table);
 	free(m);
 }
@@ -2017,14 +2024,20 @@ int titan_llama_logits(struct titan_llama *m, const int32_t *inputs, float *logi
 
 /* The parameters' spans in the arenas (every one, or those AdamW moves),
  * for the multi-tensor ops: one call each for the whole model (the CUDA
- * backend keeps the table on the device, uploaded once).  Host memory the
- * caller frees; NULL with TITAN_E_NOMEM recorded. */
-static struct titan_tensor_span *param_spans(const struct titan_llama *m, bool adamw, int *n)
+ * backend keeps the table on the device, uploaded once).  Made once and
+ * kept on the model; NULL with TITAN_E_NOMEM recorded. */
+static const struct titan_tensor_span *param_spans(struct titan_llama *m, bool adamw, int *n)
 {
-	struct titan_tensor_span *s = malloc(((size_t)m->table.n + 1) * sizeof(*s));
+	struct titan_tensor_span **cache = adamw ? &m->spans_adamw : &m->spans_all;
+	int *count = adamw ? &m->n_spans_adamw : &m->n_spans_all;
+	struct titan_tensor_span *s;
 
+	if (*cache) {
+		*n = *count;
+		return *cache;
+	}
 	*n = 0;
-	if (!s) {
+	if (!(s = malloc(((size_t)m->table.n + 1) * sizeof(*s)))) {
 		titan_error(TITAN_E_NOMEM, "out of memory");
 		return NULL;
 	}
@@ -2040,21 +2053,20 @@ static struct titan_tensor_span *param_spans(const struct titan_llama *m, bool a
 				    (p->is_norm || p->is_embedding),
 		};
 	}
+	*cache = s;
+	*count = *n;
 	return s;
 }
 
 int titan_llama_grad_sumsq(struct titan_llama *m, double *sumsq)
 {
 	int n, rc;
-	struct titan_tensor_span *s = param_spans(m, false, &n);
+	const struct titan_tensor_span *s = param_spans(m, false, &n);
 
 	if (!s)
 		return TITAN_E_NOMEM;
 	/* sumsq[i] of every parameter i, one call (cuda: one read-back) */
-	rc = m->be->ops->sumsq_multi(m->be, sumsq, m->grads.data, s, n);
-	free(s);
-	if (rc < 0)
-		return rc;
+	CK(m->be->ops->sumsq_multi(m->be, sumsq, m->grads.data, s, n));
 	CK(m->sp.ops->reduce_sumsq(&m->sp, &m->table, sumsq));
 	/* pipeline stages: every parameter on one stage, zero elsewhere */
 	if (m->pp && titan_comm_size(m->pp) > 1)
@@ -2102,15 +2114,13 @@ int titan_llama_grad_norm(struct titan_llama *m, double max_norm, double *norm, 
 int titan_llama_adamw(struct titan_llama *m, const struct titan_adamw_hparams *hp, int64_t step,
 		      float grad_mul)
 {
-	int n, rc;
-	struct titan_tensor_span *s = param_spans(m, true, &n);
+	int n;
+	const struct titan_tensor_span *s = param_spans(m, true, &n);
 
 	if (!s)
 		return TITAN_E_NOMEM;
-	rc = m->be->ops->adamw_multi(m->be, m->params.data, m->m.data, m->v.data, m->grads.data,
-				     s, n, hp, step, grad_mul);
-	free(s);
-	return rc;
+	return m->be->ops->adamw_multi(m->be, m->params.data, m->m.data, m->v.data, m->grads.data,
+				       s, n, hp, step, grad_mul);
 }
 
 /* ------------------------------------------------- MoE load balancing */
